@@ -1,0 +1,336 @@
+"""Start, stop and inspect the embedded Apache Kafka (KRaft) cluster.
+
+The cluster runs the official Apache Kafka jars (fetched once from Maven Central by
+:mod:`watchtower.local.jars`) as one JVM per node. Every operation is idempotent:
+``up`` on a running cluster is a no-op, ``down`` on a stopped one is a no-op, and stale
+pid files left by a crash or ``kill -9`` are detected and cleared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watchtower.local.config import HOST, ClusterSpec, NodeSpec
+from watchtower.local.errors import LocalStackError
+from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, require_tool
+
+MARKER = "watchtower-kafka.json"
+READY_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What is known about one node right now."""
+
+    node_id: int
+    port: int
+    pid: int | None
+    alive: bool
+
+
+class LocalKafka:
+    """Supervisor for a local KRaft cluster described by a :class:`ClusterSpec`."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+
+    # ---------------------------------------------------------------- public API
+    def up(self, *, timeout: float = READY_TIMEOUT_S) -> float:
+        """Start every node that is not running and wait until the cluster answers metadata.
+
+        Returns the seconds spent waiting (0.0 when everything was already running).
+        """
+        require_tool("java", "to run the embedded Kafka broker")
+        cp = classpath(KAFKA_BUNDLE)
+        self.spec.data_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            cluster_id = self._check_or_claim_data_dir()
+            to_start = [n for n in self.spec.node_specs if not self._alive(n)]
+            if not to_start:
+                return 0.0
+            for node in to_start:
+                self._clear_stale_pid(node)
+                self._check_ports_free(node)
+            started = time.monotonic()
+            for node in to_start:
+                self._prepare_node(node, cluster_id, cp)
+                self._launch(node, cp)
+            self._wait_ready(to_start, timeout)
+            return time.monotonic() - started
+
+    def down(self, *, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop every node cleanly (SIGTERM, then SIGKILL after ``timeout``) and clear pid files."""
+        if not self.spec.data_dir.exists():
+            return
+        with self._lock():
+            nodes = [n for n in self.spec.node_specs if self._alive(n)]
+            for node in nodes:
+                pid = self._read_pid(node)
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for node in nodes:
+                pid = self._read_pid(node)
+                while pid is not None and _pid_alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                if pid is not None and _pid_alive(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    _wait_gone(pid, 10.0)
+            for node in self.spec.node_specs:
+                node.pid_file.unlink(missing_ok=True)
+
+    def kill_node(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one node (fault injection for tests); waits for it to die on SIGKILL."""
+        node = self.spec.node_specs[node_id - 1]
+        pid = self._read_pid(node)
+        if pid is None or not self._alive(node):
+            raise LocalStackError(f"node {node_id} is not running; start it with `watchtower local up`")
+        os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            _wait_gone(pid, 10.0)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready report: state, bootstrap address, data directory and per-node detail."""
+        nodes = [
+            NodeStatus(n.node_id, n.port, self._read_pid(n), self._alive(n)) for n in self.spec.node_specs
+        ]
+        alive = sum(1 for n in nodes if n.alive)
+        state = "running" if alive == len(nodes) else ("stopped" if alive == 0 else "degraded")
+        return {
+            "state": state,
+            "bootstrap": self.spec.bootstrap,
+            "data_dir": str(self.spec.data_dir),
+            "kafka_version": KAFKA_VERSION,
+            "nodes": [n.__dict__ for n in nodes],
+        }
+
+    def log_path(self, node_id: int = 1) -> Path:
+        """Path of a node's broker log."""
+        return self.spec.node_specs[node_id - 1].log_file
+
+    # ---------------------------------------------------------------- data directory
+    def _check_or_claim_data_dir(self) -> str:
+        """Return the cluster id, creating the marker on a fresh directory.
+
+        A non-empty directory without our marker, or with an unreadable marker or storage
+        metadata that disagrees with it, is refused rather than reformatted: it may hold data.
+        """
+        marker = self.spec.data_dir / MARKER
+        if not marker.exists():
+            foreign = [p.name for p in self.spec.data_dir.iterdir() if p.name != ".lock"]
+            if foreign:
+                raise LocalStackError(
+                    f"data directory {self.spec.data_dir} is not empty and was not made by Watchtower "
+                    f"(found {', '.join(sorted(foreign)[:3])}); pass --data-dir with an empty or "
+                    "Watchtower-made directory"
+                )
+            cluster_id = _random_cluster_id()
+            marker.write_text(json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
+                                          "kafka_version": KAFKA_VERSION}))
+            return cluster_id
+        try:
+            meta = json.loads(marker.read_text())
+            cluster_id = str(meta["cluster_id"])
+            nodes = int(meta["nodes"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LocalStackError(
+                f"data directory {self.spec.data_dir} is corrupt ({MARKER} unreadable: {exc}); "
+                "remove it (`watchtower local down --purge`) or pass another --data-dir"
+            ) from None
+        if nodes != self.spec.nodes:
+            raise LocalStackError(
+                f"data directory {self.spec.data_dir} holds a {nodes}-node cluster, not {self.spec.nodes}; "
+                "use the matching --nodes or another --data-dir"
+            )
+        for node in self.spec.node_specs:
+            self._check_storage_meta(node, cluster_id)
+        return cluster_id
+
+    def _check_storage_meta(self, node: NodeSpec, cluster_id: str) -> None:
+        meta = node.log_dirs / "meta.properties"
+        if not meta.exists():
+            return
+        props: dict[str, str] = {}
+        for line in meta.read_text(errors="replace").splitlines():
+            if "=" in line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                props[key.strip()] = value.strip()
+        if props.get("cluster.id") != cluster_id or props.get("node.id") != str(node.node_id):
+            raise LocalStackError(
+                f"data directory {node.log_dirs} is corrupt or belongs to another cluster "
+                f"(meta.properties does not match {MARKER}); remove it (`watchtower local down --purge`) "
+                "or pass another --data-dir"
+            )
+
+    # ---------------------------------------------------------------- processes
+    def _prepare_node(self, node: NodeSpec, cluster_id: str, cp: str) -> None:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        node.properties_file.write_text(self.spec.server_properties(node))
+        node.log4j_file.write_text(self.spec.log4j_properties(node))
+        if (node.log_dirs / "meta.properties").exists():
+            return
+        proc = subprocess.run(
+            ["java", "-cp", cp, f"-Dlog4j2.configurationFile={node.log4j_file}",
+             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(node.properties_file)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise LocalStackError(
+                f"formatting storage for node {node.node_id} failed ({detail[0][:200]}); "
+                f"remove {node.directory} and run `watchtower local up` again"
+            )
+
+    def _launch(self, node: NodeSpec, cp: str) -> None:
+        heap = f"-Xmx{self.spec.heap_mb}m"
+        cmd = [
+            "java", heap, f"-Xms{min(256, self.spec.heap_mb)}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", cp,
+            "kafka.Kafka", str(node.properties_file),
+        ]
+        out = (node.directory / "broker.out").open("ab")
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=node.directory)
+        out.close()
+        node.pid_file.write_text(str(proc.pid))
+
+    def _wait_ready(self, nodes: list[NodeSpec], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for node in nodes:
+            while not _port_open(node.port):
+                self._fail_if_dead(node)
+                if time.monotonic() > deadline:
+                    raise LocalStackError(
+                        f"node {node.node_id} did not open port {node.port} within {timeout:.0f}s; "
+                        f"see {node.log_file}"
+                    )
+                time.sleep(0.1)
+        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), deadline)
+
+    def _fail_if_dead(self, node: NodeSpec) -> None:
+        pid = self._read_pid(node)
+        if pid is not None and not _pid_alive(pid):
+            tail = _tail(node.directory / "broker.out", 3) or _tail(node.log_file, 3)
+            raise LocalStackError(
+                f"node {node.node_id} exited during start-up ({tail[-200:] or 'no output'}); "
+                f"see {node.log_file}"
+            )
+
+    def _check_ports_free(self, node: NodeSpec) -> None:
+        for port in (node.port, node.controller_port):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((HOST, port))
+                except OSError:
+                    raise LocalStackError(
+                        f"port {port} on {HOST} is already in use; stop what holds it or pass "
+                        "another --port / --controller-port"
+                    ) from None
+
+    def _read_pid(self, node: NodeSpec) -> int | None:
+        try:
+            return int(node.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _alive(self, node: NodeSpec) -> bool:
+        """True when the pid file names a live JVM running *this* node's config."""
+        pid = self._read_pid(node)
+        if pid is None or not _pid_alive(pid):
+            return False
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return b"kafka.Kafka" in cmdline and str(node.properties_file).encode() in cmdline
+
+    def _clear_stale_pid(self, node: NodeSpec) -> None:
+        if node.pid_file.exists() and not self._alive(node):
+            node.pid_file.unlink()
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """Serialise up/down on one data directory across processes."""
+        with (self.spec.data_dir / ".lock").open("w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# -------------------------------------------------------------------- helpers
+def _random_cluster_id() -> str:
+    import base64
+    import uuid
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); treat it as gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.05)
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.3)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000})
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(timeout=2)
+            if len(md.brokers) >= brokers and md.controller_id >= 0:
+                return
+            last = f"{len(md.brokers)}/{brokers} brokers registered"
+        except Exception as exc:  # noqa: BLE001 - librdkafka raises KafkaException subclasses while starting
+            last = str(exc)
+        time.sleep(0.2)
+    raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
+                          "see `watchtower local logs`")
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,130 @@
+"""Broker configuration for the embedded KRaft cluster (1 node by default, 3 for reliability tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PORT = 9092
+DEFAULT_CONTROLLER_PORT = 19092
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One KRaft node running as broker and controller in the same JVM."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    directory: Path
+
+    @property
+    def log_dirs(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.directory / "server.properties"
+
+    @property
+    def log4j_file(self) -> Path:
+        return self.directory / "log4j2.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "broker.pid"
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The whole local cluster: where it lives and which ports its nodes use.
+
+    Node *i* (1-based) listens on ``port + i - 1`` for clients and
+    ``controller_port + i - 1`` for the KRaft quorum.
+    """
+
+    data_dir: Path
+    port: int = DEFAULT_PORT
+    controller_port: int = DEFAULT_CONTROLLER_PORT
+    nodes: int = 1
+    heap_mb: int = 768
+
+    @property
+    def node_specs(self) -> list[NodeSpec]:
+        return [
+            NodeSpec(i, self.port + i - 1, self.controller_port + i - 1, self.data_dir / f"node-{i}")
+            for i in range(1, self.nodes + 1)
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.port}" for n in self.node_specs)
+
+    @property
+    def replication_factor(self) -> int:
+        return min(3, self.nodes)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return 2 if self.nodes >= 3 else 1
+
+    def server_properties(self, node: NodeSpec) -> str:
+        """The ``server.properties`` text for ``node``."""
+        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.node_specs)
+        rf = self.replication_factor
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.log_dirs),
+            "num.partitions": "1",
+            "default.replication.factor": str(rf),
+            "min.insync.replicas": str(self.min_insync_replicas),
+            "offsets.topic.replication.factor": str(rf),
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": str(self.min_insync_replicas),
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": str(self.min_insync_replicas),
+            # Tests and the demo start consumers right after the broker; do not wait 3 s to rebalance.
+            "group.initial.rebalance.delay.ms": "0",
+            # Topics are created explicitly by `watchtower init` with their catalogue settings;
+            # auto-creation would silently make them with the wrong partitions and retention.
+            "auto.create.topics.enable": "false",
+            "log.retention.check.interval.ms": "60000",
+            "unclean.leader.election.enable": "false",
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def log4j_properties(self, node: NodeSpec) -> str:
+        """A log4j2 config writing a rolling ``broker.log`` in the node directory."""
+        return f"""status = warn
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = {node.log_file}
+appender.file.filePattern = {node.log_file}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
