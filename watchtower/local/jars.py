@@ -7,6 +7,7 @@ later calls return the cached folder without touching the network.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from watchtower.local.paths import cache_dir
 #: The broker release. 4.3.1 is the newest Apache Kafka release whose artifacts are all on
 #: Maven Central and that passes the three-client test (tests/local/test_client_compat.py).
 KAFKA_VERSION = "4.3.1"
-#: Spark's Kafka connector must match the pyspark version pinned in pyproject.toml.
-SPARK_VERSION = "4.2.0"
+#: Spark's Kafka connector must match the pyspark version pinned in pyproject.toml. 4.0.0 is the
+#: newest Spark whose connector, token provider and Avro jars are all on Maven Central.
+SPARK_VERSION = "4.0.0"
 LOG4J_VERSION = "2.24.3"
 
 
@@ -30,6 +32,10 @@ class Bundle:
     name: str
     version: str
     artifacts: tuple[str, ...]
+    #: False: fetch exactly the listed jars. Spark's poms name an extra repository that is not
+    #: reachable everywhere, and pyspark already ships Spark's own runtime, so the connector
+    #: bundle lists its few real runtime jars explicitly instead of walking Spark's graph.
+    transitive: bool = True
 
 
 KAFKA_BUNDLE = Bundle(
@@ -50,7 +56,11 @@ SPARK_KAFKA_BUNDLE = Bundle(
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
         f"org.apache.spark:spark-token-provider-kafka-0-10_2.13:{SPARK_VERSION}",
         f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
+        # The versions Spark 4.0.0's own build pins (spark-parent: kafka.version, commons-pool2.version).
+        "org.apache.kafka:kafka-clients:3.9.0",
+        "org.apache.commons:commons-pool2:2.12.0",
     ),
+    transitive=False,
 )
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -67,11 +77,13 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 
 def _pom(bundle: Bundle) -> str:
     deps = []
+    exclusions = ("" if bundle.transitive else
+                  "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>")
     for coord in bundle.artifacts:
         group, artifact, version = coord.split(":")
         deps.append(
             f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-            f"<version>{version}</version></dependency>"
+            f"<version>{version}</version>{exclusions}</dependency>"
         )
     return _POM.format(name=bundle.name, deps="\n".join(deps))
 
@@ -117,14 +129,24 @@ def ensure_bundle(bundle: Bundle, *, quiet: bool = True) -> Path:
     if proc.returncode != 0:
         log = target / "mvn-error.log"
         log.write_text(proc.stdout + proc.stderr)
-        reason = next((ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if "[ERROR]" in ln),
-                      "see the log")
+        reason = _failure_reason(proc.stdout + proc.stderr)
         raise LocalStackError(
             f"fetching {bundle.name} {bundle.version} jars with Maven failed ({reason[:160]}); "
             f"check network access to Maven Central and retry; full log: {log}"
         )
     marker.write_text("ok\n")
     return lib
+
+
+def _failure_reason(output: str) -> str:
+    """The most telling phrase of a Maven failure, for a one-line message."""
+    for pattern in (r"Unknown host [^:\s]+", r"Could not find artifact \S+", r"\S+ was not found",
+                    r"Could not transfer artifact \S+", r"Connection refused", r"timed out"):
+        found = re.search(pattern, output)
+        if found:
+            return found.group(0)
+    errors = [ln.strip() for ln in output.splitlines() if "[ERROR]" in ln]
+    return errors[0][-160:] if errors else "no detail"
 
 
 def classpath(bundle: Bundle) -> str:

@@ -1,0 +1,167 @@
+"""Send a record through each of the three client stacks and read it back.
+
+The chain is: confluent-kafka produces *transactionally* to ``a`` → a Faust
+``exactly_once`` agent (aiokafka, transactional) forwards it to ``b`` → confluent-kafka
+reads ``b`` with ``read_committed`` → Spark's Kafka source reads ``b`` read_committed and
+its Kafka sink writes to ``c`` → confluent-kafka reads ``c``. Each hop is reported as a
+:class:`Hop` so the demo can print what happened and the tests can assert on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from watchtower.local.errors import LocalStackError
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One client step and what it observed."""
+
+    client: str
+    action: str
+    value: str
+    seconds: float
+
+
+def make_topics(bootstrap: str, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], operation_timeout=30)
+    for fut in futures.values():
+        fut.result()
+
+
+def produce_transactional(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
+    """Produce one record inside a committed confluent-kafka transaction."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"wt-smoke-{uuid.uuid4()}",
+                         "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=key, value=value)
+    producer.commit_transaction(30)
+
+
+def produce_aborted(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
+    """Produce one record inside a transaction that is then aborted (must stay invisible)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"wt-smoke-{uuid.uuid4()}",
+                         "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, key=key, value=value)
+    producer.flush(10)
+    producer.abort_transaction(30)
+
+
+def read_committed(bootstrap: str, topic: str, until: Callable[[list[bytes]], bool],
+                   timeout: float = 60.0) -> list[bytes]:
+    """Read ``topic`` from the start with isolation read_committed until ``until(values)``."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"wt-smoke-{uuid.uuid4()}",
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+        "enable.auto.commit": False, "log_level": 0,
+    })
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not until(values):
+            if time.monotonic() > deadline:
+                raise LocalStackError(f"timed out reading {topic}: saw {values!r}")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def faust_forward(bootstrap: str, source: str, sink: str, expect: bytes, timeout: float = 120.0) -> float:
+    """Run the Faust probe worker until ``expect`` appears on ``sink``; return the seconds taken."""
+    started = time.monotonic()
+    app_id = f"wt-smoke-faust-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([sys.executable, "-m", "watchtower.local.faust_probe", bootstrap, source, sink, app_id],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        read_committed(bootstrap, sink, lambda vs: expect in vs, timeout)
+    except LocalStackError:
+        proc.kill()
+        out = proc.communicate(timeout=10)[0].decode(errors="replace")[-800:]
+        raise LocalStackError(f"the Faust worker did not forward the record; its output: {out}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    return time.monotonic() - started
+
+
+def spark_copy(bootstrap: str, source: str, sink: str) -> list[str]:
+    """Read ``source`` read_committed with Spark's Kafka source; write each value to ``sink``."""
+    from watchtower.spark.session import local_session
+
+    spark = local_session("watchtower-smoke")
+    try:
+        df = (spark.read.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", source)
+              .option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed")
+              .load())
+        rows = [bytes(r.value).decode() for r in df.select("value").collect()]
+        (df.selectExpr("key", "CONCAT(CAST(value AS STRING), ' via spark') AS value")
+           .write.format("kafka")
+           .option("kafka.bootstrap.servers", bootstrap)
+           .option("topic", sink)
+           .save())
+        return rows
+    finally:
+        spark.stop()
+
+
+def three_client_roundtrip(bootstrap: str, progress: Callable[[Hop], None] = lambda _h: None) -> list[Hop]:
+    """Run the whole chain; returns every hop. Raises LocalStackError on the first failure."""
+    tag = uuid.uuid4().hex[:8]
+    a, b, c = (f"wt-smoke-{tag}-{x}" for x in "abc")
+    make_topics(bootstrap, [a, b, c])
+    hops: list[Hop] = []
+
+    def hop(client: str, action: str, value: str, t0: float) -> None:
+        h = Hop(client, action, value, round(time.monotonic() - t0, 2))
+        hops.append(h)
+        progress(h)
+
+    t0 = time.monotonic()
+    produce_aborted(bootstrap, a, b"k", b"aborted")
+    produce_transactional(bootstrap, a, b"k", b"hello")
+    hop("confluent-kafka", f"transactional produce to {a} (plus one aborted)", "hello", t0)
+    t0 = time.monotonic()
+    faust_forward(bootstrap, a, b, b"hello via faust")
+    hop("faust-streaming", f"exactly_once agent {a} -> {b}", "hello via faust", t0)
+    t0 = time.monotonic()
+    seen = read_committed(bootstrap, b, lambda vs: b"hello via faust" in vs)
+    if b"aborted via faust" in seen:
+        raise LocalStackError("an aborted record became visible to a read_committed consumer")
+    hop("confluent-kafka", f"read_committed consume of {b}", seen[-1].decode(), t0)
+    t0 = time.monotonic()
+    rows = spark_copy(bootstrap, b, c)
+    hop("spark", f"read_committed batch read of {b}, write to {c}", ",".join(rows), t0)
+    t0 = time.monotonic()
+    out = read_committed(bootstrap, c, lambda vs: b"hello via faust via spark" in vs)
+    hop("confluent-kafka", f"read_committed consume of {c}", out[-1].decode(), t0)
+    return hops

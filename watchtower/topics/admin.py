@@ -1,0 +1,100 @@
+"""Idempotent creation and inspection of the catalogue's topics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from watchtower.topics.catalogue import TopicSpec, catalogue
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    """What ``ensure_topics`` did with one topic."""
+
+    name: str
+    action: str  # "created" | "exists"
+    partitions: int
+    replication_factor: int
+
+
+class TopicMismatchError(Exception):
+    """An existing topic has a partition count that breaks co-partitioning."""
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None,
+                  timeout: float = 30.0) -> list[TopicResult]:
+    """Create every missing topic; leave existing ones alone. Safe to run any number of times.
+
+    Replication factor is ``min(3, brokers)`` and ``min.insync.replicas`` 2 on three or more
+    brokers, so the same call suits the embedded single node and a production cluster.
+
+    Raises:
+        TopicMismatchError: an existing topic has a different partition count than the catalogue.
+    """
+    specs = specs if specs is not None else catalogue()
+    admin = _admin(bootstrap)
+    md = admin.list_topics(timeout=timeout)
+    brokers = len(md.brokers)
+    rf = min(3, brokers)
+    min_isr = 2 if rf >= 3 else 1
+    results: list[TopicResult] = []
+    missing: list[TopicSpec] = []
+    for spec in specs:
+        existing = md.topics.get(spec.name)
+        if existing is None:
+            missing.append(spec)
+            continue
+        if len(existing.partitions) != spec.partitions:
+            raise TopicMismatchError(
+                f"topic {spec.name} has {len(existing.partitions)} partitions but the catalogue needs "
+                f"{spec.partitions}; co-partitioned topics must match, so recreate it or use another prefix"
+            )
+        results.append(TopicResult(spec.name, "exists", spec.partitions, len(existing.partitions[0].replicas)))
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, rf, config=s.config(min_isr)) for s in missing],
+            operation_timeout=timeout,
+        )
+        for spec in missing:
+            try:
+                futures[spec.name].result()
+                action = "created"
+            except KafkaException as exc:
+                # Another `init` may have won the race; that is the idempotent outcome we want.
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+                action = "exists"
+            results.append(TopicResult(spec.name, action, spec.partitions, rf))
+    order = {s.name: i for i, s in enumerate(specs)}
+    return sorted(results, key=lambda r: order[r.name])
+
+
+def describe_topics(bootstrap: str, specs: list[TopicSpec] | None = None) -> dict[str, dict[str, object]]:
+    """Partition count and config of each catalogue topic that exists."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    specs = specs if specs is not None else catalogue()
+    admin = _admin(bootstrap)
+    md = admin.list_topics(timeout=10)
+    names = [s.name for s in specs if s.name in md.topics]
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    out: dict[str, dict[str, object]] = {}
+    if not resources:
+        return out
+    for res, fut in admin.describe_configs(resources).items():
+        cfg = fut.result()
+        out[res.name] = {
+            "partitions": len(md.topics[res.name].partitions),
+            "replication_factor": len(md.topics[res.name].partitions[0].replicas),
+            "cleanup.policy": cfg["cleanup.policy"].value,
+            "retention.ms": cfg["retention.ms"].value,
+            "min.insync.replicas": cfg["min.insync.replicas"].value,
+        }
+    return out

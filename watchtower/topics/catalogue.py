@@ -1,0 +1,80 @@
+"""The topic catalogue: every topic Watchtower uses, with its partitioning and retention.
+
+Co-partitioning is a correctness rule, not a tuning knob: ``commands``, ``events`` and
+``messages`` are all keyed by the aggregate id (``stream_id`` or the keymgr key) with the
+murmur2 partitioner and have the same partition count, so the worker that owns partition
+*p* of ``commands`` is the single writer of partition *p* of ``events`` and ``messages``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+DEFAULT_PREFIX = "wt"
+DEFAULT_PARTITIONS = 6
+FOREVER = -1
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its role, partition count, cleanup policy and retention."""
+
+    role: str
+    name: str
+    partitions: int
+    retention_ms: int
+    cleanup_policy: str = "delete"
+    purpose: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def config(self, min_insync_replicas: int) -> dict[str, str]:
+        """Topic-level configs as Kafka expects them (all strings)."""
+        cfg = {
+            "cleanup.policy": self.cleanup_policy,
+            "retention.ms": str(self.retention_ms),
+            "min.insync.replicas": str(min_insync_replicas),
+            # Appends are ordered by the single writer; broker time would hide client clock skew.
+            "message.timestamp.type": "CreateTime",
+        }
+        cfg.update(self.extra)
+        return cfg
+
+
+def topic_prefix() -> str:
+    """The prefix of every topic name (``WATCHTOWER_TOPIC_PREFIX``, default ``wt``)."""
+    return os.environ.get("WATCHTOWER_TOPIC_PREFIX", DEFAULT_PREFIX)
+
+
+def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -> list[TopicSpec]:
+    """Every topic the design needs, in creation order."""
+    p = prefix if prefix is not None else topic_prefix()
+    return [
+        TopicSpec("commands", f"{p}.commands", partitions, 7 * DAY_MS,
+                  purpose="signed commands from clients, keyed by stream_id or keymgr key"),
+        TopicSpec("events", f"{p}.events", partitions, FOREVER,
+                  purpose="CIP-7 events: the source of truth every projection is rebuilt from"),
+        TopicSpec("messages", f"{p}.messages", partitions, FOREVER,
+                  purpose="StreamMessages keyed by stream_id: the archive get_since and replay read"),
+        TopicSpec("replies", f"{p}.replies", partitions, HOUR_MS,
+                  purpose="command results for request/reply, written in the same transaction"),
+        TopicSpec("deliveries", f"{p}.deliveries", partitions, 7 * DAY_MS,
+                  purpose="PUSH deliveries keyed by subscriber, round-robin within per-block bounds"),
+        TopicSpec("replay", f"{p}.replay", partitions, FOREVER,
+                  purpose="ICRC-77 replay requests and status events"),
+        TopicSpec("keymgr", f"{p}.keymgr", partitions, FOREVER,
+                  purpose="Stream Key Manager events: account keys, authorizations, entitlements, CBY ledger"),
+        TopicSpec("keymgr-state", f"{p}.keymgr.state", partitions, FOREVER, cleanup_policy="compact",
+                  purpose="keymgr snapshots (actor-nonce high-water marks), latest value per key",
+                  extra={"min.cleanable.dirty.ratio": "0.1"}),
+    ]
+
+
+def topic_name(role: str, prefix: str | None = None) -> str:
+    """The full topic name for a catalogue role, e.g. ``topic_name("messages") == "wt.messages"``."""
+    for spec in catalogue(prefix):
+        if spec.role == role:
+            return spec.name
+    raise KeyError(f"no topic with role {role!r} in the catalogue")
