@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from watchtower import __version__
@@ -13,15 +15,46 @@ def cli() -> None:
     """Watchtower: signed, ordered, filterable data feeds on Apache Kafka."""
 
 
+_registered = False
+
+
 def _register() -> None:
-    # Imported here so `watchtower --help` stays fast and a broken optional
-    # subsystem cannot take the whole command down at import time.
-    from watchtower.cli import vectors_cmd
+    # Imported here so a broken optional subsystem cannot take the whole command down
+    # at import time, and so tests can build the same group.
+    global _registered  # noqa: PLW0603 - registration happens once per process
+    if _registered:
+        return
+    from watchtower.cli import demo_cmd, init_cmd, local_cmd, vectors_cmd
 
     cli.add_command(vectors_cmd.vectors)
+    cli.add_command(local_cmd.local)
+    cli.add_command(init_cmd.init)
+    cli.add_command(demo_cmd.demo)
+    _registered = True
+
+
+def _one_line_errors() -> tuple[type[BaseException], ...]:
+    from watchtower.local.errors import LocalStackError
+    from watchtower.protocol.errors import WatchtowerError
+    from watchtower.topics.admin import TopicMismatchError
+
+    return (LocalStackError, WatchtowerError, TopicMismatchError)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: user-fixable errors print one line, never a traceback."""
     _register()
-    cli()
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except _one_line_errors() as exc:
+        code = getattr(exc, "code", None)
+        prefix = f"error [{code}]" if isinstance(code, str) else "error"
+        click.echo(f"{prefix}: {exc}", err=True)
+        sys.exit(1)
+    except SystemExit:
+        raise

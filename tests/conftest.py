@@ -1,0 +1,28 @@
+"""Session-wide fixtures: a real Kafka broker shared by every integration test."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kafka_fixture import session_broker  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of the session's broker (embedded KRaft unless Docker or an env var says otherwise)."""
+    with session_broker(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    return SHARED
