@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from kafka_fixture import embedded_spec  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from kafka_fixture import embedded_spec
+from tqdm import tqdm
 
-from watchtower.local.broker import LocalKafka  # noqa: E402
+from watchtower.local.broker import LocalKafka
 
 
 def _timed_up(lk: LocalKafka) -> float:

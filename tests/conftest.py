@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kafka_fixture import session_broker  # noqa: E402
+from kafka_fixture import session_broker
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

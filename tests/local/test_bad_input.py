@@ -56,7 +56,7 @@ def test_corrupt_marker(tmp_path: Path) -> None:
     spec = embedded_spec(tmp_path / "k")
     spec.data_dir.mkdir()
     (spec.data_dir / MARKER).write_text("{not json")
-    with pytest.raises(LocalStackError, match="corrupt.*--data-dir"):
+    with pytest.raises(LocalStackError, match=r"corrupt.*--data-dir"):
         LocalKafka(spec).up()
 
 
@@ -91,6 +91,7 @@ def test_maven_fetch_failure_names_the_artifact(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(LocalStackError) as info:
         ensure_bundle(bogus)
     message = str(info.value)
-    assert "failed" in message and "retry" in message
+    assert "failed" in message
+    assert "retry" in message
     assert "\n" not in message
     assert not (tmp_path / "cache" / "jars" / "bogus-0" / ".complete").exists()

@@ -53,7 +53,8 @@ def _produce(bootstrap: str, topic: str, value: bytes) -> None:
     delivered: list[object] = []
     p.produce(topic, value=value, on_delivery=lambda err, msg: delivered.append(err or msg))
     p.flush(30)
-    assert len(delivered) == 1 and not isinstance(delivered[0], Exception)
+    assert len(delivered) == 1
+    assert not isinstance(delivered[0], Exception)
     assert delivered[0].error() is None  # type: ignore[attr-defined]
 
 

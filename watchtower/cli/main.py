@@ -21,7 +21,7 @@ _registered = False
 def _register() -> None:
     # Imported here so a broken optional subsystem cannot take the whole command down
     # at import time, and so tests can build the same group.
-    global _registered  # noqa: PLW0603 - registration happens once per process
+    global _registered
     if _registered:
         return
     from watchtower.cli import demo_cmd, init_cmd, local_cmd, vectors_cmd

@@ -322,7 +322,7 @@ def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
             if len(md.brokers) >= brokers and md.controller_id >= 0:
                 return
             last = f"{len(md.brokers)}/{brokers} brokers registered"
-        except Exception as exc:  # noqa: BLE001 - librdkafka raises KafkaException subclasses while starting
+        except Exception as exc:
             last = str(exc)
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "

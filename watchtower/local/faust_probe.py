@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import faust
+from faust.types import StreamT
 
 
 def build_app(bootstrap: str, source: str, sink: str, app_id: str) -> faust.App:
@@ -29,7 +30,7 @@ def build_app(bootstrap: str, source: str, sink: str, app_id: str) -> faust.App:
     dst = app.topic(sink, value_type=bytes, value_serializer="raw", key_serializer="raw")
 
     @app.agent(src)
-    async def forward(stream: faust.Stream) -> None:
+    async def forward(stream: StreamT[bytes]) -> None:
         async for value in stream:
             await dst.send(value=value + b" via faust")
 

@@ -80,7 +80,7 @@ def read_committed(bootstrap: str, topic: str, until: Callable[[list[bytes]], bo
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
-            values.append(msg.value())
+            values.append(msg.value() or b"")
     finally:
         consumer.close()
     return values
