@@ -1,1 +1,181 @@
+"""The pure CIP-7 core: every protocol rule, in one place, with no I/O and no clock.
 
+Agents, projections, replay, Spark jobs and the SDK all call these functions, so live
+processing, rebuilds and bulk verification cannot drift apart. Nothing here imports Kafka,
+Faust, HTTP or any other Watchtower package.
+
+Modules, by concern:
+- `constants`, `enums`, `errors` — the spec's numbers, vocabularies and error codes;
+- `message`, `signing`, `cbor` — StreamMessage, canonical signing bytes, ed25519;
+- `key_schedule` — publisher key rotation and resolution;
+- `filter_ast`, `filters` — the filter DSL;
+- `ring_window` — pruning and get_since;
+- `paid`, `billing` — paid-stream config, key epochs, acquire_epoch_access;
+- `envelope` — epoch keys, the XChaCha20-Poly1305 envelope, sealed-box key delivery;
+- `config` — StreamConfig; `addresses`, `command_auth` — identities and signed commands;
+- `replay_rules` — ICRC-77 ranges and replay headers;
+- `conformance` — the DESIGN §7.9 vector checker.
+"""
+
+from watchtower.protocol.addresses import (
+    address_from_public_key,
+    is_address,
+    public_key_from_address,
+    require_address,
+)
+from watchtower.protocol.billing import (
+    EpochAccessDecision,
+    KeyAccessReceipt,
+    Price,
+    acquire_epoch_access,
+    block_height_at,
+    first_height_of_epoch,
+    key_epoch_at,
+    key_epoch_of_height,
+    price_epochs,
+    require_entitlement,
+)
+from watchtower.protocol.command_auth import (
+    caller_address,
+    check_nonce,
+    command_signing_bytes,
+    sign_command_bytes,
+    verify_command_signature,
+)
+from watchtower.protocol.config import IngestionConfig, StreamConfig
+from watchtower.protocol.enums import (
+    AccessMode,
+    DeliveryMode,
+    KeyStatus,
+    PayloadFormat,
+    ReplayState,
+    SubscriptionPolicy,
+    SubscriptionStatus,
+    parse_access_mode,
+)
+from watchtower.protocol.envelope import (
+    decrypt_for_epoch,
+    decrypt_with_content_key,
+    derive_content_key,
+    derive_nonce,
+    encrypt_for_epoch,
+    envelope_aad,
+    open_payload,
+    seal_payload,
+    unwrap_epoch_key,
+    validate_x25519_public_key,
+    wrap_epoch_key,
+)
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.filter_ast import All, Any_, FilterNode, Not, Op, Predicate
+from watchtower.protocol.filters import compile_filter, evaluate, parse_filter, validate_filter
+from watchtower.protocol.key_schedule import (
+    KeyHistoryPage,
+    KeySchedule,
+    KeyScheduleEntry,
+    get_key_at_sequence,
+    get_key_history,
+)
+from watchtower.protocol.message import StreamMessage, TagValue, payload_hash_of
+from watchtower.protocol.paid import EpochPricing, PaidStreamConfig
+from watchtower.protocol.replay_rules import (
+    ReplayMarker,
+    ReplayPlan,
+    plan_replay,
+    read_replay_headers,
+    replay_headers,
+)
+from watchtower.protocol.ring_window import RingWindow, check_limit, floor_for, get_since_range
+from watchtower.protocol.signing import (
+    message_signing_bytes,
+    public_key_of,
+    sign_message,
+    signing_bytes,
+    signing_key_from_seed,
+    verify_message,
+    verify_message_or_raise,
+    verify_with_schedule,
+    verify_with_schedule_or_raise,
+)
+
+__all__ = [
+    "AccessMode",
+    "All",
+    "Any_",
+    "DeliveryMode",
+    "EpochAccessDecision",
+    "EpochPricing",
+    "FilterNode",
+    "IngestionConfig",
+    "KeyAccessReceipt",
+    "KeyHistoryPage",
+    "KeySchedule",
+    "KeyScheduleEntry",
+    "KeyStatus",
+    "Not",
+    "Op",
+    "PaidStreamConfig",
+    "PayloadFormat",
+    "Predicate",
+    "Price",
+    "ReplayMarker",
+    "ReplayPlan",
+    "ReplayState",
+    "RingWindow",
+    "StreamConfig",
+    "StreamMessage",
+    "SubscriptionPolicy",
+    "SubscriptionStatus",
+    "TagValue",
+    "WatchtowerError",
+    "acquire_epoch_access",
+    "address_from_public_key",
+    "block_height_at",
+    "caller_address",
+    "check_limit",
+    "check_nonce",
+    "command_signing_bytes",
+    "compile_filter",
+    "decrypt_for_epoch",
+    "decrypt_with_content_key",
+    "derive_content_key",
+    "derive_nonce",
+    "encrypt_for_epoch",
+    "envelope_aad",
+    "evaluate",
+    "first_height_of_epoch",
+    "floor_for",
+    "get_key_at_sequence",
+    "get_key_history",
+    "get_since_range",
+    "is_address",
+    "key_epoch_at",
+    "key_epoch_of_height",
+    "message_signing_bytes",
+    "open_payload",
+    "parse_access_mode",
+    "parse_filter",
+    "payload_hash_of",
+    "plan_replay",
+    "price_epochs",
+    "public_key_from_address",
+    "public_key_of",
+    "read_replay_headers",
+    "replay_headers",
+    "require_address",
+    "require_entitlement",
+    "seal_payload",
+    "sign_command_bytes",
+    "sign_message",
+    "signing_bytes",
+    "signing_key_from_seed",
+    "unwrap_epoch_key",
+    "validate_filter",
+    "validate_x25519_public_key",
+    "verify_command_signature",
+    "verify_message",
+    "verify_message_or_raise",
+    "verify_with_schedule",
+    "verify_with_schedule_or_raise",
+    "wrap_epoch_key",
+]

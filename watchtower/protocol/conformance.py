@@ -1,0 +1,347 @@
+"""Run conformance vectors (format ``watchtower-vectors/1``, DESIGN §7.9) with the project's code.
+
+Every result is computed from the vector's `input` by the same functions the services use, then
+compared with `expect`: a dict of result fields (which must match exactly: same keys, same
+values), or ``{"error": CODE}`` where ``"*"`` accepts any Watchtower error. A vector whose
+expectation is wrong therefore fails, as does a vector this checker cannot read.
+
+Pure: callers read the files and hand over the parsed JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from watchtower.protocol.billing import acquire_epoch_access
+from watchtower.protocol.enums import AccessMode, parse_access_mode
+from watchtower.protocol.envelope import (
+    decrypt_for_epoch,
+    derive_content_key,
+    derive_nonce,
+    encrypt_for_epoch,
+    envelope_aad,
+)
+from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
+from watchtower.protocol.filters import evaluate, parse_filter
+from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.paid import EpochPricing
+from watchtower.protocol.ring_window import get_since_range
+from watchtower.protocol.signing import (
+    message_signing_bytes,
+    public_key_of,
+    sign_message,
+    signing_key_from_seed,
+    verify_message,
+)
+
+VECTOR_FORMAT: Final = "watchtower-vectors/1"
+ANY_ERROR: Final = "*"
+
+
+class VectorFormatError(InvalidArgumentError):
+    """The vector itself is unreadable (missing or mistyped input); reported as a FAIL."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VectorOutcome:
+    """One vector's verdict; `reason` says why it failed (None when it passed)."""
+
+    vector_id: str
+    vector_type: str
+    passed: bool
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: id, type, passed, reason."""
+        return {"id": self.vector_id, "type": self.vector_type, "passed": self.passed, "reason": self.reason}
+
+
+# --- Input access ----------------------------------------------------------------------------------
+
+
+def _get(data: Mapping[str, Any], key: str) -> Any:
+    if not isinstance(data, Mapping) or key not in data:
+        raise VectorFormatError(f"input lacks {key!r}")
+    return data[key]
+
+
+def _hex(data: Mapping[str, Any], key: str) -> bytes:
+    value = _get(data, key)
+    try:
+        return bytes.fromhex(value)
+    except (TypeError, ValueError):
+        raise VectorFormatError(f"input {key!r} is not a hex string") from None
+
+
+# --- One computation per vector type ---------------------------------------------------------------
+
+
+def _signing(inp: Mapping[str, Any]) -> dict[str, Any]:
+    key = signing_key_from_seed(_hex(inp, "signer_seed_hex"))
+    msg = sign_message(
+        stream_id=_get(inp, "stream_id"),
+        version=_get(inp, "version"),
+        sequence=_get(inp, "sequence"),
+        timestamp_unix_ms=_get(inp, "timestamp_unix_ms"),
+        kind=_get(inp, "kind"),
+        content_type=_get(inp, "content_type"),
+        tags=_get(inp, "tags"),
+        payload_format=_get(inp, "payload_format"),
+        key_epoch=_get(inp, "key_epoch"),
+        signing_key_id=_get(inp, "signing_key_id"),
+        payload=_hex(inp, "payload_hex"),
+        signing_key=key,
+    )
+    return {
+        "payload_hash_hex": msg.payload_hash.hex(),
+        "signing_bytes_hex": message_signing_bytes(msg).hex(),
+        "public_key_hex": public_key_of(key).hex(),
+        "publisher_sig_hex": msg.publisher_sig.hex(),
+    }
+
+
+def _verify(inp: Mapping[str, Any]) -> dict[str, Any]:
+    fields = _get(inp, "message")
+    msg = StreamMessage(
+        stream_id=_get(fields, "stream_id"),
+        version=_get(fields, "version"),
+        sequence=_get(fields, "sequence"),
+        timestamp_unix_ms=_get(fields, "timestamp_unix_ms"),
+        kind=_get(fields, "kind"),
+        content_type=_get(fields, "content_type"),
+        tags=_get(fields, "tags"),
+        payload_format=_get(fields, "payload_format"),
+        key_epoch=_get(fields, "key_epoch"),
+        signing_key_id=_get(fields, "signing_key_id"),
+        payload_inline=_hex(fields, "payload_hex"),
+        payload_hash=_hex(fields, "payload_hash_hex"),
+        publisher_sig=_hex(fields, "publisher_sig_hex"),
+    )
+    return {"valid": verify_message(msg, _hex(inp, "public_key_hex"))}
+
+
+def _filter(inp: Mapping[str, Any]) -> dict[str, Any]:
+    node = parse_filter(_get(inp, "filter"))
+    return {"match": evaluate(node, _get(inp, "headers"))}
+
+
+def _get_since(inp: Mapping[str, Any]) -> dict[str, Any]:
+    sequences = get_since_range(
+        _get(inp, "head"), _get(inp, "ring_buffer_capacity"), _get(inp, "cursor"), _get(inp, "limit")
+    )
+    return {"sequences": list(sequences)}
+
+
+def _key_schedule(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The vectors name no keys, only ids; distinct stand-in keys per id are enough.
+    def stand_in_key(key_id: int) -> bytes:
+        return hashlib.sha256(f"conformance-key-{key_id}".encode()).digest()
+
+    schedule = KeySchedule.initial(stand_in_key(1))
+    head = 0
+    ops = _get(inp, "ops")
+    if not isinstance(ops, list):
+        raise VectorFormatError("input 'ops' must be a list")
+    for op in ops:
+        name = _get(op, "op")
+        if name == "publish":
+            count = _get(op, "count")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise VectorFormatError("a publish op needs a non-negative integer 'count'")
+            head += count
+        elif name == "rotate":
+            schedule = schedule.rotate(stand_in_key(schedule.current.signing_key_id + 1), head_sequence=head)
+        else:
+            raise VectorFormatError(f"unknown key_schedule op {name!r}")
+    resolutions = []
+    for sequence in _get(inp, "queries"):
+        entry = schedule.key_at_sequence(sequence)
+        resolutions.append(
+            {
+                "sequence": sequence,
+                "signing_key_id": entry.signing_key_id,
+                "effective_sequence": entry.effective_sequence,
+            }
+        )
+    return {"resolutions": resolutions}
+
+
+def _billing(inp: Mapping[str, Any]) -> dict[str, Any]:
+    mode = parse_access_mode(_get(inp, "access_mode"))
+    pricing = None
+    if mode is AccessMode.PLATFORM_MANAGED:
+        pricing = EpochPricing(
+            _get(inp, "fee_per_key_epoch_cby"),
+            _get(inp, "protocol_fee_bps"),
+            _get(inp, "min_purchase_epochs"),
+        )
+    decision = acquire_epoch_access(
+        access_mode=mode,
+        pricing=pricing,
+        current_key_epoch=_get(inp, "current_key_epoch"),
+        target_key_epoch=_get(inp, "target_key_epoch"),
+        active_until_key_epoch=_get(inp, "active_until_key_epoch"),
+        payer_balance_cby=_get(inp, "payer_balance_cby"),
+    )
+    receipt = decision.receipt
+    result: dict[str, Any] = {}
+    if not decision.idempotent:
+        # An idempotent call charges no range, so the vectors leave from/to out for it.
+        result["from_key_epoch"] = receipt.from_key_epoch
+        result["to_key_epoch"] = receipt.to_key_epoch
+    result.update(
+        epochs_charged=receipt.epochs_charged,
+        publisher_amount_cby=receipt.publisher_amount_cby,
+        protocol_fee_cby=receipt.protocol_fee_cby,
+        total_amount_cby=receipt.total_amount_cby,
+        active_until_key_epoch=decision.active_until_key_epoch,
+        idempotent=decision.idempotent,
+    )
+    return result
+
+
+def _epoch_envelope(inp: Mapping[str, Any]) -> dict[str, Any]:
+    seed = _hex(inp, "master_seed_hex")
+    stream_id, key_epoch, actor_nonce = (
+        _get(inp, "stream_id"),
+        _get(inp, "key_epoch"),
+        _get(inp, "actor_nonce"),
+    )
+    sequence, kind, content_type = _get(inp, "sequence"), _get(inp, "kind"), _get(inp, "content_type")
+    envelope = encrypt_for_epoch(
+        master_seed=seed,
+        stream_id=stream_id,
+        key_epoch=key_epoch,
+        actor_nonce=actor_nonce,
+        sequence=sequence,
+        kind=kind,
+        content_type=content_type,
+        plaintext=_hex(inp, "plaintext_hex"),
+    )
+    content_key = derive_content_key(seed, stream_id, key_epoch)
+    aad = envelope_aad(
+        stream_id=stream_id, sequence=sequence, key_epoch=key_epoch, kind=kind, content_type=content_type
+    )
+    return {
+        "content_key_hex": content_key.hex(),
+        "nonce_hex": derive_nonce(content_key, stream_id, key_epoch, actor_nonce).hex(),
+        "aad_hex": aad.hex(),
+        "envelope_hex": envelope.hex(),
+    }
+
+
+def _decrypt(inp: Mapping[str, Any]) -> dict[str, Any]:
+    plaintext = decrypt_for_epoch(
+        master_seed=_hex(inp, "master_seed_hex"),
+        stream_id=_get(inp, "stream_id"),
+        key_epoch=_get(inp, "key_epoch"),
+        sequence=_get(inp, "sequence"),
+        kind=_get(inp, "kind"),
+        content_type=_get(inp, "content_type"),
+        envelope=_hex(inp, "envelope_hex"),
+    )
+    return {"plaintext_hex": plaintext.hex()}
+
+
+COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
+    "signing": _signing,
+    "verify": _verify,
+    "filter": _filter,
+    "get_since": _get_since,
+    "key_schedule": _key_schedule,
+    "billing": _billing,
+    "epoch_envelope": _epoch_envelope,
+    "decrypt": _decrypt,
+}
+
+
+def compute(vector_type: str, inp: Mapping[str, Any]) -> dict[str, Any]:
+    """The result for one vector input; raises the `WatchtowerError` the rules call for."""
+    computation = COMPUTATIONS.get(vector_type)
+    if computation is None:
+        raise VectorFormatError(f"unknown vector type {vector_type!r}")
+    if not isinstance(inp, Mapping):
+        raise VectorFormatError("'input' must be an object")
+    return computation(inp)
+
+
+# --- Verdicts --------------------------------------------------------------------------------------
+
+
+def _brief(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _compare(expect: Mapping[str, Any], result: dict[str, Any]) -> str | None:
+    problems = []
+    for key in sorted(set(expect) | set(result)):
+        if key not in result:
+            problems.append(f"{key}: expected {_brief(expect[key])}, but the result has no such field")
+        elif key not in expect:
+            problems.append(f"{key}: result has {_brief(result[key])}, the vector expects no such field")
+        elif not _same(expect[key], result[key]):
+            problems.append(f"{key}: expected {_brief(expect[key])}, got {_brief(result[key])}")
+    return "; ".join(problems) or None
+
+
+def _same(a: object, b: object) -> bool:
+    # JSON true is not 1, even though Python says True == 1.
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def run_vector(vector: object) -> VectorOutcome:
+    """Compute one vector and judge it against its expectation."""
+    if not isinstance(vector, Mapping):
+        return VectorOutcome("?", "?", False, "a vector must be an object")
+    vector_id = str(vector.get("id", "?"))
+    vector_type = str(vector.get("type", "?"))
+    expect = vector.get("expect")
+    if not isinstance(expect, Mapping) or not expect:
+        return VectorOutcome(vector_id, vector_type, False, "malformed vector: 'expect' must be a non-empty object")
+    expected_error = expect.get("error") if set(expect) == {"error"} else None
+    try:
+        result = compute(vector_type, vector.get("input"))  # type: ignore[arg-type]
+    except VectorFormatError as exc:
+        return VectorOutcome(vector_id, vector_type, False, f"malformed vector: {exc}")
+    except WatchtowerError as exc:
+        if expected_error is None:
+            return VectorOutcome(
+                vector_id, vector_type, False, f"expected a result, got error {exc.code}: {exc.message}"
+            )
+        if expected_error not in (ANY_ERROR, exc.code):
+            return VectorOutcome(vector_id, vector_type, False, f"expected error {expected_error}, got {exc.code}")
+        return VectorOutcome(vector_id, vector_type, True)
+    except Exception as exc:  # a bug in our code must show up as a failing vector, not a crash
+        return VectorOutcome(vector_id, vector_type, False, f"internal error {type(exc).__name__}: {exc}")
+    if expected_error is not None:
+        return VectorOutcome(
+            vector_id, vector_type, False, f"expected error {expected_error}, got result {_brief(result)}"
+        )
+    problem = _compare(expect, result)
+    return VectorOutcome(vector_id, vector_type, problem is None, problem)
+
+
+def run_document(document: object) -> list[VectorOutcome]:
+    """Run every vector of a parsed ``watchtower-vectors/1`` document, in order.
+
+    Raises `VectorFormatError` when `document` is not such a document.
+    """
+    if not isinstance(document, Mapping):
+        raise VectorFormatError("a vectors file holds a JSON object")
+    if document.get("format") != VECTOR_FORMAT:
+        raise VectorFormatError(f"format must be {VECTOR_FORMAT!r}, got {document.get('format')!r}")
+    vectors = document.get("vectors")
+    if not isinstance(vectors, list):
+        raise VectorFormatError("'vectors' must be a list")
+    return [run_vector(v) for v in vectors]

@@ -1,0 +1,421 @@
+"""The pure StreamActor aggregate: `decide(state, command) -> Decision`, plus read-side views.
+
+`decide` checks a signed command against the current state and returns the events that record it
+and the caller's reply, or raises the WatchtowerError whose code CIP-7 maps to the broken rule. A
+rejected command yields no events: the edge replies with the error and persists nothing, so a
+rejected nonce may be used again. Checks run in this order:
+
+1. the command signature (INVALID_SIGNATURE), then that it targets this aggregate's stream;
+2. replay protection per caller: nonce > last_nonce. nonce == last_nonce with the same digest is
+   an idempotent retry and returns the original reply with ``"duplicate": True`` and no events;
+   any other reuse is NONCE_REPLAYED;
+3. existence: STREAM_NOT_FOUND for every method but create_stream on an uncreated stream, and
+   STREAM_ALREADY_EXISTS for create_stream on a created one;
+4. the method's own rules (see each ``_<method>`` handler). Owner-only methods check the owner
+   before they look at the body, so a stranger learns nothing from validation errors.
+
+Nonces are per (caller, stream): this aggregate is one stream's partition, and the stream id is
+signed, so a command cannot be replayed on another stream.
+
+`evolve` (in `stream_state`) folds the events back; `decide` never assumes anything evolve does
+not record. Everything here is pure: no I/O, no clock (block heights are arguments).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Final, NamedTuple
+
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.command_auth import check_nonce
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    StaleSequenceError,
+    StreamAlreadyExistsError,
+    StreamNotFoundError,
+    SubscriberCapReachedError,
+    SubscriptionNotAllowedError,
+    SubscriptionNotFoundError,
+    UnauthorizedError,
+)
+from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.ring_window import floor_for
+from watchtower.protocol.ring_window import get_since_range as _window_since
+from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
+from watchtower.protocol.signing import verify_with_schedule_or_raise
+from watchtower.protocol.stream_state import (
+    ALLOWLIST_CHANGED,
+    KEY_EPOCH_ROTATED,
+    MESSAGE_CIP7_FIELDS,
+    PUBLISHER_KEY_ROTATED,
+    STREAM_CREATED,
+    STREAM_MESSAGE_PUBLISHED,
+    SUBSCRIBER_UPDATED,
+    SUBSCRIPTION_POLICY_CHANGED,
+    CallerRecord,
+    Event,
+    FrozenMap,
+    StreamState,
+    Subscription,
+    evolve,
+    state_digest,
+)
+from watchtower.protocol.validation import require_bytes, require_int
+
+__all__ = [
+    "CallerRecord",
+    "Decision",
+    "Event",
+    "FrozenMap",
+    "StreamState",
+    "Subscription",
+    "decide",
+    "evolve",
+    "get_head",
+    "get_since_range",
+    "key_at_sequence",
+    "key_history",
+    "state_digest",
+    "subscribers",
+]
+
+
+class Decision(NamedTuple):
+    """What `decide` returns: the events to persist (possibly none) and the caller's reply."""
+
+    events: tuple[Event, ...]
+    reply: dict[str, Any]
+
+
+# A handler returns (event type, event body, reply) for a command that passed steps 1-3.
+_Outcome = tuple[str, dict[str, Any], dict[str, Any]]
+
+
+def decide(state: StreamState, cmd: Command, *, block_height: int) -> Decision:
+    """Decide `cmd` against `state` at `block_height` (see the module docstring for the order)."""
+    height = require_int(block_height, "block_height")
+    verify_command(cmd)
+    if cmd.stream_id != state.stream_id:
+        raise InvalidArgumentError(
+            f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
+            f"send it keyed by its own stream id"
+        )
+    digest = command_digest(cmd)
+    record = state.callers.get(cmd.caller)
+    if record is not None:
+        if cmd.nonce == record.last_nonce and digest == record.last_digest:
+            return Decision((), {**record.last_reply, "duplicate": True})
+        check_nonce(record.last_nonce, cmd.nonce)
+    if cmd.method == Method.CREATE_STREAM:
+        if state.created:
+            raise StreamAlreadyExistsError(
+                f"stream {state.stream_id!r} already exists (owner {state.owner}); pick another stream id"
+            )
+    elif not state.created:
+        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
+    event_type, body, reply = _HANDLERS[cmd.method](state, cmd, height)
+    event = Event(
+        type=event_type,
+        stream_id=state.stream_id,
+        block_height=height,
+        caller=cmd.caller,
+        nonce=cmd.nonce,
+        digest=digest,
+        reply=reply,
+        body=body,
+    )
+    return Decision((event,), reply)
+
+
+# --- Helpers shared by the handlers --------------------------------------------------------------
+
+
+def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
+    """The body, after checking it has every required key and no unknown one."""
+    keys = set(cmd.body)
+    missing = required - keys
+    if missing:
+        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
+    unknown = keys - required - optional
+    if unknown:
+        allowed = ", ".join(sorted(required | optional)) or "none"
+        raise InvalidArgumentError(
+            f"{cmd.method} does not take body field(s) {', '.join(sorted(unknown))} (allowed: {allowed})"
+        )
+    return cmd.body
+
+
+def _require_owner(state: StreamState, cmd: Command) -> None:
+    if cmd.caller != state.owner:
+        raise UnauthorizedError(
+            f"{cmd.method} is owner-only and {cmd.caller} is not the owner of stream {state.stream_id!r}; "
+            f"sign it with the owner's key"
+        )
+
+
+def _config(state: StreamState) -> StreamConfig:
+    if state.config is None:  # decide checked existence; this narrows the type
+        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
+    return state.config
+
+
+def _schedule(state: StreamState) -> KeySchedule:
+    if state.key_schedule is None:
+        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
+    return state.key_schedule
+
+
+# --- Handlers ------------------------------------------------------------------------------------
+
+
+def _create_stream(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: a StreamConfig dict. stream_id and owner default to the command's; owner = caller."""
+    fields = dict(cmd.body)
+    fields.setdefault("stream_id", state.stream_id)
+    fields.setdefault("owner", cmd.caller)
+    config = StreamConfig.from_dict(fields)
+    if config.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"config.stream_id {config.stream_id!r} differs from the command's stream id")
+    if config.owner != cmd.caller:
+        raise InvalidArgumentError("the owner of a new stream is its creator: omit owner or set it to the caller")
+    if config.current_signing_key_id != FIRST_SIGNING_KEY_ID:
+        raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
+    reply = {"stream_id": state.stream_id, "owner": config.owner, "head": 0, "floor": 1, "signing_key_id": 1}
+    return STREAM_CREATED, {"config": config.to_dict()}, reply
+
+
+def _publish(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1."""
+    _require_owner(state, cmd)
+    config = _config(state)
+    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
+    if msg.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
+    msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
+    if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
+        raise InvalidArgumentError(
+            "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
+        )
+    if msg.sequence != state.head + 1:
+        raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
+    # The key in force at head+1 is the current key; this also refuses an older signing_key_id.
+    verify_with_schedule_or_raise(msg, _schedule(state))
+    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
+    body["payload_format"] = str(msg.payload_format)
+    body["message"] = msg.to_json_dict()
+    floor = floor_for(msg.sequence, config.ring_buffer_capacity)
+    return STREAM_MESSAGE_PUBLISHED, body, {"sequence": msg.sequence, "head": msg.sequence, "floor": floor}
+
+
+_SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
+
+
+def _subscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: mode, and optional filter (JSON DSL), start_cursor, account_key_id. An upsert by caller.
+
+    Every call states the whole subscription: an omitted filter or account_key_id means none.
+    created_at_sequence and start_cursor are fixed when the subscription is first created, even
+    when a CANCELLED one is re-activated (CIP-7: start_cursor applies only on create).
+    """
+    body = _fields(cmd, frozenset({"mode"}), _SUBSCRIBE_FIELDS)
+    try:
+        mode = DeliveryMode(body["mode"])
+    except ValueError:
+        raise InvalidArgumentError(
+            f"mode must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {body['mode']!r}"
+        ) from None
+    raw_filter = body.get("filter")
+    parse_filter(raw_filter)  # INVALID_FILTER
+    filter_json = (
+        None if raw_filter is None else json.dumps(json_safe(raw_filter), sort_keys=True, separators=(",", ":"))
+    )
+    start = body.get("start_cursor")
+    start_cursor = state.head if start is None else require_int(start, "start_cursor", maximum=state.head)
+    key_id = body.get("account_key_id")
+    account_key_id = None if key_id is None else require_int(key_id, "account_key_id", minimum=1)
+
+    config = _config(state)
+    caller = cmd.caller
+    if (
+        config.subscription_policy is SubscriptionPolicy.PRIVATE_ALLOWLIST
+        and caller != state.owner
+        and caller not in state.allowlist
+    ):
+        raise SubscriptionNotAllowedError(
+            f"stream {state.stream_id!r} is PRIVATE_ALLOWLIST and {caller} is not on its allowlist; "
+            f"ask the owner to allowlist_add it"
+        )
+    existing = state.subscriptions.get(caller)
+    if (existing is None or existing.status is not SubscriptionStatus.ACTIVE) and (
+        state.active_subscribers >= config.max_subscribers
+    ):
+        raise SubscriberCapReachedError(
+            f"stream {state.stream_id!r} already has {state.active_subscribers} active subscriptions "
+            f"(max_subscribers {config.max_subscribers})"
+        )
+    sub = Subscription(
+        subscriber=caller,
+        mode=mode,
+        status=SubscriptionStatus.ACTIVE,
+        created_at_sequence=state.head if existing is None else existing.created_at_sequence,
+        start_cursor=start_cursor if existing is None else existing.start_cursor,
+        filter_json=filter_json,
+        account_key_id=account_key_id,
+    )
+    reply = {
+        "subscriber": caller,
+        "mode": str(mode),
+        "status": str(sub.status),
+        "created": existing is None,
+        "created_at_sequence": sub.created_at_sequence,
+        "start_cursor": sub.start_cursor,
+    }
+    return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **sub.to_dict()}, reply
+
+
+def _unsubscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: empty. Cancels the caller's ACTIVE or PAUSED subscription."""
+    _fields(cmd, frozenset())
+    existing = state.subscriptions.get(cmd.caller)
+    if existing is None or existing.status is SubscriptionStatus.CANCELLED:
+        raise SubscriptionNotFoundError(f"{cmd.caller} has no live subscription to stream {state.stream_id!r}")
+    cancelled = Subscription(
+        subscriber=existing.subscriber,
+        mode=existing.mode,
+        status=SubscriptionStatus.CANCELLED,
+        created_at_sequence=existing.created_at_sequence,
+        start_cursor=existing.start_cursor,
+        filter_json=existing.filter_json,
+        account_key_id=existing.account_key_id,
+    )
+    reply = {"subscriber": cmd.caller, "status": str(cancelled.status)}
+    return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **cancelled.to_dict()}, reply
+
+
+def _rotate_publisher_key(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: new_key (32 bytes). The new key signs from head+1 (DESIGN §7.3)."""
+    _require_owner(state, cmd)
+    body = _fields(cmd, frozenset({"new_key"}))
+    new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
+    old = _schedule(state).current
+    new = _schedule(state).rotate(new_key, head_sequence=state.head).current
+    event = {
+        "stream_id": state.stream_id,
+        "old_key": old.public_key,
+        "new_key": new.public_key,
+        "old_signing_key_id": old.signing_key_id,
+        "new_signing_key_id": new.signing_key_id,
+        "effective_sequence": new.effective_sequence,
+    }
+    reply = {
+        "old_signing_key_id": old.signing_key_id,
+        "signing_key_id": new.signing_key_id,
+        "effective_sequence": new.effective_sequence,
+    }
+    return PUBLISHER_KEY_ROTATED, event, reply
+
+
+def _set_subscription_policy(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+    """Body: policy, PUBLIC or PRIVATE_ALLOWLIST. Existing subscriptions are left as they are."""
+    _require_owner(state, cmd)
+    body = _fields(cmd, frozenset({"policy"}))
+    try:
+        policy = SubscriptionPolicy(body["policy"])
+    except ValueError:
+        raise InvalidArgumentError(f"policy must be PUBLIC or PRIVATE_ALLOWLIST, got {body['policy']!r}") from None
+    return SUBSCRIPTION_POLICY_CHANGED, {"stream_id": state.stream_id, "policy": str(policy)}, {"policy": str(policy)}
+
+
+def _allowlist(added: bool) -> Callable[[StreamState, Command, int], _Outcome]:
+    def handler(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+        """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
+        _require_owner(state, cmd)
+        address = require_address(_fields(cmd, frozenset({"address"}))["address"], "address")
+        event = {"stream_id": state.stream_id, "address": address, "added": added}
+        return ALLOWLIST_CHANGED, event, {"address": address, "added": added}
+
+    return handler
+
+
+def _announce_key_epoch(state: StreamState, cmd: Command, height: int) -> _Outcome:
+    """Body: key_epoch, non-decreasing. effective_block_height is the announcing block."""
+    _require_owner(state, cmd)
+    key_epoch = require_int(_fields(cmd, frozenset({"key_epoch"}))["key_epoch"], "key_epoch")
+    last = state.last_key_epoch
+    if last is not None and key_epoch < last:
+        raise InvalidArgumentError(
+            f"key_epoch must be non-decreasing: {last} was already announced, so announce {last} or later",
+            details={"key_epoch": key_epoch, "last_key_epoch": last},
+        )
+    event = {
+        "stream_id": state.stream_id,
+        "key_epoch": key_epoch,
+        "effective_block_height": height,
+        "announced_by": cmd.caller,
+    }
+    return KEY_EPOCH_ROTATED, event, {"key_epoch": key_epoch, "effective_block_height": height}
+
+
+_HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, int], _Outcome]]] = {
+    Method.CREATE_STREAM: _create_stream,
+    Method.PUBLISH: _publish,
+    Method.SUBSCRIBE: _subscribe,
+    Method.UNSUBSCRIBE: _unsubscribe,
+    Method.ROTATE_PUBLISHER_KEY: _rotate_publisher_key,
+    Method.SET_SUBSCRIPTION_POLICY: _set_subscription_policy,
+    Method.ALLOWLIST_ADD: _allowlist(added=True),
+    Method.ALLOWLIST_REMOVE: _allowlist(added=False),
+    Method.ANNOUNCE_KEY_EPOCH: _announce_key_epoch,
+}
+
+
+# --- Read side -----------------------------------------------------------------------------------
+
+
+def get_head(state: StreamState) -> dict[str, Any]:
+    """CIP-7 get_head: head, floor and the metadata a consumer needs. STREAM_NOT_FOUND if uncreated."""
+    config = _config(state)
+    current = _schedule(state).current
+    return {
+        "stream_id": state.stream_id,
+        "owner": state.owner,
+        "head": state.head,
+        "floor": state.floor,
+        "capacity": config.ring_buffer_capacity,
+        "signing_key_id": current.signing_key_id,
+        "publisher_key_hex": current.public_key.hex(),
+        "policy": str(config.subscription_policy),
+        "access_mode": str(config.access_mode),
+        "max_subscribers": config.max_subscribers,
+        "active_subscribers": state.active_subscribers,
+        "last_key_epoch": state.last_key_epoch,
+    }
+
+
+def get_since_range(state: StreamState, cursor: int, limit: int) -> range:
+    """The sequences get_since(cursor, limit) returns (DESIGN §7.5: LIMIT_EXCEEDED, CURSOR_TOO_OLD)."""
+    return _window_since(state.head, _config(state).ring_buffer_capacity, cursor, limit)
+
+
+def key_at_sequence(state: StreamState, sequence: int) -> KeyScheduleEntry:
+    """CIP-7 get_key_at_sequence: the key-schedule entry in force at `sequence`."""
+    return _schedule(state).key_at_sequence(sequence)
+
+
+def key_history(
+    state: StreamState, from_signing_key_id: int = FIRST_SIGNING_KEY_ID, limit: int = DEFAULT_KEY_HISTORY_LIMIT
+) -> KeyHistoryPage:
+    """CIP-7 get_key_history, paged (limit 1..500)."""
+    return _schedule(state).history(from_signing_key_id, limit)
+
+
+def subscribers(state: StreamState, *, active_only: bool = False) -> tuple[Subscription, ...]:
+    """Subscriptions ordered by subscriber address (the deterministic push round-robin order)."""
+    subs = sorted(state.subscriptions.values(), key=lambda s: s.subscriber)
+    return tuple(s for s in subs if not active_only or s.status is SubscriptionStatus.ACTIVE)

@@ -1,0 +1,470 @@
+"""The StreamActor aggregate's state, its events, and `evolve` (the fold from events to state).
+
+`StreamState` is what one stream's partition owner keeps: configuration, head, key schedule,
+subscriptions, allowlist, the last announced key epoch, and per-caller replay protection. It holds
+no payloads and nothing per message, so memory is bounded by subscribers and callers, never by
+traffic. The floor is derived from head and capacity (`ring_window.floor_for`), so it cannot drift.
+
+`evolve(state, event)` is pure and never reads a clock. It trusts the facts in the log (decide
+already checked the rules) and refuses only events that cannot belong to this state, as
+MALFORMED_RECORD: another stream, an event before creation or a second creation, a body of the
+wrong shape, or a publish that is not head+1 (so a rebuild re-proves the log is gapless).
+Every event also records its caller's (nonce, digest, reply), so replay protection is rebuilt from
+the log like everything else.
+
+Event bodies use the Avro field names of ``watchtower/schemas/<Type>.v1.avsc`` (without the
+envelope's ``block_height`` / ``caused_by``), so the edge maps them field for field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final, Generic, TypeVar
+
+from watchtower.protocol import cbor
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
+from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.ring_window import floor_for
+from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
+from watchtower.protocol.validation import require_int, require_text
+
+V = TypeVar("V")
+
+# --- A persistent map ----------------------------------------------------------------------------
+
+_FANOUT: Final = 64
+
+
+class FrozenMap(Mapping[str, V], Generic[V]):
+    """An immutable text-keyed map whose `set` costs O(n/64 + 64), not O(n).
+
+    Every event updates its caller's record, and a stream may have 10,000 subscribers who are all
+    callers; copying one dict of all of them per publish would make evolve O(callers). Keys are
+    spread over 64 buckets by CRC-32 (deterministic across processes, unlike `hash`), and `set`
+    copies only the touched bucket plus the bucket tuple. Buckets are never mutated after creation.
+    """
+
+    __slots__ = ("_buckets", "_len")
+
+    def __init__(self, items: Mapping[str, V] | Iterable[tuple[str, V]] = ()) -> None:
+        buckets: list[dict[str, V]] = [{} for _ in range(_FANOUT)]
+        pairs = items.items() if isinstance(items, Mapping) else items
+        for key, value in pairs:
+            buckets[_bucket(key)][key] = value
+        self._buckets: tuple[dict[str, V], ...] = tuple(buckets)
+        self._len = sum(len(b) for b in buckets)
+
+    def set(self, key: str, value: V) -> FrozenMap[V]:
+        """A new map with `key` bound to `value`; this one is unchanged."""
+        index = _bucket(key)
+        bucket = dict(self._buckets[index])
+        grew = key not in bucket
+        bucket[key] = value
+        new: FrozenMap[V] = FrozenMap.__new__(FrozenMap)
+        new._buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1 :])
+        new._len = self._len + (1 if grew else 0)
+        return new
+
+    def __getitem__(self, key: str) -> V:
+        if not isinstance(key, str):
+            raise KeyError(key)
+        return self._buckets[_bucket(key)][key]
+
+    def __iter__(self) -> Iterator[str]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({dict(sorted(self.items()))!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (dict(self.items()),))
+
+
+def _bucket(key: str) -> int:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % _FANOUT
+
+
+# --- State ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    """A CIP-7 Subscription. `filter_json` is the validated filter as canonical JSON text, or None."""
+
+    subscriber: str
+    mode: DeliveryMode
+    status: SubscriptionStatus
+    created_at_sequence: int
+    start_cursor: int
+    filter_json: str | None = None
+    account_key_id: int | None = None
+
+    @property
+    def filter(self) -> Any:
+        """The filter as parsed JSON (None matches everything)."""
+        return None if self.filter_json is None else json.loads(self.filter_json)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The SubscriberUpdated body fields (without stream_id)."""
+        return {
+            "subscriber": self.subscriber,
+            "mode": str(self.mode),
+            "status": str(self.status),
+            "filter_json": self.filter_json,
+            "created_at_sequence": self.created_at_sequence,
+            "start_cursor": self.start_cursor,
+            "account_key_id": self.account_key_id,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallerRecord:
+    """Replay protection for one caller: its last accepted nonce, that command's digest and reply."""
+
+    last_nonce: int
+    last_digest: bytes
+    last_reply: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamState:
+    """One stream's aggregate state. Build with `StreamState.initial(stream_id)`; change with `evolve`.
+
+    `active_subscribers` counts ACTIVE subscriptions, kept by evolve so the cap check is O(1).
+    """
+
+    stream_id: str
+    created: bool = False
+    owner: str | None = None
+    config: StreamConfig | None = None
+    head: int = 0
+    key_schedule: KeySchedule | None = None
+    subscriptions: FrozenMap[Subscription] = dataclasses.field(default_factory=FrozenMap)
+    active_subscribers: int = 0
+    allowlist: frozenset[str] = frozenset()
+    last_key_epoch: int | None = None
+    callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+
+    @classmethod
+    def initial(cls, stream_id: str) -> StreamState:
+        """The state of a stream nobody has created yet."""
+        return cls(require_text(stream_id, "stream_id"))
+
+    @property
+    def capacity(self) -> int | None:
+        """ring_buffer_capacity (None before creation)."""
+        return None if self.config is None else self.config.ring_buffer_capacity
+
+    @property
+    def floor(self) -> int:
+        """The oldest retained sequence (1 while the stream is empty or uncreated)."""
+        return 1 if self.config is None else floor_for(self.head, self.config.ring_buffer_capacity)
+
+    @property
+    def policy(self) -> SubscriptionPolicy | None:
+        """The current subscription policy (None before creation)."""
+        return None if self.config is None else self.config.subscription_policy
+
+
+# --- Events --------------------------------------------------------------------------------------
+
+STREAM_CREATED: Final = "StreamCreated"
+STREAM_MESSAGE_PUBLISHED: Final = "StreamMessagePublished"
+SUBSCRIBER_UPDATED: Final = "SubscriberUpdated"
+PUBLISHER_KEY_ROTATED: Final = "PublisherKeyRotated"
+SUBSCRIPTION_POLICY_CHANGED: Final = "SubscriptionPolicyChanged"
+ALLOWLIST_CHANGED: Final = "AllowlistChanged"
+KEY_EPOCH_ROTATED: Final = "KeyEpochRotated"
+
+MESSAGE_CIP7_FIELDS: Final = (
+    "stream_id",
+    "version",
+    "sequence",
+    "kind",
+    "content_type",
+    "payload_format",
+    "payload_hash",
+    "key_epoch",
+    "signing_key_id",
+    "timestamp_unix_ms",
+)
+"""The CIP-7 StreamMessagePublished fields, copied from the message into the event body."""
+
+EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
+    STREAM_CREATED: frozenset({"config"}),
+    STREAM_MESSAGE_PUBLISHED: frozenset({*MESSAGE_CIP7_FIELDS, "message"}),
+    SUBSCRIBER_UPDATED: frozenset(
+        {
+            "stream_id",
+            "subscriber",
+            "mode",
+            "status",
+            "filter_json",
+            "created_at_sequence",
+            "start_cursor",
+            "account_key_id",
+        }
+    ),
+    PUBLISHER_KEY_ROTATED: frozenset(
+        {"stream_id", "old_key", "new_key", "old_signing_key_id", "new_signing_key_id", "effective_sequence"}
+    ),
+    SUBSCRIPTION_POLICY_CHANGED: frozenset({"stream_id", "policy"}),
+    ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
+    KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
+}
+"""The exact body keys of each event type (StreamMessagePublished adds the full message)."""
+
+EVENT_TYPES: Final = frozenset(EVENT_BODY_FIELDS)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """A fact in a stream's log: what happened (`type`, `body`) and who caused it.
+
+    `caller`, `nonce`, `digest` and `reply` identify the command, so evolve can rebuild replay
+    protection; `block_height` is stamped by the agent (DESIGN §5). Body and reply are deep-frozen.
+    """
+
+    type: str
+    stream_id: str
+    block_height: int
+    caller: str
+    nonce: int
+    digest: bytes
+    reply: Mapping[str, Any]
+    body: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        if self.type not in EVENT_TYPES:
+            raise InvalidArgumentError(f"unknown event type {self.type!r}")
+        require_text(self.stream_id, "stream_id")
+        require_int(self.block_height, "block_height")
+        require_address(self.caller, "caller")
+        require_int(self.nonce, "nonce", minimum=1)
+        if not isinstance(self.digest, bytes) or len(self.digest) != hashlib.sha256().digest_size:
+            raise InvalidArgumentError("digest must be a 32-byte SHA-256")
+        for name in ("reply", "body"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise InvalidArgumentError(f"event {name} must be an object")
+            put(self, name, freeze_json(getattr(self, name), name))
+        keys, expected = set(self.body), EVENT_BODY_FIELDS[self.type]
+        if keys != expected:
+            raise InvalidArgumentError(f"{self.type} body must have exactly {sorted(expected)}; got {sorted(keys)}")
+
+    def message(self) -> StreamMessage:
+        """The published StreamMessage (StreamMessagePublished only), for the messages topic."""
+        if self.type != STREAM_MESSAGE_PUBLISHED:
+            raise InvalidArgumentError(f"a {self.type} event carries no message")
+        return StreamMessage.from_json_dict(self.body["message"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (digest as hex, bytes in body/reply as ``{"$bytes": hex}``)."""
+        return {
+            "type": self.type,
+            "stream_id": self.stream_id,
+            "block_height": self.block_height,
+            "caller": self.caller,
+            "nonce": self.nonce,
+            "digest_hex": self.digest.hex(),
+            "reply": json_safe(self.reply),
+            "body": json_safe(self.body),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Event:
+        """Inverse of `to_dict`; anything else is MALFORMED_RECORD (it came from the log)."""
+        try:
+            if not isinstance(data, Mapping):
+                raise InvalidArgumentError(f"an event must be an object, got {type(data).__name__}")
+            if set(data) != _EVENT_JSON_KEYS:
+                raise InvalidArgumentError(f"an event has exactly the fields {sorted(_EVENT_JSON_KEYS)}")
+            digest_hex = data["digest_hex"]
+            if not isinstance(digest_hex, str):
+                raise InvalidArgumentError("digest_hex must be a hex string")
+            return cls(
+                type=data["type"],
+                stream_id=data["stream_id"],
+                block_height=data["block_height"],
+                caller=data["caller"],
+                nonce=data["nonce"],
+                digest=bytes.fromhex(digest_hex),
+                reply=from_json_safe(data["reply"], "reply"),
+                body=from_json_safe(data["body"], "body"),
+            )
+        except ValueError:
+            raise MalformedRecordError("event digest_hex is not valid hex") from None
+        except WatchtowerError as exc:
+            raise MalformedRecordError(f"not a StreamActor event: {exc.message}") from None
+
+
+_EVENT_JSON_KEYS: Final = frozenset(
+    {"type", "stream_id", "block_height", "caller", "nonce", "digest_hex", "reply", "body"}
+)
+
+
+# --- evolve --------------------------------------------------------------------------------------
+
+
+def evolve(state: StreamState, event: Event) -> StreamState:
+    """The state after `event`. Pure; O(1) per event apart from small copy-on-write updates.
+
+    Raises MALFORMED_RECORD for an event that cannot apply to `state` (see the module docstring).
+    """
+    if event.stream_id != state.stream_id:
+        raise MalformedRecordError(f"event for stream {event.stream_id!r} applied to {state.stream_id!r}")
+    if (event.type == STREAM_CREATED) == state.created:
+        raise MalformedRecordError(
+            f"{event.type} cannot apply to a stream that is {'already' if state.created else 'not yet'} created"
+        )
+    try:
+        changed = _APPLY[event.type](state, event.body)
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"{event.type} body breaks a rule ({exc.code}): {exc.message}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"{event.type} body is malformed: {exc!r}") from None
+    record = CallerRecord(event.nonce, event.digest, event.reply)
+    return dataclasses.replace(changed, callers=changed.callers.set(event.caller, record))
+
+
+def _created(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    config = StreamConfig.from_dict(body["config"])
+    if config.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"the config names stream {config.stream_id!r}")
+    return dataclasses.replace(
+        state,
+        created=True,
+        owner=config.owner,
+        config=config,
+        key_schedule=KeySchedule.initial(config.publisher_key),
+    )
+
+
+def _published(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    # The one invariant a rebuild re-checks: the log's sequences are gapless (a gap or a duplicate
+    # means a corrupt log, or an event applied twice by a projection that lost its offset).
+    sequence = require_int(body["sequence"], "sequence", minimum=1)
+    if sequence != state.head + 1:
+        raise InvalidArgumentError(f"sequence {sequence} does not follow head {state.head}")
+    return dataclasses.replace(state, head=sequence)
+
+
+def _subscriber_updated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    sub = Subscription(
+        subscriber=require_text(body["subscriber"], "subscriber"),
+        mode=DeliveryMode(body["mode"]),
+        status=SubscriptionStatus(body["status"]),
+        created_at_sequence=require_int(body["created_at_sequence"], "created_at_sequence"),
+        start_cursor=require_int(body["start_cursor"], "start_cursor"),
+        filter_json=_optional(body["filter_json"], str, "filter_json"),
+        account_key_id=_optional(body["account_key_id"], int, "account_key_id"),
+    )
+    previous = state.subscriptions.get(sub.subscriber)
+    was_active = previous is not None and previous.status is SubscriptionStatus.ACTIVE
+    is_active = sub.status is SubscriptionStatus.ACTIVE
+    return dataclasses.replace(
+        state,
+        subscriptions=state.subscriptions.set(sub.subscriber, sub),
+        active_subscribers=state.active_subscribers + int(is_active) - int(was_active),
+    )
+
+
+def _optional(value: Any, kind: type, name: str) -> Any:
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+        raise InvalidArgumentError(f"{name} must be a {kind.__name__} or null")
+    return value
+
+
+def _created_parts(state: StreamState) -> tuple[StreamConfig, KeySchedule]:
+    # evolve already refused non-creation events on an uncreated stream; this narrows the types.
+    if state.config is None or state.key_schedule is None:
+        raise InvalidArgumentError("the stream has no configuration yet")
+    return state.config, state.key_schedule
+
+
+def _key_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    config, schedule = _created_parts(state)
+    effective = require_int(body["effective_sequence"], "effective_sequence", minimum=1)
+    rotated = schedule.rotate(body["new_key"], head_sequence=effective - 1)
+    if rotated.current.signing_key_id != body["new_signing_key_id"]:
+        raise InvalidArgumentError(
+            f"new_signing_key_id {body['new_signing_key_id']} does not follow key {schedule.current.signing_key_id}"
+        )
+    config = dataclasses.replace(
+        config,
+        publisher_key=rotated.current.public_key,
+        current_signing_key_id=rotated.current.signing_key_id,
+    )
+    return dataclasses.replace(state, key_schedule=rotated, config=config)
+
+
+def _policy_changed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    config, _ = _created_parts(state)
+    config = dataclasses.replace(config, subscription_policy=SubscriptionPolicy(body["policy"]))
+    return dataclasses.replace(state, config=config)
+
+
+def _allowlist_changed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    address = require_address(body["address"], "address")
+    added = body["added"]
+    if not isinstance(added, bool):
+        raise InvalidArgumentError("added must be true or false")
+    allowlist = state.allowlist | {address} if added else state.allowlist - {address}
+    return dataclasses.replace(state, allowlist=allowlist)
+
+
+def _key_epoch_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    return dataclasses.replace(state, last_key_epoch=require_int(body["key_epoch"], "key_epoch"))
+
+
+_APPLY: Final = {
+    STREAM_CREATED: _created,
+    STREAM_MESSAGE_PUBLISHED: _published,
+    SUBSCRIBER_UPDATED: _subscriber_updated,
+    PUBLISHER_KEY_ROTATED: _key_rotated,
+    SUBSCRIPTION_POLICY_CHANGED: _policy_changed,
+    ALLOWLIST_CHANGED: _allowlist_changed,
+    KEY_EPOCH_ROTATED: _key_epoch_rotated,
+}
+
+
+# --- Digest --------------------------------------------------------------------------------------
+
+
+def state_digest(state: StreamState) -> str:
+    """Hex SHA-256 of the deterministic CBOR of the whole state.
+
+    Two states have equal digests iff they hold the same facts, whatever order the maps were built
+    in (CBOR orders map keys canonically), so a live projection can be compared with a rebuild.
+    """
+    canonical = {
+        "stream_id": state.stream_id,
+        "created": state.created,
+        "owner": state.owner,
+        "config": None if state.config is None else state.config.to_dict(),
+        "head": state.head,
+        "key_schedule": None
+        if state.key_schedule is None
+        else [[e.signing_key_id, e.public_key, e.effective_sequence] for e in state.key_schedule.entries],
+        "subscriptions": {k: s.to_dict() for k, s in state.subscriptions.items()},
+        "active_subscribers": state.active_subscribers,
+        "allowlist": sorted(state.allowlist),
+        "last_key_epoch": state.last_key_epoch,
+        "callers": {
+            k: {"last_nonce": r.last_nonce, "last_digest": r.last_digest, "last_reply": r.last_reply}
+            for k, r in state.callers.items()
+        },
+    }
+    return hashlib.sha256(cbor.encode(canonical)).hexdigest()

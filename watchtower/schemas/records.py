@@ -1,0 +1,75 @@
+"""Conversions between protocol value types and their Avro records, at the edge.
+
+Decoding a record that is readable Avro but breaks a protocol rule (say a 70,000-byte payload or
+a NaN tag) raises `MalformedRecordError` carrying the rule's message, so a consumer's error handling
+stays within the codec's two error types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from watchtower.protocol.config import IngestionConfig, StreamConfig
+from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.message import StreamMessage
+from watchtower.schemas import codec
+
+
+def encode_message(msg: StreamMessage) -> bytes:
+    """A framed StreamMessage record (the value on the messages topic)."""
+    return codec.encode("StreamMessage", msg.to_record())
+
+
+def message_from_record(record: Mapping[str, Any]) -> StreamMessage:
+    """A StreamMessage from its Avro record; `MalformedRecordError` when it breaks a CIP-7 rule."""
+    try:
+        return StreamMessage.from_record(record)
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"StreamMessage record breaks a CIP-7 rule ({exc.code}): {exc.message}") from None
+
+
+def decode_message(data: bytes) -> StreamMessage:
+    """The StreamMessage in a framed record (integrity is checked by `verify_message`, not here)."""
+    return message_from_record(codec.decode_as("StreamMessage", data))
+
+
+def stream_config_to_record(config: StreamConfig) -> dict[str, Any]:
+    """The Avro StreamConfig record: ingestion's JSON objects travel as JSON text."""
+    record = config.to_dict()
+    if config.ingestion is not None:
+        ingestion = config.ingestion.to_dict()
+        ingestion["task_definition_json"] = json.dumps(ingestion.pop("task_definition"), sort_keys=True)
+        ingestion["result_schema_json"] = json.dumps(ingestion.pop("result_schema"), sort_keys=True)
+        record["ingestion"] = ingestion
+    return record
+
+
+def stream_config_from_record(record: Mapping[str, Any]) -> StreamConfig:
+    """Inverse of `stream_config_to_record`; `MalformedRecordError` when a rule is broken."""
+    try:
+        fields = dict(record)
+        ingestion = fields.get("ingestion")
+        if isinstance(ingestion, Mapping):
+            ing = dict(ingestion)
+            ing["task_definition"] = _json_object(ing.pop("task_definition_json", None), "task_definition_json")
+            ing["result_schema"] = _json_object(ing.pop("result_schema_json", None), "result_schema_json")
+            fields["ingestion"] = IngestionConfig.from_dict(ing)
+        return StreamConfig.from_dict(fields)
+    except WatchtowerError as exc:
+        if isinstance(exc, MalformedRecordError):
+            raise
+        raise MalformedRecordError(f"StreamConfig record breaks a CIP-7 rule ({exc.code}): {exc.message}") from None
+
+
+def _json_object(text: object, name: str) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise MalformedRecordError(f"{name} must be JSON text")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise MalformedRecordError(f"{name} is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise MalformedRecordError(f"{name} must hold a JSON object")
+    return value
