@@ -44,6 +44,11 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
             click.echo(f"  [{h.seconds:5.1f}s] {h.client:16} {h.action}: {h.value!r}")
 
         three_client_roundtrip(spec.bootstrap, show)
+
+        _step("4. the stream actor: a worker, a signed feed, rejections, verification from the log")
+        from watchtower.cli.demo_stream import run_stream_demo
+
+        run_stream_demo(spec.bootstrap)
     finally:
         if started_here and not keep_running:
             _step("stopping")
