@@ -11,12 +11,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
+from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.message import StreamMessage
-from watchtower.schemas.records import decode_message
 from watchtower.topics.admin import ensure_topics
-from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.catalogue import catalogue
 
 
 @dataclass
@@ -65,21 +63,4 @@ def workers(bootstrap: str, partitions: int = 3) -> Iterator[Workers]:
 
 def read_all_messages(bootstrap: str, prefix: str) -> list[StreamMessage]:
     """Every committed StreamMessage on the messages topic, in log order."""
-    topic = topic_name("messages", prefix)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                  "isolation.level": "read_committed", "enable.partition.eof": True,
-                  "auto.offset.reset": "earliest", "log_level": 3})
-    md = c.list_topics(topic, timeout=30)
-    parts = list(md.topics[topic].partitions)
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[StreamMessage] = []
-    eof: set[int] = set()
-    while len(eof) < len(parts):
-        for m in c.consume(500, timeout=1.0):
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                continue
-            out.append(decode_message(m.value()))
-    c.close()
-    return out
+    return read_committed_messages(bootstrap, prefix=prefix)

@@ -9,39 +9,14 @@ import uuid
 
 import click
 import nacl.signing
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from watchtower.client.archive import read_committed_messages
 from watchtower.client.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
-from watchtower.schemas.records import decode_message
-from watchtower.topics.catalogue import topic_name
-
-
-def _committed_messages(bootstrap: str, stream_id: str) -> list[StreamMessage]:
-    topic = topic_name("messages")
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "log_level": 3,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})
-    parts = list(c.list_topics(topic, timeout=30).topics[topic].partitions)
-    c.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[StreamMessage] = []
-    eof: set[int] = set()
-    while len(eof) < len(parts):
-        for m in c.consume(500, timeout=1.0):
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(int(m.partition() or 0))
-                continue
-            msg = decode_message(m.value() or b"")
-            if msg.stream_id == stream_id:
-                out.append(msg)
-    c.close()
-    return out
 
 
 def run_stream_demo(bootstrap: str) -> None:
@@ -74,7 +49,7 @@ def run_stream_demo(bootstrap: str) -> None:
             except WatchtowerError as err:
                 click.echo(f"  {label}: refused [{err.code}] {err.message}")
         schedule = KeySchedule.initial(bytes(publisher.verify_key))
-        messages = _committed_messages(bootstrap, sid)
+        messages = read_committed_messages(bootstrap, stream_id=sid)
         ok = all(verify_with_schedule(m, schedule) for m in messages)
         seqs = [m.sequence for m in messages]
         click.echo(f"  read back from the log: sequences {seqs}, every signature valid: {ok}")
