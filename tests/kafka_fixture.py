@@ -9,6 +9,7 @@ Order of preference:
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,36 +19,50 @@ from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free a moment ago (consecutive ones are not promised)."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+def _ephemeral_range() -> range:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return range(int(low), int(high) + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port_block(n: int) -> int:
-    """A base port such that base..base+n-1 are all free now."""
-    for _ in range(200):
-        base = free_ports(1)[0]
-        if base + n > 65000:
+    """A base port such that base..base+n-1 are all free now.
+
+    Ports come from below the kernel's ephemeral range: an ephemeral port can be taken by any
+    outgoing connection (a client reconnecting to a killed broker, say), which would make a
+    restart on the same port fail with "address in use".
+    """
+    ephemeral = _ephemeral_range()
+    rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "big"))
+    for _ in range(500):
+        base = rng.randrange(15000, 32000 - n)
+        block = range(base, base + n)
+        if any(p in ephemeral for p in block):
             continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
+        if all(_bindable(p) for p in block):
             return base
     raise RuntimeError("no block of free ports found")
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports outside the ephemeral range that were free a moment ago."""
+    ports: list[int] = []
+    while len(ports) < n:
+        p = free_port_block(1)
+        if p not in ports:
+            ports.append(p)
+    return ports
 
 
 def docker_answers() -> bool:

@@ -230,17 +230,19 @@ class LocalKafka:
                 f"see {node.log_file}"
             )
 
-    def _check_ports_free(self, node: NodeSpec) -> None:
+    def _check_ports_free(self, node: NodeSpec, grace_s: float = 5.0) -> None:
+        # A node that was just SIGKILLed can hold its listener for a moment while the kernel
+        # tears the process down, so a busy port is re-tried for a short grace period.
+        deadline = time.monotonic() + grace_s
         for port in (node.port, node.controller_port):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((HOST, port))
-                except OSError:
-                    raise LocalStackError(
-                        f"port {port} on {HOST} is already in use; stop what holds it or pass "
-                        "another --port / --controller-port"
-                    ) from None
+            while not _port_bindable(port):
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise LocalStackError(
+                    f"port {port} on {HOST} is already in use; stop what holds it or pass "
+                    "another --port / --controller-port"
+                )
 
     def _read_pid(self, node: NodeSpec) -> int | None:
         try:
@@ -334,3 +336,13 @@ def _tail(path: Path, lines: int) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def _port_bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
