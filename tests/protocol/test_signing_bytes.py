@@ -125,7 +125,9 @@ def _changed(msg: StreamMessage, field: str, data: st.DataObject) -> StreamMessa
     elif field == "tags":
         new = {**value, "zz-extra": 1.0} if "zz-extra" not in value else {}
     elif field == "key_epoch":
-        return dataclasses.replace(msg, key_epoch=(value or 0) + 1) if value is not None else msg
+        if value is None:
+            return msg
+        return dataclasses.replace(msg, key_epoch=value + 1 if value < 2**63 - 1 else value - 1)
     elif field == "payload_format":
         if value is PayloadFormat.PLAINTEXT:
             return msg

@@ -360,3 +360,16 @@ class MalformedRecordError(WatchtowerError):
 class SchemaMismatchError(WatchtowerError):
     CODE = "SCHEMA_MISMATCH"
     DEFAULT_MESSAGE = "The record does not fit the schema it claims; upgrade this consumer or fix the producer."
+
+
+class FeedNotFoundError(WatchtowerError):
+    CODE = "FEED_NOT_FOUND"
+    DEFAULT_MESSAGE = "No feed has that id in the registry; run `watchtower list` to see the feeds."
+
+
+class RequestTimeoutError(WatchtowerError):
+    CODE = "TIMEOUT"
+    DEFAULT_MESSAGE = (
+        "No worker answered in time; check that the workers are running (`watchtower up`) and retry "
+        "the same signed command (a retry is idempotent)."
+    )

@@ -45,6 +45,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.filters import parse_filter
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
@@ -177,6 +178,9 @@ def _schedule(state: StreamState) -> KeySchedule:
 def _create_stream(state: StreamState, cmd: Command, _height: int) -> _Outcome:
     """Body: a StreamConfig dict. stream_id and owner default to the command's; owner = caller."""
     fields = dict(cmd.body)
+    if "feed" in fields:
+        # A registry listing (see `registry`): validated now so a bad name fails the creation.
+        parse_feed_listing(fields.pop("feed"))
     fields.setdefault("stream_id", state.stream_id)
     fields.setdefault("owner", cmd.caller)
     config = StreamConfig.from_dict(fields)

@@ -187,6 +187,8 @@ PUBLISHER_KEY_ROTATED: Final = "PublisherKeyRotated"
 SUBSCRIPTION_POLICY_CHANGED: Final = "SubscriptionPolicyChanged"
 ALLOWLIST_CHANGED: Final = "AllowlistChanged"
 KEY_EPOCH_ROTATED: Final = "KeyEpochRotated"
+FEED_REGISTERED: Final = "FeedRegistered"
+"""The registry's event (see `registry`); it lives on the registry key, never on a stream."""
 
 MESSAGE_CIP7_FIELDS: Final = (
     "stream_id",
@@ -223,6 +225,7 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     SUBSCRIPTION_POLICY_CHANGED: frozenset({"stream_id", "policy"}),
     ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
     KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
+    FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
 }
 """The exact body keys of each event type (StreamMessagePublished adds the full message)."""
 
