@@ -33,17 +33,24 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from watchtower.agents.state_loader import load_partition_states
 from watchtower.agents.wire import (
+    H_CAPACITY,
     H_CORRELATION,
     H_REPLY_PARTITION,
+    RegistryForward,
     decode_command,
     encode_event,
+    encode_registry_forward,
     encode_reply,
 )
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
+from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas.records import encode_message
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.worker")
 
@@ -80,6 +87,9 @@ class CommandProcessor:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._stop = threading.Event()
         self._states: dict[int, dict[str, StreamState]] = {}
+        self._registries: dict[int, RegistryState] = {}
+        self._touched_registries: dict[int, RegistryState] = {}
+        self._command_partitions: int | None = None
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap,
             "group.id": GROUP_ID,
@@ -126,17 +136,21 @@ class CommandProcessor:
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Rebuild each owned aggregate from the committed events before touching its commands.
         for tp in partitions:
-            self._states[tp.partition] = load_partition_states(self.bootstrap, self.t_events, tp.partition)
+            loaded = load_partition_states(self.bootstrap, self.t_events, tp.partition)
+            self._states[tp.partition] = loaded.streams
+            self._registries[tp.partition] = loaded.registry
             self.stats.rebuilt_partitions += 1
         log.info("worker %s assigned %s", self.worker_id, [tp.partition for tp in partitions])
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._states.pop(tp.partition, None)
+            self._registries.pop(tp.partition, None)
 
     # ------------------------------------------------------------------ the transaction
     def _process_batch(self, batch: list[Message]) -> None:
         touched: dict[tuple[int, str], StreamState | None] = {}
+        self._touched_registries.clear()
         self.producer.begin_transaction()
         try:
             for msg in batch:
@@ -161,6 +175,9 @@ class CommandProcessor:
             log.exception("abort failed")
             raise
         # Undo the in-memory effects of the aborted batch, then re-read those commands.
+        for partition, registry in self._touched_registries.items():
+            self._registries[partition] = registry
+        self._touched_registries.clear()
         for (partition, stream_id), before in touched.items():
             states = self._states.get(partition)
             if states is None:
@@ -180,37 +197,64 @@ class CommandProcessor:
         partition = int(msg.partition() or 0)
         headers = dict(msg.headers() or [])
         try:
-            cmd = decode_command(msg.value())
+            record = decode_command(msg.value())
+            if isinstance(record, RegistryForward):
+                self._register(partition, record.create, headers)
+                return
+            cmd = record
             states = self._states.setdefault(partition, {})
             state = states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-            now = self._clock_ms()
-            decision = decide(state, cmd, block_height=block_height_at(now))
+            decision = decide(state, cmd, block_height=block_height_at(self._clock_ms()))
         except WatchtowerError as err:
             self.stats.rejected += 1
             self._reply(headers, encode_reply(False, error=err))
             return
         except Exception as exc:
             log.exception("unexpected error deciding a command at %s:%s", partition, msg.offset())
-            internal = WatchtowerError(f"internal error while deciding the command ({exc.__class__.__name__}); "
-                                       "the command was not applied, retry or report it")
             self.stats.rejected += 1
-            self._reply(headers, encode_reply(False, error=internal))
+            self._reply(headers, encode_reply(False, error=_internal(exc)))
             return
         key = (partition, cmd.stream_id)
         if key not in touched:
             touched[key] = states.get(cmd.stream_id)
         for event in decision.events:
             state = evolve(state, event)
-            self.producer.produce(self.t_events, key=cmd.stream_id.encode(), value=encode_event(event),
-                                  partition=partition)
-            self.stats.events += 1
+            self._emit(partition, event)
             if event.type == "StreamMessagePublished":
                 message = event.message()
+                capacity = state.capacity or 0
                 self.producer.produce(self.t_messages, key=cmd.stream_id.encode(),
                                       value=encode_message(message), partition=partition,
-                                      headers={"sequence": str(message.sequence)})
+                                      headers={"sequence": str(message.sequence), H_CAPACITY: str(capacity)})
         states[cmd.stream_id] = state
+        if cmd.method == Method.CREATE_STREAM and "feed" in cmd.body:
+            # Listed feeds get their id from the registry, which answers the caller; forwarding in
+            # this transaction makes "created" and "listed" one atomic fact.
+            self.producer.produce(self.t_commands, key=REGISTRY_KEY.encode(), value=encode_registry_forward(cmd),
+                                  partition=self._partition_of(REGISTRY_KEY), headers=_reply_headers(headers))
+            return
         self._reply(headers, encode_reply(True, result=dict(decision.reply)))
+
+    def _register(self, partition: int, create: Command, headers: dict[str, Any]) -> None:
+        """Decide a registry forward against the registry aggregate this partition holds."""
+        before = self._registries.get(partition, RegistryState())
+        event, reply = decide_registration(before, create, block_height=block_height_at(self._clock_ms()))
+        if event is not None:
+            self._registries[partition] = evolve_registry(before, event)
+            self._touched_registries.setdefault(partition, before)
+            self._emit(partition, event)
+        self._reply(headers, encode_reply(True, result=reply))
+
+    def _emit(self, partition: int, event: Event) -> None:
+        self.producer.produce(self.t_events, key=event.stream_id.encode(), value=encode_event(event),
+                              partition=partition)
+        self.stats.events += 1
+
+    def _partition_of(self, key: str) -> int:
+        if self._command_partitions is None:
+            md = self.producer.list_topics(self.t_commands, timeout=30)
+            self._command_partitions = len(md.topics[self.t_commands].partitions)
+        return partition_for_key(key.encode(), self._command_partitions)
 
     def _reply(self, headers: dict[str, Any], value: bytes) -> None:
         corr = headers.get(H_CORRELATION)
@@ -222,6 +266,15 @@ class CommandProcessor:
         except ValueError:
             return
         self.producer.produce(self.t_replies, key=corr, value=value, partition=partition)
+
+
+def _internal(exc: Exception) -> WatchtowerError:
+    return WatchtowerError(f"internal error while deciding the command ({exc.__class__.__name__}); "
+                           "the command was not applied, retry or report it")
+
+
+def _reply_headers(headers: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in headers.items() if k in (H_CORRELATION, H_REPLY_PARTITION)}
 
 
 def _is_benign_error(msg: Message) -> bool:

@@ -5,18 +5,29 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from watchtower.agents.wire import decode_event
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.registry import RegistryState, evolve_registry
 from watchtower.protocol.stream_actor import StreamState, evolve
+from watchtower.protocol.stream_state import FEED_REGISTERED
 
 log = logging.getLogger("watchtower.rebuild")
 
 
+@dataclass
+class PartitionState:
+    """Every aggregate one events partition holds: its streams, and the registry if it lives here."""
+
+    streams: dict[str, StreamState] = field(default_factory=dict)
+    registry: RegistryState = field(default_factory=RegistryState)
+
+
 def load_partition_states(bootstrap: str, events_topic: str, partition: int,
-                          timeout_s: float = 120.0) -> dict[str, StreamState]:
+                          timeout_s: float = 120.0) -> PartitionState:
     """Fold every committed event of ``events_topic[partition]`` into per-stream states.
 
     Reads ``read_committed`` up to the last stable offset, so an aborted or still-open
@@ -31,12 +42,13 @@ def load_partition_states(bootstrap: str, events_topic: str, partition: int,
         "enable.partition.eof": True,
         "log_level": 3,
     })
-    states: dict[str, StreamState] = {}
+    loaded = PartitionState()
+    states = loaded.streams
     try:
         tp = TopicPartition(events_topic, partition, OFFSET_BEGINNING)
         _low, high = consumer.get_watermark_offsets(tp, timeout=30)
         if high <= 0:
-            return states
+            return loaded
         consumer.assign([tp])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -53,10 +65,13 @@ def load_partition_states(bootstrap: str, events_topic: str, partition: int,
                 except WatchtowerError as err:
                     log.error("skipping undecodable event at %s:%s: %s", partition, m.offset(), err)
                     continue
+                if event.type == FEED_REGISTERED:
+                    loaded.registry = evolve_registry(loaded.registry, event)
+                    continue
                 current = states.get(event.stream_id) or StreamState.initial(event.stream_id)
                 states[event.stream_id] = evolve(current, event)
             if done:
-                return states
+                return loaded
         raise TimeoutError(f"rebuilding partition {partition} of {events_topic} took over {timeout_s}s")
     finally:
         consumer.close()

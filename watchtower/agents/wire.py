@@ -9,6 +9,7 @@ raw ``ValueError``, so a poison record becomes an error reply instead of a crash
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -21,6 +22,9 @@ WIRE_VERSION = 1
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"
 H_REPLY_PARTITION = "wt-reply-partition"
+#: Header on each messages-topic record: the stream's ring capacity, so a projection can prune
+#: its offset index without first seeing the StreamCreated event on the other topic.
+H_CAPACITY = "wt-capacity"
 
 
 def _load(data: bytes | None, what: str) -> dict[str, Any]:
@@ -43,9 +47,23 @@ def encode_command(cmd: Command) -> bytes:
     return json.dumps({"v": WIRE_VERSION, "command": cmd.to_dict()}, separators=(",", ":")).encode()
 
 
-def decode_command(data: bytes | None) -> Command:
+def encode_registry_forward(create: Command) -> bytes:
+    """The record a stream's writer sends the registry for a create_stream with a feed listing."""
+    return json.dumps({"v": WIRE_VERSION, "register_feed": create.to_dict()}, separators=(",", ":")).encode()
+
+
+@dataclasses.dataclass(frozen=True)
+class RegistryForward:
+    """A decoded registry forward: the signed create_stream command to list."""
+
+    create: Command
+
+
+def decode_command(data: bytes | None) -> Command | RegistryForward:
     obj = _load(data, "command")
     try:
+        if "register_feed" in obj:
+            return RegistryForward(Command.from_dict(obj["register_feed"]))
         return Command.from_dict(obj["command"])
     except WatchtowerError:
         raise

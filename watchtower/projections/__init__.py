@@ -1,1 +1,1 @@
-
+"""Read side: Faust projections and the HTTP API."""

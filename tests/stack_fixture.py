@@ -1,0 +1,42 @@
+"""A running Watchtower stack for integration tests: real broker, worker and projection processes.
+
+Use ``from stack_fixture import stack`` in a test module (or conftest) to get the module-scoped
+`stack` fixture; `start_stack` is the context manager behind it for tests that need their own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from kafka_fixture import free_ports
+
+from watchtower.local.stack import ServiceSet
+from watchtower.topics.admin import ensure_topics
+from watchtower.topics.catalogue import catalogue
+
+
+@contextmanager
+def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3) -> Iterator[ServiceSet]:
+    """Topics under a fresh prefix, `workers` stream-actor workers and one projection/API worker."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
+    services = ServiceSet(bootstrap, prefix, log_dir, api_port=free_ports(1)[0])
+    try:
+        for i in range(workers):
+            services.start_worker(f"w{i + 1}")
+        services.start_projection("p1")
+        services.wait_ready()
+        yield services
+    finally:
+        services.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    """A module-wide stack; `.api_url`, `.bootstrap`, `.prefix`."""
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("stack-logs")) as services:
+        yield services
