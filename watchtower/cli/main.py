@@ -24,12 +24,14 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from watchtower.cli import demo_cmd, init_cmd, local_cmd, vectors_cmd
+    from watchtower.cli import account_cmd, demo_cmd, feed_cmd, init_cmd, local_cmd, vectors_cmd
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
     cli.add_command(init_cmd.init)
     cli.add_command(demo_cmd.demo)
+    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed):
+        cli.add_command(command)
     _registered = True
 
 

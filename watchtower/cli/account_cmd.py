@@ -1,0 +1,152 @@
+"""`watchtower account …`: create, show and list ed25519 accounts and the actors they create.
+
+Keys live under ``$WATCHTOWER_HOME`` (see `watchtower.client.account` for the layout and the
+order in which the signing account is found). No command here ever prints a seed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from watchtower.client.account import (
+    DEFAULT_ACCOUNT,
+    ENV_ACCOUNT,
+    ENV_KEY_FILE,
+    Account,
+    list_accounts,
+    resolve_account,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def identity_options(func: F) -> F:
+    """Add ``--account NAME`` and ``--key-file PATH``; the command receives them as `account`, `key_file`."""
+    func = click.option(
+        "--key-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"Sign with the key in this file [env {ENV_KEY_FILE}].",
+    )(func)
+    return click.option(
+        "--account",
+        "account",
+        default=None,
+        metavar="NAME",
+        help=f"Sign as this account (accounts/NAME.key) [env {ENV_ACCOUNT}; default '{DEFAULT_ACCOUNT}'].",
+    )(func)
+
+
+def json_option(func: F) -> F:
+    """Add ``--json`` (received as `as_json`)."""
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(func)
+
+
+def load_account(account: str | None, key_file: Path | None) -> Account:
+    """The signing account for the flags (flag, then environment, then 'default')."""
+    return resolve_account(account, key_file)
+
+
+def echo_json(data: Any) -> None:
+    """Print `data` as indented JSON."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str) -> None:
+    """Print rows as left-aligned columns under `headers`, or `empty` when there are none."""
+    if not rows:
+        click.echo(empty)
+        return
+    cells = [[str(h) for h in headers], *[["" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _account_lines(info: dict[str, Any]) -> list[str]:
+    lines = [f"{info['kind']:8} {info['name'] or '(key file)'}", f"address  {info['address']}"]
+    if info.get("parent"):
+        lines.append(f"parent   {info['parent']}")
+    if info.get("key_file"):
+        lines.append(f"key file {info['key_file']}")
+    return lines
+
+
+@click.group("account")
+def account() -> None:
+    """Accounts (ed25519 keys that sign commands) and the actors they create."""
+
+
+@account.command("new")
+@click.argument("name", default=DEFAULT_ACCOUNT, required=False)
+@json_option
+def account_new(name: str, as_json: bool) -> None:
+    """Create account NAME (default 'default') with a fresh key, saved as accounts/NAME.key (0600)."""
+    created = Account.create(name)
+    if as_json:
+        echo_json(created.describe())
+        return
+    for line in _account_lines(created.describe()):
+        click.echo(line)
+    if name != DEFAULT_ACCOUNT:
+        click.echo(f"use it with --account {name} or {ENV_ACCOUNT}={name}")
+
+
+@account.command("show")
+@identity_options
+@json_option
+def account_show(account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """Show the account commands are signed with: name, address, key file."""
+    info = load_account(account, key_file).describe()
+    if as_json:
+        echo_json(info)
+        return
+    for line in _account_lines(info):
+        click.echo(line)
+
+
+@account.command("list")
+@json_option
+def account_list(as_json: bool) -> None:
+    """List the saved accounts."""
+    entries = list_accounts()
+    if as_json:
+        echo_json({"accounts": entries})
+        return
+    rows = [(e["name"], e["address"] or f"unreadable: {e.get('error')}") for e in entries]
+    echo_table(("NAME", "ADDRESS"), rows, empty="no accounts yet; create one with `watchtower account new`")
+
+
+@account.command("new-actor")
+@click.argument("name")
+@identity_options
+@json_option
+def account_new_actor(name: str, account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """Create actor NAME: a program identity with its own key, created by the current account."""
+    actor = load_account(account, key_file).create_actor(name)
+    if as_json:
+        echo_json(actor.describe())
+        return
+    for line in _account_lines(actor.describe()):
+        click.echo(line)
+    click.echo(f"sign as it with --key-file {actor.key_file}")
+
+
+@account.command("actors")
+@identity_options
+@json_option
+def account_actors(account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """List the actors the current account created."""
+    owner = load_account(account, key_file)
+    actors = owner.list_actors()
+    if as_json:
+        echo_json({"account": owner.address, "actors": actors})
+        return
+    rows = [(a.get("name"), a.get("address")) for a in actors]
+    echo_table(("NAME", "ADDRESS"), rows, empty="no actors yet; create one with `watchtower account new-actor NAME`")
+

@@ -1,0 +1,530 @@
+"""Feeds from the command line, mirroring the `cowboy watchtower` CLI over the HTTP API.
+
+``new feed`` creates and registers a feed; ``list`` / ``feeds`` read the registry; ``feed ID …``
+publishes, reads, subscribes and administers one feed. ``ID`` is a feed id (an integer, looked up
+in the registry) or a stream id. Writes are signed by the account found as in `account_cmd`;
+publishes are additionally signed by the feed's publisher key, which ``new feed`` stores as
+``$WATCHTOWER_HOME/publishers/<stream_id>.key``. Every read command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import nacl.signing
+
+from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
+from watchtower.client import account as keys
+from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
+from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id, wait_until_visible
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
+from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError
+from watchtower.protocol.message import StreamMessage, TagValue
+
+F = TypeVar("F", bound=Callable[..., Any])
+ENV_PROTOCOL_TREASURY = "WATCHTOWER_PROTOCOL_TREASURY"
+MODES = {"push": "PUSH", "pull": "PULL", "push-fallback": "PUSH_WITH_PULL_FALLBACK"}
+POLICIES = {"public": "PUBLIC", "private-allowlist": "PRIVATE_ALLOWLIST"}
+
+
+def api_option(func: F) -> F:
+    """Add ``--api URL`` (received as `api_url`)."""
+    return click.option(
+        "--api", "api_url", default=None, metavar="URL",
+        help=f"Watchtower HTTP API [env {ENV_API}; default {DEFAULT_API_URL}].",
+    )(func)
+
+
+def write_options(func: F) -> F:
+    """``--api``, ``--account``, ``--key-file`` and ``--json``: what every signed command takes."""
+    return api_option(identity_options(json_option(func)))
+
+
+def read_options(func: F) -> F:
+    """``--api`` and ``--json``: what every read command takes."""
+    return api_option(json_option(func))
+
+
+def parse_json(text: str, option: str) -> Any:
+    """`text` parsed as JSON, else a usage error naming `option`."""
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise click.BadParameter(f"not valid JSON ({err})", param_hint=option) from None
+
+
+def parse_tags(text: str | None) -> dict[str, TagValue]:
+    """``k=v,k2=v2`` as tags: true/false are bools, JSON numbers are numbers, ``"…"`` or anything else is text."""
+    tags: dict[str, TagValue] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not k=v", param_hint="--tags")
+        value: TagValue = raw
+        if raw in ("true", "false"):
+            value = raw == "true"
+        elif len(raw) >= 2 and raw[0] == raw[-1] == '"':
+            value = raw[1:-1]
+        else:
+            try:
+                number = json.loads(raw)
+            except ValueError:
+                number = None
+            if isinstance(number, int | float) and not isinstance(number, bool):
+                value = float(number)
+        tags[key.strip()] = value
+    return tags
+
+
+# --- Feed references -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FeedRef:
+    """The ``ID`` given to ``feed``: a feed id (all digits) or a stream id."""
+
+    ref: str
+
+    def resolve(self, api: ApiClient) -> tuple[str, dict[str, Any] | None]:
+        """(stream id, registry entry or None); FEED_NOT_FOUND for an unknown feed id."""
+        if self.ref.isdigit():
+            entry = api.feed(int(self.ref))
+            return str(entry["stream_id"]), entry
+        return self.ref, None
+
+
+pass_feed = click.make_pass_decorator(FeedRef)
+
+
+# --- Rendering -----------------------------------------------------------------------------------
+
+
+def _short(address: object) -> str:
+    text = str(address or "")
+    return text if len(text) <= 14 else f"{text[:10]}…{text[-4:]}"
+
+
+def _tag_text(value: TagValue) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def message_line(msg: StreamMessage) -> str:
+    """One readable line: sequence, kind, UTC time, tags, and the payload if it is short text."""
+    when = datetime.datetime.fromtimestamp(msg.timestamp_unix_ms / 1000, datetime.UTC)
+    tags = " ".join(f"{k}={_tag_text(v)}" for k, v in sorted(msg.tags.items()))
+    try:
+        payload = msg.payload_inline.decode("utf-8") if msg.payload_format == "PLAINTEXT" else None
+    except UnicodeDecodeError:
+        payload = None
+    if payload is None or not payload.isprintable():
+        payload = f"<{len(msg.payload_inline)} bytes {msg.payload_format.lower()}>"
+    elif len(payload) > 80:
+        payload = payload[:79] + "…"
+    parts = [f"#{msg.sequence}", msg.kind, when.isoformat(timespec="milliseconds").replace("+00:00", "Z")]
+    return "  ".join(p for p in (*parts, tags, payload) if p)
+
+
+def _echo_fields(data: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    width = max(len(n) for n in names)
+    for name in names:
+        if name in data:
+            value = data[name]
+            click.echo(f"{name.ljust(width)}  {'-' if value is None else value}")
+
+
+def _feed_rows(feeds: list[dict[str, Any]]) -> list[tuple[object, ...]]:
+    return [(f["feed_id"], f["name"], f["stream_id"], _short(f["owner"]), f.get("description", "")) for f in feeds]
+
+
+# --- new feed, list, feeds -----------------------------------------------------------------------
+
+
+@click.group("new")
+def new() -> None:
+    """Create things (`new feed`)."""
+
+
+@new.command("feed")
+@click.option("--name", required=True, help="Feed name shown in the registry (1-64 characters).")
+@click.option("--description", default="", help="One-line description (up to 280 characters).")
+@click.option("--access-mode", type=click.Choice(["open", "subscriber-paid", "platform-managed"]), default="open",
+              show_default=True, help="open: plaintext for everyone; subscriber-paid: encrypted, paid per key epoch.")
+@click.option("--fee-per-epoch-cby", type=click.IntRange(min=1), default=None, help="Paid feeds: CBY per key epoch.")
+@click.option("--protocol-fee-bps", type=click.IntRange(0, 5000), default=None, help="Paid feeds: protocol fee.")
+@click.option("--key-epoch-blocks", type=click.IntRange(min=1), default=None, help="Paid feeds: blocks per key epoch.")
+@click.option("--min-purchase-epochs", type=click.IntRange(min=1), default=None, help="Paid feeds: minimum purchase.")
+@click.option("--publisher-treasury", default=None, metavar="ADDR", help="Paid feeds: fee recipient (default: you).")
+@click.option("--protocol-treasury", default=None, metavar="ADDR",
+              help=f"Paid feeds: the deployment's protocol treasury [env {ENV_PROTOCOL_TREASURY}].")
+@click.option("--ring-buffer-capacity", type=click.IntRange(min=1), default=None, help="Messages retained.")
+@click.option("--max-subscribers", type=click.IntRange(min=1), default=None, help="Subscription cap.")
+@click.option("--policy", type=click.Choice(list(POLICIES)), default=None, help="Who may subscribe (default public).")
+@click.option("--max-push-deliveries-per-block", type=click.IntRange(min=1), default=None)
+@click.option("--max-push-cycles-per-block", type=click.IntRange(min=1), default=None)
+@click.option("--publisher-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Sign messages with this key instead of a fresh one.")
+@click.option("--stream-id", default=None, help="Stream id to create (default: a fresh random one).")
+@write_options
+def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as_json: bool,
+             publisher_key_file: Path | None, stream_id: str | None, **opts: Any) -> None:
+    """Create a feed (a stream listed in the registry) owned by your account; prints its feed id."""
+    owner = load_account(account, key_file)
+    name, description = opts.pop("name"), opts.pop("description")
+    config = _stream_config_fields(owner.address, opts)
+    sid = stream_id or new_stream_id()
+    publisher = (keys.read_key_file(publisher_key_file) if publisher_key_file
+                 else nacl.signing.SigningKey.generate())
+    # Stored before the stream exists, so no created feed is ever left without its key.
+    key_path = keys.save_publisher_key(sid, publisher)
+    api = ApiClient(api_url)
+    try:
+        reply = create_feed(api, owner, name=name, description=description, stream_id=sid,
+                            publisher_key_hex=bytes(publisher.verify_key).hex(), **config)
+    except RequestTimeoutError:
+        click.echo(f"the creation may still complete; the publisher key stays at {key_path}", err=True)
+        raise
+    except WatchtowerError:
+        key_path.unlink(missing_ok=True)
+        raise
+    _settle(api, sid, feed_id=reply.get("feed_id"))
+    if as_json:
+        echo_json({**reply, "publisher_key_file": str(key_path)})
+        return
+    click.echo(f"feed {reply.get('feed_id')} created (stream {reply.get('stream_id', sid)})")
+    click.echo(f"publisher key saved to {key_path}")
+
+
+def _stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+    paid_flags = ("fee_per_epoch_cby", "protocol_fee_bps", "key_epoch_blocks", "min_purchase_epochs",
+                  "publisher_treasury", "protocol_treasury")
+    config: dict[str, Any] = {k: opts[k] for k in ("ring_buffer_capacity", "max_subscribers",
+                                                   "max_push_deliveries_per_block", "max_push_cycles_per_block")
+                              if opts.get(k) is not None}
+    if opts.get("policy"):
+        config["subscription_policy"] = POLICIES[opts["policy"]]
+    if opts["access_mode"] == "open":
+        given = [f"--{f.replace('_', '-')}" for f in paid_flags if opts.get(f) is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --access-mode subscriber-paid")
+        return config
+    if opts.get("fee_per_epoch_cby") is None:
+        raise click.UsageError("a subscriber-paid feed needs --fee-per-epoch-cby")
+    treasury = opts.get("protocol_treasury") or os.environ.get(ENV_PROTOCOL_TREASURY)
+    if not treasury:
+        raise click.UsageError(
+            f"a subscriber-paid feed needs the deployment's protocol treasury: pass --protocol-treasury ADDR "
+            f"or set {ENV_PROTOCOL_TREASURY}"
+        )
+    paid = {"fee_per_key_epoch_cby": opts["fee_per_epoch_cby"], "protocol_fee_bps": opts.get("protocol_fee_bps") or 0,
+            "publisher_treasury": opts.get("publisher_treasury") or owner, "protocol_treasury": treasury}
+    for name in ("key_epoch_blocks", "min_purchase_epochs"):
+        if opts.get(name) is not None:
+            paid[name] = opts[name]
+    return {**config, "access_mode": "SUBSCRIBER_PAID", "paid_stream_config": paid}
+
+
+def _settle(api: ApiClient, stream_id: str, *, feed_id: object = None, signing_key_id: int = 1) -> None:
+    # The next command (often a new process) reads from the projections, which trail the writer's
+    # acknowledgement by a moment: wait for them, so scripts can chain commands.
+    try:
+        wait_until_visible(api, stream_id, signing_key_id=signing_key_id,
+                           feed_id=feed_id if isinstance(feed_id, int) else None)
+    except RequestTimeoutError as err:
+        click.echo(f"note: {err.message}", err=True)
+
+
+@click.command("list")
+@read_options
+def list_feeds(api_url: str | None, as_json: bool) -> None:
+    """List every feed in the registry."""
+    feeds = ApiClient(api_url).feeds()
+    if as_json:
+        echo_json({"feeds": feeds})
+        return
+    echo_table(("FEED", "NAME", "STREAM", "OWNER", "DESCRIPTION"), _feed_rows(feeds),
+               empty="no feeds yet; create one with `watchtower new feed --name NAME`")
+
+
+@click.command("feeds")
+@click.option("--owner", default=None, metavar="ADDR", help="Owner address (default: your account's).")
+@identity_options
+@read_options
+def feeds_by_owner(owner: str | None, account: str | None, key_file: Path | None, api_url: str | None,
+                   as_json: bool) -> None:
+    """List the feeds one owner registered (default: yours)."""
+    address = require_address(owner, "--owner") if owner else load_account(account, key_file).address
+    feeds = ApiClient(api_url).feeds(owner=address)
+    if as_json:
+        echo_json({"owner": address, "feeds": feeds})
+        return
+    echo_table(("FEED", "NAME", "STREAM", "OWNER", "DESCRIPTION"), _feed_rows(feeds),
+               empty=f"{address} owns no feeds")
+
+
+# --- feed ID … -----------------------------------------------------------------------------------
+
+
+@click.group("feed")
+@click.argument("feed_ref", metavar="ID")
+@click.pass_context
+def feed(ctx: click.Context, feed_ref: str) -> None:
+    """Act on one feed. ID is a feed id (integer) or a stream id."""
+    ctx.obj = FeedRef(feed_ref)
+
+
+def _signed(ref: FeedRef, api_url: str | None, account: str | None, key_file: Path | None, method: str,
+            body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    return stream_id, api.command(load_account(account, key_file).sign(method, stream_id, body))
+
+
+def _done(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
+    if as_json:
+        echo_json(dict(reply))
+    else:
+        click.echo(text)
+
+
+@feed.command("publish")
+@click.option("--kind", required=True, help="Message kind, e.g. price_batch.")
+@click.option("--data", required=True, help="The payload: JSON text (any text with another --content-type).")
+@click.option("--tags", default=None, metavar="K=V,…", help='Header tags: true/false, numbers or text ("…" is text).')
+@click.option("--content-type", default=DEFAULT_CONTENT_TYPE, show_default=True)
+@click.option("--sequence", type=click.IntRange(min=1), default=None,
+              help="Publish only as this sequence (STALE_SEQUENCE otherwise); default: append.")
+@click.option("--publisher-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Publisher key (default: the one stored when the feed was created here).")
+@write_options
+@pass_feed
+def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_type: str, sequence: int | None,
+                 publisher_key_file: Path | None, api_url: str | None, account: str | None, key_file: Path | None,
+                 as_json: bool) -> None:
+    """Append one signed message (owner only); --sequence makes it conditional."""
+    if content_type == DEFAULT_CONTENT_TYPE:
+        parse_json(data, "--data")
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
+    publisher = Publisher(api, load_account(account, key_file), stream_id, key)
+    args = (kind, data.encode(), parse_tags(tags), content_type)
+    try:
+        reply = publisher.publish(*args, sequence=sequence)
+    except StaleSequenceError:
+        if sequence is not None:
+            raise
+        # A new process reads the head from the read side, which can trail the writer by a moment;
+        # the refusal carried the writer's own head, so append once more after it.
+        reply = publisher.publish(*args)
+    _done(reply, as_json, f"published sequence {reply['sequence']} (head {reply['head']}, floor {reply['floor']})")
+
+
+@feed.command("get-since")
+@click.option("--cursor", type=click.IntRange(min=0), required=True, help="Last sequence read (0: start).")
+@click.option("--limit", type=int, default=100, show_default=True, help="At most this many messages (1..500).")
+@click.option("--filter", "filter_json", default=None, metavar="JSON", help="CIP-7 filter DSL over headers.")
+@click.option("--min-head", type=click.IntRange(min=1), default=None,
+              help="First wait (up to --wait-ms) until the head reaches this sequence.")
+@click.option("--wait-ms", type=click.IntRange(min=0), default=2000, show_default=True)
+@read_options
+@pass_feed
+def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | None, min_head: int | None,
+                   wait_ms: int, api_url: str | None, as_json: bool) -> None:
+    """Read verified messages after --cursor."""
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    flt = parse_json(filter_json, "--filter") if filter_json else None
+    page = Subscriber(api, stream_id, cursor, flt).poll_page(limit, min_head=min_head,
+                                                            wait_ms=wait_ms if min_head else None)
+    if as_json:
+        echo_json({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages], "head": page.head,
+                   "floor": page.floor, "next_cursor": page.next_cursor, "verified": True})
+        return
+    for msg in page.messages:
+        click.echo(message_line(msg))
+    click.echo(f"{len(page.messages)} verified message(s); head {page.head}, floor {page.floor}, "
+               f"next cursor {page.next_cursor}")
+
+
+@feed.command("get-head")
+@read_options
+@pass_feed
+def feed_get_head(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
+    """Show the head, floor and current publisher key."""
+    api = ApiClient(api_url)
+    head = api.get_head(ref.resolve(api)[0])
+    if as_json:
+        echo_json(head)
+        return
+    _echo_fields(head, ("stream_id", "owner", "head", "floor", "capacity", "signing_key_id", "publisher_key_hex",
+                        "policy", "access_mode", "active_subscribers", "max_subscribers", "last_key_epoch"))
+
+
+@feed.command("get-key-at-sequence")
+@click.argument("sequence", type=click.IntRange(min=1))
+@read_options
+@pass_feed
+def feed_get_key_at_sequence(ref: FeedRef, sequence: int, api_url: str | None, as_json: bool) -> None:
+    """Show the publisher key in force at SEQUENCE."""
+    api = ApiClient(api_url)
+    entry = api.key_at_sequence(ref.resolve(api)[0], sequence)
+    if as_json:
+        echo_json(entry)
+        return
+    _echo_fields(entry, ("signing_key_id", "public_key_hex", "effective_sequence"))
+
+
+@feed.command("rotate-publisher-key")
+@click.option("--new-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Rotate to the key in this file (default: a fresh key).")
+@write_options
+@pass_feed
+def feed_rotate_publisher_key(ref: FeedRef, new_key_file: Path | None, api_url: str | None, account: str | None,
+                              key_file: Path | None, as_json: bool) -> None:
+    """Switch to a new publisher key from the next sequence (owner only); the old key file is kept."""
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    owner = load_account(account, key_file)
+    new_key = keys.read_key_file(new_key_file) if new_key_file else nacl.signing.SigningKey.generate()
+    active = keys.publisher_key_path(stream_id)
+    pending = keys.write_key_file(active.with_name(f"{stream_id}.pending.key"), new_key, overwrite=True)
+    cmd = owner.sign("rotate_publisher_key", stream_id, {"new_key": bytes(new_key.verify_key)})
+    try:
+        reply = api.command(cmd)
+    except RequestTimeoutError:
+        click.echo(f"the rotation may still take effect; the new key stays at {pending} (check `get-head`)", err=True)
+        raise
+    except WatchtowerError:
+        pending.unlink(missing_ok=True)
+        raise
+    path = keys.replace_publisher_key(stream_id, new_key, old_signing_key_id=reply["old_signing_key_id"])
+    pending.unlink(missing_ok=True)
+    _settle(api, stream_id, signing_key_id=reply["signing_key_id"])
+    _done({**reply, "publisher_key_file": str(path)}, as_json,
+          f"publisher key {reply['signing_key_id']} signs from sequence {reply['effective_sequence']}; "
+          f"saved to {path} (key {reply['old_signing_key_id']} kept beside it)")
+
+
+@feed.command("subscribe")
+@click.option("--mode", type=click.Choice(list(MODES)), required=True, help="Delivery mode.")
+@click.option("--filter", "filter_json", default=None, metavar="JSON", help="CIP-7 filter DSL over headers.")
+@click.option("--cursor", type=click.IntRange(min=0), default=None, help="Start after this sequence (default: head).")
+@click.option("--follow", is_flag=True, help="Then print verified messages as they arrive (Ctrl-C stops).")
+@write_options
+@pass_feed
+def feed_subscribe(ref: FeedRef, mode: str, filter_json: str | None, cursor: int | None, follow: bool,
+                   api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """Subscribe your account (or update its subscription)."""
+    flt = parse_json(filter_json, "--filter") if filter_json else None
+    body: dict[str, Any] = {"mode": MODES[mode]}
+    if flt is not None:
+        body["filter"] = flt
+    if cursor is not None:
+        body["start_cursor"] = cursor
+    stream_id, reply = _signed(ref, api_url, account, key_file, "subscribe", body)
+    _done(reply, as_json, f"{reply.get('status', 'ACTIVE').lower()} {MODES[mode]} subscription to {stream_id} "
+                          f"from cursor {reply.get('start_cursor')}")
+    if follow:
+        subscriber = Subscriber(ApiClient(api_url), stream_id, int(reply.get("start_cursor") or 0), flt)
+        for msg in subscriber.follow():
+            click.echo(json.dumps(msg.to_json_dict()) if as_json else message_line(msg))
+
+
+@feed.command("unsubscribe")
+@write_options
+@pass_feed
+def feed_unsubscribe(ref: FeedRef, api_url: str | None, account: str | None, key_file: Path | None,
+                     as_json: bool) -> None:
+    """Cancel your account's subscription."""
+    stream_id, reply = _signed(ref, api_url, account, key_file, "unsubscribe", {})
+    _done(reply, as_json, f"unsubscribed from {stream_id}")
+
+
+@feed.command("set-policy")
+@click.argument("policy", type=click.Choice(list(POLICIES)))
+@write_options
+@pass_feed
+def feed_set_policy(ref: FeedRef, policy: str, api_url: str | None, account: str | None, key_file: Path | None,
+                    as_json: bool) -> None:
+    """Set who may subscribe: public, or private-allowlist (owner only)."""
+    stream_id, reply = _signed(ref, api_url, account, key_file, "set_subscription_policy",
+                               {"policy": POLICIES[policy]})
+    _done(reply, as_json, f"{stream_id} policy is now {reply.get('policy', POLICIES[policy])}")
+
+
+@feed.group("allowlist")
+def feed_allowlist() -> None:
+    """Add or remove subscribers of a private-allowlist feed (owner only)."""
+
+
+def _allowlist_command(action: str, method: str) -> None:
+    @feed_allowlist.command(action)
+    @click.argument("address")
+    @write_options
+    @pass_feed
+    def command(ref: FeedRef, address: str, api_url: str | None, account: str | None, key_file: Path | None,
+                as_json: bool) -> None:
+        stream_id, reply = _signed(ref, api_url, account, key_file, method,
+                                   {"address": require_address(address, "ADDR")})
+        _done(reply, as_json, f"{'added' if action == 'add' else 'removed'} {address} "
+                              f"{'to' if action == 'add' else 'from'} the allowlist of {stream_id}")
+
+    command.__doc__ = f"{action.capitalize()} ADDRESS {'to' if action == 'add' else 'from'} the allowlist."
+    command.help = command.__doc__
+
+
+_allowlist_command("add", "allowlist_add")
+_allowlist_command("remove", "allowlist_remove")
+
+
+@feed.command("info")
+@read_options
+@pass_feed
+def feed_info(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
+    """Show the feed's registry entry, config and state."""
+    api = ApiClient(api_url)
+    stream_id, entry = ref.resolve(api)
+    info = api.stream_info(stream_id)
+    if entry is None and isinstance(info.get("feed_id"), int):
+        entry = api.feed(info["feed_id"])
+    if as_json:
+        echo_json({**info, "feed": entry})
+        return
+    listing = {"feed_id": entry["feed_id"], "name": entry["name"], "description": entry.get("description")} if entry \
+        else {"feed_id": "(not listed)"}
+    _echo_fields({**listing, **info, "allowlist": len(info.get("allowlist") or [])},
+                 ("feed_id", "name", "description", "stream_id", "owner", "head", "floor", "capacity", "policy",
+                  "access_mode", "active_subscribers", "max_subscribers", "signing_key_id", "publisher_key_hex",
+                  "key_epoch", "allowlist"))
+
+
+@feed.command("subscribers")
+@click.option("--active-only", is_flag=True, help="Only ACTIVE subscriptions.")
+@read_options
+@pass_feed
+def feed_subscribers(ref: FeedRef, active_only: bool, api_url: str | None, as_json: bool) -> None:
+    """List the feed's subscriptions (no key needed)."""
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    subs = api.subscribers(stream_id, active_only=active_only)
+    if as_json:
+        echo_json({"stream_id": stream_id, "subscribers": subs})
+        return
+    rows = [(s.get("subscriber"), s.get("mode"), s.get("status"), s.get("start_cursor"), s.get("filter_json") or "")
+            for s in subs]
+    echo_table(("SUBSCRIBER", "MODE", "STATUS", "START", "FILTER"), rows, empty=f"{stream_id} has no subscribers")
+

@@ -1,0 +1,262 @@
+"""`ApiClient`: the Watchtower HTTP API (docs/http-api.md) over the standard library.
+
+Every method maps to one route and returns its JSON result as a dict (the SDK in `client.sdk`
+turns them into protocol types). Failures are always a `WatchtowerError`:
+
+- an error body ``{"error": {"code", "message"}}`` is raised as the matching subclass
+  (`WatchtowerError.from_dict`), e.g. STALE_SEQUENCE or FEED_NOT_FOUND;
+- nothing listening (connection refused, unknown host) is API_UNAVAILABLE, saying to start the
+  stack with ``watchtower up``;
+- no answer within the timeout is TIMEOUT;
+- a reply that is not Watchtower JSON keeps its HTTP status as the code (``HTTP_502``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, Final
+
+from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.signed_command import Command
+
+DEFAULT_API_URL: Final = "http://127.0.0.1:8470"
+ENV_API: Final = "WATCHTOWER_API"
+DEFAULT_TIMEOUT_S: Final = 30.0
+DEFAULT_COMMAND_TIMEOUT_S: Final = 30.0
+# The HTTP request outlives the server-side wait by this much, so the server's TIMEOUT reply
+# (which says the command may still commit) arrives instead of a bare socket timeout.
+_REPLY_MARGIN_S: Final = 5.0
+
+
+class ApiUnavailableError(WatchtowerError):
+    """Nothing answers at the API URL."""
+
+    CODE = "API_UNAVAILABLE"
+    DEFAULT_MESSAGE = "No Watchtower API answers; start it with `watchtower up`."
+
+
+def resolve_api_url(flag: str | None = None) -> str:
+    """The API base URL: `flag`, else ``$WATCHTOWER_API``, else http://127.0.0.1:8470."""
+    return (flag or os.environ.get(ENV_API) or DEFAULT_API_URL).rstrip("/")
+
+
+def _is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ApiClient:
+    """Synchronous client of one Watchtower API. Holds no connection; safe to share between threads.
+
+    `timeout` bounds every request in seconds (long polls and commands extend it by their own wait).
+    """
+
+    def __init__(self, base_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.base_url = resolve_api_url(base_url)
+        parsed = urllib.parse.urlsplit(self.base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise WatchtowerError(
+                f"API URL {self.base_url!r} is not an http(s) URL; pass one like {DEFAULT_API_URL}",
+                code="INVALID_ARGUMENT",
+            )
+        self.timeout = float(timeout)
+        # A proxy configured for the outside world must not swallow requests to this machine.
+        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(parsed.hostname) else []
+        self._opener = urllib.request.build_opener(*handlers)
+
+    def __repr__(self) -> str:
+        return f"ApiClient({self.base_url!r})"
+
+    # --- Transport -------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and return the decoded JSON object; raise a `WatchtowerError` on any failure.
+
+        `query` values that are None are left out; `timeout` overrides the client's for this call.
+        """
+        url = self.base_url + path
+        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (scheme checked in __init__)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        wait = self.timeout if timeout is None else timeout
+        try:
+            with self._opener.open(req, timeout=wait) as resp:
+                return self._decode(resp.status, resp.read(), url)
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            err.close()
+            raise self._error(err.code, raw, url) from None
+        except urllib.error.URLError as err:
+            raise self._transport_error(err.reason, url, wait) from None
+        except (TimeoutError, ConnectionError) as err:
+            raise self._transport_error(err, url, wait) from None
+
+    def _decode(self, status: int, raw: bytes, url: str) -> dict[str, Any]:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise self._error(status, raw, url) from None
+        if not isinstance(data, dict):
+            raise MalformedRecordError(f"{url} answered {type(data).__name__} JSON; the API answers objects")
+        return data
+
+    def _error(self, status: int, raw: bytes, url: str) -> WatchtowerError:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            try:
+                return WatchtowerError.from_dict(error)
+            except MalformedRecordError:
+                pass
+        snippet = raw[:200].decode("utf-8", "replace").strip()
+        return WatchtowerError(
+            f"{url} answered HTTP {status} without a Watchtower error body ({snippet or 'empty'}); "
+            f"check that --api / ${ENV_API} points at a Watchtower API",
+            code=f"HTTP_{status}",
+        )
+
+    def _transport_error(self, reason: object, url: str, wait: float) -> WatchtowerError:
+        if isinstance(reason, TimeoutError):
+            return RequestTimeoutError(
+                f"{url} did not answer within {wait:g}s; check the API and workers (`watchtower up`), then retry"
+            )
+        return ApiUnavailableError(
+            f"no Watchtower API at {self.base_url} ({reason}); start it with `watchtower up`, "
+            f"or point --api / ${ENV_API} at a running one"
+        )
+
+    @staticmethod
+    def _seg(value: object) -> str:
+        return urllib.parse.quote(str(value), safe="")
+
+    # --- Commands --------------------------------------------------------------------------------
+
+    def command(self, cmd: Command, *, timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S) -> dict[str, Any]:
+        """POST /v1/commands: submit a signed command and return the worker's committed reply.
+
+        A retry of the very same `cmd` is idempotent (the reply then carries ``"duplicate": true``).
+        """
+        body = {"command": cmd.to_dict(), "timeout_s": timeout_s}
+        reply = self.request("POST", "/v1/commands", body=body, timeout=max(self.timeout, timeout_s + _REPLY_MARGIN_S))
+        return _field(reply, "result", dict, "/v1/commands")
+
+    # --- Queries ---------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """GET /v1/health: ``{"ok": true, "worker": id}``."""
+        return self.request("GET", "/v1/health")
+
+    def openapi(self) -> dict[str, Any]:
+        """GET /openapi.json: the machine-readable API description."""
+        return self.request("GET", "/openapi.json")
+
+    def stream_info(self, stream_id: str) -> dict[str, Any]:
+        """GET /v1/streams/{id}: the head fields plus config, feed_id, allowlist and key_epoch."""
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}")
+
+    def get_head(self, stream_id: str) -> dict[str, Any]:
+        """GET /v1/streams/{id}/head: head, floor, capacity, current signing key, policy, counts."""
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/head")
+
+    def get_since(
+        self,
+        stream_id: str,
+        cursor: int = 0,
+        limit: int = 100,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        min_head: int | None = None,
+        wait_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """GET /v1/streams/{id}/messages: ``{"messages", "head", "floor", "next_cursor"}``.
+
+        Messages are `StreamMessage.to_json_dict()` dicts, unverified. With `min_head` the server
+        waits up to `wait_ms` for the stream to reach that head (a long poll), so the HTTP timeout
+        is extended by `wait_ms`.
+        """
+        query = {
+            "cursor": cursor,
+            "limit": limit,
+            "filter": None if filter is None else json.dumps(filter, separators=(",", ":")),
+            "min_head": min_head,
+            "wait_ms": wait_ms,
+        }
+        extra = (wait_ms if wait_ms is not None else 2000) / 1000 if min_head is not None else 0.0
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/messages", query=query,
+                            timeout=self.timeout + extra)
+
+    def key_at_sequence(self, stream_id: str, sequence: int) -> dict[str, Any]:
+        """GET /v1/streams/{id}/keys/at/{seq}: signing_key_id, public_key_hex, effective_sequence."""
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/keys/at/{int(sequence)}")
+
+    def key_history(
+        self, stream_id: str, from_signing_key_id: int = FIRST_SIGNING_KEY_ID, limit: int = DEFAULT_KEY_HISTORY_LIMIT
+    ) -> dict[str, Any]:
+        """GET /v1/streams/{id}/keys: one page, ``{"entries": [...], "next_from": int or null}``."""
+        query = {"from": from_signing_key_id, "limit": limit}
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/keys", query=query)
+
+    def key_schedule(self, stream_id: str) -> KeySchedule:
+        """The stream's whole publisher key schedule, following `key_history` pages to the end."""
+        entries: list[KeyScheduleEntry] = []
+        start: int | None = FIRST_SIGNING_KEY_ID
+        while start is not None:
+            page = self.key_history(stream_id, start, DEFAULT_KEY_HISTORY_LIMIT)
+            raw = _field(page, "entries", list, "key history")
+            entries.extend(KeyScheduleEntry.from_dict(e) for e in raw)
+            following = page.get("next_from")
+            if following is not None and (not isinstance(following, int) or following <= start or not raw):
+                raise MalformedRecordError(f"key history of {stream_id} pages backwards (next_from {following!r})")
+            start = following
+        return KeySchedule(tuple(entries))
+
+    def subscribers(self, stream_id: str, *, active_only: bool = False) -> list[dict[str, Any]]:
+        """GET /v1/streams/{id}/subscribers: Subscription dicts ordered by address."""
+        query = {"active_only": "true" if active_only else None}
+        page = self.request("GET", f"/v1/streams/{self._seg(stream_id)}/subscribers", query=query)
+        return list(_field(page, "subscribers", list, "subscribers"))
+
+    def feeds(self, *, owner: str | None = None) -> list[dict[str, Any]]:
+        """GET /v1/feeds: registry entries (feed_id, stream_id, name, description, owner, …) by feed id."""
+        return list(_field(self.request("GET", "/v1/feeds", query={"owner": owner}), "feeds", list, "feeds"))
+
+    def feed(self, feed_id: int) -> dict[str, Any]:
+        """GET /v1/feeds/{feed_id}: one registry entry; FEED_NOT_FOUND if none."""
+        return self.request("GET", f"/v1/feeds/{int(feed_id)}")
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
+    value = data.get(name)
+    if not isinstance(value, kind):
+        raise MalformedRecordError(f"the API's {what} answer has no {name!r} {kind.__name__}; is it a Watchtower API?")
+    return value

@@ -1,0 +1,401 @@
+"""The Python SDK over the HTTP API: `Publisher`, `Subscriber` and `create_feed`.
+
+A `Publisher` is the optimistic-concurrency writer of one stream (DESIGN §3): it signs each
+message for the sequence it expects (head + 1), and a mismatch comes back as STALE_SEQUENCE, never
+as a silent renumbering. A `Subscriber` pulls `get_since` pages, verifies every message against
+the stream's publisher key schedule, deduplicates by (stream_id, sequence) and keeps its cursor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import nacl.signing
+
+from watchtower.client.account import Account
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
+from watchtower.protocol.errors import (
+    FeedNotFoundError,
+    InvalidArgumentError,
+    InvalidSignatureError,
+    LimitExceededError,
+    MalformedRecordError,
+    RequestTimeoutError,
+    StaleSequenceError,
+    StreamNotFoundError,
+    UnauthorizedError,
+)
+from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.signed_command import Command
+from watchtower.protocol.signing import sign_message, verify_with_schedule
+
+DEFAULT_WAIT_MS = 2000
+
+
+class StreamApi(Protocol):
+    """The part of `ApiClient` the SDK uses (anything with these methods will do)."""
+
+    def command(self, cmd: Command, *, timeout_s: float = ...) -> dict[str, Any]: ...
+
+    def get_head(self, stream_id: str) -> dict[str, Any]: ...
+
+    def get_since(
+        self,
+        stream_id: str,
+        cursor: int = ...,
+        limit: int = ...,
+        *,
+        filter: Mapping[str, Any] | None = ...,
+        min_head: int | None = ...,
+        wait_ms: int | None = ...,
+    ) -> dict[str, Any]: ...
+
+    def key_schedule(self, stream_id: str) -> KeySchedule: ...
+
+    def feed(self, feed_id: int) -> dict[str, Any]: ...
+
+
+def new_stream_id() -> str:
+    """A fresh random stream id: ``"s-"`` + 16 hex digits (64 random bits)."""
+    return "s-" + secrets.token_hex(8)
+
+
+def create_feed(
+    api: StreamApi,
+    owner: Account,
+    *,
+    name: str,
+    description: str = "",
+    publisher_key_hex: str,
+    stream_id: str | None = None,
+    timeout_s: float = 30.0,
+    **config: Any,
+) -> dict[str, Any]:
+    """Create a stream owned by `owner` and list it in the registry as feed `name`.
+
+    `config` holds further StreamConfig fields (ring_buffer_capacity, subscription_policy,
+    access_mode, paid_stream_config as a dict, …); they are validated here first, so a bad field
+    fails before anything is sent. The create_stream body is the full StreamConfig JSON plus
+    ``"feed": {"name", "description"}``. Returns the reply: stream_id, owner, feed_id, head, ….
+    Reads may trail the acknowledgement briefly: `wait_until_visible` before reading it back.
+    """
+    for reserved in ("owner", "publisher_key", "publisher_key_hex", "feed"):
+        if reserved in config:
+            raise InvalidArgumentError(f"create_feed sets {reserved} itself; do not pass it in config")
+    sid = stream_id or new_stream_id()
+    fields = {**config, "stream_id": sid, "owner": owner.address, "publisher_key_hex": publisher_key_hex}
+    body = StreamConfig.from_dict(fields).to_json_dict()
+    body["feed"] = {"name": name, "description": description}
+    return api.command(owner.sign("create_stream", sid, body), timeout_s=timeout_s)
+
+
+def wait_until_visible(
+    api: StreamApi,
+    stream_id: str,
+    *,
+    min_head: int = 0,
+    signing_key_id: int = 1,
+    feed_id: int | None = None,
+    timeout_s: float = 10.0,
+) -> dict[str, Any]:
+    """Wait until the read side shows an acknowledged write; return the stream's get_head.
+
+    Commands are acknowledged by the writer; the HTTP reads come from projections a moment
+    later. Call this after create_feed or a key rotation when the next step reads (a Publisher's
+    first `sync`, a feed-id lookup). Waits for the stream to exist with head ≥ `min_head` and
+    current key id ≥ `signing_key_id` (and for `feed_id` in the registry); TIMEOUT otherwise.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if feed_id is not None:
+                api.feed(feed_id)
+            info = api.get_head(stream_id)
+            if info.get("head", -1) >= min_head and info.get("signing_key_id", 0) >= signing_key_id:
+                return info
+        except (StreamNotFoundError, FeedNotFoundError):
+            pass
+        if time.monotonic() >= deadline:
+            raise RequestTimeoutError(
+                f"the write to stream {stream_id} was acknowledged, but the read side has not shown it within "
+                f"{timeout_s:g}s; it will appear once the projection workers catch up (check `watchtower up`)"
+            )
+        time.sleep(0.05)
+
+
+def _int_field(data: Mapping[str, Any], name: str, what: str) -> int:
+    value = data.get(name)
+    if type(value) is not int:
+        raise MalformedRecordError(f"{what} has no integer {name!r}; the API answered {sorted(data)}")
+    return value
+
+
+# --- Publisher -----------------------------------------------------------------------------------
+
+
+class Publisher:
+    """Publishes to `stream_id` as `owner`, signing messages with `publisher_key`.
+
+    The head is read once (`sync`) and then advanced from each acknowledged publish, so a steady
+    publisher makes one HTTP call per message. Not thread-safe: one Publisher per writer.
+    """
+
+    def __init__(
+        self,
+        api: StreamApi,
+        owner: Account,
+        stream_id: str,
+        publisher_key: nacl.signing.SigningKey,
+        *,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.api = api
+        self.owner = owner
+        self.stream_id = stream_id
+        self.timeout_s = timeout_s
+        self._key = publisher_key
+        self._key_id: int | None = None
+        self._head: int | None = None
+        # The last signed command sent; after a TIMEOUT resend it with `api.command` (idempotent).
+        self.last_command: Command | None = None
+
+    @property
+    def head(self) -> int | None:
+        """The head this publisher believes the stream has (None until `sync` or the first publish)."""
+        return self._head
+
+    @property
+    def signing_key_id(self) -> int | None:
+        """The schedule id of the publisher key (None until synced)."""
+        return self._key_id
+
+    @property
+    def publisher_key(self) -> nacl.signing.SigningKey:
+        """The key messages are signed with (secret: never print it)."""
+        return self._key
+
+    def sync(self) -> int:
+        """Read the stream's head and current key id; returns the head.
+
+        Raises UNAUTHORIZED when `owner` does not own the stream and INVALID_SIGNATURE when the
+        publisher key is not the stream's current one, before anything is signed.
+        """
+        return self._sync()[0]
+
+    def _sync(self) -> tuple[int, int]:
+        info = self.api.get_head(self.stream_id)
+        if info.get("owner") != self.owner.address:
+            raise UnauthorizedError(
+                f"stream {self.stream_id} is owned by {info.get('owner')}, not {self.owner.address}; "
+                f"publish is owner-only, so sign with the owner's account (--account / --key-file)"
+            )
+        current = info.get("publisher_key_hex")
+        mine = bytes(self._key.verify_key).hex()
+        key_id = _int_field(info, "signing_key_id", "get_head")
+        if current != mine:
+            raise InvalidSignatureError(
+                f"this publisher key (public {mine[:16]}…) is not the current publisher key of stream "
+                f"{self.stream_id} (signing key {key_id}, public {str(current)[:16]}…); load the key file "
+                f"that holds key {key_id}"
+            )
+        head = _int_field(info, "head", "get_head")
+        self._key_id, self._head = key_id, head
+        return head, key_id
+
+    def publish(
+        self,
+        kind: str,
+        payload: bytes,
+        tags: Mapping[str, TagValue] | None = None,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+        *,
+        sequence: int | None = None,
+    ) -> dict[str, Any]:
+        """Sign a PLAINTEXT message for head + 1 and publish it; returns ``{"sequence", "head", "floor"}``.
+
+        `sequence` states the expected sequence explicitly instead of head + 1. On STALE_SEQUENCE
+        the head is refreshed (from the writer's answer) and the error re-raised: the caller
+        decides whether to publish again, re-signed for the new head. On TIMEOUT the head becomes
+        unknown and is re-read on the next publish; `last_command` can be resent as it is.
+        """
+        head, key_id = self._head, self._key_id
+        if head is None or key_id is None:
+            head, key_id = self._sync()
+        msg = sign_message(
+            stream_id=self.stream_id,
+            sequence=head + 1 if sequence is None else sequence,
+            timestamp_unix_ms=time.time_ns() // 1_000_000,
+            kind=kind,
+            payload=payload,
+            signing_key=self._key,
+            content_type=content_type,
+            tags=tags,
+            signing_key_id=key_id,
+        )
+        self.last_command = self.owner.sign("publish", self.stream_id, msg.to_json_dict())
+        try:
+            reply = self.api.command(self.last_command, timeout_s=self.timeout_s)
+        except StaleSequenceError as err:
+            current = err.details.get("head")
+            if isinstance(current, int) and not isinstance(current, bool):
+                self._head = current
+            else:
+                self.sync()
+            raise
+        except (RequestTimeoutError, InvalidSignatureError):
+            self._head = None
+            raise
+        self._head = _int_field(reply, "head", "the publish reply")
+        return reply
+
+    def rotate_key(self, new_key: nacl.signing.SigningKey) -> dict[str, Any]:
+        """Make `new_key` the stream's publisher key from head + 1; later publishes sign with it.
+
+        Returns ``{"old_signing_key_id", "signing_key_id", "effective_sequence"}``. Store the new
+        key before calling this: once acknowledged, only it can publish.
+        """
+        cmd = self.owner.sign("rotate_publisher_key", self.stream_id, {"new_key": bytes(new_key.verify_key)})
+        self.last_command = cmd
+        reply = self.api.command(cmd, timeout_s=self.timeout_s)
+        self._key = new_key
+        self._key_id = _int_field(reply, "signing_key_id", "the rotate reply")
+        return reply
+
+
+# --- Subscriber ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Page:
+    """One verified `get_since` page: new messages (ascending) and the stream's window after it."""
+
+    stream_id: str
+    messages: tuple[StreamMessage, ...]
+    head: int
+    floor: int
+    next_cursor: int
+
+
+class Subscriber:
+    """Reads `stream_id` from `cursor` (the last consumed sequence), verified and deduplicated.
+
+    `filter` is the CIP-7 filter DSL (validated here: INVALID_FILTER); the API applies it. Every
+    message is checked against the publisher key schedule (fetched once, refreshed when a
+    message needs a newer key); one that does not verify raises INVALID_SIGNATURE and the cursor
+    stays before its page. CURSOR_TOO_OLD propagates: resume from its ``details["floor"] - 1``.
+    """
+
+    def __init__(
+        self,
+        api: StreamApi,
+        stream_id: str,
+        cursor: int = 0,
+        filter: Mapping[str, Any] | None = None,
+    ) -> None:
+        if type(cursor) is not int or cursor < 0:
+            raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
+        parse_filter(filter)
+        self.api = api
+        self.stream_id = stream_id
+        self.filter = filter
+        self._cursor = cursor
+        self._delivered_through = cursor
+        self._schedule: KeySchedule | None = None
+
+    @property
+    def cursor(self) -> int:
+        """The last sequence consumed (pass it back as `cursor` to resume)."""
+        return self._cursor
+
+    def key_schedule(self, *, refresh: bool = False) -> KeySchedule:
+        """The stream's publisher key schedule, fetched once (or again with `refresh`)."""
+        if self._schedule is None or refresh:
+            self._schedule = self.api.key_schedule(self.stream_id)
+        return self._schedule
+
+    def verify(self, msg: StreamMessage) -> None:
+        """Raise INVALID_SIGNATURE unless `msg` belongs to this stream and verifies under its schedule."""
+        if msg.stream_id != self.stream_id:
+            raise InvalidSignatureError(
+                f"the API returned a message of stream {msg.stream_id!r} while reading {self.stream_id!r}; "
+                f"it is not part of this stream, so it was rejected"
+            )
+        if verify_with_schedule(msg, self.key_schedule()):
+            return
+        # A rotation after the schedule was fetched: the message needs the newer entry.
+        if verify_with_schedule(msg, self.key_schedule(refresh=True)):
+            return
+        entry = self.key_schedule().key_at_sequence(msg.sequence)
+        raise InvalidSignatureError(
+            f"message {self.stream_id}#{msg.sequence} does not verify under signing key {entry.signing_key_id} "
+            f"(in force from sequence {entry.effective_sequence}): it was altered or forged. It was not "
+            f"delivered; report it to the stream's operator.",
+            details={"stream_id": self.stream_id, "sequence": msg.sequence},
+        )
+
+    def poll_page(self, limit: int = 100, *, min_head: int | None = None, wait_ms: int | None = None) -> Page:
+        """Fetch, verify and deduplicate the next page; advance the cursor past it.
+
+        `min_head`/`wait_ms` make it a long poll (the API waits for that head). The cursor only
+        moves when the whole page verified.
+        """
+        if type(limit) is not int or not MIN_GET_SINCE_LIMIT <= limit <= MAX_GET_SINCE_LIMIT:
+            raise LimitExceededError(f"limit must be in {MIN_GET_SINCE_LIMIT}..{MAX_GET_SINCE_LIMIT}, got {limit!r}")
+        raw = self.api.get_since(
+            self.stream_id, self._cursor, limit, filter=self.filter, min_head=min_head, wait_ms=wait_ms
+        )
+        items = raw.get("messages")
+        if not isinstance(items, list):
+            raise MalformedRecordError(f"get_since of {self.stream_id} answered without a 'messages' list")
+        fresh: list[StreamMessage] = []
+        last = self._delivered_through
+        for item in items:
+            msg = StreamMessage.from_json_dict(item)
+            self.verify(msg)
+            if msg.sequence > last:  # (stream_id, sequence) already delivered otherwise
+                fresh.append(msg)
+                last = msg.sequence
+        head = _int_field(raw, "head", "get_since")
+        next_cursor = raw.get("next_cursor")
+        if type(next_cursor) is not int:
+            next_cursor = last
+        self._cursor = max(self._cursor, next_cursor, last)
+        self._delivered_through = last
+        return Page(self.stream_id, tuple(fresh), head, _int_field(raw, "floor", "get_since"), self._cursor)
+
+    def poll(self, limit: int = 100) -> list[StreamMessage]:
+        """The next verified messages after the cursor (at most `limit`, possibly none)."""
+        return list(self.poll_page(limit).messages)
+
+    def follow(
+        self,
+        *,
+        limit: int = 100,
+        wait_ms: int = DEFAULT_WAIT_MS,
+        idle_timeout_s: float | None = None,
+    ) -> Iterator[StreamMessage]:
+        """Yield verified messages as they arrive, long-polling the API (``min_head = cursor + 1``).
+
+        Runs until the caller stops iterating, or until no message arrived for `idle_timeout_s`.
+        """
+        last_activity = time.monotonic()
+        while True:
+            started = time.monotonic()
+            page = self.poll_page(limit, min_head=self._cursor + 1, wait_ms=wait_ms)
+            yield from page.messages
+            now = time.monotonic()
+            if page.messages:
+                last_activity = now
+                continue
+            if idle_timeout_s is not None and now - last_activity >= idle_timeout_s:
+                return
+            if page.next_cursor >= page.head and now - started < wait_ms / 2000:
+                # The API answered an unreached min_head early; do not spin on it.
+                time.sleep(min(0.2, wait_ms / 1000))
