@@ -125,13 +125,21 @@ class CommandProcessor:
         self.consumer.subscribe([self.t_commands], on_assign=self._on_assign, on_revoke=self._on_revoke)
         try:
             while not self._stop.is_set():
-                batch = self.consumer.consume(num_messages=self.batch_size, timeout=0.1)
-                batch = [m for m in batch if not _is_benign_error(m)]
+                batch = self._next_batch()
                 if batch:
                     self._process_batch(batch)
         finally:
             self.consumer.close()
             self.producer.flush(10)
+
+    def _next_batch(self) -> list[Message]:
+        # Wait for the first record only; then take whatever is already fetched. consume() with a
+        # timeout would hold a lone command for the whole timeout, adding it to every latency.
+        first = self.consumer.poll(0.1)
+        if first is None:
+            return []
+        batch = [first, *self.consumer.consume(num_messages=self.batch_size - 1, timeout=0)]
+        return [m for m in batch if not _is_benign_error(m)]
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Rebuild each owned aggregate from the committed events before touching its commands.

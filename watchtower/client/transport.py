@@ -14,7 +14,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from watchtower.agents.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
 from watchtower.protocol.errors import WatchtowerError
@@ -49,25 +49,20 @@ class CommandClient:
         partitions = list(md.topics[self.t_replies].partitions)
         # Spreading clients over reply partitions is load balancing, not security.
         self.reply_partition = random.choice(partitions)  # noqa: S311
-        tp = TopicPartition(self.t_replies, self.reply_partition, OFFSET_END)
-        self.consumer.assign([tp])
+        # Start at the partition's current end, as an explicit offset: replies to commands sent
+        # from now on come after it, and the reader is ready without waiting for a first fetch.
+        _low, high = self.consumer.get_watermark_offsets(
+            TopicPartition(self.t_replies, self.reply_partition), timeout=30)
+        self.consumer.assign([TopicPartition(self.t_replies, self.reply_partition, high)])
         self._pending: dict[str, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read_replies, name="wt-replies", daemon=True)
         self._reader.start()
-        self._ready.wait(30)
 
     def _read_replies(self) -> None:
         while not self._closed.is_set():
             msg = self.consumer.poll(0.1)
-            if not self._ready.is_set():
-                # Once the assignment is live, position is fixed at the end: replies to our
-                # commands can no longer be missed.
-                pos = self.consumer.position(self.consumer.assignment())
-                if pos and pos[0].offset >= 0:
-                    self._ready.set()
             if msg is None or msg.error():
                 continue
             corr = (msg.key() or b"").decode()

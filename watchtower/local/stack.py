@@ -35,9 +35,9 @@ class ServiceSet:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data")}
+        env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"), **(extra_env or {})}
         with (self.log_dir / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT,
                                                 start_new_session=True, env=env)
@@ -46,10 +46,14 @@ class ServiceSet:
         """A stream-actor worker (the single writer of the partitions it owns)."""
         self._spawn(f"worker-{worker_id}", ["watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix])
 
-    def start_projection(self, worker_id: str, port: int | None = None) -> None:
-        """A projection worker serving the HTTP API on `port` (default: the stack's API port)."""
+    def start_projection(self, worker_id: str, port: int | None = None, generation: int = 1) -> None:
+        """A projection worker serving the HTTP API on `port` (default: the stack's API port).
+
+        A new `generation` starts from empty tables and rebuilds them from the log.
+        """
         self._spawn(f"projection-{worker_id}", ["watchtower.projections.main", self.bootstrap, worker_id,
-                                                str(port or self.api_port), self.prefix])
+                                                str(port or self.api_port), self.prefix],
+                    {"WATCHTOWER_PROJECTION_GENERATION": str(generation)})
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
@@ -59,8 +63,9 @@ class ServiceSet:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
+    def wait_ready(self, timeout_s: float = 120.0, api_url: str | None = None) -> None:
         """Block until the API serves a routed request (its Faust worker holds its partitions)."""
+        url = api_url or self.api_url
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         while time.monotonic() < deadline:
@@ -69,7 +74,7 @@ class ServiceSet:
                     raise LocalStackError(f"{name} exited with code {proc.returncode}; see "
                                           f"{self.log_dir / (name + '.log')}")
             try:
-                with urllib.request.urlopen(f"{self.api_url}/v1/feeds", timeout=5) as resp:  # noqa: S310
+                with urllib.request.urlopen(f"{url}/v1/feeds", timeout=5) as resp:  # noqa: S310
                     json.loads(resp.read())
                     return
             except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -74,8 +75,11 @@ class Projection:
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
+        # A new generation is a new consumer group and new changelog topics: the projection is
+        # rebuilt from the log from scratch (how an operator drops projection state).
+        generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
         self.app = faust.App(
-            f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}",
+            f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
             store="memory://",
             processing_guarantee="exactly_once",
@@ -119,12 +123,27 @@ class Projection:
             record = event.message
             try:
                 if record.topic == self.t_messages:
+                    stream_id = bytes(record.key).decode()
+                    if stream_id not in self.indexes and self.heads.get(stream_id) is not None:
+                        # First message of a stream since this process started: re-learn the
+                        # window's offsets from the log so the index and floor offset are exact.
+                        await asyncio.get_running_loop().run_in_executor(
+                            None, self._load_index, stream_id, int(record.partition))
                     self._fold_message(record)
                 else:
                     apply_event(self.tables, decode_event(record.value))
             except Exception as exc:  # a poison record is skipped, never fatal
                 self.skipped += 1
                 log.error("skipping %s[%s]@%s: %s", record.topic, record.partition, record.offset, exc)
+
+    def _load_index(self, stream_id: str, partition: int) -> None:
+        head = self.heads[stream_id]
+        found = self.reader.scan(partition, int(head["floor_offset"]), int(head["head_offset"]), stream_id)
+        index = OffsetIndex()
+        for sequence in sorted(found):
+            if sequence >= int(head["floor"]):
+                index.add(sequence, found[sequence][0])
+        self.indexes[stream_id] = index
 
     def _fold_message(self, record: Any) -> None:
         stream_id = bytes(record.key).decode()
