@@ -1,59 +1,140 @@
-"""The demo's stream-actor part: a worker, a feed, signed publishes, rejections, verification."""
+"""The demo's stream-actor part: the whole stack, then a feed driven through the SDK and the CLI."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import subprocess
 import sys
+import tempfile
 import time
-import uuid
+from pathlib import Path
 
 import click
 import nacl.signing
 
+from watchtower.client.account import Account
 from watchtower.client.archive import read_committed_messages
-from watchtower.client.transport import CommandClient
-from watchtower.protocol.addresses import address_from_public_key
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.signing import verify_with_schedule
+from watchtower.topics.catalogue import topic_prefix
+
+BTC_ONLY = {"field": "tags.symbol", "op": "eq", "value": "BTC"}
+
+
+def _free_port(preferred: int) -> int:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+
+def _refused(label: str, call: object) -> None:
+    try:
+        call()  # type: ignore[operator]
+        click.echo(f"  {label}: unexpectedly accepted")
+    except WatchtowerError as err:
+        click.echo(f"  {label}: refused [{err.code}] {err.message}")
 
 
 def run_stream_demo(bootstrap: str) -> None:
-    """Start one worker process, drive a feed through it, and stop the worker."""
-    worker = subprocess.Popen([sys.executable, "-m", "watchtower.agents.worker_main", bootstrap, "demo"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = CommandClient(bootstrap)
+    """Start a stream worker and the projection/API worker, drive feeds through them, stop them."""
+    home = Path(tempfile.mkdtemp(prefix="wt-demo-"))
+    services = ServiceSet(bootstrap, topic_prefix(), home / "logs", api_port=_free_port(8470))
+    services.start_worker("demo-w1")
+    services.start_projection("demo-p1")
     try:
-        owner, publisher, stranger = (nacl.signing.SigningKey.generate() for _ in range(3))
-        sid = f"demo.prices.{uuid.uuid4().hex[:6]}"
-        cfg = {"stream_id": sid, "owner": address_from_public_key(bytes(owner.verify_key)),
-               "publisher_key_hex": bytes(publisher.verify_key).hex()}
-        client.call(sign_command(owner, "create_stream", sid, 1, cfg), timeout=120)
-        click.echo(f"  created feed {sid} (owner {cfg['owner'][:12]}…)")
         t0 = time.monotonic()
-        for seq in range(1, 6):
-            msg = sign_message(stream_id=sid, sequence=seq, timestamp_unix_ms=int(time.time() * 1000),
-                               kind="price_batch", payload=f'{{"p":{97000 + seq}}}'.encode(),
-                               signing_key=publisher, tags={"symbol": "BTC", "n": seq})
-            reply = client.call(sign_command(owner, "publish", sid, seq + 1, msg.to_json_dict()))
-            click.echo(f"  published sequence {reply['sequence']} (head {reply['head']}, floor {reply['floor']})")
-        click.echo(f"  5 signed publishes acknowledged in {time.monotonic() - t0:.2f}s")
-        stale = sign_message(stream_id=sid, sequence=3, timestamp_unix_ms=int(time.time() * 1000),
-                             kind="price_batch", payload=b"{}", signing_key=publisher)
-        for label, cmd in (("stale expected sequence", sign_command(owner, "publish", sid, 10, stale.to_json_dict())),
-                           ("publish by a stranger", sign_command(stranger, "publish", sid, 1, stale.to_json_dict()))):
-            try:
-                client.call(cmd)
-                click.echo(f"  {label}: unexpectedly accepted")
-            except WatchtowerError as err:
-                click.echo(f"  {label}: refused [{err.code}] {err.message}")
-        schedule = KeySchedule.initial(bytes(publisher.verify_key))
-        messages = read_committed_messages(bootstrap, stream_id=sid)
-        ok = all(verify_with_schedule(m, schedule) for m in messages)
-        seqs = [m.sequence for m in messages]
-        click.echo(f"  read back from the log: sequences {seqs}, every signature valid: {ok}")
+        services.wait_ready()
+        click.echo(f"  stream worker + projection worker up; HTTP API {services.api_url} "
+                   f"(OpenAPI at /openapi.json) after {time.monotonic() - t0:.1f}s")
+        _drive(ApiClient(services.api_url), services, home)
     finally:
-        client.close()
-        worker.terminate()
-        worker.wait(30)
+        services.stop()
+
+
+def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
+    owner = Account(nacl.signing.SigningKey.generate(), name="demo-owner", home=home)
+    stranger, friend = (Account(nacl.signing.SigningKey.generate(), home=home) for _ in range(2))
+    key1 = nacl.signing.SigningKey.generate()
+
+    click.secho("  -- a feed created and listed in the registry", bold=True)
+    created = create_feed(api, owner, name="btc-usd", description="demo prices",
+                          publisher_key_hex=bytes(key1.verify_key).hex())
+    sid, feed_id = created["stream_id"], created["feed_id"]
+    wait_until_visible(api, sid, feed_id=feed_id)
+    click.echo(f"  feed {feed_id} = stream {sid}, owner {owner.address[:14]}…")
+
+    click.secho("  -- signed messages published, then pulled and verified", bold=True)
+    pub = Publisher(api, owner, sid, key1)
+    t0 = time.monotonic()
+    for i in range(1, 7):
+        symbol = "BTC" if i % 2 else "ETH"
+        pub.publish("price", json.dumps({"symbol": symbol, "p": 97000 + i}).encode(), tags={"symbol": symbol})
+    click.echo(f"  6 publishes acknowledged in {time.monotonic() - t0:.2f}s (head {pub.head})")
+    sub = Subscriber(api, sid)
+    got = sub.poll_page(100, min_head=6, wait_ms=5000).messages
+    click.echo(f"  pulled sequences {[m.sequence for m in got]}, each verified against the key schedule")
+
+    click.secho("  -- a key rotation, with messages on both sides of it verified", bold=True)
+    key2 = nacl.signing.SigningKey.generate()
+    rotated = pub.rotate_key(key2)
+    wait_until_visible(api, sid, signing_key_id=rotated["signing_key_id"])
+    for i in range(7, 10):
+        pub.publish("price", json.dumps({"symbol": "BTC", "p": 97000 + i}).encode(), tags={"symbol": "BTC"})
+    after = sub.poll_page(100, min_head=9, wait_ms=5000).messages
+    schedule = sub.key_schedule(refresh=True)
+    click.echo(f"  key {rotated['signing_key_id']} signs from sequence {rotated['effective_sequence']}; "
+               f"pulled {[(m.sequence, m.signing_key_id) for m in after]} (sequence, key id), all verified")
+    everything = api.get_since(sid, 0, 500)["messages"]
+    click.echo(f"  whole window re-verified: {len(everything)} messages under {len(schedule.entries)} keys")
+
+    click.secho("  -- a filter at work (header-only CIP-7 filter DSL)", bold=True)
+    btc = Subscriber(api, sid, filter=BTC_ONLY).poll(100)
+    click.echo(f"  filter {json.dumps(BTC_ONLY)} -> sequences {[m.sequence for m in btc]}")
+
+    click.secho("  -- a private allowlist refusing a stranger", bold=True)
+    api.command(owner.sign("set_subscription_policy", sid, {"policy": "PRIVATE_ALLOWLIST"}))
+    api.command(owner.sign("allowlist_add", sid, {"address": friend.address}))
+    _refused("stranger subscribes", lambda: api.command(stranger.sign("subscribe", sid, {"mode": "PULL"})))
+    ok = api.command(friend.sign("subscribe", sid, {"mode": "PULL", "filter": BTC_ONLY}))
+    click.echo(f"  allowlisted friend subscribes: ok (created at sequence {ok.get('created_at_sequence')})")
+    _refused("stranger publishes", lambda: api.command(stranger.sign("publish", sid, {})))
+    _refused("stale expected sequence", lambda: pub.publish("price", b"{}", sequence=3))
+
+    click.secho("  -- CURSOR_TOO_OLD on a small ring", bold=True)
+    small_key = nacl.signing.SigningKey.generate()
+    small = create_feed(api, owner, name="small-ring", publisher_key_hex=bytes(small_key.verify_key).hex(),
+                        ring_buffer_capacity=5)
+    wait_until_visible(api, small["stream_id"], feed_id=small["feed_id"])
+    small_pub = Publisher(api, owner, small["stream_id"], small_key)
+    for i in range(12):
+        small_pub.publish("tick", json.dumps({"i": i}).encode())
+    head = wait_until_visible(api, small["stream_id"], min_head=12)
+    click.echo(f"  feed {small['feed_id']}: 12 published into a ring of 5 -> "
+               f"floor {head['floor']}, head {head['head']}")
+    _refused("get_since(cursor=0)", lambda: api.get_since(small["stream_id"], 0, 10))
+
+    click.secho("  -- the same system from the `watchtower` CLI", bold=True)
+    env = {**os.environ, "WATCHTOWER_API": services.api_url, "WATCHTOWER_HOME": str(home)}
+    for args in (["list"], ["feed", str(feed_id), "get-head"], ["feed", str(feed_id), "subscribers"]):
+        out = subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
+                             text=True, timeout=60, check=False)
+        click.echo(f"  $ watchtower {' '.join(args)}")
+        for line in (out.stdout or out.stderr).rstrip().splitlines():
+            click.echo(f"    {line}")
+
+    click.secho("  -- verified again straight from the Kafka log (what Spark reads)", bold=True)
+    messages = read_committed_messages(services.bootstrap, prefix=services.prefix, stream_id=sid)
+    full = KeySchedule.from_dict(schedule.to_dict())
+    valid = all(verify_with_schedule(m, full) for m in messages)
+    click.echo(f"  {len(messages)} messages on the messages topic, sequences 1..{messages[-1].sequence}, "
+               f"every signature valid: {valid}")

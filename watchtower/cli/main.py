@@ -24,12 +24,14 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from watchtower.cli import account_cmd, demo_cmd, feed_cmd, init_cmd, local_cmd, vectors_cmd
+    from watchtower.cli import account_cmd, demo_cmd, feed_cmd, init_cmd, local_cmd, up_cmd, vectors_cmd
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
     cli.add_command(init_cmd.init)
     cli.add_command(demo_cmd.demo)
+    for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
+        cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed):
         cli.add_command(command)
     _registered = True
@@ -54,9 +56,13 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except _one_line_errors() as exc:
+        from watchtower.protocol.errors import WatchtowerError
+
         code = getattr(exc, "code", None)
         prefix = f"error [{code}]" if isinstance(code, str) else "error"
-        click.echo(f"{prefix}: {exc}", err=True)
+        # A WatchtowerError's str() already starts with its code; print the sentence once.
+        text = exc.message if isinstance(exc, WatchtowerError) else str(exc)
+        click.echo(f"{prefix}: {text}", err=True)
         sys.exit(1)
     except SystemExit:
         raise

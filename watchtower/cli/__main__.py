@@ -1,0 +1,5 @@
+"""`python -m watchtower.cli` runs the `watchtower` command."""
+
+from watchtower.cli.main import main
+
+main()
