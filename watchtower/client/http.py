@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Final
 
+from watchtower.local.paths import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
@@ -44,8 +45,18 @@ class ApiUnavailableError(WatchtowerError):
 
 
 def resolve_api_url(flag: str | None = None) -> str:
-    """The API base URL: `flag`, else ``$WATCHTOWER_API``, else http://127.0.0.1:8470."""
-    return (flag or os.environ.get(ENV_API) or DEFAULT_API_URL).rstrip("/")
+    """The API base URL: `flag`, else ``$WATCHTOWER_API``, else the one `watchtower up` recorded in
+    ``$WATCHTOWER_HOME/config.json``, else http://127.0.0.1:8470."""
+    return (flag or os.environ.get(ENV_API) or _recorded_api() or DEFAULT_API_URL).rstrip("/")
+
+
+def _recorded_api() -> str | None:
+    try:
+        data = json.loads((watchtower_home() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    api = data.get("api") if isinstance(data, dict) else None
+    return api if isinstance(api, str) and api else None
 
 
 def _is_loopback(host: str | None) -> bool:
