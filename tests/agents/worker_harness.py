@@ -1,4 +1,9 @@
-"""Run stream-actor workers as real OS processes so tests can `kill -9` them."""
+"""Run stream-actor workers as real OS processes so tests can `kill -9` them.
+
+Also the by-hand tools the integration tests need: a raw request/reply channel on the commands
+topic (for records no SDK would build), Kafka's murmur2 partitioner (to place streams on chosen
+partitions), a reader of the committed events, and a view of the worker group's assignment.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from watchtower.agents.command_processor import GROUP_ID
+from watchtower.agents.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream_actor import Event
 from watchtower.topics.admin import ensure_topics
-from watchtower.topics.catalogue import catalogue
+from watchtower.topics.catalogue import catalogue, topic_name
 
 
 @dataclass
@@ -22,20 +36,46 @@ class Workers:
     bootstrap: str
     prefix: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    log_dir: Path | None = None
 
     def start(self, worker_id: str) -> None:
-        self.procs[worker_id] = subprocess.Popen(
-            [sys.executable, "-m", "watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        # With a log_dir each worker's stderr goes to <log_dir>/<worker_id>.log (appended across
+        # restarts), so a failing test can show what the worker said.
+        stderr: Any = subprocess.DEVNULL
+        if self.log_dir is not None:
+            stderr = (self.log_dir / f"{worker_id}.log").open("ab")
+        try:
+            self.procs[worker_id] = subprocess.Popen(
+                [sys.executable, "-m", "watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix],
+                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        finally:
+            if stderr is not subprocess.DEVNULL:
+                stderr.close()
 
     def kill9(self, worker_id: str) -> None:
         proc = self.procs.pop(worker_id)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
+    def terminate(self, worker_id: str, timeout: float = 30.0) -> int:
+        """Stop a worker gracefully (SIGTERM) and return its exit code."""
+        proc = self.procs.pop(worker_id)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout)
+
+    def pid(self, worker_id: str) -> int:
+        return self.procs[worker_id].pid
+
     def alive(self, worker_id: str) -> bool:
         proc = self.procs.get(worker_id)
         return proc is not None and proc.poll() is None
+
+    def log(self, worker_id: str) -> str:
+        """What the worker wrote to stderr so far ("" without a log_dir)."""
+        if self.log_dir is None:
+            return ""
+        path = self.log_dir / f"{worker_id}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def stop_all(self) -> None:
         for proc in self.procs.values():
@@ -51,10 +91,12 @@ class Workers:
 
 
 @contextmanager
-def workers(bootstrap: str, partitions: int = 3) -> Iterator[Workers]:
+def workers(bootstrap: str, partitions: int = 3, log_dir: Path | None = None) -> Iterator[Workers]:
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
-    w = Workers(bootstrap, prefix)
+    specs = catalogue(prefix, partitions=partitions)
+    ensure_topics(bootstrap, specs)
+    wait_for_leaders(bootstrap, [s.name for s in specs])
+    w = Workers(bootstrap, prefix, log_dir=log_dir)
     try:
         yield w
     finally:
@@ -64,3 +106,198 @@ def workers(bootstrap: str, partitions: int = 3) -> Iterator[Workers]:
 def read_all_messages(bootstrap: str, prefix: str) -> list[StreamMessage]:
     """Every committed StreamMessage on the messages topic, in log order."""
     return read_committed_messages(bootstrap, prefix=prefix)
+
+
+def wait_for_leaders(bootstrap: str, topics: list[str], timeout: float = 30.0) -> None:
+    """Return once every partition of ``topics`` answers an offset query.
+
+    Creating a topic is asynchronous: for a moment after ``create_topics`` succeeds its partitions
+    have no leader yet, and clients started then fail with NOT_LEADER_FOR_PARTITION.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-ready-{uuid.uuid4().hex}",
+                         "log_level": 0})
+    try:
+        for topic in topics:
+            for p in consumer.list_topics(topic, timeout=timeout).topics[topic].partitions:
+                _end_offset(consumer, TopicPartition(topic, p), timeout)
+    finally:
+        consumer.close()
+
+
+# --- Raw request/reply ----------------------------------------------------------------------------
+
+
+class RawCommandChannel:
+    """Put any bytes (or no value at all) on the commands topic and wait for the worker's reply.
+
+    Does by hand what ``CommandClient`` does: the record carries the correlation and reply-partition
+    headers, is keyed (murmur2, like every client) so it lands on the partition of ``key``, and the
+    reply is read ``read_committed`` from the chosen partition of the replies topic.
+    """
+
+    def __init__(self, bootstrap: str, prefix: str, reply_partition: int = 0) -> None:
+        self.t_commands = topic_name("commands", prefix)
+        self.t_replies = topic_name("replies", prefix)
+        self.reply_partition = reply_partition
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                                  "partitioner": "murmur2_random", "log_level": 3})
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-raw-{uuid.uuid4().hex}",
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "log_level": 3})
+        # Every reply to a record sent from now on lands at or after today's end of the partition.
+        high = _end_offset(self.consumer, TopicPartition(self.t_replies, reply_partition))
+        self.consumer.assign([TopicPartition(self.t_replies, reply_partition, high)])
+        self._early: dict[str, dict[str, Any]] = {}
+
+    def send(self, value: bytes | None, *, key: str, headers: dict[str, str] | None = None) -> tuple[str, int]:
+        """Produce one record; return its correlation id and the commands partition it landed on."""
+        corr = uuid.uuid4().hex
+        hdrs: dict[str, str | bytes | None] = {H_CORRELATION: corr, H_REPLY_PARTITION: str(self.reply_partition)}
+        hdrs.update(headers or {})
+        delivered: list[int] = []
+        failed: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failed.append(err)
+            else:
+                delivered.append(int(msg.partition()))
+
+        self.producer.produce(self.t_commands, key=key.encode(), value=value, headers=hdrs, on_delivery=on_delivery)
+        self.producer.flush(30)
+        assert not failed, f"producing the command failed: {failed}"
+        assert delivered, "the command was not delivered within 30 s"
+        return corr, delivered[0]
+
+    def reply(self, corr: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The decoded reply envelope (``{"v", "ok", "result" | "error"}``) for ``corr``."""
+        deadline = time.monotonic() + timeout
+        while corr not in self._early:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no reply to {corr} within {timeout}s: the worker never answered")
+            msg = self.consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            self._early[(msg.key() or b"").decode()] = decode_reply(msg.value())
+        return self._early.pop(corr)
+
+    def request(self, value: bytes | None, *, key: str, timeout: float = 60.0) -> tuple[int, dict[str, Any]]:
+        """Send a record and wait for its reply: (commands partition, reply envelope)."""
+        corr, partition = self.send(value, key=key)
+        return partition, self.reply(corr, timeout)
+
+    def close(self) -> None:
+        self.producer.flush(10)
+        self.consumer.close()
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> int:
+    """The end offset of ``tp``, waiting out a topic so new that its leader is not known yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(high)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+# --- Partitioning, the events log and the worker group --------------------------------------------
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``) as an unsigned 32-bit int."""
+    m, r = 0x5BD1E995, 24
+    h = (0x9747B28C ^ len(data)) & 0xFFFFFFFF
+    whole = len(data) - len(data) % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Kafka's default (murmur2) partitioner picks for a non-empty ``key``."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    partition: int
+    offset: int
+    event: Event
+
+
+def read_committed_events(bootstrap: str, prefix: str) -> list[LoggedEvent]:
+    """Every committed event on the events topic, in log order within each partition."""
+    topic = topic_name("events", prefix)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-events-{uuid.uuid4().hex}",
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "enable.auto.commit": False, "log_level": 3})
+    try:
+        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        out: list[LoggedEvent] = []
+        finished: set[int] = set()
+        while len(finished) < len(partitions):
+            for m in consumer.consume(500, timeout=1.0):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        finished.add(int(m.partition() or 0))
+                    continue
+                out.append(LoggedEvent(int(m.partition() or 0), int(m.offset() or 0), decode_event(m.value())))
+        return out
+    finally:
+        consumer.close()
+
+
+def group_assignment(bootstrap: str, topic: str) -> dict[str, frozenset[int]] | None:
+    """Partitions of ``topic`` per member client id of the worker group, or None while it rebalances.
+
+    Workers of every test share the ``wt-stream-actor`` group, so only assignments of ``topic``
+    (one test's commands topic) count.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    desc = admin.describe_consumer_groups([GROUP_ID], request_timeout=10)[GROUP_ID].result()
+    if desc.state.name != "STABLE":
+        return None
+    out: dict[str, frozenset[int]] = {}
+    for member in desc.members:
+        parts = frozenset(tp.partition for tp in member.assignment.topic_partitions if tp.topic == topic)
+        if parts:
+            out[member.client_id] = parts
+    return out
+
+
+def wait_for_assignment(bootstrap: str, topic: str, members: int, partitions: int,
+                        timeout: float = 60.0) -> dict[str, frozenset[int]]:
+    """Wait until ``members`` workers together own all ``partitions`` of ``topic``; return who owns what."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, frozenset[int]] | None = None
+    while time.monotonic() < deadline:
+        last = group_assignment(bootstrap, topic)
+        if last is not None and len(last) == members:
+            owned = sorted(p for parts in last.values() for p in parts)
+            if owned == list(range(partitions)):
+                return last
+        time.sleep(0.25)
+    raise TimeoutError(f"{topic}: wanted {partitions} partitions over {members} workers; last saw {last}")
