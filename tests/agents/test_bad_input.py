@@ -19,7 +19,7 @@ import nacl.signing
 import pytest
 from worker_harness import RawCommandChannel, Workers, workers
 
-from watchtower.agents.wire import H_REPLY_PARTITION, encode_command
+from watchtower.agents.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES
@@ -213,6 +213,16 @@ def test_stranger_is_unauthorized(feed: Feed, method: str) -> None:
     # The stranger's own nonce 1 is fresh, so only ownership can be the reason for the refusal.
     error = refused(feed.send(sign_command(feed.stranger, method, feed.stream_id, 1, body)), "UNAUTHORIZED")
     assert address_from_public_key(bytes(feed.stranger.verify_key)) in error["message"]
+    feed.assert_still_flowing()
+
+
+def test_forged_feed_registration_on_the_commands_topic_is_unauthorized(feed: Feed) -> None:
+    # A stranger signs a create for the victim's stream with a listing and sends the registry
+    # forward straight to the public commands topic, hoping to be listed as the owner.
+    forged = sign_command(feed.stranger, "create_stream", feed.stream_id, 1,
+                          {"publisher_key_hex": bytes(feed.stranger.verify_key).hex(), "feed": {"name": "mine"}})
+    error = refused(feed.send_raw(encode_registry_forward(forged)), "UNAUTHORIZED")
+    assert "forwarded by stream workers" in error["message"]
     feed.assert_still_flowing()
 
 

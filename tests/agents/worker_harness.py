@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from watchtower.agents.command_processor import GROUP_ID
+from watchtower.agents.command_processor import group_id
 from watchtower.agents.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.message import StreamMessage
@@ -273,11 +273,12 @@ def read_committed_events(bootstrap: str, prefix: str) -> list[LoggedEvent]:
 def group_assignment(bootstrap: str, topic: str) -> dict[str, frozenset[int]] | None:
     """Partitions of ``topic`` per member client id of the worker group, or None while it rebalances.
 
-    Workers of every test share the ``wt-stream-actor`` group, so only assignments of ``topic``
-    (one test's commands topic) count.
+    Each topic prefix has its own worker group; only assignments of ``topic`` (the test's commands
+    topic) are reported.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    desc = admin.describe_consumer_groups([GROUP_ID], request_timeout=10)[GROUP_ID].result()
+    group = group_id(topic.rsplit(".", 1)[0])
+    desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
     if desc.state.name != "STABLE":
         return None
     out: dict[str, frozenset[int]] = {}

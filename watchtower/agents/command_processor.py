@@ -43,7 +43,7 @@ from watchtower.agents.wire import (
     encode_reply,
 )
 from watchtower.protocol.billing import block_height_at
-from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
@@ -55,6 +55,12 @@ from watchtower.topics.partitioning import partition_for_key
 log = logging.getLogger("watchtower.worker")
 
 GROUP_ID = "wt-stream-actor"
+
+
+def group_id(prefix: str | None = None) -> str:
+    """The consumer group of one deployment's workers (per topic prefix, so deployments sharing
+    a cluster never rebalance each other)."""
+    return f"{GROUP_ID}.{topic_name('commands', prefix).rsplit('.', 1)[0]}"
 
 
 @dataclass
@@ -83,6 +89,8 @@ class CommandProcessor:
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
         self.t_replies = topic_name("replies", prefix)
+        self.t_internal = topic_name("internal", prefix)
+        self._reply_partitions: int | None = None
         self.stats = WorkerStats()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._stop = threading.Event()
@@ -92,7 +100,7 @@ class CommandProcessor:
         self._command_partitions: int | None = None
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap,
-            "group.id": GROUP_ID,
+            "group.id": group_id(prefix),
             "client.id": f"wt-worker-{worker_id}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -107,7 +115,7 @@ class CommandProcessor:
             "bootstrap.servers": bootstrap,
             "client.id": f"wt-worker-{worker_id}",
             # Stable per worker: a restarted worker fences its own zombie transaction immediately.
-            "transactional.id": f"wt-stream-actor-{worker_id}",
+            "transactional.id": f"{group_id(prefix)}-{worker_id}",
             "transaction.timeout.ms": transaction_timeout_ms,
             "enable.idempotence": True,
             "acks": "all",
@@ -122,7 +130,10 @@ class CommandProcessor:
     def run(self) -> None:
         """Process commands until :meth:`stop` (or SIGTERM via :func:`run_worker`)."""
         self.producer.init_transactions(60)
-        self.consumer.subscribe([self.t_commands], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        # commands and internal are co-partitioned and the range assignor gives partition p of
+        # both to the same worker, so a forward lands with the writer of its aggregate.
+        self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke)
         try:
             while not self._stop.is_set():
                 batch = self._next_batch()
@@ -144,6 +155,8 @@ class CommandProcessor:
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Rebuild each owned aggregate from the committed events before touching its commands.
         for tp in partitions:
+            if tp.topic != self.t_commands:
+                continue
             loaded = load_partition_states(self.bootstrap, self.t_events, tp.partition)
             self._states[tp.partition] = loaded.streams
             self._registries[tp.partition] = loaded.registry
@@ -152,6 +165,8 @@ class CommandProcessor:
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
+            if tp.topic != self.t_commands:
+                continue
             self._states.pop(tp.partition, None)
             self._registries.pop(tp.partition, None)
 
@@ -194,11 +209,11 @@ class CommandProcessor:
                 states.pop(stream_id, None)
             else:
                 states[stream_id] = before
-        firsts: dict[int, int] = {}
+        firsts: dict[tuple[str, int], int] = {}
         for m in batch:
-            firsts.setdefault(int(m.partition() or 0), int(m.offset() or 0))
-        for partition, offset in firsts.items():
-            self.consumer.seek(TopicPartition(self.t_commands, partition, offset))
+            firsts.setdefault((str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0))
+        for (topic, partition), offset in firsts.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
 
     def _handle(self, msg: Message, touched: dict[tuple[int, str], StreamState | None]) -> None:
         self.stats.commands += 1
@@ -206,6 +221,12 @@ class CommandProcessor:
         headers = dict(msg.headers() or [])
         try:
             record = decode_command(msg.value())
+            from_worker = msg.topic() == self.t_internal
+            if isinstance(record, RegistryForward) != from_worker:
+                # Forwards are trusted because only workers can write the internal topic; the
+                # same bytes arriving on the public commands topic are refused.
+                raise UnauthorizedError("feed registrations are forwarded by stream workers only; create the "
+                                        "stream with a `feed` listing in its create_stream body instead")
             if isinstance(record, RegistryForward):
                 self._register(partition, record.create, headers)
                 return
@@ -238,7 +259,7 @@ class CommandProcessor:
         if cmd.method == Method.CREATE_STREAM and "feed" in cmd.body:
             # Listed feeds get their id from the registry, which answers the caller; forwarding in
             # this transaction makes "created" and "listed" one atomic fact.
-            self.producer.produce(self.t_commands, key=REGISTRY_KEY.encode(), value=encode_registry_forward(cmd),
+            self.producer.produce(self.t_internal, key=REGISTRY_KEY.encode(), value=encode_registry_forward(cmd),
                                   partition=self._partition_of(REGISTRY_KEY), headers=_reply_headers(headers))
             return
         self._reply(headers, encode_reply(True, result=dict(decision.reply)))
@@ -273,7 +294,18 @@ class CommandProcessor:
             partition = int(part)
         except ValueError:
             return
+        if not 0 <= partition < self._replies_partition_count():
+            # Nobody can be reading a partition that does not exist; producing to it would fail the
+            # whole transaction again on every retry and stall the partition.
+            log.warning("dropping a reply to partition %s of %s, which does not exist", part, self.t_replies)
+            return
         self.producer.produce(self.t_replies, key=corr, value=value, partition=partition)
+
+    def _replies_partition_count(self) -> int:
+        if self._reply_partitions is None:
+            md = self.producer.list_topics(self.t_replies, timeout=30)
+            self._reply_partitions = len(md.topics[self.t_replies].partitions)
+        return self._reply_partitions
 
 
 def _internal(exc: Exception) -> WatchtowerError:

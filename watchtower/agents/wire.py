@@ -32,7 +32,7 @@ def _load(data: bytes | None, what: str) -> dict[str, Any]:
         raise MalformedRecordError(f"the {what} record has no value; send a JSON {what} envelope")
     try:
         obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise MalformedRecordError(f"the {what} record is not JSON ({exc.__class__.__name__}); "
                                    "use the Watchtower SDK or CLI to build it") from None
     if not isinstance(obj, dict):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from watchtower.agents.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
 from watchtower.protocol.errors import WatchtowerError
@@ -51,8 +52,7 @@ class CommandClient:
         self.reply_partition = random.choice(partitions)  # noqa: S311
         # Start at the partition's current end, as an explicit offset: replies to commands sent
         # from now on come after it, and the reader is ready without waiting for a first fetch.
-        _low, high = self.consumer.get_watermark_offsets(
-            TopicPartition(self.t_replies, self.reply_partition), timeout=30)
+        high = _end_offset(self.consumer, TopicPartition(self.t_replies, self.reply_partition))
         self.consumer.assign([TopicPartition(self.t_replies, self.reply_partition, high)])
         self._pending: dict[str, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -114,3 +114,15 @@ class CommandClient:
         self._closed.set()
         self._reader.join(5)
         self.consumer.close()
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> int:
+    """The partition's end offset, retrying while a just-created topic has no leader yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as exc:
+            if time.monotonic() > deadline or not exc.args[0].retriable():
+                raise
+            time.sleep(0.2)

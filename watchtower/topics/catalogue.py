@@ -58,6 +58,8 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
                   purpose="CIP-7 events: the source of truth every projection is rebuilt from"),
         TopicSpec("messages", f"{p}.messages", partitions, FOREVER,
                   purpose="StreamMessages keyed by stream_id: the archive get_since and replay read"),
+        TopicSpec("internal", f"{p}.internal", partitions, 7 * DAY_MS,
+                  purpose="forwards between aggregates (e.g. feed listings); written by workers only"),
         TopicSpec("replies", f"{p}.replies", partitions, HOUR_MS,
                   purpose="command results for request/reply, written in the same transaction"),
         TopicSpec("deliveries", f"{p}.deliveries", partitions, 7 * DAY_MS,
