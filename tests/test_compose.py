@@ -50,3 +50,28 @@ def test_compose_matches_local_cluster_config() -> None:
         assert f"127.0.0.1:{external_ports[-1]}:{external_ports[-1]}" in svc["ports"]
     # Clients reach compose's cluster at the bootstrap the embedded 3-node cluster uses.
     assert external_ports == [n.port for n in spec.node_specs]
+    for i in (1, 2, 3):
+        env = _env_to_props(brokers[f"kafka-{i}"]["environment"])
+        listener_ports = [int(addr.rsplit(":", 1)[1]) for addr in env["listeners"].split(",")]
+        assert len(set(listener_ports)) == len(listener_ports), f"kafka-{i} binds one port twice"
+
+
+def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = doc["services"]
+    internal = ",".join(f"kafka-{i}:19092" for i in (1, 2, 3))
+    assert services["init"]["command"] == ["watchtower", "init"]
+    assert services["init"]["environment"]["WATCHTOWER_BOOTSTRAP"] == internal
+    workers = [s for name, s in services.items() if name.startswith("worker-")]
+    assert len(workers) >= 2, "compose shows several workers sharing the partitions"
+    ids = [w["command"][-1] for w in workers]
+    assert len(set(ids)) == len(ids), "each worker needs its own id (its transactional.id)"
+    for w in workers:
+        assert w["command"][:3] == ["python", "-m", "watchtower.agents.worker_main"]
+        assert w["command"][3] == internal
+    apis = {name: s for name, s in services.items() if name.startswith("api-")}
+    assert len(apis) >= 2
+    for name, api in apis.items():
+        assert api["command"][:3] == ["python", "-m", "watchtower.projections.main"]
+        assert api["environment"]["WATCHTOWER_CANONICAL_URL"] == f"http://{name}:{api['command'][-1]}"
+    assert {"spark-master", "spark-worker"} <= services.keys()

@@ -14,7 +14,8 @@ def main(argv: list[str]) -> None:
     datadir = os.environ.get("WATCHTOWER_FAUST_DATADIR")
     projection = Projection(bootstrap, worker_id, prefix=prefix, port=port, datadir=datadir)
     # Faust's App.main() parses sys.argv like the `faust` command.
-    sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host", "127.0.0.1"]
+    sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host",
+                os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1")]
     projection.app.main()
 
 

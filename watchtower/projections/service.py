@@ -84,9 +84,11 @@ class Projection:
             store="memory://",
             processing_guarantee="exactly_once",
             web_enabled=True,
-            web_host="127.0.0.1",
+            # In a container the API listens on all interfaces and other workers reach it by its
+            # service name; the defaults suit one machine.
+            web_host=os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1"),
             web_port=port,
-            canonical_url=f"http://127.0.0.1:{port}",
+            canonical_url=os.environ.get("WATCHTOWER_CANONICAL_URL", f"http://127.0.0.1:{port}"),
             datadir=datadir or f"/tmp/wt-projections-{worker_id}",  # noqa: S108
             topic_partitions=self.partitions,
             topic_replication_factor=replication,
