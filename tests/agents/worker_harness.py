@@ -29,6 +29,7 @@ from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.stream_actor import Event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.partitioning import partition_for_key
 
 
 @dataclass
@@ -209,34 +210,9 @@ def _end_offset(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -
 # --- Partitioning, the events log and the worker group --------------------------------------------
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``) as an unsigned 32-bit int."""
-    m, r = 0x5BD1E995, 24
-    h = (0x9747B28C ^ len(data)) & 0xFFFFFFFF
-    whole = len(data) - len(data) % 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = data[whole:]
-    if len(tail) == 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
 def partition_for(key: str, partitions: int) -> int:
     """The partition Kafka's default (murmur2) partitioner picks for a non-empty ``key``."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return partition_for_key(key.encode(), partitions)
 
 
 @dataclass(frozen=True)

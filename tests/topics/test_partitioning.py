@@ -1,0 +1,42 @@
+"""Watchtower's murmur2 is Kafka's, bit for bit, so forwards land where clients' records land."""
+
+from __future__ import annotations
+
+import ctypes
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from watchtower.topics.partitioning import murmur2, partition_for_key
+
+# The vectors of Kafka's own UtilsTest.testMurmur2 (signed 32-bit results).
+KAFKA_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize(("data", "expected"), KAFKA_VECTORS.items())
+def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
+    assert ctypes.c_int32(murmur2(data)).value == expected
+
+
+@pytest.mark.integration
+def test_partition_for_key_matches_librdkafka_murmur2_random(kafka_bootstrap: str) -> None:
+    topic = f"partitioning-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 7, 1)])[topic].result()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    landed: dict[str, int] = {}
+    keys = [f"s-{i:04x}" for i in range(60)] + ["registry"]
+    for key in keys:
+        producer.produce(topic, key=key.encode(), value=b"x",
+                         on_delivery=lambda _err, msg, k=key: landed.__setitem__(k, msg.partition()))
+    producer.flush(30)
+    assert landed == {k: partition_for_key(k.encode(), 7) for k in keys}
