@@ -38,7 +38,6 @@ from watchtower.protocol.billing import (
 from watchtower.protocol.command_auth import (
     caller_address,
     check_nonce,
-    command_signing_bytes,
     sign_command_bytes,
     verify_command_signature,
 )
@@ -86,6 +85,7 @@ from watchtower.protocol.replay_rules import (
     replay_headers,
 )
 from watchtower.protocol.ring_window import RingWindow, check_limit, floor_for, get_since_range
+from watchtower.protocol.signed_command import Command, command_signing_bytes, sign_command, verify_command
 from watchtower.protocol.signing import (
     message_signing_bytes,
     public_key_of,
@@ -102,6 +102,7 @@ __all__ = [
     "AccessMode",
     "All",
     "Any_",
+    "Command",
     "DeliveryMode",
     "EpochAccessDecision",
     "EpochPricing",
@@ -165,6 +166,7 @@ __all__ = [
     "require_address",
     "require_entitlement",
     "seal_payload",
+    "sign_command",
     "sign_command_bytes",
     "sign_message",
     "signing_bytes",
@@ -172,6 +174,7 @@ __all__ = [
     "unwrap_epoch_key",
     "validate_filter",
     "validate_x25519_public_key",
+    "verify_command",
     "verify_command_signature",
     "verify_message",
     "verify_message_or_raise",

@@ -1,52 +1,20 @@
-"""Who may issue a command: command signatures and per-account nonces (DESIGN §4).
+"""Who may issue a command: ed25519 caller signatures and the nonce rule (DESIGN §4).
 
-Every command carries the caller's address, a per-account nonce, a request id and an ed25519
-signature by the caller over the *command signing bytes*:
-
-    deterministic CBOR of {"domain": "watchtower/command/v1", "command": <name>,
-                           "schema_version": <int>, "caller": <address>, "nonce": <int>,
-                           "request_id": <text>, "body": <bytes>}
-
-where `body` is the method body already serialized by the wire codec (its Avro bytes). Signing
-the serialized body rather than a Python dict means the bytes cannot drift between what the
-client signed and what the agent decodes (e.g. a tag 12 that Avro hands back as 12.0).
-
-Because addresses are the hex of the caller's public key, verification needs no lookup.
-A nonce is accepted only if it is strictly greater than the account's previous one; anything
-else is NONCE_REPLAYED.
+The bytes a caller signs are defined once, by `signed_command.command_signing_bytes`; this module
+holds the primitives around them. Because addresses are the hex of the caller's public key,
+verification needs no lookup. A nonce is accepted only if it is strictly greater than the
+caller's previous one; anything else is NONCE_REPLAYED.
 """
 
 from __future__ import annotations
 
-from typing import Final
-
 import nacl.exceptions
 import nacl.signing
 
-from watchtower.protocol import cbor
-from watchtower.protocol.addresses import address_from_public_key, public_key_from_address, require_address
+from watchtower.protocol.addresses import address_from_public_key, public_key_from_address
 from watchtower.protocol.constants import ED25519_SIGNATURE_BYTES
 from watchtower.protocol.errors import InvalidSignatureError, NonceReplayedError
-from watchtower.protocol.validation import require_bytes, require_int, require_text
-
-COMMAND_DOMAIN: Final = "watchtower/command/v1"
-
-
-def command_signing_bytes(
-    *, command: str, schema_version: int, caller: str, nonce: int, request_id: str, body: bytes
-) -> bytes:
-    """The bytes a caller signs for a command (see the module docstring)."""
-    return cbor.encode(
-        {
-            "domain": COMMAND_DOMAIN,
-            "command": require_text(command, "command"),
-            "schema_version": require_int(schema_version, "schema_version", minimum=1),
-            "caller": require_address(caller, "caller"),
-            "nonce": require_int(nonce, "nonce"),
-            "request_id": require_text(request_id, "request_id"),
-            "body": require_bytes(body, "body"),
-        }
-    )
+from watchtower.protocol.validation import require_int
 
 
 def sign_command_bytes(signing_bytes: bytes, signing_key: nacl.signing.SigningKey) -> bytes:

@@ -13,8 +13,8 @@ signing bytes ints stay (shortest-form) ints and every float is CBOR float64, ne
 ``1`` and ``1.0`` are different commands and a float survives any JSON hop bit for bit. NaN and
 ±Inf are refused (INVALID_ARGUMENT), like every other value CBOR or JSON cannot carry exactly.
 
-The domain string differs from `command_auth.COMMAND_DOMAIN` on purpose: a signature over one
-envelope can never be replayed as the other. The stream id is signed, so a command cannot be
+This is the one command envelope: the SDK, the CLI, the HTTP API and the workers all sign and
+check these bytes. The stream id is signed, so a command cannot be
 replayed against another stream either; that is why nonces only need to increase per
 (caller, stream).
 
