@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -104,6 +103,7 @@ class Projection:
         self.tables = {"streams": self.streams, "heads": self.heads,
                        "subscriptions": self.subscriptions, "registry": self.registry}
         self.indexes: dict[str, OffsetIndex] = {}
+        self._head_waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         self.cache = PayloadCache()
         self.reader = LogReader(bootstrap, self.t_messages)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
@@ -155,18 +155,44 @@ class Projection:
         index = self.indexes.setdefault(stream_id, OffsetIndex())
         if apply_message(self.heads, index, stream_id, sequence, int(record.offset), capacity):
             self.cache.put(stream_id, sequence, bytes(record.value))
+            self._wake(stream_id, sequence)
 
     # ------------------------------------------------------------------ queries
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
         return require_stream(self.streams.get(stream_id), stream_id)
 
     async def wait_for_head(self, stream_id: str, min_head: int, wait_ms: int) -> None:
-        deadline = time.monotonic() + wait_ms / 1000
-        while time.monotonic() < deadline:
-            head = self.heads.get(stream_id)
-            if head is not None and int(head["head"]) >= min_head:
-                return
-            await asyncio.sleep(0.002)
+        """Return once the stream's projected head reaches `min_head`, or after `wait_ms`.
+
+        Waiters sleep on a future that `_fold_message` resolves, so a thousand long polls cost
+        nothing until their message arrives.
+        """
+        head = self.heads.get(stream_id)
+        if head is not None and int(head["head"]) >= min_head:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._head_waiters.setdefault(stream_id, [])
+        waiters.append((min_head, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
+        except TimeoutError:
+            pass
+        finally:
+            if not future.done():
+                future.cancel()
+            remaining = [w for w in self._head_waiters.get(stream_id, []) if w[1] is not future]
+            if remaining:
+                self._head_waiters[stream_id] = remaining
+            else:
+                self._head_waiters.pop(stream_id, None)
+
+    def _wake(self, stream_id: str, head: int) -> None:
+        waiters = self._head_waiters.get(stream_id)
+        if not waiters:
+            return
+        for target, future in waiters:
+            if target <= head and not future.done():
+                future.set_result(None)
 
     async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object) -> dict[str, Any]:
         view = self.stream_view(stream_id)
