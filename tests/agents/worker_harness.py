@@ -30,6 +30,7 @@ from watchtower.protocol.stream_actor import Event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.reader import read_committed
 
 
 @dataclass
@@ -224,26 +225,8 @@ class LoggedEvent:
 
 def read_committed_events(bootstrap: str, prefix: str) -> list[LoggedEvent]:
     """Every committed event on the events topic, in log order within each partition."""
-    topic = topic_name("events", prefix)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-events-{uuid.uuid4().hex}",
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "enable.auto.commit": False, "log_level": 3})
-    try:
-        partitions = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        out: list[LoggedEvent] = []
-        finished: set[int] = set()
-        while len(finished) < len(partitions):
-            for m in consumer.consume(500, timeout=1.0):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        finished.add(int(m.partition() or 0))
-                    continue
-                out.append(LoggedEvent(int(m.partition() or 0), int(m.offset() or 0), decode_event(m.value())))
-        return out
-    finally:
-        consumer.close()
+    return [LoggedEvent(int(m.partition() or 0), int(m.offset() or 0), decode_event(m.value()))
+            for m in read_committed(bootstrap, [topic_name("events", prefix)])]
 
 
 def group_assignment(bootstrap: str, topic: str) -> dict[str, frozenset[int]] | None:

@@ -8,17 +8,13 @@ projection is exactly what the log says.
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from watchtower.agents.wire import H_CAPACITY, decode_event
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.views import TABLE_NAMES, OffsetIndex, apply_event, apply_message, views_digest
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.reader import read_committed
 
 
 def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
@@ -26,14 +22,16 @@ def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float =
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
     indexes: dict[str, OffsetIndex] = {}
     t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
-    for record in _read_all(bootstrap, [t_events, t_messages], timeout_s):
+    for record in read_committed(bootstrap, [t_events, t_messages], timeout_s=timeout_s):
         topic, value = record.topic(), record.value()
         try:
             if topic == t_events:
                 apply_event(tables, decode_event(value))
                 continue
             stream_id = (record.key() or b"").decode()
-            headers = dict(record.headers() or [])
+            raw = record.headers() or []
+            pairs = raw.items() if isinstance(raw, dict) else raw
+            headers = {k: v for k, v in pairs if isinstance(v, bytes)}
             index = indexes.setdefault(stream_id, OffsetIndex())
             apply_message(tables["heads"], index, stream_id, int(headers["sequence"]), int(record.offset() or 0),
                           int(headers.get(H_CAPACITY) or 10_000))
@@ -47,38 +45,3 @@ def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
     tables = rebuild_tables(bootstrap, prefix)
     return {"digest": views_digest({k: v.items() for k, v in tables.items()}),
             "counts": {k: len(v) for k, v in tables.items()}}
-
-
-def _read_all(bootstrap: str, topics: list[str], timeout_s: float) -> Iterator[Any]:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"wt-rebuild-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        "log_level": 3,
-    })
-    try:
-        assignment = []
-        for topic in topics:
-            md = consumer.list_topics(topic, timeout=30)
-            assignment += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.topics[topic].partitions]
-        pending = set()
-        for tp in assignment:
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
-            if high > low:
-                pending.add((tp.topic, tp.partition))
-        consumer.assign(assignment)
-        deadline = time.monotonic() + timeout_s
-        while pending and time.monotonic() < deadline:
-            for m in consumer.consume(num_messages=1000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard((m.topic(), m.partition()))
-                    continue
-                yield m
-        if pending:
-            raise TimeoutError(f"rebuilding from the log took over {timeout_s}s")
-    finally:
-        consumer.close()
