@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from watchtower.agents.wire import H_CAPACITY, decode_event
+from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.views import TABLE_NAMES, OffsetIndex, apply_event, apply_message, views_digest
 from watchtower.topics.catalogue import topic_name
@@ -34,7 +35,7 @@ def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float =
             headers = {k: v for k, v in pairs if isinstance(v, bytes)}
             index = indexes.setdefault(stream_id, OffsetIndex())
             apply_message(tables["heads"], index, stream_id, int(headers["sequence"]), int(record.offset() or 0),
-                          int(headers.get(H_CAPACITY) or 10_000))
+                          int(headers.get(H_CAPACITY) or DEFAULT_RING_BUFFER_CAPACITY))
         except (WatchtowerError, KeyError, ValueError):
             continue  # the live agent skips the same poison records
     return tables

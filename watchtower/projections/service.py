@@ -29,6 +29,7 @@ from watchtower.client.transport import CommandClient
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.openapi import OPENAPI
+from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
@@ -151,7 +152,7 @@ class Projection:
         stream_id = bytes(record.key).decode()
         headers = dict(record.headers or [])
         sequence = int(headers["sequence"])
-        capacity = int(headers.get(H_CAPACITY) or 10_000)
+        capacity = int(headers.get(H_CAPACITY) or DEFAULT_RING_BUFFER_CAPACITY)
         index = self.indexes.setdefault(stream_id, OffsetIndex())
         if apply_message(self.heads, index, stream_id, sequence, int(record.offset), capacity):
             self.cache.put(stream_id, sequence, bytes(record.value))
