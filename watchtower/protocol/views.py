@@ -53,7 +53,11 @@ def subscription_key(stream_id: str, subscriber: str) -> str:
 
 
 def apply_event(tables: Mapping[str, Table], event: Event) -> None:
-    """Fold one committed event into the tables (publishes are folded by `apply_message`)."""
+    """Fold one committed event into the tables (publishes are folded by `apply_message`).
+
+    Idempotent: folding the same event twice leaves the tables as folding it once, so a
+    redelivery after a projection restart cannot skew counts or the key schedule.
+    """
     streams, subs, registry = tables["streams"], tables["subscriptions"], tables["registry"]
     body = json_safe(event.body)
     if event.type == FEED_REGISTERED:
@@ -89,6 +93,8 @@ def apply_event(tables: Mapping[str, Table], event: Event) -> None:
         view["subscribers"] += int(before is None)
     elif event.type == PUBLISHER_KEY_ROTATED:
         schedule = KeySchedule.from_dict(view["key_schedule"])
+        if int(body["new_signing_key_id"]) <= schedule.current.signing_key_id:
+            return  # a redelivered rotation: already folded
         rotated = schedule.rotate(event.body["new_key"], head_sequence=int(body["effective_sequence"]) - 1)
         view["key_schedule"] = rotated.to_dict()
         view["config"] = {

@@ -1,0 +1,117 @@
+"""Read-side views, the offset index and the registry: the pure rules the projections run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import nacl.signing
+import pytest
+
+from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError
+from watchtower.protocol.registry import RegistryState, decide_registration, evolve_registry
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.views import (
+    TABLE_NAMES,
+    OffsetIndex,
+    apply_event,
+    apply_message,
+    head_view,
+    stream_subscribers,
+    views_digest,
+)
+
+OWNER = nacl.signing.SigningKey(b"\x01" * 32)
+PUBLISHER = nacl.signing.SigningKey(b"\x02" * 32)
+
+
+def _events(*commands: tuple[nacl.signing.SigningKey, str, dict[str, Any]]) -> list[Any]:
+    state, out = StreamState.initial("s1"), []
+    for nonce, (key, method, body) in enumerate(commands, start=1):
+        for event in decide(state, sign_command(key, method, "s1", nonce, body), block_height=7).events:
+            state = evolve(state, event)
+            out.append(event)
+    return out
+
+
+def _tables() -> dict[str, dict[str, Any]]:
+    return {name: {} for name in TABLE_NAMES}
+
+
+def _digest(tables: dict[str, dict[str, Any]]) -> str:
+    return views_digest({k: v.items() for k, v in tables.items()})
+
+
+def test_folding_every_event_twice_equals_folding_it_once() -> None:
+    subscriber = nacl.signing.SigningKey(b"\x03" * 32)
+    events = _events(
+        (OWNER, "create_stream", {"publisher_key_hex": bytes(PUBLISHER.verify_key).hex()}),
+        (OWNER, "rotate_publisher_key", {"new_key": bytes(nacl.signing.SigningKey(b"\x04" * 32).verify_key)}),
+        (subscriber, "subscribe", {"mode": "PULL"}),
+        (OWNER, "set_subscription_policy", {"policy": "PRIVATE_ALLOWLIST"}),
+        (OWNER, "allowlist_add", {"address": "0x" + bytes(subscriber.verify_key).hex()}),
+    )
+    once, twice = _tables(), _tables()
+    for event in events:
+        apply_event(once, event)
+        apply_event(twice, event)
+        apply_event(twice, event)
+    assert _digest(once) == _digest(twice)
+    view = once["streams"]["s1"]
+    assert [e["signing_key_id"] for e in view["key_schedule"]["entries"]] == [1, 2]
+    assert (view["subscribers"], view["active_subscribers"], view["policy"]) == (1, 1, "PRIVATE_ALLOWLIST")
+    assert [s["status"] for s in stream_subscribers(once["subscriptions"].items(), "s1")] == ["ACTIVE"]
+    assert head_view(view, None)["signing_key_id"] == 2
+
+
+def test_offset_index_prunes_to_the_floor_and_ignores_redeliveries() -> None:
+    heads: dict[str, Any] = {}
+    index = OffsetIndex()
+    for seq in range(1, 26):
+        assert apply_message(heads, index, "s1", seq, 100 + 3 * seq, capacity=10)
+    assert not apply_message(heads, index, "s1", 20, 160, capacity=10)  # a redelivery changes nothing
+    assert (index.low, index.high, len(index)) == (16, 25, 10)
+    assert index.offset_of(15) is None
+    assert index.offset_of(16) == 148
+    assert heads["s1"] == {"head": 25, "floor": 16, "capacity": 10, "head_offset": 175, "floor_offset": 148}
+
+
+def test_offset_index_restarts_at_a_jump_and_keeps_the_floor_offset_as_a_lower_bound() -> None:
+    heads = {"s1": {"head": 5, "floor": 1, "capacity": 10, "head_offset": 50, "floor_offset": 10}}
+    index = OffsetIndex()  # a restarted projection: heads recovered, index empty
+    assert apply_message(heads, index, "s1", 6, 60, capacity=10)
+    assert (index.low, index.high) == (6, 6)
+    assert heads["s1"]["floor_offset"] == 10  # floor 1 is not indexed here: keep the known bound
+
+
+def _create(key: nacl.signing.SigningKey, sid: str, listing: object) -> Any:
+    body = {"publisher_key_hex": bytes(PUBLISHER.verify_key).hex(), "feed": listing}
+    return sign_command(key, "create_stream", sid, 1, body)
+
+
+def test_registry_assigns_sequential_ids_once_per_stream() -> None:
+    state = RegistryState()
+    ids = []
+    for sid in ("a", "b"):
+        event, reply = decide_registration(state, _create(OWNER, sid, {"name": sid}), block_height=3)
+        assert event is not None
+        state = evolve_registry(state, event)
+        ids.append(reply["feed_id"])
+    again, reply = decide_registration(state, _create(OWNER, "a", {"name": "a"}), block_height=4)
+    assert ids == [1, 2]
+    assert again is None
+    assert (reply["feed_id"], reply["duplicate"]) == (1, True)
+
+
+def test_registry_refuses_bad_listings_and_forged_signatures() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"feed\.name"):
+        decide_registration(RegistryState(), _create(OWNER, "a", {"name": ""}), block_height=1)
+    cmd = _create(OWNER, "a", {"name": "a"})
+    forged = type(cmd)(cmd.method, cmd.stream_id, bytes(PUBLISHER.verify_key), cmd.nonce, cmd.body, cmd.signature)
+    with pytest.raises(InvalidSignatureError):
+        decide_registration(RegistryState(), forged, block_height=1)
+
+
+def test_a_bad_listing_fails_the_stream_creation_itself() -> None:
+    with pytest.raises(InvalidArgumentError, match="unknown feed field"):
+        decide(StreamState.initial("s1"), _create(OWNER, "s1", {"name": "x", "tags": 1}), block_height=1)
