@@ -20,7 +20,6 @@ from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.topics.catalogue import topic_prefix
 
@@ -134,7 +133,6 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
 
     click.secho("  -- verified again straight from the Kafka log (what Spark reads)", bold=True)
     messages = read_committed_messages(services.bootstrap, prefix=services.prefix, stream_id=sid)
-    full = KeySchedule.from_dict(schedule.to_dict())
-    valid = all(verify_with_schedule(m, full) for m in messages)
+    valid = all(verify_with_schedule(m, schedule) for m in messages)
     click.echo(f"  {len(messages)} messages on the messages topic, sequences 1..{messages[-1].sequence}, "
                f"every signature valid: {valid}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -92,8 +93,8 @@ class LogReader:
         consumer = self._consumer()
         consumer.assign([TopicPartition(self.topic, partition, first_offset)])
         try:
-            deadline = _Deadline(timeout_s)
-            while not deadline.passed():
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
                 batch = consumer.consume(num_messages=1000, timeout=0.2)
                 done = False
                 for m in batch:
@@ -137,14 +138,3 @@ def _sequence_header(headers: Any) -> int | None:
             except (TypeError, ValueError):
                 return None
     return None
-
-
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        import time
-
-        self._time = time.monotonic
-        self._end = time.monotonic() + seconds
-
-    def passed(self) -> bool:
-        return self._time() > self._end

@@ -33,6 +33,7 @@ from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
+    InvalidFilterError,
     RequestTimeoutError,
     WatchtowerError,
 )
@@ -379,8 +380,6 @@ def _json_param(query: Mapping[str, str], name: str) -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        from watchtower.protocol.errors import InvalidFilterError
-
         raise InvalidFilterError(f"{name} is not JSON; pass the filter DSL as JSON text") from None
 
 
