@@ -13,7 +13,7 @@ from typing import Any
 from watchtower.agents.wire import H_CAPACITY, decode_event
 from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.views import TABLE_NAMES, OffsetIndex, apply_event, apply_message, views_digest
+from watchtower.protocol.views import TABLE_NAMES, OffsetIndex, apply_event, apply_message, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed
 
@@ -44,5 +44,6 @@ def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float =
 def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
     """``{"digest", "counts"}`` of a full rebuild (same shape as the live worker's digest)."""
     tables = rebuild_tables(bootstrap, prefix)
-    return {"digest": views_digest({k: v.items() for k, v in tables.items()}),
-            "counts": {k: len(v) for k, v in tables.items()}}
+    snapshot = {k: list(v.items()) for k, v in tables.items()}
+    return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in tables.items()},
+            "tables": table_digests(snapshot)}

@@ -55,8 +55,9 @@ def subscription_key(stream_id: str, subscriber: str) -> str:
 def apply_event(tables: Mapping[str, Table], event: Event) -> None:
     """Fold one committed event into the tables (publishes are folded by `apply_message`).
 
-    Idempotent: folding the same event twice leaves the tables as folding it once, so a
-    redelivery after a projection restart cannot skew counts or the key schedule.
+    Idempotent, also for a redelivered tail: re-folding events the tables already hold (Faust
+    replays the events after its last commit following a rebalance, and its in-memory tables
+    keep the uncommitted writes) leaves the tables unchanged.
     """
     streams, subs, registry = tables["streams"], tables["subscriptions"], tables["registry"]
     body = json_safe(event.body)
@@ -66,6 +67,8 @@ def apply_event(tables: Mapping[str, Table], event: Event) -> None:
     if event.type == STREAM_MESSAGE_PUBLISHED:
         return
     if event.type == STREAM_CREATED:
+        if event.stream_id in streams:
+            return  # a redelivered creation must not reset what later events built
         config = StreamConfig.from_dict(event.body["config"])
         streams[event.stream_id] = {
             "stream_id": event.stream_id,
@@ -295,6 +298,11 @@ def views_digest(tables: Mapping[str, Iterable[tuple[str, Any]]]) -> str:
     """
     canonical = {name: {k: _canon(v) for k, v in sorted(tables[name])} for name in TABLE_NAMES}
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()
+
+
+def table_digests(tables: Mapping[str, Iterable[tuple[str, Any]]]) -> dict[str, str]:
+    """`views_digest` per table, to see which table a mismatch is in."""
+    return {name: views_digest({n: (tables[name] if n == name else ()) for n in TABLE_NAMES}) for name in TABLE_NAMES}
 
 
 def _canon(value: Any) -> Any:
