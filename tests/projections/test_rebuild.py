@@ -90,10 +90,16 @@ def test_live_projection_equals_rebuild_from_the_log(kafka_bootstrap: str, tmp_p
         wait_for(lambda: _live(api2)["digest"] == offline["digest"], what="rebuilt generation == rebuild")
 
         # kill -9 and recover from the changelog, then keep writing: still equal to the log.
+        # (Wait past Faust's 1 s commit interval first, so the fold above is committed state.)
+        time.sleep(2.5)
         stack.kill9("projection-p2")
         time.sleep(0.5)
         stack.start_projection("p2b", port=port, generation=2)
         stack.wait_ready(api_url=api2)
+        # Ready means the committed tables are recovered from the changelog: the first answer
+        # already holds every stream and listing, never the empty tables of a worker still recovering.
+        recovered = _live(api2)["counts"]
+        assert (recovered["streams"], recovered["registry"]) == (3, 3)
         owner_more = _workload(api2)
         wait_for(lambda: _caught_up(api2, owner_more), what="the recovered projection to reach the new heads")
         after = rebuild_digest(stack.bootstrap, stack.prefix)

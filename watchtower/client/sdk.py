@@ -25,6 +25,7 @@ from watchtower.protocol.errors import (
     InvalidSignatureError,
     LimitExceededError,
     MalformedRecordError,
+    NotReadyError,
     RequestTimeoutError,
     StaleSequenceError,
     StreamNotFoundError,
@@ -120,7 +121,7 @@ def wait_until_visible(
             info = api.get_head(stream_id)
             if info.get("head", -1) >= min_head and info.get("signing_key_id", 0) >= signing_key_id:
                 return info
-        except (StreamNotFoundError, FeedNotFoundError):
+        except (StreamNotFoundError, FeedNotFoundError, NotReadyError):
             pass
         if time.monotonic() >= deadline:
             raise RequestTimeoutError(

@@ -64,7 +64,7 @@ class ServiceSet:
         proc.wait(10)
 
     def wait_ready(self, timeout_s: float = 120.0, api_url: str | None = None) -> None:
-        """Block until the API serves a routed request (its Faust worker holds its partitions)."""
+        """Block until the API's projection worker holds its partitions and has recovered its tables."""
         url = api_url or self.api_url
         deadline = time.monotonic() + timeout_s
         last = "no answer"
@@ -74,9 +74,10 @@ class ServiceSet:
                     raise LocalStackError(f"{name} exited with code {proc.returncode}; see "
                                           f"{self.log_dir / (name + '.log')}")
             try:
-                with urllib.request.urlopen(f"{url}/v1/feeds", timeout=5) as resp:  # noqa: S310
-                    json.loads(resp.read())
-                    return
+                with urllib.request.urlopen(f"{url}/v1/health", timeout=5) as resp:  # noqa: S310
+                    if json.loads(resp.read()).get("ready"):
+                        return
+                    last = "the projection is still recovering its tables"
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = str(exc)
             time.sleep(0.3)

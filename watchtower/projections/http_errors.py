@@ -19,6 +19,7 @@ _STATUS: Final = {
           "ACCOUNT_KEY_LIMIT_REACHED", "AUTHORIZATION_LIMIT_REACHED", "CANNOT_CANCEL"),
     410: ("CURSOR_TOO_OLD",),
     413: ("PAYLOAD_TOO_LARGE",),
+    503: ("NOT_READY",),
     504: ("TIMEOUT",),
 }
 STATUS_BY_CODE: Final = {code: status for status, codes in _STATUS.items() for code in codes}

@@ -34,6 +34,7 @@ from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
     InvalidFilterError,
+    NotReadyError,
     RequestTimeoutError,
     WatchtowerError,
 )
@@ -53,6 +54,7 @@ from watchtower.protocol.views import (
     require_stream,
     since_range,
     stream_subscribers,
+    table_digests,
     views_digest,
 )
 from watchtower.schemas.records import decode_message
@@ -95,6 +97,9 @@ class Projection:
             topic_replication_factor=replication,
             consumer_auto_offset_reset="earliest",
             broker_commit_interval=1.0,
+            # A killed projection worker's partitions move on after 10 s, not Faust's default 60 s.
+            broker_session_timeout=10.0,
+            broker_heartbeat_interval=1.0,
             stream_wait_empty=False,
         )
         table = self._table
@@ -158,6 +163,22 @@ class Projection:
         if apply_message(self.heads, index, stream_id, sequence, int(record.offset), capacity):
             self.cache.put(stream_id, sequence, bytes(record.value))
             self._wake(stream_id, sequence)
+
+    def ready(self) -> bool:
+        """True once this worker's tables are recovered and no rebalance is under way.
+
+        Before that its tables may be empty or behind (Faust restores them from the changelog
+        after every assignment), so table reads answer NOT_READY instead of stale data.
+        """
+        app: Any = self.app
+        if app.rebalancing or getattr(app, "in_recovery", False):
+            return False
+        try:
+            assigned = app.consumer.assignment()
+        except Exception:  # the consumer is not started yet
+            return False
+        # Before the first assignment there is nothing recovered yet, whatever the flags say.
+        return bool(assigned) and app.tables.recovery.completed.is_set()
 
     # ------------------------------------------------------------------ queries
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
@@ -237,7 +258,7 @@ class Projection:
     def digest(self) -> dict[str, Any]:
         snapshot = {name: list(self.tables[name].items()) for name in TABLE_NAMES}
         return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
-                "skipped": self.skipped}
+                "tables": table_digests(snapshot), "skipped": self.skipped}
 
     # ------------------------------------------------------------------ commands
     def _command_client(self) -> CommandClient:
@@ -266,6 +287,8 @@ class Projection:
             def wrap(fun: Handler) -> Any:
                 async def guarded(web: Any, request: Request, **kw: Any) -> Response:
                     try:
+                        if (key is not None or exact is not None) and not projection.ready():
+                            raise NotReadyError()
                         return await fun(web, request, **kw)
                     except WatchtowerError as err:
                         return web.json(error_body(err), status=http_status(err.code))
@@ -280,7 +303,11 @@ class Projection:
 
         @page("/v1/health")
         async def health(web: Any, _request: Request) -> Response:
-            return web.json({"ok": True, "worker": projection.worker_id})
+            app_: Any = projection.app
+            return web.json({"ok": True, "ready": projection.ready(), "worker": projection.worker_id,
+                             "rebalancing": bool(app_.rebalancing),
+                             "recovered": app_.tables.recovery.completed.is_set(),
+                             "partitions": sorted({tp.partition for tp in app_.consumer.assignment()})})
 
         @page("/openapi.json")
         async def openapi(web: Any, _request: Request) -> Response:

@@ -373,3 +373,11 @@ class RequestTimeoutError(WatchtowerError):
         "No worker answered in time; check that the workers are running (`watchtower up`) and retry "
         "the same signed command (a retry is idempotent)."
     )
+
+
+class NotReadyError(WatchtowerError):
+    CODE = "NOT_READY"
+    DEFAULT_MESSAGE = (
+        "The projection worker is still recovering its tables after a start or rebalance, so its "
+        "answer would be stale; retry in a moment."
+    )
