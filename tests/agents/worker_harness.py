@@ -7,13 +7,14 @@ partitions), a reader of the committed events, and a view of the worker group's 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,8 @@ class Workers:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     log_dir: Path | None = None
 
-    def start(self, worker_id: str) -> None:
+    def start(self, worker_id: str, env: dict[str, str] | None = None) -> None:
+        """Start a worker process; ``env`` adds variables (e.g. WATCHTOWER_HEALTH_FILE) to ours."""
         # With a log_dir each worker's stderr goes to <log_dir>/<worker_id>.log (appended across
         # restarts), so a failing test can show what the worker said.
         stderr: Any = subprocess.DEVNULL
@@ -49,7 +51,8 @@ class Workers:
         try:
             self.procs[worker_id] = subprocess.Popen(
                 [sys.executable, "-m", "watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix],
-                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                env={**os.environ, **(env or {})})
         finally:
             if stderr is not subprocess.DEVNULL:
                 stderr.close()
@@ -261,3 +264,29 @@ def wait_for_assignment(bootstrap: str, topic: str, members: int, partitions: in
                 return last
         time.sleep(0.25)
     raise TimeoutError(f"{topic}: wanted {partitions} partitions over {members} workers; last saw {last}")
+
+
+# --- The worker's health file ---------------------------------------------------------------------
+
+
+def read_health(path: Path) -> dict[str, Any] | None:
+    """The worker's health file, or None while it does not exist yet."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    assert isinstance(data, dict), data
+    return data
+
+
+def wait_for_health(path: Path, check: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
+    """Poll the health file until ``check`` holds; return that health. The file is replaced
+    atomically by the worker, so every read sees one whole JSON document."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        last = read_health(path)
+        if last is not None and check(last):
+            return last
+        time.sleep(0.05)
+    raise TimeoutError(f"the health file {path} did not reach the expected state within {timeout:g}s; last: {last}")

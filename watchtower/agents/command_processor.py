@@ -15,6 +15,23 @@ acknowledged publish (= a committed reply) is lost. A restarted worker reuses it
 ``transactional.id`` and so fences its own zombie at once; a different worker taking over waits
 at most ``transaction.timeout.ms`` for the dead one's open transaction to be aborted.
 
+On assignment a partition is paused, rebuilt by folding its committed events (a record that
+breaks a rule is quarantined, never fatal: :mod:`watchtower.agents.event_fold`) and resumed; a
+rebuild that cannot read the log yet is retried while the partition stays paused.
+
+When Kafka misbehaves (a broker restart, a lost coordinator) every transactional call is bounded
+(:mod:`watchtower.agents.bounded`), and a failed batch is handled by what the error allows:
+
+- the transaction can be aborted: abort it, undo the batch in memory, seek back and re-decide;
+- anything else (a fatal or fencing error, a call that overran its deadline, an abort that
+  failed, a commit whose outcome is unknown): *start over from the log* - a new producer with the
+  same ``transactional.id`` (``init_transactions`` fences the old one and settles its last
+  transaction, committed or aborted), then every owned partition is rebuilt from the events and
+  the consumer seeks to the committed offsets. Whatever happened, state and position are again
+  exactly what the log says. The consumer rejoins the group by itself; a rebalance then arrives
+  through the usual callbacks.
+
+The worker reports how it is doing in its health file (:mod:`watchtower.agents.health`).
 Faust's ``exactly_once`` has open duplicate bugs (DESIGN.md §3), so this step uses
 confluent-kafka transactions; Faust stays for read-side projections.
 """
@@ -26,35 +43,51 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Final, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
-from watchtower.agents.state_loader import load_partition_states
-from watchtower.agents.wire import (
-    H_CAPACITY,
-    H_CORRELATION,
-    H_REPLY_PARTITION,
-    RegistryForward,
-    decode_command,
-    encode_event,
-    encode_registry_forward,
-    encode_reply,
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
 )
-from watchtower.protocol.billing import block_height_at
-from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
-from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
-from watchtower.protocol.signed_command import Command, Method
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import Event
-from watchtower.schemas.records import encode_message
+
+from watchtower.agents.bounded import BoundedCaller, CallStuckError
+from watchtower.agents.decider import CommandDecider
+from watchtower.agents.health import HealthFile
+from watchtower.agents.state_loader import load_partition_states
+from watchtower.protocol.stream_actor import StreamState
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.worker")
 
 GROUP_ID = "wt-stream-actor"
+
+#: Timeout passed to each transactional call; the caller gives up CALL_GRACE_S later still.
+TXN_CALL_TIMEOUT_S: Final = 10.0
+CALL_GRACE_S: Final = 5.0
+#: Pause between attempts while Kafka is away, and between attempts to rebuild a partition.
+RETRY_BACKOFF_S: Final = 0.5
+LOAD_RETRY_S: Final = 2.0
+#: While the brokers are unreachable and no command arrives, how often to ask for metadata.
+PROBE_INTERVAL_S: Final = 1.0
+#: Fenced this many times within FENCE_WINDOW_S: another process runs with our worker id.
+MAX_FENCES: Final = 3
+FENCE_WINDOW_S: Final = 60.0
+
+#: Errors that mean "no broker answers" rather than "the request was refused".
+_UNREACHABLE: Final = frozenset({
+    KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
+    KafkaError._WAIT_COORD, KafkaError._RESOLVE, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT,
+})
+_FENCED: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+T = TypeVar("T")
 
 
 def group_id(prefix: str | None = None) -> str:
@@ -63,42 +96,28 @@ def group_id(prefix: str | None = None) -> str:
     return f"{GROUP_ID}.{topic_name('commands', prefix).rsplit('.', 1)[0]}"
 
 
-@dataclass
-class WorkerStats:
-    """Counters a supervisor or benchmark can read."""
-
-    batches: int = 0
-    commands: int = 0
-    events: int = 0
-    rejected: int = 0
-    aborted_batches: int = 0
-    rebuilt_partitions: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
-
-
-class CommandProcessor:
+class CommandProcessor(CommandDecider):
     """A worker of the stream actor. Call :meth:`run` (blocking) and :meth:`stop` from elsewhere."""
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
                  batch_size: int = 500, transaction_timeout_ms: int = 10_000,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None) -> None:
+        super().__init__(prefix, clock_ms)
         self.bootstrap = bootstrap
         self.worker_id = worker_id
         self.batch_size = batch_size
-        self.t_commands = topic_name("commands", prefix)
-        self.t_events = topic_name("events", prefix)
-        self.t_messages = topic_name("messages", prefix)
-        self.t_replies = topic_name("replies", prefix)
-        self.t_internal = topic_name("internal", prefix)
-        self._reply_partitions: int | None = None
-        self.stats = WorkerStats()
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.health = health or HealthFile.from_env(worker_id)
         self._stop = threading.Event()
-        self._states: dict[int, dict[str, StreamState]] = {}
-        self._registries: dict[int, RegistryState] = {}
-        self._touched_registries: dict[int, RegistryState] = {}
-        self._command_partitions: int | None = None
-        self.consumer = Consumer({
+        self._owned: list[int] = []
+        self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
+        self._next_load_try = 0.0
+        self._assigned = False
+        self._recovering = False
+        self._brokers_down = False
+        self._next_probe = 0.0
+        self._fences: list[float] = []
+        self._calls = BoundedCaller("wt-txn-call")
+        self._consumer_conf: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "group.id": group_id(prefix),
             "client.id": f"wt-worker-{worker_id}",
@@ -109,9 +128,10 @@ class CommandProcessor:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 60_000,
+            "error_cb": self._on_client_error,
             "log_level": 3,
-        })
-        self.producer = Producer({
+        }
+        self._producer_conf: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
             "client.id": f"wt-worker-{worker_id}",
             # Stable per worker: a restarted worker fences its own zombie transaction immediately.
@@ -125,8 +145,11 @@ class CommandProcessor:
             # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
             "retry.backoff.ms": 5,
             "retry.backoff.max.ms": 200,
+            "error_cb": self._on_client_error,
             "log_level": 3,
-        })
+        }
+        self.consumer = Consumer(self._consumer_conf)
+        self.producer = Producer(self._producer_conf)
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -134,19 +157,61 @@ class CommandProcessor:
 
     def run(self) -> None:
         """Process commands until :meth:`stop` (or SIGTERM via :func:`run_worker`)."""
-        self.producer.init_transactions(60)
-        # commands and internal are co-partitioned and the range assignor gives partition p of
-        # both to the same worker, so a forward lands with the writer of its aggregate.
-        self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke)
+        self.health.write()
         try:
+            if not self._init_transactions():
+                return
+            # commands and internal are co-partitioned and the range assignor gives partition p of
+            # both to the same worker, so a forward lands with the writer of its aggregate.
+            self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
+                                    on_revoke=self._on_revoke)
             while not self._stop.is_set():
+                self._housekeeping()
                 batch = self._next_batch()
                 if batch:
                     self._process_batch(batch)
         finally:
-            self.consumer.close()
-            self.producer.flush(10)
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            self._call(self.consumer.close, "closing the consumer")
+        except (KafkaException, RuntimeError, CallStuckError) as exc:
+            log.warning("closing the consumer failed: %s", exc)
+
+    def _housekeeping(self) -> None:
+        now = time.monotonic()
+        if self._unloaded and now >= self._next_load_try:
+            self._load_pending(resume=True)
+        if self._brokers_down and now >= self._next_probe:
+            # Nothing else tells an idle worker that the brokers are back.
+            self._next_probe = now + PROBE_INTERVAL_S
+            try:
+                self.consumer.list_topics(self.t_commands, timeout=PROBE_INTERVAL_S)
+                self._brokers_down = False
+            except KafkaException:
+                pass
+        self.health.set_aborted_batches(self.stats.aborted_batches)
+        self._update_state()
+        self.health.tick()
+
+    def _update_state(self) -> None:
+        if self._brokers_down:
+            self.health.set_state("broker_unreachable")
+        elif self._recovering or self._unloaded:
+            self.health.set_state("recovering")
+        elif not self._assigned:
+            self.health.set_state("starting")
+        else:
+            self.health.set_state("serving")
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # Called from poll/flush of either client, possibly on the call thread.
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._brokers_down = True
+            self._update_state()
+        elif err.fatal():
+            log.error("fatal client error: %s", err)
 
     def _next_batch(self) -> list[Message]:
         # Wait for the first record only; then take whatever is already fetched. consume() with a
@@ -154,19 +219,39 @@ class CommandProcessor:
         first = self.consumer.poll(0.1)
         if first is None:
             return []
-        batch = [first, *self.consumer.consume(num_messages=self.batch_size - 1, timeout=0)]
-        return [m for m in batch if not _is_benign_error(m)]
+        batch = []
+        for m in [first, *self.consumer.consume(num_messages=self.batch_size - 1, timeout=0)]:
+            err = m.error()
+            if err is None:
+                batch.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", err)
+                if err.fatal():
+                    self._replace_consumer(str(err))
+                    return []
+        if batch:
+            self._brokers_down = False
+        return batch
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Rebuild each owned aggregate from the committed events before touching its commands.
-        for tp in partitions:
-            if tp.topic != self.t_commands:
-                continue
-            loaded = load_partition_states(self.bootstrap, self.t_events, tp.partition)
-            self._states[tp.partition] = loaded.streams
-            self._registries[tp.partition] = loaded.registry
-            self.stats.rebuilt_partitions += 1
-        log.info("worker %s assigned %s", self.worker_id, [tp.partition for tp in partitions])
+    # ------------------------------------------------------------------ assignment
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Never raise out of a rebalance callback: librdkafka would surface it from poll() and the
+        # worker would die on whatever the log or the cluster did. Partitions stay paused until
+        # their aggregates are rebuilt, so no command is ever decided against a missing state.
+        try:
+            consumer.assign(partitions)
+            self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
+            self._unloaded.update(self._owned)
+            self._set_paused(self._owned, paused=True)
+            self._load_pending(resume=True)
+        except Exception:
+            log.exception("worker %s: handling the assignment failed; partitions stay paused and are "
+                          "rebuilt again shortly", self.worker_id)
+            self._next_load_try = time.monotonic() + LOAD_RETRY_S
+        self._assigned = True
+        self.health.set_partitions(self._owned)
+        self._update_state()
+        log.info("worker %s assigned %s", self.worker_id, self._owned)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -174,35 +259,90 @@ class CommandProcessor:
                 continue
             self._states.pop(tp.partition, None)
             self._registries.pop(tp.partition, None)
+            self._unloaded.discard(tp.partition)
+        revoked = {tp.partition for tp in partitions if tp.topic == self.t_commands}
+        self._owned = [p for p in self._owned if p not in revoked]
+        self.health.set_partitions(self._owned)
+
+    def _load_pending(self, *, resume: bool) -> bool:
+        """Rebuild each owned partition that has no state yet; True when none is left.
+
+        With ``resume`` each rebuilt partition is resumed at once (its position is the group's
+        committed offset); otherwise the caller seeks and resumes.
+        """
+        for partition in sorted(self._unloaded):
+            try:
+                loaded = load_partition_states(self.bootstrap, self.t_events, partition, self._partition_count(),
+                                               on_quarantine=self.health.quarantined)
+            except Exception as exc:
+                log.warning("cannot rebuild partition %d yet (%s); retrying in %gs", partition, exc, LOAD_RETRY_S)
+                self._next_load_try = time.monotonic() + LOAD_RETRY_S
+                return False
+            self._states[partition] = loaded.streams
+            self._registries[partition] = loaded.registry
+            self._unloaded.discard(partition)
+            self.stats.rebuilt_partitions += 1
+            self.stats.quarantined += len(loaded.quarantined)
+            if resume:
+                self._set_paused([partition], paused=False)
+        return True
+
+    def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
+        tps = [TopicPartition(t, p) for p in partitions for t in (self.t_commands, self.t_internal)]
+        if tps:
+            (self.consumer.pause if paused else self.consumer.resume)(tps)
+
+    def _ready_only(self, batch: list[Message]) -> list[Message]:
+        """The records of partitions with a rebuilt state; the others are put back (never decided)."""
+        ready = [m for m in batch if int(m.partition() or 0) in self._states]
+        if len(ready) < len(batch):
+            try:
+                self._seek_to_firsts([m for m in batch if int(m.partition() or 0) not in self._states])
+            except KafkaException as exc:
+                log.warning("could not put back records of a partition being rebuilt: %s", exc)
+        return ready
 
     # ------------------------------------------------------------------ the transaction
     def _process_batch(self, batch: list[Message]) -> None:
+        batch = self._ready_only(batch)
+        if not batch:
+            return
         touched: dict[tuple[int, str], StreamState | None] = {}
         self._touched_registries.clear()
-        self.producer.begin_transaction()
         try:
+            self.producer.begin_transaction()
             for msg in batch:
                 self._handle(msg, touched)
-            self.producer.send_offsets_to_transaction(
-                _next_offsets(batch), self.consumer.consumer_group_metadata(), 30)
-            self.producer.commit_transaction(30)
-            self.stats.batches += 1
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.fatal() or err.code() == KafkaError._FENCED:
-                raise
-            log.warning("transaction failed (%s); aborting and rewinding", err)
-            self._abort_and_rewind(batch, touched)
+            offsets, group = _next_offsets(batch), self.consumer.consumer_group_metadata()
+            self._call(partial(self.producer.send_offsets_to_transaction, offsets, group, TXN_CALL_TIMEOUT_S),
+                       "send_offsets_to_transaction")
+            self._call(partial(self.producer.commit_transaction, TXN_CALL_TIMEOUT_S), "commit_transaction")
+        except (KafkaException, BufferError, CallStuckError) as exc:
+            self.stats.aborted_batches += 1
+            self._after_failed_batch(exc, batch, touched)
+            return
+        self.stats.batches += 1
+        self._brokers_down = False
 
-    def _abort_and_rewind(self, batch: list[Message],
-                          touched: dict[tuple[int, str], StreamState | None]) -> None:
-        self.stats.aborted_batches += 1
-        try:
-            self.producer.abort_transaction(30)
-        except KafkaException:
-            log.exception("abort failed")
-            raise
-        # Undo the in-memory effects of the aborted batch, then re-read those commands.
+    def _after_failed_batch(self, exc: Exception, batch: list[Message],
+                            touched: dict[tuple[int, str], StreamState | None]) -> None:
+        err = exc.args[0] if isinstance(exc, KafkaException) else None
+        if isinstance(exc, CallStuckError) or (err is not None and err.code() in _UNREACHABLE):
+            self._brokers_down = True
+        if err is not None and err.code() in _FENCED:
+            self._note_fence()
+        if not isinstance(exc, CallStuckError) and not (err is not None and err.fatal()):
+            log.warning("transaction failed (%s); aborting and re-deciding the batch", err or exc)
+            try:
+                self._call(partial(self.producer.abort_transaction, TXN_CALL_TIMEOUT_S), "abort_transaction")
+                self._undo_in_memory(touched)
+                self._seek_to_firsts(batch)
+                return
+            except (KafkaException, CallStuckError) as abort_exc:
+                exc = abort_exc
+        self._recover(f"transaction failed and could not be aborted ({exc})")
+
+    def _undo_in_memory(self, touched: dict[tuple[int, str], StreamState | None]) -> None:
         for partition, registry in self._touched_registries.items():
             self._registries[partition] = registry
         self._touched_registries.clear()
@@ -214,121 +354,114 @@ class CommandProcessor:
                 states.pop(stream_id, None)
             else:
                 states[stream_id] = before
+
+    def _seek_to_firsts(self, batch: list[Message]) -> None:
         firsts: dict[tuple[str, int], int] = {}
         for m in batch:
             firsts.setdefault((str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0))
         for (topic, partition), offset in firsts.items():
             self.consumer.seek(TopicPartition(topic, partition, offset))
 
-    def _handle(self, msg: Message, touched: dict[tuple[int, str], StreamState | None]) -> None:
-        self.stats.commands += 1
-        partition = int(msg.partition() or 0)
-        headers = dict(msg.headers() or [])
+    # ------------------------------------------------------------------ starting over from the log
+    def _recover(self, why: str) -> None:
+        """Replace the producer and rebuild every owned partition from the log (see module docstring)."""
+        log.warning("worker %s starts over from the log: %s", self.worker_id, why)
+        self.stats.recoveries += 1
+        self._recovering = True
+        self._update_state()
+        started = time.monotonic()
         try:
-            record = decode_command(msg.value())
-            from_worker = msg.topic() == self.t_internal
-            if isinstance(record, RegistryForward) != from_worker:
-                # Forwards are trusted because only workers can write the internal topic; the
-                # same bytes arriving on the public commands topic are refused.
-                raise UnauthorizedError("feed registrations are forwarded by stream workers only; create the "
-                                        "stream with a `feed` listing in its create_stream body instead")
-            if isinstance(record, RegistryForward):
-                self._register(partition, record.create, headers)
-                return
-            cmd = record
-            states = self._states.setdefault(partition, {})
-            state = states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-            decision = decide(state, cmd, block_height=block_height_at(self._clock_ms()))
-        except WatchtowerError as err:
-            self.stats.rejected += 1
-            self._reply(headers, encode_reply(False, error=err))
-            return
-        except Exception as exc:
-            log.exception("unexpected error deciding a command at %s:%s", partition, msg.offset())
-            self.stats.rejected += 1
-            self._reply(headers, encode_reply(False, error=_internal(exc)))
-            return
-        key = (partition, cmd.stream_id)
-        if key not in touched:
-            touched[key] = states.get(cmd.stream_id)
-        for event in decision.events:
-            state = evolve(state, event)
-            self._emit(partition, event)
-            if event.type == "StreamMessagePublished":
-                message = event.message()
-                capacity = state.capacity or 0
-                self.producer.produce(self.t_messages, key=cmd.stream_id.encode(),
-                                      value=encode_message(message), partition=partition,
-                                      headers={"sequence": str(message.sequence), H_CAPACITY: str(capacity)})
-        states[cmd.stream_id] = state
-        if cmd.method == Method.CREATE_STREAM and "feed" in cmd.body:
-            # Listed feeds get their id from the registry, which answers the caller; forwarding in
-            # this transaction makes "created" and "listed" one atomic fact.
-            self.producer.produce(self.t_internal, key=REGISTRY_KEY.encode(), value=encode_registry_forward(cmd),
-                                  partition=self._partition_of(REGISTRY_KEY), headers=_reply_headers(headers))
-            return
-        self._reply(headers, encode_reply(True, result=dict(decision.reply)))
+            self._replace_producer()
+            if self._init_transactions():
+                log.info("worker %s: transactions initialised after %.1fs", self.worker_id, time.monotonic() - started)
+                self._resync()
+                log.info("worker %s: partitions %s rebuilt and serving again after %.1fs", self.worker_id,
+                         self._owned, time.monotonic() - started)
+        finally:
+            self._recovering = False
+            self._update_state()
 
-    def _register(self, partition: int, create: Command, headers: dict[str, Any]) -> None:
-        """Decide a registry forward against the registry aggregate this partition holds."""
-        before = self._registries.get(partition, RegistryState())
-        event, reply = decide_registration(before, create, block_height=block_height_at(self._clock_ms()))
-        if event is not None:
-            self._registries[partition] = evolve_registry(before, event)
-            self._touched_registries.setdefault(partition, before)
-            self._emit(partition, event)
-        self._reply(headers, encode_reply(True, result=reply))
-
-    def _emit(self, partition: int, event: Event) -> None:
-        self.producer.produce(self.t_events, key=event.stream_id.encode(), value=encode_event(event),
-                              partition=partition)
-        self.stats.events += 1
-
-    def _partition_of(self, key: str) -> int:
-        if self._command_partitions is None:
-            md = self.producer.list_topics(self.t_commands, timeout=30)
-            self._command_partitions = len(md.topics[self.t_commands].partitions)
-        return partition_for_key(key.encode(), self._command_partitions)
-
-    def _reply(self, headers: dict[str, Any], value: bytes) -> None:
-        corr = headers.get(H_CORRELATION)
-        part = headers.get(H_REPLY_PARTITION)
-        if corr is None or part is None:
-            return  # fire-and-forget command: nobody is waiting
-        try:
-            partition = int(part)
-        except ValueError:
-            return
-        if not 0 <= partition < self._replies_partition_count():
-            # Nobody can be reading a partition that does not exist; producing to it would fail the
-            # whole transaction again on every retry and stall the partition.
-            log.warning("dropping a reply to partition %s of %s, which does not exist", part, self.t_replies)
-            return
-        self.producer.produce(self.t_replies, key=corr, value=value, partition=partition)
-
-    def _replies_partition_count(self) -> int:
-        if self._reply_partitions is None:
-            md = self.producer.list_topics(self.t_replies, timeout=30)
-            self._reply_partitions = len(md.topics[self.t_replies].partitions)
-        return self._reply_partitions
-
-
-def _internal(exc: Exception) -> WatchtowerError:
-    return WatchtowerError(f"internal error while deciding the command ({exc.__class__.__name__}); "
-                           "the command was not applied, retry or report it")
-
-
-def _reply_headers(headers: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in headers.items() if k in (H_CORRELATION, H_REPLY_PARTITION)}
-
-
-def _is_benign_error(msg: Message) -> bool:
-    err = msg.error()
-    if err is None:
+    def _init_transactions(self) -> bool:
+        """Initialise the producer's transactions, retrying while Kafka is away; False if stopped."""
+        while not self._stop.is_set():
+            try:
+                self._call(partial(self.producer.init_transactions, TXN_CALL_TIMEOUT_S), "init_transactions")
+                self._brokers_down = False
+                return True
+            except (KafkaException, CallStuckError) as exc:
+                err = exc.args[0] if isinstance(exc, KafkaException) else None
+                log.warning("initialising transactions failed (%s); retrying", err or exc)
+                if err is None or err.code() in _UNREACHABLE:
+                    self._brokers_down = True
+                if err is None or err.fatal() or not err.retriable():
+                    self._replace_producer()
+            self._update_state()
+            self.health.tick()
+            self._stop.wait(RETRY_BACKOFF_S)
         return False
-    if err.code() != KafkaError._PARTITION_EOF:
-        log.warning("consumer error: %s", err)
-    return True
+
+    def _resync(self) -> None:
+        """Rebuild every owned partition and seek it to the group's committed offsets."""
+        paused = False
+        while not self._stop.is_set():
+            try:
+                if not paused:
+                    self._owned = sorted({tp.partition for tp in self.consumer.assignment()
+                                          if tp.topic == self.t_commands})
+                    for partition in self._owned:
+                        self._states.pop(partition, None)
+                        self._registries.pop(partition, None)
+                    self._unloaded = set(self._owned)
+                    self._set_paused(self._owned, paused=True)
+                    paused = True
+                if self._load_pending(resume=False):
+                    tps = [TopicPartition(t, p) for p in self._owned for t in (self.t_commands, self.t_internal)]
+                    for tp in (self.consumer.committed(tps, timeout=TXN_CALL_TIMEOUT_S) if tps else []):
+                        offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                        self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                    self._set_paused(self._owned, paused=False)
+                    return
+            except KafkaException as exc:
+                log.warning("re-reading the committed offsets failed (%s); retrying", exc.args[0])
+                if exc.args[0].code() in _UNREACHABLE:
+                    self._brokers_down = True
+            self._update_state()
+            self.health.tick()
+            self._stop.wait(RETRY_BACKOFF_S)
+
+    def _replace_producer(self) -> None:
+        old = [self.producer]
+        self.producer = Producer(self._producer_conf)
+        # Destroying a producer can block on its broker threads: let a daemon thread drop the last
+        # reference. (If a stuck call still runs on it, that call's thread keeps it alive.)
+        threading.Thread(target=old.clear, name="wt-dispose", daemon=True).start()
+
+    def _replace_consumer(self, why: str) -> None:
+        log.error("worker %s replaces its consumer: %s", self.worker_id, why)
+        self._close()
+        self._states.clear()
+        self._registries.clear()
+        self._unloaded.clear()
+        self._owned = []
+        self.consumer = Consumer(self._consumer_conf)
+        self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke)
+
+    def _note_fence(self) -> None:
+        now = time.monotonic()
+        self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
+        if len(self._fences) >= MAX_FENCES:
+            raise RuntimeError(f"worker {self.worker_id} was fenced {len(self._fences)} times within "
+                               f"{FENCE_WINDOW_S:g}s: another process runs with the same worker id; "
+                               "give every worker its own id")
+
+    def _call(self, fn: Callable[[], T], what: str) -> T:
+        return self._calls.call(fn, TXN_CALL_TIMEOUT_S + CALL_GRACE_S, what=what, while_waiting=self._while_waiting)
+
+    def _while_waiting(self) -> None:
+        self.producer.poll(0)  # serves the producer's error_cb (e.g. all brokers down)
+        self._update_state()
+        self.health.tick()
 
 
 def _next_offsets(batch: list[Message]) -> list[TopicPartition]:

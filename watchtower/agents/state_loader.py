@@ -3,44 +3,34 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-from watchtower.agents.wire import decode_event
-from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.registry import RegistryState, evolve_registry
-from watchtower.protocol.stream_actor import StreamState, evolve
-from watchtower.protocol.stream_state import FEED_REGISTERED
+from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.rebuild")
 
-
-@dataclass
-class PartitionState:
-    """Every aggregate one events partition holds: its streams, and the registry if it lives here."""
-
-    streams: dict[str, StreamState] = field(default_factory=dict)
-    registry: RegistryState = field(default_factory=RegistryState)
+__all__ = ["PartitionState", "Quarantined", "load_partition_states"]
 
 
-def load_partition_states(bootstrap: str, events_topic: str, partition: int,
-                          timeout_s: float = 120.0) -> PartitionState:
-    """Fold every committed event of ``events_topic[partition]`` into per-stream states.
+def load_partition_states(bootstrap: str, events_topic: str, partition: int, partitions: int, *,
+                          timeout_s: float = 120.0,
+                          on_quarantine: Callable[[Quarantined], None] | None = None) -> PartitionState:
+    """Fold every committed event of ``events_topic[partition]`` (of ``partitions``) into aggregates.
 
     Reads ``read_committed`` up to the last stable offset, so an aborted or still-open
-    transaction of a previous owner never leaks into the state. An undecodable event is
-    logged and skipped (it cannot have come from a worker; someone wrote to a service topic).
+    transaction of a previous owner never leaks into the state. A record that breaks a rule (see
+    :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and reason,
+    passed to ``on_quarantine``, listed in the result and skipped: nothing a record contains makes
+    this raise. It raises only when the log cannot be read (TimeoutError, KafkaException).
     """
-    loaded = PartitionState()
+
+    def quarantine(entry: Quarantined) -> None:
+        log.error("quarantined event %s[%d]@%d: %s", entry.topic, entry.partition, entry.offset, entry.reason)
+        if on_quarantine is not None:
+            on_quarantine(entry)
+
+    fold = EventFold(events_topic, partition, partitions, on_quarantine=quarantine)
     for m in read_committed(bootstrap, [events_topic], partition=partition, timeout_s=timeout_s):
-        try:
-            event = decode_event(m.value())
-        except WatchtowerError as err:
-            log.error("skipping undecodable event at %s:%s: %s", partition, m.offset(), err)
-            continue
-        if event.type == FEED_REGISTERED:
-            loaded.registry = evolve_registry(loaded.registry, event)
-            continue
-        current = loaded.streams.get(event.stream_id) or StreamState.initial(event.stream_id)
-        loaded.streams[event.stream_id] = evolve(current, event)
-    return loaded
+        fold.apply(m.key(), m.value(), int(m.offset() or 0))
+    return fold.state

@@ -1,0 +1,241 @@
+"""A forged or rule-breaking record on the events topic never stops the worker from starting.
+
+Each case writes a hostile record straight to the events topic (anyone who can reach the broker
+can), restarts the worker (its partitions are rebuilt from the events at start), and requires:
+
+- the worker starts and serves: its health file says ``serving`` and lists the record's topic,
+  partition and offset among the quarantined ones, with the reason;
+- the owner's next publish, with the true next sequence, is acknowledged;
+- the stream's messages log stays exactly 1..N.
+
+One worker process serves the module; every case restarts it, so every restart re-checks the
+records of the cases before it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+from confluent_kafka import Producer
+from worker_harness import Workers, partition_for, read_health, workers
+
+from watchtower.client.archive import read_committed_messages
+from watchtower.client.transport import CommandClient
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.registry import REGISTRY_KEY
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.reader import read_committed
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PARTITIONS = 3
+WORKER = "hostile"
+
+
+@dataclass
+class Bench:
+    workers: Workers
+    health: Path
+    client: CommandClient
+    t_events: str = ""
+    streams: int = 0
+
+    def restart(self) -> int:
+        """Stop the worker gracefully, start it again; return the new process id."""
+        self.workers.terminate(WORKER)
+        self.workers.start(WORKER, env={"WATCHTOWER_HEALTH_FILE": str(self.health)})
+        return self.workers.pid(WORKER)
+
+    def wait_serving_with_quarantined(self, pid: int, partition: int, offset: int,
+                                      timeout: float = 90.0) -> dict[str, Any]:
+        """Wait until the restarted worker serves and reports the record at partition/offset as quarantined."""
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            if not self.workers.alive(WORKER):
+                pytest.fail(f"the worker died at start:\n{self.workers.log(WORKER)[-3000:]}")
+            last = read_health(self.health)
+            if last is not None and last["pid"] == pid and last["state"] == "serving":
+                for q in last["last_quarantined"]:
+                    if (q["topic"], q["partition"], q["offset"]) == (self.t_events, partition, offset):
+                        assert last["quarantined"] >= 1
+                        return dict(q)
+            time.sleep(0.1)
+        pytest.fail(f"the restarted worker did not report the record {partition}@{offset} as quarantined "
+                    f"while serving; last health: {last}\nlog:\n{self.workers.log(WORKER)[-3000:]}")
+
+
+@dataclass
+class Stream:
+    bench: Bench
+    stream_id: str
+    owner: nacl.signing.SigningKey = field(default_factory=nacl.signing.SigningKey.generate)
+    publisher: nacl.signing.SigningKey = field(default_factory=nacl.signing.SigningKey.generate)
+    nonce: int = 0
+    head: int = 0
+
+    @property
+    def partition(self) -> int:
+        return partition_for(self.stream_id, PARTITIONS)
+
+    def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.nonce += 1
+        return self.bench.client.call(sign_command(self.owner, method, self.stream_id, self.nonce, body), timeout=120)
+
+    def create(self, feed: dict[str, str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"owner": address_from_public_key(bytes(self.owner.verify_key)),
+                                "publisher_key_hex": bytes(self.publisher.verify_key).hex()}
+        if feed is not None:
+            body["feed"] = feed
+        return self.call("create_stream", body)
+
+    def publish_next(self) -> None:
+        """Publish head+1 and require it to be acknowledged as head+1."""
+        seq = self.head + 1
+        msg = sign_message(stream_id=self.stream_id, sequence=seq, timestamp_unix_ms=1_790_000_000_000 + seq,
+                           kind="tick", payload=b'{"n":%d}' % seq, signing_key=self.publisher)
+        assert self.call("publish", msg.to_json_dict()) == {"sequence": seq, "head": seq, "floor": 1}
+        self.head = seq
+
+    def assert_gapless(self) -> None:
+        logged = read_committed_messages(self.bench.workers.bootstrap, prefix=self.bench.workers.prefix,
+                                         stream_id=self.stream_id)
+        assert [m.sequence for m in logged] == list(range(1, self.head + 1))
+
+
+@pytest.fixture(scope="module")
+def bench(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bench]:
+    log_dir = tmp_path_factory.mktemp("hostile-events")
+    health = log_dir / "health.json"
+    with workers(kafka_bootstrap, partitions=PARTITIONS, log_dir=log_dir) as w:
+        w.start(WORKER, env={"WATCHTOWER_HEALTH_FILE": str(health)})
+        client = CommandClient(kafka_bootstrap, prefix=w.prefix)
+        try:
+            yield Bench(w, health, client, t_events=topic_name("events", w.prefix))
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def stream(bench: Bench) -> Stream:
+    bench.streams += 1
+    s = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
+    s.create()
+    s.publish_next()
+    s.publish_next()
+    return s
+
+
+def logged_events(bench: Bench, key: str) -> list[tuple[int, int, dict[str, Any]]]:
+    """(partition, offset, decoded JSON envelope) of every committed event keyed ``key``."""
+    return [(int(m.partition() or 0), int(m.offset() or 0), json.loads(m.value() or b""))
+            for m in read_committed(bench.workers.bootstrap, [bench.t_events]) if m.key() == key.encode()]
+
+
+def last_event(bench: Bench, key: str, event_type: str) -> dict[str, Any]:
+    envelopes = [env for _, _, env in logged_events(bench, key) if env["event"]["type"] == event_type]
+    assert envelopes, f"no {event_type} event keyed {key}"
+    return envelopes[-1]
+
+
+def inject(bench: Bench, partition: int, key: str | None, value: bytes) -> int:
+    """Produce one record to the events topic, as anyone with broker access could; return its offset."""
+    producer = Producer({"bootstrap.servers": bench.workers.bootstrap, "log_level": 3})
+    offsets: list[int] = []
+    producer.produce(bench.t_events, key=None if key is None else key.encode(), value=value, partition=partition,
+                     on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset())))
+    producer.flush(30)
+    assert offsets, "the hostile record was not delivered within 30 s"
+    assert offsets[0] >= 0, "the hostile record was not written"
+    return offsets[0]
+
+
+def edited(envelope: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> bytes:
+    copy = json.loads(json.dumps(envelope))
+    edit(copy["event"])
+    return json.dumps(copy).encode()
+
+
+def check_restart_quarantines(bench: Bench, stream: Stream, partition: int, offset: int, reason: str) -> None:
+    pid = bench.restart()
+    entry = bench.wait_serving_with_quarantined(pid, partition, offset)
+    assert reason in entry["reason"], entry
+    stream.publish_next()
+    stream.assert_gapless()
+
+
+def test_copy_with_sequence_head_plus_one_is_quarantined(bench: Bench, stream: Stream) -> None:
+    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+
+    def next_sequence(event: dict[str, Any]) -> None:
+        event["body"]["sequence"] = stream.head + 1
+
+    offset = inject(bench, stream.partition, stream.stream_id, edited(envelope, next_sequence))
+    # The running worker never reads it: the owner's genuine head+1 is accepted on top of it.
+    stream.publish_next()
+    check_restart_quarantines(bench, stream, stream.partition, offset, "replayed copy")
+
+
+def test_copy_with_head_plus_one_signed_fields_fails_the_signature(bench: Bench, stream: Stream) -> None:
+    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+
+    def next_sequence(event: dict[str, Any]) -> None:
+        event["body"]["sequence"] = event["body"]["message"]["sequence"] = stream.head + 1
+        event["nonce"] += 1_000
+
+    offset = inject(bench, stream.partition, stream.stream_id, edited(envelope, next_sequence))
+    stream.publish_next()
+    check_restart_quarantines(bench, stream, stream.partition, offset, "does not verify under signing key 1")
+
+
+def test_copy_of_the_last_event_is_quarantined(bench: Bench, stream: Stream) -> None:
+    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    offset = inject(bench, stream.partition, stream.stream_id, json.dumps(envelope).encode())
+    check_restart_quarantines(bench, stream, stream.partition, offset, "replayed copy")
+
+
+def test_feed_registration_reusing_feed_id_1_is_quarantined(bench: Bench) -> None:
+    bench.streams += 1
+    listed = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
+    assert listed.create(feed={"name": "first"})["feed_id"] == 1
+    envelope = last_event(bench, REGISTRY_KEY, "FeedRegistered")
+    assert envelope["event"]["body"]["feed_id"] == 1
+    home = partition_for(REGISTRY_KEY, PARTITIONS)
+    offset = inject(bench, home, REGISTRY_KEY, json.dumps(envelope).encode())
+    check_restart_quarantines(bench, listed, home, offset, "feed id 1 does not follow 1")
+    bench.streams += 1
+    another = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
+    assert another.create(feed={"name": "second"})["feed_id"] == 2
+
+
+def test_random_garbage_is_quarantined(bench: Bench, stream: Stream) -> None:
+    offset = inject(bench, stream.partition, stream.stream_id, os.urandom(64))
+    check_restart_quarantines(bench, stream, stream.partition, offset, "MALFORMED_RECORD")
+
+
+def test_event_on_the_wrong_partition_is_quarantined(bench: Bench, stream: Stream) -> None:
+    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    elsewhere = (stream.partition + 1) % PARTITIONS
+    offset = inject(bench, elsewhere, stream.stream_id, json.dumps(envelope).encode())
+    check_restart_quarantines(bench, stream, elsewhere, offset, f"belong on partition {stream.partition}")
+
+
+def test_event_under_another_key_is_quarantined(bench: Bench, stream: Stream) -> None:
+    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+
+    def next_sequence(event: dict[str, Any]) -> None:
+        event["body"]["sequence"] = stream.head + 1
+
+    offset = inject(bench, stream.partition, None, edited(envelope, next_sequence))
+    stream.publish_next()
+    check_restart_quarantines(bench, stream, stream.partition, offset, "record key None")
