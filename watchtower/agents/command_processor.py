@@ -59,7 +59,7 @@ from confluent_kafka import (
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
-from watchtower.agents.state_loader import load_partition_states
+from watchtower.agents.state_loader import load_partitions
 from watchtower.protocol.stream_actor import StreamState
 from watchtower.topics.catalogue import topic_name
 
@@ -67,9 +67,10 @@ log = logging.getLogger("watchtower.worker")
 
 GROUP_ID = "wt-stream-actor"
 
-#: Timeout passed to each transactional call; the caller gives up CALL_GRACE_S later still.
-TXN_CALL_TIMEOUT_S: Final = 10.0
-CALL_GRACE_S: Final = 5.0
+#: Timeout passed to each transactional call; the caller gives up CALL_GRACE_S later still. A
+#: healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
+TXN_CALL_TIMEOUT_S: Final = 5.0
+CALL_GRACE_S: Final = 2.0
 #: Pause between attempts while Kafka is away, and between attempts to rebuild a partition.
 RETRY_BACKOFF_S: Final = 0.5
 LOAD_RETRY_S: Final = 2.0
@@ -241,6 +242,9 @@ class CommandProcessor(CommandDecider):
         try:
             consumer.assign(partitions)
             self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
+            for partition in self._owned:  # whatever we held before is stale: another owner may have written
+                self._states.pop(partition, None)
+                self._registries.pop(partition, None)
             self._unloaded.update(self._owned)
             self._set_paused(self._owned, paused=True)
             self._load_pending(resume=True)
@@ -265,26 +269,29 @@ class CommandProcessor(CommandDecider):
         self.health.set_partitions(self._owned)
 
     def _load_pending(self, *, resume: bool) -> bool:
-        """Rebuild each owned partition that has no state yet; True when none is left.
+        """Rebuild the owned partitions that have no state yet, in one scan; True when none is left.
 
-        With ``resume`` each rebuilt partition is resumed at once (its position is the group's
+        With ``resume`` the rebuilt partitions are resumed at once (their position is the group's
         committed offset); otherwise the caller seeks and resumes.
         """
-        for partition in sorted(self._unloaded):
-            try:
-                loaded = load_partition_states(self.bootstrap, self.t_events, partition, self._partition_count(),
-                                               on_quarantine=self.health.quarantined)
-            except Exception as exc:
-                log.warning("cannot rebuild partition %d yet (%s); retrying in %gs", partition, exc, LOAD_RETRY_S)
-                self._next_load_try = time.monotonic() + LOAD_RETRY_S
-                return False
-            self._states[partition] = loaded.streams
-            self._registries[partition] = loaded.registry
-            self._unloaded.discard(partition)
-            self.stats.rebuilt_partitions += 1
-            self.stats.quarantined += len(loaded.quarantined)
-            if resume:
-                self._set_paused([partition], paused=False)
+        pending = sorted(self._unloaded)
+        if not pending:
+            return True
+        try:
+            loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
+                                     on_quarantine=self.health.quarantined)
+        except Exception as exc:
+            log.warning("cannot rebuild partitions %s yet (%s); retrying in %gs", pending, exc, LOAD_RETRY_S)
+            self._next_load_try = time.monotonic() + LOAD_RETRY_S
+            return False
+        for partition, state in loaded.items():
+            self._states[partition] = state.streams
+            self._registries[partition] = state.registry
+            self.stats.quarantined += len(state.quarantined)
+        self.stats.rebuilt_partitions += len(loaded)
+        self._unloaded.difference_update(loaded)
+        if resume:
+            self._set_paused(pending, paused=False)
         return True
 
     def _set_paused(self, partitions: list[int], *, paused: bool) -> None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 
-def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | None = None,
+def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Collection[int] | None = None,
                    timeout_s: float = 300.0) -> Iterator[Message]:
-    """Every committed record of `topics` (only `partition` of each, if given), in log order per partition.
+    """Every committed record of `topics` (only `partition` of each, or only those partitions, if given),
+    in log order per partition.
 
     Raises TimeoutError when the end is not reached within `timeout_s`.
     """
@@ -30,11 +31,12 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | No
         "log_level": 3,
     })
     try:
+        wanted = None if partition is None else {partition} if isinstance(partition, int) else set(partition)
         assignment: list[TopicPartition] = []
         for topic in topics:
             numbers = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
             assignment += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in numbers
-                           if partition is None or p == partition]
+                           if wanted is None or p in wanted]
         pending = set()
         for tp in assignment:
             low, high = consumer.get_watermark_offsets(tp, timeout=30)
