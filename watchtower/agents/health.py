@@ -42,17 +42,19 @@ State = Literal["starting", "serving", "recovering", "broker_unreachable"]
 class HealthFile:
     """Thread-safe writer of one worker's health file (a no-op without a path)."""
 
-    def __init__(self, path: str | None, worker: str, *, clock_ms: Callable[[], int] | None = None) -> None:
+    def __init__(self, path: str | None, worker: str, *, clock_ms: Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = path or None
         self.worker = worker
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._state: State = "starting"
         self._partitions: list[int] = []
         self._quarantined = 0
         self._last_quarantined: deque[Quarantined] = deque(maxlen=LAST_QUARANTINED)
         self._aborted_batches = 0
-        self._last_write = 0.0
+        self._last_write = -1e9  # the first tick writes
         self._warned = False
 
     @classmethod
@@ -103,7 +105,7 @@ class HealthFile:
 
     def tick(self, min_interval_s: float = MIN_INTERVAL_S) -> None:
         """Write if the last write is at least ``min_interval_s`` old (refreshing ``updated_ms``)."""
-        if time.monotonic() - self._last_write >= min_interval_s:
+        if self._monotonic() - self._last_write >= min_interval_s:
             self.write()
 
     def write(self) -> None:
@@ -122,4 +124,4 @@ class HealthFile:
                 self._warned = True
             return
         with self._lock:
-            self._last_write = time.monotonic()
+            self._last_write = self._monotonic()
