@@ -183,7 +183,7 @@ class CommandProcessor(CommandDecider):
     def _housekeeping(self) -> None:
         now = time.monotonic()
         if self._unloaded and now >= self._next_load_try:
-            self._load_pending(resume=True)
+            self._load_pending()
         if self._brokers_down and now >= self._next_probe:
             # Nothing else tells an idle worker that the brokers are back.
             self._next_probe = now + PROBE_INTERVAL_S
@@ -247,7 +247,7 @@ class CommandProcessor(CommandDecider):
                 self._registries.pop(partition, None)
             self._unloaded.update(self._owned)
             self._set_paused(self._owned, paused=True)
-            self._load_pending(resume=True)
+            self._load_pending()
         except Exception:
             log.exception("worker %s: handling the assignment failed; partitions stay paused and are "
                           "rebuilt again shortly", self.worker_id)
@@ -268,18 +268,27 @@ class CommandProcessor(CommandDecider):
         self._owned = [p for p in self._owned if p not in revoked]
         self.health.set_partitions(self._owned)
 
-    def _load_pending(self, *, resume: bool) -> bool:
+    def _load_pending(self, *, seek: bool = False) -> bool:
         """Rebuild the owned partitions that have no state yet, in one scan; True when none is left.
 
-        With ``resume`` the rebuilt partitions are resumed at once (their position is the group's
-        committed offset); otherwise the caller seeks and resumes.
+        The group's committed offsets of those partitions are fetched first: a read_committed
+        consumer asks for *stable* offsets, so the fetch returns only once any transaction still
+        open on them (a dead owner's last batch) is settled, and the fold after it then sees that
+        batch's outcome. With ``seek`` (after a start over) the partitions are moved to those offsets;
+        on assignment the consumer starts from them by itself. Rebuilt partitions are resumed.
         """
         pending = sorted(self._unloaded)
         if not pending:
             return True
         try:
+            tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
+            committed = self.consumer.committed(tps, timeout=TXN_CALL_TIMEOUT_S)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      on_quarantine=self.health.quarantined)
+            if seek:
+                for tp in committed:
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
         except Exception as exc:
             log.warning("cannot rebuild partitions %s yet (%s); retrying in %gs", pending, exc, LOAD_RETRY_S)
             self._next_load_try = time.monotonic() + LOAD_RETRY_S
@@ -290,8 +299,7 @@ class CommandProcessor(CommandDecider):
             self.stats.quarantined += len(state.quarantined)
         self.stats.rebuilt_partitions += len(loaded)
         self._unloaded.difference_update(loaded)
-        if resume:
-            self._set_paused(pending, paused=False)
+        self._set_paused(pending, paused=False)
         return True
 
     def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
@@ -409,29 +417,17 @@ class CommandProcessor(CommandDecider):
 
     def _resync(self) -> None:
         """Rebuild every owned partition and seek it to the group's committed offsets."""
-        paused = False
-        while not self._stop.is_set():
-            try:
-                if not paused:
-                    self._owned = sorted({tp.partition for tp in self.consumer.assignment()
-                                          if tp.topic == self.t_commands})
-                    for partition in self._owned:
-                        self._states.pop(partition, None)
-                        self._registries.pop(partition, None)
-                    self._unloaded = set(self._owned)
-                    self._set_paused(self._owned, paused=True)
-                    paused = True
-                if self._load_pending(resume=False):
-                    tps = [TopicPartition(t, p) for p in self._owned for t in (self.t_commands, self.t_internal)]
-                    for tp in (self.consumer.committed(tps, timeout=TXN_CALL_TIMEOUT_S) if tps else []):
-                        offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                        self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-                    self._set_paused(self._owned, paused=False)
-                    return
-            except KafkaException as exc:
-                log.warning("re-reading the committed offsets failed (%s); retrying", exc.args[0])
-                if exc.args[0].code() in _UNREACHABLE:
-                    self._brokers_down = True
+        try:
+            self._owned = sorted({tp.partition for tp in self.consumer.assignment() if tp.topic == self.t_commands})
+            for partition in self._owned:
+                self._states.pop(partition, None)
+                self._registries.pop(partition, None)
+            self._unloaded = set(self._owned)
+            self._set_paused(self._owned, paused=True)
+        except KafkaException as exc:
+            log.warning("reading the assignment failed (%s); the next rebalance rebuilds it", exc.args[0])
+            return
+        while not self._stop.is_set() and not self._load_pending(seek=True):
             self._update_state()
             self.health.tick()
             self._stop.wait(RETRY_BACKOFF_S)
