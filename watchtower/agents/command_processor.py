@@ -16,8 +16,7 @@ acknowledged publish (= a committed reply) is lost. A restarted worker reuses it
 at most ``transaction.timeout.ms`` for the dead one's open transaction to be aborted.
 
 On assignment a partition is paused, rebuilt by folding its committed events (a record that
-breaks a rule is quarantined, never fatal: :mod:`watchtower.agents.event_fold`) and resumed; a
-rebuild that cannot read the log yet is retried while the partition stays paused.
+breaks a rule is quarantined, never fatal) and resumed: :mod:`watchtower.agents.partitions`.
 
 When Kafka misbehaves (a broker restart, a lost coordinator) every transactional call is bounded
 (:mod:`watchtower.agents.bounded`), and a failed batch is handled by what the error allows:
@@ -30,6 +29,11 @@ When Kafka misbehaves (a broker restart, a lost coordinator) every transactional
   the consumer seeks to the committed offsets. Whatever happened, state and position are again
   exactly what the log says. The consumer rejoins the group by itself; a rebalance then arrives
   through the usual callbacks.
+
+After every broker connection was lost, the producer is also replaced (between batches, so
+nothing needs rebuilding) once the brokers answer again: a producer that lived through the outage
+can keep a stale coordinator and hang in its next ``send_offsets_to_transaction``. While the
+brokers are away the health file says ``broker_unreachable``.
 
 The worker reports how it is doing in its health file (:mod:`watchtower.agents.health`).
 Faust's ``exactly_once`` has open duplicate bugs (DESIGN.md §3), so this step uses
@@ -46,20 +50,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
-from watchtower.agents.decider import CommandDecider
+from watchtower.agents.client_log import kafka_logger
 from watchtower.agents.health import HealthFile
-from watchtower.agents.state_loader import load_partitions
+from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
 from watchtower.protocol.stream_actor import StreamState
 from watchtower.topics.catalogue import topic_name
 
@@ -71,9 +67,6 @@ GROUP_ID = "wt-stream-actor"
 #: healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
 TXN_CALL_TIMEOUT_S: Final = 5.0
 CALL_GRACE_S: Final = 2.0
-#: Pause between attempts while Kafka is away, and between attempts to rebuild a partition.
-RETRY_BACKOFF_S: Final = 0.5
-LOAD_RETRY_S: Final = 2.0
 #: While the brokers are unreachable and no command arrives, how often to ask for metadata.
 PROBE_INTERVAL_S: Final = 1.0
 #: Fenced this many times within FENCE_WINDOW_S: another process runs with our worker id.
@@ -97,24 +90,18 @@ def group_id(prefix: str | None = None) -> str:
     return f"{GROUP_ID}.{topic_name('commands', prefix).rsplit('.', 1)[0]}"
 
 
-class CommandProcessor(CommandDecider):
+class CommandProcessor(PartitionOwner):
     """A worker of the stream actor. Call :meth:`run` (blocking) and :meth:`stop` from elsewhere."""
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
                  batch_size: int = 500, transaction_timeout_ms: int = 10_000,
                  clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None) -> None:
-        super().__init__(prefix, clock_ms)
-        self.bootstrap = bootstrap
-        self.worker_id = worker_id
+        super().__init__(bootstrap, worker_id, prefix, clock_ms, health)
         self.batch_size = batch_size
-        self.health = health or HealthFile.from_env(worker_id)
-        self._stop = threading.Event()
-        self._owned: list[int] = []
-        self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
-        self._next_load_try = 0.0
-        self._assigned = False
-        self._recovering = False
-        self._brokers_down = False
+        # Set when every broker connection was lost; the producer is replaced before its next
+        # transaction, because one that lived through an outage can keep a stale coordinator and
+        # hang in send_offsets_to_transaction (librdkafka #5511).
+        self._outage_since_init = False
         self._next_probe = 0.0
         self._fences: list[float] = []
         self._calls = BoundedCaller("wt-txn-call")
@@ -130,6 +117,7 @@ class CommandProcessor(CommandDecider):
             "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 60_000,
             "error_cb": self._on_client_error,
+            "logger": kafka_logger(),
             "log_level": 3,
         }
         self._producer_conf: dict[str, Any] = {
@@ -147,6 +135,7 @@ class CommandProcessor(CommandDecider):
             "retry.backoff.ms": 5,
             "retry.backoff.max.ms": 200,
             "error_cb": self._on_client_error,
+            "logger": kafka_logger(),
             "log_level": 3,
         }
         self.consumer = Consumer(self._consumer_conf)
@@ -192,24 +181,17 @@ class CommandProcessor(CommandDecider):
                 self._brokers_down = False
             except KafkaException:
                 pass
+        self._refresh_producer_after_outage()
+        self.producer.poll(0)  # serves the producer's error_cb and log lines
         self.health.set_aborted_batches(self.stats.aborted_batches)
         self._update_state()
         self.health.tick()
-
-    def _update_state(self) -> None:
-        if self._brokers_down:
-            self.health.set_state("broker_unreachable")
-        elif self._recovering or self._unloaded:
-            self.health.set_state("recovering")
-        elif not self._assigned:
-            self.health.set_state("starting")
-        else:
-            self.health.set_state("serving")
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Called from poll/flush of either client, possibly on the call thread.
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             self._brokers_down = True
+            self._outage_since_init = True
             self._update_state()
         elif err.fatal():
             log.error("fatal client error: %s", err)
@@ -234,93 +216,10 @@ class CommandProcessor(CommandDecider):
             self._brokers_down = False
         return batch
 
-    # ------------------------------------------------------------------ assignment
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Never raise out of a rebalance callback: librdkafka would surface it from poll() and the
-        # worker would die on whatever the log or the cluster did. Partitions stay paused until
-        # their aggregates are rebuilt, so no command is ever decided against a missing state.
-        try:
-            consumer.assign(partitions)
-            self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
-            for partition in self._owned:  # whatever we held before is stale: another owner may have written
-                self._states.pop(partition, None)
-                self._registries.pop(partition, None)
-            self._unloaded.update(self._owned)
-            self._set_paused(self._owned, paused=True)
-            self._load_pending()
-        except Exception:
-            log.exception("worker %s: handling the assignment failed; partitions stay paused and are "
-                          "rebuilt again shortly", self.worker_id)
-            self._next_load_try = time.monotonic() + LOAD_RETRY_S
-        self._assigned = True
-        self.health.set_partitions(self._owned)
-        self._update_state()
-        log.info("worker %s assigned %s", self.worker_id, self._owned)
-
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            if tp.topic != self.t_commands:
-                continue
-            self._states.pop(tp.partition, None)
-            self._registries.pop(tp.partition, None)
-            self._unloaded.discard(tp.partition)
-        revoked = {tp.partition for tp in partitions if tp.topic == self.t_commands}
-        self._owned = [p for p in self._owned if p not in revoked]
-        self.health.set_partitions(self._owned)
-
-    def _load_pending(self, *, seek: bool = False) -> bool:
-        """Rebuild the owned partitions that have no state yet, in one scan; True when none is left.
-
-        The group's committed offsets of those partitions are fetched first: a read_committed
-        consumer asks for *stable* offsets, so the fetch returns only once any transaction still
-        open on them (a dead owner's last batch) is settled, and the fold after it then sees that
-        batch's outcome. With ``seek`` (after a start over) the partitions are moved to those offsets;
-        on assignment the consumer starts from them by itself. Rebuilt partitions are resumed.
-        """
-        pending = sorted(self._unloaded)
-        if not pending:
-            return True
-        try:
-            tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
-            committed = self.consumer.committed(tps, timeout=TXN_CALL_TIMEOUT_S)
-            loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
-                                     on_quarantine=self.health.quarantined)
-            if seek:
-                for tp in committed:
-                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
-                    self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-        except Exception as exc:
-            log.warning("cannot rebuild partitions %s yet (%s); retrying in %gs", pending, exc, LOAD_RETRY_S)
-            self._next_load_try = time.monotonic() + LOAD_RETRY_S
-            return False
-        for partition, state in loaded.items():
-            self._states[partition] = state.streams
-            self._registries[partition] = state.registry
-            self.stats.quarantined += len(state.quarantined)
-        self.stats.rebuilt_partitions += len(loaded)
-        self._unloaded.difference_update(loaded)
-        self._set_paused(pending, paused=False)
-        return True
-
-    def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
-        tps = [TopicPartition(t, p) for p in partitions for t in (self.t_commands, self.t_internal)]
-        if tps:
-            (self.consumer.pause if paused else self.consumer.resume)(tps)
-
-    def _ready_only(self, batch: list[Message]) -> list[Message]:
-        """The records of partitions with a rebuilt state; the others are put back (never decided)."""
-        ready = [m for m in batch if int(m.partition() or 0) in self._states]
-        if len(ready) < len(batch):
-            try:
-                self._seek_to_firsts([m for m in batch if int(m.partition() or 0) not in self._states])
-            except KafkaException as exc:
-                log.warning("could not put back records of a partition being rebuilt: %s", exc)
-        return ready
-
     # ------------------------------------------------------------------ the transaction
     def _process_batch(self, batch: list[Message]) -> None:
         batch = self._ready_only(batch)
-        if not batch:
+        if not batch or not self._refresh_producer_after_outage():
             return
         touched: dict[tuple[int, str], StreamState | None] = {}
         self._touched_registries.clear()
@@ -370,13 +269,6 @@ class CommandProcessor(CommandDecider):
             else:
                 states[stream_id] = before
 
-    def _seek_to_firsts(self, batch: list[Message]) -> None:
-        firsts: dict[tuple[str, int], int] = {}
-        for m in batch:
-            firsts.setdefault((str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0))
-        for (topic, partition), offset in firsts.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
-
     # ------------------------------------------------------------------ starting over from the log
     def _recover(self, why: str) -> None:
         """Replace the producer and rebuild every owned partition from the log (see module docstring)."""
@@ -402,6 +294,7 @@ class CommandProcessor(CommandDecider):
             try:
                 self._call(partial(self.producer.init_transactions, TXN_CALL_TIMEOUT_S), "init_transactions")
                 self._brokers_down = False
+                self._outage_since_init = False
                 return True
             except (KafkaException, CallStuckError) as exc:
                 err = exc.args[0] if isinstance(exc, KafkaException) else None
@@ -415,22 +308,14 @@ class CommandProcessor(CommandDecider):
             self._stop.wait(RETRY_BACKOFF_S)
         return False
 
-    def _resync(self) -> None:
-        """Rebuild every owned partition and seek it to the group's committed offsets."""
-        try:
-            self._owned = sorted({tp.partition for tp in self.consumer.assignment() if tp.topic == self.t_commands})
-            for partition in self._owned:
-                self._states.pop(partition, None)
-                self._registries.pop(partition, None)
-            self._unloaded = set(self._owned)
-            self._set_paused(self._owned, paused=True)
-        except KafkaException as exc:
-            log.warning("reading the assignment failed (%s); the next rebalance rebuilds it", exc.args[0])
-            return
-        while not self._stop.is_set() and not self._load_pending(seek=True):
-            self._update_state()
-            self.health.tick()
-            self._stop.wait(RETRY_BACKOFF_S)
+    def _refresh_producer_after_outage(self) -> bool:
+        """After an outage, once the brokers answer again, start a fresh producer (no batch is
+        open between batches, so nothing needs rebuilding). False if stopped meanwhile."""
+        if not self._outage_since_init or self._brokers_down:
+            return True
+        log.info("worker %s: the brokers are back; starting a fresh producer", self.worker_id)
+        self._replace_producer()
+        return self._init_transactions()
 
     def _replace_producer(self) -> None:
         old = [self.producer]
