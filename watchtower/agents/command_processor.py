@@ -96,7 +96,7 @@ class CommandProcessor(PartitionOwner):
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
                  batch_size: int = 500, transaction_timeout_ms: int = 10_000,
                  clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None) -> None:
-        super().__init__(bootstrap, worker_id, prefix, clock_ms, health)
+        super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health)
         self.batch_size = batch_size
         # Set when every broker connection was lost; the producer is replaced before its next
         # transaction, because one that lived through an outage can keep a stale coordinator and
@@ -107,7 +107,7 @@ class CommandProcessor(PartitionOwner):
         self._calls = BoundedCaller("wt-txn-call")
         self._consumer_conf: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
-            "group.id": group_id(prefix),
+            "group.id": self.group,
             "client.id": f"wt-worker-{worker_id}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

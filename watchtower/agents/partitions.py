@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
-from watchtower.agents.state_loader import load_partitions
+from watchtower.agents.state_loader import committed_offsets, load_partitions
 
 log = logging.getLogger("watchtower.worker")
 
@@ -39,11 +39,12 @@ class PartitionOwner(CommandDecider):
 
     consumer: Consumer
 
-    def __init__(self, bootstrap: str, worker_id: str, prefix: str | None,
+    def __init__(self, bootstrap: str, worker_id: str, group: str, prefix: str | None,
                  clock_ms: Callable[[], int] | None, health: HealthFile | None) -> None:
         super().__init__(prefix, clock_ms)
         self.bootstrap = bootstrap
         self.worker_id = worker_id
+        self.group = group
         self.health = health or HealthFile.from_env(worker_id)
         self._stop = threading.Event()
         self._owned: list[int] = []
@@ -110,7 +111,7 @@ class PartitionOwner(CommandDecider):
             return True
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
-            committed = self.consumer.committed(tps, timeout=OFFSETS_TIMEOUT_S)
+            committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      on_quarantine=self.health.quarantined)
             if seek:

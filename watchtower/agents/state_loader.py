@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Callable, Collection
+from typing import Final
+
+from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.rebuild")
 
-__all__ = ["PartitionState", "Quarantined", "load_partitions"]
+__all__ = ["PartitionState", "Quarantined", "committed_offsets", "load_partitions", "wait_until_settled"]
+
+#: How long a rebuild waits for open transactions on its partitions to end before giving up (the
+#: caller retries). A dead owner's transaction is aborted by the broker after its timeout.
+SETTLE_TIMEOUT_S: Final = 30.0
 
 
 def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[int], partition_count: int, *,
@@ -19,8 +29,9 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
     """Fold every committed event of the given ``partitions`` of ``events_topic`` (which has
     ``partition_count``) into their aggregates, in one scan of the log.
 
-    Reads ``read_committed`` up to the last stable offset, so an aborted or still-open
-    transaction of a previous owner never leaks into the state. A record that breaks a rule (see
+    First waits until no transaction is open on those partitions (:func:`wait_until_settled`),
+    then reads ``read_committed`` to the end: an aborted transaction never leaks into the state,
+    and a committed one whose markers were still being written is not missed. A record that breaks a rule (see
     :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and reason,
     passed to ``on_quarantine``, listed in its partition's result and skipped: nothing a record
     contains makes this raise. It raises only when the log cannot be read (TimeoutError,
@@ -34,6 +45,62 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
 
     folds = {p: EventFold(events_topic, p, partition_count, on_quarantine=quarantine) for p in partitions}
     if folds:
+        wait_until_settled(bootstrap, events_topic, list(folds), min(timeout_s, SETTLE_TIMEOUT_S))
         for m in read_committed(bootstrap, [events_topic], partition=list(folds), timeout_s=timeout_s):
             folds[int(m.partition() or 0)].apply(m.key(), m.value(), int(m.offset() or 0))
     return {p: fold.state for p, fold in folds.items()}
+
+
+def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartition],
+                      timeout_s: float) -> list[TopicPartition]:
+    """The group's committed offsets of ``partitions``, *stable* ones (KIP-447): the fetch waits
+    until no transaction that commits offsets for them is still open.
+
+    Asked by a short-lived client that never joins the group, so it neither disturbs the group nor
+    depends on the worker's own consumer, whose group state may be waiting for a rebalance the
+    worker has not served yet (its ``committed()`` then blocks). Raises KafkaException on failure.
+    """
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "client.id": f"wt-offsets-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "log_level": 3,
+    })
+    try:
+        return list(consumer.committed(partitions, timeout=timeout_s))
+    finally:
+        consumer.close()
+
+
+def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeout_s: float) -> None:
+    """Return once no transaction is open on ``topic``'s ``partitions``: each one's last stable
+    offset has reached its high watermark. Raises TimeoutError after ``timeout_s``.
+
+    A read_committed scan stops at the last stable offset. Right after a transaction commits, and
+    until the coordinator has written its markers, that offset is still *before* the committed
+    batch; a fold started then would miss a batch whose consumed offsets are already committed,
+    and the worker would decide the next commands against a stale head. Waiting for LSO == HWM
+    closes that window (new transactions on these partitions can only come from their owner,
+    which is the caller, or from fenced zombies whose writes are aborted).
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    deadline = time.monotonic() + timeout_s
+    pending = [TopicPartition(topic, p) for p in partitions]
+    while pending:
+        stable = _latest(admin, pending, IsolationLevel.READ_COMMITTED)
+        high = _latest(admin, pending, IsolationLevel.READ_UNCOMMITTED)
+        pending = [tp for tp in pending if stable[tp.partition] < high[tp.partition]]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{topic} partitions {[tp.partition for tp in pending]} still have an open "
+                               f"transaction after {timeout_s:g}s")
+        time.sleep(0.05)
+
+
+def _latest(admin: AdminClient, tps: list[TopicPartition], isolation: IsolationLevel) -> dict[int, int]:
+    futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=isolation,
+                                 request_timeout=10)
+    return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
