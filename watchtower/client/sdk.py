@@ -142,6 +142,22 @@ def _int_field(data: Mapping[str, Any], name: str, what: str, *, alias: str | No
     return value
 
 
+# CIP-7's field names and the names a 0.1 API answered with (deprecated, kept for one release).
+_SPEC_NAMES = (("head_sequence", "head"), ("floor_sequence", "floor"), ("publisher_key", "publisher_key_hex"),
+               ("publisher_key", "public_key_hex"))
+
+
+def with_spec_names(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """`answer` with every CIP-7 field name present, filled from its 0.1 name where a 0.1 API
+    answered only that (head -> head_sequence, floor -> floor_sequence, publisher_key_hex and
+    public_key_hex -> publisher_key)."""
+    out = dict(answer)
+    for spec, old in _SPEC_NAMES:
+        if spec not in out and old in out:
+            out[spec] = out[old]
+    return out
+
+
 def _head_of(data: Mapping[str, Any], what: str) -> int:
     return _int_field(data, "head_sequence", what, alias="head")
 

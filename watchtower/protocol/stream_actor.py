@@ -31,8 +31,8 @@ from typing import Any, Final, NamedTuple
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
