@@ -14,9 +14,14 @@ from watchtower.protocol import (
     sign_command_bytes,
     verify_command_signature,
 )
-from watchtower.protocol.command_auth import nonce_ceiling
+from watchtower.protocol.command_auth import check_event_clock, nonce_ceiling
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS, MAX_WIRE_UINT64, NONCE_MAX_AHEAD_US
-from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, NonceReplayedError
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    InvalidSignatureError,
+    MalformedRecordError,
+    NonceReplayedError,
+)
 from watchtower.protocol.signed_command import command_signing_bytes
 
 KEY = KEYS[0]
@@ -89,3 +94,11 @@ def test_a_nonce_more_than_a_day_ahead_is_refused_so_it_cannot_lock_the_caller_o
 
 def test_the_nonce_ceiling_never_leaves_the_wire_range() -> None:
     assert nonce_ceiling(2**62) == MAX_WIRE_UINT64
+
+
+def test_an_event_from_more_than_a_day_in_the_future_is_malformed() -> None:
+    day = NONCE_MAX_AHEAD_US // (BLOCK_INTERVAL_MS * 1000)
+    check_event_clock(1_000 + day, 1_000)
+    check_event_clock(10, 1_000)
+    with pytest.raises(MalformedRecordError, match="more than a day after"):
+        check_event_clock(1_001 + day, 1_000)

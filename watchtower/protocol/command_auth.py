@@ -21,7 +21,12 @@ from watchtower.protocol.constants import (
     MAX_WIRE_UINT64,
     NONCE_MAX_AHEAD_US,
 )
-from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, NonceReplayedError
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    InvalidSignatureError,
+    MalformedRecordError,
+    NonceReplayedError,
+)
 from watchtower.protocol.validation import require_int
 
 
@@ -58,6 +63,21 @@ def nonce_ceiling(block_height: int) -> int:
     height = require_int(block_height, "block_height")
     block_end_us = (GENESIS_UNIX_MS + (height + 1) * BLOCK_INTERVAL_MS) * 1000
     return min(block_end_us + NONCE_MAX_AHEAD_US, MAX_WIRE_UINT64)
+
+
+def check_event_clock(event_block_height: int, now_block_height: int) -> None:
+    """Raise MALFORMED_RECORD for an event stamped more than a day after `now_block_height`.
+
+    A fold that has a clock (a worker loading its partitions) calls this before `evolve`: an
+    event from the future could carry a nonce under its own (future) ceiling and lock its caller
+    out, so it cannot have been written by an honest writer and is quarantined.
+    """
+    limit = now_block_height + NONCE_MAX_AHEAD_US // (BLOCK_INTERVAL_MS * 1000)
+    if event_block_height > limit:
+        raise MalformedRecordError(
+            f"the event is stamped block {event_block_height}, more than a day after the current block "
+            f"{now_block_height}; no writer could have written it"
+        )
 
 
 def check_nonce(last_nonce: int | None, nonce: int, *, block_height: int) -> int:
