@@ -120,6 +120,18 @@ class LocalKafka:
             "nodes": [n.__dict__ for n in nodes],
         }
 
+    def reachability(self, timeout: float = 3.0) -> str | None:
+        """``None`` when the cluster answers a metadata request within ``timeout``, else why not.
+
+        A live process is not enough: a broker can be up yet not serve (still starting, hung, or
+        its controller quorum lost), and clients only care whether it answers.
+        """
+        return _metadata_problem(self.spec.bootstrap, len(self.spec.node_specs), timeout)
+
+    def wait_reachable(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until the cluster answers metadata; raise :class:`LocalStackError` after ``timeout``."""
+        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), time.monotonic() + timeout)
+
     def log_path(self, node_id: int = 1) -> Path:
         """Path of a node's broker log."""
         return self.spec.node_specs[node_id - 1].log_file
@@ -334,19 +346,27 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
-def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+def _metadata_problem(bootstrap: str, brokers: int, timeout: float) -> str | None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000})
-    last = "no answer"
+    # log_level 0: an unreachable broker is an answer here, not something to print.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "socket.timeout.ms": max(100, int(timeout * 1000))})
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    if len(md.brokers) < brokers or md.controller_id < 0:
+        return f"{len(md.brokers)}/{brokers} brokers registered"
+    return None
+
+
+def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+    last: str | None = "no answer"
     while time.monotonic() < deadline:
-        try:
-            md = admin.list_topics(timeout=2)
-            if len(md.brokers) >= brokers and md.controller_id >= 0:
-                return
-            last = f"{len(md.brokers)}/{brokers} brokers registered"
-        except Exception as exc:
-            last = str(exc)
+        last = _metadata_problem(bootstrap, brokers, 2.0)
+        if last is None:
+            return
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
                           "see `watchtower local logs`")
