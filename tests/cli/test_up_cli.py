@@ -180,6 +180,23 @@ def test_status_reports_a_killed_broker_and_up_restarts_it_and_the_api_serves_ag
     assert body["head"] >= 0
 
 
+def test_status_reports_a_hung_broker_as_alive_but_not_answering(running: Stack) -> None:
+    pid = running.broker.status()["nodes"][0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        code, status = running.status()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert code == 1
+    assert status["kafka"]["alive"] is True
+    assert status["kafka"]["reachable"] is False
+    assert status["kafka"]["error"]
+    deadline = time.monotonic() + 60
+    while running.status()[0] != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert running.status()[0] == 0, "the resumed broker answers again"
+
+
 def test_up_restarts_only_a_killed_worker(running: Stack) -> None:
     _, before = running.status()
     worker_pid = before["services"]["worker-w1"]["pid"]
