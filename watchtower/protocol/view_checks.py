@@ -132,8 +132,9 @@ def message_verdict(key: str, offset: int, message: StreamMessage, view: Mapping
 
     `published` is the head the events have reached (publish events are verified when folded);
     `located` is the stream's offsets entry (``head``: last indexed sequence, ``head_offset``).
-    The record is indexed only if it is the first record, in log order, that holds a verifying
-    message for the next sequence; the sequence header is never read.
+    The verdict and its reason do not depend on whether the record or its publish event was read
+    first (`DEFER` only postpones it). The record is indexed only if it is the first record, in log
+    order, that holds a verifying message for the next sequence; the sequence header is never read.
     """
     if message.stream_id != key:
         return QUARANTINE, f"the record is keyed {key!r} but holds a message of stream {message.stream_id!r}"
@@ -141,8 +142,9 @@ def message_verdict(key: str, offset: int, message: StreamMessage, view: Mapping
     if located is not None and sequence <= int(located["head"]):
         if offset <= int(located["head_offset"]):
             return SKIP, "already decided"
-        return QUARANTINE, (f"sequence {sequence} is already indexed (head {located['head']}); this record "
-                            "repeats or forges it")
+        # The reason names nothing that depends on when the record was decided (the rebuild must
+        # give the same one), so not the indexed head at that moment.
+        return QUARANTINE, f"sequence {sequence} is already indexed; this record repeats or forges it"
     if view is None or sequence > published:
         return DEFER, "its publish event is not folded yet"
     if not verify(message, KeySchedule.from_dict(view["key_schedule"])):
