@@ -52,7 +52,6 @@ from watchtower.protocol.views import (
     head_view,
     key_at,
     key_page,
-    parse_feed_id,
     require_stream,
     since_range,
     stream_subscribers,
@@ -359,7 +358,7 @@ class Projection:
 
         @page("/v1/feeds/{feed_id}", exact=REGISTRY_KEY)
         async def get_feed(web: Any, _request: Request, feed_id: str) -> Response:
-            entry = projection.registry.get(str(parse_feed_id(feed_id)))
+            entry = projection.registry.get(str(params.int_text(feed_id, "feed_id", minimum=1)))
             if entry is None:
                 raise FeedNotFoundError(f"no feed has id {feed_id}; run `watchtower list` to see the feeds")
             return web.json(entry)
