@@ -3,9 +3,9 @@
 A record that breaks a rule (undecodable, for another stream than its key, a sequence that does
 not follow the head, a signature that does not verify, an event that contradicts the views) is
 never folded and never fatal. It is logged with topic, partition, offset and reason, and counted
-here, in a table keyed ``"<topic>/<partition>"`` (the live worker's is a changelog-backed Faust
-table written while folding that partition, so the counts survive restarts and move with the
-partition; the offline rebuild uses a dict and the same code).
+here, in a mapping keyed ``"<topic>/<partition>"``. The live worker keeps it in memory, so its
+counts cover what this worker process decided since it started; the offline rebuild counts the
+whole log with the same code.
 
 Each entry keeps the count, the last `RECENT` records (offset and reason) and the offsets of the
 last `REMEMBERED` ones: Faust redelivers a tail after a rebalance, and a redelivered record that was
