@@ -1,11 +1,13 @@
 """The projection worker: Faust tables over the events and messages topics, and the HTTP API.
 
-One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed through
-Faust's exactly_once mode) and folds each record into four changelog-backed Faust tables with the
-pure `watchtower.protocol.views` functions. Workers split the partitions between them; every GET
-about a stream is routed (Faust ``topic_route``) to the worker that owns the stream's partition,
-and registry reads to the owner of the registry key. Commands need no routing: the API produces
-them to the commands topic, keyed by stream, and waits for the committed reply.
+One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed) and folds
+each record into four tables with the pure `watchtower.protocol.views` functions. Workers split the
+partitions between them; each keeps its partitions' share of the tables with the offsets folded
+(`partitions`), and brings a partition up to date from the log itself when it is assigned
+(`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
+and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
+partition it serves, else NOT_READY. Commands need no routing: the API produces them to the
+commands topic, keyed by stream, and waits for the committed reply.
 
 A record the agent cannot fold is logged and skipped, so a poison record never stops a partition.
 """
@@ -20,21 +22,23 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import faust
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response, View
 
 from watchtower.agents.wire import H_CAPACITY, decode_event
 from watchtower.client.transport import CommandClient
+from watchtower.projections.catch_up import CatchUp
+from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.openapi import OPENAPI
+from watchtower.projections.partitions import OwnedPartitions
+from watchtower.projections.routing import route_to_owner
 from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
     InvalidFilterError,
-    NotReadyError,
     RequestTimeoutError,
     WatchtowerError,
 )
@@ -78,14 +82,14 @@ class Projection:
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
-        # A new generation is a new consumer group and new changelog topics: the projection is
-        # rebuilt from the log from scratch (how an operator drops projection state).
+        # A new generation is a new consumer group: its workers fold the log from scratch.
         generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
-        self.app = faust.App(
+        self.app = ProjectionApp(
             f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
-            store="memory://",
-            processing_guarantee="exactly_once",
+            # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
+            # partition p of events and messages on the same worker and publishes the owners' URLs.
+            table_standby_replicas=1,
             web_enabled=True,
             # In a container the API listens on all interfaces and other workers reach it by its
             # service name; the defaults suit one machine.
@@ -102,57 +106,46 @@ class Projection:
             broker_heartbeat_interval=1.0,
             stream_wait_empty=False,
         )
-        table = self._table
-        self.streams = table("streams")
-        self.heads = table("heads")
-        self.subscriptions = table("subscriptions")
-        self.registry = table("registry")
+        self.owned = OwnedPartitions((*TABLE_NAMES, "indexes"))
+        self.streams = self.owned.table("streams")
+        self.heads = self.owned.table("heads")
+        self.subscriptions = self.owned.table("subscriptions")
+        self.registry = self.owned.table("registry")
         self.tables = {"streams": self.streams, "heads": self.heads,
                        "subscriptions": self.subscriptions, "registry": self.registry}
-        self.indexes: dict[str, OffsetIndex] = {}
+        self.indexes = self.owned.table("indexes")  # stream -> OffsetIndex of its window
         self._head_waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
         self.cache = PayloadCache()
         self.reader = LogReader(bootstrap, self.t_messages)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
                                      key_serializer="raw", value_serializer="raw")
-        self.events_topic = self.app.topic(self.t_events, key_type=str, key_serializer="raw",
-                                           value_serializer="raw")
         self.skipped = 0
         self._client: CommandClient | None = None
         self._client_lock = threading.Lock()
         self.app.agent(self.source, name="project")(self._project)
+        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages), self.owned, self._fold)
+        self.catch_up.attach(self.app)
         self._routes()
-
-    def _table(self, name: str) -> Any:
-        return self.app.Table(name, default=None, partitions=self.partitions, key_type=str)
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:
         async for event in stream.events():
             record = event.message
-            try:
-                if record.topic == self.t_messages:
-                    stream_id = bytes(record.key).decode()
-                    if stream_id not in self.indexes and self.heads.get(stream_id) is not None:
-                        # First message of a stream since this process started: re-learn the
-                        # window's offsets from the log so the index and floor offset are exact.
-                        await asyncio.get_running_loop().run_in_executor(
-                            None, self._load_index, stream_id, int(record.partition))
-                    self._fold_message(record)
-                else:
-                    apply_event(self.tables, decode_event(record.value))
-            except Exception as exc:  # a poison record is skipped, never fatal
-                self.skipped += 1
-                log.error("skipping %s[%s]@%s: %s", record.topic, record.partition, record.offset, exc)
+            if not await self.owned.admit(record.topic, record.partition, record.offset):
+                continue  # folded already (a redelivery), or no longer this worker's partition
+            with self.owned.folding(record.topic, record.partition, record.offset):
+                self._fold(record)
 
-    def _load_index(self, stream_id: str, partition: int) -> None:
-        head = self.heads[stream_id]
-        found = self.reader.scan(partition, int(head["floor_offset"]), int(head["head_offset"]), stream_id)
-        index = OffsetIndex()
-        for sequence in sorted(found):
-            if sequence >= int(head["floor"]):
-                index.add(sequence, found[sequence][0])
-        self.indexes[stream_id] = index
+    def _fold(self, record: Any) -> None:
+        """Fold one committed record, live or while its partition catches up (inside `owned.folding`)."""
+        try:
+            if record.topic == self.t_messages:
+                self._fold_message(record)
+            else:
+                apply_event(self.tables, decode_event(record.value))
+        except Exception as exc:  # a poison record is skipped, never fatal
+            self.skipped += 1
+            log.error("skipping %s[%s]@%s: %s", record.topic, record.partition, record.offset, exc)
 
     def _fold_message(self, record: Any) -> None:
         stream_id = bytes(record.key).decode()
@@ -165,20 +158,16 @@ class Projection:
             self._wake(stream_id, sequence)
 
     def ready(self) -> bool:
-        """True once this worker's tables are recovered and no rebalance is under way.
+        """True once every partition assigned to this worker serves and no rebalance is under way.
 
-        Before that its tables may be empty or behind (Faust restores them from the changelog
-        after every assignment), so table reads answer NOT_READY instead of stale data.
+        Before that a partition's state may be empty or behind, so reads of its keys answer
+        NOT_READY instead (`OwnedPartitions.reading`).
         """
-        app: Any = self.app
-        if app.rebalancing or getattr(app, "in_recovery", False):
-            return False
-        try:
-            assigned = app.consumer.assignment()
-        except Exception:  # the consumer is not started yet
-            return False
-        # Before the first assignment there is nothing recovered yet, whatever the flags say.
-        return bool(assigned) and app.tables.recovery.completed.is_set()
+        return not self.app.rebalancing and self.owned.ready()
+
+    def partition_of(self, key: str) -> int:
+        """The events partition of a stream id or the registry key (the writers' murmur2)."""
+        return partition_for_key(key.encode(), self.partitions)
 
     # ------------------------------------------------------------------ queries
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
@@ -280,24 +269,26 @@ class Projection:
 
     # ------------------------------------------------------------------ HTTP
     def _routes(self) -> None:
-        app, events = self.app, self.events_topic
+        app = self.app
         projection = self
 
         def page(path: str, *, key: str | None = None, exact: str | None = None) -> Callable[[Handler], Any]:
             def wrap(fun: Handler) -> Any:
                 async def guarded(web: Any, request: Request, **kw: Any) -> Response:
                     try:
-                        if (key is not None or exact is not None) and not projection.ready():
-                            raise NotReadyError()
+                        routing_key = kw[key] if key is not None else exact
+                        if routing_key is not None:
+                            # Only from a partition that serves here for the whole read.
+                            async with projection.owned.reading(projection.partition_of(routing_key)):
+                                return await fun(web, request, **kw)
                         return await fun(web, request, **kw)
                     except WatchtowerError as err:
                         return web.json(error_body(err), status=http_status(err.code))
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
-                if key is not None:
-                    routed = app.topic_route(topic=events, match_info=key)(guarded)
-                elif exact is not None:
-                    routed = app.topic_route(topic=events, exact_key=exact)(guarded)
+                if key is not None or exact is not None:
+                    routed = route_to_owner(app, projection.t_events, projection.partition_of, projection.owned.serves,
+                                            match_info=key, exact_key=exact)(guarded)
                 return app.page(path, name=fun.__name__)(routed)
             return wrap
 
@@ -306,8 +297,7 @@ class Projection:
             app_: Any = projection.app
             return web.json({"ok": True, "ready": projection.ready(), "worker": projection.worker_id,
                              "rebalancing": bool(app_.rebalancing),
-                             "recovered": app_.tables.recovery.completed.is_set(),
-                             "partitions": sorted({tp.partition for tp in app_.consumer.assignment()})})
+                             **projection.owned.health()})
 
         @page("/openapi.json")
         async def openapi(web: Any, _request: Request) -> Response:
