@@ -160,7 +160,8 @@ class Readers(threading.Thread):
         self.answers[status] += 1
         if status == 200:
             return True
-        if status == 503 and isinstance(body, dict) and body.get("error", {}).get("code") == "NOT_READY":
+        error = body.get("error") if isinstance(body, dict) else None
+        if status == 503 and isinstance(error, dict) and error.get("code") == "NOT_READY":
             return False
         self.wrong.append(f"{url} {what}: {status} {body}")
         return False

@@ -116,7 +116,6 @@ class CatchUp:
         self.topics = topics  # (events, messages): co-partitioned, read together
         self.owned = owned
         self.fold = fold
-        self.last_seconds: float | None = None  # how long the latest assignment took to serve
         self._tasks: set[asyncio.Task[None]] = set()
 
     def attach(self, app: Any) -> None:
@@ -152,9 +151,8 @@ class CatchUp:
                 await asyncio.sleep(1.0)
                 continue
             if generation == self.owned.generation:
-                self.last_seconds = time.monotonic() - started
                 log.info("partitions %s serve after folding %d records in %.2f s", partitions, folded,
-                         self.last_seconds)
+                         time.monotonic() - started)
             return
 
     async def _fold_to_end(self, generation: int, partitions: list[int]) -> int:

@@ -21,6 +21,7 @@ running between two folds, or a log scan in a worker thread, never sees the fold
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -57,6 +58,8 @@ class OwnedPartitions:
         self._parts: dict[int, PartitionState] = {}
         self._epochs = 0
         self._changed = asyncio.Event()
+        self._assigned_at = 0.0
+        self.caught_up_in_s: float | None = None  # from the latest assignment to every partition serving
 
     def table(self, name: str) -> PartitionTable:
         """The mapping through which folds and reads use table `name`."""
@@ -88,6 +91,7 @@ class OwnedPartitions:
             state = self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
             state.serving = False
         self.assigned = owned
+        self._assigned_at, self.caught_up_in_s = time.monotonic(), (None if owned else 0.0)
         self._notify()
         return self.generation
 
@@ -98,6 +102,8 @@ class OwnedPartitions:
             return False
         self._epochs += 1
         state.serving, state.epoch = True, self._epochs
+        if self.ready():
+            self.caught_up_in_s = round(time.monotonic() - self._assigned_at, 3)
         self._notify()
         return True
 
@@ -186,11 +192,13 @@ class OwnedPartitions:
 
         ``partitions``: the events partitions assigned to it (its share; the workers' shares are
         disjoint and cover every partition once the group is stable); ``catching_up``: those of
-        them still folding the log, whose reads answer NOT_READY; ``recovered``: none is.
+        them still folding the log, whose reads answer NOT_READY; ``recovered``: none is;
+        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does).
         """
         assigned = sorted(self.assigned or ())
         catching_up = [p for p in assigned if not self._parts[p].serving]
-        return {"partitions": assigned, "catching_up": catching_up, "recovered": self.ready()}
+        return {"partitions": assigned, "catching_up": catching_up, "recovered": self.ready(),
+                "caught_up_in_s": self.caught_up_in_s}
 
     def _scope(self) -> list[dict[str, Any]] | None:
         """Partition states a table access sees: the one being folded, or every serving one."""
