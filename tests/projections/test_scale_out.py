@@ -271,7 +271,9 @@ def test_reads_through_any_of_n_workers_equal_one_workers_during_and_after_rebal
         readers = Readers(feeds)
         readers.urls = [p1]
         readers.start()
-        timings: dict[str, float] = {}
+        timings: dict[str, float] = {}  # from the change until every worker serves its share
+        catch_up: dict[str, list[float | None]] = {}  # per worker: its last assignment until it served
+        answering: dict[str, float] = {}  # from the change until every worker's HTTP API answers
         try:
             def step(name: str, workers: list[str], change: Any) -> None:
                 traffic = Traffic(feeds)
@@ -280,9 +282,11 @@ def test_reads_through_any_of_n_workers_equal_one_workers_during_and_after_rebal
                 change()
                 wait_for(lambda: all(_get(f"{u}/v1/health")[0] in (200, 503) for u in workers), SETTLE_S,
                          f"{name}: every worker to answer")
+                answering[name] = round(time.monotonic() - started, 1)
                 readers.use(workers)
                 shares = wait_for(lambda: _shares(workers), SETTLE_S, f"{name}: partitions split over {workers}")
                 timings[name] = round(time.monotonic() - started, 1)
+                catch_up[name] = [_get(f"{u}/v1/health")[1].get("caught_up_in_s") for u in workers]
                 time.sleep(2)  # keep writing and reading across the settled assignment too
                 traffic.stop()
                 assert len(shares) == len(workers)
@@ -299,6 +303,9 @@ def test_reads_through_any_of_n_workers_equal_one_workers_during_and_after_rebal
             step("p3 dies (SIGKILL)", [p1], lambda: _stop(stack, "projection-p3", signal.SIGKILL))
         finally:
             readers.stop()
-        print(f"\nrebalance until every worker is ready again: {timings}; answers by status: {dict(readers.answers)}")
+        print(f"\nrebalance until every worker serves again (s): {timings}\n"
+              f"of which until a joining worker's API answers (s): {answering}\n"
+              f"of which folding the log after the last assignment (s, per worker): {catch_up}\n"
+              f"reads by status: {dict(readers.answers)}")
         assert not readers.wrong, "\n".join(readers.wrong[:40])
         assert readers.answers[200] > 0
