@@ -1,4 +1,4 @@
-"""The projection worker: Faust tables over the events and messages topics, and the HTTP API.
+"""The projection worker: tables folded from the events and messages topics, and the HTTP API.
 
 One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed) and folds
 each record into four tables with the pure `watchtower.protocol.views` functions. Workers split the
