@@ -7,10 +7,10 @@ subscribing: p2 joins (N=2), p3 joins (N=3), p2 stops with SIGTERM (N=2), p3 is 
 SIGKILL (N=1). Throughout, reader threads ask every live worker about every stream and the feed
 list: an answer may be 503 NOT_READY, but never STREAM_NOT_FOUND for a created stream, never a
 shorter feed list, never a head, subscriber count or key history older than one already served,
-and never any other error. After each step, once publishing stops and the workers settle, every
-read through every worker (stream info, head, get_since pages, key history, subscribers, feeds)
-equals the reference's answer, and /v1/health shows the events partitions split between the
-workers without overlap.
+never a get_since page other than the published messages, and never any other error. After
+each step, once publishing stops and the workers settle, every read through every worker (stream
+info, head, get_since pages, key history, subscribers, feeds) equals the reference's answer, and
+/v1/health shows the events partitions split between the workers without overlap.
 """
 
 from __future__ import annotations
@@ -181,6 +181,20 @@ class Readers(threading.Thread):
         status, keys = _get(f"{url}/v1/streams/{sid}/keys")
         if self._judge(url, f"keys {sid}", status, keys):
             self._monotonic(url, sid, "keys", len(keys["entries"]), before["keys"])
+        cursor = max(before["head"] - 3, 0)
+        status, page = _get(f"{url}/v1/streams/{sid}/messages?cursor={cursor}&limit=3")
+        if status == 410 and page["error"]["code"] == "CURSOR_TOO_OLD":  # the ring of 5 moved on meanwhile
+            facts = page["error"]["details"]
+            if facts["cursor"] != cursor or facts["floor"] - 1 <= cursor:
+                self.wrong.append(f"{url} messages {sid} after {cursor}: CURSOR_TOO_OLD with {facts}")
+            self._monotonic(url, sid, "head", facts["head"], before["head"])
+            self.answers[status] += 1
+        elif self._judge(url, f"messages {sid}", status, page):
+            self._monotonic(url, sid, "head", page["head"], before["head"])
+            got = [(m["stream_id"], m["sequence"], bytes.fromhex(m["payload_inline_hex"])) for m in page["messages"]]
+            want = [(sid, n, f'{{"n":{n}}}'.encode()) for n in range(cursor + 1, min(cursor + 3, page["head"]) + 1)]
+            if got != want:
+                self.wrong.append(f"{url} messages {sid} after {cursor}: {got} instead of {want}")
 
     def _check_feeds(self, url: str) -> None:
         status, body = _get(f"{url}/v1/feeds")
