@@ -252,7 +252,10 @@ def _expect_same_answers(urls: list[str], reference: str, feeds: Feeds) -> None:
     wait_for(lambda: _settled([*urls, reference], feeds), SETTLE_S, "every worker to fold every write")
     want = _snapshot(reference, feeds)
     assert want["feeds"][0] == 200
-    assert len(want["feeds"][1]["feeds"]) == len(feeds.keys)
+    # A single fresh worker must list every feed too: with Faust changelog tables the group's
+    # first assignment could come before the registry changelog existed, and every registry write
+    # then failed and was skipped.
+    assert len(want["feeds"][1]["feeds"]) == len(feeds.keys), want["feeds"]
     for url in urls:
         got = _snapshot(url, feeds)
         diff = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
