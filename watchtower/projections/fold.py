@@ -62,14 +62,16 @@ class Folder:
 
     def __init__(self, tables: Mapping[str, Table], refused: Table, *, t_events: str, t_messages: str,
                  partitions: int, cache: PayloadCache | None = None,
-                 on_head: Callable[[str, int], None] | None = None) -> None:
+                 on_head: Callable[[str, int], None] | None = None,
+                 indexes: MutableMapping[str, OffsetIndex] | None = None) -> None:
         self.tables = tables
         self.refused = refused
         self.t_events, self.t_messages = t_events, t_messages
         self.partitions = partitions
         self.cache = cache
         self.on_head = on_head
-        self.indexes: dict[str, OffsetIndex] = {}
+        # stream_id -> the offsets of its window's messages (the live worker keeps them per partition).
+        self.indexes: MutableMapping[str, OffsetIndex] = {} if indexes is None else indexes
         # stream_id -> {offset: (partition, message, raw)}: records waiting for their publish event.
         self.waiting: dict[str, dict[int, tuple[int, StreamMessage, bytes]]] = {}
         self.n_waiting = 0

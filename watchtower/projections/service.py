@@ -1,11 +1,13 @@
-"""The projection worker: Faust tables over the events and messages topics, and the HTTP API.
+"""The projection worker: tables folded from the events and messages topics, and the HTTP API.
 
-One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed through
-Faust's exactly_once mode) and folds each record into four changelog-backed Faust tables with the
-pure `watchtower.protocol.views` functions. Workers split the partitions between them; every GET
-about a stream is routed (Faust ``topic_route``) to the worker that owns the stream's partition,
-and registry reads to the owner of the registry key. Commands need no routing: the API produces
-them to the commands topic, keyed by stream, and waits for the committed reply.
+One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed) and folds
+each record into four tables with the pure `watchtower.protocol.views` functions. Workers split the
+partitions between them; each keeps its partitions' share of the tables with the offsets folded
+(`partitions`), and brings a partition up to date from the log itself when it is assigned
+(`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
+and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
+partition it serves, else NOT_READY. Commands need no routing: the API produces them to the
+commands topic, keyed by stream, and waits for the committed reply.
 
 Records are checked before they are folded (`fold`): one that breaks a rule is quarantined
 (logged with its position, counted in /v1/health and the digest, skipped), so a forged or poison
@@ -15,26 +17,28 @@ record never stops a partition and never changes the views.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import faust
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
 from watchtower.client.transport import CommandClient
 from watchtower.projections import http_params as params
 from watchtower.projections import quarantine, web_server
+from watchtower.projections.catch_up import CatchUp
+from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.fold import Folder, verified_sequence
 from watchtower.projections.health import BrokerProbe
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.openapi import OPENAPI
+from watchtower.projections.partitions import OwnedPartitions
+from watchtower.projections.routing import route_to_owner
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
@@ -48,7 +52,6 @@ from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.views import (
     TABLE_NAMES,
-    OffsetIndex,
     feeds,
     head_view,
     key_at,
@@ -80,14 +83,14 @@ class Projection:
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
-        # A new generation is a new consumer group and new changelog topics: the projection is
-        # rebuilt from the log from scratch (how an operator drops projection state).
+        # A new generation is a new consumer group: its workers fold the log from scratch.
         generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
-        self.app = faust.App(
+        self.app = ProjectionApp(
             f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
-            store="memory://",
-            processing_guarantee="exactly_once",
+            # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
+            # partition p of events and messages on the same worker and publishes the owners' URLs.
+            table_standby_replicas=1,
             web_enabled=True,
             # Listen on loopback unless told otherwise: the API accepts commands, and a stack on a
             # laptop must not serve the network. Containers set WATCHTOWER_WEB_BIND=0.0.0.0.
@@ -107,92 +110,68 @@ class Projection:
             broker_heartbeat_interval=1.0,
             stream_wait_empty=False,
         )
-        table = self._table
-        self.tables = {name: table(name) for name in TABLE_NAMES}
+        # Each worker keeps its partitions' share of every table, with the offsets folded
+        # (`partitions`); the quarantine counts and the offset indexes are per partition too, so a
+        # partition that moves is folded, refused and indexed from the log alike by its new owner.
+        self.owned = OwnedPartitions((*TABLE_NAMES, "indexes", "quarantine"))
+        self.tables = {name: self.owned.table(name) for name in TABLE_NAMES}
         self.streams, self.heads, self.offsets = self.tables["streams"], self.tables["heads"], self.tables["offsets"]
         self.subscriptions, self.registry = self.tables["subscriptions"], self.tables["registry"]
-        # In memory, not a Faust table: a table whose changelog never gets a record (the normal case
-        # here) broke Faust's exactly-once recovery of the other tables after kill -9 (test_rebuild).
-        self.refused: dict[str, Any] = {}
+        self.refused = self.owned.table("quarantine")
         self.waiters = HeadWaiters()
         self.cache = PayloadCache()
         self.folder = Folder(self.tables, self.refused, t_events=self.t_events, t_messages=self.t_messages,
-                             partitions=self.partitions, cache=self.cache, on_head=self.waiters.wake)
+                             partitions=self.partitions, cache=self.cache, on_head=self.waiters.wake,
+                             indexes=self.owned.table("indexes"))
         self.reader = LogReader(bootstrap, self.t_messages)
         self.broker = BrokerProbe(bootstrap, self.t_events)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
                                      key_serializer="raw", value_serializer="raw")
-        self.events_topic = self.app.topic(self.t_events, key_type=str, key_serializer="raw",
-                                           value_serializer="raw")
         self._client: CommandClient | None = None
         self._client_lock = threading.Lock()
         self.app.agent(self.source, name="project")(self._project)
+        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages), self.owned, self._fold)
+        self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
-
-    def _table(self, name: str) -> Any:
-        return self.app.Table(name, default=None, partitions=self.partitions, key_type=str)
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:
         async for event in stream.events():
             record = event.message
-            partition, offset = int(record.partition), int(record.offset)
-            key = None if record.key is None else bytes(record.key)
-            value = None if record.value is None else bytes(record.value)
-            try:
-                if record.topic == self.t_messages:
-                    stream_id = (key or b"").decode(errors="replace")
-                    if stream_id not in self.folder.indexes and self.offsets.get(stream_id) is not None:
-                        await self._relearn_index(stream_id, partition)
-                    self.folder.fold_message(partition, offset, key, value)
-                else:
-                    self.folder.fold_event(partition, offset, key, value)
-            except Exception as exc:  # the folder quarantines; this is the last guard, never fatal
-                log.exception("could not fold %s[%s]@%s", record.topic, partition, offset)
-                self.folder.quarantined(record.topic, partition, offset, f"cannot be folded ({type(exc).__name__})")
-            # Faust buffers changelog writes and its exactly-once commit does not drain the buffer:
-            # drain it before this record is acked, so the offset and its writes share a transaction.
-            buffer = self.app.producer.buffer
-            if buffer.size:
-                with contextlib.suppress(RuntimeError):  # the producer stopped: the worker is stopping
-                    await buffer.flush()
+            if not await self.owned.admit(record.topic, record.partition, record.offset):
+                continue  # folded already (a redelivery), or no longer this worker's partition
+            with self.owned.folding(record.topic, record.partition, record.offset):
+                self._fold(record)
 
-    async def _relearn_index(self, stream_id: str, partition: int) -> None:
-        """Re-learn a stream's window offsets from the log (its first record since this process started)."""
+    def _fold(self, record: Any) -> None:
+        """Fold one committed record, live or while its partition catches up (inside `owned.folding`).
+
+        The folder quarantines what breaks a rule; this is the last guard, so nothing is fatal.
+        """
+        partition, offset = int(record.partition), int(record.offset)
+        key = None if record.key is None else bytes(record.key)
+        value = None if record.value is None else bytes(record.value)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, self._load_index, stream_id, partition)
-        except Exception:  # our failure, not the record's: start empty; reads scan the log
-            log.warning("could not re-learn the offsets of %r; reads will scan the log", stream_id, exc_info=True)
-            self.folder.indexes.setdefault(stream_id, OffsetIndex())
-
-    def _load_index(self, stream_id: str, partition: int) -> None:
-        located, view = self.offsets[stream_id], self.streams.get(stream_id)
-        if view is None:
-            return
-        found = self.reader.scan(partition, int(located["floor_offset"]), int(located["head_offset"]), stream_id,
-                                 verified_sequence(stream_id, view))
-        index = OffsetIndex()
-        for sequence in sorted(found):
-            if sequence >= int(located["floor"]):
-                index.add(sequence, found[sequence][0])
-        self.folder.indexes.setdefault(stream_id, index)
+            if record.topic == self.t_messages:
+                self.folder.fold_message(partition, offset, key, value)
+            else:
+                self.folder.fold_event(partition, offset, key, value)
+        except Exception as exc:
+            log.exception("could not fold %s[%s]@%s", record.topic, partition, offset)
+            self.folder.quarantined(record.topic, partition, offset, f"cannot be folded ({type(exc).__name__})")
 
     def ready(self) -> bool:
-        """True once this worker's tables are recovered and no rebalance is under way.
+        """True once every partition assigned to this worker serves and no rebalance is under way.
 
-        Before that its tables may be empty or behind (Faust restores them from the changelog
-        after every assignment), so table reads answer NOT_READY instead of stale data.
+        Before that a partition's state may be empty or behind, so reads of its keys answer
+        NOT_READY instead (`OwnedPartitions.reading`).
         """
-        app: Any = self.app
-        if app.rebalancing or getattr(app, "in_recovery", False):
-            return False
-        try:
-            assigned = app.consumer.assignment()
-        except Exception:  # the consumer is not started yet
-            return False
-        # Before the first assignment there is nothing recovered yet, whatever the flags say.
-        return bool(assigned) and app.tables.recovery.completed.is_set()
+        return not self.app.rebalancing and self.owned.ready()
+
+    def partition_of(self, key: str) -> int:
+        """The events partition of a stream id or the registry key (the writers' murmur2)."""
+        return partition_for_key(key.encode(), self.partitions)
 
     # ------------------------------------------------------------------ queries
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
@@ -247,14 +226,6 @@ class Projection:
                                      wanted=missing)
         return {seq: raw for seq, (_offset, raw) in found.items()}
 
-    def own_partitions(self) -> list[int]:
-        """The events-topic partitions this worker owns (its share of the streams)."""
-        try:
-            assigned = self.app.consumer.assignment()
-        except Exception:  # the consumer is not started yet
-            return []
-        return sorted({tp.partition for tp in assigned if tp.topic == self.t_events})
-
     def quarantined(self, partitions: list[int] | None = None) -> dict[str, Any]:
         return quarantine.summary(self.refused.items(), partitions)
 
@@ -283,24 +254,26 @@ class Projection:
 
     # ------------------------------------------------------------------ HTTP
     def _routes(self) -> None:
-        app, events = self.app, self.events_topic
+        app = self.app
         projection = self
 
         def page(path: str, *, key: str | None = None, exact: str | None = None) -> Callable[[Handler], Any]:
             def wrap(fun: Handler) -> Any:
                 async def guarded(web: Any, request: Request, **kw: Any) -> Response:
                     try:
-                        if (key is not None or exact is not None) and not projection.ready():
-                            raise NotReadyError()
+                        routing_key = kw[key] if key is not None else exact
+                        if routing_key is not None:
+                            # Only from a partition that serves here for the whole read.
+                            async with projection.owned.reading(projection.partition_of(routing_key)):
+                                return await fun(web, request, **kw)
                         return await fun(web, request, **kw)
                     except WatchtowerError as err:
                         return web.json(error_body(err), status=http_status(err.code))
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
-                if key is not None:
-                    routed = app.topic_route(topic=events, match_info=key)(guarded)
-                elif exact is not None:
-                    routed = app.topic_route(topic=events, exact_key=exact)(guarded)
+                if key is not None or exact is not None:
+                    routed = route_to_owner(app, projection.t_events, projection.partition_of, projection.owned.serves,
+                                            match_info=key, exact_key=exact)(guarded)
                 return app.page(path, name=fun.__name__, base=web_server.JsonView)(routed)
             return wrap
 
@@ -308,13 +281,13 @@ class Projection:
         async def health(web: Any, _request: Request) -> Response:
             app_: Any = projection.app
             broker = await projection.broker.status()
-            mine = projection.own_partitions()
+            owned = projection.owned.health()
+            mine = owned["partitions"]
             return web.json({"ok": True, "ready": projection.ready() and bool(broker["reachable"]),
                              "worker": projection.worker_id, "broker": broker,
                              "rebalancing": bool(app_.rebalancing),
-                             "recovered": app_.tables.recovery.completed.is_set(),
-                             "partitions": mine, "long_polls": len(projection.waiters),
-                             "quarantined": projection.quarantined(mine)})
+                             "long_polls": len(projection.waiters),
+                             "quarantined": projection.quarantined(mine), **owned})
 
         @page("/openapi.json")
         async def openapi(web: Any, _request: Request) -> Response:
