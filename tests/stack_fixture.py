@@ -20,15 +20,22 @@ from watchtower.topics.catalogue import catalogue
 
 
 @contextmanager
-def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3) -> Iterator[ServiceSet]:
-    """Topics under a fresh prefix, `workers` stream-actor workers and one projection/API worker."""
+def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
+                projections: int = 1) -> Iterator[ServiceSet]:
+    """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
+
+    Projection ``pN`` serves on its own free port (``services.urls["projection-pN"]``); the first
+    on ``services.api_url``. Returns once every projection reports ready.
+    """
     prefix = f"t{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
-    services = ServiceSet(bootstrap, prefix, log_dir, api_port=free_ports(1)[0])
+    ports = free_ports(projections)
+    services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0])
     try:
         for i in range(workers):
             services.start_worker(f"w{i + 1}")
-        services.start_projection("p1")
+        for i, port in enumerate(ports, start=1):
+            services.start_projection(f"p{i}", port=port)
         services.wait_ready()
         yield services
     finally:

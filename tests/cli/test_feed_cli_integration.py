@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from stack_fixture import stack  # noqa: F401 (the fixture)
 
 from watchtower.cli.main import _register, cli
-from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account
+from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
 from watchtower.protocol.errors import StaleSequenceError, WatchtowerError
@@ -78,7 +78,7 @@ def test_publisher_flow_new_feed_publish_read_rotate(env: Path) -> None:
         assert reply["sequence"] == n
     page = run_json("feed", sid, "get-since", "--cursor", "0", "--limit", "2", "--min-head", "3")
     assert [m["sequence"] for m in page["messages"]] == [1, 2]
-    assert (page["head"], page["next_cursor"], page["verified"]) == (3, 2, True)
+    assert (page["head_sequence"], page["floor_sequence"], page["next_cursor"], page["verified"]) == (3, 1, 2, True)
     assert page["messages"][0]["tags"] == {"sym": "BTC", "n": 1.0, "live": True}
     odd = run_json("feed", fid, "get-since", "--cursor", "0", "--filter",
                    json.dumps({"field": "tags.n", "op": "in", "value": [1, 3]}))
@@ -88,19 +88,23 @@ def test_publisher_flow_new_feed_publish_read_rotate(env: Path) -> None:
     assert '{"p": 103}' in human
 
     head = run_json("feed", fid, "get-head")
-    assert (head["head"], head["owner"], head["signing_key_id"]) == (3, owner["address"], 1)
+    assert (head["head_sequence"], head["floor_sequence"], head["owner"], head["signing_key_id"]) == (
+        3, 1, owner["address"], 1)
+    assert "head_sequence" in run("feed", fid, "get-head").output
 
     rotated = run_json("feed", fid, "rotate-publisher-key")
     assert (rotated["signing_key_id"], rotated["effective_sequence"]) == (2, 4)
     assert (env / "publishers" / f"{sid}.1.key").exists()
     assert run_json("feed", fid, "publish", "--kind", "tick", "--data", "{}")["sequence"] == 4
-    assert run_json("feed", fid, "get-key-at-sequence", "4")["signing_key_id"] == 2
+    key4 = run_json("feed", fid, "get-key-at-sequence", "4")
+    assert key4["signing_key_id"] == 2
+    assert key4["publisher_key"] == bytes(read_key_file(env / "publishers" / f"{sid}.key").verify_key).hex()
     assert run_json("feed", fid, "get-key-at-sequence", "3")["signing_key_id"] == 1
     after = run_json("feed", fid, "get-since", "--cursor", "2", "--min-head", "4")["messages"]
     assert [m["signing_key_id"] for m in after] == [1, 2]
 
     info = run_json("feed", fid, "info")
-    assert (info["feed"]["name"], info["head"], info["owner"]) == ("btc-usd", 4, owner["address"])
+    assert (info["feed"]["name"], info["head_sequence"], info["owner"]) == ("btc-usd", 4, owner["address"])
     assert "feed_id" in run("feed", fid, "info").output
 
     for secret in (p.read_text().strip() for p in env.rglob("*.key")):

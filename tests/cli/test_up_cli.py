@@ -1,52 +1,289 @@
-"""`watchtower up`, `status`, `down`: the whole stack from the CLI, on its own broker and ports."""
+"""`watchtower up`, `status`, `down`: the whole stack from the CLI, on its own broker and ports.
+
+Every test runs the real CLI in subprocesses against a real embedded broker, with its own
+WATCHTOWER_HOME, and stops everything it started (a last `local down` catches a broker that
+`watchtower down` failed to stop, so one failing test cannot leak a JVM).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import free_port_block, free_ports
+
+from watchtower.local.broker import LocalKafka
+from watchtower.local.config import ClusterSpec
+from watchtower.topics.catalogue import catalogue, topic_prefix
 
 pytestmark = pytest.mark.integration
 
 
-def _wt(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "WATCHTOWER_HOME": str(home)}
-    env.pop("WATCHTOWER_API", None)
-    return subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+@dataclass
+class Stack:
+    """One isolated stack's home directory and ports."""
+
+    home: Path
+    port: int
+    cport: int
+    api_port: int
+
+    def wt(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "WATCHTOWER_HOME": str(self.home)}
+        for name in ("WATCHTOWER_API", "WATCHTOWER_WEB_BIND", "WATCHTOWER_BOOTSTRAP"):
+            env.pop(name, None)
+        return subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+
+    def up(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.wt("up", "--port", str(self.port), "--controller-port", str(self.cport),
+                       "--api-port", str(self.api_port), "--partitions", "2", *args)
+
+    def status(self) -> tuple[int, dict[str, Any]]:
+        result = self.wt("status", "--json")
+        return result.returncode, json.loads(result.stdout)
+
+    @property
+    def broker(self) -> LocalKafka:
+        return LocalKafka(ClusterSpec(self.home / "local" / f"kafka-{self.port}", self.port, self.cport))
 
 
-def test_up_runs_broker_workers_and_api_then_down_stops_them(tmp_path: Path) -> None:
-    port, cport, api_port = free_port_block(1), free_port_block(1), free_ports(1)[0]
-    up = _wt(tmp_path, "up", "--port", str(port), "--controller-port", str(cport), "--api-port", str(api_port),
-             "--partitions", "2")
+def _new_stack(home: Path) -> Stack:
+    return Stack(home, free_port_block(1), free_port_block(1), free_ports(1)[0])
+
+
+def _cleanup(stack: Stack) -> None:
+    stack.wt("down")
+    stack.broker.down()
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[Stack]:
+    stack = _new_stack(tmp_path)
+    yield stack
+    _cleanup(stack)
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack that is up; each test using it leaves it up and whole again."""
+    stack = _new_stack(tmp_path_factory.mktemp("running"))
     try:
+        up = stack.up()
         assert up.returncode == 0, up.stderr
-        status = json.loads(_wt(tmp_path, "status", "--json").stdout)
-        assert status["api_url"] == f"http://127.0.0.1:{api_port}"
-        assert {name: s["running"] for name, s in status["services"].items()} == {
-            "worker-w1": True, "projection-p1": True}
-        # The CLI finds the recorded API without flags: create a feed and read it back.
-        assert _wt(tmp_path, "account", "new").returncode == 0
-        created = _wt(tmp_path, "new", "feed", "--name", "up-test", "--json")
+        assert stack.wt("account", "new").returncode == 0
+        created = stack.wt("new", "feed", "--name", "kept", "--json")
         assert created.returncode == 0, created.stderr
-        assert json.loads(created.stdout)["feed_id"] == 1
-        published = _wt(tmp_path, "feed", "1", "publish", "--kind", "t", "--data", '{"x": 1}')
-        assert published.returncode == 0, published.stderr
-        head = json.loads(_wt(tmp_path, "feed", "1", "get-head", "--json").stdout)
-        assert head["head"] == 1
-        again = _wt(tmp_path, "up", "--port", str(port), "--controller-port", str(cport), "--api-port", str(api_port))
-        assert "already up" in again.stdout
+        yield stack
     finally:
-        down = _wt(tmp_path, "down")
+        _cleanup(stack)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _pids(status: dict[str, Any]) -> dict[str, int]:
+    return {name: s["pid"] for name, s in status["services"].items()}
+
+
+def _until_ok(stack: Stack, *args: str, within_s: float = 150) -> subprocess.CompletedProcess[str]:
+    """Run a CLI command until it succeeds (a safety deadline, not a timing claim)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        result = stack.wt(*args)
+        if result.returncode == 0 or time.monotonic() > deadline:
+            assert result.returncode == 0, result.stderr
+            return result
+        time.sleep(1)
+
+
+def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> None:
+    up = fresh.up()
+    assert up.returncode == 0, up.stderr
+    assert "reachable from the network" not in up.stderr
+    code, status = fresh.status()
+    assert code == 0
+    assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
+    assert {name: s["running"] for name, s in status["services"].items()} == {
+        "worker-w1": True, "projection-p1": True}
+    assert status["kafka"]["alive"] is True
+    assert status["kafka"]["reachable"] is True
+    # The projection is told where to listen; the worker where to write its health.
+    assert _environ(status["services"]["projection-p1"]["pid"])["WATCHTOWER_WEB_BIND"] == "127.0.0.1"
+    health_file = Path(status["logs"]) / "worker-w1.health.json"
+    assert _environ(status["services"]["worker-w1"]["pid"])["WATCHTOWER_HEALTH_FILE"] == str(health_file)
+    # The CLI finds the recorded API without flags: create a feed and read it back.
+    assert fresh.wt("account", "new").returncode == 0
+    created = fresh.wt("new", "feed", "--name", "up-test", "--json")
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["feed_id"] == 1
+    published = fresh.wt("feed", "1", "publish", "--kind", "t", "--data", '{"x": 1}')
+    assert published.returncode == 0, published.stderr
+    head = json.loads(fresh.wt("feed", "1", "get-head", "--json").stdout)
+    assert head["head"] == 1
+    again = fresh.up()
+    assert again.returncode == 0, again.stderr
+    assert "already up" in again.stdout
+    assert _pids(fresh.status()[1]) == _pids(status), "a second up restarts nothing"
+
+    down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    after = json.loads(_wt(tmp_path, "status", "--json").stdout)
+    code, after = fresh.status()
+    assert code == 3
     assert after["services"] == {}
-    pids = json.loads(json.dumps(status["services"]))
-    for s in pids.values():
-        assert not Path(f"/proc/{s['pid']}").exists() or "zombie" in Path(f"/proc/{s['pid']}/status").read_text()
+    assert all(_gone(pid) for pid in _pids(status).values())
+    assert fresh.broker.status()["state"] == "stopped"
+
+
+def test_status_reports_a_killed_broker_and_up_restarts_it_and_the_api_serves_again(running: Stack) -> None:
+    _, before = running.status()
+    running.broker.kill_node(1, signal.SIGKILL)
+    code, status = running.status()
+    assert code == 1, "a dead broker makes the stack degraded"
+    assert status["state"] == "degraded"
+    assert status["kafka"]["alive"] is False
+    assert status["kafka"]["reachable"] is False
+    text = running.wt("status")
+    assert text.returncode == 1
+    assert "DEAD" in text.stdout
+
+    up = running.up()
+    assert up.returncode == 0, up.stderr
+    assert "restarted kafka" in up.stdout
+    code, status = running.status()
+    assert code == 0, status
+    assert status["kafka"]["reachable"] is True
+    assert _pids(status) == _pids(before), "the live workers and projection were left alone"
+    # The API answers from the log the restarted broker kept.
+    head = _until_ok(running, "feed", "1", "get-head", "--json")
+    body = json.loads(head.stdout)
+    assert body["stream_id"].startswith("s-")
+    assert body["head"] >= 0
+
+
+def test_status_reports_a_hung_broker_as_alive_but_not_answering(running: Stack) -> None:
+    pid = running.broker.status()["nodes"][0]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        code, status = running.status()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert code == 1
+    assert status["kafka"]["alive"] is True
+    assert status["kafka"]["reachable"] is False
+    assert status["kafka"]["error"]
+    deadline = time.monotonic() + 60
+    while running.status()[0] != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert running.status()[0] == 0, "the resumed broker answers again"
+
+
+def test_up_restarts_only_a_killed_worker(running: Stack) -> None:
+    _, before = running.status()
+    worker_pid = before["services"]["worker-w1"]["pid"]
+    os.kill(worker_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not _gone(worker_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    code, status = running.status()
+    assert code == 1
+    assert status["services"]["worker-w1"]["state"] == "dead"
+    assert status["services"]["projection-p1"]["state"] == "running"
+    assert status["kafka"]["reachable"] is True
+    # Changing the plan of a live stack is refused instead of half-applied.
+    refused = running.up("--workers", "2")
+    assert refused.returncode == 1
+    assert "watchtower down --keep-kafka" in refused.stderr
+
+    up = running.up()
+    assert up.returncode == 0, up.stderr
+    assert "restarted worker-w1" in up.stdout
+    code, after = running.status()
+    assert code == 0
+    assert after["services"]["worker-w1"]["pid"] != worker_pid
+    assert after["services"]["projection-p1"]["pid"] == before["services"]["projection-p1"]["pid"]
+    assert after["kafka"]["nodes"] == before["kafka"]["nodes"], "the broker was left alone"
+    # The new worker serves: a command is applied. It takes the partitions once the group has
+    # dropped the killed member (its 10 s session timeout), so the first try may time out.
+    _until_ok(running, "feed", "1", "publish", "--kind", "t", "--data", '{"x": 2}')
+
+
+def test_down_after_down_keep_kafka_stops_the_broker(fresh: Stack) -> None:
+    assert fresh.up().returncode == 0
+    _, status = fresh.status()
+    kept = fresh.wt("down", "--keep-kafka")
+    assert kept.returncode == 0, kept.stderr
+    assert all(_gone(pid) for pid in _pids(status).values())
+    assert fresh.broker.status()["state"] == "running"
+    code, between = fresh.status()
+    assert code == 1
+    assert {s["state"] for s in between["services"].values()} == {"stopped"}
+
+    down = fresh.wt("down")
+    assert down.returncode == 0, down.stderr
+    assert fresh.broker.status()["state"] == "stopped"
+    assert fresh.status()[0] == 3
+
+
+def test_down_after_a_failed_up_stops_the_broker(fresh: Stack) -> None:
+    # Make `up` fail after it started the broker: a topic of the catalogue exists with the wrong
+    # partition count, so creating the topics is refused.
+    broker = fresh.broker
+    broker.up()
+    name = catalogue(topic_prefix(), partitions=2)[0].name
+    admin = AdminClient({"bootstrap.servers": broker.spec.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+    broker.down()
+
+    failed = fresh.up()
+    assert failed.returncode == 1
+    assert "partitions" in failed.stderr
+    assert broker.status()["state"] == "running", "precondition: the failed up started the broker"
+    down = fresh.wt("down")
+    assert down.returncode == 0, down.stderr
+    assert broker.status()["state"] == "stopped"
+
+
+def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_down_stops(fresh: Stack) -> None:
+    up = fresh.up("--projections", "2", "--bind", "0.0.0.0")  # noqa: S104 (the warning is under test)
+    assert up.returncode == 0, up.stderr
+    assert up.stderr.count("reachable from the network") == 1
+    code, status = fresh.status()
+    assert code == 0, status
+    projections = {name: s for name, s in status["services"].items() if s["kind"] == "projection"}
+    assert set(projections) == {"projection-p1", "projection-p2"}
+    assert projections["projection-p1"]["port"] == fresh.api_port
+    assert projections["projection-p2"]["port"] != fresh.api_port
+    assert len({s["pid"] for s in projections.values()}) == 2
+    for s in projections.values():
+        assert s["running"] is True
+        assert s["ready"] is True
+        env = _environ(s["pid"])
+        assert env["WATCHTOWER_WEB_BIND"] == "0.0.0.0"  # noqa: S104
+        assert env["WATCHTOWER_FAUST_DATADIR"].endswith(".data")
+    datadirs = {_environ(s["pid"])["WATCHTOWER_FAUST_DATADIR"] for s in projections.values()}
+    assert len(datadirs) == 2, "each projection has its own Faust data directory"
+
+    down = fresh.wt("down")
+    assert down.returncode == 0, down.stderr
+    assert "stopped 3 service process(es)" in down.stdout
+    assert all(_gone(s["pid"]) for s in projections.values())

@@ -13,6 +13,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -24,6 +25,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient, ApiUnavailableError
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id
 from watchtower.protocol import stream_actor
+from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import (
     CursorTooOldError,
     FeedNotFoundError,
@@ -49,6 +51,9 @@ class InProcessApi:
         self.commands: list[Command] = []
         self.tamper: dict[int, dict[str, Any]] = {}  # sequence -> fields to overwrite on read
         self.repeat_last = False  # answer each page with its last message twice
+        self.drop: set[int] = set()  # sequences left out of every page (a server hiding a message)
+        self.serve_instead: dict[int, int] = {}  # sequence -> the older sequence served in its place
+        self.swap_first_two = False  # answer each page with its first two messages swapped
         self.long_polls: list[tuple[int | None, int | None]] = []  # (min_head, wait_ms) of each get_since
         self.timeouts: list[float] = []
 
@@ -57,7 +62,7 @@ class InProcessApi:
         self.commands.append(cmd)
         self.timeouts.append(timeout_s)
         state = self.states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-        decision = decide(state, cmd, block_height=1)
+        decision = decide(state, cmd, block_height=block_height_at(int(time.time() * 1000)))
         for event in decision.events:
             state = evolve(state, event)
             if event.type == STREAM_MESSAGE_PUBLISHED:
@@ -85,14 +90,20 @@ class InProcessApi:
         window = stream_actor.get_since_range(state, cursor, limit)
         test = compile_filter(parse_filter(filter))
         page = []
-        for raw in self.log.get(stream_id, []):
+        log = self.log.get(stream_id, [])
+        for raw in log:
             if raw["sequence"] in window and test(StreamMessage.from_json_dict(raw).headers()):
-                page.append({**raw, **self.tamper.get(raw["sequence"], {})})
+                if raw["sequence"] in self.drop:
+                    continue
+                served = log[self.serve_instead[raw["sequence"]] - 1] if raw["sequence"] in self.serve_instead else raw
+                page.append({**served, **self.tamper.get(raw["sequence"], {})})
         if self.repeat_last and page:
             page.append(page[-1])
+        if self.swap_first_two and len(page) >= 2:
+            page[0], page[1] = page[1], page[0]
         next_cursor = window[-1] if window else cursor
-        return {"stream_id": stream_id, "messages": page, "head": state.head, "floor": state.floor,
-                "next_cursor": next_cursor}
+        return {"stream_id": stream_id, "messages": page, "head_sequence": state.head,
+                "floor_sequence": state.floor, "next_cursor": next_cursor}
 
     def key_schedule(self, stream_id: str) -> KeySchedule:
         self.calls["key_schedule"] += 1
@@ -236,6 +247,55 @@ def test_subscriber_deduplicates_by_sequence(api: InProcessApi, published: Publi
     sub = Subscriber(api, "s-test")
     assert [m.sequence for m in sub.poll(2)] == [1, 2]
     assert [m.sequence for m in sub.poll(2)] == [3, 4]
+
+
+@pytest.mark.parametrize(
+    ("fault", "what"),
+    [
+        ("drop", "a genuine message left out of an unfiltered page"),
+        ("serve_instead", "a valid older message served under the next sequence's place"),
+        ("swap_first_two", "two messages swapped"),
+    ],
+)
+def test_a_page_that_is_not_the_sequences_it_claims_is_refused_and_not_delivered(
+    api: InProcessApi, published: Publisher, fault: str, what: str
+) -> None:
+    sub = Subscriber(api, "s-test")
+    assert [m.sequence for m in sub.poll(1)] == [1]
+    if fault == "drop":
+        api.drop = {3}
+    elif fault == "serve_instead":
+        api.serve_instead = {3: 1}
+    else:
+        api.swap_first_two = True
+    with pytest.raises(WatchtowerError) as info:
+        sub.poll(10)
+    assert info.value.code == "MALFORMED_RECORD", what
+    assert "not the page it claims" in info.value.message
+    # Nothing of the bad page was delivered: the cursor did not move, and a healthy server resumes it.
+    assert sub.cursor == 1
+    api.drop, api.serve_instead, api.swap_first_two = set(), {}, False
+    assert [m.sequence for m in sub.poll(10)] == [2, 3, 4]
+
+
+def test_a_page_claiming_a_next_cursor_past_its_messages_is_refused(api: InProcessApi, published: Publisher) -> None:
+    sub = Subscriber(api, "s-test")
+    api.drop = {4}  # the last message withheld while next_cursor still claims 4
+    with pytest.raises(WatchtowerError) as info:
+        sub.poll(10)
+    assert info.value.code == "MALFORMED_RECORD"
+    assert info.value.details["next_cursor"] == 4
+    assert sub.cursor == 0
+
+
+def test_a_filtered_page_may_skip_sequences_but_not_reorder_them(api: InProcessApi, published: Publisher) -> None:
+    odd = {"field": "tags.i", "op": "in", "value": [1, 3]}
+    api.swap_first_two = True
+    with pytest.raises(WatchtowerError) as info:
+        Subscriber(api, "s-test", filter=odd).poll(10)
+    assert info.value.code == "MALFORMED_RECORD"
+    api.swap_first_two = False
+    assert [m.sequence for m in Subscriber(api, "s-test", filter=odd).poll(10)] == [2, 4]
 
 
 def test_subscriber_refreshes_the_schedule_after_a_rotation(api: InProcessApi, published: Publisher) -> None:

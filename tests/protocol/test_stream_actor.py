@@ -19,6 +19,7 @@ from protocol_strategies import PROPERTY, json_values
 
 import watchtower.schemas
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeyScheduleEntry
@@ -58,13 +59,15 @@ def pub(key: nacl.signing.SigningKey) -> bytes:
     return bytes(key.verify_key)
 
 
+TREASURY = nacl.signing.SigningKey(b"\x06" * 32)
+DEPLOYMENT = Deployment(protocol_treasury=addr(TREASURY))
+# What a creator sends: the protocol treasury is the deployment's, never the creator's to choose.
 PAID = {
     "access_mode": "SUBSCRIBER_PAID",
     "paid_stream_config": {
         "fee_per_key_epoch_cby": 10,
         "protocol_fee_bps": 100,
         "publisher_treasury": addr(OWNER),
-        "protocol_treasury": addr(BOB),
     },
 }
 
@@ -98,7 +101,8 @@ def message(
 class Stream:
     """One stream driven through decide/evolve the way the agent drives it."""
 
-    def __init__(self, stream_id: str = SID) -> None:
+    def __init__(self, stream_id: str = SID, deployment: Deployment = DEPLOYMENT) -> None:
+        self.deployment = deployment
         self.state = StreamState.initial(stream_id)
         self.events: list[Event] = []
         self.height = 100
@@ -113,7 +117,7 @@ class Stream:
 
     def submit(self, cmd: Command) -> Decision:
         self.height += 1
-        decision = decide(self.state, cmd, block_height=self.height)
+        decision = decide(self.state, cmd, block_height=self.height, deployment=self.deployment)
         for event in decision.events:
             self.state = evolve(self.state, event)
             self.events.append(event)
@@ -166,7 +170,8 @@ def test_create_stream_makes_the_caller_owner_with_key_1_from_sequence_1() -> No
     assert state.key_schedule is not None
     assert state.key_schedule.entries == (KeyScheduleEntry(1, pub(PUBLISHER), 1),)
     assert [e.type for e in decision.events] == ["StreamCreated"]
-    assert decision.reply == {"stream_id": SID, "owner": addr(OWNER), "head": 0, "floor": 1, "signing_key_id": 1}
+    assert decision.reply == {"stream_id": SID, "owner": addr(OWNER), "head_sequence": 0, "floor_sequence": 1,
+                              "head": 0, "floor": 1, "signing_key_id": 1}
 
 
 def test_subscriber_paid_is_created_as_platform_managed() -> None:
@@ -191,6 +196,31 @@ def test_subscriber_paid_is_created_as_platform_managed() -> None:
 )
 def test_create_stream_refuses_an_invalid_config(config: dict[str, Any]) -> None:
     Stream().rejects("INVALID_ARGUMENT", OWNER, "create_stream", {"publisher_key": pub(PUBLISHER), **config})
+
+
+def test_the_protocol_treasury_is_the_deployments_not_the_creators() -> None:
+    stream = created(**PAID)
+    assert stream.state.config is not None
+    assert stream.state.config.paid_stream_config is not None
+    assert stream.state.config.paid_stream_config.protocol_treasury == addr(TREASURY)
+    # Repeating the deployment's own treasury is harmless.
+    repeat = {**PAID, "paid_stream_config": {**PAID["paid_stream_config"], "protocol_treasury": addr(TREASURY)}}
+    assert created(**repeat).state.created
+
+
+def test_a_creator_choosing_another_protocol_treasury_is_refused() -> None:
+    mine = {**PAID, "paid_stream_config": {**PAID["paid_stream_config"], "protocol_treasury": addr(ALICE)}}
+    err = Stream().rejects("INVALID_ARGUMENT", OWNER, "create_stream", {"publisher_key": pub(PUBLISHER), **mine})
+    assert "may not override" in err.message
+    assert err.details == {"protocol_treasury": addr(TREASURY)}
+
+
+def test_a_deployment_without_a_treasury_hosts_no_paid_feeds_but_open_ones() -> None:
+    bare = Stream(deployment=Deployment())
+    err = bare.rejects("INVALID_ARGUMENT", OWNER, "create_stream", {"publisher_key": pub(PUBLISHER), **PAID})
+    assert "WATCHTOWER_PROTOCOL_TREASURY" in err.message
+    bare.do(OWNER, "create_stream", {"publisher_key": pub(PUBLISHER)})
+    assert bare.state.created
 
 
 def test_create_stream_on_an_existing_stream_is_refused() -> None:
@@ -291,7 +321,7 @@ def test_replay_protection_is_rebuilt_from_the_log() -> None:
 def test_publish_appends_at_head_plus_1_and_replies_with_head_and_floor() -> None:
     stream = created()
     decision = stream.publish()
-    assert decision.reply == {"sequence": 1, "head": 1, "floor": 1}
+    assert decision.reply == {"sequence": 1, "head_sequence": 1, "floor_sequence": 1, "head": 1, "floor": 1}
     assert stream.state.head == 1
 
 
@@ -402,6 +432,17 @@ def test_resubscribing_updates_mode_filter_and_key_but_not_creation_or_cursor() 
     assert decision.reply["created"] is False
 
 
+@pytest.mark.parametrize("start_cursor", [10**6, -1, "soon", None, 2**63])
+def test_start_cursor_on_an_update_is_ignored_not_validated(start_cursor: Any) -> None:
+    stream = created()
+    stream.do(ALICE, "subscribe", {"mode": "PULL"})
+    stream.publish()
+    decision = stream.do(ALICE, "subscribe", {"mode": "PUSH", "start_cursor": start_cursor})
+    sub = stream.state.subscriptions[addr(ALICE)]
+    assert (sub.mode, sub.start_cursor) == (DeliveryMode.PUSH, 0)
+    assert decision.reply["created"] is False
+
+
 def test_an_unknown_mode_is_invalid_argument() -> None:
     created().rejects("INVALID_ARGUMENT", ALICE, "subscribe", {"mode": "CARRIER_PIGEON"})
 
@@ -434,9 +475,12 @@ def test_the_cap_counts_active_subscriptions_only() -> None:
     assert stream.state.active_subscribers == 1
 
 
-def test_private_allowlist_admits_only_the_owner_and_allowlisted_addresses() -> None:
+def test_private_allowlist_admits_only_allowlisted_addresses_the_owner_included() -> None:
     stream = created(subscription_policy="PRIVATE_ALLOWLIST")
     stream.rejects("SUBSCRIPTION_NOT_ALLOWED", ALICE, "subscribe", {"mode": "PULL"})
+    # CIP-7: non-allowlisted addresses MUST fail; the owner is not exempt and lists itself first.
+    stream.rejects("SUBSCRIPTION_NOT_ALLOWED", OWNER, "subscribe", {"mode": "PULL"})
+    stream.do(OWNER, "allowlist_add", {"address": addr(OWNER)})
     stream.do(OWNER, "subscribe", {"mode": "PULL"})
     stream.do(OWNER, "allowlist_add", {"address": addr(ALICE)})
     stream.do(ALICE, "subscribe", {"mode": "PULL"})
@@ -673,14 +717,18 @@ def test_get_head_describes_the_stream() -> None:
     stream = created(ring_buffer_capacity=2, subscription_policy="PRIVATE_ALLOWLIST")
     for _ in range(3):
         stream.publish()
+    stream.do(OWNER, "allowlist_add", {"address": addr(OWNER)})
     stream.do(OWNER, "subscribe", {"mode": "PULL"})
     assert get_head(stream.state) == {
         "stream_id": SID,
         "owner": addr(OWNER),
+        "head_sequence": 3,
+        "floor_sequence": 2,
         "head": 3,
         "floor": 2,
         "capacity": 2,
         "signing_key_id": 1,
+        "publisher_key": pub(PUBLISHER).hex(),
         "publisher_key_hex": pub(PUBLISHER).hex(),
         "policy": "PRIVATE_ALLOWLIST",
         "access_mode": "OPEN",

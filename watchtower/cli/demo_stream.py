@@ -17,7 +17,7 @@ import nacl.signing
 from watchtower.client.account import Account
 from watchtower.client.archive import read_committed_messages
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signing import verify_with_schedule
@@ -104,6 +104,9 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     api.command(owner.sign("set_subscription_policy", sid, {"policy": "PRIVATE_ALLOWLIST"}))
     api.command(owner.sign("allowlist_add", sid, {"address": friend.address}))
     _refused("stranger subscribes", lambda: api.command(stranger.sign("subscribe", sid, {"mode": "PULL"})))
+    # CIP-7: non-allowlisted addresses MUST fail, the owner's included.
+    _refused("owner subscribes before listing itself",
+             lambda: api.command(owner.sign("subscribe", sid, {"mode": "PULL"})))
     ok = api.command(friend.sign("subscribe", sid, {"mode": "PULL", "filter": BTC_ONLY}))
     click.echo(f"  allowlisted friend subscribes: ok (created at sequence {ok.get('created_at_sequence')})")
     _refused("stranger publishes", lambda: api.command(stranger.sign("publish", sid, {})))
@@ -117,9 +120,9 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     small_pub = Publisher(api, owner, small["stream_id"], small_key)
     for i in range(12):
         small_pub.publish("tick", json.dumps({"i": i}).encode())
-    head = wait_until_visible(api, small["stream_id"], min_head=12)
+    head = with_spec_names(wait_until_visible(api, small["stream_id"], min_head=12))
     click.echo(f"  feed {small['feed_id']}: 12 published into a ring of 5 -> "
-               f"floor {head['floor']}, head {head['head']}")
+               f"floor_sequence {head['floor_sequence']}, head_sequence {head['head_sequence']}")
     _refused("get_since(cursor=0)", lambda: api.get_since(small["stream_id"], 0, 10))
 
     click.secho("  -- the same system from the `watchtower` CLI", bold=True)

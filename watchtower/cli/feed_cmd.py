@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,14 +22,20 @@ import nacl.signing
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
 from watchtower.client import account as keys
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id, wait_until_visible
+from watchtower.client.sdk import (
+    Publisher,
+    Subscriber,
+    create_feed,
+    new_stream_id,
+    wait_until_visible,
+    with_spec_names,
+)
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError
 from watchtower.protocol.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
-ENV_PROTOCOL_TREASURY = "WATCHTOWER_PROTOCOL_TREASURY"
 MODES = {"push": "PUSH", "pull": "PULL", "push-fallback": "PUSH_WITH_PULL_FALLBACK"}
 POLICIES = {"public": "PUBLIC", "private-allowlist": "PRIVATE_ALLOWLIST"}
 
@@ -168,8 +173,6 @@ def new() -> None:
 @click.option("--key-epoch-blocks", type=click.IntRange(min=1), default=None, help="Paid feeds: blocks per key epoch.")
 @click.option("--min-purchase-epochs", type=click.IntRange(min=1), default=None, help="Paid feeds: minimum purchase.")
 @click.option("--publisher-treasury", default=None, metavar="ADDR", help="Paid feeds: fee recipient (default: you).")
-@click.option("--protocol-treasury", default=None, metavar="ADDR",
-              help=f"Paid feeds: the deployment's protocol treasury [env {ENV_PROTOCOL_TREASURY}].")
 @click.option("--ring-buffer-capacity", type=click.IntRange(min=1), default=None, help="Messages retained.")
 @click.option("--max-subscribers", type=click.IntRange(min=1), default=None, help="Subscription cap.")
 @click.option("--policy", type=click.Choice(list(POLICIES)), default=None, help="Who may subscribe (default public).")
@@ -210,7 +213,7 @@ def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as
 
 def _stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]:
     paid_flags = ("fee_per_epoch_cby", "protocol_fee_bps", "key_epoch_blocks", "min_purchase_epochs",
-                  "publisher_treasury", "protocol_treasury")
+                  "publisher_treasury")
     config: dict[str, Any] = {k: opts[k] for k in ("ring_buffer_capacity", "max_subscribers",
                                                    "max_push_deliveries_per_block", "max_push_cycles_per_block")
                               if opts.get(k) is not None}
@@ -223,14 +226,10 @@ def _stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]
         return config
     if opts.get("fee_per_epoch_cby") is None:
         raise click.UsageError("a subscriber-paid feed needs --fee-per-epoch-cby")
-    treasury = opts.get("protocol_treasury") or os.environ.get(ENV_PROTOCOL_TREASURY)
-    if not treasury:
-        raise click.UsageError(
-            f"a subscriber-paid feed needs the deployment's protocol treasury: pass --protocol-treasury ADDR "
-            f"or set {ENV_PROTOCOL_TREASURY}"
-        )
+    # The protocol treasury is the deployment's (CIP-7: publishers may not override it): the
+    # stream workers fill it in, so the command does not carry one.
     paid = {"fee_per_key_epoch_cby": opts["fee_per_epoch_cby"], "protocol_fee_bps": opts.get("protocol_fee_bps") or 0,
-            "publisher_treasury": opts.get("publisher_treasury") or owner, "protocol_treasury": treasury}
+            "publisher_treasury": opts.get("publisher_treasury") or owner}
     for name in ("key_epoch_blocks", "min_purchase_epochs"):
         if opts.get(name) is not None:
             paid[name] = opts[name]
@@ -330,7 +329,9 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
         # A new process reads the head from the read side, which can trail the writer by a moment;
         # the refusal carried the writer's own head, so append once more after it.
         reply = publisher.publish(*args)
-    _done(reply, as_json, f"published sequence {reply['sequence']} (head {reply['head']}, floor {reply['floor']})")
+    reply = with_spec_names(reply)
+    _done(reply, as_json, f"published sequence {reply['sequence']} (head {reply['head_sequence']}, "
+                          f"floor {reply['floor_sequence']})")
 
 
 @feed.command("get-since")
@@ -351,12 +352,13 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
     page = Subscriber(api, stream_id, cursor, flt).poll_page(limit, min_head=min_head,
                                                             wait_ms=wait_ms if min_head else None)
     if as_json:
-        echo_json({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages], "head": page.head,
-                   "floor": page.floor, "next_cursor": page.next_cursor, "verified": True})
+        echo_json(with_spec_names({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages],
+                                   "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,
+                                   "next_cursor": page.next_cursor, "verified": True}))
         return
     for msg in page.messages:
         click.echo(message_line(msg))
-    click.echo(f"{len(page.messages)} verified message(s); head {page.head}, floor {page.floor}, "
+    click.echo(f"{len(page.messages)} verified message(s); head {page.head_sequence}, floor {page.floor_sequence}, "
                f"next cursor {page.next_cursor}")
 
 
@@ -366,12 +368,13 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
 def feed_get_head(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
     """Show the head, floor and current publisher key."""
     api = ApiClient(api_url)
-    head = api.get_head(ref.resolve(api)[0])
+    head = with_spec_names(api.get_head(ref.resolve(api)[0]))
     if as_json:
         echo_json(head)
         return
-    _echo_fields(head, ("stream_id", "owner", "head", "floor", "capacity", "signing_key_id", "publisher_key_hex",
-                        "policy", "access_mode", "active_subscribers", "max_subscribers", "last_key_epoch"))
+    _echo_fields(head, ("stream_id", "owner", "head_sequence", "floor_sequence", "capacity", "signing_key_id",
+                        "publisher_key", "policy", "access_mode", "active_subscribers", "max_subscribers",
+                        "last_key_epoch"))
 
 
 @feed.command("get-key-at-sequence")
@@ -381,11 +384,11 @@ def feed_get_head(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
 def feed_get_key_at_sequence(ref: FeedRef, sequence: int, api_url: str | None, as_json: bool) -> None:
     """Show the publisher key in force at SEQUENCE."""
     api = ApiClient(api_url)
-    entry = api.key_at_sequence(ref.resolve(api)[0], sequence)
+    entry = with_spec_names(api.key_at_sequence(ref.resolve(api)[0], sequence))
     if as_json:
         echo_json(entry)
         return
-    _echo_fields(entry, ("signing_key_id", "public_key_hex", "effective_sequence"))
+    _echo_fields(entry, ("signing_key_id", "publisher_key", "effective_sequence"))
 
 
 @feed.command("rotate-publisher-key")
@@ -498,7 +501,7 @@ def feed_info(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
     """Show the feed's registry entry, config and state."""
     api = ApiClient(api_url)
     stream_id, entry = ref.resolve(api)
-    info = api.stream_info(stream_id)
+    info = with_spec_names(api.stream_info(stream_id))
     if entry is None and isinstance(info.get("feed_id"), int):
         entry = api.feed(info["feed_id"])
     if as_json:
@@ -507,8 +510,8 @@ def feed_info(ref: FeedRef, api_url: str | None, as_json: bool) -> None:
     listing = {"feed_id": entry["feed_id"], "name": entry["name"], "description": entry.get("description")} if entry \
         else {"feed_id": "(not listed)"}
     _echo_fields({**listing, **info, "allowlist": len(info.get("allowlist") or [])},
-                 ("feed_id", "name", "description", "stream_id", "owner", "head", "floor", "capacity", "policy",
-                  "access_mode", "active_subscribers", "max_subscribers", "signing_key_id", "publisher_key_hex",
+                 ("feed_id", "name", "description", "stream_id", "owner", "head_sequence", "floor_sequence", "capacity",
+                  "policy", "access_mode", "active_subscribers", "max_subscribers", "signing_key_id", "publisher_key",
                   "key_epoch", "allowlist"))
 
 

@@ -1,138 +1,228 @@
-"""`watchtower up|down|status`: the whole local stack (broker, stream workers, projections + API)."""
+"""`watchtower up|down|status`: the whole local stack (broker, stream workers, projections + API).
+
+`up` starts what is missing and restarts what died, leaving live parts alone; `down` stops
+everything `up` started; `status` checks every part (see docs/local-stack.md).
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from watchtower.cli import settings
-from watchtower.local.broker import LocalKafka
-from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
+from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
-from watchtower.local.paths import default_data_dir, watchtower_home
-from watchtower.local.stack import ServiceSet
+from watchtower.local.paths import watchtower_home
+from watchtower.local.stack import LOOPBACK, ServiceSet, is_loopback
+from watchtower.local.supervisor import (
+    EXIT_NOT_UP,
+    StackRecord,
+    not_up_report,
+    port_bindable,
+    record_path,
+    stack_report,
+    stop_services,
+)
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import DEFAULT_PARTITIONS, catalogue, topic_prefix
 
 DEFAULT_API_PORT = 8470
-
-
-def _state_file() -> Path:
-    return watchtower_home() / "stack" / "services.json"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        return "watchtower" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return True
-
-
-def _load_state() -> dict[str, Any]:
-    try:
-        data = json.loads(_state_file().read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _services_status(state: dict[str, Any]) -> dict[str, Any]:
-    pids = state.get("pids", {})
-    return {name: {"pid": pid, "running": _alive(int(pid))} for name, pid in pids.items()}
+_BROKER_OPTIONS = ("port", "controller_port", "partitions")
+_SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
 
 
 @click.command("up")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, envvar="WATCHTOWER_LOCAL_PORT")
 @click.option("--controller-port", default=DEFAULT_CONTROLLER_PORT, show_default=True,
               envvar="WATCHTOWER_LOCAL_CONTROLLER_PORT")
-@click.option("--api-port", default=DEFAULT_API_PORT, show_default=True, envvar="WATCHTOWER_API_PORT")
+@click.option("--api-port", default=DEFAULT_API_PORT, show_default=True, envvar="WATCHTOWER_API_PORT",
+              help="HTTP port of the first projection worker.")
 @click.option("--workers", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Stream-actor workers (they share the command partitions).")
+@click.option("--projections", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Projection/API workers (they share the partitions); the first serves on --api-port, "
+                   "the others on the next free ports.")
 @click.option("--partitions", type=click.IntRange(1, 256), default=DEFAULT_PARTITIONS, show_default=True)
-def up(port: int, controller_port: int, api_port: int, workers: int, partitions: int) -> None:
-    """Start the embedded Kafka, create the topics, and run the workers and the HTTP API."""
-    state = _load_state()
-    running = {n: s for n, s in _services_status(state).items() if s["running"]}
-    if running:
-        click.echo(f"already up: API {state.get('api_url')} (services: {', '.join(sorted(running))}); "
-                   "`watchtower down` first to restart")
-        return
-    broker = LocalKafka(ClusterSpec(default_data_dir(port), port, controller_port))
+@click.option("--bind", default=LOOPBACK, show_default=True, envvar="WATCHTOWER_WEB_BIND",
+              help="Address the HTTP API listens on. Anything but loopback makes it reachable from the network.")
+@click.pass_context
+def up(ctx: click.Context, **options: Any) -> None:
+    """Start the embedded Kafka, create the topics, and run the workers and the HTTP API.
+
+    On a stack that is already up, restart whatever died (broker, workers, projections) and
+    leave the live parts alone.
+    """
+    explicit = {name for name in options
+                if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    record = StackRecord.load()
+    fresh = record is None
+    record = _new_record(options) if record is None else _reconcile(record, options, explicit)
+    if record.projections > record.partitions:
+        raise LocalStackError(f"--projections {record.projections} is more than --partitions {record.partitions}; "
+                              "each projection worker needs a partition")
+    if not is_loopback(record.bind):
+        click.echo(f"warning: the HTTP API listens on {record.bind}, so it is reachable from the network",
+                   err=True)
+    # Recorded before anything starts, so `watchtower down` stops whatever this command starts,
+    # even if it fails half-way.
+    record.save()
+    broker = record.broker
     waited = broker.up()
-    bootstrap = broker.spec.bootstrap
-    started = f"started in {waited:.1f}s" if waited else "already running"
-    click.echo(f"kafka    {bootstrap} ({started})")
-    prefix = topic_prefix()
-    ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
-    log_dir = watchtower_home() / "stack" / "logs"
-    services = ServiceSet(bootstrap, prefix, log_dir, api_port=api_port)
-    for i in range(workers):
-        services.start_worker(f"w{i + 1}")
-    services.start_projection("p1")
+    if not waited:
+        broker.wait_reachable(timeout=30.0)
+    restarted = ["kafka"] if waited and not fresh else []
+    ensure_topics(record.bootstrap, catalogue(record.prefix, partitions=record.partitions))
+    log_dir = Path(record.log_dir)
+    services = ServiceSet(record.bootstrap, record.prefix, log_dir, api_port=record.api_port, bind=record.bind)
+    for s in record.services.values():
+        if s.alive():
+            continue
+        if s.kind == "worker":
+            services.start_worker(s.worker_id)
+        else:
+            services.start_projection(s.worker_id, port=s.port)
+        s.pid = services.procs[s.name].pid
+        restarted.append(s.name)
+    record.save()
+    settings.save({"bootstrap": record.bootstrap, "api": record.api_url})
+    if not fresh and not restarted:
+        click.echo(f"already up: API {record.api_url}, kafka {record.bootstrap} "
+                   f"(services: {', '.join(sorted(record.services))}); nothing to restart")
+        return
     t0 = time.monotonic()
-    try:
-        services.wait_ready()
-    except LocalStackError:
-        services.stop()
-        raise
-    pids = services.pids()
-    _state_file().parent.mkdir(parents=True, exist_ok=True)
-    _state_file().write_text(json.dumps({"bootstrap": bootstrap, "port": port, "controller_port": controller_port,
-                                         "prefix": prefix, "api_url": services.api_url,
-                                         "pids": pids, "logs": str(log_dir)}, indent=2) + "\n")
-    settings.save({"bootstrap": bootstrap, "api": services.api_url})
-    click.echo(f"workers  {workers} stream-actor worker(s), 1 projection worker "
-               f"(ready in {time.monotonic() - t0:.1f}s)")
-    click.echo(f"api      {services.api_url}  (OpenAPI: {services.api_url}/openapi.json)")
+    _wait_ready(services, record)
+    if fresh:
+        click.echo(f"kafka    {record.bootstrap} ({f'started in {waited:.1f}s' if waited else 'already running'})")
+        click.echo(f"workers  {record.workers} stream-actor worker(s), {record.projections} projection worker(s) "
+                   f"(ready in {time.monotonic() - t0:.1f}s)")
+    else:
+        click.echo(f"restarted {', '.join(restarted)} (ready in {time.monotonic() - t0:.1f}s)")
+    click.echo(f"api      {record.api_url}  (OpenAPI: {record.api_url}/openapi.json)")
+    for s in record.services.values():
+        if s.kind == "projection" and s.port != record.api_port:
+            click.echo(f"         {services.url_for(s.port or 0)}  ({s.name})")
     click.echo(f"logs     {log_dir}")
+
+
+def _new_record(options: dict[str, Any]) -> StackRecord:
+    bind, api_port = options["bind"], options["api_port"]
+    # Checked before the broker starts: a busy API port would only show as a projection failing later.
+    if not port_bindable(bind, api_port):
+        raise LocalStackError(f"port {api_port} on {bind} is already in use; stop what holds it or pass --api-port")
+    record = StackRecord(options["port"], options["controller_port"], topic_prefix(), options["partitions"],
+                         api_port, bind, str(watchtower_home() / "stack" / "logs"))
+    record.plan(options["workers"], options["projections"])
+    return record
+
+
+def _reconcile(record: StackRecord, options: dict[str, Any], explicit: set[str]) -> StackRecord:
+    """The recorded stack, with the service options given on this command line if they may change.
+
+    Broker ports and partitions belong to the data on disk: they change only after `down`.
+    Service options change only while no service process runs (e.g. after `down --keep-kafka`).
+    """
+    recorded = {"port": record.port, "controller_port": record.controller_port, "partitions": record.partitions,
+                "workers": record.workers, "projections": record.projections, "api_port": record.api_port,
+                "bind": record.bind}
+    changed = {name for name in explicit if options[name] != recorded[name]}
+    if fixed := sorted(changed & set(_BROKER_OPTIONS)):
+        name = fixed[0]
+        raise LocalStackError(f"the stack is up with --{name.replace('_', '-')} {recorded[name]}; "
+                              "run `watchtower down` first to change it")
+    if changed & set(_SERVICE_OPTIONS):
+        live = sorted(s.name for s in record.services.values() if s.alive())
+        if live:
+            name = sorted(changed)[0]
+            raise LocalStackError(f"the stack runs with --{name.replace('_', '-')} {recorded[name]} "
+                                  f"({', '.join(live)} running); run `watchtower down --keep-kafka` first to "
+                                  "change it")
+        record.api_port, record.bind = options["api_port"], options["bind"]
+        record.plan(options["workers"], options["projections"])
+    return record
+
+
+def _wait_ready(services: ServiceSet, record: StackRecord) -> None:
+    """Wait until every projection answers ready; on failure stop what this command started."""
+    try:
+        for s in record.services.values():
+            if s.kind == "projection":
+                services.wait_ready(api_url=services.url_for(s.port or 0))
+    except LocalStackError as exc:
+        services.stop()
+        raise LocalStackError(f"{exc}. The broker keeps running: `watchtower up` tries again, "
+                              "`watchtower down` stops everything") from None
 
 
 @click.command("down")
 @click.option("--keep-kafka", is_flag=True, help="Stop the workers and the API but leave the broker running.")
 def down(keep_kafka: bool) -> None:
     """Stop the workers, the HTTP API and (unless --keep-kafka) the embedded broker."""
-    state = _load_state()
-    pids = {name: int(pid) for name, pid in state.get("pids", {}).items() if _alive(int(pid))}
-    for pid in pids.values():
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 20
-    while any(_alive(p) for p in pids.values()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in pids.values():
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-    _state_file().unlink(missing_ok=True)
-    click.echo(f"stopped {len(pids)} service process(es)")
-    if not keep_kafka and state.get("port"):
-        port = int(state["port"])
-        broker = LocalKafka(ClusterSpec(default_data_dir(port), port, int(state["controller_port"])))
-        broker.down()
-        click.echo(f"kafka stopped ({state['bootstrap']})")
+    record = StackRecord.load()
+    if record is None:
+        click.echo("not up; nothing to stop")
+        return
+    stopped = stop_services(list(record.services.values()))
+    click.echo(f"stopped {len(stopped)} service process(es)")
+    if keep_kafka:
+        # The broker stays recorded so a later `down` stops it and `up` starts the services again.
+        for s in record.services.values():
+            s.pid = None
+        record.save()
+        click.echo(f"kafka kept running ({record.bootstrap}); `watchtower down` stops it")
+        return
+    record.broker.down()
+    record_path().unlink(missing_ok=True)
+    click.echo(f"kafka stopped ({record.bootstrap})")
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
-    """Which services of the local stack are running."""
-    state = _load_state()
-    services = _services_status(state)
-    body = {"api_url": state.get("api_url"), "bootstrap": state.get("bootstrap"), "services": services}
+    """Check every part of the local stack.
+
+    Exit code 0: all parts alive and the broker answers; 1: some part is dead or the broker does
+    not answer (`watchtower up` restarts it); 3: the stack is not up.
+    """
+    record = StackRecord.load()
+    body, code = (not_up_report(), EXIT_NOT_UP) if record is None else stack_report(record)
     if as_json:
         click.echo(json.dumps(body, indent=2))
-        return
-    if not services:
+    elif record is None:
         click.echo("not up; start the stack with `watchtower up`")
-        return
-    click.echo(f"api {body['api_url']}  kafka {body['bootstrap']}")
-    for name, s in sorted(services.items()):
-        click.echo(f"  {name:16} pid {s['pid']:>7}  {'running' if s['running'] else 'STOPPED'}")
+    else:
+        _print_status(body)
+    raise SystemExit(code)
+
+
+def _print_status(body: dict[str, Any]) -> None:
+    kafka = body["kafka"]
+    if kafka["reachable"]:
+        broker = "running, answers metadata"
+    elif kafka["alive"]:
+        broker = f"process alive but NOT ANSWERING ({kafka['error']})"
+    else:
+        broker = "DEAD"
+    pids = ",".join(str(n["pid"]) for n in kafka["nodes"] if n["pid"]) or "-"
+    click.echo(f"stack    {body['state']}")
+    click.echo(f"kafka    {kafka['bootstrap']}  pid {pids}  {broker}")
+    click.echo(f"api      {body['api_url']}")
+    for name, s in sorted(body["services"].items()):
+        line = f"  {name:16} pid {s['pid'] or '-':>7}  {s['state'].upper() if s['state'] == 'dead' else s['state']}"
+        if s["kind"] == "projection":
+            ready = {True: "ready", False: "not ready", None: "no answer"}[s["ready"]]
+            line += f"  {s['url']}  {ready if s['running'] else ''}".rstrip()
+        elif s["health"] is not None:
+            health = s["health"]
+            if "error" in health:
+                line += f"  health: {health['error']}"
+            else:
+                line += (f"  state {health.get('state', '?')}, quarantined {health.get('quarantined', '?')}"
+                         f"{' (stale: written by an earlier process)' if health['stale'] else ''}")
+        click.echo(line)
+    if body["state"] != "running":
+        click.echo("some parts are down; `watchtower up` restarts them")

@@ -34,6 +34,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.filters import parse_filter
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.page_rules import check_page_sequences
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
 
@@ -119,7 +120,7 @@ def wait_until_visible(
             if feed_id is not None:
                 api.feed(feed_id)
             info = api.get_head(stream_id)
-            if info.get("head", -1) >= min_head and info.get("signing_key_id", 0) >= signing_key_id:
+            if _head_of(info, "get_head") >= min_head and info.get("signing_key_id", 0) >= signing_key_id:
                 return info
         except (StreamNotFoundError, FeedNotFoundError, NotReadyError):
             pass
@@ -131,11 +132,38 @@ def wait_until_visible(
         time.sleep(0.05)
 
 
-def _int_field(data: Mapping[str, Any], name: str, what: str) -> int:
+def _int_field(data: Mapping[str, Any], name: str, what: str, *, alias: str | None = None) -> int:
+    """`data[name]` as an int; `alias` is the field's 0.1 name, read when a 0.1 API omits `name`."""
     value = data.get(name)
+    if value is None and alias is not None:
+        value = data.get(alias)
     if type(value) is not int:
         raise MalformedRecordError(f"{what} has no integer {name!r}; the API answered {sorted(data)}")
     return value
+
+
+# CIP-7's field names and the names a 0.1 API answered with (deprecated, kept for one release).
+_SPEC_NAMES = (("head_sequence", "head"), ("floor_sequence", "floor"), ("publisher_key", "publisher_key_hex"),
+               ("publisher_key", "public_key_hex"))
+
+
+def with_spec_names(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """`answer` with every CIP-7 field name present, filled from its 0.1 name where a 0.1 API
+    answered only that (head -> head_sequence, floor -> floor_sequence, publisher_key_hex and
+    public_key_hex -> publisher_key)."""
+    out = dict(answer)
+    for spec, old in _SPEC_NAMES:
+        if spec not in out and old in out:
+            out[spec] = out[old]
+    return out
+
+
+def _head_of(data: Mapping[str, Any], what: str) -> int:
+    return _int_field(data, "head_sequence", what, alias="head")
+
+
+def _floor_of(data: Mapping[str, Any], what: str) -> int:
+    return _int_field(data, "floor_sequence", what, alias="floor")
 
 
 # --- Publisher -----------------------------------------------------------------------------------
@@ -197,7 +225,7 @@ class Publisher:
                 f"stream {self.stream_id} is owned by {info.get('owner')}, not {self.owner.address}; "
                 f"publish is owner-only, so sign with the owner's account (--account / --key-file)"
             )
-        current = info.get("publisher_key_hex")
+        current = info.get("publisher_key", info.get("publisher_key_hex"))
         mine = bytes(self._key.verify_key).hex()
         key_id = _int_field(info, "signing_key_id", "get_head")
         if current != mine:
@@ -206,7 +234,7 @@ class Publisher:
                 f"{self.stream_id} (signing key {key_id}, public {str(current)[:16]}…); load the key file "
                 f"that holds key {key_id}"
             )
-        head = _int_field(info, "head", "get_head")
+        head = _head_of(info, "get_head")
         self._key_id, self._head = key_id, head
         return head, key_id
 
@@ -219,7 +247,8 @@ class Publisher:
         *,
         sequence: int | None = None,
     ) -> dict[str, Any]:
-        """Sign a PLAINTEXT message for head + 1 and publish it; returns ``{"sequence", "head", "floor"}``.
+        """Sign a PLAINTEXT message for head + 1 and publish it; returns the writer's reply
+        (``sequence``, ``head_sequence``, ``floor_sequence``; ``head``/``floor`` are their 0.1 names).
 
         `sequence` states the expected sequence explicitly instead of head + 1. On STALE_SEQUENCE
         the head is refreshed (from the writer's answer) and the error re-raised: the caller
@@ -253,7 +282,7 @@ class Publisher:
         except (RequestTimeoutError, InvalidSignatureError):
             self._head = None
             raise
-        self._head = _int_field(reply, "head", "the publish reply")
+        self._head = _head_of(reply, "the publish reply")
         return reply
 
     def rotate_key(self, new_key: nacl.signing.SigningKey) -> dict[str, Any]:
@@ -279,9 +308,19 @@ class Page:
 
     stream_id: str
     messages: tuple[StreamMessage, ...]
-    head: int
-    floor: int
+    head_sequence: int
+    floor_sequence: int
     next_cursor: int
+
+    @property
+    def head(self) -> int:
+        """Deprecated 0.1 name of `head_sequence`."""
+        return self.head_sequence
+
+    @property
+    def floor(self) -> int:
+        """Deprecated 0.1 name of `floor_sequence`."""
+        return self.floor_sequence
 
 
 class Subscriber:
@@ -290,7 +329,10 @@ class Subscriber:
     `filter` is the CIP-7 filter DSL (validated here: INVALID_FILTER); the API applies it. Every
     message is checked against the publisher key schedule (fetched once, refreshed when a
     message needs a newer key); one that does not verify raises INVALID_SIGNATURE and the cursor
-    stays before its page. CURSOR_TOO_OLD propagates: resume from its ``details["floor"] - 1``.
+    stays before its page. Each page must carry exactly the sequences it claims
+    (`page_rules.check_page_sequences`): a gap, a reordering or a sequence outside the page is
+    MALFORMED_RECORD and nothing of that page is delivered. CURSOR_TOO_OLD propagates: resume from
+    its ``details["floor"] - 1``.
     """
 
     def __init__(
@@ -355,21 +397,25 @@ class Subscriber:
         items = raw.get("messages")
         if not isinstance(items, list):
             raise MalformedRecordError(f"get_since of {self.stream_id} answered without a 'messages' list")
+        head = _head_of(raw, "get_since")
+        next_cursor = raw.get("next_cursor")
+        if type(next_cursor) is not int:
+            raise MalformedRecordError(f"get_since of {self.stream_id} answered without an integer 'next_cursor'")
         fresh: list[StreamMessage] = []
         last = self._delivered_through
         for item in items:
             msg = StreamMessage.from_json_dict(item)
             self.verify(msg)
-            if msg.sequence > last:  # (stream_id, sequence) already delivered otherwise
-                fresh.append(msg)
-                last = msg.sequence
-        head = _int_field(raw, "head", "get_since")
-        next_cursor = raw.get("next_cursor")
-        if type(next_cursor) is not int:
-            next_cursor = last
-        self._cursor = max(self._cursor, next_cursor, last)
-        self._delivered_through = last
-        return Page(self.stream_id, tuple(fresh), head, _int_field(raw, "floor", "get_since"), self._cursor)
+            if msg.sequence == last or msg.sequence in range(1, self._delivered_through + 1):
+                continue  # (stream_id, sequence) delivered already: a repeat, not a new message
+            fresh.append(msg)
+            last = msg.sequence
+        check_page_sequences(self.stream_id, [m.sequence for m in fresh], cursor=self._cursor, limit=limit,
+                             next_cursor=next_cursor, head=head, filtered=self.filter is not None)
+        if fresh:
+            self._delivered_through = fresh[-1].sequence
+        self._cursor = max(self._cursor, next_cursor)
+        return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor)
 
     def poll(self, limit: int = 100) -> list[StreamMessage]:
         """The next verified messages after the cursor (at most `limit`, possibly none)."""
@@ -397,6 +443,6 @@ class Subscriber:
                 continue
             if idle_timeout_s is not None and now - last_activity >= idle_timeout_s:
                 return
-            if page.next_cursor >= page.head and now - started < wait_ms / 2000:
+            if page.next_cursor >= page.head_sequence and now - started < wait_ms / 2000:
                 # The API answered an unreached min_head early; do not spin on it.
                 time.sleep(min(0.2, wait_ms / 1000))

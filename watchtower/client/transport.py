@@ -8,11 +8,12 @@ owner re-decides it and the reply arrives later, so callers simply wait (no rese
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 import uuid
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -22,6 +23,7 @@ from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.topics.catalogue import topic_name
 
+log = logging.getLogger("watchtower.client.transport")
 
 class CommandClient:
     """Thread-safe: many callers may ``submit`` concurrently; one thread reads replies."""
@@ -65,33 +67,52 @@ class CommandClient:
             msg = self.consumer.poll(0.1)
             if msg is None or msg.error():
                 continue
-            corr = (msg.key() or b"").decode()
+            corr = (msg.key() or b"").decode(errors="replace")
             with self._lock:
                 fut = self._pending.pop(corr, None)
-            if fut is not None and not fut.done():
-                try:
-                    fut.set_result(decode_reply(msg.value()))
-                except WatchtowerError as err:
-                    fut.set_exception(err)
+            if fut is None or fut.done():
+                # A reply nobody waits for any more (the caller gave up, or another client's):
+                # expected, not an error.
+                log.debug("dropping a reply nobody waits for (correlation %s)", corr)
+                continue
+            try:
+                fut.set_result(decode_reply(msg.value()))
+            except WatchtowerError as err:
+                fut.set_exception(err)
 
     def submit(self, cmd: Command, *, key: str | None = None) -> Future[dict[str, Any]]:
-        """Send ``cmd``; the future resolves with the result dict or raises the spec error."""
+        """Send ``cmd``; the future resolves with the result dict or raises the spec error.
+
+        A caller that stops waiting may cancel the future: its reply is then dropped quietly
+        when it arrives (the command itself may still be applied; a retry of the same signed
+        command is idempotent).
+        """
         corr = uuid.uuid4().hex
         raw: Future[dict[str, Any]] = Future()
         result: Future[dict[str, Any]] = Future()
 
         def unwrap(f: Future[dict[str, Any]]) -> None:
-            exc = f.exception()
-            if exc is not None:
-                result.set_exception(exc)
+            if result.done():  # cancelled by a caller that timed out: nothing to deliver
                 return
-            reply = f.result()
-            if reply.get("ok"):
-                result.set_result(reply.get("result", {}))
-            else:
-                result.set_exception(WatchtowerError.from_dict(reply.get("error", {})))
+            exc = f.exception()
+            reply = None if exc is not None else f.result()
+            try:
+                if exc is not None:
+                    result.set_exception(exc)
+                elif reply is not None and reply.get("ok"):
+                    result.set_result(reply.get("result", {}))
+                else:
+                    result.set_exception(WatchtowerError.from_dict((reply or {}).get("error", {})))
+            except InvalidStateError:  # cancelled between the check and the set: same case
+                log.debug("dropping the late reply to %s", corr)
+
+        def forget(f: Future[dict[str, Any]]) -> None:
+            if f.cancelled():
+                with self._lock:
+                    self._pending.pop(corr, None)
 
         raw.add_done_callback(unwrap)
+        result.add_done_callback(forget)
         with self._lock:
             self._pending[corr] = raw
         self.producer.produce(self.t_commands, key=(key or cmd.stream_id).encode(),

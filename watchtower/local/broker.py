@@ -8,6 +8,7 @@ pid files left by a crash or ``kill -9`` are detected and cleared.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -16,6 +17,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +120,18 @@ class LocalKafka:
             "nodes": [n.__dict__ for n in nodes],
         }
 
+    def reachability(self, timeout: float = 3.0) -> str | None:
+        """``None`` when the cluster answers a metadata request within ``timeout``, else why not.
+
+        A live process is not enough: a broker can be up yet not serve (still starting, hung, or
+        its controller quorum lost), and clients only care whether it answers.
+        """
+        return _metadata_problem(self.spec.bootstrap, len(self.spec.node_specs), timeout)
+
+    def wait_reachable(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Block until the cluster answers metadata; raise :class:`LocalStackError` after ``timeout``."""
+        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), time.monotonic() + timeout)
+
     def log_path(self, node_id: int = 1) -> Path:
         """Path of a node's broker log."""
         return self.spec.node_specs[node_id - 1].log_file
@@ -138,7 +152,7 @@ class LocalKafka:
                     f"(found {', '.join(sorted(foreign)[:3])}); pass --data-dir with an empty or "
                     "Watchtower-made directory"
                 )
-            cluster_id = _random_cluster_id()
+            cluster_id = random_cluster_id()
             marker.write_text(json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
                                           "kafka_version": KAFKA_VERSION}))
             return cluster_id
@@ -183,11 +197,8 @@ class LocalKafka:
         node.log4j_file.write_text(self.spec.log4j_properties(node))
         if (node.log_dirs / "meta.properties").exists():
             return
-        proc = subprocess.run(
-            ["java", "-cp", cp, f"-Dlog4j2.configurationFile={node.log4j_file}",
-             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(node.properties_file)],
-            capture_output=True, text=True, check=False,
-        )
+        proc = subprocess.run(storage_format_argv(cp, node, cluster_id), capture_output=True, text=True,
+                              check=False)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise LocalStackError(
@@ -277,11 +288,33 @@ class LocalKafka:
 
 
 # -------------------------------------------------------------------- helpers
-def _random_cluster_id() -> str:
-    import base64
-    import uuid
+# Kafka's Uuid.randomUuid() never returns these (Uuid.RESERVED: ZERO_UUID and ONE_UUID).
+_RESERVED_IDS = (bytes(16), bytes(15) + b"\x01")
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+def random_cluster_id() -> str:
+    """A KRaft cluster id drawn exactly as Kafka's ``Uuid.randomUuid()`` draws one.
+
+    A random (version 4) UUID, written as URL-safe base64 without padding (22 characters), drawn
+    again while it is reserved or starts with ``-``: URL-safe base64 starts with ``-`` once in 64
+    draws, and command-line tools would read such an id as an option.
+    """
+    while True:
+        raw = uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+        if raw not in _RESERVED_IDS and not text.startswith("-"):
+            return text
+
+
+def storage_format_argv(cp: str, node: NodeSpec, cluster_id: str) -> list[str]:
+    """The ``kafka-storage format`` command for ``node``.
+
+    The id is passed as ``--cluster-id=ID`` (one argument) so the tool can never parse it as an
+    option, whatever its first character: ids from other tools or older data directories may
+    start with ``-`` even though :func:`random_cluster_id` never draws one.
+    """
+    return ["java", "-cp", cp, f"-Dlog4j2.configurationFile={node.log4j_file}",
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(node.properties_file)]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -313,19 +346,27 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
-def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+def _metadata_problem(bootstrap: str, brokers: int, timeout: float) -> str | None:
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 2000})
-    last = "no answer"
+    # log_level 0: an unreachable broker is an answer here, not something to print.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                         "socket.timeout.ms": max(100, int(timeout * 1000))})
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except Exception as exc:
+        return str(exc) or type(exc).__name__
+    if len(md.brokers) < brokers or md.controller_id < 0:
+        return f"{len(md.brokers)}/{brokers} brokers registered"
+    return None
+
+
+def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+    last: str | None = "no answer"
     while time.monotonic() < deadline:
-        try:
-            md = admin.list_topics(timeout=2)
-            if len(md.brokers) >= brokers and md.controller_id >= 0:
-                return
-            last = f"{len(md.brokers)}/{brokers} brokers registered"
-        except Exception as exc:
-            last = str(exc)
+        last = _metadata_problem(bootstrap, brokers, 2.0)
+        if last is None:
+            return
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
                           "see `watchtower local logs`")

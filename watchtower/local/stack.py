@@ -1,12 +1,18 @@
 """The service processes of a local stack: stream-actor workers and projection/API workers.
 
-`ServiceSet` starts each as its own OS process (so a test can ``kill -9`` one), waits until the
-HTTP API answers through a routed route (which needs a finished Faust rebalance), and stops them
-with SIGTERM, then SIGKILL after a grace period. Logs go to ``<log_dir>/<name>.log``.
+`ServiceSet` starts each as its own OS process (so a test can ``kill -9`` one), waits until each
+projection's HTTP API reports ready (which needs a finished Faust rebalance), and stops them
+with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
+
+- its log is ``<log_dir>/<name>.log`` and its Faust data directory ``<log_dir>/<name>.data``;
+- a stream-actor worker gets ``WATCHTOWER_HEALTH_FILE=<log_dir>/<name>.health.json`` (the worker
+  writes its health there; a file left by an earlier process is removed before the start);
+- a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -20,6 +26,27 @@ from pathlib import Path
 
 from watchtower.local.errors import LocalStackError
 
+WORKER_MODULE = "watchtower.agents.worker_main"
+PROJECTION_MODULE = "watchtower.projections.main"
+LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(bind: str) -> bool:
+    """True when an API bound to ``bind`` is reachable from this machine only."""
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to any interface
+
+
+def connect_host(bind: str | None) -> str:
+    """The host a local client connects to for a server bound to ``bind``."""
+    if bind is None or bind in ("", "0.0.0.0", "::") or is_loopback(bind):  # noqa: S104 (compared, not bound)
+        return LOOPBACK
+    return f"[{bind}]" if ":" in bind else bind
+
 
 @dataclass
 class ServiceSet:
@@ -29,11 +56,21 @@ class ServiceSet:
     prefix: str
     log_dir: Path
     api_port: int = 8470
+    bind: str | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # HTTP base URL of every projection started, by process name.
+    urls: dict[str, str] = field(default_factory=dict)
 
     @property
     def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.api_port}"
+        return self.url_for(self.api_port)
+
+    def url_for(self, port: int) -> str:
+        """The URL a client on this machine uses for an API listening on ``bind``:``port``."""
+        return f"http://{connect_host(self.bind)}:{port}"
+
+    def health_file(self, name: str) -> Path:
+        return self.log_dir / f"{name}.health.json"
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -44,27 +81,45 @@ class ServiceSet:
 
     def start_worker(self, worker_id: str) -> None:
         """A stream-actor worker (the single writer of the partitions it owns)."""
-        self._spawn(f"worker-{worker_id}", ["watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix])
+        name = f"worker-{worker_id}"
+        health = self.health_file(name)
+        # A file left by an earlier process would describe a worker that no longer exists.
+        health.unlink(missing_ok=True)
+        self._spawn(name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix],
+                    {"WATCHTOWER_HEALTH_FILE": str(health)})
 
     def start_projection(self, worker_id: str, port: int | None = None, generation: int = 1) -> None:
         """A projection worker serving the HTTP API on `port` (default: the stack's API port).
 
         A new `generation` starts from empty tables and rebuilds them from the log.
         """
-        self._spawn(f"projection-{worker_id}", ["watchtower.projections.main", self.bootstrap, worker_id,
-                                                str(port or self.api_port), self.prefix],
-                    {"WATCHTOWER_PROJECTION_GENERATION": str(generation)})
+        name, port = f"projection-{worker_id}", port or self.api_port
+        env = {"WATCHTOWER_PROJECTION_GENERATION": str(generation)}
+        if self.bind is not None:
+            env["WATCHTOWER_WEB_BIND"] = self.bind
+        self._spawn(name, [PROJECTION_MODULE, self.bootstrap, worker_id, str(port), self.prefix], env)
+        self.urls[name] = self.url_for(port)
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
 
     def kill9(self, name: str) -> None:
         proc = self.procs.pop(name)
+        self.urls.pop(name, None)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
 
     def wait_ready(self, timeout_s: float = 120.0, api_url: str | None = None) -> None:
-        """Block until the API's projection worker holds its partitions and has recovered its tables."""
+        """Block until the API's projection worker holds its partitions and has recovered its tables.
+
+        Without ``api_url``: until every projection started here is ready (the stack's API port
+        when none was started). Raises :class:`LocalStackError` when a process started here exits.
+        """
+        if api_url is None and self.urls:
+            deadline = time.monotonic() + timeout_s
+            for url in list(self.urls.values()):
+                self.wait_ready(max(1.0, deadline - time.monotonic()), url)
+            return
         url = api_url or self.api_url
         deadline = time.monotonic() + timeout_s
         last = "no answer"
@@ -81,7 +136,7 @@ class ServiceSet:
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = str(exc)
             time.sleep(0.3)
-        raise LocalStackError(f"the HTTP API at {self.api_url} did not become ready in {timeout_s:.0f}s "
+        raise LocalStackError(f"the HTTP API at {url} did not become ready in {timeout_s:.0f}s "
                               f"({last}); see the logs in {self.log_dir}")
 
     def stop(self, grace_s: float = 20.0) -> None:
@@ -96,3 +151,4 @@ class ServiceSet:
                 proc.kill()
                 proc.wait(5)
         self.procs.clear()
+        self.urls.clear()

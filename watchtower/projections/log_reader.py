@@ -14,8 +14,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -80,12 +79,15 @@ class LogReader:
                 self._all.append(consumer)
         return consumer
 
-    def scan(self, partition: int, first_offset: int, last_offset: int, stream_id: str,
-             wanted: Iterable[int] | None = None, timeout_s: float = 10.0) -> dict[int, tuple[int, bytes]]:
-        """Records of `stream_id` in offsets first..last: sequence -> (offset, value).
+    def scan(self, partition: int, first_offset: int, last_offset: int | None, stream_id: str,
+             pick: Callable[[int, bytes], int | None], wanted: Iterable[int] | None = None,
+             timeout_s: float = 10.0) -> dict[int, tuple[int, bytes]]:
+        """Records of `stream_id` from `first_offset` to `last_offset` (None: to the end) that
+        `pick(offset, value)` names a sequence for: sequence -> (offset, value), the first per sequence.
 
-        `wanted` limits which sequences are kept (all when None). Stops early once all wanted
-        sequences are found.
+        `pick` decides from the record itself (decoded message, verification), never from a
+        header. `wanted` limits which sequences are kept (all when None); the scan stops early
+        once all of them are found.
         """
         want = None if wanted is None else set(wanted)
         found: dict[int, tuple[int, bytes]] = {}
@@ -104,22 +106,23 @@ class LogReader:
                             done = True
                         continue
                     offset = int(m.offset() or 0)
-                    if offset > last_offset:
+                    if last_offset is not None and offset > last_offset:
                         done = True
                         break
                     if m.key() != key:
                         continue
-                    sequence = _sequence_header(m.headers())
-                    if sequence is None or (want is not None and sequence not in want):
+                    value = m.value() or b""
+                    sequence = pick(offset, value)
+                    if sequence is None or sequence in found or (want is not None and sequence not in want):
                         continue
-                    found[sequence] = (offset, m.value() or b"")
+                    found[sequence] = (offset, value)
                     if want is not None and len(found) == len(want):
                         done = True
                         break
                 if done:
                     return found
             raise TimeoutError(
-                f"reading {self.topic}[{partition}] {first_offset}..{last_offset} took over {timeout_s}s")
+                f"reading {self.topic}[{partition}] from {first_offset} took over {timeout_s}s")
         finally:
             consumer.unassign()
 
@@ -129,12 +132,3 @@ class LogReader:
                 consumer.close()
             self._all.clear()
 
-
-def _sequence_header(headers: Any) -> int | None:
-    for name, value in headers or ():
-        if name == "sequence":
-            try:
-                return int(value)
-            except (TypeError, ValueError):
-                return None
-    return None

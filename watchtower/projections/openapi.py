@@ -1,76 +1,138 @@
-"""The OpenAPI 3.1 description of the HTTP API, served at ``/openapi.json`` (see docs/http-api.md)."""
+"""The OpenAPI 3.1 description of the HTTP API, served at ``/openapi.json`` (see docs/http-api.md).
+
+It states what the server enforces (parameter ranges from `http_params`, every status a route can
+answer, the shape of each answer), and the test suite fuzzes the running API against it
+(tests/projections/test_http_openapi_fuzz.py): no 5xx, and no answer that breaks this document.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-_ERROR: Final = {
-    "description": "a spec error",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
+from watchtower.projections.http_errors import STATUS_BY_CODE
+from watchtower.projections.http_params import MAX_INT, MAX_TIMEOUT_S, MAX_WAIT_MS
+from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
+
+_INT: Final = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+_SEQ: Final = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+_STR: Final = {"type": "string"}
+_OBJ: Final = {"type": "object"}
+_NULLABLE_INT: Final = {"type": ["integer", "null"]}
 
 
-def _get(
-    summary: str, params: list[dict[str, Any]] | None = None, errors: tuple[str, ...] = ("404",)
-) -> dict[str, Any]:
-    ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
-    responses: dict[str, Any] = {"200": ok}
-    for code in errors:
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR: Final = _json(_ref("Error"), "a spec error: {\"error\": {\"code\", \"message\"}}")
+# Every route can be refused before its handler runs (a request line or header over 8,190 bytes).
+_ALWAYS: Final = ("400",)
+_TABLE: Final = ("400", "404", "503")  # a table read: bad parameter, unknown id, worker not ready
+
+
+def _get(summary: str, ok: dict[str, Any], params: list[dict[str, Any]] | None = None,
+         errors: tuple[str, ...] = _TABLE) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": _json(ok)}
+    for code in sorted({*_ALWAYS, *errors}):
         responses[code] = _ERROR
     return {"get": {"summary": summary, "parameters": params or [], "responses": responses}}
 
 
-def _path(name: str, kind: str = "string") -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": kind}}
+def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
-def _query(name: str, kind: str = "integer", description: str = "") -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": {"type": kind}, "description": description}
+def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
-_SID = _path("stream_id")
+def _object(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "object", "required": sorted(required), "properties": {**required, **(optional or {})}}
+
+
+_SID: Final = _path("stream_id", {"type": "string", "minLength": 1})
+_HEAD_FIELDS: Final = {
+    "stream_id": _STR, "owner": _STR, "head_sequence": _INT, "floor_sequence": _SEQ,
+    "head": {**_INT, "deprecated": True, "description": "deprecated alias of head_sequence"},
+    "floor": {**_SEQ, "deprecated": True, "description": "deprecated alias of floor_sequence"},
+    "capacity": _SEQ, "signing_key_id": _SEQ, "publisher_key_hex": _STR, "policy": _STR, "access_mode": _STR,
+    "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
+}
+_KEY_ENTRY: Final = _object({
+    "signing_key_id": _SEQ, "publisher_key": _STR, "effective_sequence": _SEQ,
+    "public_key_hex": {**_STR, "deprecated": True, "description": "deprecated alias of publisher_key"},
+})
+_PAGE: Final = _object({
+    "stream_id": _STR, "messages": {"type": "array", "items": _OBJ}, "head_sequence": _INT, "floor_sequence": _SEQ,
+    "head": {**_INT, "deprecated": True}, "floor": {**_SEQ, "deprecated": True}, "next_cursor": _INT,
+})
+_QUARANTINE: Final = _object({"count": _INT, "recent": {"type": "array", "items": _object({
+    "topic": _STR, "partition": _INT, "offset": _INT, "reason": _STR})}})
+_HEALTH: Final = _object({
+    "ok": {"type": "boolean"}, "ready": {"type": "boolean"}, "worker": _STR,
+    "broker": _object({"reachable": {"type": "boolean"}}, {"error": _STR, "checked_ms_ago": _NULLABLE_INT}),
+    "rebalancing": {"type": "boolean"}, "recovered": {"type": "boolean"},
+    "partitions": {"type": "array", "items": _INT}, "long_polls": _INT, "quarantined": _QUARANTINE,
+})
+_FEED: Final = _object({"feed_id": _SEQ, "stream_id": _STR, "name": _STR, "description": _STR, "owner": _STR,
+                        "registered_at_block": _INT})
 
 OPENAPI: Final[dict[str, Any]] = {
     "openapi": "3.1.0",
     "info": {"title": "Watchtower", "version": "1",
              "description": "CIP-7 feeds on Apache Kafka: signed commands in, projections out."},
     "paths": {
-        "/v1/health": _get("liveness of this worker", errors=()),
+        "/v1/health": _get("this worker: readiness, broker, partitions, quarantined records", _HEALTH, errors=()),
         "/v1/commands": {"post": {
             "summary": "submit a signed command and wait for its committed reply",
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["command"],
-                "properties": {"command": {"$ref": "#/components/schemas/Command"},
-                               "timeout_s": {"type": "number", "default": 30}}}}}},
-            "responses": {"200": {"description": "the method's reply", "content": {"application/json": {
-                "schema": {"type": "object", "properties": {"result": {"type": "object"}}}}}},
-                **dict.fromkeys(("400", "401", "403", "404", "409", "413", "504"), _ERROR)},
+                "properties": {"command": _ref("Command"),
+                               "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
+                                             "default": 30}}}}}},
+            "responses": {"200": _json(_object({"result": _OBJ}), "the method's reply"),
+                          **dict.fromkeys(sorted({str(s) for s in STATUS_BY_CODE.values()} - {"410"}), _ERROR)},
         }},
-        "/v1/streams/{stream_id}": _get("stream info: head fields, config, allowlist", [_SID]),
-        "/v1/streams/{stream_id}/head": _get("CIP-7 get_head", [_SID]),
+        "/v1/streams/{stream_id}": _get("stream info: head fields, config, allowlist", _object(
+            _HEAD_FIELDS, {"config": _OBJ, "allowlist": {"type": "array", "items": _STR}, "subscribers": _INT,
+                           "created_at_block": _INT, "key_epoch": _NULLABLE_INT}), [_SID]),
+        "/v1/streams/{stream_id}/head": _get("CIP-7 get_head", _object(_HEAD_FIELDS), [_SID]),
         "/v1/streams/{stream_id}/messages": _get(
-            "CIP-7 get_since", [_SID, _query("cursor"), _query("limit", description="1..500"),
-                                _query("filter", "string", "filter DSL as JSON"),
-                                _query("min_head", description="wait until the projection reaches this head"),
-                                _query("wait_ms")], errors=("400", "404", "410")),
-        "/v1/streams/{stream_id}/keys/at/{sequence}": _get("CIP-7 get_key_at_sequence",
-                                                           [_SID, _path("sequence", "integer")], errors=("400", "404")),
-        "/v1/streams/{stream_id}/keys": _get("CIP-7 get_key_history (paged)", [_SID, _query("from"), _query("limit")]),
-        "/v1/streams/{stream_id}/subscribers": _get("subscriptions by address",
-                                                    [_SID, _query("active_only", "boolean")]),
-        "/v1/feeds": _get("WatchtowerRegistry listings", [_query("owner", "string")], errors=()),
-        "/v1/feeds/{feed_id}": _get("one listing", [_path("feed_id", "integer")]),
-        "/v1/admin/digest": _get("digest of this worker's projection tables", errors=()),
+            "CIP-7 get_since", _PAGE,
+            [_SID, _query("cursor", _INT),
+             _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_GET_SINCE_LIMIT, "default": 100},
+                    "1..500, else LIMIT_EXCEEDED (checked first)"),
+             _query("filter", _STR, "filter DSL as JSON"),
+             _query("min_head", _INT, "wait until the projection reaches this head (a long poll)"),
+             _query("wait_ms", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "default": 2000},
+                    f"how long min_head waits, at most {MAX_WAIT_MS} ms")],
+            errors=(*_TABLE, "410")),
+        "/v1/streams/{stream_id}/keys/at/{sequence}": _get("CIP-7 get_key_at_sequence", _KEY_ENTRY,
+                                                           [_SID, _path("sequence", _SEQ)]),
+        "/v1/streams/{stream_id}/keys": _get(
+            "CIP-7 get_key_history (paged)",
+            _object({"entries": {"type": "array", "items": _KEY_ENTRY}, "next_from": _NULLABLE_INT}),
+            [_SID, _query("from", _SEQ), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})]),
+        "/v1/streams/{stream_id}/subscribers": _get(
+            "subscriptions by address", _object({"stream_id": _STR, "subscribers": {"type": "array", "items": _OBJ}}),
+            [_SID, _query("active_only", {"type": "boolean"})]),
+        "/v1/feeds": _get("WatchtowerRegistry listings", _object({"feeds": {"type": "array", "items": _FEED}}),
+                          [_query("owner", _STR)], errors=("503",)),
+        "/v1/feeds/{feed_id}": _get("one listing", _FEED, [_path("feed_id", _SEQ)]),
+        "/v1/admin/digest": _get("digest of this worker's projection tables", _object(
+            {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
     },
     "components": {"schemas": {
-        "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-            "type": "object", "required": ["code", "message"],
-            "properties": {"code": {"type": "string", "examples": ["CURSOR_TOO_OLD"]},
-                           "message": {"type": "string"}, "details": {"type": "object"}}}}},
+        "Error": _object({"error": _object({"code": {"type": "string", "enum": sorted({*STATUS_BY_CODE,
+                                                                                          "WATCHTOWER_ERROR"})},
+                                            "message": _STR}, {"details": _OBJ})}),
         "Command": {"type": "object",
                     "required": ["method", "stream_id", "caller_public_key_hex", "nonce", "body", "signature_hex"],
-                    "properties": {"method": {"type": "string"}, "stream_id": {"type": "string"},
-                                   "caller_public_key_hex": {"type": "string"}, "nonce": {"type": "integer"},
-                                   "body": {"type": "object"}, "signature_hex": {"type": "string"}}},
+                    "properties": {"method": _STR, "stream_id": _STR, "caller_public_key_hex": _STR,
+                                   "nonce": {"type": "integer"}, "body": _OBJ, "signature_hex": _STR}},
     }},
 }

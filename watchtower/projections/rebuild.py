@@ -1,49 +1,55 @@
 """Rebuild every projection table from the log, offline, and digest it.
 
 Reads the events and messages topics from offset 0 (read_committed) and folds them with the same
-pure functions the live Faust agent uses (`views.apply_event`, `views.apply_message`), into plain
-dicts. Equal digests from this and from a live worker (``GET /v1/admin/digest``) prove the live
-projection is exactly what the log says.
+`fold.Folder` the live Faust agent uses, into plain dicts. It refuses exactly the records the live
+worker refuses, so equal digests from this and from a live worker (``GET /v1/admin/digest``)
+prove the live projection is exactly what the log says, forged records and all; the quarantine
+summaries must be equal too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from watchtower.agents.wire import H_CAPACITY, decode_event
-from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
-from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.views import TABLE_NAMES, OffsetIndex, apply_event, apply_message, table_digests, views_digest
+from confluent_kafka.admin import AdminClient
+
+from watchtower.projections import quarantine
+from watchtower.projections.fold import Folder
+from watchtower.protocol.views import TABLE_NAMES, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed
 
 
+def rebuild(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> tuple[dict[str, dict[str, Any]],
+                                                                                          dict[str, Any]]:
+    """Every table, folded from the committed log up to its current end, and the quarantine table."""
+    tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
+    refused: dict[str, Any] = {}
+    t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
+    folder: Folder | None = None
+    partitions: int | None = None
+    for record in read_committed(bootstrap, [t_events, t_messages], timeout_s=timeout_s):
+        if folder is None:
+            partitions = _partitions(bootstrap, t_events)
+            folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions)
+        fold = folder.fold_event if record.topic() == t_events else folder.fold_message
+        fold(int(record.partition() or 0), int(record.offset() or 0), record.key(), record.value())
+    return tables, refused
+
+
 def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
     """Every table, folded from the committed log up to its current end."""
-    tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
-    indexes: dict[str, OffsetIndex] = {}
-    t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
-    for record in read_committed(bootstrap, [t_events, t_messages], timeout_s=timeout_s):
-        topic, value = record.topic(), record.value()
-        try:
-            if topic == t_events:
-                apply_event(tables, decode_event(value))
-                continue
-            stream_id = (record.key() or b"").decode()
-            raw = record.headers() or []
-            pairs = raw.items() if isinstance(raw, dict) else raw
-            headers = {k: v for k, v in pairs if isinstance(v, bytes)}
-            index = indexes.setdefault(stream_id, OffsetIndex())
-            apply_message(tables["heads"], index, stream_id, int(headers["sequence"]), int(record.offset() or 0),
-                          int(headers.get(H_CAPACITY) or DEFAULT_RING_BUFFER_CAPACITY))
-        except (WatchtowerError, KeyError, ValueError):
-            continue  # the live agent skips the same poison records
-    return tables
+    return rebuild(bootstrap, prefix, timeout_s)[0]
 
 
 def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
-    """``{"digest", "counts"}`` of a full rebuild (same shape as the live worker's digest)."""
-    tables = rebuild_tables(bootstrap, prefix)
+    """``{"digest", "counts", "tables", "quarantined"}`` of a full rebuild (as the live worker's digest)."""
+    tables, refused = rebuild(bootstrap, prefix)
     snapshot = {k: list(v.items()) for k, v in tables.items()}
     return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in tables.items()},
-            "tables": table_digests(snapshot)}
+            "tables": table_digests(snapshot), "quarantined": quarantine.summary(refused.items())}
+
+
+def _partitions(bootstrap: str, topic: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    return len(md.topics[topic].partitions)

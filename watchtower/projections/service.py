@@ -1,39 +1,48 @@
-"""The projection worker: Faust tables over the events and messages topics, and the HTTP API.
+"""The projection worker: tables folded from the events and messages topics, and the HTTP API.
 
-One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed through
-Faust's exactly_once mode) and folds each record into four changelog-backed Faust tables with the
-pure `watchtower.protocol.views` functions. Workers split the partitions between them; every GET
-about a stream is routed (Faust ``topic_route``) to the worker that owns the stream's partition,
-and registry reads to the owner of the registry key. Commands need no routing: the API produces
-them to the commands topic, keyed by stream, and waits for the committed reply.
+One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed) and folds
+each record into four tables with the pure `watchtower.protocol.views` functions. Workers split the
+partitions between them; each keeps its partitions' share of the tables with the offsets folded
+(`partitions`), and brings a partition up to date from the log itself when it is assigned
+(`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
+and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
+partition it serves, else NOT_READY. Commands need no routing: the API produces them to the
+commands topic, keyed by stream, and waits for the committed reply.
 
-A record the agent cannot fold is logged and skipped, so a poison record never stops a partition.
+Records are checked before they are folded (`fold`): one that breaks a rule is quarantined
+(logged with its position, counted in /v1/health and the digest, skipped), so a forged or poison
+record never stops a partition and never changes the views.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import faust
 from confluent_kafka.admin import AdminClient
-from faust.web import Request, Response, View
+from faust.web import Request, Response
 
-from watchtower.agents.wire import H_CAPACITY, decode_event
 from watchtower.client.transport import CommandClient
+from watchtower.projections import http_params as params
+from watchtower.projections import quarantine, web_server
+from watchtower.projections.catch_up import CatchUp
+from watchtower.projections.consumer import ProjectionApp
+from watchtower.projections.fold import Folder, verified_sequence
+from watchtower.projections.health import BrokerProbe
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.projections.log_reader import LogReader, PayloadCache
+from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.openapi import OPENAPI
-from watchtower.protocol.constants import DEFAULT_RING_BUFFER_CAPACITY
+from watchtower.projections.partitions import OwnedPartitions
+from watchtower.projections.routing import route_to_owner
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
-    InvalidFilterError,
+    LimitExceededError,
     NotReadyError,
     RequestTimeoutError,
     WatchtowerError,
@@ -43,14 +52,10 @@ from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.views import (
     TABLE_NAMES,
-    OffsetIndex,
-    apply_event,
-    apply_message,
     feeds,
     head_view,
     key_at,
     key_page,
-    parse_feed_id,
     require_stream,
     since_range,
     stream_subscribers,
@@ -78,19 +83,22 @@ class Projection:
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
-        # A new generation is a new consumer group and new changelog topics: the projection is
-        # rebuilt from the log from scratch (how an operator drops projection state).
+        # A new generation is a new consumer group: its workers fold the log from scratch.
         generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
-        self.app = faust.App(
+        self.app = ProjectionApp(
             f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
-            store="memory://",
-            processing_guarantee="exactly_once",
+            # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
+            # partition p of events and messages on the same worker and publishes the owners' URLs.
+            table_standby_replicas=1,
             web_enabled=True,
-            # In a container the API listens on all interfaces and other workers reach it by its
-            # service name; the defaults suit one machine.
+            # Listen on loopback unless told otherwise: the API accepts commands, and a stack on a
+            # laptop must not serve the network. Containers set WATCHTOWER_WEB_BIND=0.0.0.0.
+            web_bind=os.environ.get("WATCHTOWER_WEB_BIND", "127.0.0.1"),
+            # Other workers reach this one at its canonical URL (in a container: its service name).
             web_host=os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1"),
             web_port=port,
+            web_application_options=web_server.application_options(),
             canonical_url=os.environ.get("WATCHTOWER_CANONICAL_URL", f"http://127.0.0.1:{port}"),
             datadir=datadir or f"/tmp/wt-projections-{worker_id}",  # noqa: S108
             topic_partitions=self.partitions,
@@ -102,124 +110,80 @@ class Projection:
             broker_heartbeat_interval=1.0,
             stream_wait_empty=False,
         )
-        table = self._table
-        self.streams = table("streams")
-        self.heads = table("heads")
-        self.subscriptions = table("subscriptions")
-        self.registry = table("registry")
-        self.tables = {"streams": self.streams, "heads": self.heads,
-                       "subscriptions": self.subscriptions, "registry": self.registry}
-        self.indexes: dict[str, OffsetIndex] = {}
-        self._head_waiters: dict[str, list[tuple[int, asyncio.Future[None]]]] = {}
+        # Each worker keeps its partitions' share of every table, with the offsets folded
+        # (`partitions`); the quarantine counts and the offset indexes are per partition too, so a
+        # partition that moves is folded, refused and indexed from the log alike by its new owner.
+        self.owned = OwnedPartitions((*TABLE_NAMES, "indexes", "quarantine"))
+        self.tables = {name: self.owned.table(name) for name in TABLE_NAMES}
+        self.streams, self.heads, self.offsets = self.tables["streams"], self.tables["heads"], self.tables["offsets"]
+        self.subscriptions, self.registry = self.tables["subscriptions"], self.tables["registry"]
+        self.refused = self.owned.table("quarantine")
+        self.waiters = HeadWaiters()
         self.cache = PayloadCache()
+        self.folder = Folder(self.tables, self.refused, t_events=self.t_events, t_messages=self.t_messages,
+                             partitions=self.partitions, cache=self.cache, on_head=self.waiters.wake,
+                             indexes=self.owned.table("indexes"))
         self.reader = LogReader(bootstrap, self.t_messages)
+        self.broker = BrokerProbe(bootstrap, self.t_events)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
                                      key_serializer="raw", value_serializer="raw")
-        self.events_topic = self.app.topic(self.t_events, key_type=str, key_serializer="raw",
-                                           value_serializer="raw")
-        self.skipped = 0
         self._client: CommandClient | None = None
         self._client_lock = threading.Lock()
         self.app.agent(self.source, name="project")(self._project)
+        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages), self.owned, self._fold)
+        self.catch_up.attach(self.app)
+        web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
-
-    def _table(self, name: str) -> Any:
-        return self.app.Table(name, default=None, partitions=self.partitions, key_type=str)
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:
         async for event in stream.events():
             record = event.message
-            try:
-                if record.topic == self.t_messages:
-                    stream_id = bytes(record.key).decode()
-                    if stream_id not in self.indexes and self.heads.get(stream_id) is not None:
-                        # First message of a stream since this process started: re-learn the
-                        # window's offsets from the log so the index and floor offset are exact.
-                        await asyncio.get_running_loop().run_in_executor(
-                            None, self._load_index, stream_id, int(record.partition))
-                    self._fold_message(record)
-                else:
-                    apply_event(self.tables, decode_event(record.value))
-            except Exception as exc:  # a poison record is skipped, never fatal
-                self.skipped += 1
-                log.error("skipping %s[%s]@%s: %s", record.topic, record.partition, record.offset, exc)
+            if not await self.owned.admit(record.topic, record.partition, record.offset):
+                continue  # folded already (a redelivery), or no longer this worker's partition
+            with self.owned.folding(record.topic, record.partition, record.offset):
+                self._fold(record)
 
-    def _load_index(self, stream_id: str, partition: int) -> None:
-        head = self.heads[stream_id]
-        found = self.reader.scan(partition, int(head["floor_offset"]), int(head["head_offset"]), stream_id)
-        index = OffsetIndex()
-        for sequence in sorted(found):
-            if sequence >= int(head["floor"]):
-                index.add(sequence, found[sequence][0])
-        self.indexes[stream_id] = index
+    def _fold(self, record: Any) -> None:
+        """Fold one committed record, live or while its partition catches up (inside `owned.folding`).
 
-    def _fold_message(self, record: Any) -> None:
-        stream_id = bytes(record.key).decode()
-        headers = dict(record.headers or [])
-        sequence = int(headers["sequence"])
-        capacity = int(headers.get(H_CAPACITY) or DEFAULT_RING_BUFFER_CAPACITY)
-        index = self.indexes.setdefault(stream_id, OffsetIndex())
-        if apply_message(self.heads, index, stream_id, sequence, int(record.offset), capacity):
-            self.cache.put(stream_id, sequence, bytes(record.value))
-            self._wake(stream_id, sequence)
+        The folder quarantines what breaks a rule; this is the last guard, so nothing is fatal.
+        """
+        partition, offset = int(record.partition), int(record.offset)
+        key = None if record.key is None else bytes(record.key)
+        value = None if record.value is None else bytes(record.value)
+        try:
+            if record.topic == self.t_messages:
+                self.folder.fold_message(partition, offset, key, value)
+            else:
+                self.folder.fold_event(partition, offset, key, value)
+        except Exception as exc:
+            log.exception("could not fold %s[%s]@%s", record.topic, partition, offset)
+            self.folder.quarantined(record.topic, partition, offset, f"cannot be folded ({type(exc).__name__})")
 
     def ready(self) -> bool:
-        """True once this worker's tables are recovered and no rebalance is under way.
+        """True once every partition assigned to this worker serves and no rebalance is under way.
 
-        Before that its tables may be empty or behind (Faust restores them from the changelog
-        after every assignment), so table reads answer NOT_READY instead of stale data.
+        Before that a partition's state may be empty or behind, so reads of its keys answer
+        NOT_READY instead (`OwnedPartitions.reading`).
         """
-        app: Any = self.app
-        if app.rebalancing or getattr(app, "in_recovery", False):
-            return False
-        try:
-            assigned = app.consumer.assignment()
-        except Exception:  # the consumer is not started yet
-            return False
-        # Before the first assignment there is nothing recovered yet, whatever the flags say.
-        return bool(assigned) and app.tables.recovery.completed.is_set()
+        return not self.app.rebalancing and self.owned.ready()
+
+    def partition_of(self, key: str) -> int:
+        """The events partition of a stream id or the registry key (the writers' murmur2)."""
+        return partition_for_key(key.encode(), self.partitions)
 
     # ------------------------------------------------------------------ queries
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
         return require_stream(self.streams.get(stream_id), stream_id)
 
-    async def wait_for_head(self, stream_id: str, min_head: int, wait_ms: int) -> None:
-        """Return once the stream's projected head reaches `min_head`, or after `wait_ms`.
-
-        Waiters sleep on a future that `_fold_message` resolves, so a thousand long polls cost
-        nothing until their message arrives.
-        """
+    def head_of(self, stream_id: str) -> int:
         head = self.heads.get(stream_id)
-        if head is not None and int(head["head"]) >= min_head:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._head_waiters.setdefault(stream_id, [])
-        waiters.append((min_head, future))
-        try:
-            await asyncio.wait_for(asyncio.shield(future), wait_ms / 1000)
-        except TimeoutError:
-            pass
-        finally:
-            if not future.done():
-                future.cancel()
-            remaining = [w for w in self._head_waiters.get(stream_id, []) if w[1] is not future]
-            if remaining:
-                self._head_waiters[stream_id] = remaining
-            else:
-                self._head_waiters.pop(stream_id, None)
-
-    def _wake(self, stream_id: str, head: int) -> None:
-        waiters = self._head_waiters.get(stream_id)
-        if not waiters:
-            return
-        for target, future in waiters:
-            if target <= head and not future.done():
-                future.set_result(None)
+        return 0 if head is None else int(head["head"])
 
     async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object) -> dict[str, Any]:
-        view = self.stream_view(stream_id)
         match = compile_filter(parse_filter(filter_spec))
+        view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
         wanted = since_range(view, head, cursor, limit)
         raws: dict[int, bytes] = {}
@@ -228,37 +192,47 @@ class Projection:
             if raw is not None:
                 raws[seq] = raw
         missing = [seq for seq in wanted if seq not in raws]
-        if missing and head is not None:
+        if missing:
             raws.update(await asyncio.get_running_loop().run_in_executor(
-                None, self._read_missing, stream_id, missing, head))
+                None, self._read_missing, stream_id, view, missing))
         messages = []
         for seq in wanted:
             raw = raws.get(seq)
             if raw is None:
-                raise WatchtowerError(f"sequence {seq} of {stream_id!r} could not be read from the log; retry")
+                raise NotReadyError(f"sequence {seq} of {stream_id!r} could not be read from the log yet; retry")
             message = decode_message(raw)
             if match(message.headers()):
                 messages.append(message.to_json_dict())
-        head_seq = 0 if head is None else int(head["head"])
-        return {"stream_id": stream_id, "messages": messages, "head": head_seq,
-                "floor": head_view(view, head)["floor"],
+        window = head_view(view, head)
+        return {"stream_id": stream_id, "messages": messages,
+                "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],
+                "head": window["head_sequence"], "floor": window["floor_sequence"],  # deprecated names
                 "next_cursor": wanted[-1] if len(wanted) else cursor}
 
-    def _read_missing(self, stream_id: str, missing: list[int], head: Mapping[str, Any]) -> dict[int, bytes]:
+    def _read_missing(self, stream_id: str, view: Mapping[str, Any], missing: list[int]) -> dict[int, bytes]:
+        """Payloads the cache lacks, from the messages topic: by indexed offset, else by a verifying scan."""
         partition = partition_for_key(stream_id.encode(), self.partitions)
-        index = self.indexes.get(stream_id)
+        index = self.folder.indexes.get(stream_id)
         offsets = [None if index is None else index.offset_of(s) for s in missing]
-        if all(o is not None for o in offsets):
-            first, last = min(o for o in offsets if o is not None), max(o for o in offsets if o is not None)
-        else:
-            first, last = int(head["floor_offset"]), int(head["head_offset"])
-        found = self.reader.scan(partition, first, last, stream_id, wanted=missing)
+        known = [o for o in offsets if o is not None]
+        if len(known) == len(missing):
+            at = dict(zip(known, missing, strict=True))
+            found = self.reader.scan(partition, min(known), max(known), stream_id,
+                                     lambda offset, _raw: at.get(offset), wanted=missing)
+        else:  # not indexed in this process (yet): scan from the window's first known offset
+            located = self.offsets.get(stream_id)
+            first = 0 if located is None else int(located["floor_offset"])
+            found = self.reader.scan(partition, first, None, stream_id, verified_sequence(stream_id, view),
+                                     wanted=missing)
         return {seq: raw for seq, (_offset, raw) in found.items()}
+
+    def quarantined(self, partitions: list[int] | None = None) -> dict[str, Any]:
+        return quarantine.summary(self.refused.items(), partitions)
 
     def digest(self) -> dict[str, Any]:
         snapshot = {name: list(self.tables[name].items()) for name in TABLE_NAMES}
         return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
-                "tables": table_digests(snapshot), "skipped": self.skipped}
+                "tables": table_digests(snapshot), "quarantined": self.quarantined()}
 
     # ------------------------------------------------------------------ commands
     def _command_client(self) -> CommandClient:
@@ -280,34 +254,40 @@ class Projection:
 
     # ------------------------------------------------------------------ HTTP
     def _routes(self) -> None:
-        app, events = self.app, self.events_topic
+        app = self.app
         projection = self
 
         def page(path: str, *, key: str | None = None, exact: str | None = None) -> Callable[[Handler], Any]:
             def wrap(fun: Handler) -> Any:
                 async def guarded(web: Any, request: Request, **kw: Any) -> Response:
                     try:
-                        if (key is not None or exact is not None) and not projection.ready():
-                            raise NotReadyError()
+                        routing_key = kw[key] if key is not None else exact
+                        if routing_key is not None:
+                            # Only from a partition that serves here for the whole read.
+                            async with projection.owned.reading(projection.partition_of(routing_key)):
+                                return await fun(web, request, **kw)
                         return await fun(web, request, **kw)
                     except WatchtowerError as err:
                         return web.json(error_body(err), status=http_status(err.code))
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
-                if key is not None:
-                    routed = app.topic_route(topic=events, match_info=key)(guarded)
-                elif exact is not None:
-                    routed = app.topic_route(topic=events, exact_key=exact)(guarded)
-                return app.page(path, name=fun.__name__)(routed)
+                if key is not None or exact is not None:
+                    routed = route_to_owner(app, projection.t_events, projection.partition_of, projection.owned.serves,
+                                            match_info=key, exact_key=exact)(guarded)
+                return app.page(path, name=fun.__name__, base=web_server.JsonView)(routed)
             return wrap
 
         @page("/v1/health")
         async def health(web: Any, _request: Request) -> Response:
             app_: Any = projection.app
-            return web.json({"ok": True, "ready": projection.ready(), "worker": projection.worker_id,
+            broker = await projection.broker.status()
+            owned = projection.owned.health()
+            mine = owned["partitions"]
+            return web.json({"ok": True, "ready": projection.ready() and bool(broker["reachable"]),
+                             "worker": projection.worker_id, "broker": broker,
                              "rebalancing": bool(app_.rebalancing),
-                             "recovered": app_.tables.recovery.completed.is_set(),
-                             "partitions": sorted({tp.partition for tp in app_.consumer.assignment()})})
+                             "long_polls": len(projection.waiters),
+                             "quarantined": projection.quarantined(mine), **owned})
 
         @page("/openapi.json")
         async def openapi(web: Any, _request: Request) -> Response:
@@ -328,30 +308,34 @@ class Projection:
         @page("/v1/streams/{stream_id}/messages", key="stream_id")
         async def get_since(web: Any, request: Request, stream_id: str) -> Response:
             q = request.query
-            cursor = _int_param(q, "cursor", 0)
-            limit = _int_param(q, "limit", 100)
-            filter_spec = _json_param(q, "filter")
-            min_head = _int_param(q, "min_head", 0)
+            limit = params.limit_param(q)  # first, as the spec orders the checks
+            cursor = params.int_param(q, "cursor", 0)
+            filter_spec = params.filter_param(q)
+            min_head = params.int_param(q, "min_head", 0)
+            wait_ms = params.wait_ms_param(q)
             if min_head:
-                await projection.wait_for_head(stream_id, min_head, _int_param(q, "wait_ms", 2000))
+                await projection.waiters.wait(stream_id, min_head, wait_ms, lambda: projection.head_of(stream_id))
             return web.json(await projection.get_since(stream_id, cursor, limit, filter_spec))
 
         @page("/v1/streams/{stream_id}/keys/at/{sequence}", key="stream_id")
         async def key_at_sequence(web: Any, _request: Request, stream_id: str, sequence: str) -> Response:
-            seq = _int_text(sequence, "sequence")
-            return web.json(key_at(projection.stream_view(stream_id), seq).to_dict())
+            entry = key_at(projection.stream_view(stream_id), params.int_text(sequence, "sequence", minimum=1))
+            # publisher_key is the spec's name; public_key_hex is the deprecated one.
+            return web.json({**entry.to_dict(), "publisher_key": entry.public_key.hex()})
 
         @page("/v1/streams/{stream_id}/keys", key="stream_id")
         async def key_history(web: Any, request: Request, stream_id: str) -> Response:
-            page_ = key_page(projection.stream_view(stream_id), _int_param(request.query, "from", 1),
-                             _int_param(request.query, "limit", 100))
-            return web.json({"entries": [e.to_dict() for e in page_.entries],
+            q = request.query
+            page_ = key_page(projection.stream_view(stream_id), params.int_param(q, "from", 1, minimum=1),
+                             params.int_param(q, "limit", 100, minimum=1, maximum=500,
+                                              error=LimitExceededError))
+            return web.json({"entries": [{**e.to_dict(), "publisher_key": e.public_key.hex()} for e in page_.entries],
                              "next_from": page_.next_from_signing_key_id})
 
         @page("/v1/streams/{stream_id}/subscribers", key="stream_id")
         async def subscribers(web: Any, request: Request, stream_id: str) -> Response:
+            active = params.bool_param(request.query, "active_only")
             projection.stream_view(stream_id)
-            active = request.query.get("active_only", "false").lower() in ("1", "true", "yes")
             subs = stream_subscribers(projection.subscriptions.items(), stream_id, active_only=active)
             return web.json({"stream_id": stream_id, "subscribers": subs})
 
@@ -361,7 +345,7 @@ class Projection:
 
         @page("/v1/feeds/{feed_id}", exact=REGISTRY_KEY)
         async def get_feed(web: Any, _request: Request, feed_id: str) -> Response:
-            entry = projection.registry.get(str(parse_feed_id(feed_id)))
+            entry = projection.registry.get(str(params.int_text(feed_id, "feed_id", minimum=1)))
             if entry is None:
                 raise FeedNotFoundError(f"no feed has id {feed_id}; run `watchtower list` to see the feeds")
             return web.json(entry)
@@ -371,43 +355,25 @@ class Projection:
             return web.json(projection.digest())
 
         @app.page("/v1/commands", name="commands")
-        class Commands(View):
+        class Commands(web_server.JsonView):
             async def post(self, request: Request) -> Response:
                 try:
                     try:
                         body = await request.json()
-                    except (ValueError, UnicodeDecodeError):
-                        raise InvalidArgumentError("the request body is not JSON; send "
-                                                   '{"command": <signed command>}') from None
+                    except (ValueError, UnicodeDecodeError, RecursionError):
+                        raise InvalidArgumentError("the request body is not JSON (or nests too deep); send "
+                                                   '{"command": <signed command>, "timeout_s": 30}') from None
                     if not isinstance(body, dict) or "command" not in body:
                         raise InvalidArgumentError('send {"command": <signed command>, "timeout_s": 30}')
-                    cmd = Command.from_dict(body["command"])
-                    timeout = float(body.get("timeout_s", 30))
+                    timeout = params.timeout_param(body)  # before anything is produced
+                    try:
+                        cmd = Command.from_dict(body["command"])
+                    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+                        raise InvalidArgumentError(f"the command is malformed ({type(exc).__name__}); build it "
+                                                   "with the Watchtower SDK or CLI") from None
                     return self.json({"result": await projection.submit(cmd, timeout)})
                 except WatchtowerError as err:
                     return self.json(error_body(err), status=http_status(err.code))
-
-
-def _int_text(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidArgumentError(f"{name} must be an integer, got {text!r}") from None
-
-
-def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
-    text = query.get(name)
-    return default if text is None or text == "" else _int_text(text, name)
-
-
-def _json_param(query: Mapping[str, str], name: str) -> object:
-    text = query.get(name)
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise InvalidFilterError(f"{name} is not JSON; pass the filter DSL as JSON text") from None
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:

@@ -60,6 +60,12 @@ MIN_MASTER_SEED_BYTES: Final = 32
 GENESIS_UNIX_MS: Final = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 BLOCK_INTERVAL_MS: Final = 1_000
 
+# --- Command nonces (project rule, docs/nonces.md) ---------------------------------------------------
+# A nonce may be any strictly increasing integer; the SDK uses microseconds since the Unix epoch.
+# A nonce more than this far ahead of the block clock (read as microseconds) is refused: one such
+# nonce, once folded, would lock its caller out of the stream for as long as its clock lags it.
+NONCE_MAX_AHEAD_US: Final = 86_400 * 1_000_000  # one day
+
 # --- Integer ranges ------------------------------------------------------------------------------
 MAX_UINT8: Final = 2**8 - 1
 MAX_UINT16: Final = 2**16 - 1

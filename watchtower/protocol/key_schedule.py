@@ -45,21 +45,27 @@ class KeyScheduleEntry:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (public key as hex)."""
+        """JSON form with CIP-7's names: ``publisher_key`` as hex.
+
+        ``public_key_hex`` repeats it under the name of release 0.1; it is deprecated and goes in
+        the next release.
+        """
+        key_hex = self.public_key.hex()
         return {
             "signing_key_id": self.signing_key_id,
-            "public_key_hex": self.public_key.hex(),
+            "publisher_key": key_hex,
             "effective_sequence": self.effective_sequence,
+            "public_key_hex": key_hex,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KeyScheduleEntry:
-        """Inverse of `to_dict`."""
+        """Inverse of `to_dict`; also reads the 0.1 form, which has only ``public_key_hex``."""
         try:
-            public_key = bytes.fromhex(data["public_key_hex"])
-            return cls(data["signing_key_id"], public_key, data["effective_sequence"])
+            key_hex = data["publisher_key"] if "publisher_key" in data else data["public_key_hex"]
+            return cls(data["signing_key_id"], bytes.fromhex(key_hex), data["effective_sequence"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"malformed key schedule entry: {exc}") from None
+            raise InvalidArgumentError(f"malformed key schedule entry: {exc!r}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ rejected nonce may be used again. Checks run in this order:
 1. the command signature (INVALID_SIGNATURE), then that it targets this aggregate's stream;
 2. replay protection per caller: nonce > last_nonce. nonce == last_nonce with the same digest is
    an idempotent retry and returns the original reply with ``"duplicate": True`` and no events;
-   any other reuse is NONCE_REPLAYED;
+   any other reuse is NONCE_REPLAYED; a nonce more than a day ahead of the block clock is
+   INVALID_ARGUMENT (`command_auth.nonce_ceiling`, docs/nonces.md);
 3. existence: STREAM_NOT_FOUND for every method but create_stream on an uncreated stream, and
    STREAM_ALREADY_EXISTS for create_stream on a created one;
 4. the method's own rules (see each ``_<method>`` handler). Owner-only methods check the owner
@@ -31,6 +32,7 @@ from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -94,12 +96,20 @@ class Decision(NamedTuple):
     reply: dict[str, Any]
 
 
+class _Context(NamedTuple):
+    """What a handler may know besides the state and the command."""
+
+    block_height: int
+    deployment: Deployment
+
+
 # A handler returns (event type, event body, reply) for a command that passed steps 1-3.
 _Outcome = tuple[str, dict[str, Any], dict[str, Any]]
 
 
-def decide(state: StreamState, cmd: Command, *, block_height: int) -> Decision:
-    """Decide `cmd` against `state` at `block_height` (see the module docstring for the order)."""
+def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: Deployment = NO_TREASURY) -> Decision:
+    """Decide `cmd` against `state` at `block_height` under `deployment`'s genesis configuration
+    (see the module docstring for the order)."""
     height = require_int(block_height, "block_height")
     verify_command(cmd)
     if cmd.stream_id != state.stream_id:
@@ -109,10 +119,9 @@ def decide(state: StreamState, cmd: Command, *, block_height: int) -> Decision:
         )
     digest = command_digest(cmd)
     record = state.callers.get(cmd.caller)
-    if record is not None:
-        if cmd.nonce == record.last_nonce and digest == record.last_digest:
-            return Decision((), {**record.last_reply, "duplicate": True})
-        check_nonce(record.last_nonce, cmd.nonce)
+    if record is not None and cmd.nonce == record.last_nonce and digest == record.last_digest:
+        return Decision((), {**record.last_reply, "duplicate": True})
+    check_nonce(None if record is None else record.last_nonce, cmd.nonce, block_height=height)
     if cmd.method == Method.CREATE_STREAM:
         if state.created:
             raise StreamAlreadyExistsError(
@@ -120,7 +129,7 @@ def decide(state: StreamState, cmd: Command, *, block_height: int) -> Decision:
             )
     elif not state.created:
         raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
-    event_type, body, reply = _HANDLERS[cmd.method](state, cmd, height)
+    event_type, body, reply = _HANDLERS[cmd.method](state, cmd, _Context(height, deployment))
     event = Event(
         type=event_type,
         stream_id=state.stream_id,
@@ -152,6 +161,11 @@ def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = f
     return cmd.body
 
 
+def _window_reply(head: int, floor: int) -> dict[str, int]:
+    # CIP-7's names, then the 0.1 names ``head``/``floor`` (deprecated, kept for one release).
+    return {"head_sequence": head, "floor_sequence": floor, "head": head, "floor": floor}
+
+
 def _require_owner(state: StreamState, cmd: Command) -> None:
     if cmd.caller != state.owner:
         raise UnauthorizedError(
@@ -175,9 +189,15 @@ def _schedule(state: StreamState) -> KeySchedule:
 # --- Handlers ------------------------------------------------------------------------------------
 
 
-def _create_stream(state: StreamState, cmd: Command, _height: int) -> _Outcome:
-    """Body: a StreamConfig dict. stream_id and owner default to the command's; owner = caller."""
+def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
+    """Body: a StreamConfig dict. stream_id and owner default to the command's; owner = caller.
+
+    A paid config gets the deployment's protocol treasury, which the creator cannot choose.
+    """
     fields = dict(cmd.body)
+    paid = fields.get("paid_stream_config")
+    if isinstance(paid, Mapping):
+        fields["paid_stream_config"] = ctx.deployment.govern_paid_config(paid)
     if "feed" in fields:
         # A registry listing (see `registry`): validated now so a bad name fails the creation.
         parse_feed_listing(fields.pop("feed"))
@@ -190,11 +210,11 @@ def _create_stream(state: StreamState, cmd: Command, _height: int) -> _Outcome:
         raise InvalidArgumentError("the owner of a new stream is its creator: omit owner or set it to the caller")
     if config.current_signing_key_id != FIRST_SIGNING_KEY_ID:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
-    reply = {"stream_id": state.stream_id, "owner": config.owner, "head": 0, "floor": 1, "signing_key_id": 1}
+    reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
     return STREAM_CREATED, {"config": config.to_dict()}, reply
 
 
-def _publish(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _publish(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1."""
     _require_owner(state, cmd)
     config = _config(state)
@@ -214,13 +234,13 @@ def _publish(state: StreamState, cmd: Command, _height: int) -> _Outcome:
     body["payload_format"] = str(msg.payload_format)
     body["message"] = msg.to_json_dict()
     floor = floor_for(msg.sequence, config.ring_buffer_capacity)
-    return STREAM_MESSAGE_PUBLISHED, body, {"sequence": msg.sequence, "head": msg.sequence, "floor": floor}
+    return STREAM_MESSAGE_PUBLISHED, body, {"sequence": msg.sequence, **_window_reply(msg.sequence, floor)}
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
 
 
-def _subscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: mode, and optional filter (JSON DSL), start_cursor, account_key_id. An upsert by caller.
 
     Every call states the whole subscription: an omitted filter or account_key_id means none.
@@ -239,23 +259,21 @@ def _subscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
     filter_json = (
         None if raw_filter is None else json.dumps(json_safe(raw_filter), sort_keys=True, separators=(",", ":"))
     )
-    start = body.get("start_cursor")
+    existing = state.subscriptions.get(cmd.caller)
+    # CIP-7: start_cursor applies only on create; on update it is ignored, not validated.
+    start = body.get("start_cursor") if existing is None else None
     start_cursor = state.head if start is None else require_int(start, "start_cursor", maximum=state.head)
     key_id = body.get("account_key_id")
     account_key_id = None if key_id is None else require_int(key_id, "account_key_id", minimum=1)
 
     config = _config(state)
     caller = cmd.caller
-    if (
-        config.subscription_policy is SubscriptionPolicy.PRIVATE_ALLOWLIST
-        and caller != state.owner
-        and caller not in state.allowlist
-    ):
+    # CIP-7: "non-allowlisted addresses MUST fail"; the owner is no exception and allowlists itself.
+    if config.subscription_policy is SubscriptionPolicy.PRIVATE_ALLOWLIST and caller not in state.allowlist:
         raise SubscriptionNotAllowedError(
             f"stream {state.stream_id!r} is PRIVATE_ALLOWLIST and {caller} is not on its allowlist; "
             f"ask the owner to allowlist_add it"
         )
-    existing = state.subscriptions.get(caller)
     if (existing is None or existing.status is not SubscriptionStatus.ACTIVE) and (
         state.active_subscribers >= config.max_subscribers
     ):
@@ -283,7 +301,7 @@ def _subscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
     return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **sub.to_dict()}, reply
 
 
-def _unsubscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: empty. Cancels the caller's ACTIVE or PAUSED subscription."""
     _fields(cmd, frozenset())
     existing = state.subscriptions.get(cmd.caller)
@@ -302,7 +320,7 @@ def _unsubscribe(state: StreamState, cmd: Command, _height: int) -> _Outcome:
     return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **cancelled.to_dict()}, reply
 
 
-def _rotate_publisher_key(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: new_key (32 bytes). The new key signs from head+1 (DESIGN §7.3)."""
     _require_owner(state, cmd)
     body = _fields(cmd, frozenset({"new_key"}))
@@ -325,7 +343,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _height: int) -> _Ou
     return PUBLISHER_KEY_ROTATED, event, reply
 
 
-def _set_subscription_policy(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: policy, PUBLIC or PRIVATE_ALLOWLIST. Existing subscriptions are left as they are."""
     _require_owner(state, cmd)
     body = _fields(cmd, frozenset({"policy"}))
@@ -336,8 +354,8 @@ def _set_subscription_policy(state: StreamState, cmd: Command, _height: int) -> 
     return SUBSCRIPTION_POLICY_CHANGED, {"stream_id": state.stream_id, "policy": str(policy)}, {"policy": str(policy)}
 
 
-def _allowlist(added: bool) -> Callable[[StreamState, Command, int], _Outcome]:
-    def handler(state: StreamState, cmd: Command, _height: int) -> _Outcome:
+def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outcome]:
+    def handler(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
         _require_owner(state, cmd)
         address = require_address(_fields(cmd, frozenset({"address"}))["address"], "address")
@@ -347,7 +365,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, int], _Outcome]:
     return handler
 
 
-def _announce_key_epoch(state: StreamState, cmd: Command, height: int) -> _Outcome:
+def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     """Body: key_epoch, non-decreasing. effective_block_height is the announcing block."""
     _require_owner(state, cmd)
     key_epoch = require_int(_fields(cmd, frozenset({"key_epoch"}))["key_epoch"], "key_epoch")
@@ -360,13 +378,13 @@ def _announce_key_epoch(state: StreamState, cmd: Command, height: int) -> _Outco
     event = {
         "stream_id": state.stream_id,
         "key_epoch": key_epoch,
-        "effective_block_height": height,
+        "effective_block_height": ctx.block_height,
         "announced_by": cmd.caller,
     }
-    return KEY_EPOCH_ROTATED, event, {"key_epoch": key_epoch, "effective_block_height": height}
+    return KEY_EPOCH_ROTATED, event, {"key_epoch": key_epoch, "effective_block_height": ctx.block_height}
 
 
-_HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, int], _Outcome]]] = {
+_HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcome]]] = {
     Method.CREATE_STREAM: _create_stream,
     Method.PUBLISH: _publish,
     Method.SUBSCRIBE: _subscribe,
@@ -383,16 +401,23 @@ _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, int], _Outcome]]] 
 
 
 def get_head(state: StreamState) -> dict[str, Any]:
-    """CIP-7 get_head: head, floor and the metadata a consumer needs. STREAM_NOT_FOUND if uncreated."""
+    """CIP-7 get_head: head_sequence, floor_sequence and the metadata a consumer needs.
+
+    STREAM_NOT_FOUND if uncreated. ``head``, ``floor`` and ``publisher_key_hex`` repeat
+    head_sequence, floor_sequence and publisher_key under their 0.1 names (deprecated).
+    """
     config = _config(state)
     current = _schedule(state).current
     return {
         "stream_id": state.stream_id,
         "owner": state.owner,
+        "head_sequence": state.head,
+        "floor_sequence": state.floor,
         "head": state.head,
         "floor": state.floor,
         "capacity": config.ring_buffer_capacity,
         "signing_key_id": current.signing_key_id,
+        "publisher_key": current.public_key.hex(),
         "publisher_key_hex": current.public_key.hex(),
         "policy": str(config.subscription_policy),
         "access_mode": str(config.access_mode),

@@ -8,7 +8,9 @@ traffic. The floor is derived from head and capacity (`ring_window.floor_for`), 
 `evolve(state, event)` is pure and never reads a clock. It trusts the facts in the log (decide
 already checked the rules) and refuses only events that cannot belong to this state, as
 MALFORMED_RECORD: another stream, an event before creation or a second creation, a body of the
-wrong shape, or a publish that is not head+1 (so a rebuild re-proves the log is gapless).
+wrong shape, a publish that is not head+1 (so a rebuild re-proves the log is gapless), or a
+nonce that decide could not have accepted (not above the caller's last one, or beyond the
+ceiling of the event's block).
 Every event also records its caller's (nonce, digest, reply), so replay protection is rebuilt from
 the log like everything else.
 
@@ -27,6 +29,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.command_auth import nonce_ceiling
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
@@ -332,6 +335,7 @@ def evolve(state: StreamState, event: Event) -> StreamState:
         raise MalformedRecordError(
             f"{event.type} cannot apply to a stream that is {'already' if state.created else 'not yet'} created"
         )
+    _check_event_nonce(state, event)
     try:
         changed = _APPLY[event.type](state, event.body)
     except WatchtowerError as exc:
@@ -340,6 +344,20 @@ def evolve(state: StreamState, event: Event) -> StreamState:
         raise MalformedRecordError(f"{event.type} body is malformed: {exc!r}") from None
     record = CallerRecord(event.nonce, event.digest, event.reply)
     return dataclasses.replace(changed, callers=changed.callers.set(event.caller, record))
+
+
+def _check_event_nonce(state: StreamState, event: Event) -> None:
+    # decide accepted the command only with a nonce above the caller's last one and below the
+    # ceiling of its block; an event that breaks either was not written by decide.
+    previous = state.callers.get(event.caller)
+    if previous is not None and event.nonce <= previous.last_nonce:
+        raise MalformedRecordError(
+            f"{event.type} carries nonce {event.nonce}, not above {event.caller}'s last nonce {previous.last_nonce}"
+        )
+    if event.nonce > nonce_ceiling(event.block_height):
+        raise MalformedRecordError(
+            f"{event.type} carries nonce {event.nonce}, beyond the ceiling of block {event.block_height}"
+        )
 
 
 def _created(state: StreamState, body: Mapping[str, Any]) -> StreamState:

@@ -1,0 +1,65 @@
+"""The HTTP API's one parameter parser: bounds, spec codes, and get_since's limit checked first."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from watchtower.projections import http_params as params
+from watchtower.protocol.errors import InvalidArgumentError, InvalidFilterError, LimitExceededError
+
+
+@pytest.mark.parametrize("text", ["9223372036854775808", str(10**21), str(10**400), "-1", "abc", "+5", "5_000",
+                                  " 5", "٥", "", "1e3"])
+def test_integers_beyond_int64_or_not_plain_digits_are_invalid_argument(text: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"must be an integer in 0\.\.9223372036854775807"):
+        params.int_text(text, "sequence")
+
+
+def test_sequence_and_cursor_share_the_same_bounds() -> None:
+    assert params.int_text("9223372036854775807", "sequence") == 2**63 - 1
+    assert params.int_param({"cursor": "9223372036854775807"}, "cursor", 0) == 2**63 - 1
+    with pytest.raises(InvalidArgumentError):
+        params.int_param({"cursor": "9223372036854775808"}, "cursor", 0)
+
+
+@pytest.mark.parametrize("limit", ["0", "501", "-3", "abc", str(10**400)])
+def test_a_limit_outside_1_to_500_is_limit_exceeded(limit: str) -> None:
+    with pytest.raises(LimitExceededError, match=r"1\.\.500"):
+        params.limit_param({"limit": limit})
+    assert params.limit_param({}) == 100
+
+
+@pytest.mark.parametrize("wait", ["30001", str(10**21), str(10**400), "-1", "1.5"])
+def test_long_poll_waits_are_capped_at_30_seconds(wait: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="wait_ms"):
+        params.wait_ms_param({"wait_ms": wait})
+    assert params.wait_ms_param({"wait_ms": "30000"}) == params.MAX_WAIT_MS == 30_000
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 0.0, 120.5, 10**400, math.inf, math.nan, "30", None, True, [1]])
+def test_a_command_timeout_outside_0_to_120_seconds_is_invalid_argument(timeout: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="timeout_s"):
+        params.timeout_param({"timeout_s": timeout})
+    assert params.timeout_param({}) == 30.0
+    assert params.timeout_param({"timeout_s": 120}) == 120.0
+
+
+def test_a_filter_nested_beyond_recursion_or_too_long_is_invalid_filter() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(InvalidFilterError):
+        params.filter_param({"filter": deep})
+    nested = '{"not":' * 1_001 + '{"field":"kind","op":"eq","value":"x"}' + "}" * 1_001
+    assert len(nested) < params.MAX_FILTER_CHARS
+    with pytest.raises(InvalidFilterError):
+        params.filter_param({"filter": nested})
+    with pytest.raises(InvalidFilterError):
+        params.filter_param({"filter": "{not json"})
+
+
+def test_booleans() -> None:
+    assert params.bool_param({"active_only": "TRUE"}, "active_only") is True
+    assert params.bool_param({}, "active_only") is False
+    with pytest.raises(InvalidArgumentError):
+        params.bool_param({"active_only": "maybe"}, "active_only")

@@ -1,0 +1,131 @@
+"""Projection state per partition: fold scope, the stored position, serving, and reads across a rebalance."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from watchtower.projections.partitions import OwnedPartitions
+from watchtower.protocol.errors import NotReadyError, StreamNotFoundError
+
+EV, MSG = "t.events", "t.messages"
+
+
+def _owned(*partitions: int) -> OwnedPartitions:
+    owned = OwnedPartitions(("streams", "registry"))
+    generation = owned.assign(partitions)
+    for p in partitions:
+        owned.caught_up(p, generation)
+    return owned
+
+
+def test_a_fold_sees_and_changes_only_its_own_partition() -> None:
+    owned = _owned(0, 1)
+    streams = owned.table("streams")
+    with owned.folding(EV, 0, 5):
+        streams["a"] = {"n": 1}
+        assert "b" not in streams
+    with owned.folding(EV, 1, 7):
+        streams["b"] = {"n": 2}
+        assert "a" not in streams  # as if partition 1 were alone: the offline rebuild's view
+        assert list(streams) == ["b"]
+    assert dict(streams.items()) == {"a": {"n": 1}, "b": {"n": 2}}  # a read sees every serving partition
+
+
+def test_tables_change_only_inside_a_fold() -> None:
+    streams = _owned(0).table("streams")
+    with pytest.raises(RuntimeError, match="inside a fold"):
+        streams["a"] = 1
+
+
+def test_the_position_is_stored_with_the_state_and_a_redelivery_is_not_fresh() -> None:
+    owned = _owned(3)
+    assert owned.next_offset(EV, 3) is None  # nothing folded: read from the beginning
+    with pytest.raises(ValueError, match="poison"), owned.folding(EV, 3, 41):
+        raise ValueError("poison")  # a record the fold rejects still counts as folded
+    with owned.folding(MSG, 3, 9):
+        pass
+    assert (owned.next_offset(EV, 3), owned.next_offset(MSG, 3)) == (42, 10)
+    assert not owned.fresh(EV, 3, 41)
+    assert owned.fresh(EV, 3, 42)
+    assert owned.fresh(MSG, 3, 10)
+    assert not owned.fresh(EV, 4, 0)  # not owned
+
+
+def test_a_partition_kept_across_a_rebalance_keeps_its_state_and_a_lost_one_is_dropped() -> None:
+    owned = _owned(0, 1)
+    streams = owned.table("streams")
+    for p, key in ((0, "a"), (1, "b")):
+        with owned.folding(EV, p, 3):
+            streams[key] = p
+    owned.revoke()
+    assert not owned.serves(0)
+    assert len(streams) == 0  # nothing serves mid-rebalance
+    generation = owned.assign([0, 2])
+    assert owned.next_offset(EV, 0) == 4
+    assert owned.next_offset(EV, 1) is None
+    owned.caught_up(0, generation)
+    assert dict(streams.items()) == {"a": 0}
+    assert owned.health() == {"partitions": [0, 2], "catching_up": [2], "recovered": False,
+                              "caught_up_in_s": None}
+    owned.caught_up(2, generation)
+    health = owned.health()
+    assert health["recovered"]
+    assert isinstance(health["caught_up_in_s"], float)
+
+
+def test_a_catch_up_of_an_older_generation_never_serves() -> None:
+    owned = OwnedPartitions(("streams",))
+    old = owned.assign([0])
+    owned.revoke()
+    owned.assign([0])
+    assert not owned.caught_up(0, old)
+    assert not owned.serves(0)
+
+
+def test_the_live_fold_waits_for_the_catch_up_and_skips_what_is_folded_or_foreign() -> None:
+    async def scenario() -> list[object]:
+        owned = OwnedPartitions(("streams",))
+        waiting = asyncio.ensure_future(owned.admit(EV, 1, 5))  # delivered before any assignment
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        generation = owned.assign([1])
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # still catching up
+        with owned.folding(EV, 1, 6):  # the catch-up folds past the waiting record
+            pass
+        owned.caught_up(1, generation)
+        return [await waiting, await owned.admit(EV, 1, 7), await owned.admit(EV, 2, 0)]
+
+    assert asyncio.run(scenario()) == [False, True, False]
+
+
+def test_a_read_answers_not_ready_unless_its_partition_served_from_start_to_end() -> None:
+    async def read(owned: OwnedPartitions, during: object = None, error: Exception | None = None) -> str:
+        async with owned.reading(0):
+            if callable(during):
+                during()
+            if error is not None:
+                raise error
+            return "answer"
+
+    async def scenario() -> None:
+        owned = _owned(0)
+        assert await read(owned) == "answer"
+        with pytest.raises(StreamNotFoundError):
+            await read(owned, error=StreamNotFoundError("no such stream"))
+        with pytest.raises(NotReadyError):  # the partition moved away mid-read
+            await read(owned, during=owned.revoke)
+        with pytest.raises(NotReadyError):  # not serving when the read starts
+            await read(owned)
+        generation = owned.assign([0])
+        owned.caught_up(0, generation)
+
+        def rebuilt() -> None:  # lost and won back mid-read: the state was rebuilt under the read
+            owned.assign([0])
+            owned.caught_up(0, owned.generation)
+        with pytest.raises(NotReadyError):
+            await read(owned, during=rebuilt, error=StreamNotFoundError("stale"))
+
+    asyncio.run(scenario())

@@ -1,0 +1,89 @@
+"""Routing a read to its partition's owner: serve here, forward once, or NOT_READY — never a 500.
+
+The owner is a real aiohttp server; the Faust app is reduced to what the router reads from it
+(the assignor's owner map, the canonical URL, an HTTP client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from kafka_fixture import free_ports
+from yarl import URL
+
+from watchtower.projections.routing import ROUTED_HEADER, route_to_owner
+
+TOPIC = "t.events"
+
+
+class _Web:
+    def bytes(self, body: bytes, *, content_type: str, status: int) -> web.Response:
+        return web.Response(body=body, content_type=content_type, status=status)
+
+    def json(self, value: Any, *, status: int) -> web.Response:
+        return web.json_response(value, status=status)
+
+
+def _app(session: aiohttp.ClientSession, owners: dict[str, dict[str, list[int]]], me: str) -> Any:
+    return SimpleNamespace(assignor=SimpleNamespace(external_topics_metadata=lambda: owners),
+                           conf=SimpleNamespace(canonical_url=URL(me)), http_client=session)
+
+
+def _request(path: str, key: str, *, marked: bool = False) -> Any:
+    headers = {ROUTED_HEADER: "1"} if marked else {}
+    return SimpleNamespace(match_info={"stream_id": key}, headers=headers, method="GET",
+                           url=URL(f"http://127.0.0.1:1{path}"))
+
+
+async def _scenario() -> dict[str, Any]:
+    seen: list[dict[str, str]] = []
+
+    async def owner_handler(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"served_by": "owner", "path": request.path})
+
+    owner_port, dead_port, my_port = free_ports(3)
+    server = web.Application()
+    server.router.add_get("/v1/streams/{stream_id}", owner_handler)
+    runner = web.AppRunner(server)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", owner_port).start()
+    me, owner, dead = (f"http://127.0.0.1:{p}" for p in (my_port, owner_port, dead_port))
+    owners = {me: {TOPIC: [0]}, owner: {TOPIC: [1]}, dead: {TOPIC: [2]}}
+    partition_of = {"here": 0, "there": 1, "gone": 2, "nobody": 3}.__getitem__
+
+    async def local(_view: Any, request: Any, **_kw: Any) -> web.Response:
+        return web.json_response({"served_by": "me", "key": request.match_info["stream_id"]})
+
+    results: dict[str, Any] = {}
+    async with aiohttp.ClientSession() as session:
+        handler = route_to_owner(_app(session, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                                 match_info="stream_id")(local)
+        view = SimpleNamespace(web=_Web())
+        for name, key, marked in (("here", "here", False), ("there", "there", False), ("gone", "gone", False),
+                                  ("nobody", "nobody", False), ("marked", "there", True)):
+            response = await handler(view, _request(f"/v1/streams/{key}", key, marked=marked))
+            results[name] = (response.status, json.loads(response.body))
+    await runner.cleanup()
+    results["owner saw"] = seen
+    return results
+
+
+def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready() -> None:
+    results = asyncio.run(_scenario())
+    assert results["here"] == (200, {"served_by": "me", "key": "here"})
+    assert results["there"] == (200, {"served_by": "owner", "path": "/v1/streams/there"})
+    # The owner got the request marked, so it would never forward it again.
+    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"]
+    status, body = results["gone"]  # the owner is not listening (killed, restarting)
+    assert (status, body["error"]["code"]) == (503, "NOT_READY")
+    assert "retry" in body["error"]["message"]
+    # No owner known, or a request already forwarded once: the local handler answers (NOT_READY
+    # from its own partition check when it does not serve the key).
+    assert results["nobody"] == (200, {"served_by": "me", "key": "nobody"})
+    assert results["marked"] == (200, {"served_by": "me", "key": "there"})

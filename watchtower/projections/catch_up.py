@@ -1,0 +1,182 @@
+"""Fold an assigned partition's committed log up to its end before the partition serves reads.
+
+After every rebalance, each partition this worker owns is brought up to date from the log itself:
+``events[p]`` and ``messages[p]`` are read ``read_committed`` from the offset after the last one
+its state has folded (from the beginning for a partition new to this worker) up to the end they
+have when the reading starts, and folded with the same function as the live agent. Then the
+partition serves reads. The live agent waits for this (`OwnedPartitions.admit`) and skips what was
+folded here, so every record is folded exactly once, in log order.
+
+Why not Faust's changelog recovery: with several workers it loses and corrupts state. A table
+write in a rebalance window goes to an aborted transaction while the writer keeps it in memory; a
+changelog topic missing from the group leader's metadata snapshot makes every write to that table
+fail for minutes; and recovery crashes the worker (``ConsistencyError`` on a changelog highwater of
+-1 read mid-rebalance, ``ProducerFenced`` on a commit racing the rebalance). The log is the source
+of truth, so it is also the recovery.
+
+The cost is a read of the partition's log on each assignment: from offset 0 when a partition
+moves to a worker, only the tail when it stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from watchtower.projections.partitions import OwnedPartitions
+
+log = logging.getLogger("watchtower.projections")
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """A committed record, with the attributes of Faust's consumer message that the fold reads."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, Any]]
+
+
+class PartitionReader:
+    """Committed records of some topic partitions, each from a start offset to the end it had at open.
+
+    Blocking (confluent-kafka); run it in a worker thread. A partition is finished at its
+    end-of-partition event, which ``read_committed`` places at the last stable offset, so a
+    transaction still open at that moment is left to the live agent.
+    """
+
+    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"wt-catch-up-{uuid.uuid4().hex}",  # never commits; assign() only
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        })
+        self.pending: set[TopicPartitionKey] = set()
+        assignment = []
+        for (topic, partition), start in starts.items():
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            begin = low if start is None else max(start, low)
+            if begin >= high:
+                continue  # nothing past what the state has folded
+            self.pending.add((topic, partition))
+            assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
+        if assignment:
+            self._consumer.assign(assignment)
+
+    def poll(self, max_records: int = 500, timeout_s: float = 0.5) -> list[LogRecord]:
+        """The next records of unfinished partitions, in log order per partition."""
+        records = []
+        for m in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+            tp = (str(m.topic()), int(m.partition() or 0))
+            err = m.error()
+            if err is None:
+                if tp in self.pending:
+                    raw = m.headers() or []
+                    pairs = raw.items() if isinstance(raw, dict) else raw
+                    records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
+                                             [(str(k), v) for k, v in pairs]))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                self.pending.discard(tp)
+            elif err.fatal():
+                raise KafkaException(err)
+            else:
+                log.warning("catching up %s[%s]: %s (the client retries)", tp[0], tp[1], err)
+        return records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class CatchUp:
+    """Runs the catch-up of each assignment and tells `owned` which partitions serve.
+
+    `fold` folds one record into the tables (the live agent's fold; it must not raise for a bad
+    record). `attach` connects it to a Faust app's rebalance signals.
+    """
+
+    def __init__(self, bootstrap: str, topics: tuple[str, str], owned: OwnedPartitions,
+                 fold: Callable[[LogRecord], None]) -> None:
+        self.bootstrap = bootstrap
+        self.topics = topics  # (events, messages): co-partitioned, read together
+        self.owned = owned
+        self.fold = fold
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def attach(self, app: Any) -> None:
+        app.on_partitions_revoked.connect(self._on_revoked)
+        app.on_partitions_assigned.connect(self._on_assigned)
+
+    async def _on_revoked(self, _sender: Any, _revoked: Any, **_kw: Any) -> None:
+        self.owned.revoke()
+
+    async def _on_assigned(self, _sender: Any, assigned: Iterable[Any], **_kw: Any) -> None:
+        self.assign({(tp.topic, tp.partition) for tp in assigned})
+
+    def assign(self, assigned: set[TopicPartitionKey]) -> None:
+        """Adopt a new assignment (topic, partition pairs) and start catching it up."""
+        events, messages = ({p for t, p in assigned if t == topic} for topic in self.topics)
+        if events != messages:
+            # The fold needs both topics of a partition; one without the other never serves.
+            log.error("assignment splits co-partitioned topics: events %s, messages %s; serving only %s",
+                      sorted(events), sorted(messages), sorted(events & messages))
+        partitions = sorted(events & messages)
+        generation = self.owned.assign(partitions)
+        task = asyncio.ensure_future(self._run(generation, partitions))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, generation: int, partitions: list[int]) -> None:
+        started = time.monotonic()
+        while generation == self.owned.generation:
+            try:
+                folded = await self._fold_to_end(generation, partitions)
+            except Exception:  # the broker is away, say: retry from what is folded so far
+                log.exception("catching up partitions %s failed; retrying in 1 s", partitions)
+                await asyncio.sleep(1.0)
+                continue
+            if generation == self.owned.generation:
+                log.info("partitions %s serve after folding %d records in %.2f s", partitions, folded,
+                         time.monotonic() - started)
+            return
+
+    async def _fold_to_end(self, generation: int, partitions: list[int]) -> int:
+        loop = asyncio.get_running_loop()
+        starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
+        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts)
+        folded = 0
+        try:
+            self._settle(generation, partitions, reader.pending)
+            while reader.pending and generation == self.owned.generation:
+                records = await loop.run_in_executor(None, reader.poll)
+                if generation != self.owned.generation:
+                    break  # a newer rebalance owns the state now
+                for r in records:  # no await in here: a read never sees half a batch's partition
+                    if self.owned.fresh(r.topic, r.partition, r.offset):
+                        with self.owned.folding(r.topic, r.partition, r.offset):
+                            self.fold(r)
+                        folded += 1
+                self._settle(generation, partitions, reader.pending)
+        finally:
+            await loop.run_in_executor(None, reader.close)
+        return folded
+
+    def _settle(self, generation: int, partitions: list[int], pending: set[TopicPartitionKey]) -> None:
+        for p in partitions:
+            if not any((t, p) in pending for t in self.topics):
+                self.owned.caught_up(p, generation)

@@ -1,0 +1,45 @@
+"""The projection's Faust app: at-least-once delivery, reading only committed records.
+
+Faust reads ``read_committed`` only in its ``exactly_once`` mode, and that mode brings per-partition
+transactional producers whose commits race rebalances: a commit fenced by the partition's new
+owner crashes the worker (``ProducerFenced``). The projection writes nothing to Kafka, so it needs
+none of that: it needs to never see a record of an aborted or open transaction, and to fold each
+record once, which the position stored with its state gives (`partitions.OwnedPartitions`).
+
+`ProjectionApp` is a plain at-least-once Faust app whose consumer reads ``read_committed``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+
+class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # aiokafka hands this to its fetcher in start(), which runs after this returns.
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _ReadCommittedConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> _ReadCommittedThread:
+        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _ReadCommittedTransport(faust_aiokafka.Transport):
+    Consumer = _ReadCommittedConsumer
+
+
+class ProjectionApp(faust.App):
+    """A Faust app whose worker consumer reads only committed records, at least once."""
+
+    def __init__(self, app_id: str, **settings: Any) -> None:
+        super().__init__(app_id, processing_guarantee="at_least_once", **settings)
+
+    def _new_transport(self) -> Any:
+        return _ReadCommittedTransport(self.conf.broker_consumer, self)
+

@@ -1,0 +1,187 @@
+"""Folding the events and messages topics into the views, record by record: one implementation
+for the live Faust agent and the offline rebuild, so both refuse exactly the same records.
+
+- An events record is decoded and folded with `views.apply_event`, which checks it first
+  (`view_checks`). A StreamMessagePublished moves the head only when its message is head + 1 and
+  verifies under the projected key schedule.
+- A messages record is decoded and indexed by what the record says (its message's stream and
+  sequence, never the ``sequence`` header), and only if it is the first record that holds the
+  verifying message of the next sequence (`view_checks.message_verdict`). A record whose publish
+  event is not folded yet waits in memory (the two topics are read concurrently, in no fixed
+  order) and is decided when the event arrives; the decision does not depend on which came first.
+- Anything else is quarantined (`quarantine.record`): logged, counted, skipped.
+
+Known limit: a waiting messages record lives in memory only. If the worker dies before its event
+arrives, the record is not re-read (Faust committed past it); the head still moves (heads come
+from the events), reads find the payload by scanning the log, and only that record's verdict is
+missing from this worker's counts. At most `MAX_WAITING` records wait; beyond that the oldest are
+dropped (same consequence), so a flood of records for streams that never publish costs bounded memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any, Final
+
+from watchtower.agents.wire import decode_event
+from watchtower.projections import quarantine
+from watchtower.projections.log_reader import PayloadCache
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.signing import verify_with_schedule
+from watchtower.protocol.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
+from watchtower.protocol.views import OffsetIndex, apply_event, apply_message
+from watchtower.schemas.records import decode_message, encode_message
+from watchtower.topics.partitioning import partition_for_key
+
+log = logging.getLogger("watchtower.projections.fold")
+
+MAX_WAITING: Final = 10_000
+Table = MutableMapping[str, Any]
+
+
+def verified_sequence(stream_id: str, view: Mapping[str, Any]) -> Callable[[int, bytes], int | None]:
+    """A log-scan picker (`LogReader.scan`): the sequence of a record holding a verifying message of
+    `stream_id` under the key schedule of `view`, else None."""
+    schedule = KeySchedule.from_dict(view["key_schedule"])
+
+    def pick(_offset: int, raw: bytes) -> int | None:
+        try:
+            message = decode_message(raw)
+        except WatchtowerError:
+            return None
+        ok = message.stream_id == stream_id and verify_with_schedule(message, schedule)
+        return message.sequence if ok else None
+    return pick
+
+
+class Folder:
+    """Folds records into `tables` (the `views.TABLE_NAMES` tables) and `refused` (quarantine)."""
+
+    def __init__(self, tables: Mapping[str, Table], refused: Table, *, t_events: str, t_messages: str,
+                 partitions: int, cache: PayloadCache | None = None,
+                 on_head: Callable[[str, int], None] | None = None,
+                 indexes: MutableMapping[str, OffsetIndex] | None = None) -> None:
+        self.tables = tables
+        self.refused = refused
+        self.t_events, self.t_messages = t_events, t_messages
+        self.partitions = partitions
+        self.cache = cache
+        self.on_head = on_head
+        # stream_id -> the offsets of its window's messages (the live worker keeps them per partition).
+        self.indexes: MutableMapping[str, OffsetIndex] = {} if indexes is None else indexes
+        # stream_id -> {offset: (partition, message, raw)}: records waiting for their publish event.
+        self.waiting: dict[str, dict[int, tuple[int, StreamMessage, bytes]]] = {}
+        self.n_waiting = 0
+
+    def quarantined(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        quarantine.record(self.refused, topic, partition, offset, reason)
+
+    # ------------------------------------------------------------------ events
+    def fold_event(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        try:
+            event = decode_event(value)
+        except WatchtowerError as exc:
+            self.quarantined(self.t_events, partition, offset, f"undecodable event: {exc.message}")
+            return
+        misplaced = self._misplaced(key, event.stream_id, partition)  # the registry's key is its stream_id
+        if misplaced:
+            self.quarantined(self.t_events, partition, offset, f"{event.type}: {misplaced}")
+            return
+        try:
+            published = apply_event(self.tables, event, offset=offset)
+        except WatchtowerError as exc:
+            self.quarantined(self.t_events, partition, offset, exc.message)
+            return
+        except Exception as exc:  # a rule the checks missed must still never stop the fold
+            log.exception("unexpected error folding %s[%s]@%s", self.t_events, partition, offset)
+            self.quarantined(self.t_events, partition, offset, f"{event.type} cannot be folded ({type(exc).__name__})")
+            return
+        if published is not None:
+            if self.cache is not None:
+                self.cache.put(published.stream_id, published.sequence, encode_message(published))
+            if self.on_head is not None:
+                self.on_head(published.stream_id, published.sequence)
+            self._decide_waiting(published.stream_id, published.sequence)
+
+    def _misplaced(self, key: bytes | None, expected: str, partition: int) -> str | None:
+        if key != expected.encode():
+            return f"the record is keyed {key!r}, not {expected!r}"
+        if partition_for_key(key, self.partitions) != partition:
+            return f"key {expected!r} belongs to partition {partition_for_key(key, self.partitions)}"
+        return None
+
+    # ------------------------------------------------------------------ messages
+    def fold_message(self, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        try:
+            stream_id = (key or b"").decode()
+            message = decode_message(value or b"")
+        except UnicodeDecodeError:
+            self.quarantined(self.t_messages, partition, offset, "the record key is not UTF-8 text")
+            return
+        except WatchtowerError as exc:
+            self.quarantined(self.t_messages, partition, offset, f"undecodable message: {exc.message}")
+            return
+        misplaced = self._misplaced(key, message.stream_id, partition)
+        if misplaced:
+            self.quarantined(self.t_messages, partition, offset, misplaced)
+            return
+        self._decide(stream_id, partition, offset, message, value or b"")
+
+    def _decide(self, stream_id: str, partition: int, offset: int, message: StreamMessage, raw: bytes) -> None:
+        view = self.tables["streams"].get(stream_id)
+        head = self.tables["heads"].get(stream_id)
+        published = 0 if head is None else int(head["head"])
+
+        def verify(msg: StreamMessage, schedule: KeySchedule) -> bool:
+            # The bytes of the verified publish event's message need no second signature check.
+            cached = None if self.cache is None else self.cache.get(stream_id, msg.sequence)
+            return cached == raw or verify_with_schedule(msg, schedule)
+
+        verdict, reason = message_verdict(stream_id, offset, message, view, published,
+                                          self.tables["offsets"].get(stream_id), verify)
+        if verdict == DEFER:
+            self._wait(stream_id, partition, offset, message, raw)
+        elif verdict == QUARANTINE:
+            self.quarantined(self.t_messages, partition, offset, reason)
+        elif verdict == ACCEPT and view is not None:
+            index = self.indexes.setdefault(stream_id, OffsetIndex())
+            capacity = int(view["config"]["ring_buffer_capacity"])
+            apply_message(self.tables["offsets"], index, stream_id, message.sequence, offset, capacity)
+            if self.cache is not None:
+                self.cache.put(stream_id, message.sequence, raw)
+
+    def _wait(self, stream_id: str, partition: int, offset: int, message: StreamMessage, raw: bytes) -> None:
+        waiting = self.waiting.setdefault(stream_id, {})
+        if offset in waiting:
+            return  # a redelivery of a record that is already waiting
+        waiting[offset] = (partition, message, raw)
+        self.n_waiting += 1
+        while self.n_waiting > MAX_WAITING:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        stream_id = next(iter(self.waiting))
+        waiting = self.waiting[stream_id]
+        offset = min(waiting)
+        del waiting[offset]
+        self.n_waiting -= 1
+        if not waiting:
+            del self.waiting[stream_id]
+        log.warning("dropped the waiting messages record %s@%s of %r: too many records wait for events",
+                    self.t_messages, offset, stream_id)
+
+    def _decide_waiting(self, stream_id: str, published: int) -> None:
+        """Decide, in log order, the waiting records of `stream_id` whose publish event is now folded."""
+        waiting = self.waiting.get(stream_id)
+        if not waiting:
+            return
+        ready = sorted(o for o, (_p, msg, _r) in waiting.items() if msg.sequence <= published)
+        for offset in ready:
+            partition, message, raw = waiting.pop(offset)
+            self.n_waiting -= 1
+            self._decide(stream_id, partition, offset, message, raw)
+        if not waiting:
+            self.waiting.pop(stream_id, None)

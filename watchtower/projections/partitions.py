@@ -1,0 +1,255 @@
+"""Projection state split by events partition, each part stored with the log position it has folded.
+
+A projection worker owns some partitions of the co-partitioned ``events`` and ``messages``
+topics. For each one it keeps that partition's share of every table, plus the offset of the last
+record it folded from each of the two topics (the position is stored with the state, so a record
+delivered twice — after a rebalance or an uncommitted consumer offset — is folded once, whatever
+the fold does with it).
+
+A partition *serves* reads only once it has folded the committed log up to the end it saw at
+assignment (see `catch_up`); until then, and during a rebalance, reads of its keys answer
+NOT_READY. A read checks this before it starts and again when it ends (`reading`), so a read that
+overlapped a rebalance — a long poll, a log scan — is never answered from state that stopped being
+this worker's, or that was rebuilt, in the middle.
+
+Tables are `PartitionTable` mappings. Inside a fold (`folding`) they see and change exactly the
+partition being folded, as if it were the only one; outside (HTTP reads) they see every serving
+partition, read-only. Which partition is being folded is a context variable, so an HTTP handler
+running between two folds, or a log scan in a worker thread, never sees the fold's scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator, MutableMapping
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchtower.protocol.errors import NotReadyError
+
+_FOLDING: ContextVar[int | None] = ContextVar("watchtower_folding_partition", default=None)
+
+
+@dataclass
+class PartitionState:
+    """One events partition's share of every table and the offsets folded into it."""
+
+    tables: dict[str, dict[str, Any]]
+    applied: dict[str, int] = field(default_factory=dict)  # topic -> offset of the last folded record
+    serving: bool = False
+    epoch: int = 0  # changes every time the partition starts serving
+
+
+class OwnedPartitions:
+    """The partitions this worker owns, their state, and whether each serves reads yet.
+
+    Driven by the consumer's rebalances: `revoke` when a rebalance starts, `assign` with the new
+    assignment, `caught_up` when a partition has folded the log to its end. The live fold asks
+    `admit` before each record and folds it inside `folding`.
+    """
+
+    def __init__(self, table_names: Iterable[str]) -> None:
+        self.table_names = tuple(table_names)
+        self.generation = 0  # one per rebalance; work for an older generation is abandoned
+        self.assigned: frozenset[int] | None = None  # None before the first assignment and mid-rebalance
+        self._parts: dict[int, PartitionState] = {}
+        self._epochs = 0
+        self._changed = asyncio.Event()
+        self._assigned_at = 0.0
+        self.caught_up_in_s: float | None = None  # from the latest assignment to every partition serving
+
+    def table(self, name: str) -> PartitionTable:
+        """The mapping through which folds and reads use table `name`."""
+        if name not in self.table_names:
+            raise KeyError(f"no projection table named {name!r}")
+        return PartitionTable(self, name)
+
+    # ------------------------------------------------------------------ rebalances
+    def revoke(self) -> int:
+        """A rebalance started: nothing serves until the next assignment has caught up."""
+        self.generation += 1
+        self.assigned = None
+        for state in self._parts.values():
+            state.serving = False
+        self._notify()
+        return self.generation
+
+    def assign(self, partitions: Iterable[int]) -> int:
+        """The new assignment; returns its generation. State of partitions no longer owned is dropped.
+
+        A partition kept across the rebalance keeps its state and position: catching up then only
+        folds what was committed since (possibly by another worker, had it moved away and back).
+        """
+        self.generation += 1
+        owned = frozenset(partitions)
+        for p in set(self._parts) - owned:
+            del self._parts[p]
+        for p in owned:
+            state = self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
+            state.serving = False
+        self.assigned = owned
+        self._assigned_at, self.caught_up_in_s = time.monotonic(), (None if owned else 0.0)
+        self._notify()
+        return self.generation
+
+    def caught_up(self, partition: int, generation: int) -> bool:
+        """Partition `partition` has folded the log up to its end: it serves, if still ours."""
+        state = self._parts.get(partition)
+        if generation != self.generation or state is None or state.serving:
+            return False
+        self._epochs += 1
+        state.serving, state.epoch = True, self._epochs
+        if self.ready():
+            self.caught_up_in_s = round(time.monotonic() - self._assigned_at, 3)
+        self._notify()
+        return True
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # ------------------------------------------------------------------ folding
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The offset after the last one folded from `topic[partition]` (None: from the beginning)."""
+        state = self._parts.get(partition)
+        last = None if state is None else state.applied.get(topic)
+        return None if last is None else last + 1
+
+    def fresh(self, topic: str, partition: int, offset: int) -> bool:
+        """True if `topic[partition]@offset` is owned here and not folded yet."""
+        state = self._parts.get(partition)
+        return state is not None and offset > state.applied.get(topic, -1)
+
+    async def admit(self, topic: str, partition: int, offset: int) -> bool:
+        """Wait until the record's partition serves here; True if the live fold should fold it.
+
+        False for a record of a partition this worker does not own (a leftover of the previous
+        assignment) and for one already folded (a redelivery, or one the catch-up folded).
+        """
+        while True:
+            changed = self._changed
+            if self.assigned is not None:
+                if partition not in self.assigned:
+                    return False
+                if self._parts[partition].serving:
+                    return self.fresh(topic, partition, offset)
+            await changed.wait()
+
+    @contextmanager
+    def folding(self, topic: str, partition: int, offset: int) -> Iterator[None]:
+        """Scope the tables to `partition` while folding one record, and record its offset after.
+
+        The offset is recorded even when the fold raises: a record that cannot be folded is
+        skipped for good, never retried on every redelivery.
+        """
+        state = self._parts[partition]
+        token = _FOLDING.set(partition)
+        try:
+            yield
+        finally:
+            _FOLDING.reset(token)
+            state.applied[topic] = max(offset, state.applied.get(topic, -1))
+
+    # ------------------------------------------------------------------ reads
+    def serving_epoch(self, partition: int) -> int | None:
+        """The partition's current serving epoch, or None when it does not serve reads here."""
+        state = self._parts.get(partition)
+        if self.assigned is None or state is None or not state.serving:
+            return None
+        return state.epoch
+
+    def serves(self, partition: int) -> bool:
+        """True if reads of `partition` are answered here now."""
+        return self.serving_epoch(partition) is not None
+
+    @asynccontextmanager
+    async def reading(self, partition: int) -> AsyncIterator[None]:
+        """Run a read of `partition`'s state; NOT_READY unless it served here from start to end.
+
+        Whatever the read answered (a result or an error such as STREAM_NOT_FOUND) is replaced by
+        NOT_READY when the partition stopped serving, or served anew, while the read ran.
+        """
+        epoch = self.serving_epoch(partition)
+        if epoch is None:
+            raise NotReadyError(_NOT_READY)
+        try:
+            yield
+        finally:
+            if self.serving_epoch(partition) != epoch:
+                raise NotReadyError(_NOT_READY)
+
+    def ready(self) -> bool:
+        """True once an assignment has arrived and every partition of it serves."""
+        if self.assigned is None:
+            return False
+        return all(self._parts[p].serving for p in self.assigned)
+
+    def health(self) -> dict[str, Any]:
+        """This worker's part of ``/v1/health``.
+
+        ``partitions``: the events partitions assigned to it (its share; the workers' shares are
+        disjoint and cover every partition once the group is stable); ``catching_up``: those of
+        them still folding the log, whose reads answer NOT_READY; ``recovered``: none is;
+        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does).
+        """
+        assigned = sorted(self.assigned or ())
+        catching_up = [p for p in assigned if not self._parts[p].serving]
+        return {"partitions": assigned, "catching_up": catching_up, "recovered": self.ready(),
+                "caught_up_in_s": self.caught_up_in_s}
+
+    def _scope(self) -> list[dict[str, Any]] | None:
+        """Partition states a table access sees: the one being folded, or every serving one."""
+        folding = _FOLDING.get()
+        if folding is not None:
+            return None
+        # list() copies in one step, so a scan in a worker thread never sees the dict resize.
+        return [s.tables for s in list(self._parts.values()) if s.serving]
+
+    def _folding_tables(self) -> dict[str, dict[str, Any]]:
+        partition = _FOLDING.get()
+        if partition is None:
+            raise RuntimeError("projection tables change only inside a fold (OwnedPartitions.folding)")
+        return self._parts[partition].tables
+
+
+_NOT_READY = ("This worker does not serve the partition of this key right now (a rebalance is moving it, "
+              "or the worker is still folding the log for it); retry in a moment.")
+
+
+class PartitionTable(MutableMapping[str, Any]):
+    """One projection table across the owned partitions (see the module docstring for the scopes)."""
+
+    def __init__(self, owner: OwnedPartitions, name: str) -> None:
+        self._owner = owner
+        self.name = name
+
+    def _parts(self) -> list[dict[str, Any]]:
+        scope = self._owner._scope()
+        if scope is None:
+            return [self._owner._folding_tables()[self.name]]
+        return [tables[self.name] for tables in scope]
+
+    def __getitem__(self, key: str) -> Any:
+        for part in self._parts():
+            if key in part:
+                return part[key]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in part for part in self._parts())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._owner._folding_tables()[self.name][key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._owner._folding_tables()[self.name][key]
+
+    def __iter__(self) -> Iterator[str]:
+        for part in self._parts():
+            yield from list(part)
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self._parts())

@@ -1,0 +1,61 @@
+"""Quarantined records: what the projection refused to fold, per topic partition.
+
+A record that breaks a rule (undecodable, for another stream than its key, a sequence that does
+not follow the head, a signature that does not verify, an event that contradicts the views) is
+never folded and never fatal. It is logged with topic, partition, offset and reason, and counted
+here, in a mapping keyed ``"<topic>/<partition>"``. The live worker keeps it in memory, so its
+counts cover what this worker process decided since it started; the offline rebuild counts the
+whole log with the same code.
+
+Each entry keeps the count, the last `RECENT` records (offset and reason) and the offsets of the
+last `REMEMBERED` ones: Faust redelivers a tail after a rebalance, and a redelivered record that was
+already quarantined must not be counted twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, Final
+
+log = logging.getLogger("watchtower.projections.quarantine")
+
+RECENT: Final = 5
+REMEMBERED: Final = 256
+
+
+def quarantine_key(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+def record(table: MutableMapping[str, Any], topic: str, partition: int, offset: int, reason: str) -> bool:
+    """Count one refused record; False (and no change) when it was already counted (a redelivery)."""
+    key = quarantine_key(topic, partition)
+    entry = table.get(key) or {"topic": topic, "partition": partition, "count": 0, "recent": [], "offsets": []}
+    if offset in entry["offsets"]:
+        return False
+    log.warning("quarantined %s[%s]@%s: %s", topic, partition, offset, reason)
+    table[key] = {
+        **entry,
+        "count": int(entry["count"]) + 1,
+        "recent": [*entry["recent"], {"offset": offset, "reason": reason}][-RECENT:],
+        "offsets": [*entry["offsets"], offset][-REMEMBERED:],
+    }
+    return True
+
+
+def summary(entries: Iterable[tuple[str, Any]], partitions: Iterable[int] | None = None) -> dict[str, Any]:
+    """``{"count", "recent": [{"topic", "partition", "offset", "reason"}]}`` over `entries`.
+
+    Only `partitions` (all when None) count, so a worker reports its own share. `recent` holds the
+    last few per partition, ordered by topic, partition and offset (deterministic, comparable).
+    """
+    wanted = None if partitions is None else set(partitions)
+    count, recent = 0, []
+    for _key, entry in entries:
+        if not isinstance(entry, Mapping) or (wanted is not None and int(entry["partition"]) not in wanted):
+            continue
+        count += int(entry["count"])
+        recent += [{"topic": entry["topic"], "partition": int(entry["partition"]), **r} for r in entry["recent"]]
+    recent.sort(key=lambda r: (r["topic"], r["partition"], r["offset"]))
+    return {"count": count, "recent": recent}

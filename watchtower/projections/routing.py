@@ -1,0 +1,92 @@
+"""Route a read to the worker that owns its key's partition, or answer NOT_READY.
+
+The key's partition is the one its writers use (Kafka's murmur2, `topics.partitioning`), and the
+owner is the worker the group's latest assignment gave that events partition to (Faust's assignor
+publishes every member's URL with the assignment). A worker serves a read itself when it serves
+the partition; otherwise it forwards the request once, marked, and the receiver never forwards it
+again: during a rebalance two workers' views of the assignment can disagree, and a marked request
+cannot bounce between them. The receiver then answers from its own state or NOT_READY.
+
+An owner that cannot be reached (stopped, killed, not listening yet) makes the read NOT_READY,
+never a 500: the group moves its partitions within the session timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from watchtower.projections.http_errors import error_body, http_status
+from watchtower.protocol.errors import NotReadyError
+
+log = logging.getLogger("watchtower.projections")
+
+ROUTED_HEADER = "X-Watchtower-Routed"
+# A forwarded long poll may wait as long as the owner lets it; this only stops a hung owner.
+FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=120.0, sock_connect=3.0)
+_HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+def owner_url(app: Any, topic: str, partition: int) -> str | None:
+    """The URL of the worker the latest assignment gave `topic[partition]` to, if any."""
+    for url, topics in app.assignor.external_topics_metadata().items():
+        if partition in topics.get(topic, ()):
+            return str(url)
+    return None
+
+
+def _same_worker(a: str, b: str) -> bool:
+    ua, ub = URL(a), URL(b)
+    return (ua.host, ua.port) == (ub.host, ub.port)
+
+
+def route_to_owner(app: Any, topic: str, partition_of: Callable[[str], int], serves: Callable[[int], bool], *,
+                   match_info: str | None = None, exact_key: str | None = None) -> Callable[[Handler], Handler]:
+    """Decorate a view method: serve here if this worker `serves` the key's partition, else forward.
+
+    The key is the URL segment `match_info`, or `exact_key`; `partition_of(key)` is its partition
+    of `topic`. The decorated handler must itself answer NOT_READY when it runs here without
+    serving the partition (a forwarded request, no owner known, or the owner is this worker but
+    still catching up).
+    """
+    if (match_info is None) == (exact_key is None):
+        raise TypeError("give exactly one of match_info and exact_key")
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        async def routed(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            key = exact_key if exact_key is not None else request.match_info[match_info]
+            partition = partition_of(key)
+            if request.headers.get(ROUTED_HEADER) or serves(partition):
+                return await handler(view, request, *args, **kwargs)
+            url = owner_url(app, topic, partition)
+            if url is None or _same_worker(url, str(app.conf.canonical_url)):
+                return await handler(view, request, *args, **kwargs)
+            return await forward(app, view, request, url)
+        return routed
+    return decorate
+
+
+async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
+    """Send `request` to `owner` once (marked) and pass its answer through; NOT_READY if it is away."""
+    target = URL(owner)
+    url = request.url.with_scheme(target.scheme or "http").with_host(target.host or "").with_port(target.port)
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+    headers[ROUTED_HEADER] = "1"
+    try:
+        async with app.http_client.request(method=request.method, url=url, headers=headers,
+                                           timeout=FORWARD_TIMEOUT) as response:
+            body = await response.read()
+            return view.web.bytes(body, content_type=response.content_type, status=response.status)
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        log.info("owner %s did not answer a routed read: %r", owner, exc)
+        err = NotReadyError(f"the worker that owns this key's partition ({owner}) did not answer; it may be "
+                            "restarting or leaving the group, which then moves its partitions; retry in a moment")
+        return view.web.json(error_body(err), status=http_status(err.code))

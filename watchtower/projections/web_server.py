@@ -1,0 +1,153 @@
+"""The HTTP server under Faust's web layer: every error is spec JSON, and shutdown is prompt.
+
+Errors reach a client from four places, and each answers ``{"error": {"code", "message"}}``:
+
+1. a handler raising a `WatchtowerError` (the route wrappers in `service` answer it);
+2. anything else a handler raises, and aiohttp's own HTTP errors (unknown route, wrong method,
+   a body over ``client_max_size``): the `json_errors` middleware;
+3. Faust's `WebError`s (no worker owns a key's partition yet): the `JsonView` base class;
+4. requests aiohttp refuses while parsing, before any handler or middleware runs (a request line
+   or header over 8,190 bytes, bytes that are not HTTP): `JsonErrorRequestHandler.handle_error`.
+   aiohttp offers no hook for these (aio-libs/aiohttp#3287), so `install` gives Faust's web driver
+   an `AppRunner` whose server builds this handler class.
+
+The same runner cancels a handler whose client disconnected (so an abandoned long poll is
+cancelled and its waiter removed) and gives open requests `SHUTDOWN_GRACE_S`, not aiohttp's 60 s,
+when the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from aiohttp import web
+from aiohttp.http_exceptions import LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
+from faust.web import View
+from faust.web.exceptions import WebError
+
+from watchtower.projections.http_errors import error_body, http_status
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    NotReadyError,
+    PayloadTooLargeError,
+    WatchtowerError,
+)
+
+log = logging.getLogger("watchtower.projections.web")
+
+#: Largest request body (a signed command is a few KiB; a publish at most ~33 KiB of JSON).
+MAX_BODY_BYTES: Final = 256 * 1024
+#: How long a stopping worker lets open requests finish (long polls are answered at once first).
+SHUTDOWN_GRACE_S: Final = 1.0
+
+
+def error_response(err: WatchtowerError, status: int | None = None) -> web.Response:
+    """The JSON answer for `err` (status from its code unless given)."""
+    return web.Response(text=json.dumps(error_body(err)), status=status or http_status(err.code),
+                        content_type="application/json")
+
+
+def error_for_status(status: int, detail: str) -> WatchtowerError:
+    """The spec error for an HTTP-level refusal that came from aiohttp or Faust, not from a rule."""
+    if status == 413:
+        return PayloadTooLargeError(f"the request body is over {MAX_BODY_BYTES} bytes; a signed command is "
+                                    "far smaller, so check what is being sent")
+    if status == 404:
+        return InvalidArgumentError("no such route; GET /openapi.json lists the routes")
+    if status == 405:
+        return InvalidArgumentError(f"this route does not take that method ({detail}); see /openapi.json")
+    if status in (502, 503, 504):
+        return NotReadyError(f"the worker that owns this key could not be reached ({detail}); retry in a moment")
+    if status >= 500:
+        return WatchtowerError(f"the server failed ({detail}); retry, and report it if it persists")
+    return InvalidArgumentError(f"the request was refused ({detail[:200]}); fix it and retry")
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Answer every exception a handler lets out as spec JSON (never text/plain, never a traceback)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(error_for_status(exc.status, exc.reason), exc.status)
+    except WatchtowerError as err:
+        return error_response(err)
+    except RecursionError:
+        return error_response(InvalidArgumentError("the request nests too deep; send flat JSON"))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("unexpected error answering %s %s", request.method, request.path)
+        return error_response(error_for_status(500, type(exc).__name__), 500)
+    return response
+
+
+class JsonView(View):
+    """Faust view whose Faust-level errors (e.g. no partition owner yet) are spec JSON too."""
+
+    async def on_request_error(self, request: Any, exc: WebError) -> Any:  # noqa: ARG002 (Faust's signature)
+        status = int(exc.code or 500)
+        return self.json(error_body(error_for_status(status, str(exc.detail))), status=status)
+
+
+class JsonErrorRequestHandler(RequestHandler):
+    """aiohttp's connection handler, answering requests it cannot parse with spec JSON."""
+
+    def handle_error(self, request: BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: a response is already under way
+            raise ConnectionError("response already started; cannot send the error")
+        if status >= 500:
+            log.error("error answering a request from %s", request.remote, exc_info=exc)
+        else:  # hostile or broken clients: one line, no traceback, so they cannot flood the log
+            log.debug("refused a request from %s: %s", request.remote, exc)
+        if isinstance(exc, LineTooLong):
+            err: WatchtowerError = InvalidArgumentError(
+                "the request line or a header is over 8190 bytes; shorten the URL (a filter is at most "
+                "16 predicates) or the header")
+        else:
+            err = error_for_status(status, message or type(exc).__name__)
+        response = error_response(err, status)
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(Server):
+    def __call__(self) -> RequestHandler:
+        return JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class JsonErrorRunner(web.AppRunner):
+    """An AppRunner whose connections use `JsonErrorRequestHandler`."""
+
+    async def _make_server(self) -> Server:
+        plain = await super()._make_server()
+        return _JsonErrorServer(plain.request_handler, request_factory=plain.request_factory,
+                                handler_cancellation=plain.handler_cancellation, loop=plain._loop, **plain._kwargs)
+
+
+def application_options() -> dict[str, Any]:
+    """Faust's ``web_application_options``: the error middleware and the body limit."""
+    return {"middlewares": [json_errors], "client_max_size": MAX_BODY_BYTES}
+
+
+def install(faust_web: Any, *, on_shutdown: Callable[[], None]) -> None:
+    """Give Faust's aiohttp web driver the JSON-error runner (before the worker starts it).
+
+    `on_shutdown` runs first when the server stops (it answers the open long polls).
+    """
+    async def shutting_down(_app: web.Application) -> None:
+        on_shutdown()
+
+    faust_web.web_app.on_shutdown.append(shutting_down)
+    faust_web._runner = JsonErrorRunner(faust_web.web_app, access_log=None, handler_cancellation=True,
+                                        shutdown_timeout=SHUTDOWN_GRACE_S)

@@ -1,0 +1,49 @@
+"""What a deployment fixes at genesis, never a command argument.
+
+CIP-7: "protocol_treasury is set at genesis or via governance; publishers MAY NOT override it".
+A `Deployment` carries such facts into `decide`; the edge builds it from the operator's
+configuration (`watchtower.agents.deployment`), so no caller can choose them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.errors import InvalidArgumentError
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Deployment:
+    """Genesis configuration the aggregates apply. `protocol_treasury` None: no paid feeds."""
+
+    protocol_treasury: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.protocol_treasury is not None:
+            require_address(self.protocol_treasury, "protocol_treasury")
+
+    def govern_paid_config(self, paid: Mapping[str, Any]) -> dict[str, Any]:
+        """A creator's paid_stream_config with the deployment's protocol treasury filled in.
+
+        The creator may omit protocol_treasury or repeat the deployment's own; any other value is
+        INVALID_ARGUMENT, and so is a paid feed on a deployment that has no treasury.
+        """
+        if self.protocol_treasury is None:
+            raise InvalidArgumentError(
+                "this deployment has no protocol treasury, so it cannot host paid feeds; its operator sets "
+                "WATCHTOWER_PROTOCOL_TREASURY for the stream workers"
+            )
+        given = paid.get("protocol_treasury")
+        if given is not None and given != self.protocol_treasury:
+            raise InvalidArgumentError(
+                f"protocol_treasury is fixed by the deployment ({self.protocol_treasury}) and publishers may not "
+                "override it (CIP-7); omit protocol_treasury from paid_stream_config",
+                details={"protocol_treasury": self.protocol_treasury},
+            )
+        return {**paid, "protocol_treasury": self.protocol_treasury}
+
+
+NO_TREASURY = Deployment()
