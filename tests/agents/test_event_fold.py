@@ -108,7 +108,7 @@ def test_a_copy_of_the_last_event_is_quarantined_and_the_fold_goes_on() -> None:
     copy = encode_event(log.events[-1])
     fold, refused = fold_of(log, (SID.encode(), copy))
     assert [(q.topic, q.partition, q.offset) for q in refused] == [(TOPIC, HOME, len(log.events))]
-    assert "replayed copy" in refused[0].reason
+    assert "not above" in refused[0].reason  # the caller's nonce does not move forward
     assert fold.state.streams[SID].head == 2
     # The owner's next publish (head + 1) still folds on top.
     nxt = log.publish()
@@ -240,3 +240,40 @@ def test_no_edited_event_makes_the_fold_raise(data: st.DataObject, replacement: 
     fold, refused = fold_of(log, (SID.encode(), json.dumps(obj).encode()))
     assert fold.state.streams[SID].head in (2, 3)
     assert len(refused) <= 1
+
+
+def test_an_event_stamped_more_than_a_day_ahead_is_quarantined_when_the_fold_has_a_clock() -> None:
+    """A forged future block would raise its nonce ceiling and lock the caller out (nonce lockout)."""
+    log = genuine(1)
+    day_of_blocks = 10**9  # far more than a day of blocks at any block interval
+
+    def from_the_future(e: dict[str, Any]) -> None:
+        e["type"] = "SubscriptionPolicyChanged"
+        e["body"] = {"stream_id": SID, "policy": "PUBLIC"}
+        e["block_height"] = 7 + day_of_blocks
+        e["nonce"] = 2**62
+
+    forged_event = forged(log.events[-1], from_the_future)
+    fold = EventFold(TOPIC, HOME, PARTITIONS, now_block_height=7)
+    for offset, event in enumerate(log.events):
+        assert fold.apply(SID.encode(), encode_event(event), offset) is None
+    entry = fold.apply(SID.encode(), forged_event, 9)
+    assert entry is not None
+    assert "more than a day after the current block" in entry.reason
+    # The owner's next command, with an ordinary nonce, still folds on top.
+    nxt = log.publish()
+    assert fold.apply(SID.encode(), encode_event(nxt), 10) is None
+    assert state_digest(fold.state.streams[SID]) == state_digest(log.state)
+
+
+def test_a_nonce_beyond_its_blocks_ceiling_is_quarantined() -> None:
+    log = genuine(1)
+
+    def huge_nonce(e: dict[str, Any]) -> None:
+        e["type"] = "SubscriptionPolicyChanged"
+        e["body"] = {"stream_id": SID, "policy": "PUBLIC"}
+        e["nonce"] = 2**62
+
+    _, refused = fold_of(log, (SID.encode(), forged(log.events[-1], huge_nonce)))
+    assert len(refused) == 1
+    assert "beyond the ceiling" in refused[0].reason

@@ -8,19 +8,19 @@ the order they are checked:
 
 1. the record decodes to an Event (MALFORMED_RECORD / SCHEMA_MISMATCH otherwise);
 2. it is keyed by its aggregate's id and sits on the partition that key maps to (the worker only
-   ever writes it there, so anything else was written by hand);
-3. a stream event's nonce is above the caller's last one on that stream: ``decide`` accepts a
-   command only with a fresh nonce and records one event per command, so a lower or equal nonce
-   is a replayed copy of an older event;
-4. a StreamMessagePublished event carries its message consistently (the CIP-7 fields of the body
+   ever writes it there, so anything else was written by hand), and, when the fold has a clock,
+   it is not stamped more than a day in the future (``command_auth.check_event_clock``: such an
+   event could carry a nonce under its own future ceiling and lock its caller out);
+3. a StreamMessagePublished event carries its message consistently (the CIP-7 fields of the body
    equal the message's own), the message's payload hash is SHA-256 of its payload, and its
    signature verifies under the key the stream's schedule has in force at that sequence;
-5. ``evolve`` / ``evolve_registry`` accept it (e.g. the sequence is head + 1, a feed id is the
-   next one).
+4. ``evolve`` / ``evolve_registry`` accept it: among others the sequence is head + 1, the
+   caller's nonce is above its last one and under its block's ceiling (so a replayed copy of an
+   earlier event is refused), a feed id is the next one.
 
 Everything here is pure (no I/O, no clock); :func:`watchtower.agents.state_loader.load_partition_states`
-feeds it the committed records. The checks of rules 2-4 belong next to ``evolve`` in the protocol
-core; they live here until they move there.
+feeds it the committed records. The pure checks of rules 2-3 belong next to ``evolve`` in the
+protocol core (they use only its verification functions); they live here until they move there.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from watchtower.agents.wire import decode_event
+from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.message import payload_hash_of
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, evolve_registry
@@ -72,14 +73,17 @@ class EventFold:
     """Folds the records of one events partition, in log order, quarantining what breaks a rule.
 
     ``apply`` never raises for anything a record contains; ``on_quarantine`` (if given) is called
-    with each refused record as it is found.
+    with each refused record as it is found. ``now_block_height`` is the fold's clock (None: no
+    clock, so no check of event stamps against it).
     """
 
     def __init__(self, topic: str, partition: int, partitions: int,
-                 on_quarantine: Callable[[Quarantined], None] | None = None) -> None:
+                 on_quarantine: Callable[[Quarantined], None] | None = None, *,
+                 now_block_height: int | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.partitions = partitions
+        self.now_block_height = now_block_height
         self.state = PartitionState()
         self._on_quarantine = on_quarantine
 
@@ -105,6 +109,8 @@ class EventFold:
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         event = decode_event(value)
         check_placement(event, key, self.partition, self.partitions)
+        if self.now_block_height is not None:
+            check_event_clock(event.block_height, self.now_block_height)
         if event.type == FEED_REGISTERED:
             if event.stream_id != REGISTRY_KEY:
                 raise BrokenRuleError(f"a FeedRegistered event belongs to the registry key {REGISTRY_KEY!r}, "
@@ -113,7 +119,6 @@ class EventFold:
             return
         streams = self.state.streams
         current = streams.get(event.stream_id) or StreamState.initial(event.stream_id)
-        check_fresh_nonce(current, event)
         if event.type == STREAM_MESSAGE_PUBLISHED:
             check_published_message(current, event)
         streams[event.stream_id] = evolve(current, event)
@@ -127,14 +132,6 @@ def check_placement(event: Event, key: bytes | None, partition: int, partitions:
     home = partition_for_key(expected_key, partitions)
     if home != partition:
         raise BrokenRuleError(f"events of {event.stream_id!r} belong on partition {home}, not {partition}")
-
-
-def check_fresh_nonce(state: StreamState, event: Event) -> None:
-    """The caller's nonce on this stream moves forward (one event per accepted command)."""
-    record = state.callers.get(event.caller)
-    if record is not None and event.nonce <= record.last_nonce:
-        raise BrokenRuleError(f"nonce {event.nonce} of {event.caller} does not follow its last nonce "
-                         f"{record.last_nonce} on {event.stream_id!r}: a replayed copy of an earlier event")
 
 
 def check_published_message(state: StreamState, event: Event) -> None:

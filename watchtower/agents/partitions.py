@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
 from watchtower.agents.state_loader import committed_offsets, load_partitions
+from watchtower.protocol.billing import block_height_at
 
 log = logging.getLogger("watchtower.worker")
 
@@ -113,6 +114,7 @@ class PartitionOwner(CommandDecider):
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
             committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
+                                     now_block_height=block_height_at(self._clock_ms()),
                                      on_quarantine=self.health.quarantined)
             if seek:
                 for tp in committed:

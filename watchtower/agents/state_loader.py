@@ -24,7 +24,7 @@ SETTLE_TIMEOUT_S: Final = 30.0
 
 
 def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[int], partition_count: int, *,
-                    timeout_s: float = 120.0,
+                    timeout_s: float = 120.0, now_block_height: int | None = None,
                     on_quarantine: Callable[[Quarantined], None] | None = None) -> dict[int, PartitionState]:
     """Fold every committed event of the given ``partitions`` of ``events_topic`` (which has
     ``partition_count``) into their aggregates, in one scan of the log.
@@ -35,7 +35,8 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
     :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and reason,
     passed to ``on_quarantine``, listed in its partition's result and skipped: nothing a record
     contains makes this raise. It raises only when the log cannot be read (TimeoutError,
-    KafkaException).
+    KafkaException). ``now_block_height`` is the current block, to refuse events stamped in the
+    future (None: not checked).
     """
 
     def quarantine(entry: Quarantined) -> None:
@@ -43,7 +44,8 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
         if on_quarantine is not None:
             on_quarantine(entry)
 
-    folds = {p: EventFold(events_topic, p, partition_count, on_quarantine=quarantine) for p in partitions}
+    folds = {p: EventFold(events_topic, p, partition_count, on_quarantine=quarantine,
+                          now_block_height=now_block_height) for p in partitions}
     if folds:
         wait_until_settled(bootstrap, events_topic, list(folds), min(timeout_s, SETTLE_TIMEOUT_S))
         for m in read_committed(bootstrap, [events_topic], partition=list(folds), timeout_s=timeout_s):
