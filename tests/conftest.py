@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_fixture import session_broker
+
+# Every stream worker a test starts serves a deployment with this protocol treasury
+# (docs/deployment.md); workers read it from their environment, which they inherit from here.
+TEST_PROTOCOL_TREASURY = "0x" + "7e" * 32
+os.environ.setdefault("WATCHTOWER_PROTOCOL_TREASURY", TEST_PROTOCOL_TREASURY)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from click.testing import CliRunner, Result
+from conftest import TEST_PROTOCOL_TREASURY
 from stack_fixture import stack  # noqa: F401 (the fixture)
 
 from watchtower.cli.main import _register, cli
@@ -172,3 +174,22 @@ def test_sdk_publish_follow_and_stale_sequence(stack: Any, tmp_path: Path) -> No
     assert behind.publish("tick", b"{}")["sequence"] == 7
     assert [m.sequence for m in Subscriber(api, sid, cursor=5).poll_page(10, min_head=7, wait_ms=5000).messages] == [
         6, 7]
+
+
+def test_a_paid_feed_gets_the_deployments_protocol_treasury_and_no_creator_can_choose_one(env: Path) -> None:
+    owner = run_json("account", "new")
+    feed = run_json("new", "feed", "--name", "paid", "--access-mode", "subscriber-paid", "--fee-per-epoch-cby", "10")
+    info = run_json("feed", str(feed["feed_id"]), "info")
+    paid = info["config"]["paid_stream_config"]
+    assert (paid["protocol_treasury"], paid["publisher_treasury"]) == (TEST_PROTOCOL_TREASURY, owner["address"])
+    # The flag is gone from the CLI, and a hand-built command naming another treasury is refused.
+    chosen = CliRunner().invoke(cli, ["new", "feed", "--name", "x", "--protocol-treasury", owner["address"]])
+    assert chosen.exit_code == 2
+    api = ApiClient(os.environ["WATCHTOWER_API"])
+    creator = Account(nacl.signing.SigningKey.generate(), home=env)
+    with pytest.raises(WatchtowerError) as refused_:
+        create_feed(api, creator, name="mine", publisher_key_hex="11" * 32, access_mode="SUBSCRIBER_PAID",
+                    paid_stream_config={"fee_per_key_epoch_cby": 1, "protocol_fee_bps": 0,
+                                        "publisher_treasury": creator.address, "protocol_treasury": creator.address})
+    assert refused_.value.code == "INVALID_ARGUMENT"
+    assert "may not override" in refused_.value.message

@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
+from watchtower.agents.deployment import deployment_from_env
 from watchtower.agents.wire import (
     H_CAPACITY,
     H_CORRELATION,
@@ -70,6 +71,8 @@ class CommandDecider:
         self.t_replies = topic_name("replies", prefix)
         self.t_internal = topic_name("internal", prefix)
         self.stats = WorkerStats()
+        # Genesis configuration (the protocol treasury): the operator's, never a command's.
+        self.deployment = deployment_from_env()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         # Only partitions whose aggregates were rebuilt from the log have an entry here.
         self._states: dict[int, dict[str, StreamState]] = {}
@@ -96,7 +99,8 @@ class CommandDecider:
             cmd = record
             states = self._states[partition]  # _ready_only kept only partitions with a rebuilt state
             state = states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-            decision = decide(state, cmd, block_height=block_height_at(self._clock_ms()))
+            decision = decide(state, cmd, block_height=block_height_at(self._clock_ms()),
+                              deployment=self.deployment)
         except WatchtowerError as err:
             self.stats.rejected += 1
             self._reply(headers, encode_reply(False, error=err))

@@ -93,7 +93,15 @@ def create_feed(
             raise InvalidArgumentError(f"create_feed sets {reserved} itself; do not pass it in config")
     sid = stream_id or new_stream_id()
     fields = {**config, "stream_id": sid, "owner": owner.address, "publisher_key_hex": publisher_key_hex}
+    paid = fields.get("paid_stream_config")
+    governed = isinstance(paid, Mapping) and "protocol_treasury" not in paid
+    if isinstance(paid, Mapping) and governed:
+        # The deployment fills in its protocol treasury (docs/deployment.md); the creator's address
+        # stands in for it only so the rest of the config is validated here.
+        fields["paid_stream_config"] = {**paid, "protocol_treasury": owner.address}
     body = StreamConfig.from_dict(fields).to_json_dict()
+    if governed:
+        del body["paid_stream_config"]["protocol_treasury"]
     body["feed"] = {"name": name, "description": description}
     return api.command(owner.sign("create_stream", sid, body), timeout_s=timeout_s)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.topics.catalogue import TopicSpec, catalogue
@@ -88,8 +90,7 @@ def describe_topics(bootstrap: str, specs: list[TopicSpec] | None = None) -> dic
     out: dict[str, dict[str, object]] = {}
     if not resources:
         return out
-    for res, fut in admin.describe_configs(resources).items():
-        cfg = fut.result()
+    for res, cfg in _describe_configs(admin, resources).items():
         out[res.name] = {
             "partitions": len(md.topics[res.name].partitions),
             "replication_factor": len(md.topics[res.name].partitions[0].replicas),
@@ -98,3 +99,26 @@ def describe_topics(bootstrap: str, specs: list[TopicSpec] | None = None) -> dic
             "min.insync.replicas": cfg["min.insync.replicas"].value,
         }
     return out
+
+
+def _describe_configs(admin: AdminClient, resources: list[Any], timeout_s: float = 15.0) -> dict[Any, Any]:
+    """describe_configs, retried while a broker has not learned of a just-created topic yet.
+
+    On a multi-broker cluster a topic is created by the controller and reaches each broker's
+    metadata a moment later; a broker asked before then answers UNKNOWN_TOPIC_OR_PART.
+    """
+    deadline = time.monotonic() + timeout_s
+    pending, done = list(resources), {}
+    while pending:
+        retry = []
+        for res, fut in admin.describe_configs(pending).items():
+            try:
+                done[res] = fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() >= deadline:
+                    raise
+                retry.append(res)
+        pending = retry
+        if pending:
+            time.sleep(0.2)
+    return done
