@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import nacl.signing
 
+from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
 from watchtower.client.account import Account
 from watchtower.client.archive import read_committed_messages
 from watchtower.client.http import ApiClient
@@ -48,6 +49,9 @@ def run_stream_demo(bootstrap: str) -> None:
     """Start a stream worker and the projection/API worker, drive feeds through them, stop them."""
     home = Path(tempfile.mkdtemp(prefix="wt-demo-"))
     services = ServiceSet(bootstrap, topic_prefix(), home / "logs", api_port=_free_port(8470))
+    # The demo deployment's protocol treasury (docs/deployment.md): the workers' setting, never a creator's.
+    treasury = Account(nacl.signing.SigningKey.generate(), name="demo-treasury", home=home)
+    os.environ.setdefault(ENV_PROTOCOL_TREASURY, treasury.address)
     services.start_worker("demo-w1")
     services.start_projection("demo-p1")
     try:
@@ -124,6 +128,18 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     click.echo(f"  feed {small['feed_id']}: 12 published into a ring of 5 -> "
                f"floor_sequence {head['floor_sequence']}, head_sequence {head['head_sequence']}")
     _refused("get_since(cursor=0)", lambda: api.get_since(small["stream_id"], 0, 10))
+
+    click.secho("  -- a subscriber-paid feed: the protocol treasury is the deployment's", bold=True)
+    paid = {"fee_per_key_epoch_cby": 10, "protocol_fee_bps": 250, "publisher_treasury": owner.address}
+    paid_feed = create_feed(api, owner, name="paid-prices", publisher_key_hex=bytes(key1.verify_key).hex(),
+                            access_mode="SUBSCRIBER_PAID", paid_stream_config=paid)
+    wait_until_visible(api, paid_feed["stream_id"], feed_id=paid_feed["feed_id"])
+    terms = api.stream_info(paid_feed["stream_id"])["config"]["paid_stream_config"]
+    click.echo(f"  feed {paid_feed['feed_id']}: protocol_treasury {terms['protocol_treasury'][:14]}… "
+               f"(set by the deployment), publisher_treasury {terms['publisher_treasury'][:14]}…")
+    _refused("a creator choosing its own protocol treasury", lambda: create_feed(
+        api, owner, name="greedy", publisher_key_hex=bytes(key1.verify_key).hex(), access_mode="SUBSCRIBER_PAID",
+        paid_stream_config={**paid, "protocol_treasury": owner.address}))
 
     click.secho("  -- the same system from the `watchtower` CLI", bold=True)
     env = {**os.environ, "WATCHTOWER_API": services.api_url, "WATCHTOWER_HOME": str(home)}
