@@ -35,7 +35,8 @@ RECORD_VERSION = 2
 EXIT_RUNNING = 0  # every recorded part is alive, and the broker answers metadata
 EXIT_DEGRADED = 1  # a part is dead or the broker does not answer: `watchtower up` restarts it
 EXIT_NOT_UP = 3  # nothing recorded: never started, or `watchtower down` ran
-HEALTH_FIELDS = ("worker", "pid", "state", "partitions", "quarantined", "last_quarantined", "updated_ms")
+HEALTH_FIELDS = ("worker", "pid", "state", "partitions", "quarantined", "last_quarantined", "aborted_batches",
+                 "updated_ms")
 
 
 def record_path() -> Path:
