@@ -108,7 +108,7 @@ def test_a_copy_of_the_last_event_is_quarantined_and_the_fold_goes_on() -> None:
     copy = encode_event(log.events[-1])
     fold, refused = fold_of(log, (SID.encode(), copy))
     assert [(q.topic, q.partition, q.offset) for q in refused] == [(TOPIC, HOME, len(log.events))]
-    assert "not above" in refused[0].reason  # the caller's nonce does not move forward
+    assert "does not follow head" in refused[0].reason  # a copied publish is not head + 1
     assert fold.state.streams[SID].head == 2
     # The owner's next publish (head + 1) still folds on top.
     nxt = log.publish()

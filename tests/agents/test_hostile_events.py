@@ -201,7 +201,7 @@ def test_copy_with_head_plus_one_signed_fields_fails_the_signature(bench: Bench,
 def test_copy_of_the_last_event_is_quarantined(bench: Bench, stream: Stream) -> None:
     envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
     offset = inject(bench, stream.partition, stream.stream_id, json.dumps(envelope).encode())
-    check_restart_quarantines(bench, stream, stream.partition, offset, "last nonce")
+    check_restart_quarantines(bench, stream, stream.partition, offset, "does not follow head")
 
 
 def test_feed_registration_reusing_feed_id_1_is_quarantined(bench: Bench) -> None:

@@ -1029,3 +1029,19 @@ def test_decide_raises_only_watchtower_errors_whatever_the_body(method: str, bod
     with contextlib.suppress(WatchtowerError):
         cmd = stream.command(OWNER if len(body) % 2 else ALICE, method, body)
         stream.submit(cmd)
+
+
+def test_a_forged_in_ceiling_nonce_does_not_truncate_the_genuine_log_at_a_rebuild() -> None:
+    """Events carry no caller signature: a forged event with a high nonce (still under its block's
+    ceiling) must not make the genuine events after it refused, or a rebuild would lose them."""
+    stream = created()
+    stream.publish()
+    forged = dataclasses.replace(stream.events[-1], type="SubscriptionPolicyChanged", nonce=10**6,
+                                 body={"stream_id": SID, "policy": "PUBLIC"})
+    stream.publish()
+    stream.publish()
+    log = [*stream.events[:2], forged, *stream.events[2:]]
+    rebuilt = rebuild(log)
+    assert rebuilt.head == stream.state.head == 3
+    # The caller record follows the log's latest event, so the owner's next nonce still works.
+    assert rebuilt.callers[addr(OWNER)].last_nonce == stream.state.callers[addr(OWNER)].last_nonce

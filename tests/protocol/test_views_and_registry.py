@@ -7,10 +7,11 @@ from typing import Any
 import nacl.signing
 import pytest
 
-from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError
-from watchtower.protocol.registry import RegistryState, decide_registration, evolve_registry
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
+from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
 from watchtower.protocol.views import (
     TABLE_NAMES,
     OffsetIndex,
@@ -117,3 +118,29 @@ def test_registry_refuses_bad_listings_and_forged_signatures() -> None:
 def test_a_bad_listing_fails_the_stream_creation_itself() -> None:
     with pytest.raises(InvalidArgumentError, match="unknown feed field"):
         decide(StreamState.initial("s1"), _create(OWNER, "s1", {"name": "x", "tags": 1}), block_height=1)
+
+
+def test_the_writer_and_the_view_refuse_the_same_forged_listing_and_keep_later_ids() -> None:
+    """A forged FeedRegistered listing an already-listed stream under the next id is refused by both
+    folds, so the genuine next listing (which the live writer gave that id) is kept by both."""
+    def listing(feed_id: int, stream_id: str) -> Event:
+        return Event(type="FeedRegistered", stream_id=REGISTRY_KEY, block_height=1, caller=OWNER_ADDR, nonce=feed_id,
+                     digest=bytes(32), reply={},
+                     body={"feed_id": feed_id, "stream_id": stream_id, "owner": OWNER_ADDR, "name": f"f{feed_id}",
+                           "description": ""})
+
+    genuine1, forged2, genuine2 = listing(1, "s-a"), listing(2, "s-a"), listing(2, "s-b")
+    state = evolve_registry(RegistryState(), genuine1)
+    with pytest.raises(InvalidArgumentError):
+        evolve_registry(state, forged2)
+    assert evolve_registry(state, genuine2).by_stream["s-b"] == 2
+    tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
+    apply_event(tables, genuine1, offset=0)
+    with pytest.raises(WatchtowerError):
+        apply_event(tables, forged2, offset=1)
+    apply_event(tables, genuine2, offset=2)
+    assert sorted(tables["registry"]) == ["1", "2"]
+    assert tables["registry"]["2"]["stream_id"] == "s-b"
+
+
+OWNER_ADDR = address_from_public_key(b"\x09" * 32)

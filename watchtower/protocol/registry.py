@@ -68,7 +68,8 @@ def decide_registration(
         raise InvalidArgumentError(f"only create_stream commands are registered, not {create.method}")
     listing = parse_feed_listing(create.body.get("feed"))
     existing = state.by_stream.get(create.stream_id)
-    base = {"stream_id": create.stream_id, "owner": create.caller, "head": 0, "floor": 1, "signing_key_id": 1}
+    base = {"stream_id": create.stream_id, "owner": create.caller, "head_sequence": 0, "floor_sequence": 1,
+            "head": 0, "floor": 1, "signing_key_id": 1}  # head/floor: the 0.1 names, deprecated
     if existing is not None:
         return None, {**base, "feed_id": existing, "duplicate": True}
     feed_id = state.next_feed_id
@@ -93,10 +94,15 @@ def decide_registration(
 
 
 def evolve_registry(state: RegistryState, event: Event) -> RegistryState:
-    """The registry after a FeedRegistered event; ids must arrive in order (a gap is a corrupt log)."""
+    """The registry after a FeedRegistered event; ids must arrive in order (a gap is a corrupt log)
+    and a stream is listed once (decide_registration never lists one twice), the same rules the
+    projection's registry view applies, so both refuse the same forged listings."""
     if event.type != FEED_REGISTERED:
         raise InvalidArgumentError(f"the registry folds FeedRegistered events, not {event.type}")
     feed_id = require_int(event.body["feed_id"], "feed_id", minimum=1)
     if feed_id != state.next_feed_id:
         raise InvalidArgumentError(f"feed id {feed_id} does not follow {state.next_feed_id - 1}")
+    listed = state.by_stream.get(str(event.body["stream_id"]))
+    if listed is not None:
+        raise InvalidArgumentError(f"stream {event.body['stream_id']!r} is already feed {listed}")
     return RegistryState(feed_id + 1, state.by_stream.set(str(event.body["stream_id"]), feed_id))

@@ -9,8 +9,7 @@ traffic. The floor is derived from head and capacity (`ring_window.floor_for`), 
 already checked the rules) and refuses only events that cannot belong to this state, as
 MALFORMED_RECORD: another stream, an event before creation or a second creation, a body of the
 wrong shape, a publish that is not head+1 (so a rebuild re-proves the log is gapless), or a
-nonce that decide could not have accepted (not above the caller's last one, or beyond the
-ceiling of the event's block).
+nonce beyond the ceiling of the event's block, which decide could not have accepted.
 Every event also records its caller's (nonce, digest, reply), so replay protection is rebuilt from
 the log like everything else.
 
@@ -335,7 +334,7 @@ def evolve(state: StreamState, event: Event) -> StreamState:
         raise MalformedRecordError(
             f"{event.type} cannot apply to a stream that is {'already' if state.created else 'not yet'} created"
         )
-    _check_event_nonce(state, event)
+    _check_event_nonce(event)
     try:
         changed = _APPLY[event.type](state, event.body)
     except WatchtowerError as exc:
@@ -346,14 +345,12 @@ def evolve(state: StreamState, event: Event) -> StreamState:
     return dataclasses.replace(changed, callers=changed.callers.set(event.caller, record))
 
 
-def _check_event_nonce(state: StreamState, event: Event) -> None:
-    # decide accepted the command only with a nonce above the caller's last one and below the
-    # ceiling of its block; an event that breaks either was not written by decide.
-    previous = state.callers.get(event.caller)
-    if previous is not None and event.nonce <= previous.last_nonce:
-        raise MalformedRecordError(
-            f"{event.type} carries nonce {event.nonce}, not above {event.caller}'s last nonce {previous.last_nonce}"
-        )
+def _check_event_nonce(event: Event) -> None:
+    # decide accepted the command only with a nonce below the ceiling of its block; an event
+    # beyond it was not written by decide. A nonce not above the caller's last one is NOT refused
+    # here: events carry no caller signature, so a forged event with a high (in-ceiling) nonce
+    # would otherwise make every genuine event after it refused, truncating the stream at the
+    # next rebuild. The caller record simply follows the log's latest event.
     if event.nonce > nonce_ceiling(event.block_height):
         raise MalformedRecordError(
             f"{event.type} carries nonce {event.nonce}, beyond the ceiling of block {event.block_height}"
