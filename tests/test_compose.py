@@ -74,6 +74,8 @@ def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
     for name, api in apis.items():
         assert api["command"][:3] == ["python", "-m", "watchtower.projections.main"]
         assert api["environment"]["WATCHTOWER_CANONICAL_URL"] == f"http://{name}:{api['command'][-1]}"
+        # Peers forward routed reads to the advertised host, so it must be the service's name.
+        assert api["environment"]["WATCHTOWER_WEB_HOST"] == name
         # Inside its container the API must listen on all interfaces (the default is loopback only)...
         assert api["environment"]["WATCHTOWER_WEB_BIND"] == "0.0.0.0"  # noqa: S104
         # ...while the host publishes it on loopback only.

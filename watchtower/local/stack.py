@@ -97,6 +97,8 @@ class ServiceSet:
         env = {"WATCHTOWER_PROJECTION_GENERATION": str(generation)}
         if self.bind is not None:
             env["WATCHTOWER_WEB_BIND"] = self.bind
+            # What the worker advertises to its peers for routed reads: an address they can reach.
+            env["WATCHTOWER_WEB_HOST"] = connect_host(self.bind)
         self._spawn(name, [PROJECTION_MODULE, self.bootstrap, worker_id, str(port), self.prefix], env)
         self.urls[name] = self.url_for(port)
 

@@ -59,7 +59,9 @@ _HEAD_FIELDS: Final = {
     "stream_id": _STR, "owner": _STR, "head_sequence": _INT, "floor_sequence": _SEQ,
     "head": {**_INT, "deprecated": True, "description": "deprecated alias of head_sequence"},
     "floor": {**_SEQ, "deprecated": True, "description": "deprecated alias of floor_sequence"},
-    "capacity": _SEQ, "signing_key_id": _SEQ, "publisher_key_hex": _STR, "policy": _STR, "access_mode": _STR,
+    "capacity": _SEQ, "signing_key_id": _SEQ, "publisher_key": _STR,
+    "publisher_key_hex": {**_STR, "deprecated": True, "description": "deprecated alias of publisher_key"},
+    "policy": _STR, "access_mode": _STR,
     "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
 }
 _KEY_ENTRY: Final = _object({

@@ -22,6 +22,7 @@ log = logging.getLogger("watchtower.projections.quarantine")
 
 RECENT: Final = 5
 REMEMBERED: Final = 256
+MAX_REASON: Final = 300  # characters of a reason kept: a reason may quote hostile bytes
 
 
 def quarantine_key(topic: str, partition: int) -> str:
@@ -34,6 +35,8 @@ def record(table: MutableMapping[str, Any], topic: str, partition: int, offset: 
     entry = table.get(key) or {"topic": topic, "partition": partition, "count": 0, "recent": [], "offsets": []}
     if offset in entry["offsets"]:
         return False
+    # A reason may quote hostile bytes (a megabyte key, say): keep logs and /v1/health small.
+    reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
     log.warning("quarantined %s[%s]@%s: %s", topic, partition, offset, reason)
     table[key] = {
         **entry,

@@ -331,7 +331,8 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
         "floor": floor_seq,
         "capacity": capacity,
         "signing_key_id": current.signing_key_id,
-        "publisher_key_hex": current.public_key.hex(),
+        "publisher_key": current.public_key.hex(),
+        "publisher_key_hex": current.public_key.hex(),  # the 0.1 name, deprecated
         "policy": view["policy"],
         "access_mode": config["access_mode"],
         "max_subscribers": config["max_subscribers"],
