@@ -13,7 +13,7 @@ import nacl.signing
 import pytest
 
 import watchtower.schemas
-from watchtower.agents.wire import encode_command, encode_event, encode_registry_forward, encode_reply
+from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 from watchtower.protocol.errors import StreamNotFoundError
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message

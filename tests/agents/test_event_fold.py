@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchtower.agents.event_fold import EventFold, Quarantined
-from watchtower.agents.wire import encode_event
+from watchtower.schemas.wire import encode_event
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message

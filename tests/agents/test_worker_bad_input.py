@@ -19,7 +19,7 @@ import nacl.signing
 import pytest
 from worker_harness import RawCommandChannel, Workers, workers
 
-from watchtower.agents.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
+from watchtower.schemas.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES

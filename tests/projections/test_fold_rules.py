@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from watchtower.agents.wire import encode_event
+from watchtower.schemas.wire import encode_event
 from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.protocol.registry import RegistryState, decide_registration

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
-from watchtower.agents.wire import decode_event
+from watchtower.schemas.wire import decode_event
 from watchtower.protocol.stream_state import STREAM_CREATED
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Message, Producer
 
 from watchtower.agents.deployment import deployment_from_env
-from watchtower.agents.wire import (
+from watchtower.schemas.wire import (
     H_CAPACITY,
     H_CORRELATION,
     H_REPLY_PARTITION,
@@ -116,12 +116,10 @@ class CommandDecider:
         for event in decision.events:
             state = evolve(state, event)
             self._emit(partition, event)
-            if event.type == "StreamMessagePublished":
-                message = event.message()
-                capacity = state.capacity or 0
-                self.producer.produce(self.t_messages, key=cmd.stream_id.encode(),
-                                      value=encode_message(message), partition=partition,
-                                      headers={"sequence": str(message.sequence), H_CAPACITY: str(capacity)})
+        for message in decision.messages:
+            self.producer.produce(self.t_messages, key=cmd.stream_id.encode(),
+                                  value=encode_message(message), partition=partition,
+                                  headers={"sequence": str(message.sequence), H_CAPACITY: str(state.capacity or 0)})
         states[cmd.stream_id] = state
         if cmd.method == Method.CREATE_STREAM and "feed" in cmd.body:
             # Listed feeds get their id from the registry, which answers the caller; forwarding in

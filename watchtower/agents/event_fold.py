@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from watchtower.agents.wire import decode_event
+from watchtower.schemas.wire import decode_event
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.message import payload_hash_of

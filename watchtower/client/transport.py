@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from watchtower.agents.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
+from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.topics.catalogue import topic_name

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Final
 
-from watchtower.agents.wire import decode_event
+from watchtower.schemas.wire import decode_event
 from watchtower.projections import quarantine
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError

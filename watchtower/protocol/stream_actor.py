@@ -90,10 +90,12 @@ __all__ = [
 
 
 class Decision(NamedTuple):
-    """What `decide` returns: the events to persist (possibly none) and the caller's reply."""
+    """What `decide` returns: the events to persist (possibly none), the caller's reply, and the
+    StreamMessages a publish appends (for the messages topic, the one archive of payloads)."""
 
     events: tuple[Event, ...]
     reply: dict[str, Any]
+    messages: tuple[StreamMessage, ...] = ()
 
 
 class _Context(NamedTuple):
@@ -140,6 +142,8 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
         reply=reply,
         body=body,
     )
+    if event_type == STREAM_MESSAGE_PUBLISHED:
+        return Decision((event,), reply, (StreamMessage.from_json_dict(body["message"]),))
     return Decision((event,), reply)
 
 

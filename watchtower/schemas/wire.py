@@ -1,4 +1,4 @@
-"""Bytes on the commands, events and replies topics, and back.
+"""Bytes on the commands, internal, events and replies topics, and back (the one codec of every record).
 
 Commands and events travel as a versioned JSON envelope (``{"v": 1, ...}``); StreamMessages on
 the messages topic use the framed Avro codec (:mod:`watchtower.schemas.records`) so that Spark
