@@ -1,10 +1,12 @@
-"""Avro schemas for every Watchtower command, event and record, and the framed codec.
+"""Every record on every Watchtower topic, defined once: Avro events and StreamMessages, JSON envelopes.
 
 - ``<Name>.v<N>.avsc`` — one file per schema version (namespace ``watchtower.v<N>``);
 - `catalog` — stable schema ids and kinds;
 - `codec` — framed encode/decode, `SCHEMA_MISMATCH` / `MALFORMED_RECORD`, upcasting;
 - `records` — StreamMessage and StreamConfig ↔ Avro records;
-- `commands` — signed command envelopes.
+- `events` — one typed frozen class per event type and version;
+- `envelopes` — the JSON command, forward and reply envelopes;
+- `wire` — the codec of every topic's records.
 
 No I/O beyond reading the package's own schema files.
 """

@@ -5,7 +5,8 @@ A new schema takes the next free id in its block; a new *version* of a schema ke
 adds a file ``<Name>.v<N>.avsc`` next to the old ones (old files are never deleted, so years-old
 topics stay decodable).
 
-Blocks: 1-9 shared records, 10-49 events, 50-89 commands, 90-99 replies.
+Blocks: 1-9 shared records, 10-49 events (50-99 held retired command and reply drafts).
+A retired id stays in `RETIRED_IDS` and is never given to another schema.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ from typing import Final
 class SchemaKind(StrEnum):
     """What a schema describes."""
 
-    RECORD = "record"  # a value type used on its own topic and inside others (StreamMessage, StreamConfig)
+    RECORD = "record"  # a value on its own topic (StreamMessage on messages)
     EVENT = "event"  # a past-tense fact on the events topic
-    COMMAND = "command"  # a signed request on the commands topic
-    REPLY = "reply"  # the answer to a command
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,55 +35,59 @@ class SchemaInfo:
 _ENTRIES: Final = (
     # shared records
     ("StreamMessage", 1, SchemaKind.RECORD),
-    ("StreamConfig", 2, SchemaKind.RECORD),
-    # CIP-7 events
+    # events: one schema per event type, each file self-contained (every named type inlined)
     ("StreamMessagePublished", 10, SchemaKind.EVENT),
     ("SubscriberUpdated", 11, SchemaKind.EVENT),
     ("PublisherKeyRotated", 12, SchemaKind.EVENT),
-    ("EpochAccessPurchased", 13, SchemaKind.EVENT),
-    ("EpochAccessIdempotent", 14, SchemaKind.EVENT),
-    ("AccountKeyRegistered", 15, SchemaKind.EVENT),
-    ("AccountKeyRevoked", 16, SchemaKind.EVENT),
-    ("ActorAuthorizationGranted", 17, SchemaKind.EVENT),
-    ("ActorAuthorizationRevoked", 18, SchemaKind.EVENT),
     ("KeyEpochRotated", 19, SchemaKind.EVENT),
-    ("IngestFailed", 20, SchemaKind.EVENT),
-    # project events (state changes CIP-7 does not name, but the log must hold)
     ("StreamCreated", 30, SchemaKind.EVENT),
     ("SubscriptionPolicyChanged", 31, SchemaKind.EVENT),
     ("AllowlistChanged", 32, SchemaKind.EVENT),
-    ("ReplayRequested", 33, SchemaKind.EVENT),
-    ("ReplayStatusChanged", 34, SchemaKind.EVENT),
-    ("CbyMinted", 35, SchemaKind.EVENT),
-    ("CbyBurned", 36, SchemaKind.EVENT),
-    # commands: one per actor / platform method
-    ("CreateStream", 50, SchemaKind.COMMAND),
-    ("Publish", 51, SchemaKind.COMMAND),
-    ("Subscribe", 52, SchemaKind.COMMAND),
-    ("Unsubscribe", 53, SchemaKind.COMMAND),
-    ("RenewSubscription", 54, SchemaKind.COMMAND),
-    ("RotatePublisherKey", 55, SchemaKind.COMMAND),
-    ("SetSubscriptionPolicy", 56, SchemaKind.COMMAND),
-    ("AllowlistAdd", 57, SchemaKind.COMMAND),
-    ("AllowlistRemove", 58, SchemaKind.COMMAND),
-    ("AnnounceKeyEpoch", 59, SchemaKind.COMMAND),
-    ("AcquireEpochAccess", 60, SchemaKind.COMMAND),
-    ("RegisterAccountKey", 61, SchemaKind.COMMAND),
-    ("RevokeAccountKey", 62, SchemaKind.COMMAND),
-    ("AuthorizeActor", 63, SchemaKind.COMMAND),
-    ("RevokeActor", 64, SchemaKind.COMMAND),
-    ("RequestReplay", 65, SchemaKind.COMMAND),
-    ("CancelReplay", 66, SchemaKind.COMMAND),
-    ("MintCby", 67, SchemaKind.COMMAND),
-    # replies
-    ("CommandReply", 90, SchemaKind.REPLY),
+    ("FeedRegistered", 37, SchemaKind.EVENT),
 )
+
+RETIRED_IDS: Final[dict[str, int]] = {
+    # Schemas drafted before any record used them, removed unused; their ids stay taken so a
+    # future schema can never be mistaken for one of them. Commands, replies and internal
+    # forwards are JSON envelopes defined in `envelopes`, not Avro.
+    "StreamConfig": 2,  # now inlined in StreamCreated
+    "EpochAccessPurchased": 13,
+    "EpochAccessIdempotent": 14,
+    "AccountKeyRegistered": 15,
+    "AccountKeyRevoked": 16,
+    "ActorAuthorizationGranted": 17,
+    "ActorAuthorizationRevoked": 18,
+    "IngestFailed": 20,
+    "ReplayRequested": 33,
+    "ReplayStatusChanged": 34,
+    "CbyMinted": 35,
+    "CbyBurned": 36,
+    "CreateStream": 50,
+    "Publish": 51,
+    "Subscribe": 52,
+    "Unsubscribe": 53,
+    "RenewSubscription": 54,
+    "RotatePublisherKey": 55,
+    "SetSubscriptionPolicy": 56,
+    "AllowlistAdd": 57,
+    "AllowlistRemove": 58,
+    "AnnounceKeyEpoch": 59,
+    "AcquireEpochAccess": 60,
+    "RegisterAccountKey": 61,
+    "RevokeAccountKey": 62,
+    "AuthorizeActor": 63,
+    "RevokeActor": 64,
+    "RequestReplay": 65,
+    "CancelReplay": 66,
+    "MintCby": 67,
+    "CommandReply": 90,
+}
 
 CATALOG: Final[dict[str, SchemaInfo]] = {name: SchemaInfo(name, sid, kind) for name, sid, kind in _ENTRIES}
 BY_ID: Final[dict[int, SchemaInfo]] = {info.schema_id: info for info in CATALOG.values()}
 
-if len(BY_ID) != len(CATALOG):  # pragma: no cover - a duplicated id is a programming error
-    raise RuntimeError("schema ids must be unique")
+if len(BY_ID) != len(CATALOG) or set(BY_ID) & set(RETIRED_IDS.values()):  # pragma: no cover
+    raise RuntimeError("schema ids must be unique and never reuse a retired id")
 
 
 def names_of_kind(kind: SchemaKind) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ import fastavro
 import fastavro.validation
 
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, SchemaMismatchError
-from watchtower.schemas.catalog import BY_ID, CATALOG, SchemaKind
+from watchtower.schemas.catalog import BY_ID, CATALOG
 
 MAGIC: Final = 0x57
 _HEADER: Final = struct.Struct(">BHH")
@@ -94,10 +94,9 @@ def _schemas() -> _Schemas:
         if raw.get("name") != name or raw.get("namespace") != f"watchtower.v{version}":
             raise RuntimeError(f"{entry.name} must define record watchtower.v{version}.{name}")
         files[(name, version)] = raw
-    # Shared records first: the others refer to them by name.
-    order = sorted(files, key=lambda nv: (CATALOG[nv[0]].kind is not SchemaKind.RECORD, nv[1], nv[0]))
-    named: dict[str, Any] = {}
-    parsed = {key: fastavro.parse_schema(files[key], named_schemas=named) for key in order}
+    # Every file is self-contained (an outside reader needs that one file alone), so each is
+    # parsed on its own: a named type inlined in several files (EventOrigin) is defined per file.
+    parsed = {key: fastavro.parse_schema(copy.deepcopy(raw), named_schemas={}) for key, raw in files.items()}
     named_raw: dict[str, dict[str, Any]] = {}
     for raw in files.values():
         _collect_named(raw, named_raw, raw.get("namespace", ""))
@@ -195,23 +194,6 @@ def encode_body(name: str, record: Mapping[str, Any], *, version: int | None = N
     return _write(_parsed(name, v), _schemas().raw[(name, v)], record, f"{name} v{v}", f"watchtower.v{v}")
 
 
-def encode_command_body(command: str, body: Mapping[str, Any], *, version: int | None = None) -> bytes:
-    """Avro binary of a command's `body` alone: the bytes a command signature covers."""
-    if command not in CATALOG or CATALOG[command].kind is not SchemaKind.COMMAND:
-        raise SchemaMismatchError(f"{command!r} is not a command schema")
-    v = latest_version(command) if version is None else version
-    _parsed(command, v)
-    parsed, raw = _body_schema(command, v)
-    return _write(parsed, raw, body, f"{command} v{v} body", f"watchtower.v{v}")
-
-
-@functools.cache
-def _body_schema(command: str, version: int) -> tuple[Any, dict[str, Any]]:
-    # The body is a named type nested in the command; inline what it refers to and parse it alone.
-    raw = _expand(copy.deepcopy(_schemas().named_raw[f"watchtower.v{version}.{command}Body"]), set(), "")
-    return fastavro.parse_schema(copy.deepcopy(raw), named_schemas={}), raw
-
-
 def _write(parsed: Any, raw: dict[str, Any], record: Mapping[str, Any], label: str, namespace: str) -> bytes:
     prepared = _prepare(raw, record, label, namespace)
     try:
@@ -228,6 +210,22 @@ def encode(name: str, record: Mapping[str, Any], *, version: int | None = None) 
     v = latest_version(name) if version is None else version
     body = encode_body(name, record, version=v)
     return _HEADER.pack(MAGIC, CATALOG[name].schema_id, v) + body
+
+
+def frame(name: str) -> tuple[bytes, Any]:
+    """(frame header, parsed schema) of `name`'s latest version, for encoders on the hot path.
+
+    `encode` checks a record field by field with readable messages; an encoder that builds its
+    records from typed classes (`events`) already has the exact shape, so it writes
+    ``header + schemaless_writer(parsed, record)`` directly and skips that second check.
+    """
+    return _frame(name)
+
+
+@functools.cache
+def _frame(name: str) -> tuple[bytes, Any]:
+    v = latest_version(name)
+    return _HEADER.pack(MAGIC, CATALOG[name].schema_id, v), _parsed(name, v)
 
 
 def _prepare(schema: Any, datum: Any, path: str, namespace: str) -> Any:

@@ -1,23 +1,46 @@
 """Bytes on the commands, internal, events and replies topics, and back (the one codec of every record).
 
-Commands and events travel as a versioned JSON envelope (``{"v": 1, ...}``); StreamMessages on
-the messages topic use the framed Avro codec (:mod:`watchtower.schemas.records`) so that Spark
-and any Kafka client can read the archive. Decoding failures are always a
-:class:`~watchtower.protocol.errors.WatchtowerError` (MALFORMED_RECORD / SCHEMA_MISMATCH), never a
-raw ``ValueError``, so a poison record becomes an error reply instead of a crashed worker.
+- events: framed Avro, one schema per event type (``<Type>.v1.avsc``, typed in `events`): magic
+  0x57, schema id, schema version, then the Avro body (see `codec` for the frame contract);
+- messages: framed Avro ``StreamMessage.v1.avsc`` (`records.encode_message` / `decode_message`);
+- commands, internal forwards, replies: versioned JSON envelopes defined in `envelopes`.
+
+Failure contract: decoding raises MalformedRecordError (bytes that are not a record of the
+expected kind) or SchemaMismatchError (a version or schema this build does not read), so a poison
+record becomes an error reply or a quarantined record, never a crashed worker. A command whose
+envelope is fine but whose own fields are wrong is INVALID_ARGUMENT naming the field: that is the
+sender's to fix. Encoding an event that does not fit its schema is SchemaMismatchError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from typing import Any
 
-from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
-from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_actor import Event
+import fastavro
+import msgspec
 
-WIRE_VERSION = 1
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    MalformedRecordError,
+    SchemaMismatchError,
+    WatchtowerError,
+)
+from watchtower.protocol.signed_command import Command
+from watchtower.protocol.stream_state import Event
+from watchtower.schemas import codec, events
+from watchtower.schemas.catalog import CATALOG, SchemaKind
+from watchtower.schemas.envelopes import (
+    COMMAND_DECODER,
+    ENCODER,
+    PROBE_DECODER,
+    REPLY_DECODER,
+    WIRE_VERSION,
+    CommandRecord,
+    SignedCommandJson,
+)
 
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"
@@ -26,30 +49,24 @@ H_REPLY_PARTITION = "wt-reply-partition"
 #: its offset index without first seeing the StreamCreated event on the other topic.
 H_CAPACITY = "wt-capacity"
 
+EVENT_SCHEMAS = frozenset(name for name, info in CATALOG.items() if info.kind is SchemaKind.EVENT)
 
-def _load(data: bytes | None, what: str) -> dict[str, Any]:
-    if data is None:
-        raise MalformedRecordError(f"the {what} record has no value; send a JSON {what} envelope")
-    try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise MalformedRecordError(f"the {what} record is not JSON ({exc.__class__.__name__}); "
-                                   "use the Watchtower SDK or CLI to build it") from None
-    if not isinstance(obj, dict):
-        raise MalformedRecordError(f"the {what} record must be a JSON object")
-    if obj.get("v") != WIRE_VERSION:
-        raise SchemaMismatchError(f"the {what} envelope version {obj.get('v')!r} is not supported "
-                                  f"(this worker reads v{WIRE_VERSION}); upgrade the client or worker")
-    return obj
+
+# --- commands and internal forwards --------------------------------------------------------------
+
+
+def _signed(cmd: Command) -> SignedCommandJson:
+    return SignedCommandJson(**cmd.to_dict())
 
 
 def encode_command(cmd: Command) -> bytes:
-    return json.dumps({"v": WIRE_VERSION, "command": cmd.to_dict()}, separators=(",", ":")).encode()
+    """The commands-topic record of a signed command."""
+    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, command=_signed(cmd)))
 
 
 def encode_registry_forward(create: Command) -> bytes:
     """The record a stream's writer sends the registry for a create_stream with a feed listing."""
-    return json.dumps({"v": WIRE_VERSION, "register_feed": create.to_dict()}, separators=(",", ":")).encode()
+    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, register_feed=_signed(create)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,41 +77,134 @@ class RegistryForward:
 
 
 def decode_command(data: bytes | None) -> Command | RegistryForward:
-    obj = _load(data, "command")
+    """The command (or registry forward) in a commands/internal record."""
+    if data is None:
+        raise MalformedRecordError("the command record has no value; send a JSON command envelope")
     try:
-        if "register_feed" in obj:
-            return RegistryForward(Command.from_dict(obj["register_feed"]))
-        return Command.from_dict(obj["command"])
-    except WatchtowerError:
-        raise
-    except Exception as exc:
-        raise MalformedRecordError(f"the command envelope is malformed ({exc.__class__.__name__}: {exc}); "
+        record = COMMAND_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        _require_version(data, "command")
+        where = str(exc)
+        if "$.command" in where or "$.register_feed" in where:
+            raise InvalidArgumentError(f"the command is invalid: {where}; "
+                                       "build it with the Watchtower SDK or CLI") from None
+        raise MalformedRecordError(f"the command envelope is malformed ({where}); "
                                    "use the Watchtower SDK or CLI to build it") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise MalformedRecordError(f"the command record is not JSON ({_short(exc)}); "
+                                   "use the Watchtower SDK or CLI to build it") from None
+    _check_version(record.v, "command")
+    signed = record.command if record.register_feed is None else record.register_feed
+    if signed is None or (record.command is not None and record.register_feed is not None):
+        raise MalformedRecordError('a command envelope holds exactly one of "command" and "register_feed"')
+    # Command.from_dict states the command's own rules (INVALID_ARGUMENT naming the field).
+    command = Command.from_dict(msgspec.structs.asdict(signed))
+    return command if record.register_feed is None else RegistryForward(command)
+
+
+def _require_version(data: bytes, what: str) -> None:
+    # Called when a record does not fit its definition: an unknown version explains that better.
+    try:
+        version = PROBE_DECODER.decode(data).v
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return
+    if version is not None:
+        _check_version(version, what)
+
+
+def _check_version(version: object, what: str) -> None:
+    if version != WIRE_VERSION or isinstance(version, bool):
+        raise SchemaMismatchError(f"the {what} envelope version {version!r} is not supported "
+                                  f"(this worker reads v{WIRE_VERSION}); upgrade the client or worker")
+
+
+# --- events --------------------------------------------------------------------------------------
 
 
 def encode_event(event: Event) -> bytes:
-    return json.dumps({"v": WIRE_VERSION, "event": event.to_dict()}, separators=(",", ":")).encode()
+    """The framed Avro record of `event` under its type's schema (SchemaMismatchError if it does not fit)."""
+    try:
+        typed = events.from_event(event)
+        header, parsed = codec.frame(typed.TYPE)
+        out = io.BytesIO()
+        out.write(header)
+        fastavro.schemaless_writer(out, parsed, events.to_record(typed))
+    except Exception as exc:  # KeyError, TypeError, ValueError, a StreamConfig rule, ...
+        raise SchemaMismatchError(f"a {event.type} event does not fit its schema: {_short(exc)}") from None
+    return out.getvalue()
+
+
+def encode_typed_event(typed: events.TypedEvent) -> bytes:
+    """The framed Avro record of a typed event (what `encode_event` writes for its Event)."""
+    return encode_event(events.to_event(typed))
+
+
+def decode_typed_event(data: bytes | None) -> events.TypedEvent:
+    """The typed event in an events-topic record (MalformedRecordError / SchemaMismatchError)."""
+    if data is None:
+        raise MalformedRecordError("the event record has no value; events are framed Avro records")
+    decoded = codec.decode(data, expect=EVENT_SCHEMAS)
+    try:
+        return events.from_record(decoded.name, decoded.record)
+    except WatchtowerError as exc:
+        if isinstance(exc, MalformedRecordError):
+            raise
+        raise MalformedRecordError(f"the {decoded.name} record breaks a rule ({exc.code}): {exc.message}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"the {decoded.name} record is malformed: {_short(exc)}") from None
 
 
 def decode_event(data: bytes | None) -> Event:
-    obj = _load(data, "event")
+    """The fold's Event in an events-topic record (MalformedRecordError / SchemaMismatchError)."""
+    typed = decode_typed_event(data)
     try:
-        return Event.from_dict(obj["event"])
-    except WatchtowerError:
-        raise
-    except Exception as exc:
-        raise MalformedRecordError(f"the event record is malformed ({exc.__class__.__name__})") from None
+        return events.to_event(typed)
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"not a valid {typed.TYPE} event ({exc.code}): {exc.message}") from None
+    except (ValueError, RecursionError) as exc:  # reply_json that is not JSON
+        raise MalformedRecordError(f"the {typed.TYPE} record's reply_json is not JSON: {_short(exc)}") from None
+
+
+# --- replies -------------------------------------------------------------------------------------
 
 
 def encode_reply(ok: bool, result: dict[str, Any] | None = None, error: WatchtowerError | None = None) -> bytes:
+    """The replies-topic record: ``{"v", "ok", "result"}`` or ``{"v", "ok", "error"}`` (`envelopes.ReplyRecord`)."""
     body: dict[str, Any] = {"v": WIRE_VERSION, "ok": ok}
     if ok:
         body["result"] = result or {}
     else:
         assert error is not None
         body["error"] = error.to_dict()
+    # json, not msgspec: a result value JSON cannot hold is written as its str(), as it always was.
     return json.dumps(body, separators=(",", ":"), default=str).encode()
 
 
 def decode_reply(data: bytes | None) -> dict[str, Any]:
-    return _load(data, "reply")
+    """The reply envelope as a dict (MalformedRecordError / SchemaMismatchError)."""
+    if data is None:
+        raise MalformedRecordError("the reply record has no value")
+    try:
+        record = REPLY_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        _require_version(data, "reply")
+        raise MalformedRecordError(f"the reply envelope is malformed ({_short(exc)})") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise MalformedRecordError(f"the reply record is not JSON ({_short(exc)})") from None
+    _check_version(record.v, "reply")
+    out: dict[str, Any] = {"v": record.v, "ok": record.ok}
+    if record.ok:
+        if record.error is not None:
+            raise MalformedRecordError("an ok reply carries no error")
+        out["result"] = record.result or {}
+    else:
+        if record.error is None or record.result is not None:
+            raise MalformedRecordError("a refused reply carries an error and no result")
+        out["error"] = msgspec.structs.asdict(record.error)
+        if record.error.details is None:
+            del out["error"]["details"]
+    return out
+
+
+def _short(exc: BaseException) -> str:
+    return (" ".join(str(exc).split()) or type(exc).__name__)[:300]

@@ -1,0 +1,71 @@
+"""The JSON records: commands, internal forwards and replies, each defined once here.
+
+These are request/reply traffic between the SDK and the workers (not the archive an outside reader
+replays), so they stay JSON, readable with any client, and are decoded with msgspec against these
+definitions (a typed decode, several times faster than ``json.loads`` plus hand checks).
+`tests/schemas/test_envelopes.py` proves that the encoders write exactly these fields and that
+`SignedCommandJson` is `Command.to_dict()` field for field.
+
+- commands topic: ``{"v": 1, "command": SignedCommandJson}``
+- internal topic: ``{"v": 1, "register_feed": SignedCommandJson}`` (a stream's writer forwards the
+  signed create_stream to the registry)
+- replies topic: ``{"v": 1, "ok": true, "result": {...}}`` or ``{"v": 1, "ok": false, "error": ErrorJson}``
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+WIRE_VERSION: Final = 1
+
+
+class SignedCommandJson(msgspec.Struct, forbid_unknown_fields=True):
+    """A signed command (`protocol.signed_command.Command.to_dict()`): bytes as hex, body bytes as
+    ``{"$bytes": hex}``."""
+
+    method: str
+    stream_id: str
+    caller_public_key_hex: str
+    nonce: int
+    body: dict[str, Any]
+    signature_hex: str
+
+
+class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A record on the commands or internal topic: exactly one of `command` / `register_feed`."""
+
+    v: int
+    command: SignedCommandJson | None = None
+    register_feed: SignedCommandJson | None = None
+
+
+class ErrorJson(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A refusal: the spec's error code, a message saying what to do, optional details."""
+
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class ReplyRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A record on the replies topic: `result` when ok, `error` otherwise."""
+
+    v: int
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorJson | None = None
+
+
+class VersionProbe(msgspec.Struct):
+    """Just the envelope version, read when a record does not fit its definition (so an unknown
+    version is reported as SCHEMA_MISMATCH rather than as a malformed record)."""
+
+    v: Any = None
+
+
+COMMAND_DECODER: Final = msgspec.json.Decoder(CommandRecord)
+REPLY_DECODER: Final = msgspec.json.Decoder(ReplyRecord)
+PROBE_DECODER: Final = msgspec.json.Decoder(VersionProbe)
+ENCODER: Final = msgspec.json.Encoder()

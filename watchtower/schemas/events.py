@@ -1,0 +1,263 @@
+"""Typed events: one frozen class per event type and version, the Python side of ``<Type>.v1.avsc``.
+
+Each class has exactly the fields of its schema, in the schema's order: the event's body fields,
+then ``block_height`` and ``caused_by`` (an `EventOrigin`: the command that caused the event).
+`tests/schemas/test_typed_events.py` proves class and ``.avsc`` equal field by field (name, order,
+Avro type), so neither can drift from the other.
+
+The codec converts in two steps, both here:
+
+- `from_event` / `to_event`: between the fold's input (`protocol.stream_state.Event`, a type name
+  and a JSON-like body) and the typed class;
+- `to_record` / `from_record`: between the typed class and the Avro record dict fastavro writes.
+
+The classes do not re-validate their fields: an Avro decode already guarantees each field's
+type, and `Event` (built by `to_event`) checks the envelope; the body's rules are `evolve`'s.
+StreamMessagePublished carries the ten CIP-7 reference fields and never the message: the message
+is on the messages topic, found by (stream_id, sequence) and checked against payload_hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
+
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.signed_command import from_json_safe, json_safe
+from watchtower.protocol.stream_state import Event
+from watchtower.schemas.records import stream_config_from_record, stream_config_to_record
+
+ENVELOPE_FIELDS: Final = ("block_height", "caused_by")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventOrigin:
+    """The command that caused an event (Avro ``watchtower.v1.EventOrigin``).
+
+    `aggregate_id` is the key of the log the event is on: the stream id, or the registry's key.
+    `reply_json` is the reply as JSON text: replies are free-form, so Avro carries them as text.
+    """
+
+    aggregate_id: str
+    caller: str
+    nonce: int
+    digest: bytes
+    reply_json: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamCreatedV1:
+    """A stream was created with this configuration."""
+
+    TYPE: ClassVar[str] = "StreamCreated"
+    config: StreamConfig
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamMessagePublishedV1:
+    """CIP-7 StreamMessagePublished: a reference to the message at (stream_id, sequence)."""
+
+    TYPE: ClassVar[str] = "StreamMessagePublished"
+    stream_id: str
+    version: int
+    sequence: int
+    kind: str
+    content_type: str
+    payload_format: str
+    payload_hash: bytes
+    key_epoch: int | None
+    signing_key_id: int
+    timestamp_unix_ms: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SubscriberUpdatedV1:
+    """CIP-7 SubscriberUpdated: a subscription was created, updated or cancelled."""
+
+    TYPE: ClassVar[str] = "SubscriberUpdated"
+    stream_id: str
+    subscriber: str
+    mode: str
+    status: str
+    filter_json: str | None
+    created_at_sequence: int
+    start_cursor: int
+    account_key_id: int | None
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PublisherKeyRotatedV1:
+    """CIP-7 PublisherKeyRotated."""
+
+    TYPE: ClassVar[str] = "PublisherKeyRotated"
+    stream_id: str
+    old_key: bytes
+    new_key: bytes
+    old_signing_key_id: int
+    new_signing_key_id: int
+    effective_sequence: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SubscriptionPolicyChangedV1:
+    """The owner set the subscription policy."""
+
+    TYPE: ClassVar[str] = "SubscriptionPolicyChanged"
+    stream_id: str
+    policy: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllowlistChangedV1:
+    """The owner added an address to, or removed it from, the allowlist."""
+
+    TYPE: ClassVar[str] = "AllowlistChanged"
+    stream_id: str
+    address: str
+    added: bool
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyEpochRotatedV1:
+    """CIP-7 KeyEpochRotated: the owner announced key-epoch progression."""
+
+    TYPE: ClassVar[str] = "KeyEpochRotated"
+    stream_id: str
+    key_epoch: int
+    effective_block_height: int
+    announced_by: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FeedRegisteredV1:
+    """The registry listed a stream as a feed (on the registry's key)."""
+
+    TYPE: ClassVar[str] = "FeedRegistered"
+    feed_id: int
+    stream_id: str
+    owner: str
+    name: str
+    description: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+TypedEvent = (
+    StreamCreatedV1
+    | StreamMessagePublishedV1
+    | SubscriberUpdatedV1
+    | PublisherKeyRotatedV1
+    | SubscriptionPolicyChangedV1
+    | AllowlistChangedV1
+    | KeyEpochRotatedV1
+    | FeedRegisteredV1
+)
+
+EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
+    cls.TYPE: cls
+    for cls in (
+        StreamCreatedV1,
+        StreamMessagePublishedV1,
+        SubscriberUpdatedV1,
+        PublisherKeyRotatedV1,
+        SubscriptionPolicyChangedV1,
+        AllowlistChangedV1,
+        KeyEpochRotatedV1,
+        FeedRegisteredV1,
+    )
+}
+"""The latest typed class of each event type, by type name (= Avro record name)."""
+
+# Field names per class, computed once: the conversions below run per record on the hot path.
+_FIELDS: Final = {name: tuple(f.name for f in dataclasses.fields(cls)) for name, cls in EVENT_CLASSES.items()}
+BODY_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
+    name: tuple(f for f in fields if f not in ENVELOPE_FIELDS) for name, fields in _FIELDS.items()
+}
+"""The body field names each event carries (its schema's fields minus the envelope)."""
+
+
+# --- Event <-> typed -----------------------------------------------------------------------------
+
+
+def from_event(event: Event) -> TypedEvent:
+    """The typed form of `event`: exactly its schema's body fields (a pre-reference ``message``
+    key in a publish body is not one of them, so it is not carried).
+
+    Raises KeyError / TypeError / ValueError / WatchtowerError for a body that lacks a field or
+    breaks StreamConfig's rules; the codec turns those into SchemaMismatchError.
+    """
+    cls = EVENT_CLASSES[event.type]
+    body = event.body
+    origin = EventOrigin(event.stream_id, event.caller, event.nonce, event.digest, _reply_json(event.reply))
+    if cls is StreamCreatedV1:
+        return StreamCreatedV1(StreamConfig.from_dict(body["config"]), event.block_height, origin)
+    values = [body[name] for name in BODY_FIELDS[cls.TYPE]]
+    return cls(*values, event.block_height, origin)  # type: ignore[call-arg]
+
+
+def to_event(typed: TypedEvent) -> Event:
+    """The fold's `Event` for a typed event (InvalidArgumentError when the envelope is invalid)."""
+    origin = typed.caused_by
+    if isinstance(typed, StreamCreatedV1):
+        body: dict[str, Any] = {"config": typed.config.to_dict()}
+    else:
+        body = {name: getattr(typed, name) for name in BODY_FIELDS[typed.TYPE]}
+    return Event(
+        type=typed.TYPE,
+        stream_id=origin.aggregate_id,
+        block_height=typed.block_height,
+        caller=origin.caller,
+        nonce=origin.nonce,
+        digest=origin.digest,
+        reply=from_json_safe(json.loads(origin.reply_json), "reply"),
+        body=body,
+    )
+
+
+def _reply_json(reply: Mapping[str, Any]) -> str:
+    return json.dumps(json_safe(reply), separators=(",", ":"), sort_keys=True)
+
+
+# --- typed <-> Avro record -----------------------------------------------------------------------
+
+
+def to_record(typed: TypedEvent) -> dict[str, Any]:
+    """The Avro record of `typed`, field for field."""
+    record = {name: getattr(typed, name) for name in _FIELDS[typed.TYPE]}
+    record["caused_by"] = {
+        "aggregate_id": typed.caused_by.aggregate_id,
+        "caller": typed.caused_by.caller,
+        "nonce": typed.caused_by.nonce,
+        "digest": typed.caused_by.digest,
+        "reply_json": typed.caused_by.reply_json,
+    }
+    if isinstance(typed, StreamCreatedV1):
+        record["config"] = stream_config_to_record(typed.config)
+    return record
+
+
+def from_record(type_name: str, record: Mapping[str, Any]) -> TypedEvent:
+    """The typed event of an Avro record of `type_name` (MalformedRecordError for a config that
+    breaks a CIP-7 rule; KeyError / TypeError when the record is not of that schema)."""
+    cls = EVENT_CLASSES[type_name]
+    values = dict(record)
+    values["caused_by"] = EventOrigin(**record["caused_by"])
+    if cls is StreamCreatedV1:
+        values["config"] = stream_config_from_record(record["config"])
+    return cls(**values)
