@@ -17,46 +17,34 @@ from hypothesis import strategies as st
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.schemas import codec
-from watchtower.schemas.catalog import CATALOG, SchemaKind, names_of_kind
+from watchtower.schemas.catalog import CATALOG, RETIRED_IDS, SchemaKind, names_of_kind
 
 ALL_NAMES = sorted(CATALOG)
-CIP7_EVENTS = {
+EVENTS = {
+    "StreamCreated",
     "StreamMessagePublished",
     "SubscriberUpdated",
     "PublisherKeyRotated",
-    "EpochAccessPurchased",
-    "EpochAccessIdempotent",
-    "AccountKeyRegistered",
-    "AccountKeyRevoked",
-    "ActorAuthorizationGranted",
-    "ActorAuthorizationRevoked",
+    "SubscriptionPolicyChanged",
+    "AllowlistChanged",
     "KeyEpochRotated",
-    "IngestFailed",
+    "FeedRegistered",
 }
-COMMANDS = {
-    "CreateStream",
-    "Publish",
-    "Subscribe",
-    "Unsubscribe",
-    "RotatePublisherKey",
-    "SetSubscriptionPolicy",
-    "AllowlistAdd",
-    "AllowlistRemove",
-    "AnnounceKeyEpoch",
-    "AcquireEpochAccess",
-    "RegisterAccountKey",
-    "RevokeAccountKey",
-    "AuthorizeActor",
-    "RevokeActor",
-    "RequestReplay",
-}
-INGEST = {"stream_id": "s", "timestamp_unix_ms": 5, "reason": "runner timeout", "block_height": 9, "caused_by": None}
+ORIGIN = {"aggregate_id": "s", "caller": "0x" + "ab" * 32, "nonce": 3, "digest": b"\x01" * 32, "reply_json": "{}"}
+POLICY = {"stream_id": "s", "policy": "PUBLIC", "block_height": 9, "caused_by": ORIGIN}
+PUBLISHED = {"stream_id": "s", "version": 1, "sequence": 1, "kind": "k", "content_type": "application/json",
+             "payload_format": "PLAINTEXT", "payload_hash": b"\x02" * 32, "key_epoch": None, "signing_key_id": 1,
+             "timestamp_unix_ms": 5, "block_height": 9, "caused_by": ORIGIN}
 
 
-def test_catalogue_covers_every_cip7_event_and_command() -> None:
-    assert set(names_of_kind(SchemaKind.EVENT)) >= CIP7_EVENTS
-    assert set(names_of_kind(SchemaKind.COMMAND)) >= COMMANDS
-    assert "StreamMessage" in CATALOG
+def test_catalogue_has_one_schema_per_event_type_and_the_stream_message() -> None:
+    assert set(names_of_kind(SchemaKind.EVENT)) == EVENTS
+    assert set(CATALOG) == EVENTS | {"StreamMessage"}
+
+
+def test_retired_ids_are_never_reused() -> None:
+    assert not {info.schema_id for info in CATALOG.values()} & set(RETIRED_IDS.values())
+    assert not set(CATALOG) & set(RETIRED_IDS)
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
@@ -65,10 +53,8 @@ def test_every_schema_is_versioned_and_self_contained_when_expanded(name: str) -
     assert expanded["namespace"] == f"watchtower.v{codec.latest_version(name)}"
     text = json.dumps(expanded)  # JSON-safe, as Spark's from_avro wants it
     fastavro.parse_schema(json.loads(text), named_schemas={})  # no unresolved references
-    if CATALOG[name].kind is SchemaKind.COMMAND:
-        assert [f["name"] for f in expanded["fields"]] == ["caller", "nonce", "request_id", "signature", "body"]
     if CATALOG[name].kind is SchemaKind.EVENT:
-        assert "block_height" in {f["name"] for f in expanded["fields"]}
+        assert [f["name"] for f in expanded["fields"]][-2:] == ["block_height", "caused_by"]
 
 
 @pytest.mark.parametrize("name", ALL_NAMES)
@@ -84,45 +70,46 @@ def test_every_schema_survives_a_round_trip(name: str, data: st.DataObject) -> N
 
 
 def test_frame_header_layout() -> None:
-    framed = codec.encode("IngestFailed", INGEST)
+    framed = codec.encode("SubscriptionPolicyChanged", POLICY)
     assert framed[0] == 0x57
-    assert struct.unpack(">HH", framed[1:5]) == (CATALOG["IngestFailed"].schema_id, 1)
+    assert struct.unpack(">HH", framed[1:5]) == (CATALOG["SubscriptionPolicyChanged"].schema_id, 1)
     assert (
         fastavro.schemaless_reader(
-            io.BytesIO(framed[codec.HEADER_BYTES :]), fastavro.parse_schema(codec.avro_schema("IngestFailed"))
+            io.BytesIO(framed[codec.HEADER_BYTES :]),
+            fastavro.parse_schema(codec.avro_schema("SubscriptionPolicyChanged")),
         )
-        == INGEST
+        == POLICY
     )
 
 
 def test_defaults_are_filled_for_omitted_optional_fields() -> None:
-    record = {k: v for k, v in INGEST.items() if k != "caused_by"}
-    assert codec.decode_as("IngestFailed", codec.encode("IngestFailed", record)) == INGEST
+    record = {k: v for k, v in PUBLISHED.items() if k != "key_epoch"}
+    assert codec.decode_as("StreamMessagePublished", codec.encode("StreamMessagePublished", record)) == PUBLISHED
 
 
 @pytest.mark.parametrize(
     ("record", "fragment"),
     [
-        ({**INGEST, "colour": "red"}, "unknown field"),
-        ({k: v for k, v in INGEST.items() if k != "reason"}, "missing field 'reason'"),
-        ({**INGEST, "block_height": "nine"}, "does not fit"),
-        ({**INGEST, "block_height": True}, "does not fit"),  # a bool is not a long
-        ({**INGEST, "block_height": 1.5}, "does not fit"),
-        ({**INGEST, "block_height": 2**63}, "does not fit"),
-        ({**INGEST, "reason": b"bytes"}, "does not fit"),
+        ({**POLICY, "colour": "red"}, "unknown field"),
+        ({k: v for k, v in POLICY.items() if k != "policy"}, "missing field 'policy'"),
+        ({**POLICY, "block_height": "nine"}, "does not fit"),
+        ({**POLICY, "block_height": True}, "does not fit"),  # a bool is not a long
+        ({**POLICY, "block_height": 1.5}, "does not fit"),
+        ({**POLICY, "block_height": 2**63}, "does not fit"),
+        ({**POLICY, "policy": b"bytes"}, "does not fit"),
         ("not a record", "must be a record"),
     ],
 )
 def test_records_that_do_not_fit_are_schema_mismatch(record: Any, fragment: str) -> None:
     with pytest.raises(SchemaMismatchError, match=fragment):
-        codec.encode("IngestFailed", record)
+        codec.encode("SubscriptionPolicyChanged", record)
 
 
 def test_unknown_names_and_versions_are_schema_mismatch() -> None:
     with pytest.raises(SchemaMismatchError):
         codec.encode("Teleported", {})
     with pytest.raises(SchemaMismatchError):
-        codec.encode("IngestFailed", INGEST, version=9)
+        codec.encode("SubscriptionPolicyChanged", POLICY, version=9)
 
 
 @pytest.mark.parametrize(
@@ -131,8 +118,8 @@ def test_unknown_names_and_versions_are_schema_mismatch() -> None:
         b"",
         b"\x57\x00",
         b"\x00\x00\x01\x00\x01",  # Confluent-style magic
-        b"\x57" + struct.pack(">HH", CATALOG["IngestFailed"].schema_id, 1),  # empty body
-        b"\x57" + struct.pack(">HH", CATALOG["IngestFailed"].schema_id, 1) + b"\x02s",  # truncated
+        b"\x57" + struct.pack(">HH", CATALOG["SubscriptionPolicyChanged"].schema_id, 1),  # empty body
+        b"\x57" + struct.pack(">HH", CATALOG["SubscriptionPolicyChanged"].schema_id, 1) + b"\x02s",  # truncated
         "text",
     ],
 )
@@ -143,20 +130,21 @@ def test_unreadable_bytes_are_malformed_record(data: Any) -> None:
 
 def test_trailing_bytes_are_malformed_record() -> None:
     with pytest.raises(MalformedRecordError, match="trailing"):
-        codec.decode(codec.encode("IngestFailed", INGEST) + b"\x00")
+        codec.decode(codec.encode("SubscriptionPolicyChanged", POLICY) + b"\x00")
 
 
 def test_unknown_schema_id_or_newer_version_is_schema_mismatch() -> None:
     with pytest.raises(SchemaMismatchError, match="unknown"):
         codec.decode(b"\x57" + struct.pack(">HH", 999, 1) + b"\x00")
-    body = codec.encode("IngestFailed", INGEST)[codec.HEADER_BYTES :]
+    body = codec.encode("SubscriptionPolicyChanged", POLICY)[codec.HEADER_BYTES :]
     with pytest.raises(SchemaMismatchError, match="upgrade"):
-        codec.decode(b"\x57" + struct.pack(">HH", CATALOG["IngestFailed"].schema_id, 2) + body)
+        codec.decode(b"\x57" + struct.pack(">HH", CATALOG["SubscriptionPolicyChanged"].schema_id, 2) + body)
 
 
 def test_expect_restricts_the_schema() -> None:
-    framed = codec.encode("IngestFailed", INGEST)
-    assert codec.decode(framed, expect={"IngestFailed", "StreamCreated"}).name == "IngestFailed"
+    framed = codec.encode("SubscriptionPolicyChanged", POLICY)
+    expect = {"SubscriptionPolicyChanged", "StreamCreated"}
+    assert codec.decode(framed, expect=expect).name == "SubscriptionPolicyChanged"
     with pytest.raises(SchemaMismatchError, match="expected StreamMessage"):
         codec.decode_as("StreamMessage", framed)
 
@@ -183,44 +171,44 @@ def test_random_bytes_raise_only_the_codec_errors(data: bytes) -> None:
 
 
 @pytest.fixture
-def ingest_v2(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pretend IngestFailed has a v2 that adds `attempt`, without touching the package files."""
+def policy_v2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend SubscriptionPolicyChanged has a v2 that adds `attempt`, without touching the package files."""
     real = codec._schemas()
-    raw_v2 = copy.deepcopy(real.raw[("IngestFailed", 1)])
+    raw_v2 = copy.deepcopy(real.raw[("SubscriptionPolicyChanged", 1)])
     raw_v2["namespace"] = "watchtower.v2"
     raw_v2["fields"].append({"name": "attempt", "type": "long", "doc": "Attempt number."})
     parsed = dict(real.parsed)
-    parsed[("IngestFailed", 2)] = fastavro.parse_schema(copy.deepcopy(raw_v2), named_schemas={})
+    parsed[("SubscriptionPolicyChanged", 2)] = fastavro.parse_schema(copy.deepcopy(raw_v2), named_schemas={})
     fake = codec._Schemas(
-        raw={**real.raw, ("IngestFailed", 2): raw_v2},
+        raw={**real.raw, ("SubscriptionPolicyChanged", 2): raw_v2},
         parsed=parsed,
-        named_raw={**real.named_raw, "watchtower.v2.IngestFailed": raw_v2},
-        latest={**real.latest, "IngestFailed": 2},
+        named_raw={**real.named_raw, "watchtower.v2.SubscriptionPolicyChanged": raw_v2},
+        latest={**real.latest, "SubscriptionPolicyChanged": 2},
     )
     monkeypatch.setattr(codec, "_schemas", lambda: fake)
     monkeypatch.setattr(codec, "_UPCASTERS", {})
 
 
-@pytest.mark.usefixtures("ingest_v2")
+@pytest.mark.usefixtures("policy_v2")
 def test_old_versions_are_upcast_by_registered_functions() -> None:
-    old = codec.encode("IngestFailed", INGEST, version=1)
-    with pytest.raises(SchemaMismatchError, match="no upcaster from IngestFailed v1 to v2"):
+    old = codec.encode("SubscriptionPolicyChanged", POLICY, version=1)
+    with pytest.raises(SchemaMismatchError, match="no upcaster from SubscriptionPolicyChanged v1 to v2"):
         codec.decode(old)
 
-    @codec.register_upcaster("IngestFailed", 1)
+    @codec.register_upcaster("SubscriptionPolicyChanged", 1)
     def add_attempt(record: dict[str, Any]) -> dict[str, Any]:
         return {**record, "attempt": 1}
 
     decoded = codec.decode(old)
     assert decoded.version == 1
-    assert decoded.record == {**INGEST, "attempt": 1}
-    assert codec.decode(codec.encode("IngestFailed", {**INGEST, "attempt": 4})).record["attempt"] == 4
+    assert decoded.record == {**POLICY, "attempt": 1}
+    assert codec.decode(codec.encode("SubscriptionPolicyChanged", {**POLICY, "attempt": 4})).record["attempt"] == 4
     with pytest.raises(Exception, match="already registered"):
-        codec.register_upcaster("IngestFailed", 1, lambda r: r)
+        codec.register_upcaster("SubscriptionPolicyChanged", 1, lambda r: r)
 
 
-@pytest.mark.usefixtures("ingest_v2")
+@pytest.mark.usefixtures("policy_v2")
 def test_an_upcaster_that_produces_a_bad_record_is_schema_mismatch() -> None:
-    codec.register_upcaster("IngestFailed", 1, lambda record: record)  # forgets `attempt`
+    codec.register_upcaster("SubscriptionPolicyChanged", 1, lambda record: record)  # forgets `attempt`
     with pytest.raises(SchemaMismatchError, match="does not fit v2"):
-        codec.decode(codec.encode("IngestFailed", INGEST, version=1))
+        codec.decode(codec.encode("SubscriptionPolicyChanged", POLICY, version=1))

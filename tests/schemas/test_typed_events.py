@@ -1,0 +1,143 @@
+"""Typed events and their `.avsc` files cannot drift, and every event survives the events codec."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from event_samples import SID, one_of_each
+
+import watchtower.schemas
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.errors import SchemaMismatchError
+from watchtower.protocol.stream_state import EVENT_TYPES, MESSAGE_CIP7_FIELDS, Event
+from watchtower.schemas import codec, events
+from watchtower.schemas.catalog import CATALOG, SchemaKind
+from watchtower.schemas.records import stream_config_to_record
+from watchtower.schemas.wire import decode_event, decode_typed_event, encode_event, encode_typed_event
+
+SCHEMAS = Path(watchtower.schemas.__file__).parent
+pytestmark = pytest.mark.usefixtures("reference_shape")
+
+# The Avro type each Python annotation must have in the schema.
+AVRO_OF: dict[Any, Any] = {
+    str: "string",
+    int: "long",
+    bool: "boolean",
+    bytes: "bytes",
+    int | None: ["null", "long"],
+    str | None: ["null", "string"],
+}
+AVRO_INTS = {("StreamMessagePublished", "version")}  # CIP-7's StreamMessage version is an Avro int
+
+
+def schema_file(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMAS / f"{name}.v1.avsc").read_text(encoding="utf-8"))
+
+
+def assert_record_matches_class(record: dict[str, Any], cls: type, owner: str) -> None:
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    assert [f["name"] for f in record["fields"]] == fields, owner
+    for avro_field in record["fields"]:
+        name, avro = avro_field["name"], avro_field["type"]
+        hint = hints[name]
+        if hint is events.EventOrigin:
+            assert avro["name"] == "EventOrigin"
+            assert_record_matches_class(avro, events.EventOrigin, f"{owner}.caused_by")
+        elif hint is StreamConfig:
+            assert avro["name"] == "StreamConfig"
+            assert [f["name"] for f in avro["fields"]] == list(stream_config_to_record(
+                StreamConfig.from_dict(one_of_each()[0].body["config"])))
+        elif (owner, name) in AVRO_INTS:
+            assert (hint, avro) == (int, "int")
+        else:
+            assert avro == AVRO_OF[hint], f"{owner}.{name}: {hint} vs {avro}"
+
+
+def test_there_is_one_typed_class_and_one_schema_per_event_type() -> None:
+    assert set(events.EVENT_CLASSES) == set(EVENT_TYPES)
+    assert {n for n, info in CATALOG.items() if info.kind is SchemaKind.EVENT} == set(EVENT_TYPES)
+    for name, cls in events.EVENT_CLASSES.items():
+        assert cls.__name__ == f"{name}V{codec.latest_version(name)}"  # past tense and versioned
+        assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(EVENT_TYPES))
+def test_typed_class_equals_its_avsc_field_by_field(name: str) -> None:
+    assert_record_matches_class(schema_file(name), events.EVENT_CLASSES[name], name)
+
+
+@pytest.mark.parametrize("name", sorted(EVENT_TYPES))
+def test_event_bodies_are_the_schema_fields_without_the_envelope(name: str) -> None:
+    fields = [f["name"] for f in schema_file(name)["fields"]]
+    assert fields[-2:] == list(events.ENVELOPE_FIELDS)
+    assert tuple(fields[:-2]) == events.BODY_FIELDS[name]
+
+
+def test_a_publish_event_refers_to_its_message_by_the_ten_cip7_fields_only() -> None:
+    assert events.BODY_FIELDS["StreamMessagePublished"] == MESSAGE_CIP7_FIELDS
+    names = {f["name"] for f in schema_file("StreamMessagePublished")["fields"]}
+    assert "message" not in names
+    assert "payload_inline" not in names
+
+
+def test_every_copy_of_event_origin_is_the_same_definition() -> None:
+    copies = {json.dumps(next(f["type"] for f in schema_file(n)["fields"] if f["name"] == "caused_by"), sort_keys=True)
+              for n in EVENT_TYPES}
+    assert len(copies) == 1
+
+
+@pytest.mark.parametrize("index", range(len(EVENT_TYPES)))
+def test_every_event_type_survives_the_events_codec(index: int) -> None:
+    event = one_of_each()[index]
+    data = encode_event(event)
+    assert codec.read_header(data) == (event.type, 1)
+    assert decode_event(data) == event
+    typed = decode_typed_event(data)
+    assert isinstance(typed, events.EVENT_CLASSES[event.type])
+    assert encode_typed_event(typed) == data
+
+
+@pytest.mark.parametrize("index", range(len(EVENT_TYPES)))
+def test_each_event_record_reads_with_its_avsc_file_alone(index: int) -> None:
+    event = one_of_each()[index]
+    data = encode_event(event)
+    schema = fastavro.schema.load_schema(str(SCHEMAS / f"{event.type}.v1.avsc"))
+    record = fastavro.schemaless_reader(io.BytesIO(data[codec.HEADER_BYTES:]), schema)
+    assert record["caused_by"]["aggregate_id"] == event.stream_id
+    assert record["caused_by"]["nonce"] == event.nonce
+    assert record["block_height"] == event.block_height
+
+
+def test_a_message_in_a_legacy_publish_body_is_not_carried() -> None:
+    published = one_of_each()[1]
+    typed = events.from_event(published)
+    assert dataclasses.asdict(typed).keys() == {*MESSAGE_CIP7_FIELDS, "block_height", "caused_by"}
+
+
+def test_an_event_whose_body_does_not_fit_its_schema_is_schema_mismatch() -> None:
+    published = one_of_each()[1]
+    bad = dataclasses.replace(published)
+    object.__setattr__(bad, "body", {**published.body, "sequence": "one"})
+    with pytest.raises(SchemaMismatchError, match="StreamMessagePublished"):
+        encode_event(bad)
+
+
+def test_the_registry_event_keeps_the_registry_key_and_the_listed_stream() -> None:
+    feed = one_of_each()[-1]
+    decoded = decode_event(encode_event(feed))
+    assert decoded.stream_id == feed.stream_id != SID
+    assert decoded.body["stream_id"] == SID
+
+
+def test_reply_keeps_bytes_and_lists() -> None:
+    event: Event = one_of_each()[2]
+    assert decode_event(encode_event(event)).reply == event.reply
+    assert event.reply["raw"] == b"\x00\x01"
