@@ -62,7 +62,7 @@ class VersionProbe(msgspec.Struct):
     """Just the envelope version, read when a record does not fit its definition (so an unknown
     version is reported as SCHEMA_MISMATCH rather than as a malformed record)."""
 
-    v: Any = None
+    v: Any = msgspec.UNSET
 
 
 COMMAND_DECODER: Final = msgspec.json.Decoder(CommandRecord)

@@ -90,7 +90,7 @@ def decode_command(data: bytes | None) -> Command | RegistryForward:
                                        "build it with the Watchtower SDK or CLI") from None
         raise MalformedRecordError(f"the command envelope is malformed ({where}); "
                                    "use the Watchtower SDK or CLI to build it") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise MalformedRecordError(f"the command record is not JSON ({_short(exc)}); "
                                    "use the Watchtower SDK or CLI to build it") from None
     _check_version(record.v, "command")
@@ -106,9 +106,9 @@ def _require_version(data: bytes, what: str) -> None:
     # Called when a record does not fit its definition: an unknown version explains that better.
     try:
         version = PROBE_DECODER.decode(data).v
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return
-    if version is not None:
+    if version is not msgspec.UNSET:
         _check_version(version, what)
 
 
@@ -189,7 +189,7 @@ def decode_reply(data: bytes | None) -> dict[str, Any]:
     except msgspec.ValidationError as exc:
         _require_version(data, "reply")
         raise MalformedRecordError(f"the reply envelope is malformed ({_short(exc)})") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise MalformedRecordError(f"the reply record is not JSON ({_short(exc)})") from None
     _check_version(record.v, "reply")
     out: dict[str, Any] = {"v": record.v, "ok": record.ok}
