@@ -116,6 +116,12 @@ def test_each_event_record_reads_with_its_avsc_file_alone(index: int) -> None:
     assert record["block_height"] == event.block_height
 
 
+@pytest.mark.parametrize("index", range(len(EVENT_TYPES)))
+def test_the_writers_direct_path_builds_the_typed_record(index: int) -> None:
+    event = one_of_each()[index]
+    assert events.event_record(event) == events.to_record(events.from_event(event))
+
+
 def test_a_message_in_a_legacy_publish_body_is_not_carried() -> None:
     published = one_of_each()[1]
     typed = events.from_event(published)

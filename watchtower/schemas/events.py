@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.signed_command import from_json_safe, json_safe
+from watchtower.protocol.signed_command import BYTES_TAG
 from watchtower.protocol.stream_state import Event
 from watchtower.schemas.records import stream_config_from_record, stream_config_to_record
 
@@ -225,13 +225,49 @@ def to_event(typed: TypedEvent) -> Event:
         caller=origin.caller,
         nonce=origin.nonce,
         digest=origin.digest,
-        reply=from_json_safe(json.loads(origin.reply_json), "reply"),
+        reply=json.loads(origin.reply_json, object_hook=_unwrap_bytes),
         body=body,
     )
 
 
 def _reply_json(reply: Mapping[str, Any]) -> str:
-    return json.dumps(json_safe(reply), separators=(",", ":"), sort_keys=True)
+    # json's C encoder walks dicts, lists and tuples; the hook turns the rest (frozen maps, bytes)
+    # into their JSON-safe form (`signed_command.json_safe`), so no Python walk of the whole reply.
+    return json.dumps(reply, separators=(",", ":"), sort_keys=True, default=_json_default)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, bytes):
+        return {BYTES_TAG: value.hex()}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"a reply value of type {type(value).__name__} is not JSON")
+
+
+def _unwrap_bytes(obj: dict[str, Any]) -> Any:
+    # Inverse of `_json_default` for bytes (Event freezes the rest); ValueError / TypeError on a
+    # tag that holds no hex text, which the codec reports as a malformed record.
+    if len(obj) == 1 and BYTES_TAG in obj:
+        return bytes.fromhex(obj[BYTES_TAG])
+    return obj
+
+
+def event_record(event: Event) -> dict[str, Any]:
+    """``to_record(from_event(event))`` in one step, without building the typed object: the writer
+    encodes one event per publish, so this is its path (a test proves both give the same record)."""
+    if event.type == StreamCreatedV1.TYPE:
+        return to_record(from_event(event))
+    body = event.body
+    record = {name: body[name] for name in BODY_FIELDS[event.type]}
+    record["block_height"] = event.block_height
+    record["caused_by"] = {
+        "aggregate_id": event.stream_id,
+        "caller": event.caller,
+        "nonce": event.nonce,
+        "digest": event.digest,
+        "reply_json": _reply_json(event.reply),
+    }
+    return record
 
 
 # --- typed <-> Avro record -----------------------------------------------------------------------

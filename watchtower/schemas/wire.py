@@ -124,11 +124,11 @@ def _check_version(version: object, what: str) -> None:
 def encode_event(event: Event) -> bytes:
     """The framed Avro record of `event` under its type's schema (SchemaMismatchError if it does not fit)."""
     try:
-        typed = events.from_event(event)
-        header, parsed = codec.frame(typed.TYPE)
+        record = events.event_record(event)
+        header, parsed = codec.frame(event.type)
         out = io.BytesIO()
         out.write(header)
-        fastavro.schemaless_writer(out, parsed, events.to_record(typed))
+        fastavro.schemaless_writer(out, parsed, record)
     except Exception as exc:  # KeyError, TypeError, ValueError, a StreamConfig rule, ...
         raise SchemaMismatchError(f"a {event.type} event does not fit its schema: {_short(exc)}") from None
     return out.getvalue()
@@ -161,7 +161,7 @@ def decode_event(data: bytes | None) -> Event:
         return events.to_event(typed)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"not a valid {typed.TYPE} event ({exc.code}): {exc.message}") from None
-    except (ValueError, RecursionError) as exc:  # reply_json that is not JSON
+    except (ValueError, TypeError, RecursionError) as exc:  # reply_json that is not JSON
         raise MalformedRecordError(f"the {typed.TYPE} record's reply_json is not JSON: {_short(exc)}") from None
 
 
