@@ -19,6 +19,7 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
 from watchtower.protocol.stream_state import EVENT_TYPES
+from watchtower.schemas.catalog import CATALOG
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 
@@ -92,6 +93,7 @@ def test_events_decode_with_the_documented_avsc_file_and_id_alone() -> None:
     frame_of(cell)
     ids = {name: int(n) for name, n in re.findall(r"(\w+) (\d+)", decode_with)}
     assert set(ids) == set(EVENT_TYPES)
+    assert ids == {name: CATALOG[name].schema_id for name in EVENT_TYPES}  # the header contract
     raw = samples()["wt.events"]
     magic, schema_id, version = struct.unpack(">BHH", raw[:5])
     assert (magic, schema_id, version) == (0x57, ids["StreamCreated"], 1)
