@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,3 +107,31 @@ def test_spark_reads_stream_messages_and_matches_the_published_reference(spark: 
         assert payload == message.payload_inline
         assert bytes(row["payload_hash"]) == hashlib.sha256(payload).digest()  # the event's reference holds
         assert bytes(row["publisher_sig"]) == message.publisher_sig
+
+
+@pytest.mark.integration
+def test_spark_reads_the_events_topic_from_kafka_with_the_readme_expressions(spark: Any, kafka_bootstrap: str) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pyspark.sql.avro.functions import from_avro
+    from pyspark.sql.functions import expr
+
+    topic = f"wt-spark-{uuid.uuid4().hex[:8]}.events"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept alive until the topic exists
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    events = one_of_each()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for event in events:
+        producer.produce(topic, key=event.stream_id.encode(), value=encode_event(event))
+    assert producer.flush(60) == 0
+    schema = (SCHEMAS / "StreamMessagePublished.v1.avsc").read_text(encoding="utf-8")
+    published = (spark.read.format("kafka").option("subscribe", topic)
+                 .option("kafka.bootstrap.servers", kafka_bootstrap).option("kafka.isolation.level", "read_committed")
+                 .load()
+                 .where(expr("substring(value, 1, 5) = X'57000A0001'"))
+                 .select(from_avro(expr("substring(value, 6, length(value) - 5)"), schema).alias("e"))
+                 .select("e.*")
+                 .collect())
+    expected = next(e for e in events if e.type == "StreamMessagePublished")
+    assert [(r["stream_id"], r["sequence"], bytes(r["payload_hash"])) for r in published] == [
+        (SID, expected.body["sequence"], expected.body["payload_hash"])]
