@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.local.paths import watchtower_home
+from watchtower.client.home import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
