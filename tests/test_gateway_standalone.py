@@ -14,7 +14,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import nacl.signing
 import pytest
@@ -26,7 +25,6 @@ from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import StaleSequenceError
-from watchtower.protocol.signed_command import Command
 
 pytestmark = pytest.mark.integration
 
@@ -41,24 +39,13 @@ def gateway_url(services: ServiceSet) -> str:
     return services.urls["gateway-g1"]
 
 
-class SplitApi(ApiClient):
-    """Commands to the gateway, reads to the projection (what a deployment with a gateway does)."""
-
-    def __init__(self, reads: str, commands: str) -> None:
-        super().__init__(reads)
-        self.commands = ApiClient(commands)
-
-    def command(self, cmd: Command, *, timeout_s: float = 30.0) -> dict[str, Any]:
-        return self.commands.command(cmd, timeout_s=timeout_s)
-
-
 def test_a_command_through_the_gateway_is_decided_and_read_back_from_the_projection(split: ServiceSet) -> None:
     owner, key = Caller(gateway_url(split)), nacl.signing.SigningKey.generate()
     sid = f"g-{uuid.uuid4().hex[:10]}"
     assert owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})["stream_id"] == sid
     # The projection folds the creation asynchronously; the Publisher starts from the projected head.
     wait_for(lambda: http("GET", f"{split.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
-    api = SplitApi(split.api_url, gateway_url(split))
+    api = ApiClient(split.api_url, commands_url=gateway_url(split))
     account = Account(owner.key, name="gw-owner", home=split.log_dir)  # clock nonces: above the Caller's 1
     publisher = Publisher(api, account, sid, key)
     assert [publisher.publish("tick", b"{}")["sequence"] for _ in range(3)] == [1, 2, 3]
