@@ -4,6 +4,11 @@ A command is *acknowledged* when its reply is visible to a ``read_committed`` co
 worker writes the reply in the same transaction as the events, so an acknowledged write is a
 durable one. If a worker dies mid-batch the command is still in the commands topic; the next
 owner re-decides it and the reply arrives later, so callers simply wait (no resend needed).
+
+One `CommandClient` serves a whole process (the gateway shares one between all its requests):
+one idempotent producer batches the commands of concurrent callers (``linger.ms``), and one
+thread reads the replies from the client's reply partition in batches and completes each
+caller's future by correlation id.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_rep
 from watchtower.topics.catalogue import topic_name
 
 log = logging.getLogger("watchtower.gateway.transport")
+#: Most replies taken from the consumer in one call.
+REPLY_BATCH = 500
 
 
 class CommandClient:
@@ -64,22 +71,26 @@ class CommandClient:
         self._reader.start()
 
     def _read_replies(self) -> None:
+        # A worker commits the replies of a whole batch in one transaction; take them in one call
+        # (up to REPLY_BATCH) instead of one poll each, so a burst is handed out in one pass.
         while not self._closed.is_set():
-            msg = self.consumer.poll(0.1)
-            if msg is None or msg.error():
-                continue
-            corr = (msg.key() or b"").decode(errors="replace")
-            with self._lock:
-                fut = self._pending.pop(corr, None)
-            if fut is None or fut.done():
-                # A reply nobody waits for any more (the caller gave up, or another client's):
-                # expected, not an error.
-                log.debug("dropping a reply nobody waits for (correlation %s)", corr)
-                continue
-            try:
-                fut.set_result(decode_reply(msg.value()))
-            except WatchtowerError as err:
-                fut.set_exception(err)
+            for msg in self.consumer.consume(REPLY_BATCH, 0.1):
+                if not msg.error():
+                    self._deliver(msg.key(), msg.value())
+
+    def _deliver(self, key: bytes | None, value: bytes | None) -> None:
+        corr = (key or b"").decode(errors="replace")
+        with self._lock:
+            fut = self._pending.pop(corr, None)
+        if fut is None or fut.done():
+            # A reply nobody waits for any more (the caller gave up, or another client's):
+            # expected, not an error.
+            log.debug("dropping a reply nobody waits for (correlation %s)", corr)
+            return
+        try:
+            fut.set_result(decode_reply(value))
+        except WatchtowerError as err:
+            fut.set_exception(err)
 
     def submit(self, cmd: Command, *, key: str | None = None) -> Future[dict[str, Any]]:
         """Send ``cmd``; the future resolves with the result dict or raises the spec error.
