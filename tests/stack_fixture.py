@@ -21,21 +21,25 @@ from watchtower.topics.catalogue import catalogue
 
 @contextmanager
 def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
-                projections: int = 1) -> Iterator[ServiceSet]:
+                projections: int = 1, gateway: bool = False) -> Iterator[ServiceSet]:
     """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
 
     Projection ``pN`` serves on its own free port (``services.urls["projection-pN"]``); the first
-    on ``services.api_url``. Returns once every projection reports ready.
+    on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
+    projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
+    ``services.urls["gateway-g1"]``. Returns once every projection (and the gateway) reports ready.
     """
     prefix = f"t{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
-    ports = free_ports(projections)
+    ports = free_ports(projections + 1)
     services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0])
     try:
         for i in range(workers):
             services.start_worker(f"w{i + 1}")
-        for i, port in enumerate(ports, start=1):
-            services.start_projection(f"p{i}", port=port)
+        for i, port in enumerate(ports[:projections], start=1):
+            services.start_projection(f"p{i}", port=port, gateway=not gateway)
+        if gateway:
+            services.start_gateway("g1", ports[-1])
         services.wait_ready()
         yield services
     finally:

@@ -81,3 +81,17 @@ def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
         # ...while the host publishes it on loopback only.
         assert all(str(p).startswith("127.0.0.1:") for p in api["ports"]), name
     assert {"spark-master", "spark-worker"} <= services.keys()
+
+
+def test_compose_runs_the_command_gateway_apart_from_the_read_api() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    internal = ",".join(f"kafka-{i}:19092" for i in (1, 2, 3))
+    gateway = services["gateway"]
+    assert gateway["command"] == ["python", "-m", "watchtower.gateway.main", internal, "8480"]
+    assert gateway["environment"]["WATCHTOWER_WEB_BIND"] == "0.0.0.0"  # noqa: S104 (inside its container)
+    assert gateway["ports"] == ["127.0.0.1:8480:8480"], "published on the host's loopback only"
+    prefix = services["init"]["environment"]["WATCHTOWER_TOPIC_PREFIX"]
+    assert gateway["environment"]["WATCHTOWER_TOPIC_PREFIX"] == prefix
+    for name, api in services.items():
+        if name.startswith("api-"):
+            assert api["environment"]["WATCHTOWER_GATEWAY"] == "0", f"{name} answers reads only"

@@ -13,7 +13,6 @@ import http.server
 import json
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -22,10 +21,10 @@ import nacl.signing
 import pytest
 
 from watchtower.client.account import Account
+from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient, ApiUnavailableError
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id
 from watchtower.protocol import stream_actor
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import (
     CursorTooOldError,
     FeedNotFoundError,
@@ -37,16 +36,13 @@ from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import verify_with_schedule
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED
 
 
-class InProcessApi:
-    """The SDK's API surface served from the pure aggregate, in memory."""
+class InProcessApi(FakeApi):
+    """The supported fake (`FakeApi`), with counters and knobs that make it a hostile server."""
 
     def __init__(self) -> None:
-        self.states: dict[str, StreamState] = {}
-        self.log: dict[str, list[dict[str, Any]]] = {}
+        super().__init__()
         self.calls: Counter[str] = Counter()
         self.commands: list[Command] = []
         self.tamper: dict[int, dict[str, Any]] = {}  # sequence -> fields to overwrite on read
@@ -57,18 +53,16 @@ class InProcessApi:
         self.long_polls: list[tuple[int | None, int | None]] = []  # (min_head, wait_ms) of each get_since
         self.timeouts: list[float] = []
 
+    @property
+    def log(self) -> dict[str, list[dict[str, Any]]]:
+        """Every stored message's JSON, in sequence order, per stream."""
+        return {sid: [m.to_json_dict() for _, m in sorted(msgs.items())] for sid, msgs in self.messages.items()}
+
     def command(self, cmd: Command, *, timeout_s: float = 30.0) -> dict[str, Any]:
         self.calls["command"] += 1
         self.commands.append(cmd)
         self.timeouts.append(timeout_s)
-        state = self.states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-        decision = decide(state, cmd, block_height=block_height_at(int(time.time() * 1000)))
-        for event in decision.events:
-            state = evolve(state, event)
-            if event.type == STREAM_MESSAGE_PUBLISHED:
-                self.log.setdefault(cmd.stream_id, []).append(event.message().to_json_dict())
-        self.states[cmd.stream_id] = state
-        return dict(decision.reply)
+        return super().command(cmd, timeout_s=timeout_s)
 
     def get_head(self, stream_id: str) -> dict[str, Any]:
         self.calls["get_head"] += 1

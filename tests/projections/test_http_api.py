@@ -18,7 +18,7 @@ import pytest
 from api_calls import Caller, http, wait_for
 from stack_fixture import start_stack
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import known_error_codes
 from watchtower.protocol.signed_command import sign_command

@@ -16,9 +16,9 @@ import nacl.signing
 
 from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
 from watchtower.client.account import Account
-from watchtower.client.archive import read_committed_messages
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
+from watchtower.gateway.archive import read_committed_messages
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signing import verify_with_schedule

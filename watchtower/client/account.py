@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import nacl.signing
 
-from watchtower.local.paths import watchtower_home
+from watchtower.client.home import watchtower_home
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import ED25519_SEED_BYTES
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.local.paths import watchtower_home
+from watchtower.client.home import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
@@ -30,6 +30,8 @@ from watchtower.protocol.signed_command import Command
 
 DEFAULT_API_URL: Final = "http://127.0.0.1:8470"
 ENV_API: Final = "WATCHTOWER_API"
+#: Where commands go when a command gateway runs apart from the read API (default: the API URL).
+ENV_COMMANDS_API: Final = "WATCHTOWER_COMMANDS_API"
 DEFAULT_TIMEOUT_S: Final = 30.0
 DEFAULT_COMMAND_TIMEOUT_S: Final = 30.0
 # The HTTP request outlives the server-side wait by this much, so the server's TIMEOUT reply
@@ -74,22 +76,21 @@ class ApiClient:
     """Synchronous client of one Watchtower API. Holds no connection; safe to share between threads.
 
     `timeout` bounds every request in seconds (long polls and commands extend it by their own wait).
+    Commands go to `commands_url` (else ``$WATCHTOWER_COMMANDS_API``, else the API URL itself): a
+    deployment may run the command gateway apart from the projections that answer reads.
     """
 
-    def __init__(self, base_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, base_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+                 commands_url: str | None = None) -> None:
         self.base_url = resolve_api_url(base_url)
-        parsed = urllib.parse.urlsplit(self.base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise WatchtowerError(
-                f"API URL {self.base_url!r} is not an http(s) URL; pass one like {DEFAULT_API_URL}",
-                code="INVALID_ARGUMENT",
-            )
+        self.commands_url = (commands_url or os.environ.get(ENV_COMMANDS_API) or self.base_url).rstrip("/")
         self.timeout = float(timeout)
-        # A proxy configured for the outside world must not swallow requests to this machine.
-        handlers = [urllib.request.ProxyHandler({})] if _is_loopback(parsed.hostname) else []
-        self._opener = urllib.request.build_opener(*handlers)
+        self._opener = _opener_for(self.base_url)
+        self._command_opener = self._opener if self.commands_url == self.base_url else _opener_for(self.commands_url)
 
     def __repr__(self) -> str:
+        if self.commands_url != self.base_url:
+            return f"ApiClient({self.base_url!r}, commands_url={self.commands_url!r})"
         return f"ApiClient({self.base_url!r})"
 
     # --- Transport -------------------------------------------------------------------------------
@@ -102,12 +103,14 @@ class ApiClient:
         query: Mapping[str, Any] | None = None,
         body: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        commands: bool = False,
     ) -> dict[str, Any]:
         """Send one request and return the decoded JSON object; raise a `WatchtowerError` on any failure.
 
-        `query` values that are None are left out; `timeout` overrides the client's for this call.
+        `query` values that are None are left out; `timeout` overrides the client's for this call;
+        `commands` sends it to the command gateway's URL.
         """
-        url = self.base_url + path
+        url = (self.commands_url if commands else self.base_url) + path
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         if params:
             url += "?" + urllib.parse.urlencode(params)
@@ -118,7 +121,7 @@ class ApiClient:
             req.add_header("Content-Type", "application/json")
         wait = self.timeout if timeout is None else timeout
         try:
-            with self._opener.open(req, timeout=wait) as resp:
+            with (self._command_opener if commands else self._opener).open(req, timeout=wait) as resp:
                 return self._decode(resp.status, resp.read(), url)
         except urllib.error.HTTPError as err:
             raw = err.read()
@@ -178,7 +181,8 @@ class ApiClient:
         A retry of the very same `cmd` is idempotent (the reply then carries ``"duplicate": true``).
         """
         body = {"command": cmd.to_dict(), "timeout_s": timeout_s}
-        reply = self.request("POST", "/v1/commands", body=body, timeout=max(self.timeout, timeout_s + _REPLY_MARGIN_S))
+        reply = self.request("POST", "/v1/commands", body=body, timeout=max(self.timeout, timeout_s + _REPLY_MARGIN_S),
+                             commands=True)
         return _field(reply, "result", dict, "/v1/commands")
 
     # --- Queries ---------------------------------------------------------------------------------
@@ -264,6 +268,17 @@ class ApiClient:
     def feed(self, feed_id: int) -> dict[str, Any]:
         """GET /v1/feeds/{feed_id}: one registry entry; FEED_NOT_FOUND if none."""
         return self.request("GET", f"/v1/feeds/{int(feed_id)}")
+
+
+def _opener_for(url: str) -> urllib.request.OpenerDirector:
+    """An opener for `url` (INVALID_ARGUMENT unless http(s)); loopback bypasses any proxy."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise WatchtowerError(f"API URL {url!r} is not an http(s) URL; pass one like {DEFAULT_API_URL}",
+                              code="INVALID_ARGUMENT")
+    # A proxy configured for the outside world must not swallow requests to this machine.
+    handlers = [urllib.request.ProxyHandler({})] if _is_loopback(parsed.hostname) else []
+    return urllib.request.build_opener(*handlers)
 
 
 def _field(data: Mapping[str, Any], name: str, kind: type, what: str) -> Any:

@@ -7,7 +7,8 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
 - its log is ``<log_dir>/<name>.log`` and its Faust data directory ``<log_dir>/<name>.data``;
 - a stream-actor worker gets ``WATCHTOWER_HEALTH_FILE=<log_dir>/<name>.health.json`` (the worker
   writes its health there; a file left by an earlier process is removed before the start);
-- a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set.
+- a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set;
+- a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from watchtower.local.errors import LocalStackError
 
 WORKER_MODULE = "watchtower.agents.worker_main"
 PROJECTION_MODULE = "watchtower.projections.main"
+GATEWAY_MODULE = "watchtower.gateway.main"
 LOOPBACK = "127.0.0.1"
 
 
@@ -88,19 +90,29 @@ class ServiceSet:
         self._spawn(name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix],
                     {"WATCHTOWER_HEALTH_FILE": str(health)})
 
-    def start_projection(self, worker_id: str, port: int | None = None, generation: int = 1) -> None:
+    def start_projection(self, worker_id: str, port: int | None = None, generation: int = 1, *,
+                         gateway: bool = True) -> None:
         """A projection worker serving the HTTP API on `port` (default: the stack's API port).
 
-        A new `generation` starts from empty tables and rebuilds them from the log.
+        A new `generation` starts from empty tables and rebuilds them from the log. With
+        `gateway` it also takes ``POST /v1/commands`` (the command gateway in the same process).
         """
         name, port = f"projection-{worker_id}", port or self.api_port
-        env = {"WATCHTOWER_PROJECTION_GENERATION": str(generation)}
+        env = {"WATCHTOWER_PROJECTION_GENERATION": str(generation), "WATCHTOWER_GATEWAY": "1" if gateway else "0"}
         if self.bind is not None:
             env["WATCHTOWER_WEB_BIND"] = self.bind
             # What the worker advertises to its peers for routed reads: an address they can reach.
             env["WATCHTOWER_WEB_HOST"] = connect_host(self.bind)
         self._spawn(name, [PROJECTION_MODULE, self.bootstrap, worker_id, str(port), self.prefix], env)
         self.urls[name] = self.url_for(port)
+
+    def start_gateway(self, name: str, port: int) -> str:
+        """A command gateway process (no read side) on `port`; returns its URL (also in `urls`)."""
+        name = f"gateway-{name}"
+        env = {} if self.bind is None else {"WATCHTOWER_WEB_BIND": self.bind}
+        self._spawn(name, [GATEWAY_MODULE, self.bootstrap, str(port), self.prefix], env)
+        self.urls[name] = self.url_for(port)
+        return self.urls[name]
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}

@@ -6,8 +6,11 @@ partitions between them; each keeps its partitions' share of the tables with the
 (`partitions`), and brings a partition up to date from the log itself when it is assigned
 (`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
 and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
-partition it serves, else NOT_READY. Commands need no routing: the API produces them to the
-commands topic, keyed by stream, and waits for the committed reply.
+partition it serves, else NOT_READY.
+
+Projections only answer reads. ``POST /v1/commands`` is the command gateway's
+(`watchtower.gateway`); a projection worker mounts it on its own HTTP server unless
+``WATCHTOWER_GATEWAY=0`` (then a separate gateway process takes the commands).
 
 Records are checked before they are folded (`fold`): one that breaks a rule is quarantined
 (logged with its position, counted in /v1/health and the digest, skipped), so a forged or poison
@@ -19,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
-from watchtower.client.transport import CommandClient
 from watchtower.projections import http_params as params
 from watchtower.projections import quarantine, web_server
 from watchtower.projections.catch_up import CatchUp
@@ -44,12 +45,10 @@ from watchtower.protocol.errors import (
     InvalidArgumentError,
     LimitExceededError,
     NotReadyError,
-    RequestTimeoutError,
     WatchtowerError,
 )
 from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.signed_command import Command
 from watchtower.protocol.views import (
     TABLE_NAMES,
     feeds,
@@ -73,10 +72,14 @@ Handler = Callable[..., Awaitable[Response]]
 
 
 class Projection:
-    """The Faust app plus the in-process state next to its tables (offset indexes, payload cache)."""
+    """The Faust app plus the in-process state next to its tables (offset indexes, payload cache).
+
+    `gateway`: mount the command gateway on this worker's HTTP server (default: unless the
+    environment says ``WATCHTOWER_GATEWAY=0``).
+    """
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
-                 port: int = DEFAULT_API_PORT, datadir: str | None = None) -> None:
+                 port: int = DEFAULT_API_PORT, datadir: str | None = None, gateway: bool | None = None) -> None:
         self.bootstrap = bootstrap
         self.worker_id = worker_id
         self.prefix = prefix
@@ -127,13 +130,16 @@ class Projection:
         self.broker = BrokerProbe(bootstrap, self.t_events)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
                                      key_serializer="raw", value_serializer="raw")
-        self._client: CommandClient | None = None
-        self._client_lock = threading.Lock()
         self.app.agent(self.source, name="project")(self._project)
         self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages), self.owned, self._fold)
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
+        if gateway if gateway is not None else os.environ.get("WATCHTOWER_GATEWAY", "1") != "0":
+            # Imported only here: the read side does not depend on the gateway, it may host one.
+            from watchtower.gateway.routes import CommandGateway
+            faust_web: Any = self.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
+            CommandGateway(bootstrap, prefix=prefix).mount(faust_web.web_app)
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:
@@ -233,24 +239,6 @@ class Projection:
         snapshot = {name: list(self.tables[name].items()) for name in TABLE_NAMES}
         return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
                 "tables": table_digests(snapshot), "quarantined": self.quarantined()}
-
-    # ------------------------------------------------------------------ commands
-    def _command_client(self) -> CommandClient:
-        with self._client_lock:
-            if self._client is None:
-                self._client = CommandClient(self.bootstrap, prefix=self.prefix)
-            return self._client
-
-    async def submit(self, cmd: Command, timeout_s: float) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        client = await loop.run_in_executor(None, self._command_client)
-        future = client.submit(cmd)
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no worker answered within {timeout_s:g}s; check `watchtower status` and retry the same "
-                "signed command (a retry is idempotent)") from None
 
     # ------------------------------------------------------------------ HTTP
     def _routes(self) -> None:
@@ -353,27 +341,6 @@ class Projection:
         @page("/v1/admin/digest")
         async def digest(web: Any, _request: Request) -> Response:
             return web.json(projection.digest())
-
-        @app.page("/v1/commands", name="commands")
-        class Commands(web_server.JsonView):
-            async def post(self, request: Request) -> Response:
-                try:
-                    try:
-                        body = await request.json()
-                    except (ValueError, UnicodeDecodeError, RecursionError):
-                        raise InvalidArgumentError("the request body is not JSON (or nests too deep); send "
-                                                   '{"command": <signed command>, "timeout_s": 30}') from None
-                    if not isinstance(body, dict) or "command" not in body:
-                        raise InvalidArgumentError('send {"command": <signed command>, "timeout_s": 30}')
-                    timeout = params.timeout_param(body)  # before anything is produced
-                    try:
-                        cmd = Command.from_dict(body["command"])
-                    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
-                        raise InvalidArgumentError(f"the command is malformed ({type(exc).__name__}); build it "
-                                                   "with the Watchtower SDK or CLI") from None
-                    return self.json({"result": await projection.submit(cmd, timeout)})
-                except WatchtowerError as err:
-                    return self.json(error_body(err), status=http_status(err.code))
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:

@@ -1,0 +1,25 @@
+"""``python -m watchtower.gateway.main BOOTSTRAP PORT [PREFIX]``: one command gateway process.
+
+Listens on ``WATCHTOWER_WEB_BIND`` (default 127.0.0.1: a gateway accepts commands, and a stack on a
+laptop must not serve the network; containers set 0.0.0.0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from watchtower.gateway.server import serve
+
+
+def main(argv: list[str]) -> None:
+    bootstrap, port = argv[0], int(argv[1])
+    prefix = argv[2] if len(argv) > 2 else None  # None: WATCHTOWER_TOPIC_PREFIX, default wt
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(serve(bootstrap, port, prefix=prefix, bind=os.environ.get("WATCHTOWER_WEB_BIND", "127.0.0.1")))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
