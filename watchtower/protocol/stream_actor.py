@@ -3,7 +3,7 @@
 `decide` checks a signed command against the current state and returns the events that record it
 and the caller's reply, or raises the WatchtowerError whose code CIP-7 maps to the broken rule. A
 rejected command yields no events: the edge replies with the error and persists nothing, so a
-rejected nonce may be used again. Checks run in this order:
+rejected nonce may be used again. Checks run in this order for every method but publish:
 
 1. the command signature (INVALID_SIGNATURE), then that it targets this aggregate's stream;
 2. replay protection per caller: nonce > last_nonce. nonce == last_nonce with the same digest is
@@ -17,6 +17,12 @@ rejected nonce may be used again. Checks run in this order:
 
 Nonces are per (caller, stream): this aggregate is one stream's partition, and the stream id is
 signed, so a command cannot be replayed on another stream.
+
+A publish is authorised by its message signature alone: the key in force at head+1 signed this
+stream id, this sequence and this payload hash, and only the owner can put a key in force. Its
+command signature is not checked, and its nonce is neither checked against nor recorded in the
+caller's replay protection; the sequence is its replay protection (docs/publish-auth.md, and
+`_decide_publish` for the order of its checks).
 
 `evolve` (in `stream_state`) folds the events back; `decide` never assumes anything evolve does
 not record. Everything here is pure: no I/O, no clock (block heights are arguments).
@@ -51,7 +57,11 @@ from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
-from watchtower.protocol.signing import verify_with_schedule_or_raise
+from watchtower.protocol.signing import (
+    message_signing_bytes,
+    publish_digest,
+    verify_signing_bytes_with_schedule_or_raise,
+)
 from watchtower.protocol.stream_state import (
     ALLOWLIST_CHANGED,
     KEY_EPOCH_ROTATED,
@@ -113,12 +123,10 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     """Decide `cmd` against `state` at `block_height` under `deployment`'s genesis configuration
     (see the module docstring for the order)."""
     height = require_int(block_height, "block_height")
+    if cmd.method == Method.PUBLISH:
+        return _decide_publish(state, cmd, height)
     verify_command(cmd)
-    if cmd.stream_id != state.stream_id:
-        raise InvalidArgumentError(
-            f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
-            f"send it keyed by its own stream id"
-        )
+    _require_this_stream(state, cmd)
     digest = command_digest(cmd)
     record = state.callers.get(cmd.caller)
     if record is not None and cmd.nonce == record.last_nonce and digest == record.last_digest:
@@ -142,9 +150,62 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
         reply=reply,
         body=body,
     )
-    if event_type == STREAM_MESSAGE_PUBLISHED:
-        return Decision((event,), reply, (StreamMessage.from_json_dict(body["message"]),))
     return Decision((event,), reply)
+
+
+def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
+    """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1.
+
+    Order: the command's stream; a nonce within the clock's ceiling (evolve refuses events beyond
+    it); existence; the command names the owner as caller (UNAUTHORIZED, before the body is read);
+    the message's structure, size, stream and payload hash; an exact retry of the last publish
+    (the original reply with ``"duplicate": True``); CIPHERTEXT on a paid stream; sequence ==
+    head+1 (STALE_SEQUENCE, never renumbered); the signature under the key in force at head+1,
+    which also refuses an older signing_key_id after a rotation. One ed25519 verify in all.
+    """
+    _require_this_stream(state, cmd)
+    check_nonce(None, cmd.nonce, block_height=height)  # only the ceiling: publish nonces are not replay state
+    if not state.created:
+        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
+    # Not authentication (the envelope is unsigned as far as publish goes): it keeps the command's
+    # claim consistent with the owner that delegated publishing to the key, and answers a
+    # stranger's publish with the code CIP-7 maps.
+    _require_owner(state, cmd)
+    config = _config(state)
+    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
+    if msg.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
+    msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
+    signing_bytes = message_signing_bytes(msg)
+    digest = publish_digest(signing_bytes, msg.publisher_sig)
+    if msg.sequence == state.head and digest == state.last_publish_digest:
+        # The very message already at head (the log verified it then): a retry, not a replay.
+        return Decision((), {**_publish_reply(state.head, config), "duplicate": True})
+    if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
+        raise InvalidArgumentError(
+            "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
+        )
+    if msg.sequence != state.head + 1:
+        raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
+    verify_signing_bytes_with_schedule_or_raise(msg, signing_bytes, _schedule(state))
+    reply = _publish_reply(msg.sequence, config)
+    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
+    body["payload_format"] = str(msg.payload_format)
+    event = Event(
+        type=STREAM_MESSAGE_PUBLISHED,
+        stream_id=state.stream_id,
+        block_height=height,
+        caller=cmd.caller,
+        nonce=cmd.nonce,
+        digest=digest,
+        reply=reply,
+        body=body,
+    )
+    return Decision((event,), reply, (msg,))
+
+
+def _publish_reply(sequence: int, config: StreamConfig) -> dict[str, Any]:
+    return {"sequence": sequence, **_window_reply(sequence, floor_for(sequence, config.ring_buffer_capacity))}
 
 
 # --- Helpers shared by the handlers --------------------------------------------------------------
@@ -168,6 +229,14 @@ def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = f
 def _window_reply(head: int, floor: int) -> dict[str, int]:
     # CIP-7's names, then the 0.1 names ``head``/``floor`` (deprecated, kept for one release).
     return {"head_sequence": head, "floor_sequence": floor, "head": head, "floor": floor}
+
+
+def _require_this_stream(state: StreamState, cmd: Command) -> None:
+    if cmd.stream_id != state.stream_id:
+        raise InvalidArgumentError(
+            f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
+            f"send it keyed by its own stream id"
+        )
 
 
 def _require_owner(state: StreamState, cmd: Command) -> None:
@@ -216,29 +285,6 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
     return STREAM_CREATED, {"config": config.to_dict()}, reply
-
-
-def _publish(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
-    """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1."""
-    _require_owner(state, cmd)
-    config = _config(state)
-    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
-    if msg.stream_id != state.stream_id:
-        raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
-    msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
-    if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
-        raise InvalidArgumentError(
-            "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
-        )
-    if msg.sequence != state.head + 1:
-        raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
-    # The key in force at head+1 is the current key; this also refuses an older signing_key_id.
-    verify_with_schedule_or_raise(msg, _schedule(state))
-    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
-    body["payload_format"] = str(msg.payload_format)
-    body["message"] = msg.to_json_dict()
-    floor = floor_for(msg.sequence, config.ring_buffer_capacity)
-    return STREAM_MESSAGE_PUBLISHED, body, {"sequence": msg.sequence, **_window_reply(msg.sequence, floor)}
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
@@ -390,7 +436,6 @@ def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Out
 
 _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcome]]] = {
     Method.CREATE_STREAM: _create_stream,
-    Method.PUBLISH: _publish,
     Method.SUBSCRIBE: _subscribe,
     Method.UNSUBSCRIBE: _unsubscribe,
     Method.ROTATE_PUBLISHER_KEY: _rotate_publisher_key,
