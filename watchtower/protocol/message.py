@@ -252,6 +252,31 @@ class StreamMessage:
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> StreamMessage:
         """Inverse of `to_json_dict`."""
+        if isinstance(data, Mapping) and len(data) == len(_JSON_KEYS) and all(k in data for k in _JSON_KEYS):
+            # The shape `to_json_dict` writes (every publish on the write path): no copies, no
+            # field-set bookkeeping. Anything else takes the general path and its messages.
+            raw = [data[f"{name}_hex"] for name in _BYTE_FIELDS]
+            if all(type(h) is str for h in raw):
+                try:
+                    payload, payload_hash, sig = (bytes.fromhex(h) for h in raw)
+                except ValueError:
+                    pass  # the general path names the field
+                else:
+                    return cls(
+                        stream_id=data["stream_id"],
+                        sequence=data["sequence"],
+                        timestamp_unix_ms=data["timestamp_unix_ms"],
+                        kind=data["kind"],
+                        payload_inline=payload,
+                        payload_hash=payload_hash,
+                        publisher_sig=sig,
+                        content_type=data["content_type"],
+                        tags=data["tags"],
+                        payload_format=data["payload_format"],
+                        key_epoch=data["key_epoch"],
+                        signing_key_id=data["signing_key_id"],
+                        version=data["version"],
+                    )
         fields = dict(data)
         for name in _BYTE_FIELDS:
             hex_value = fields.pop(f"{name}_hex", None)
@@ -266,3 +291,4 @@ class StreamMessage:
 
 _BYTE_FIELDS = ("payload_inline", "payload_hash", "publisher_sig")
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StreamMessage))
+_JSON_KEYS = tuple(f"{name}_hex" if name in _BYTE_FIELDS else name for name in _FIELD_NAMES)
