@@ -93,7 +93,7 @@ def message_map(msg: StreamMessage, *, for_cbor_encode: bool) -> dict[str, Any]:
     """The 11-key signing map of DESIGN §7.1; tag numbers are float64 (`cbor.Float64` to encode)."""
 
     def tag(value: Any) -> Any:
-        if isinstance(value, bool) or isinstance(value, str):
+        if isinstance(value, bool | str):
             return value
         return cbor.Float64(value) if for_cbor_encode else float(value)
 
