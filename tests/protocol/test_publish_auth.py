@@ -28,6 +28,7 @@ from test_stream_actor import (
 )
 
 from watchtower.protocol.command_auth import nonce_ceiling
+from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.stream_actor import Decision, decide
 
@@ -178,9 +179,9 @@ def test_a_message_for_one_stream_is_refused_on_another_even_under_the_same_publ
     # With its stream id rewritten: the signature no longer verifies.
     other.rejects_command("INVALID_SIGNATURE", envelope({**for_prices, "stream_id": "other"}, stream_id="other"))
     # Addressed to the other stream's aggregate but naming this one: routed wrong, refused.
-    with pytest.raises(Exception) as info:
+    with pytest.raises(WatchtowerError) as info:
         decide(other.state, envelope(for_prices), block_height=1)
-    assert getattr(info.value, "code", None) == "INVALID_ARGUMENT"
+    assert info.value.code == "INVALID_ARGUMENT"
     assert other.state.head == 0
 
 
