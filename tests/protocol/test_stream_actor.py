@@ -927,9 +927,9 @@ def test_decide_evolve_properties_over_random_command_sequences(
     for action in plan:
         cmd = materialize(stream, action, sent)
         sent.append(cmd)
-        # A command is identified by its signing bytes; a publish by its signed message (its
-        # envelope is not what authorises it, so a new envelope around an applied message is
-        # the same publish).
+        # A command is identified by its signing bytes; a publish by the caller it names and its
+        # signed message (its envelope signature is not what authorises it, so a new envelope
+        # around an applied message is the same publish).
         digest = publish_identity(cmd) if cmd.method == "publish" else command_digest(cmd)
         before = stream.state
         outcome = attempt(stream, cmd)
@@ -968,12 +968,12 @@ def test_decide_evolve_properties_over_random_command_sequences(
 
 
 def publish_identity(cmd: Command) -> bytes:
-    """The identity of the message a publish carries (b"" when it is not a valid message)."""
+    """The caller a publish names and the message it carries (b"" when that is not a valid message)."""
     try:
         msg = StreamMessage.from_json_dict(cmd.body)
     except WatchtowerError:
         return b""
-    return publish_digest(message_signing_bytes(msg), msg.publisher_sig)
+    return cmd.caller.encode() + publish_digest(message_signing_bytes(msg), msg.publisher_sig)
 
 
 @settings(PROPERTY, max_examples=60)

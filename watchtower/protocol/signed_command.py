@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from enum import StrEnum
 from typing import Any, Final
 
@@ -97,6 +97,16 @@ class FrozenDict(Mapping[str, Any]):
 
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
+
+    # The dict's own (read-only) views: Mapping's generic ones call __getitem__ per key in Python.
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._data.items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._data.values()
 
     def __hash__(self) -> int:
         return hash(frozenset(self._data.items()))

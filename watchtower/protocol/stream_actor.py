@@ -241,6 +241,11 @@ def _require_this_stream(state: StreamState, cmd: Command) -> None:
 
 def _require_owner(state: StreamState, cmd: Command) -> None:
     if cmd.caller != state.owner:
+        if cmd.method == Method.PUBLISH:
+            raise UnauthorizedError(
+                f"publish is the owner's, and {cmd.caller} is not the owner of stream {state.stream_id!r}; "
+                f"send it as the owner ({state.owner}) with the message signed by the current publisher key"
+            )
         raise UnauthorizedError(
             f"{cmd.method} is owner-only and {cmd.caller} is not the owner of stream {state.stream_id!r}; "
             f"sign it with the owner's key"

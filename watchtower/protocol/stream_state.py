@@ -272,15 +272,17 @@ class Event:
         require_int(self.block_height, "block_height")
         require_address(self.caller, "caller")
         require_int(self.nonce, "nonce", minimum=1)
-        if not isinstance(self.digest, bytes) or len(self.digest) != hashlib.sha256().digest_size:
+        if not isinstance(self.digest, bytes) or len(self.digest) != _DIGEST_BYTES:
             raise InvalidArgumentError("digest must be a 32-byte SHA-256")
         for name in ("reply", "body"):
             if not isinstance(getattr(self, name), Mapping):
                 raise InvalidArgumentError(f"event {name} must be an object")
             put(self, name, freeze_json(getattr(self, name), name))
-        keys, expected = set(self.body), EVENT_BODY_FIELDS[self.type]
+        keys, expected = self.body.keys(), EVENT_BODY_FIELDS[self.type]
         if keys != expected:
-            raise InvalidArgumentError(f"{self.type} body must have exactly {sorted(expected)}; got {sorted(keys)}")
+            raise InvalidArgumentError(
+                f"{self.type} body must have exactly {sorted(expected)}; got {sorted(map(str, keys))}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (digest as hex, bytes in body/reply as ``{"$bytes": hex}``)."""
@@ -322,6 +324,7 @@ class Event:
             raise MalformedRecordError(f"not a StreamActor event: {exc.message}") from None
 
 
+_DIGEST_BYTES: Final = 32  # SHA-256
 _EVENT_JSON_KEYS: Final = frozenset(
     {"type", "stream_id", "block_height", "caller", "nonce", "digest_hex", "reply", "body"}
 )
