@@ -37,7 +37,7 @@ from typing import Any, Final, NamedTuple
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
@@ -51,17 +51,24 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.filters import parse_filter
-from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
 from watchtower.protocol.signing import (
     message_signing_bytes,
     publish_digest,
     verify_signing_bytes_with_schedule_or_raise,
 )
+from watchtower.protocol.stream_reads import (
+    get_head,
+    get_since_range,
+    key_at_sequence,
+    key_history,
+    subscribers,
+)
+from watchtower.protocol.stream_reads import require_config as _config
+from watchtower.protocol.stream_reads import require_schedule as _schedule
 from watchtower.protocol.stream_state import (
     ALLOWLIST_CHANGED,
     KEY_EPOCH_ROTATED,
@@ -252,18 +259,6 @@ def _require_owner(state: StreamState, cmd: Command) -> None:
         )
 
 
-def _config(state: StreamState) -> StreamConfig:
-    if state.config is None:  # decide checked existence; this narrows the type
-        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
-    return state.config
-
-
-def _schedule(state: StreamState) -> KeySchedule:
-    if state.key_schedule is None:
-        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
-    return state.key_schedule
-
-
 # --- Handlers ------------------------------------------------------------------------------------
 
 
@@ -449,56 +444,3 @@ _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcom
     Method.ALLOWLIST_REMOVE: _allowlist(added=False),
     Method.ANNOUNCE_KEY_EPOCH: _announce_key_epoch,
 }
-
-
-# --- Read side -----------------------------------------------------------------------------------
-
-
-def get_head(state: StreamState) -> dict[str, Any]:
-    """CIP-7 get_head: head_sequence, floor_sequence and the metadata a consumer needs.
-
-    STREAM_NOT_FOUND if uncreated. ``head``, ``floor`` and ``publisher_key_hex`` repeat
-    head_sequence, floor_sequence and publisher_key under their 0.1 names (deprecated).
-    """
-    config = _config(state)
-    current = _schedule(state).current
-    return {
-        "stream_id": state.stream_id,
-        "owner": state.owner,
-        "head_sequence": state.head,
-        "floor_sequence": state.floor,
-        "head": state.head,
-        "floor": state.floor,
-        "capacity": config.ring_buffer_capacity,
-        "signing_key_id": current.signing_key_id,
-        "publisher_key": current.public_key.hex(),
-        "publisher_key_hex": current.public_key.hex(),
-        "policy": str(config.subscription_policy),
-        "access_mode": str(config.access_mode),
-        "max_subscribers": config.max_subscribers,
-        "active_subscribers": state.active_subscribers,
-        "last_key_epoch": state.last_key_epoch,
-    }
-
-
-def get_since_range(state: StreamState, cursor: int, limit: int) -> range:
-    """The sequences get_since(cursor, limit) returns (DESIGN §7.5: LIMIT_EXCEEDED, CURSOR_TOO_OLD)."""
-    return _window_since(state.head, _config(state).ring_buffer_capacity, cursor, limit)
-
-
-def key_at_sequence(state: StreamState, sequence: int) -> KeyScheduleEntry:
-    """CIP-7 get_key_at_sequence: the key-schedule entry in force at `sequence`."""
-    return _schedule(state).key_at_sequence(sequence)
-
-
-def key_history(
-    state: StreamState, from_signing_key_id: int = FIRST_SIGNING_KEY_ID, limit: int = DEFAULT_KEY_HISTORY_LIMIT
-) -> KeyHistoryPage:
-    """CIP-7 get_key_history, paged (limit 1..500)."""
-    return _schedule(state).history(from_signing_key_id, limit)
-
-
-def subscribers(state: StreamState, *, active_only: bool = False) -> tuple[Subscription, ...]:
-    """Subscriptions ordered by subscriber address (the deterministic push round-robin order)."""
-    subs = sorted(state.subscriptions.values(), key=lambda s: s.subscriber)
-    return tuple(s for s in subs if not active_only or s.status is SubscriptionStatus.ACTIVE)
