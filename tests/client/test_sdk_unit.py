@@ -38,7 +38,6 @@ from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED
 
 
 class InProcessApi:
@@ -65,8 +64,8 @@ class InProcessApi:
         decision = decide(state, cmd, block_height=block_height_at(int(time.time() * 1000)))
         for event in decision.events:
             state = evolve(state, event)
-            if event.type == STREAM_MESSAGE_PUBLISHED:
-                self.log.setdefault(cmd.stream_id, []).append(event.message().to_json_dict())
+        for message in decision.messages:  # a publish's message, for the messages topic
+            self.log.setdefault(cmd.stream_id, []).append(message.to_json_dict())
         self.states[cmd.stream_id] = state
         return dict(decision.reply)
 
