@@ -187,10 +187,17 @@ def test_command_field_of_the_wrong_type_is_invalid_argument(feed: Feed) -> None
 
 
 def test_flipped_signature_byte_is_invalid_signature(feed: Feed) -> None:
-    data = feed.publish_cmd(feed.message(feed.head + 1)).to_dict()
+    # A command's own signature (a publish is authorised by its message's: docs/publish-auth.md).
+    data = sign_command(feed.owner, "set_subscription_policy", feed.stream_id, feed.next_nonce(),
+                        {"policy": "PUBLIC"}).to_dict()
     sig = bytearray.fromhex(data["signature_hex"])
     sig[10] ^= 0x01
     data["signature_hex"] = sig.hex()
+    refused(feed.send_raw(json.dumps({"v": 1, "command": data}).encode()), "INVALID_SIGNATURE")
+    data = feed.publish_cmd(feed.message(feed.head + 1)).to_dict()
+    sig = bytearray.fromhex(data["body"]["publisher_sig_hex"])
+    sig[10] ^= 0x01
+    data["body"]["publisher_sig_hex"] = sig.hex()
     refused(feed.send_raw(json.dumps({"v": 1, "command": data}).encode()), "INVALID_SIGNATURE")
     feed.assert_still_flowing()
 
@@ -234,12 +241,16 @@ def test_replayed_nonce_and_idempotent_retry(feed: Feed) -> None:
     feed.head += 1
     feed.accepted.append(msg)
 
-    # A different command under the nonce just used: a replay, refused.
-    other = feed.publish_cmd(feed.message(feed.head + 1), nonce=original.nonce)
+    # A different command under the owner's last nonce: a replay, refused. (A publish's replay
+    # protection is its sequence, not its nonce: docs/publish-auth.md.)
+    policy = sign_command(feed.owner, "set_subscription_policy", feed.stream_id, feed.next_nonce(),
+                          {"policy": "PUBLIC"})
+    ok(feed.send(policy))
+    other = sign_command(feed.owner, "announce_key_epoch", feed.stream_id, policy.nonce, {"key_epoch": 1})
     error = refused(feed.send(other), "NONCE_REPLAYED")
-    assert error["details"]["last_nonce"] == original.nonce
+    assert error["details"]["last_nonce"] == policy.nonce
     # An older nonce is a replay too.
-    older = feed.publish_cmd(feed.message(feed.head + 1), nonce=original.nonce - 1)
+    older = sign_command(feed.owner, "announce_key_epoch", feed.stream_id, policy.nonce - 1, {"key_epoch": 1})
     refused(feed.send(older), "NONCE_REPLAYED")
 
     # The very same command again is a retry: the original answer, marked, and no second message.

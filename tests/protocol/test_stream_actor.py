@@ -23,8 +23,9 @@ from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeyScheduleEntry
+from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import METHODS, Command, command_digest, sign_command
-from watchtower.protocol.signing import sign_message
+from watchtower.protocol.signing import message_signing_bytes, publish_digest, sign_message
 from watchtower.protocol.stream_actor import (
     Decision,
     Event,
@@ -278,7 +279,7 @@ def test_an_identical_retry_returns_the_original_reply_and_no_events() -> None:
 
 def test_reusing_the_last_nonce_for_another_command_is_nonce_replayed() -> None:
     stream = created()
-    stream.publish()  # owner nonce 2
+    stream.do(OWNER, "announce_key_epoch", {"key_epoch": 0})  # owner nonce 2
     error = stream.rejects("NONCE_REPLAYED", OWNER, "announce_key_epoch", {"key_epoch": 1}, nonce=2)
     assert "nonce 3 or higher" in error.message
 
@@ -287,7 +288,7 @@ def test_a_lower_nonce_is_nonce_replayed_even_for_an_old_identical_command() -> 
     stream = created()
     create = stream.events[0]
     assert create.nonce == 1
-    stream.publish()
+    stream.do(OWNER, "announce_key_epoch", {"key_epoch": 0})
     retry_of_create = stream.command(OWNER, "create_stream", {"publisher_key": pub(PUBLISHER)}, nonce=1)
     # Only the last command is remembered for idempotent retries; older ones are plain replays.
     stream.rejects_command("NONCE_REPLAYED", retry_of_create)
@@ -325,13 +326,20 @@ def test_publish_appends_at_head_plus_1_and_replies_with_head_and_floor() -> Non
     assert stream.state.head == 1
 
 
-def test_the_published_event_carries_the_cip7_fields_and_the_whole_message() -> None:
+def test_the_published_event_is_a_reference_and_the_decision_carries_the_one_message() -> None:
     stream = created()
     body = message(1)
-    (event,) = stream.publish(body).events
-    msg = event.message()
+    decision = stream.publish(body)
+    (event,) = decision.events
+    (msg,) = decision.messages
     assert msg.to_json_dict() == body
     assert event.type == "StreamMessagePublished"
+    # Exactly the ten CIP-7 fields: stream, sequence and hash name the message; no payload copy.
+    assert set(event.body) == {
+        "stream_id", "version", "sequence", "kind", "content_type", "payload_format",
+        "payload_hash", "key_epoch", "signing_key_id", "timestamp_unix_ms",
+    }
+    assert msg.payload_inline not in json.dumps(event.to_dict()).encode()
     assert event.body["payload_hash"] == msg.payload_hash
     assert event.body["payload_format"] == "PLAINTEXT"
     for name in ("stream_id", "version", "sequence", "kind", "content_type", "key_epoch", "signing_key_id"):
@@ -353,7 +361,8 @@ def test_only_the_owner_may_publish() -> None:
 def test_a_publish_not_signed_for_head_plus_1_is_stale_and_never_renumbered(sequence: int) -> None:
     stream = created()
     stream.publish()
-    error = stream.rejects("STALE_SEQUENCE", OWNER, "publish", message(sequence))
+    # Another message than the one at head 1 (that one would be an idempotent retry).
+    error = stream.rejects("STALE_SEQUENCE", OWNER, "publish", message(sequence, payload=b'{"px": 2}'))
     assert error.details["head"] == 1
     assert stream.state.head == 1
 
@@ -631,8 +640,7 @@ def test_event_bodies_use_the_avro_field_names() -> None:
     for event in events:
         schema = json.loads((SCHEMAS / f"{event.type}.v1.avsc").read_text(encoding="utf-8"))
         names = {f["name"] for f in schema["fields"]} - ENVELOPE_FIELDS
-        extra = {"message"} if event.type == "StreamMessagePublished" else set()
-        assert set(event.body) == names | extra, event.type
+        assert set(event.body) == names, event.type
 
 
 def test_events_round_trip_through_json() -> None:
@@ -700,7 +708,7 @@ def test_the_state_holds_no_per_message_data() -> None:
     for _ in range(30):
         stream.publish(message(stream.state.head + 1, payload=marker))
     assert marker not in pickle.dumps(stream.state)
-    assert len(pickle.dumps(stream.state)) - small < 16  # only the head and the owner's nonce grew
+    assert len(pickle.dumps(stream.state)) - small < 16  # only the head grew (the digest has a fixed size)
 
 
 # --- read side ----------------------------------------------------------------------------------
@@ -919,12 +927,16 @@ def test_decide_evolve_properties_over_random_command_sequences(
     for action in plan:
         cmd = materialize(stream, action, sent)
         sent.append(cmd)
-        digest = command_digest(cmd)
+        # A command is identified by its signing bytes; a publish by the caller it names and its
+        # signed message (its envelope signature is not what authorises it, so a new envelope
+        # around an applied message is the same publish).
+        digest = publish_identity(cmd) if cmd.method == "publish" else command_digest(cmd)
         before = stream.state
         outcome = attempt(stream, cmd)
         if isinstance(outcome, WatchtowerError):
             assert outcome.code in ALLOWED_CODES, outcome
-            assert outcome.code == "NONCE_REPLAYED" or digest not in accepted
+            # Refusing an applied command again: by its nonce, or for a publish by its sequence.
+            assert outcome.code in ("NONCE_REPLAYED", "STALE_SEQUENCE") or digest not in accepted
             assert stream.state is before
         elif digest in accepted:
             # (c) A command that was accepted once never produces events again.
@@ -945,10 +957,23 @@ def test_decide_evolve_properties_over_random_command_sequences(
     sequences = [e.body["sequence"] for e in stream.events if e.type == "StreamMessagePublished"]
     assert stream.state.head == publishes == len(sequences)
     assert sequences == list(range(1, stream.state.head + 1))
-    # Replay protection, seen from the log: each caller's nonces strictly increase.
-    for caller in {e.caller for e in stream.events}:
-        nonces = [e.nonce for e in stream.events if e.caller == caller]
+    # Replay protection, seen from the log: each caller's nonces strictly increase (publishes
+    # excepted: their nonces are not replay state, their sequences are).
+    commands = [e for e in stream.events if e.type != "StreamMessagePublished"]
+    for caller in {e.caller for e in commands}:
+        nonces = [e.nonce for e in commands if e.caller == caller]
         assert nonces == sorted(set(nonces))
+    # Every publish event names the owner as its caller.
+    assert all(e.caller == stream.state.owner for e in stream.events if e.type == "StreamMessagePublished")
+
+
+def publish_identity(cmd: Command) -> bytes:
+    """The caller a publish names and the message it carries (b"" when that is not a valid message)."""
+    try:
+        msg = StreamMessage.from_json_dict(cmd.body)
+    except WatchtowerError:
+        return b""
+    return cmd.caller.encode() + publish_digest(message_signing_bytes(msg), msg.publisher_sig)
 
 
 @settings(PROPERTY, max_examples=60)
@@ -964,6 +989,10 @@ def test_head_counts_accepted_publishes_whatever_sequences_are_attempted(offsets
         if offset == 0:
             assert isinstance(outcome, Decision)
             accepted += 1
+        elif target == stream.state.head:
+            # The very message already at head again (messages here depend on the sequence only).
+            assert isinstance(outcome, Decision)
+            assert (outcome.events, outcome.messages, outcome.reply["duplicate"]) == ((), (), True)
         else:
             assert isinstance(outcome, WatchtowerError)
             assert outcome.code == "STALE_SEQUENCE"
@@ -973,9 +1002,9 @@ def test_head_counts_accepted_publishes_whatever_sequences_are_attempted(offsets
 
 @settings(PROPERTY, max_examples=60)
 @given(st.lists(st.sampled_from(["publish", "subscribe", "announce"]), min_size=1, max_size=10), st.data())
-def test_a_replayed_nonce_never_produces_events(methods: list[str], data: st.DataObject) -> None:
+def test_a_replayed_command_never_produces_events(methods: list[str], data: st.DataObject) -> None:
     stream = created()
-    history: list[Command] = []
+    history: list[Command] = [stream.command(OWNER, "create_stream", {"publisher_key": pub(PUBLISHER)}, nonce=1)]
     for method in methods:
         if method == "publish":
             cmd = stream.command(OWNER, "publish", message(stream.state.head + 1))
@@ -988,11 +1017,17 @@ def test_a_replayed_nonce_never_produces_events(methods: list[str], data: st.Dat
     old = data.draw(st.sampled_from(history))
     before = stream.state
     outcome = attempt(stream, old)
-    if old is history[-1]:
+    last_owner_command = next(c for c in reversed(history) if c.method != "publish")
+    last_publish = next((c for c in reversed(history) if c.method == "publish"), None)
+    if old is last_owner_command:
         assert outcome == Decision((), {**stream.state.callers[addr(OWNER)].last_reply, "duplicate": True})
+    elif old is last_publish:
+        # A publish's replay protection is its sequence; the message at head is a retry.
+        assert isinstance(outcome, Decision)
+        assert (outcome.events, outcome.reply["duplicate"]) == ((), True)
     else:
         assert isinstance(outcome, WatchtowerError)
-        assert outcome.code == "NONCE_REPLAYED"
+        assert outcome.code == ("STALE_SEQUENCE" if old.method == "publish" else "NONCE_REPLAYED")
     assert stream.state is before
 
 
@@ -1014,6 +1049,7 @@ def test_state_digest_covers_every_field() -> None:
         "allowlist": frozenset({addr(BOB)}),
         "last_key_epoch": 3,
         "callers": base.callers.set(addr(BOB), base.callers[addr(ALICE)]),
+        "last_publish_digest": bytes(32),
     }
     assert set(variants) == {f.name for f in dataclasses.fields(StreamState)}
     for name, value in variants.items():
@@ -1040,6 +1076,7 @@ def test_a_forged_in_ceiling_nonce_does_not_truncate_the_genuine_log_at_a_rebuil
                                  body={"stream_id": SID, "policy": "PUBLIC"})
     stream.publish()
     stream.publish()
+    stream.do(OWNER, "announce_key_epoch", {"key_epoch": 0})
     log = [*stream.events[:2], forged, *stream.events[2:]]
     rebuilt = rebuild(log)
     assert rebuilt.head == stream.state.head == 3

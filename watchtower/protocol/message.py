@@ -252,6 +252,15 @@ class StreamMessage:
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> StreamMessage:
         """Inverse of `to_json_dict`."""
+        if isinstance(data, Mapping) and len(data) == _JSON_KEY_COUNT:
+            # The shape `to_json_dict` writes (every publish on the write path): no copies, no
+            # field-set bookkeeping. Anything else takes the general path and its messages.
+            try:
+                fast = _from_exact_json(cls, data)
+            except (KeyError, TypeError, ValueError):
+                fast = None  # a missing key, or hex that is not: the general path names the field
+            if fast is not None:
+                return fast
         fields = dict(data)
         for name in _BYTE_FIELDS:
             hex_value = fields.pop(f"{name}_hex", None)
@@ -266,3 +275,27 @@ class StreamMessage:
 
 _BYTE_FIELDS = ("payload_inline", "payload_hash", "publisher_sig")
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StreamMessage))
+_JSON_KEY_COUNT = len(_FIELD_NAMES)
+
+
+def _from_exact_json(cls: type[StreamMessage], data: Mapping[str, Any]) -> StreamMessage:
+    # 13 keys, each of the 13 names present: exactly `to_json_dict`'s key set. KeyError for a
+    # missing one; TypeError/ValueError for hex that is not a hex string.
+    payload_hex, hash_hex, sig_hex = data["payload_inline_hex"], data["payload_hash_hex"], data["publisher_sig_hex"]
+    if type(payload_hex) is not str or type(hash_hex) is not str or type(sig_hex) is not str:
+        raise TypeError("hex fields must be text")
+    return cls(
+        stream_id=data["stream_id"],
+        sequence=data["sequence"],
+        timestamp_unix_ms=data["timestamp_unix_ms"],
+        kind=data["kind"],
+        payload_inline=bytes.fromhex(payload_hex),
+        payload_hash=bytes.fromhex(hash_hex),
+        publisher_sig=bytes.fromhex(sig_hex),
+        content_type=data["content_type"],
+        tags=data["tags"],
+        payload_format=data["payload_format"],
+        key_epoch=data["key_epoch"],
+        signing_key_id=data["signing_key_id"],
+        version=data["version"],
+    )

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from enum import StrEnum
 from typing import Any, Final
 
@@ -93,6 +92,22 @@ class FrozenDict(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._data)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    # The dict's own (read-only) views: Mapping's generic ones call __getitem__ per key in Python.
+    def keys(self) -> KeysView[str]:
+        return self._data.keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._data.items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._data.values()
+
     def __hash__(self) -> int:
         return hash(frozenset(self._data.items()))
 
@@ -103,35 +118,83 @@ class FrozenDict(Mapping[str, Any]):
         return (FrozenDict, (self._data,))
 
 
+class _DeepFrozenDict(FrozenDict):
+    """A FrozenDict that `freeze_json` built, so every value inside it is frozen too.
+
+    Only `freeze_json` creates these (anyone may build a plain FrozenDict around a mutable list),
+    which lets it return one unchanged instead of walking it again: a command's body is frozen
+    once on decoding, not again by the constructor. Pickles as a plain FrozenDict.
+    """
+
+    __slots__ = ()
+
+
+def _deep_frozen(data: dict[str, Any]) -> _DeepFrozenDict:
+    frozen = _DeepFrozenDict.__new__(_DeepFrozenDict)
+    frozen._data = data
+    return frozen
+
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
 def freeze_json(value: object, name: str = "body", _depth: int = 0) -> Any:
     """A deep, immutable copy of a JSON-like value; INVALID_ARGUMENT naming the bad part.
 
     Maps become `FrozenDict`, arrays tuples, bytes-likes bytes. Floats must be finite; map keys
-    must be text; ``{"$bytes": <text>}`` is reserved for the JSON form of bytes.
+    must be text; ``{"$bytes": <text>}`` is reserved for the JSON form of bytes. A map this
+    function already froze is returned as it is.
     """
-    if _depth > MAX_BODY_DEPTH:
+    kind = type(value)
+    if kind in _SCALARS or kind is bytes or kind is _DeepFrozenDict:
+        return value
+    return _freeze(value, name, _depth, unwrap=False)
+
+
+def _freeze(value: object, name: str, depth: int, *, unwrap: bool) -> Any:
+    # One walk for both entry points: `unwrap` also turns {"$bytes": hex} back into bytes (the
+    # JSON form's inverse), which then leaves no reserved map behind to refuse.
+    if depth > MAX_BODY_DEPTH:
         raise InvalidArgumentError(f"{name} nests deeper than {MAX_BODY_DEPTH} levels")
+    kind = type(value)
+    if kind in _SCALARS or kind is bytes or kind is _DeepFrozenDict:
+        return value
+    if kind is float:
+        if value - value != 0.0:  # type: ignore[operator]  # NaN and ±Inf (inf - inf is NaN)
+            raise InvalidArgumentError(f"{name} is {value!r}; NaN and ±Inf cannot be signed or sent as JSON")
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        items: Mapping[Any, Any] = value  # type: ignore[assignment]
+        if unwrap and len(items) == 1 and BYTES_TAG in items:
+            hex_text = items[BYTES_TAG]
+            if not isinstance(hex_text, str):
+                raise InvalidArgumentError(f'{name}: "{BYTES_TAG}" must hold a hex string')
+            return _hex(hex_text, name)
+        out: dict[str, Any] = {}
+        inline = depth < MAX_BODY_DEPTH  # a scalar child sits one level deeper
+        for key, item in items.items():
+            if type(key) is not str:
+                if not isinstance(key, str):
+                    raise InvalidArgumentError(f"{name} has a non-text key {key!r}; JSON object keys are text")
+                key = str(key)
+            item_kind = type(item)
+            if inline and (item_kind is str or item_kind is int or item_kind is bool or item is None):
+                out[key] = item
+            else:
+                out[key] = _freeze(item, f"{name}.{key}", depth + 1, unwrap=unwrap)
+        if len(out) == 1 and isinstance(out.get(BYTES_TAG), str):
+            raise InvalidArgumentError(f'{name} is {{"{BYTES_TAG}": …}}, which is reserved for encoding bytes')
+        return _deep_frozen(out)
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v, f"{name}[{i}]", depth + 1, unwrap=unwrap) for i, v in enumerate(value))
     if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidArgumentError(f"{name} is {value!r}; NaN and ±Inf cannot be signed or sent as JSON")
-        return float(value)
+        return _freeze(float(value), name, depth, unwrap=unwrap)
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    if isinstance(value, list | tuple):
-        return tuple(freeze_json(v, f"{name}[{i}]", _depth + 1) for i, v in enumerate(value))
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidArgumentError(f"{name} has a non-text key {key!r}; JSON object keys are text")
-            out[key] = freeze_json(item, f"{name}.{key}", _depth + 1)
-        if len(out) == 1 and isinstance(out.get(BYTES_TAG), str):
-            raise InvalidArgumentError(f'{name} is {{"{BYTES_TAG}": …}}, which is reserved for encoding bytes')
-        return FrozenDict(out)
     raise InvalidArgumentError(
         f"{name} is a {type(value).__name__}; use text, numbers, bools, null, bytes, arrays or objects"
     )
@@ -150,22 +213,7 @@ def json_safe(value: Any) -> Any:
 
 def from_json_safe(value: object, name: str = "body") -> Any:
     """Inverse of `json_safe`, frozen; INVALID_ARGUMENT on anything `json_safe` cannot produce."""
-    return freeze_json(_unwrap_bytes(value, name, 0), name)
-
-
-def _unwrap_bytes(value: object, name: str, depth: int) -> object:
-    if depth > MAX_BODY_DEPTH:
-        raise InvalidArgumentError(f"{name} nests deeper than {MAX_BODY_DEPTH} levels")
-    if isinstance(value, list | tuple):
-        return [_unwrap_bytes(v, f"{name}[{i}]", depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, Mapping):
-        if len(value) == 1 and BYTES_TAG in value:
-            hex_text = value[BYTES_TAG]
-            if not isinstance(hex_text, str):
-                raise InvalidArgumentError(f'{name}: "{BYTES_TAG}" must hold a hex string')
-            return _hex(hex_text, name)
-        return {k: _unwrap_bytes(v, f"{name}.{k}", depth + 1) for k, v in value.items()}
-    return value
+    return _freeze(value, name, 0, unwrap=True)
 
 
 def _hex(text: object, name: str) -> bytes:
@@ -177,18 +225,63 @@ def _hex(text: object, name: str) -> bytes:
         raise InvalidArgumentError(f"{name} is not valid hex") from None
 
 
-def _for_signing(value: Any) -> Any:
-    # Only floats need help: cbor.encode would shorten them, the envelope pins float64.
-    if type(value) is float:
-        return cbor.Float64(value)
-    if isinstance(value, tuple):
-        return [_for_signing(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _for_signing(v) for k, v in value.items()}
-    return value
-
-
 # --- Signing bytes -------------------------------------------------------------------------------
+
+# The envelope's six keys in deterministic order (by encoded bytes: shorter first, then bytewise),
+# so the map is assembled by concatenation; `cbor.encode` of the same map gives the same bytes
+# (tests/protocol/test_signing_properties.py checks it on random commands, and cbor2 decodes both).
+_ENVELOPE_ORDER: Final = ("body", "nonce", "caller", "domain", "method", "stream_id")
+if tuple(sorted(_ENVELOPE_ORDER, key=cbor.encode_text)) != _ENVELOPE_ORDER:  # pragma: no cover
+    raise RuntimeError("command envelope key order changed")
+_K_BODY, _K_NONCE, _K_CALLER, _K_DOMAIN, _K_METHOD, _K_STREAM_ID = (cbor.encode_text(k) for k in _ENVELOPE_ORDER)
+_MAP6_BODY: Final = cbor.encode_head(5, 6) + _K_BODY
+_DOMAIN_FIELD: Final = _K_DOMAIN + cbor.encode_text(COMMAND_DOMAIN)
+
+
+def _encode_body_value(value: Any) -> bytes:
+    """Deterministic CBOR of a frozen body value, every float as float64 (never shortened).
+
+    The same bytes as `cbor.encode` of the value with each float wrapped in `cbor.Float64`,
+    without building that copy first.
+    """
+    kind = type(value)
+    if kind is str:
+        return cbor.encode_text(value)
+    if kind is int:
+        if not -(2**64) <= value < 2**64:
+            raise InvalidArgumentError(f"integer {value} is outside CBOR's 64-bit range")
+        return cbor.encode_int(value)
+    if kind is float:
+        return cbor.encode_float64(value)
+    if value is None:
+        return cbor.NULL
+    if kind is bool:
+        return cbor.TRUE if value else cbor.FALSE
+    if kind is bytes:
+        return cbor.encode_bytes(value)
+    if kind is tuple:
+        return cbor.encode_head(4, len(value)) + b"".join([_encode_body_value(v) for v in value])
+    if isinstance(value, Mapping):
+        # Text keys are distinct and UTF-8 is injective, so encoded keys never tie.
+        items = sorted([(cbor.encode_text(k), _encode_body_value(v)) for k, v in value.items()])
+        return cbor.encode_head(5, len(items)) + b"".join([k + v for k, v in items])
+    # Subclasses (a StrEnum, a float64 marker) and values nobody froze: encode what they stand for.
+    if isinstance(value, str):
+        return cbor.encode_text(str(value))
+    if isinstance(value, bool | int | float | bytes | bytearray | memoryview | list | tuple):
+        frozen = freeze_json(value)
+        return _encode_body_value(frozen if type(frozen) is not type(value) else _plain(frozen))
+    raise InvalidArgumentError(f"cannot sign a {kind.__name__} in a command body")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return tuple(value) if isinstance(value, list) else bytes(value)
 
 
 def command_signing_bytes(
@@ -198,15 +291,20 @@ def command_signing_bytes(
     frozen = freeze_json(body)
     if not isinstance(frozen, Mapping):
         raise InvalidArgumentError(f"body must be an object, got {type(body).__name__}")
-    return cbor.encode(
-        {
-            "domain": COMMAND_DOMAIN,
-            "method": str(parse_method(method)),
-            "stream_id": require_text(stream_id, "stream_id"),
-            "caller": address_from_public_key(caller_public_key),
-            "nonce": require_int(nonce, "nonce", minimum=1),
-            "body": _for_signing(frozen),
-        }
+    return b"".join(
+        (
+            _MAP6_BODY,
+            _encode_body_value(frozen),
+            _K_NONCE,
+            cbor.encode_int(require_int(nonce, "nonce", minimum=1)),
+            _K_CALLER,
+            cbor.encode_text(address_from_public_key(caller_public_key)),
+            _DOMAIN_FIELD,
+            _K_METHOD,
+            cbor.encode_text(str(parse_method(method))),
+            _K_STREAM_ID,
+            cbor.encode_text(require_text(stream_id, "stream_id")),
+        )
     )
 
 
@@ -215,6 +313,9 @@ class Command:
     """A signed StreamActor command. Exists ⇒ well-formed and encodable (not necessarily authentic).
 
     `body` is stored deep-frozen (`FrozenDict`, tuples). `verify_command` checks the signature.
+    A publish is the exception to "encodable": its command signature is never checked (its
+    message signature authorises it, docs/publish-auth.md), so its signing bytes are built only
+    if asked for, and decide checks its body as a StreamMessage instead.
     """
 
     method: str
@@ -223,7 +324,7 @@ class Command:
     nonce: int
     body: Mapping[str, Any]
     signature: bytes
-    _signing_bytes: bytes = dataclasses.field(init=False, repr=False, compare=False)
+    _signing_bytes: bytes | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -240,12 +341,13 @@ class Command:
         put(self, "body", freeze_json(self.body))
         put(self, "signature", require_bytes(self.signature, "signature"))
         # Computed once: decide needs the bytes twice (signature and digest), and computing them
-        # here proves the body is encodable (e.g. no integer beyond CBOR's 64-bit range).
-        put(
-            self,
-            "_signing_bytes",
-            command_signing_bytes(self.method, self.stream_id, self.caller_public_key, self.nonce, self.body),
-        )
+        # here proves the body is encodable (e.g. no integer beyond CBOR's 64-bit range). A
+        # publish never needs them on the write path (see the class docstring).
+        if self.method is not Method.PUBLISH:
+            put(self, "_signing_bytes", self._encode())
+
+    def _encode(self) -> bytes:
+        return command_signing_bytes(self.method, self.stream_id, self.caller_public_key, self.nonce, self.body)
 
     @property
     def caller(self) -> str:
@@ -254,8 +356,13 @@ class Command:
 
     @property
     def signing_bytes(self) -> bytes:
-        """`command_signing_bytes` of this command."""
-        return self._signing_bytes
+        """`command_signing_bytes` of this command (INVALID_ARGUMENT for a publish whose body cannot
+        be encoded)."""
+        data = self._signing_bytes
+        if data is None:
+            data = self._encode()
+            object.__setattr__(self, "_signing_bytes", data)
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form: keys as fields, bytes as ``*_hex``, body bytes as ``{"$bytes": hex}``."""

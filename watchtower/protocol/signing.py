@@ -346,11 +346,7 @@ def verify_message(msg: StreamMessage, public_key: bytes) -> bool:
 def verify_message_or_raise(msg: StreamMessage, public_key: bytes) -> None:
     """`verify_message`, raising `InvalidSignatureError` (naming stream and sequence) when it fails."""
     if not verify_message(msg, public_key):
-        raise InvalidSignatureError(
-            f"message {msg.stream_id}#{msg.sequence} does not verify under signing key "
-            f"{msg.signing_key_id}: the payload or a signed field was altered, or it was signed "
-            f"with another key. Discard it and re-fetch from the log."
-        )
+        raise _bad_signature(msg)
 
 
 def verify_with_schedule(msg: StreamMessage, schedule: KeySchedule) -> bool:
@@ -365,13 +361,52 @@ def verify_with_schedule(msg: StreamMessage, schedule: KeySchedule) -> bool:
     return verify_message(msg, entry.public_key)
 
 
+def publish_digest(signing_bytes: bytes, publisher_sig: bytes) -> bytes:
+    """SHA-256 of a message's signing bytes followed by its signature: what identifies a publish.
+
+    Equal digests mean the same signed fields (payload_hash included) and the same signature, so
+    an exact retry of a publish is recognised without keeping the message.
+    """
+    return hashlib.sha256(signing_bytes + publisher_sig).digest()
+
+
+def verify_signing_bytes_with_schedule_or_raise(
+    msg: StreamMessage, signing_bytes: bytes, schedule: KeySchedule
+) -> None:
+    """Verify `msg.publisher_sig` over `signing_bytes` (already built from `msg`, whose payload
+    hash the caller has checked) under the key in force at `msg.sequence`.
+
+    The write path builds the bytes once for both the signature and `publish_digest`; raises
+    `InvalidSignatureError` as `verify_with_schedule_or_raise` does.
+    """
+    entry = schedule.key_at_sequence(msg.sequence)
+    if entry.signing_key_id != msg.signing_key_id:
+        raise _wrong_key_id(msg, entry.signing_key_id, entry.effective_sequence)
+    try:
+        _checked_verify_key(entry.public_key).verify(signing_bytes, msg.publisher_sig)
+    except nacl.exceptions.BadSignatureError:
+        raise _bad_signature(msg) from None
+
+
+def _wrong_key_id(msg: StreamMessage, key_id: int, effective_sequence: int) -> InvalidSignatureError:
+    return InvalidSignatureError(
+        f"message {msg.stream_id}#{msg.sequence} claims signing key {msg.signing_key_id}, but "
+        f"key {key_id} is in force from sequence {effective_sequence}; "
+        f"re-sign with the active publisher key."
+    )
+
+
+def _bad_signature(msg: StreamMessage) -> InvalidSignatureError:
+    return InvalidSignatureError(
+        f"message {msg.stream_id}#{msg.sequence} does not verify under signing key "
+        f"{msg.signing_key_id}: the payload or a signed field was altered, or it was signed "
+        f"with another key. Discard it and re-fetch from the log."
+    )
+
+
 def verify_with_schedule_or_raise(msg: StreamMessage, schedule: KeySchedule) -> None:
     """`verify_with_schedule`, raising `InvalidSignatureError` with the key id in force."""
     entry = schedule.key_at_sequence(msg.sequence)
     if entry.signing_key_id != msg.signing_key_id:
-        raise InvalidSignatureError(
-            f"message {msg.stream_id}#{msg.sequence} claims signing key {msg.signing_key_id}, but "
-            f"key {entry.signing_key_id} is in force from sequence {entry.effective_sequence}; "
-            f"re-sign with the active publisher key."
-        )
+        raise _wrong_key_id(msg, entry.signing_key_id, entry.effective_sequence)
     verify_message_or_raise(msg, entry.public_key)

@@ -3,7 +3,7 @@
 `decide` checks a signed command against the current state and returns the events that record it
 and the caller's reply, or raises the WatchtowerError whose code CIP-7 maps to the broken rule. A
 rejected command yields no events: the edge replies with the error and persists nothing, so a
-rejected nonce may be used again. Checks run in this order:
+rejected nonce may be used again. Checks run in this order for every method but publish:
 
 1. the command signature (INVALID_SIGNATURE), then that it targets this aggregate's stream;
 2. replay protection per caller: nonce > last_nonce. nonce == last_nonce with the same digest is
@@ -18,6 +18,12 @@ rejected nonce may be used again. Checks run in this order:
 Nonces are per (caller, stream): this aggregate is one stream's partition, and the stream id is
 signed, so a command cannot be replayed on another stream.
 
+A publish is authorised by its message signature alone: the key in force at head+1 signed this
+stream id, this sequence and this payload hash, and only the owner can put a key in force. Its
+command signature is not checked, and its nonce is neither checked against nor recorded in the
+caller's replay protection; the sequence is its replay protection (docs/publish-auth.md, and
+`_decide_publish` for the order of its checks).
+
 `evolve` (in `stream_state`) folds the events back; `decide` never assumes anything evolve does
 not record. Everything here is pure: no I/O, no clock (block heights are arguments).
 """
@@ -31,7 +37,7 @@ from typing import Any, Final, NamedTuple
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
+from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
@@ -45,13 +51,24 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.filters import parse_filter
-from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
-from watchtower.protocol.signing import verify_with_schedule_or_raise
+from watchtower.protocol.signing import (
+    message_signing_bytes,
+    publish_digest,
+    verify_signing_bytes_with_schedule_or_raise,
+)
+from watchtower.protocol.stream_reads import (
+    get_head,
+    get_since_range,
+    key_at_sequence,
+    key_history,
+    subscribers,
+)
+from watchtower.protocol.stream_reads import require_config as _config
+from watchtower.protocol.stream_reads import require_schedule as _schedule
 from watchtower.protocol.stream_state import (
     ALLOWLIST_CHANGED,
     KEY_EPOCH_ROTATED,
@@ -113,12 +130,10 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     """Decide `cmd` against `state` at `block_height` under `deployment`'s genesis configuration
     (see the module docstring for the order)."""
     height = require_int(block_height, "block_height")
+    if cmd.method == Method.PUBLISH:
+        return _decide_publish(state, cmd, height)
     verify_command(cmd)
-    if cmd.stream_id != state.stream_id:
-        raise InvalidArgumentError(
-            f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
-            f"send it keyed by its own stream id"
-        )
+    _require_this_stream(state, cmd)
     digest = command_digest(cmd)
     record = state.callers.get(cmd.caller)
     if record is not None and cmd.nonce == record.last_nonce and digest == record.last_digest:
@@ -142,9 +157,62 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
         reply=reply,
         body=body,
     )
-    if event_type == STREAM_MESSAGE_PUBLISHED:
-        return Decision((event,), reply, (StreamMessage.from_json_dict(body["message"]),))
     return Decision((event,), reply)
+
+
+def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
+    """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1.
+
+    Order: the command's stream; a nonce within the clock's ceiling (evolve refuses events beyond
+    it); existence; the command names the owner as caller (UNAUTHORIZED, before the body is read);
+    the message's structure, size, stream and payload hash; an exact retry of the last publish
+    (the original reply with ``"duplicate": True``); CIPHERTEXT on a paid stream; sequence ==
+    head+1 (STALE_SEQUENCE, never renumbered); the signature under the key in force at head+1,
+    which also refuses an older signing_key_id after a rotation. One ed25519 verify in all.
+    """
+    _require_this_stream(state, cmd)
+    check_nonce(None, cmd.nonce, block_height=height)  # only the ceiling: publish nonces are not replay state
+    if not state.created:
+        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
+    # Not authentication (the envelope is unsigned as far as publish goes): it keeps the command's
+    # claim consistent with the owner that delegated publishing to the key, and answers a
+    # stranger's publish with the code CIP-7 maps.
+    _require_owner(state, cmd)
+    config = _config(state)
+    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
+    if msg.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
+    msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
+    signing_bytes = message_signing_bytes(msg)
+    digest = publish_digest(signing_bytes, msg.publisher_sig)
+    if msg.sequence == state.head and digest == state.last_publish_digest:
+        # The very message already at head (the log verified it then): a retry, not a replay.
+        return Decision((), {**_publish_reply(state.head, config), "duplicate": True})
+    if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
+        raise InvalidArgumentError(
+            "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
+        )
+    if msg.sequence != state.head + 1:
+        raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
+    verify_signing_bytes_with_schedule_or_raise(msg, signing_bytes, _schedule(state))
+    reply = _publish_reply(msg.sequence, config)
+    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
+    body["payload_format"] = str(msg.payload_format)
+    event = Event(
+        type=STREAM_MESSAGE_PUBLISHED,
+        stream_id=state.stream_id,
+        block_height=height,
+        caller=cmd.caller,
+        nonce=cmd.nonce,
+        digest=digest,
+        reply=reply,
+        body=body,
+    )
+    return Decision((event,), reply, (msg,))
+
+
+def _publish_reply(sequence: int, config: StreamConfig) -> dict[str, Any]:
+    return {"sequence": sequence, **_window_reply(sequence, floor_for(sequence, config.ring_buffer_capacity))}
 
 
 # --- Helpers shared by the handlers --------------------------------------------------------------
@@ -170,24 +238,25 @@ def _window_reply(head: int, floor: int) -> dict[str, int]:
     return {"head_sequence": head, "floor_sequence": floor, "head": head, "floor": floor}
 
 
+def _require_this_stream(state: StreamState, cmd: Command) -> None:
+    if cmd.stream_id != state.stream_id:
+        raise InvalidArgumentError(
+            f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
+            f"send it keyed by its own stream id"
+        )
+
+
 def _require_owner(state: StreamState, cmd: Command) -> None:
     if cmd.caller != state.owner:
+        if cmd.method == Method.PUBLISH:
+            raise UnauthorizedError(
+                f"publish is the owner's, and {cmd.caller} is not the owner of stream {state.stream_id!r}; "
+                f"send it as the owner ({state.owner}) with the message signed by the current publisher key"
+            )
         raise UnauthorizedError(
             f"{cmd.method} is owner-only and {cmd.caller} is not the owner of stream {state.stream_id!r}; "
             f"sign it with the owner's key"
         )
-
-
-def _config(state: StreamState) -> StreamConfig:
-    if state.config is None:  # decide checked existence; this narrows the type
-        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
-    return state.config
-
-
-def _schedule(state: StreamState) -> KeySchedule:
-    if state.key_schedule is None:
-        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist")
-    return state.key_schedule
 
 
 # --- Handlers ------------------------------------------------------------------------------------
@@ -216,29 +285,6 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
     return STREAM_CREATED, {"config": config.to_dict()}, reply
-
-
-def _publish(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
-    """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1."""
-    _require_owner(state, cmd)
-    config = _config(state)
-    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
-    if msg.stream_id != state.stream_id:
-        raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
-    msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
-    if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
-        raise InvalidArgumentError(
-            "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
-        )
-    if msg.sequence != state.head + 1:
-        raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
-    # The key in force at head+1 is the current key; this also refuses an older signing_key_id.
-    verify_with_schedule_or_raise(msg, _schedule(state))
-    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
-    body["payload_format"] = str(msg.payload_format)
-    body["message"] = msg.to_json_dict()
-    floor = floor_for(msg.sequence, config.ring_buffer_capacity)
-    return STREAM_MESSAGE_PUBLISHED, body, {"sequence": msg.sequence, **_window_reply(msg.sequence, floor)}
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
@@ -390,7 +436,6 @@ def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Out
 
 _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcome]]] = {
     Method.CREATE_STREAM: _create_stream,
-    Method.PUBLISH: _publish,
     Method.SUBSCRIBE: _subscribe,
     Method.UNSUBSCRIBE: _unsubscribe,
     Method.ROTATE_PUBLISHER_KEY: _rotate_publisher_key,
@@ -399,56 +444,3 @@ _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcom
     Method.ALLOWLIST_REMOVE: _allowlist(added=False),
     Method.ANNOUNCE_KEY_EPOCH: _announce_key_epoch,
 }
-
-
-# --- Read side -----------------------------------------------------------------------------------
-
-
-def get_head(state: StreamState) -> dict[str, Any]:
-    """CIP-7 get_head: head_sequence, floor_sequence and the metadata a consumer needs.
-
-    STREAM_NOT_FOUND if uncreated. ``head``, ``floor`` and ``publisher_key_hex`` repeat
-    head_sequence, floor_sequence and publisher_key under their 0.1 names (deprecated).
-    """
-    config = _config(state)
-    current = _schedule(state).current
-    return {
-        "stream_id": state.stream_id,
-        "owner": state.owner,
-        "head_sequence": state.head,
-        "floor_sequence": state.floor,
-        "head": state.head,
-        "floor": state.floor,
-        "capacity": config.ring_buffer_capacity,
-        "signing_key_id": current.signing_key_id,
-        "publisher_key": current.public_key.hex(),
-        "publisher_key_hex": current.public_key.hex(),
-        "policy": str(config.subscription_policy),
-        "access_mode": str(config.access_mode),
-        "max_subscribers": config.max_subscribers,
-        "active_subscribers": state.active_subscribers,
-        "last_key_epoch": state.last_key_epoch,
-    }
-
-
-def get_since_range(state: StreamState, cursor: int, limit: int) -> range:
-    """The sequences get_since(cursor, limit) returns (DESIGN §7.5: LIMIT_EXCEEDED, CURSOR_TOO_OLD)."""
-    return _window_since(state.head, _config(state).ring_buffer_capacity, cursor, limit)
-
-
-def key_at_sequence(state: StreamState, sequence: int) -> KeyScheduleEntry:
-    """CIP-7 get_key_at_sequence: the key-schedule entry in force at `sequence`."""
-    return _schedule(state).key_at_sequence(sequence)
-
-
-def key_history(
-    state: StreamState, from_signing_key_id: int = FIRST_SIGNING_KEY_ID, limit: int = DEFAULT_KEY_HISTORY_LIMIT
-) -> KeyHistoryPage:
-    """CIP-7 get_key_history, paged (limit 1..500)."""
-    return _schedule(state).history(from_signing_key_id, limit)
-
-
-def subscribers(state: StreamState, *, active_only: bool = False) -> tuple[Subscription, ...]:
-    """Subscriptions ordered by subscriber address (the deterministic push round-robin order)."""
-    subs = sorted(state.subscriptions.values(), key=lambda s: s.subscriber)
-    return tuple(s for s in subs if not active_only or s.status is SubscriptionStatus.ACTIVE)

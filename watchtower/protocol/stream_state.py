@@ -10,8 +10,14 @@ already checked the rules) and refuses only events that cannot belong to this st
 MALFORMED_RECORD: another stream, an event before creation or a second creation, a body of the
 wrong shape, a publish that is not head+1 (so a rebuild re-proves the log is gapless), or a
 nonce beyond the ceiling of the event's block, which decide could not have accepted.
-Every event also records its caller's (nonce, digest, reply), so replay protection is rebuilt from
-the log like everything else.
+Every event but a publish also records its caller's (nonce, digest, reply), so replay protection
+is rebuilt from the log like everything else. A publish is authorised by its message signature,
+not by a caller signature (docs/publish-auth.md): its nonce is not authenticated, so it never
+touches a caller record; the state keeps the digest of the last published message instead, so an
+exact retry of the last publish is answered as a duplicate.
+
+StreamMessagePublished carries the ten CIP-7 reference fields only (stream, sequence, hash, ...),
+never the message: the messages topic is the one archive of payloads.
 
 Event bodies use the Avro field names of ``watchtower/schemas/<Type>.v1.avsc`` (without the
 envelope's ``block_height`` / ``caused_by``), so the edge maps them field for field.
@@ -33,7 +39,6 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
 from watchtower.protocol.validation import require_int, require_text
@@ -145,6 +150,8 @@ class StreamState:
     """One stream's aggregate state. Build with `StreamState.initial(stream_id)`; change with `evolve`.
 
     `active_subscribers` counts ACTIVE subscriptions, kept by evolve so the cap check is O(1).
+    `callers` holds replay protection for every method but publish; `last_publish_digest`
+    identifies the message published at `head` (one 32-byte value, not per message).
     """
 
     stream_id: str
@@ -158,6 +165,8 @@ class StreamState:
     allowlist: frozenset[str] = frozenset()
     last_key_epoch: int | None = None
     callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+    last_publish_digest: bytes | None = None
+    """`publish_digest` of the message at `head` (None before the first publish)."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -204,11 +213,12 @@ MESSAGE_CIP7_FIELDS: Final = (
     "signing_key_id",
     "timestamp_unix_ms",
 )
-"""The CIP-7 StreamMessagePublished fields, copied from the message into the event body."""
+"""The CIP-7 StreamMessagePublished fields: the whole event body, a reference to the message by
+stream, sequence and hash. The message itself goes to the messages topic only."""
 
 EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     STREAM_CREATED: frozenset({"config"}),
-    STREAM_MESSAGE_PUBLISHED: frozenset({*MESSAGE_CIP7_FIELDS, "message"}),
+    STREAM_MESSAGE_PUBLISHED: frozenset(MESSAGE_CIP7_FIELDS),
     SUBSCRIBER_UPDATED: frozenset(
         {
             "stream_id",
@@ -229,7 +239,7 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
     FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
 }
-"""The exact body keys of each event type (StreamMessagePublished adds the full message)."""
+"""The exact body keys of each event type."""
 
 EVENT_TYPES: Final = frozenset(EVENT_BODY_FIELDS)
 
@@ -240,6 +250,9 @@ class Event:
 
     `caller`, `nonce`, `digest` and `reply` identify the command, so evolve can rebuild replay
     protection; `block_height` is stamped by the agent (DESIGN §5). Body and reply are deep-frozen.
+    For a StreamMessagePublished, `caller` is the owner the command named, `nonce` is as sent (not
+    authenticated: a publish carries no checked caller signature) and `digest` is the message's
+    `signing.publish_digest`.
     """
 
     type: str
@@ -259,21 +272,17 @@ class Event:
         require_int(self.block_height, "block_height")
         require_address(self.caller, "caller")
         require_int(self.nonce, "nonce", minimum=1)
-        if not isinstance(self.digest, bytes) or len(self.digest) != hashlib.sha256().digest_size:
+        if not isinstance(self.digest, bytes) or len(self.digest) != _DIGEST_BYTES:
             raise InvalidArgumentError("digest must be a 32-byte SHA-256")
         for name in ("reply", "body"):
             if not isinstance(getattr(self, name), Mapping):
                 raise InvalidArgumentError(f"event {name} must be an object")
             put(self, name, freeze_json(getattr(self, name), name))
-        keys, expected = set(self.body), EVENT_BODY_FIELDS[self.type]
+        keys, expected = self.body.keys(), EVENT_BODY_FIELDS[self.type]
         if keys != expected:
-            raise InvalidArgumentError(f"{self.type} body must have exactly {sorted(expected)}; got {sorted(keys)}")
-
-    def message(self) -> StreamMessage:
-        """The published StreamMessage (StreamMessagePublished only), for the messages topic."""
-        if self.type != STREAM_MESSAGE_PUBLISHED:
-            raise InvalidArgumentError(f"a {self.type} event carries no message")
-        return StreamMessage.from_json_dict(self.body["message"])
+            raise InvalidArgumentError(
+                f"{self.type} body must have exactly {sorted(expected)}; got {sorted(map(str, keys))}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (digest as hex, bytes in body/reply as ``{"$bytes": hex}``)."""
@@ -315,6 +324,7 @@ class Event:
             raise MalformedRecordError(f"not a StreamActor event: {exc.message}") from None
 
 
+_DIGEST_BYTES: Final = 32  # SHA-256
 _EVENT_JSON_KEYS: Final = frozenset(
     {"type", "stream_id", "block_height", "caller", "nonce", "digest_hex", "reply", "body"}
 )
@@ -341,6 +351,9 @@ def evolve(state: StreamState, event: Event) -> StreamState:
         raise MalformedRecordError(f"{event.type} body breaks a rule ({exc.code}): {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise MalformedRecordError(f"{event.type} body is malformed: {exc!r}") from None
+    if event.type == STREAM_MESSAGE_PUBLISHED:
+        # A publish's nonce is not authenticated, so it must not move anyone's replay protection.
+        return dataclasses.replace(changed, last_publish_digest=event.digest)
     record = CallerRecord(event.nonce, event.digest, event.reply)
     return dataclasses.replace(changed, callers=changed.callers.set(event.caller, record))
 
@@ -484,5 +497,6 @@ def state_digest(state: StreamState) -> str:
             k: {"last_nonce": r.last_nonce, "last_digest": r.last_digest, "last_reply": r.last_reply}
             for k, r in state.callers.items()
         },
+        "last_publish_digest": state.last_publish_digest,
     }
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()
