@@ -144,7 +144,7 @@ class Folder:
             self.quarantined(self.t_messages, partition, offset, reason)
         elif verdict == ACCEPT and apply_message(self.tables, stream_id, message.sequence, offset):
             if self.cache is not None:
-                self.cache.put(stream_id, message.sequence, raw)
+                self.cache.put(stream_id, message.sequence, raw, message)
             if self.on_head is not None:
                 self.on_head(stream_id, message.sequence)
 
