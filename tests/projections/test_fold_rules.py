@@ -323,3 +323,21 @@ def test_message_verdicts() -> None:
                          signing_key=KEYS[0])
     assert message_verdict(SID, 9, later, schedule, 1, None, ref) == (
         QUARANTINE, "message s1#1 does not match its publish event (timestamp_unix_ms differ)")
+
+
+def test_a_forged_reference_for_the_next_sequence_costs_that_sequence_only() -> None:
+    """The documented limit (docs/projections.md): a forged publish event for exactly the next sequence
+    takes that sequence's slot; the genuine event and message of it are refused, and the next genuine
+    publish moves the readable head on."""
+    events, messages = LOG
+    decoded = _events_in(events)
+    create, publish_1, publish_2, publish_3 = decoded[0], decoded[1], decoded[2], decoded[3]
+    with reference_only_wire():
+        forged_2 = dataclasses.replace(publish_1, body={**publish_1.body, "sequence": 2})
+    log = [("events", SID.encode(), encode_event(e)) for e in (create, publish_1, forged_2, publish_2, publish_3)]
+    genuine = [messages[i] for i in (0, 2, 4)]  # sequences 1, 2, 3
+    tables: dict[str, Any] = {}
+    _digest, refused = _fold(log, genuine, [True] * 100, tables)
+    assert [(t, o) for t, o, _r in refused["all"]] == [("events", 3), ("messages", 1)]
+    assert tables["heads"][SID]["head"] == 3
+    assert tables[INDEXES][SID].offset_of(2) is None  # reads of 2 fall back to a verifying log scan
