@@ -155,8 +155,12 @@ class LogReader:
         consumer.assign([TopicPartition(self.topic, partition, first_offset)])
         try:
             deadline = time.monotonic() + timeout_s
+            position = first_offset
             while time.monotonic() < deadline:
-                batch = consumer.consume(num_messages=1000, timeout=0.2)
+                # Ask for no more records than the range can hold, and wait briefly for each batch: a
+                # batch that waits to fill would hold a read near the partition's end for its timeout.
+                left = 1000 if last_offset is None else max(1, min(1000, last_offset - position + 1))
+                batch = consumer.consume(num_messages=left, timeout=0.02)
                 done = False
                 for m in batch:
                     err = m.error()
@@ -165,17 +169,16 @@ class LogReader:
                             done = True
                         continue
                     offset = int(m.offset() or 0)
+                    position = offset + 1
                     if last_offset is not None and offset > last_offset:
                         done = True
                         break
-                    if m.key() != key:
-                        continue
-                    value = m.value() or b""
-                    sequence = pick(offset, value)
-                    if sequence is None or sequence in found or (want is not None and sequence not in want):
-                        continue
-                    found[sequence] = (offset, value)
-                    if want is not None and len(found) == len(want):
+                    if m.key() == key:
+                        value = m.value() or b""
+                        sequence = pick(offset, value)
+                        if sequence is not None and sequence not in found and (want is None or sequence in want):
+                            found[sequence] = (offset, value)
+                    if (want is not None and len(found) == len(want)) or offset == last_offset:
                         done = True
                         break
                 if done:
