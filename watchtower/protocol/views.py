@@ -200,8 +200,8 @@ def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None
         _register(tables["registry"], json_safe(event.body), event.block_height)
         return None
     streams = tables["streams"]
-    index = stream_index(tables, event.stream_id)
-    state = index.state
+    index = tables[INDEXES].get(event.stream_id)  # created only once a creation folds: refused events leave none
+    state = StreamState.initial(event.stream_id) if index is None else index.state
     if event.type == STREAM_CREATED and state.created:
         _check_recreated(streams[event.stream_id], event)
         return None  # a redelivered creation must not reset what later events built
@@ -220,6 +220,8 @@ def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None
         new = evolve(state, event)
     except WatchtowerError as exc:
         raise broken(exc.message) from None
+    if index is None:
+        index = stream_index(tables, event.stream_id)
     index.state = new
     if event.type == STREAM_MESSAGE_PUBLISHED:
         sequence = new.head
