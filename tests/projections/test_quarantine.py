@@ -8,6 +8,7 @@ digest, and make exactly the decisions the offline rebuild makes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,9 @@ from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import sign_message, verify_message
+from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED
+from watchtower.schemas.records import encode_message
+from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
@@ -132,31 +136,49 @@ def test_a_forged_publish_event_that_does_not_follow_the_head_is_quarantined(sta
     feed = Feed(stack)
     feed.publish(2)
     feed.wait_head(2)
-    published = [m for m in _records(stack, "events", feed.sid) if b'"StreamMessagePublished"' in m.value()]
-    # A copy of a real publish event that claims the next sequence (its message is still sequence 1).
-    forged = json.loads(published[0].value())
-    forged["event"]["body"]["sequence"] = 3
+    published = [r for r in _records(stack, "events", feed.sid)
+                 if decode_event(r.value()).type == STREAM_MESSAGE_PUBLISHED]
+    # A copy of a real publish event that claims a later sequence, skipping the next one.
+    first = decode_event(published[0].value())
+    forged = dataclasses.replace(first, body={**first.body, "sequence": 5})
     before = _quarantined(stack)["count"]
-    _produce(stack, "events", feed.sid, json.dumps(forged).encode())
+    _produce(stack, "events", feed.sid, encode_event(forged))
     # And the exact copy of an old publish event: a replay that does not follow the head either.
     _produce(stack, "events", feed.sid, published[1].value())
     feed.publish()
     feed.wait_head(3)
     assert feed.verified_sequences() == [1, 2, 3]
     wait_for(lambda: _quarantined(stack)["count"] >= before + 2, what="the forged publish events to be quarantined")
+    assert any("sequence 5 does not follow head 2" in reason for reason in _reasons(stack))
+
+
+def test_a_validly_signed_message_its_publish_event_does_not_name_is_quarantined(stack: ServiceSet) -> None:
+    feed = Feed(stack)
+    feed.publish(1)
+    feed.wait_head(1)
+    # The publisher's own signature over another payload for sequence 2, written ahead of the real one.
+    other = sign_message(stream_id=feed.sid, sequence=2, timestamp_unix_ms=1_700_000_000_002, kind="tick",
+                         payload=b'{"n":"not this one"}', signing_key=feed.publisher)
+    before = _quarantined(stack)["count"]
+    _produce(stack, "messages", feed.sid, encode_message(other))
+    feed.publish()
+    feed.wait_head(2)
+    assert feed.verified_sequences() == [1, 2]
+    assert feed.page(1)["messages"][0]["payload_inline_hex"] == b'{"n": 2}'.hex()
+    wait_for(lambda: _quarantined(stack)["count"] > before, what="the unnamed message to be quarantined")
+    assert any(f"message {feed.sid}#2 does not match its publish event" in reason for reason in _reasons(stack))
 
 
 def test_a_feed_registered_event_reusing_a_feed_id_is_quarantined(stack: ServiceSet) -> None:
     genuine = Feed(stack, listed=True)
     feed_id = genuine.created["feed_id"]
     wait_for(lambda: http("GET", f"{stack.api_url}/v1/feeds/{feed_id}")[0] == 200, what="the listing")
-    registered = [m for m in _records(stack, "events", "registry")
-                  if json.loads(m.value())["event"]["body"]["feed_id"] == feed_id]
-    forged = json.loads(registered[0].value())
-    forged["event"]["body"]["stream_id"] = "someone-elses-stream"
-    forged["event"]["body"]["name"] = "hijacked"
+    registered = [e for e in (decode_event(m.value()) for m in _records(stack, "events", "registry"))
+                  if e.body["feed_id"] == feed_id]
+    forged = dataclasses.replace(registered[0], body={**registered[0].body, "stream_id": "someone-elses-stream",
+                                                      "name": "hijacked"})
     before = _quarantined(stack)["count"]
-    _produce(stack, "events", "registry", json.dumps(forged).encode())
+    _produce(stack, "events", "registry", encode_event(forged))
     # The registry keeps working: the next listing gets the next id (folded after the forged record).
     successor = Feed(stack, listed=True)
     assert successor.created["feed_id"] == feed_id + 1

@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
-from watchtower.schemas.wire import decode_event
 from watchtower.protocol.stream_state import STREAM_CREATED
+from watchtower.schemas.wire import decode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed

@@ -8,16 +8,19 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
 from watchtower.protocol.views import (
+    INDEXES,
     TABLE_NAMES,
-    OffsetIndex,
+    StreamIndex,
     apply_event,
     apply_message,
     head_view,
+    new_tables,
     stream_subscribers,
     views_digest,
 )
@@ -36,11 +39,11 @@ def _events(*commands: tuple[nacl.signing.SigningKey, str, dict[str, Any]]) -> l
 
 
 def _tables() -> dict[str, dict[str, Any]]:
-    return {name: {} for name in TABLE_NAMES}
+    return new_tables()
 
 
 def _digest(tables: dict[str, dict[str, Any]]) -> str:
-    return views_digest({k: v.items() for k, v in tables.items()})
+    return views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES})
 
 
 def test_folding_events_again_changes_nothing() -> None:
@@ -67,24 +70,46 @@ def test_folding_events_again_changes_nothing() -> None:
     assert head_view(view, None)["signing_key_id"] == 2
 
 
+def _created(capacity: int) -> dict[str, dict[str, Any]]:
+    """Tables holding stream s1, created with `capacity`."""
+    config = StreamConfig(stream_id="s1", owner=address_from_public_key(bytes(OWNER.verify_key)),
+                          publisher_key=bytes(PUBLISHER.verify_key), ring_buffer_capacity=capacity)
+    tables = new_tables()
+    apply_event(tables, Event(type="StreamCreated", stream_id="s1", block_height=1, caller=config.owner, nonce=1,
+                              digest=bytes(32), reply={}, body={"config": config.to_json_dict()}))
+    return tables
+
+
 def test_offset_index_prunes_to_the_floor_and_ignores_redeliveries() -> None:
-    heads: dict[str, Any] = {}
-    index = OffsetIndex()
+    tables = _created(capacity=10)
     for seq in range(1, 26):
-        assert apply_message(heads, index, "s1", seq, 100 + 3 * seq, capacity=10)
-    assert not apply_message(heads, index, "s1", 20, 160, capacity=10)  # a redelivery changes nothing
+        assert apply_message(tables, "s1", seq, 100 + 3 * seq)
+    assert not apply_message(tables, "s1", 20, 160)  # a redelivery changes nothing
+    index = tables[INDEXES]["s1"]
     assert (index.low, index.high, len(index)) == (16, 25, 10)
     assert index.offset_of(15) is None
     assert index.offset_of(16) == 148
-    assert heads["s1"] == {"head": 25, "floor": 16, "capacity": 10, "head_offset": 175, "floor_offset": 148}
+    assert tables["offsets"]["s1"] == {"head": 25, "floor": 16, "capacity": 10, "head_offset": 175,
+                                       "floor_offset": 148}
+    assert (tables["heads"]["s1"]["head"], tables["heads"]["s1"]["floor"]) == (25, 16)
 
 
 def test_offset_index_restarts_at_a_jump_and_keeps_the_floor_offset_as_a_lower_bound() -> None:
-    heads = {"s1": {"head": 5, "floor": 1, "capacity": 10, "head_offset": 50, "floor_offset": 10}}
-    index = OffsetIndex()  # a restarted projection: heads recovered, index empty
-    assert apply_message(heads, index, "s1", 6, 60, capacity=10)
+    tables = _created(capacity=10)
+    tables["offsets"]["s1"] = {"head": 5, "floor": 1, "capacity": 10, "head_offset": 50, "floor_offset": 10}
+    assert apply_message(tables, "s1", 6, 60)  # a restarted projection: offsets recovered, index empty
+    index = tables[INDEXES]["s1"]
     assert (index.low, index.high) == (6, 6)
-    assert heads["s1"]["floor_offset"] == 10  # floor 1 is not indexed here: keep the known bound
+    assert tables["offsets"]["s1"]["floor_offset"] == 10  # floor 1 is not indexed here: keep the known bound
+
+
+def test_an_indexed_message_releases_the_references_at_or_below_it() -> None:
+    index = StreamIndex("s1")
+    index.refs.update({seq: (seq,) for seq in range(3, 8)})
+    index.bound(5)
+    assert list(index.refs) == [6, 7]
+    index.bound(9)
+    assert index.refs == {}
 
 
 def _create(key: nacl.signing.SigningKey, sid: str, listing: object) -> Any:
@@ -134,7 +159,7 @@ def test_the_writer_and_the_view_refuse_the_same_forged_listing_and_keep_later_i
     with pytest.raises(InvalidArgumentError):
         evolve_registry(state, forged2)
     assert evolve_registry(state, genuine2).by_stream["s-b"] == 2
-    tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
+    tables = new_tables()
     apply_event(tables, genuine1, offset=0)
     with pytest.raises(WatchtowerError):
         apply_event(tables, forged2, offset=1)

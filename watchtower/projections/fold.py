@@ -2,13 +2,16 @@
 for the live Faust agent and the offline rebuild, so both refuse exactly the same records.
 
 - An events record is decoded and folded with `views.apply_event`, which checks it first
-  (`view_checks`). A StreamMessagePublished moves the head only when its message is head + 1 and
-  verifies under the projected key schedule.
-- A messages record is decoded and indexed by what the record says (its message's stream and
-  sequence, never the ``sequence`` header), and only if it is the first record that holds the
-  verifying message of the next sequence (`view_checks.message_verdict`). A record whose publish
-  event is not folded yet waits in memory (the two topics are read concurrently, in no fixed
-  order) and is decided when the event arrives; the decision does not depend on which came first.
+  (`view_checks`) and folds it with the writer's `evolve`. A StreamMessagePublished carries only a
+  reference to its message (stream, sequence, hash, key id, ...): it moves the published head and
+  leaves the reference for the message to match.
+- A messages record, the one copy of each payload, is decoded and indexed by what the record says
+  (its message's stream and sequence, never the ``sequence`` header), and only if it is the first
+  record that holds a message matching its publish event's reference and verifying under the key
+  in force (`view_checks.message_verdict`); then the readable head moves and long polls wake. A
+  record whose publish event is not folded yet waits in memory (the two topics are read
+  concurrently, in no fixed order) and is decided when the event arrives; the decision does not
+  depend on which came first.
 - Anything else is quarantined (`quarantine.record`): logged, counted, skipped.
 
 Known limit: a waiting messages record lives in memory only. If the worker dies before its event
@@ -24,7 +27,6 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Final
 
-from watchtower.schemas.wire import decode_event
 from watchtower.projections import quarantine
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError
@@ -32,8 +34,9 @@ from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
-from watchtower.protocol.views import OffsetIndex, apply_event, apply_message
-from watchtower.schemas.records import decode_message, encode_message
+from watchtower.protocol.views import INDEXES, StreamIndex, apply_event, apply_message
+from watchtower.schemas.records import decode_message
+from watchtower.schemas.wire import decode_event
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections.fold")
@@ -63,15 +66,16 @@ class Folder:
     def __init__(self, tables: Mapping[str, Table], refused: Table, *, t_events: str, t_messages: str,
                  partitions: int, cache: PayloadCache | None = None,
                  on_head: Callable[[str, int], None] | None = None,
-                 indexes: MutableMapping[str, OffsetIndex] | None = None) -> None:
-        self.tables = tables
+                 indexes: MutableMapping[str, StreamIndex] | None = None) -> None:
         self.refused = refused
         self.t_events, self.t_messages = t_events, t_messages
         self.partitions = partitions
         self.cache = cache
         self.on_head = on_head
-        # stream_id -> the offsets of its window's messages (the live worker keeps them per partition).
-        self.indexes: MutableMapping[str, OffsetIndex] = {} if indexes is None else indexes
+        # stream_id -> its aggregate state, the offsets of its window's messages and the references
+        # not bound yet (`views.StreamIndex`; the live worker keeps them per partition).
+        self.indexes: MutableMapping[str, StreamIndex] = {} if indexes is None else indexes
+        self.tables: Mapping[str, Table] = {**tables, INDEXES: self.indexes}
         # stream_id -> {offset: (partition, message, raw)}: records waiting for their publish event.
         self.waiting: dict[str, dict[int, tuple[int, StreamMessage, bytes]]] = {}
         self.n_waiting = 0
@@ -100,11 +104,7 @@ class Folder:
             self.quarantined(self.t_events, partition, offset, f"{event.type} cannot be folded ({type(exc).__name__})")
             return
         if published is not None:
-            if self.cache is not None:
-                self.cache.put(published.stream_id, published.sequence, encode_message(published))
-            if self.on_head is not None:
-                self.on_head(published.stream_id, published.sequence)
-            self._decide_waiting(published.stream_id, published.sequence)
+            self._decide_waiting(event.stream_id, published)
 
     def _misplaced(self, key: bytes | None, expected: str, partition: int) -> str | None:
         if key != expected.encode():
@@ -131,27 +131,22 @@ class Folder:
         self._decide(stream_id, partition, offset, message, value or b"")
 
     def _decide(self, stream_id: str, partition: int, offset: int, message: StreamMessage, raw: bytes) -> None:
-        view = self.tables["streams"].get(stream_id)
+        index = self.indexes.get(stream_id)
         head = self.tables["heads"].get(stream_id)
-        published = 0 if head is None else int(head["head"])
-
-        def verify(msg: StreamMessage, schedule: KeySchedule) -> bool:
-            # The bytes of the verified publish event's message need no second signature check.
-            cached = None if self.cache is None else self.cache.get(stream_id, msg.sequence)
-            return cached == raw or verify_with_schedule(msg, schedule)
-
-        verdict, reason = message_verdict(stream_id, offset, message, view, published,
-                                          self.tables["offsets"].get(stream_id), verify)
+        published = 0 if head is None else int(head["published"])
+        schedule = None if index is None else index.state.key_schedule
+        ref = None if index is None else index.refs.get(message.sequence)
+        verdict, reason = message_verdict(stream_id, offset, message, schedule, published,
+                                          self.tables["offsets"].get(stream_id), ref)
         if verdict == DEFER:
             self._wait(stream_id, partition, offset, message, raw)
         elif verdict == QUARANTINE:
             self.quarantined(self.t_messages, partition, offset, reason)
-        elif verdict == ACCEPT and view is not None:
-            index = self.indexes.setdefault(stream_id, OffsetIndex())
-            capacity = int(view["config"]["ring_buffer_capacity"])
-            apply_message(self.tables["offsets"], index, stream_id, message.sequence, offset, capacity)
+        elif verdict == ACCEPT and apply_message(self.tables, stream_id, message.sequence, offset):
             if self.cache is not None:
-                self.cache.put(stream_id, message.sequence, raw)
+                self.cache.put(stream_id, message.sequence, raw, message)
+            if self.on_head is not None:
+                self.on_head(stream_id, message.sequence)
 
     def _wait(self, stream_id: str, partition: int, offset: int, message: StreamMessage, raw: bytes) -> None:
         waiting = self.waiting.setdefault(stream_id, {})

@@ -1,10 +1,13 @@
 """Payloads for get_since: read from the messages topic by offset, with a bounded recent cache.
 
 Projections keep only sequence -> offset. The payload of a sequence is the record at that offset
-of the stream's messages partition. Recent records are also kept in a byte-bounded LRU cache
-(default 64 MiB, `WATCHTOWER_PAYLOAD_CACHE_MB`), filled as the projection consumes them, so the
-common case, a subscriber near the head, never touches the broker; memory stays bounded by the
-cache size, never by payload size x window.
+of the stream's messages partition (the one copy of each payload: events only refer to it).
+Recent records are also kept in a byte-bounded LRU cache (default 64 MiB,
+`WATCHTOWER_PAYLOAD_CACHE_MB`), filled as the projection indexes them, so the common case, a
+subscriber near the head, never touches the broker, and kept in the form get_since serves, so a
+page is not decoded and re-encoded on every read; memory stays bounded by the cache size, never by
+payload size x window. A page the cache lacks is read with one assign and one contiguous consume
+(`LogReader.scan`).
 """
 
 from __future__ import annotations
@@ -15,41 +18,97 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from watchtower.protocol.message import StreamMessage
+from watchtower.schemas.records import decode_message
 
 DEFAULT_CACHE_BYTES = int(float(os.environ.get("WATCHTOWER_PAYLOAD_CACHE_MB", "64")) * 1024 * 1024)
 
 
+Headers = dict[str, Any]
+Page = tuple[Headers, dict[str, Any]]
+"""A message as get_since serves it: its filter headers and its JSON form (shared: never mutate)."""
+
+
+class _Entry:
+    __slots__ = ("message", "page", "raw", "size")
+
+    def __init__(self, raw: bytes, message: StreamMessage | None) -> None:
+        self.raw, self.message = raw, message
+        self.page: Page | None = None
+        self.size = len(raw) * (2 if message is not None else 1)
+
+    def served(self) -> Page:
+        """The served form, built once: a page of 500 messages costs no decode and no re-encoding."""
+        if self.page is None:
+            message = self.message if self.message is not None else decode_message(self.raw)
+            self.page = (message.headers(), message.to_json_dict())
+            self.message = None
+            # The JSON form holds the payload as hex: count it, so the cache stays within its bytes.
+            self.size = 3 * len(self.raw) + 512
+        return self.page
+
+
 class PayloadCache:
-    """Raw messages-topic values by (stream_id, sequence), evicting least recently used first."""
+    """Messages-topic values by (stream_id, sequence), evicting least recently used first.
+
+    The fold puts each indexed record with the message it has already decoded, so a read never
+    decodes it again; the first read builds the served form (`served`) and keeps it. Every entry
+    counts its memory (raw, decoded and served forms) against `max_bytes`.
+    """
 
     def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._items: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def put(self, stream_id: str, sequence: int, value: bytes) -> None:
-        if len(value) > self.max_bytes:
+    def put(self, stream_id: str, sequence: int, value: bytes, message: StreamMessage | None = None) -> None:
+        """Keep the record `value` of `stream_id`#`sequence` (and `message`, its decoded form)."""
+        self._store((stream_id, sequence), _Entry(value, message))
+
+    def _store(self, key: tuple[str, int], entry: _Entry) -> None:
+        if entry.size > self.max_bytes:
             return
-        key = (stream_id, sequence)
         with self._lock:
             old = self._items.pop(key, None)
             if old is not None:
-                self.bytes -= len(old)
-            self._items[key] = value
-            self.bytes += len(value)
+                self.bytes -= old.size
+            self._items[key] = entry
+            self.bytes += entry.size
             while self.bytes > self.max_bytes:
                 _, evicted = self._items.popitem(last=False)
-                self.bytes -= len(evicted)
+                self.bytes -= evicted.size
 
     def get(self, stream_id: str, sequence: int) -> bytes | None:
+        """The record value, or None when it is not cached."""
         with self._lock:
-            value = self._items.get((stream_id, sequence))
-            if value is not None:
-                self._items.move_to_end((stream_id, sequence))
-            return value
+            entry = self._items.get((stream_id, sequence))
+            if entry is None:
+                return None
+            self._items.move_to_end((stream_id, sequence))
+            return entry.raw
+
+    def served(self, stream_id: str, sequence: int, raw: bytes) -> Page:
+        """The served form of record `raw` (`stream_id`#`sequence`), from the cache or decoded now
+        (and cached: a cold page read once is warm the next time). MALFORMED_RECORD if undecodable."""
+        key = (stream_id, sequence)
+        with self._lock:
+            entry = self._items.get(key)
+        if entry is None or (entry.raw is not raw and entry.raw != raw):
+            entry = _Entry(raw, None)
+            page = entry.served()
+            self._store(key, entry)
+            return page
+        before = entry.size
+        page = entry.served()
+        with self._lock:
+            if self._items.get(key) is entry:  # still cached: account for the served form
+                self.bytes += entry.size - before
+        return page
 
 
 class LogReader:
@@ -96,8 +155,12 @@ class LogReader:
         consumer.assign([TopicPartition(self.topic, partition, first_offset)])
         try:
             deadline = time.monotonic() + timeout_s
+            position = first_offset
             while time.monotonic() < deadline:
-                batch = consumer.consume(num_messages=1000, timeout=0.2)
+                # Ask for no more records than the range can hold, and wait briefly for each batch: a
+                # batch that waits to fill would hold a read near the partition's end for its timeout.
+                left = 1000 if last_offset is None else max(1, min(1000, last_offset - position + 1))
+                batch = consumer.consume(num_messages=left, timeout=0.02)
                 done = False
                 for m in batch:
                     err = m.error()
@@ -106,17 +169,16 @@ class LogReader:
                             done = True
                         continue
                     offset = int(m.offset() or 0)
+                    position = offset + 1
                     if last_offset is not None and offset > last_offset:
                         done = True
                         break
-                    if m.key() != key:
-                        continue
-                    value = m.value() or b""
-                    sequence = pick(offset, value)
-                    if sequence is None or sequence in found or (want is not None and sequence not in want):
-                        continue
-                    found[sequence] = (offset, value)
-                    if want is not None and len(found) == len(want):
+                    if m.key() == key:
+                        value = m.value() or b""
+                        sequence = pick(offset, value)
+                        if sequence is not None and sequence not in found and (want is None or sequence in want):
+                            found[sequence] = (offset, value)
+                    if (want is not None and len(found) == len(want)) or offset == last_offset:
                         done = True
                         break
                 if done:

@@ -61,7 +61,6 @@ from watchtower.protocol.views import (
     table_digests,
     views_digest,
 )
-from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 
@@ -206,9 +205,9 @@ class Projection:
             raw = raws.get(seq)
             if raw is None:
                 raise NotReadyError(f"sequence {seq} of {stream_id!r} could not be read from the log yet; retry")
-            message = decode_message(raw)
-            if match(message.headers()):
-                messages.append(message.to_json_dict())
+            headers, served = self.cache.served(stream_id, seq, raw)
+            if match(headers):
+                messages.append(served)
         window = head_view(view, head)
         return {"stream_id": stream_id, "messages": messages,
                 "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],

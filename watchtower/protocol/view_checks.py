@@ -8,10 +8,11 @@ counted, logged with its position and skipped, and the views stay what they were
 Every check is a function of the record and the views alone, never of the clock or of arrival
 timing, so the live projection and an offline rebuild refuse exactly the same records.
 
-- Events (`check_*`): raise `RuleBrokenError` with the reason.
+- Events (`check_*`): raise `RuleBrokenError` with the reason. The writer's `evolve` checks the
+  rest of each event (the projection folds with it too, see `views`).
 - Messages-topic records (`message_verdict`): ACCEPT (index it), SKIP (a redelivery of a record
-  already decided), DEFER (its publish event is not folded yet, so the key in force at its sequence
-  is not known yet: decide it when the event arrives) or QUARANTINE.
+  already decided), DEFER (its publish event is not folded yet, so neither its reference nor the
+  key in force at its sequence is known yet: decide it when the event arrives) or QUARANTINE.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from watchtower.protocol.addresses import require_address
-from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
-from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
-from watchtower.protocol.validation import require_int, require_text
 
 ACCEPT: Final = "accept"
 SKIP: Final = "skip"
@@ -41,41 +39,6 @@ class RuleBrokenError(MalformedRecordError):
 
 def broken(reason: str) -> RuleBrokenError:
     return RuleBrokenError(reason)
-
-
-def check_subscriber(body: Mapping[str, Any]) -> None:
-    """A SubscriberUpdated body holds a well-formed subscription."""
-    try:
-        require_text(body["subscriber"], "subscriber")
-        DeliveryMode(body["mode"])
-        SubscriptionStatus(body["status"])
-        require_int(body["created_at_sequence"], "created_at_sequence")
-        require_int(body["start_cursor"], "start_cursor")
-    except (ValueError, WatchtowerError) as exc:
-        raise broken(f"SubscriberUpdated body is malformed: {exc}") from None
-
-
-def check_policy(body: Mapping[str, Any]) -> None:
-    try:
-        SubscriptionPolicy(body["policy"])
-    except ValueError:
-        raise broken(f"SubscriptionPolicyChanged names no policy: {body['policy']!r}") from None
-
-
-def check_allowlist(body: Mapping[str, Any]) -> None:
-    try:
-        require_address(body["address"], "address")
-    except WatchtowerError as exc:
-        raise broken(f"AllowlistChanged: {exc.message}") from None
-    if not isinstance(body["added"], bool):
-        raise broken("AllowlistChanged: added must be true or false")
-
-
-def check_key_epoch(body: Mapping[str, Any]) -> None:
-    try:
-        require_int(body["key_epoch"], "key_epoch")
-    except WatchtowerError as exc:
-        raise broken(f"KeyEpochRotated: {exc.message}") from None
 
 
 def check_rotation(schedule: KeySchedule, head: int, body: Mapping[str, Any]) -> bool:
@@ -104,34 +67,63 @@ def check_rotation(schedule: KeySchedule, head: int, body: Mapping[str, Any]) ->
     return True
 
 
-def check_published(stream_id: str, body: Mapping[str, Any], message: StreamMessage, schedule: KeySchedule,
-                    head: int, event_offset: int | None, offset: int | None) -> bool:
+MessageRef = tuple[Any, ...]
+"""What a publish event says of its message, beyond stream and sequence (`REF_FIELDS`, in order)."""
+
+REF_FIELDS: Final = ("version", "kind", "content_type", "payload_format", "payload_hash", "key_epoch",
+                     "signing_key_id", "timestamp_unix_ms")
+
+
+def published_ref(body: Mapping[str, Any]) -> MessageRef:
+    """The reference a StreamMessagePublished body holds (its `REF_FIELDS`)."""
+    return tuple(body[name] for name in REF_FIELDS)
+
+
+def message_ref(message: StreamMessage) -> MessageRef:
+    """The same reference, read from a message (the event stores payload_format as text)."""
+    return tuple(str(message.payload_format) if name == "payload_format" else getattr(message, name)
+                 for name in REF_FIELDS)
+
+
+def check_published(stream_id: str, body: Mapping[str, Any], schedule: KeySchedule, head: int,
+                    event_offset: int | None, offset: int | None) -> bool:
     """True to fold a StreamMessagePublished, False for a redelivery of one already folded.
 
-    Its message must be for this stream, carry the event's sequence, be exactly head + 1, and verify
-    (payload hash and signature) under the key in force at that sequence.
+    The event holds a reference to its message, not the message: it must be for this stream, be
+    exactly head + 1 (the head the publish events have reached), name the key in force at its
+    sequence and hold a 32-byte payload hash. The signature is checked once, on the message itself,
+    when the messages record is bound to this reference (`message_verdict`).
     """
     sequence = body["sequence"]
-    if message.stream_id != stream_id or message.sequence != sequence:
-        raise broken(f"StreamMessagePublished for {stream_id}#{sequence!r} carries message "
-                     f"{message.stream_id}#{message.sequence}")
+    if body["stream_id"] != stream_id:
+        raise broken(f"StreamMessagePublished for {stream_id!r} names stream {body['stream_id']!r}")
+    if not isinstance(sequence, int) or isinstance(sequence, bool):
+        raise broken(f"StreamMessagePublished: sequence {sequence!r} is not an integer")
     if sequence <= head and (offset is None or event_offset is None or offset <= event_offset):
         return False  # Faust redelivers a tail after a rebalance: already folded
     if sequence != head + 1:
         raise broken(f"sequence {sequence} does not follow head {head}")
-    if not verify_with_schedule(message, schedule):
-        raise broken(f"message {stream_id}#{sequence} does not verify under the key in force at its sequence "
-                     f"(signing key {message.signing_key_id})")
+    in_force = schedule.key_at_sequence(sequence).signing_key_id
+    if body["signing_key_id"] != in_force:
+        raise broken(f"StreamMessagePublished {stream_id}#{sequence} names signing key {body['signing_key_id']!r}, "
+                     f"but key {in_force} is in force at that sequence")
+    payload_hash = body["payload_hash"]
+    if not isinstance(payload_hash, bytes) or len(payload_hash) != 32:
+        raise broken(f"StreamMessagePublished {stream_id}#{sequence}: payload_hash is not a 32-byte SHA-256")
     return True
 
 
-def message_verdict(key: str, offset: int, message: StreamMessage, view: Mapping[str, Any] | None,
-                    published: int, located: Mapping[str, Any] | None,
+def message_verdict(key: str, offset: int, message: StreamMessage, schedule: KeySchedule | None,
+                    published: int, located: Mapping[str, Any] | None, ref: MessageRef | None,
                     verify: Verifier = verify_with_schedule) -> tuple[str, str]:
     """What to do with a messages-topic record: (ACCEPT | SKIP | DEFER | QUARANTINE, reason).
 
-    `published` is the head the events have reached (publish events are verified when folded);
-    `located` is the stream's offsets entry (``head``: last indexed sequence, ``head_offset``).
+    `schedule` is the stream's key schedule (None before its creation is folded); `published` is
+    the head the publish events have reached; `located` is the stream's offsets
+    entry (``head``: last indexed sequence, ``head_offset``); `ref` is what the publish event of the
+    message's sequence says of it (`published_ref`), None if no unbound event of that sequence is
+    held. The record must match that reference field by field and verify (hash and signature) under
+    the key in force at its sequence: the one signature check of a message on the read side.
     The verdict and its reason do not depend on whether the record or its publish event was read
     first (`DEFER` only postpones it). The record is indexed only if it is the first record, in log
     order, that holds a verifying message for the next sequence; the sequence header is never read.
@@ -145,9 +137,15 @@ def message_verdict(key: str, offset: int, message: StreamMessage, view: Mapping
         # The reason names nothing that depends on when the record was decided (the rebuild must
         # give the same one), so not the indexed head at that moment.
         return QUARANTINE, f"sequence {sequence} is already indexed; this record repeats or forges it"
-    if view is None or sequence > published:
+    if schedule is None or sequence > published:
         return DEFER, "its publish event is not folded yet"
-    if not verify(message, KeySchedule.from_dict(view["key_schedule"])):
+    if ref is None:
+        return QUARANTINE, f"no publish event of {key}#{sequence} is waiting for its message"
+    differs = [name for name, want, got in zip(REF_FIELDS, ref, message_ref(message), strict=True) if want != got]
+    if differs:
+        return QUARANTINE, (f"message {key}#{sequence} does not match its publish event "
+                            f"({', '.join(differs)} differ)")
+    if not verify(message, schedule):
         return QUARANTINE, (f"message {key}#{sequence} does not verify under the key in force at its sequence "
                             f"(signing key {message.signing_key_id})")
     return ACCEPT, "verified"

@@ -3,19 +3,31 @@
 Projections keep five tables of JSON values, keyed by text:
 
 - ``streams[stream_id]``: configuration, owner, key schedule, policy, allowlist, key epoch and
-  subscriber counts (changes only on non-publish events);
-- ``heads[stream_id]``: head, floor and capacity, folded from the verified StreamMessagePublished
-  events (and the events-topic offset of the last one, to tell a redelivery from a forged copy);
+  subscriber counts, derived from the stream's `StreamState` (changes only on non-publish events);
+- ``heads[stream_id]``: the readable head (the last sequence whose message is indexed), its floor
+  and capacity, the head the publish events have reached (``published``), and the events-topic
+  offset of the last publish (to tell a redelivery from a forged copy);
 - ``offsets[stream_id]``: where the stream's window lies in the messages topic: the last indexed
   sequence and the offsets of it and of the floor (`apply_message`);
 - ``subscriptions[stream_id + "/" + subscriber]``: one CIP-7 Subscription each;
 - ``registry[str(feed_id)]``: one WatchtowerRegistry listing each.
 
-They hold indexes, never payloads: `get_since` finds payloads in the messages topic through
-`OffsetIndex` (sequence -> offset). `apply_event` and `apply_message` are the only ways the tables
-change, so a live projection (Faust tables) and a rebuild from the log (plain dicts) run the same
-code, and `views_digest` can compare them. Records that break a rule are refused before any table
-changes (`view_checks`); the caller quarantines them.
+One fold: the facts the writer also needs (config, head, key schedule, subscriptions, allowlist,
+policy, key epoch) are folded with the writer's own `stream_state.evolve`, into a `StreamIndex`
+per stream kept beside the tables (``tables["indexes"]``, in memory, not digested); the tables
+are derived from that state. Only index maintenance is the projection's own: sequence -> offset,
+the subscriber-by-subscriber table, the registry listing, and the references of published
+messages not indexed yet.
+
+One copy of each payload: a StreamMessagePublished event carries only a reference to its message
+(stream, sequence, hash, key id, ...). The payload comes from the messages topic alone, and a
+messages record is indexed only if it verifies and matches the reference of its sequence
+(`view_checks.message_verdict`). The readable head moves when the message is indexed, so every
+sequence up to it has its payload located.
+
+`apply_event` and `apply_message` are the only ways the tables change, so a live projection and a
+rebuild from the log (plain dicts) run the same code, and `views_digest` can compare them. Records
+that break a rule are refused before any table changes (`view_checks`); the caller quarantines them.
 """
 
 from __future__ import annotations
@@ -29,33 +41,30 @@ from watchtower.protocol import cbor
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import InvalidArgumentError, StreamNotFoundError, WatchtowerError
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import json_safe
 from watchtower.protocol.stream_state import (
-    ALLOWLIST_CHANGED,
     FEED_REGISTERED,
-    KEY_EPOCH_ROTATED,
     PUBLISHER_KEY_ROTATED,
     STREAM_CREATED,
     STREAM_MESSAGE_PUBLISHED,
     SUBSCRIBER_UPDATED,
-    SUBSCRIPTION_POLICY_CHANGED,
     Event,
+    StreamState,
+    evolve,
 )
-from watchtower.protocol.view_checks import (
-    broken,
-    check_allowlist,
-    check_key_epoch,
-    check_policy,
-    check_published,
-    check_rotation,
-    check_subscriber,
-)
+from watchtower.protocol.view_checks import MessageRef, broken, check_published, check_rotation, published_ref
 
 Table = MutableMapping[str, Any]
 TABLE_NAMES: Final = ("streams", "heads", "offsets", "subscriptions", "registry")
+INDEXES: Final = "indexes"
+"""The fold's in-memory, undigested table: stream_id -> `StreamIndex`."""
+
+
+def new_tables() -> dict[str, dict[str, Any]]:
+    """Empty tables for a fold: the `TABLE_NAMES` tables plus ``indexes``."""
+    return {name: {} for name in (*TABLE_NAMES, INDEXES)}
 
 
 def subscription_key(stream_id: str, subscriber: str) -> str:
@@ -63,149 +72,7 @@ def subscription_key(stream_id: str, subscriber: str) -> str:
     return f"{stream_id}/{subscriber}"
 
 
-# --- Events -> views -----------------------------------------------------------------------------
-
-
-def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None = None) -> StreamMessage | None:
-    """Fold one committed event into the tables; returns the message of a newly folded publish.
-
-    Raises `RuleBrokenError` (MALFORMED_RECORD), changing nothing, for an event that breaks a rule
-    (`view_checks`): a feed id or stream created twice, an event for a stream never created, a
-    publish that is not head + 1 or does not verify, a rotation that does not follow. The caller
-    quarantines it.
-
-    Idempotent for a redelivered tail: re-folding events the tables already hold (Faust replays
-    the events after its last commit following a rebalance, and its in-memory tables keep the
-    uncommitted writes) leaves the tables unchanged. `offset` (the event's position in its
-    partition) tells a redelivered publish from a forged copy of an old one.
-    """
-    streams, subs, registry = tables["streams"], tables["subscriptions"], tables["registry"]
-    body = json_safe(event.body)
-    if event.type == FEED_REGISTERED:
-        _register(registry, body, event.block_height)
-        return None
-    if event.type == STREAM_CREATED:
-        _create(streams, event)
-        return None
-    view = dict(streams.get(event.stream_id) or {})
-    if not view:
-        raise broken(f"{event.type} for stream {event.stream_id!r}, which was never created")
-    if event.type == STREAM_MESSAGE_PUBLISHED:
-        return _publish(tables["heads"], view, event, offset)
-    if event.type == SUBSCRIBER_UPDATED:
-        check_subscriber(body)
-        key = subscription_key(event.stream_id, body["subscriber"])
-        before = subs.get(key)
-        record = {k: v for k, v in body.items() if k != "stream_id"}
-        subs[key] = record
-        was_active = before is not None and before["status"] == "ACTIVE"
-        view["active_subscribers"] += int(record["status"] == "ACTIVE") - int(was_active)
-        view["subscribers"] += int(before is None)
-    elif event.type == PUBLISHER_KEY_ROTATED:
-        schedule = KeySchedule.from_dict(view["key_schedule"])
-        if not check_rotation(schedule, _head_of(tables["heads"].get(event.stream_id)), event.body):
-            return None  # a redelivered rotation: already folded
-        rotated = schedule.rotate(event.body["new_key"], head_sequence=int(body["effective_sequence"]) - 1)
-        view["key_schedule"] = rotated.to_dict()
-        view["config"] = {
-            **view["config"],
-            "publisher_key_hex": rotated.current.public_key.hex(),
-            "current_signing_key_id": rotated.current.signing_key_id,
-        }
-    elif event.type == SUBSCRIPTION_POLICY_CHANGED:
-        check_policy(body)
-        view["policy"] = body["policy"]
-        view["config"] = {**view["config"], "subscription_policy": body["policy"]}
-    elif event.type == ALLOWLIST_CHANGED:
-        check_allowlist(body)
-        members = set(view["allowlist"])
-        if body["added"]:
-            members.add(body["address"])
-        else:
-            members.discard(body["address"])
-        view["allowlist"] = sorted(members)
-    elif event.type == KEY_EPOCH_ROTATED:
-        check_key_epoch(body)
-        view["last_key_epoch"] = body["key_epoch"]
-    streams[event.stream_id] = view
-    return None
-
-
-def _register(registry: Table, body: dict[str, Any], block_height: int) -> None:
-    # The registry's own rule (registry.evolve_registry): ids are given out in order, once each,
-    # and a stream is listed once.
-    feed_id = body["feed_id"]
-    if not isinstance(feed_id, int) or isinstance(feed_id, bool) or feed_id < 1:
-        raise broken(f"FeedRegistered: feed id {feed_id!r} is not a positive integer")
-    existing = registry.get(str(feed_id))
-    if existing is not None:
-        if all(_canon(existing.get(k)) == _canon(v) for k, v in body.items()):
-            return  # a redelivery
-        raise broken(f"FeedRegistered reuses feed id {feed_id}, already listing stream {existing['stream_id']!r}")
-    if feed_id > 1 and str(feed_id - 1) not in registry:
-        raise broken(f"FeedRegistered: feed id {feed_id} does not follow the last id given out")
-    for listed in registry.values():
-        if listed["stream_id"] == body["stream_id"]:
-            raise broken(f"FeedRegistered: stream {body['stream_id']!r} is already feed {listed['feed_id']}")
-    registry[str(feed_id)] = {**body, "registered_at_block": block_height}
-
-
-def _create(streams: Table, event: Event) -> None:
-    try:
-        config = StreamConfig.from_dict(event.body["config"])
-    except WatchtowerError as exc:
-        raise broken(f"StreamCreated: the config is invalid ({exc.message})") from None
-    if config.stream_id != event.stream_id:
-        raise broken(f"StreamCreated for {event.stream_id!r} carries the config of {config.stream_id!r}")
-    existing = streams.get(event.stream_id)
-    if existing is not None:
-        if _canon(existing["config"]) == _canon(_initial_config(existing, config)):
-            return  # a redelivered creation must not reset what later events built
-        raise broken(f"StreamCreated: stream {event.stream_id!r} already exists")
-    streams[event.stream_id] = {
-        "stream_id": event.stream_id,
-        "owner": config.owner,
-        "config": config.to_json_dict(),
-        "created_at_block": event.block_height,
-        "key_schedule": KeySchedule.initial(config.publisher_key).to_dict(),
-        "policy": str(config.subscription_policy),
-        "allowlist": [],
-        "last_key_epoch": None,
-        "active_subscribers": 0,
-        "subscribers": 0,
-    }
-
-
-def _initial_config(view: Mapping[str, Any], config: StreamConfig) -> dict[str, Any]:
-    # What the stored config would be had the stream been created with `config` and then seen the
-    # rotations and policy changes the view holds (the only later edits of the stored config).
-    return {**config.to_json_dict(), **{k: view["config"][k] for k in _EDITED_CONFIG if k in view["config"]}}
-
-
-_EDITED_CONFIG: Final = ("publisher_key_hex", "current_signing_key_id", "subscription_policy")
-
-
-def _publish(heads: Table, view: dict[str, Any], event: Event, offset: int | None) -> StreamMessage | None:
-    try:
-        message = event.message()
-    except WatchtowerError as exc:
-        raise broken(f"StreamMessagePublished carries no valid message ({exc.message})") from None
-    current = heads.get(event.stream_id)
-    schedule = KeySchedule.from_dict(view["key_schedule"])
-    event_offset = None if current is None else current.get("event_offset")
-    if not check_published(event.stream_id, event.body, message, schedule, _head_of(current), event_offset, offset):
-        return None
-    capacity = int(view["config"]["ring_buffer_capacity"])
-    heads[event.stream_id] = {"head": message.sequence, "floor": floor_for(message.sequence, capacity),
-                              "capacity": capacity, "event_offset": offset}
-    return message
-
-
-def _head_of(head: Mapping[str, Any] | None) -> int:
-    return 0 if head is None else int(head["head"])
-
-
-# --- Messages -> heads + offset index ------------------------------------------------------------
+# --- Per-stream fold state -----------------------------------------------------------------------
 
 
 class OffsetIndex:
@@ -219,6 +86,9 @@ class OffsetIndex:
     __slots__ = ("_first_seq", "_offsets", "_start")
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self._first_seq = 0  # sequence of _offsets[_start] (0 while empty)
         self._offsets = array("q")
         self._start = 0
@@ -259,7 +129,7 @@ class OffsetIndex:
         self._start += drop
         self._first_seq += drop
         if len(self) == 0:
-            self.__init__()  # type: ignore[misc]
+            self._clear()
             return
         if self._start >= len(self._offsets) - self._start:
             del self._offsets[: self._start]
@@ -272,23 +142,197 @@ class OffsetIndex:
         return self._offsets[self._start + sequence - self._first_seq]
 
 
-def apply_message(offsets: Table, index: OffsetIndex, stream_id: str, sequence: int, offset: int,
-                  capacity: int) -> bool:
+class StreamIndex(OffsetIndex):
+    """Everything the fold keeps in memory for one stream beside the tables.
+
+    - `state`: the writer's aggregate state, folded with the writer's `evolve` (one fold);
+    - the `OffsetIndex` of the window's messages (this class is one);
+    - `refs`: sequence -> `MessageRef` of each publish event whose message is not indexed yet, so a
+      messages record is bound to the event of its sequence whichever topic is read first. Entries
+      leave when a message at or above their sequence is indexed, so the map holds only the lag
+      between the two topics (plus forged events that no message ever matches).
+    """
+
+    __slots__ = ("refs", "state")
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__()
+        self.state = StreamState.initial(stream_id)
+        self.refs: dict[int, MessageRef] = {}
+
+    def bound(self, sequence: int) -> None:
+        """A message of `sequence` is indexed: forget the references at or below it."""
+        refs = self.refs
+        while refs:
+            first = next(iter(refs))
+            if first > sequence:
+                return
+            del refs[first]
+
+
+def stream_index(tables: Mapping[str, Table], stream_id: str) -> StreamIndex:
+    """The stream's `StreamIndex` in ``tables["indexes"]``, created on first use."""
+    indexes = tables[INDEXES]
+    index = indexes.get(stream_id)
+    if index is None:
+        index = indexes[stream_id] = StreamIndex(stream_id)
+    return index
+
+
+# --- Events -> views -----------------------------------------------------------------------------
+
+
+def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None = None) -> int | None:
+    """Fold one committed event into the tables; returns the sequence of a newly folded publish.
+
+    Raises `RuleBrokenError` (MALFORMED_RECORD), changing nothing, for an event that breaks a rule:
+    anything the writer's `evolve` refuses (an event for a stream never created, a second creation,
+    a malformed body, a publish that is not head + 1, a nonce beyond its block's ceiling), plus the
+    read side's own checks (`view_checks`): a feed id given out twice or out of order, a publish
+    naming another key than the one in force, a rotation that does not follow. The caller
+    quarantines it.
+
+    Idempotent for a redelivered tail: re-folding events the tables already hold leaves the tables
+    unchanged. `offset` (the event's position in its partition) tells a redelivered publish from a
+    forged copy of an old one.
+    """
+    if event.type == FEED_REGISTERED:
+        _register(tables["registry"], json_safe(event.body), event.block_height)
+        return None
+    streams = tables["streams"]
+    index = tables[INDEXES].get(event.stream_id)  # created only once a creation folds: refused events leave none
+    state = StreamState.initial(event.stream_id) if index is None else index.state
+    if event.type == STREAM_CREATED and state.created:
+        _check_recreated(streams[event.stream_id], event)
+        return None  # a redelivered creation must not reset what later events built
+    if not state.created and event.type != STREAM_CREATED:
+        raise broken(f"{event.type} for stream {event.stream_id!r}, which was never created")
+    heads = tables["heads"]
+    current = heads.get(event.stream_id)
+    published = 0 if current is None else int(current["published"])
+    if event.type == STREAM_MESSAGE_PUBLISHED:
+        event_offset = None if current is None else current.get("event_offset")
+        if not check_published(event.stream_id, event.body, _schedule(state), published, event_offset, offset):
+            return None
+    elif event.type == PUBLISHER_KEY_ROTATED and not check_rotation(_schedule(state), published, event.body):
+        return None  # a redelivered rotation: already folded
+    try:
+        new = evolve(state, event)
+    except WatchtowerError as exc:
+        raise broken(exc.message) from None
+    if index is None:
+        index = stream_index(tables, event.stream_id)
+    index.state = new
+    if event.type == STREAM_MESSAGE_PUBLISHED:
+        sequence = new.head
+        index.refs[sequence] = published_ref(event.body)
+        heads[event.stream_id] = {**(current or _empty_head(new)), "published": sequence, "event_offset": offset}
+        return sequence
+    if event.type == STREAM_CREATED:
+        streams[event.stream_id] = _stream_view(new, event.block_height)
+        return None
+    if event.type == SUBSCRIBER_UPDATED:
+        subscriber = event.body["subscriber"]
+        tables["subscriptions"][subscription_key(event.stream_id, subscriber)] = new.subscriptions[subscriber].to_dict()
+    streams[event.stream_id] = _stream_view(new, streams[event.stream_id]["created_at_block"])
+    return None
+
+
+def _schedule(state: StreamState) -> KeySchedule:
+    if state.key_schedule is None:  # evolve sets it with the config; this narrows the type
+        raise broken(f"stream {state.stream_id!r} has no key schedule")
+    return state.key_schedule
+
+
+def _head_of(head: Mapping[str, Any] | None) -> int:
+    return 0 if head is None else int(head["head"])
+
+
+def _empty_head(state: StreamState) -> dict[str, Any]:
+    capacity = state.capacity or 0
+    return {"head": 0, "floor": floor_for(0, capacity), "capacity": capacity, "published": 0, "event_offset": None}
+
+
+def _stream_view(state: StreamState, created_at_block: int) -> dict[str, Any]:
+    """The ``streams`` table entry of a created stream: its `StreamState` as JSON, plus its creation block."""
+    config, schedule = state.config, _schedule(state)
+    if config is None:
+        raise broken(f"stream {state.stream_id!r} has no configuration")  # evolve never leaves this
+    return {
+        "stream_id": state.stream_id,
+        "owner": state.owner,
+        "config": config.to_json_dict(),
+        "created_at_block": created_at_block,
+        "key_schedule": schedule.to_dict(),
+        "policy": str(config.subscription_policy),
+        "allowlist": sorted(state.allowlist),
+        "last_key_epoch": state.last_key_epoch,
+        "active_subscribers": state.active_subscribers,
+        "subscribers": len(state.subscriptions),
+    }
+
+
+def _check_recreated(view: Mapping[str, Any], event: Event) -> None:
+    # A second StreamCreated is a redelivery only if it holds the config the stream was created with.
+    try:
+        config = StreamConfig.from_dict(event.body["config"])
+    except WatchtowerError as exc:
+        raise broken(f"StreamCreated: the config is invalid ({exc.message})") from None
+    if _canon(view["config"]) != _canon(_initial_config(view, config)):
+        raise broken(f"StreamCreated: stream {event.stream_id!r} already exists")
+
+
+def _initial_config(view: Mapping[str, Any], config: StreamConfig) -> dict[str, Any]:
+    # What the stored config would be had the stream been created with `config` and then seen the
+    # rotations and policy changes the view holds (the only later edits of the stored config).
+    return {**config.to_json_dict(), **{k: view["config"][k] for k in _EDITED_CONFIG if k in view["config"]}}
+
+
+_EDITED_CONFIG: Final = ("publisher_key_hex", "current_signing_key_id", "subscription_policy")
+
+
+def _register(registry: Table, body: dict[str, Any], block_height: int) -> None:
+    # The registry's own rule (registry.evolve_registry): ids are given out in order, once each,
+    # and a stream is listed once.
+    feed_id = body["feed_id"]
+    if not isinstance(feed_id, int) or isinstance(feed_id, bool) or feed_id < 1:
+        raise broken(f"FeedRegistered: feed id {feed_id!r} is not a positive integer")
+    existing = registry.get(str(feed_id))
+    if existing is not None:
+        if all(_canon(existing.get(k)) == _canon(v) for k, v in body.items()):
+            return  # a redelivery
+        raise broken(f"FeedRegistered reuses feed id {feed_id}, already listing stream {existing['stream_id']!r}")
+    if feed_id > 1 and str(feed_id - 1) not in registry:
+        raise broken(f"FeedRegistered: feed id {feed_id} does not follow the last id given out")
+    for listed in registry.values():
+        if listed["stream_id"] == body["stream_id"]:
+            raise broken(f"FeedRegistered: stream {body['stream_id']!r} is already feed {listed['feed_id']}")
+    registry[str(feed_id)] = {**body, "registered_at_block": block_height}
+
+
+# --- Messages -> readable head + offset index ----------------------------------------------------
+
+
+def apply_message(tables: Mapping[str, Table], stream_id: str, sequence: int, offset: int) -> bool:
     """Index one accepted messages-topic record (see `view_checks.message_verdict`) at `offset`.
 
-    Updates the stream's ``offsets`` entry (last indexed sequence, its offset, the floor's offset)
-    and the in-memory index. Returns False for a sequence already indexed (a redelivery). The floor
-    offset is exact while the index covers the floor; otherwise it stays at the last known lower
-    bound, which is all a log scan needs.
+    Updates the stream's ``offsets`` entry (last indexed sequence, its offset, the floor's offset),
+    its in-memory index and references, and moves the readable head (``heads``) to `sequence`.
+    Returns False for a sequence already indexed (a redelivery). The floor offset is exact while
+    the index covers the floor; otherwise it stays at the last known lower bound, which is all a
+    log scan needs.
     """
+    index = stream_index(tables, stream_id)
+    offsets = tables["offsets"]
     current = offsets.get(stream_id)
-    head = 0 if current is None else int(current["head"])
-    if sequence <= head:
+    if sequence <= (0 if current is None else int(current["head"])):
         index.add(sequence, offset)  # re-learn offsets after a restart; harmless otherwise
         return False
+    capacity = index.state.capacity or 0
     floor = floor_for(sequence, capacity)
     index.add(sequence, offset)
     index.prune_below(floor)
+    index.bound(sequence)
     known = index.offset_of(floor)
     previous_floor_offset = offset if current is None else int(current["floor_offset"])
     offsets[stream_id] = {
@@ -298,6 +342,8 @@ def apply_message(offsets: Table, index: OffsetIndex, stream_id: str, sequence: 
         "head_offset": offset,
         "floor_offset": known if known is not None else previous_floor_offset,
     }
+    heads = tables["heads"]
+    heads[stream_id] = {**(heads.get(stream_id) or _empty_head(index.state)), "head": sequence, "floor": floor}
     return True
 
 
