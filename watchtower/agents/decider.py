@@ -21,6 +21,13 @@ from typing import Any
 from confluent_kafka import Message, Producer
 
 from watchtower.agents.deployment import deployment_from_env
+from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
+from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
+from watchtower.protocol.signed_command import Command, Method
+from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream_state import Event
+from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import (
     H_CAPACITY,
     H_CORRELATION,
@@ -31,13 +38,6 @@ from watchtower.schemas.wire import (
     encode_registry_forward,
     encode_reply,
 )
-from watchtower.protocol.billing import block_height_at
-from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
-from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
-from watchtower.protocol.signed_command import Command, Method
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import Event
-from watchtower.schemas.records import encode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 

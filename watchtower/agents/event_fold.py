@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from watchtower.schemas.wire import decode_event
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.message import payload_hash_of
@@ -37,6 +36,7 @@ from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, evolve_reg
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.stream_actor import StreamState, evolve
 from watchtower.protocol.stream_state import FEED_REGISTERED, MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, Event
+from watchtower.schemas.wire import decode_event
 from watchtower.topics.partitioning import partition_for_key
 
 #: The longest reason kept for a quarantined record (a hostile record must not bloat logs or health).
