@@ -12,8 +12,9 @@ Routing, without any metadata on the records:
 
 - a command or forward record goes to the first registered aggregate whose ``decode_command``
   accepts it (the same bytes on ``internal`` or ``commands`` may be accepted or refused: that is
-  how a forward is trusted only from workers); when none accepts it, the caller gets the first
-  aggregate's refusal;
+  how a forward is trusted only from workers); when none accepts it, the caller gets the refusal
+  of the first aggregate that recognised the record (any code but MALFORMED_RECORD /
+  SCHEMA_MISMATCH, e.g. UNAUTHORIZED), else the first aggregate's;
 - an events record goes to the first aggregate whose ``decode_event`` accepts it and which
   ``owns_event`` the result.
 

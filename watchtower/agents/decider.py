@@ -26,7 +26,7 @@ from watchtower.agents.aggregate import Aggregate, Context, check_unique
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
 from watchtower.protocol.billing import block_height_at
-from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
@@ -90,15 +90,22 @@ class CommandDecider:
         return Context(block_height_at(self._clock_ms()), self.deployment)
 
     def _route(self, value: bytes | None, internal: bool) -> tuple[Aggregate, Any]:
-        """The first aggregate that accepts the record, and its command; else the first refusal."""
+        """The first aggregate that accepts the record, and its command. When none does: the first
+        refusal of an aggregate that recognised the record (e.g. UNAUTHORIZED for a forward on the
+        public topic), else the first aggregate's (MALFORMED_RECORD / SCHEMA_MISMATCH)."""
         first: WatchtowerError | None = None
         for aggregate in self.aggregates:
             try:
                 return aggregate, aggregate.decode_command(value, internal=internal)
-            except WatchtowerError as err:
+            except (MalformedRecordError, SchemaMismatchError) as err:
                 first = first or err
-        assert first is not None  # check_unique: at least one aggregate
-        raise first
+            except WatchtowerError as err:
+                recognised = err
+                break
+        else:
+            assert first is not None  # check_unique: at least one aggregate
+            raise first
+        raise recognised
 
     def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
         self.stats.commands += 1
