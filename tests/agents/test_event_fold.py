@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchtower.agents.event_fold import EventFold, Quarantined
-from watchtower.schemas.wire import encode_event
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve, state_digest
+from watchtower.schemas.wire import encode_event
 from watchtower.topics.partitioning import partition_for_key
 
 TOPIC = "t.events"

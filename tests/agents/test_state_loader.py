@@ -17,9 +17,9 @@ from confluent_kafka import Producer
 from worker_harness import partition_for, workers
 
 from watchtower.agents.state_loader import load_partitions
-from watchtower.schemas.wire import encode_event
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,6 @@ import nacl.signing
 import pytest
 from worker_harness import RawCommandChannel, Workers, workers
 
-from watchtower.schemas.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES
@@ -27,6 +26,7 @@ from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.schemas.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
 
 pytestmark = pytest.mark.integration
 

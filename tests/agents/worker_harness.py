@@ -24,10 +24,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from watchtower.agents.command_processor import group_id
-from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.stream_actor import Event
+from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.partitioning import partition_for_key
