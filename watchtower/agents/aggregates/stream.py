@@ -13,7 +13,7 @@ from typing import Any
 
 from watchtower.agents.aggregate import Context, Forward, Outcome, Record
 from watchtower.protocol.command_auth import check_event_clock
-from watchtower.protocol.errors import UnauthorizedError
+from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.snapshots import decode_streams, encode_streams
@@ -40,6 +40,8 @@ class StreamAggregate:
 
     def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
         record = decode_command(value)
+        if isinstance(record, RegistryForward) and internal:
+            raise MalformedRecordError("a registry forward is not a stream command")  # the registry's
         if isinstance(record, RegistryForward) or internal:
             # Forwards are trusted because only workers can write the internal topic; the same
             # bytes on the public commands topic are refused, and a command belongs on commands.
