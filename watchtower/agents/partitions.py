@@ -112,6 +112,7 @@ class PartitionOwner(CommandDecider):
         pending = sorted(self._unloaded)
         if not pending:
             return True
+        log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
             committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S)
