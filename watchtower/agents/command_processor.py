@@ -1,12 +1,15 @@
-"""The stream actor's write path: commands in, events + messages + replies out, exactly once.
+"""The aggregate host: commands in, events + records + forwards + replies out, exactly once.
 
 One process (a *worker*) joins the ``wt-stream-actor`` consumer group on the commands topic.
-For each partition it owns it is the single writer of the same partition of ``events`` and
-``messages`` (the topics are co-partitioned). Per poll batch it:
+For each partition it owns it is the single writer of the same partition of ``events``,
+``messages`` and ``snapshots`` (the topics are co-partitioned). It hosts the aggregates it is
+given (:mod:`watchtower.agents.aggregate`; by default the stream actor and the registry) and never
+names one. Per poll batch it:
 
-1. decides every command against the in-memory aggregate (the pure ``decide``/``evolve``);
-2. produces the resulting events, StreamMessages and replies, and the consumed offsets,
-   in ONE Kafka transaction, then commits it.
+1. produces a snapshot of each owned partition that is due one (:mod:`watchtower.agents.snapshots`);
+2. decides every command against the in-memory aggregates (their pure ``decide``/``evolve``);
+3. produces the resulting events, extra records (StreamMessages), forwards and replies, and the
+   consumed offsets, in ONE Kafka transaction, then commits it.
 
 A crash (even ``kill -9``) before the commit aborts everything in the batch: the events, the
 messages, the replies and the offset move vanish together, so the next owner re-decides those
@@ -15,8 +18,9 @@ acknowledged publish (= a committed reply) is lost. A restarted worker reuses it
 ``transactional.id`` and so fences its own zombie at once; a different worker taking over waits
 at most ``transaction.timeout.ms`` for the dead one's open transaction to be aborted.
 
-On assignment a partition is paused, rebuilt by folding its committed events (a record that
-breaks a rule is quarantined, never fatal) and resumed: :mod:`watchtower.agents.partitions`.
+On assignment a partition is paused, rebuilt from its latest snapshot plus the committed events
+after it (a record that breaks a rule is quarantined, never fatal) and resumed:
+:mod:`watchtower.agents.partitions`.
 
 When Kafka misbehaves (a broker restart, a lost coordinator) every transactional call is bounded
 (:mod:`watchtower.agents.bounded`), and a failed batch is handled by what the error allows:
