@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time a full fold of the partition in this process (as long again as A's)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    # SIGTERM runs the cleanup below (workers and broker stopped) instead of leaving them behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     tmp = Path(tempfile.mkdtemp(prefix="wt-recovery-"))
     lk = LocalKafka(embedded_spec(tmp / "kafka"))
     results = []

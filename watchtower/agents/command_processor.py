@@ -124,7 +124,11 @@ class CommandProcessor(PartitionOwner):
             "partition.assignment.strategy": "range",
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
-            "max.poll.interval.ms": 60_000,
+            # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
+            # snapshot that takes seconds, but the first fold of a long log without one takes
+            # minutes (200,000 events: about 3 on the shared benchmark machine); a shorter bound
+            # made the group evict the worker mid-fold and reassign, so it folded forever.
+            "max.poll.interval.ms": 900_000,
             "error_cb": self._on_client_error,
             "logger": kafka_logger(),
             "log_level": 3,

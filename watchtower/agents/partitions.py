@@ -32,6 +32,9 @@ log = logging.getLogger("watchtower.worker")
 
 #: Timeout of the committed-offsets fetch before a rebuild.
 OFFSETS_TIMEOUT_S: Final = 5.0
+#: How long one rebuild may read the log. Without a snapshot a long log takes minutes to fold; the
+#: bound is for a log that cannot be read at all, not for a slow one.
+LOAD_TIMEOUT_S: Final = 1_800.0
 #: Pause between attempts to rebuild a partition whose log could not be read.
 LOAD_RETRY_S: Final = 2.0
 RETRY_BACKOFF_S: Final = 0.5
@@ -119,7 +122,7 @@ class PartitionOwner(CommandDecider):
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
                                      on_quarantine=self.health.quarantined, aggregates=self.aggregates,
-                                     snapshots_topic=self.t_snapshots)
+                                     snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
             if seek:
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
