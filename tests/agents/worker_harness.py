@@ -41,8 +41,9 @@ class Workers:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     log_dir: Path | None = None
 
-    def start(self, worker_id: str, env: dict[str, str] | None = None) -> None:
-        """Start a worker process; ``env`` adds variables (e.g. WATCHTOWER_HEALTH_FILE) to ours."""
+    def start(self, worker_id: str, env: dict[str, str] | None = None, script: Path | None = None) -> None:
+        """Start a worker process; ``env`` adds variables (e.g. WATCHTOWER_HEALTH_FILE) to ours;
+        ``script`` runs that worker script (same arguments) instead of the stock worker."""
         # With a log_dir each worker's stderr goes to <log_dir>/<worker_id>.log (appended across
         # restarts), so a failing test can show what the worker said.
         stderr: Any = subprocess.DEVNULL
@@ -50,7 +51,8 @@ class Workers:
             stderr = (self.log_dir / f"{worker_id}.log").open("ab")
         try:
             self.procs[worker_id] = subprocess.Popen(
-                [sys.executable, "-m", "watchtower.agents.worker_main", self.bootstrap, worker_id, self.prefix],
+                [sys.executable, *(["-m", "watchtower.agents.worker_main"] if script is None else [str(script)]),
+                 self.bootstrap, worker_id, self.prefix],
                 stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
                 env={**os.environ, **(env or {})})
         finally:

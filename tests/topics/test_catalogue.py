@@ -44,6 +44,7 @@ def test_init_is_idempotent_and_applies_settings(kafka_bootstrap: str, monkeypat
     info = describe_topics(kafka_bootstrap, catalogue(prefix, partitions=2))
     assert info[f"{prefix}.messages"]["retention.ms"] == str(FOREVER)
     assert info[f"{prefix}.keymgr.state"]["cleanup.policy"] == "compact"
+    assert info[f"{prefix}.snapshots"]["cleanup.policy"] == "compact"
     assert info[f"{prefix}.replies"]["retention.ms"] == str(3_600_000)
     assert all(v["partitions"] == 2 for v in info.values())
 

@@ -1,12 +1,15 @@
-"""The stream actor's write path: commands in, events + messages + replies out, exactly once.
+"""The aggregate host: commands in, events + records + forwards + replies out, exactly once.
 
 One process (a *worker*) joins the ``wt-stream-actor`` consumer group on the commands topic.
-For each partition it owns it is the single writer of the same partition of ``events`` and
-``messages`` (the topics are co-partitioned). Per poll batch it:
+For each partition it owns it is the single writer of the same partition of ``events``,
+``messages`` and ``snapshots`` (the topics are co-partitioned). It hosts the aggregates it is
+given (:mod:`watchtower.agents.aggregate`; by default the stream actor and the registry) and never
+names one. Per poll batch it:
 
-1. decides every command against the in-memory aggregate (the pure ``decide``/``evolve``);
-2. produces the resulting events, StreamMessages and replies, and the consumed offsets,
-   in ONE Kafka transaction, then commits it.
+1. produces a snapshot of each owned partition that is due one (:mod:`watchtower.agents.snapshots`);
+2. decides every command against the in-memory aggregates (their pure ``decide``/``evolve``);
+3. produces the resulting events, extra records (StreamMessages), forwards and replies, and the
+   consumed offsets, in ONE Kafka transaction, then commits it.
 
 A crash (even ``kill -9``) before the commit aborts everything in the batch: the events, the
 messages, the replies and the offset move vanish together, so the next owner re-decides those
@@ -15,8 +18,9 @@ acknowledged publish (= a committed reply) is lost. A restarted worker reuses it
 ``transactional.id`` and so fences its own zombie at once; a different worker taking over waits
 at most ``transaction.timeout.ms`` for the dead one's open transaction to be aborted.
 
-On assignment a partition is paused, rebuilt by folding its committed events (a record that
-breaks a rule is quarantined, never fatal) and resumed: :mod:`watchtower.agents.partitions`.
+On assignment a partition is paused, rebuilt from its latest snapshot plus the committed events
+after it (a record that breaks a rule is quarantined, never fatal) and resumed:
+:mod:`watchtower.agents.partitions`.
 
 When Kafka misbehaves (a broker restart, a lost coordinator) every transactional call is bounded
 (:mod:`watchtower.agents.bounded`), and a failed batch is handled by what the error allows:
@@ -46,18 +50,22 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.client_log import kafka_logger
+from watchtower.agents.decider import Touched
 from watchtower.agents.health import HealthFile
 from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
-from watchtower.protocol.stream_actor import StreamState
+from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
+from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.reader import end_offsets
 
 log = logging.getLogger("watchtower.worker")
 
@@ -95,8 +103,9 @@ class CommandProcessor(PartitionOwner):
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
                  batch_size: int = 500, transaction_timeout_ms: int = 10_000,
-                 clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None) -> None:
-        super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health)
+                 clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None,
+                 aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
+        super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health, aggregates, snapshots)
         self.batch_size = batch_size
         # Set when every broker connection was lost; the producer is replaced before its next
         # transaction, because one that lived through an outage can keep a stale coordinator and
@@ -115,7 +124,11 @@ class CommandProcessor(PartitionOwner):
             "partition.assignment.strategy": "range",
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 1_000,
-            "max.poll.interval.ms": 60_000,
+            # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
+            # snapshot that takes seconds, but the first fold of a long log without one takes
+            # minutes (200,000 events: about 3 on the shared benchmark machine); a shorter bound
+            # made the group evict the worker mid-fold and reassign, so it folded forever.
+            "max.poll.interval.ms": 900_000,
             "error_cb": self._on_client_error,
             "logger": kafka_logger(),
             "log_level": 3,
@@ -221,12 +234,14 @@ class CommandProcessor(PartitionOwner):
         batch = self._ready_only(batch)
         if not batch or not self._refresh_producer_after_outage():
             return
-        touched: dict[tuple[int, str], StreamState | None] = {}
-        self._touched_registries.clear()
+        touched: Touched = {}
+        self._batch_events.clear()
+        ctx = self._context()
         try:
             self.producer.begin_transaction()
+            snapshotted = self._snapshot_due()
             for msg in batch:
-                self._handle(msg, touched)
+                self._handle(msg, touched, ctx)
             offsets, group = _next_offsets(batch), self.consumer.consumer_group_metadata()
             self._call(partial(self.producer.send_offsets_to_transaction, offsets, group, TXN_CALL_TIMEOUT_S),
                        "send_offsets_to_transaction")
@@ -237,9 +252,43 @@ class CommandProcessor(PartitionOwner):
             return
         self.stats.batches += 1
         self._brokers_down = False
+        self.snapshots.taken(snapshotted)
+        self.stats.snapshots_taken += len(snapshotted)
+        for partition, count in self._batch_events.items():
+            self.snapshots.written(partition, count)
 
-    def _after_failed_batch(self, exc: Exception, batch: list[Message],
-                            touched: dict[tuple[int, str], StreamState | None]) -> None:
+    def _snapshot_due(self) -> list[int]:
+        """Produce, in the open transaction and before any record of the batch, a snapshot of each
+        owned partition that is due one (:mod:`watchtower.agents.snapshots`); the partitions done.
+
+        The states are those after the previous committed batch, and the events partitions' end
+        offsets, read now, cover exactly those batches. A snapshot that cannot be taken is skipped
+        (logged): it is an optimisation, never a reason to fail a batch.
+        """
+        due = self.snapshots.due([p for p in self._owned if p in self._states])
+        if not due:
+            return []
+        try:
+            ends = end_offsets(self.bootstrap, self.t_events, due, timeout_s=TXN_CALL_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("no snapshot of partitions %s now: cannot read the events' end offsets (%s)", due, exc)
+            return []
+        done = []
+        for partition in due:
+            try:
+                value = snapshot_value(partition, ends[partition], self._states[partition], self.aggregates)
+                self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
+            except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError) as exc:
+                log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
+                            partition, exc, self.snapshots.every_events)
+            else:
+                log.info("worker %s snapshots partition %d at events offset %d (%d bytes)", self.worker_id,
+                         partition, ends[partition], len(value))
+            # Also after a failure: back off for a whole period instead of retrying every batch.
+            done.append(partition)
+        return done
+
+    def _after_failed_batch(self, exc: Exception, batch: list[Message], touched: Touched) -> None:
         err = exc.args[0] if isinstance(exc, KafkaException) else None
         if isinstance(exc, CallStuckError) or (err is not None and err.code() in _UNREACHABLE):
             self._brokers_down = True
@@ -255,19 +304,6 @@ class CommandProcessor(PartitionOwner):
             except (KafkaException, CallStuckError) as abort_exc:
                 exc = abort_exc
         self._recover(f"transaction failed and could not be aborted ({exc})")
-
-    def _undo_in_memory(self, touched: dict[tuple[int, str], StreamState | None]) -> None:
-        for partition, registry in self._touched_registries.items():
-            self._registries[partition] = registry
-        self._touched_registries.clear()
-        for (partition, stream_id), before in touched.items():
-            states = self._states.get(partition)
-            if states is None:
-                continue
-            if before is None:
-                states.pop(stream_id, None)
-            else:
-                states[stream_id] = before
 
     # ------------------------------------------------------------------ starting over from the log
     def _recover(self, why: str) -> None:
@@ -327,8 +363,8 @@ class CommandProcessor(PartitionOwner):
     def _replace_consumer(self, why: str) -> None:
         log.error("worker %s replaces its consumer: %s", self.worker_id, why)
         self._close()
-        self._states.clear()
-        self._registries.clear()
+        for partition in list(self._states):
+            self._forget(partition)
         self._unloaded.clear()
         self._owned = []
         self.consumer = Consumer(self._consumer_conf)

@@ -1,9 +1,11 @@
-"""Deciding one batch of commands: the stream actor's rules applied to Kafka records.
+"""Deciding one batch of records: the hosted aggregates' rules applied to Kafka records.
 
-:class:`CommandDecider` holds the per-partition aggregates a worker owns and turns each command
-record into events, StreamMessages and a reply, produced on the current transaction of
-``self.producer``. It never commits or aborts: :class:`~watchtower.agents.command_processor.CommandProcessor`
-(its subclass) owns the transaction, the consumer and recovery.
+:class:`CommandDecider` holds the per-partition aggregate instances a worker owns and turns each
+command or forward record into events, extra records (StreamMessages), forwards and a reply,
+produced on the current transaction of ``self.producer``. It knows aggregates only through the
+contract of :mod:`watchtower.agents.aggregate`; it never commits or aborts:
+:class:`~watchtower.agents.command_processor.CommandProcessor` (its subclass) owns the
+transaction, the consumer and recovery.
 
 Every command gets an answer carrying a spec error code when it is refused; nothing a record
 contains raises out of :meth:`CommandDecider._handle` except a Kafka error from producing, which
@@ -14,34 +16,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Message, Producer
 
+from watchtower.agents.aggregate import Aggregate, Context, check_unique
+from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
 from watchtower.protocol.billing import block_height_at
-from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
-from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
-from watchtower.protocol.signed_command import Command, Method
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import Event
-from watchtower.schemas.records import encode_message
-from watchtower.schemas.wire import (
-    H_CAPACITY,
-    H_CORRELATION,
-    H_REPLY_PARTITION,
-    RegistryForward,
-    decode_command,
-    encode_event,
-    encode_registry_forward,
-    encode_reply,
-)
+from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.worker")
+
+#: (partition, aggregate name, instance key) -> the instance's state before the batch (None: absent).
+Touched = dict[tuple[int, str, str], Any]
 
 
 @dataclass
@@ -56,99 +49,128 @@ class WorkerStats:
     rebuilt_partitions: int = 0
     quarantined: int = 0
     recoveries: int = 0
+    #: events records read by rebuilds (a rebuild from a snapshot reads only the tail after it)
+    folded_events: int = 0
+    #: partitions rebuilt from a snapshot, and snapshots committed
+    snapshot_loads: int = 0
+    snapshots_taken: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
 
 class CommandDecider:
-    """The aggregates of the owned partitions, and how one command record changes them."""
+    """The aggregate instances of the owned partitions, and how one record changes them."""
 
     producer: Producer
 
-    def __init__(self, prefix: str | None, clock_ms: Callable[[], int] | None) -> None:
+    def __init__(self, prefix: str | None, clock_ms: Callable[[], int] | None,
+                 aggregates: Sequence[Aggregate] | None = None) -> None:
         self.t_commands = topic_name("commands", prefix)
         self.t_events = topic_name("events", prefix)
-        self.t_messages = topic_name("messages", prefix)
-        self.t_replies = topic_name("replies", prefix)
         self.t_internal = topic_name("internal", prefix)
+        self.t_replies = topic_name("replies", prefix)
+        self.t_snapshots = topic_name("snapshots", prefix)
+        self._prefix = prefix
+        self._topics: dict[str, str] = {}
+        self.aggregates: list[Aggregate] = list(aggregates) if aggregates is not None else default_aggregates()
+        check_unique(self.aggregates)
         self.stats = WorkerStats()
         # Genesis configuration (the protocol treasury): the operator's, never a command's.
         self.deployment = deployment_from_env()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-        # Only partitions whose aggregates were rebuilt from the log have an entry here.
-        self._states: dict[int, dict[str, StreamState]] = {}
-        self._registries: dict[int, RegistryState] = {}
-        self._touched_registries: dict[int, RegistryState] = {}
+        # partition -> aggregate name -> instance key -> state. Only partitions rebuilt from the log
+        # have an entry.
+        self._states: dict[int, dict[str, dict[str, Any]]] = {}
+        # Events written per partition by the open batch (for the snapshot policy after commit).
+        self._batch_events: dict[int, int] = {}
         self._command_partitions: int | None = None
         self._reply_partitions: int | None = None
 
-    def _handle(self, msg: Message, touched: dict[tuple[int, str], StreamState | None]) -> None:
+    def _context(self) -> Context:
+        """Read once per batch: every command of a batch is decided at the same block."""
+        return Context(block_height_at(self._clock_ms()), self.deployment)
+
+    def _route(self, value: bytes | None, internal: bool) -> tuple[Aggregate, Any]:
+        """The first aggregate that accepts the record, and its command. When none does: the first
+        refusal of an aggregate that recognised the record (e.g. UNAUTHORIZED for a forward on the
+        public topic), else the first aggregate's (MALFORMED_RECORD / SCHEMA_MISMATCH)."""
+        first: WatchtowerError | None = None
+        for aggregate in self.aggregates:
+            try:
+                return aggregate, aggregate.decode_command(value, internal=internal)
+            except (MalformedRecordError, SchemaMismatchError) as err:
+                first = first or err
+            except WatchtowerError as err:
+                recognised = err
+                break
+        else:
+            assert first is not None  # check_unique: at least one aggregate
+            raise first
+        raise recognised
+
+    def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
         self.stats.commands += 1
         partition = int(msg.partition() or 0)
         headers = dict(msg.headers() or [])
         try:
-            record = decode_command(msg.value())
-            from_worker = msg.topic() == self.t_internal
-            if isinstance(record, RegistryForward) != from_worker:
-                # Forwards are trusted because only workers can write the internal topic; the
-                # same bytes arriving on the public commands topic are refused.
-                raise UnauthorizedError("feed registrations are forwarded by stream workers only; create the "
-                                        "stream with a `feed` listing in its create_stream body instead")
-            if isinstance(record, RegistryForward):
-                self._register(partition, record.create, headers)
-                return
-            cmd = record
-            states = self._states[partition]  # _ready_only kept only partitions with a rebuilt state
-            state = states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-            decision = decide(state, cmd, block_height=block_height_at(self._clock_ms()),
-                              deployment=self.deployment)
+            aggregate, command = self._route(msg.value(), msg.topic() == self.t_internal)
+            key = aggregate.key(command)
+            states = self._states[partition][aggregate.name]  # _ready_only kept rebuilt partitions only
+            before = states.get(key)
+            state = aggregate.initial(key) if before is None else before
+            outcome = aggregate.decide(state, command, ctx)
+            for event in outcome.events:
+                state = aggregate.evolve(state, event)
         except WatchtowerError as err:
             self.stats.rejected += 1
             self._reply(headers, encode_reply(False, error=err))
             return
         except Exception as exc:
-            log.exception("unexpected error deciding a command at %s:%s", partition, msg.offset())
+            log.exception("unexpected error deciding a record at %s[%s]@%s", msg.topic(), partition, msg.offset())
             self.stats.rejected += 1
             self._reply(headers, encode_reply(False, error=_internal(exc)))
             return
-        key = (partition, cmd.stream_id)
-        if key not in touched:
-            touched[key] = states.get(cmd.stream_id)
-        for event in decision.events:
-            state = evolve(state, event)
-            self._emit(partition, event)
-        for message in decision.messages:
-            self.producer.produce(self.t_messages, key=cmd.stream_id.encode(),
-                                  value=encode_message(message), partition=partition,
-                                  headers={"sequence": str(message.sequence), H_CAPACITY: str(state.capacity or 0)})
-        states[cmd.stream_id] = state
-        if cmd.method == Method.CREATE_STREAM and "feed" in cmd.body:
-            # Listed feeds get their id from the registry, which answers the caller; forwarding in
-            # this transaction makes "created" and "listed" one atomic fact.
-            self.producer.produce(self.t_internal, key=REGISTRY_KEY.encode(), value=encode_registry_forward(cmd),
-                                  partition=self._partition_of(REGISTRY_KEY), headers=_reply_headers(headers))
-            return
-        self._reply(headers, encode_reply(True, result=dict(decision.reply)))
+        touched.setdefault((partition, aggregate.name, key), before)
+        states[key] = state
+        if outcome.events:
+            record_key = key.encode()
+            for event in outcome.events:
+                self.producer.produce(self.t_events, key=record_key, value=aggregate.encode_event(event),
+                                      partition=partition)
+            self.stats.events += len(outcome.events)
+            self._batch_events[partition] = self._batch_events.get(partition, 0) + len(outcome.events)
+        for record in outcome.records:
+            self.producer.produce(self._topic(record.role), key=record.key, value=record.value, partition=partition,
+                                  headers=None if record.headers is None else dict(record.headers))
+        for forward in outcome.forwards:
+            # The receiver answers the caller when the decision has no reply of its own.
+            self.producer.produce(self.t_internal, key=forward.key.encode(), value=forward.value,
+                                  partition=self._partition_of(forward.key), headers=_reply_headers(headers))
+        if outcome.reply is not None:
+            self._reply(headers, encode_reply(True, result=dict(outcome.reply)))
 
-    def _register(self, partition: int, create: Command, headers: dict[str, Any]) -> None:
-        """Decide a registry forward against the registry aggregate this partition holds."""
-        before = self._registries[partition]
-        event, reply = decide_registration(before, create, block_height=block_height_at(self._clock_ms()))
-        if event is not None:
-            self._registries[partition] = evolve_registry(before, event)
-            self._touched_registries.setdefault(partition, before)
-            self._emit(partition, event)
-        self._reply(headers, encode_reply(True, result=reply))
+    def _undo_in_memory(self, touched: Touched) -> None:
+        """Put back the states an aborted batch changed."""
+        for (partition, name, key), before in touched.items():
+            states = self._states.get(partition, {}).get(name)
+            if states is None:
+                continue
+            if before is None:
+                states.pop(key, None)
+            else:
+                states[key] = before
+        touched.clear()
 
-    def _emit(self, partition: int, event: Event) -> None:
-        self.producer.produce(self.t_events, key=event.stream_id.encode(), value=encode_event(event),
-                              partition=partition)
-        self.stats.events += 1
+    def _topic(self, role: str) -> str:
+        name = self._topics.get(role)
+        if name is None:
+            name = self._topics[role] = topic_name(role, self._prefix)
+        return name
 
     def _partition_of(self, key: str) -> int:
         return partition_for_key(key.encode(), self._partition_count())
 
     def _partition_count(self) -> int:
-        """Partitions of the commands topic (and so of events, messages and internal)."""
+        """Partitions of the commands topic (and so of events, messages, internal and snapshots)."""
         if self._command_partitions is None:
             md = self.producer.list_topics(self.t_commands, timeout=30)
             self._command_partitions = len(md.topics[self.t_commands].partitions)
@@ -175,8 +197,6 @@ class CommandDecider:
             md = self.producer.list_topics(self.t_replies, timeout=30)
             self._reply_partitions = len(md.topics[self.t_replies].partitions)
         return self._reply_partitions
-
-
 
 
 def _internal(exc: Exception) -> WatchtowerError:

@@ -2,11 +2,11 @@
 
 :class:`PartitionOwner` is the consumer-facing half of a worker
 (:class:`~watchtower.agents.command_processor.CommandProcessor` is its subclass). On assignment
-each commands partition (with its ``internal`` twin) is paused, its events are folded by
-:func:`~watchtower.agents.state_loader.load_partitions` (a record that breaks a rule is
-quarantined, never fatal), and it is resumed. A rebuild that cannot read the log yet is retried
-while the partition stays paused, so a command is never decided against a missing state. Nothing
-raises out of a rebalance callback.
+each commands partition (with its ``internal`` twin) is paused, its aggregates are rebuilt by
+:func:`~watchtower.agents.state_loader.load_partitions` (the latest snapshot plus the events after
+it; a record that breaks a rule is quarantined, never fatal), and it is resumed. A rebuild that
+cannot read the log yet is retried while the partition stays paused, so a command is never
+decided against a missing state. Nothing raises out of a rebalance callback.
 
 It also derives the health state from the worker's flags (:meth:`PartitionOwner._update_state`).
 """
@@ -16,13 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
+from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
+from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.agents.state_loader import committed_offsets, load_partitions
 from watchtower.protocol.billing import block_height_at
 
@@ -30,6 +32,9 @@ log = logging.getLogger("watchtower.worker")
 
 #: Timeout of the committed-offsets fetch before a rebuild.
 OFFSETS_TIMEOUT_S: Final = 5.0
+#: How long one rebuild may read the log. Without a snapshot a long log takes minutes to fold; the
+#: bound is for a log that cannot be read at all, not for a slow one.
+LOAD_TIMEOUT_S: Final = 1_800.0
 #: Pause between attempts to rebuild a partition whose log could not be read.
 LOAD_RETRY_S: Final = 2.0
 RETRY_BACKOFF_S: Final = 0.5
@@ -41,8 +46,10 @@ class PartitionOwner(CommandDecider):
     consumer: Consumer
 
     def __init__(self, bootstrap: str, worker_id: str, group: str, prefix: str | None,
-                 clock_ms: Callable[[], int] | None, health: HealthFile | None) -> None:
-        super().__init__(prefix, clock_ms)
+                 clock_ms: Callable[[], int] | None, health: HealthFile | None,
+                 aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
+        super().__init__(prefix, clock_ms, aggregates)
+        self.snapshots = snapshots or SnapshotPolicy()
         self.bootstrap = bootstrap
         self.worker_id = worker_id
         self.group = group
@@ -73,8 +80,7 @@ class PartitionOwner(CommandDecider):
             consumer.assign(partitions)
             self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
             for partition in self._owned:  # whatever we held before is stale: another owner may have written
-                self._states.pop(partition, None)
-                self._registries.pop(partition, None)
+                self._forget(partition)
             self._unloaded.update(self._owned)
             self._set_paused(self._owned, paused=True)
             self._load_pending()
@@ -91,8 +97,7 @@ class PartitionOwner(CommandDecider):
         for tp in partitions:
             if tp.topic != self.t_commands:
                 continue
-            self._states.pop(tp.partition, None)
-            self._registries.pop(tp.partition, None)
+            self._forget(tp.partition)
             self._unloaded.discard(tp.partition)
         revoked = {tp.partition for tp in partitions if tp.topic == self.t_commands}
         self._owned = [p for p in self._owned if p not in revoked]
@@ -110,12 +115,14 @@ class PartitionOwner(CommandDecider):
         pending = sorted(self._unloaded)
         if not pending:
             return True
+        log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
             committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
-                                     on_quarantine=self.health.quarantined)
+                                     on_quarantine=self.health.quarantined, aggregates=self.aggregates,
+                                     snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
             if seek:
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
@@ -125,13 +132,23 @@ class PartitionOwner(CommandDecider):
             self._next_load_try = time.monotonic() + LOAD_RETRY_S
             return False
         for partition, state in loaded.items():
-            self._states[partition] = state.streams
-            self._registries[partition] = state.registry
+            self._states[partition] = state.states
             self.stats.quarantined += len(state.quarantined)
+            self.stats.folded_events += state.folded
+            self.stats.snapshot_loads += state.snapshot_offset is not None
+            # What was folded is not in a snapshot yet: a long fold makes the next one due.
+            self.snapshots.written(partition, state.folded)
+            log.info("worker %s rebuilt partition %d: %d events folded after %s", self.worker_id, partition,
+                     state.folded, "the whole log" if state.snapshot_offset is None
+                     else f"the snapshot at events offset {state.snapshot_offset}")
         self.stats.rebuilt_partitions += len(loaded)
         self._unloaded.difference_update(loaded)
         self._set_paused(pending, paused=False)
         return True
+
+    def _forget(self, partition: int) -> None:
+        self._states.pop(partition, None)
+        self.snapshots.forget(partition)
 
     def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
         tps = [TopicPartition(t, p) for p in partitions for t in (self.t_commands, self.t_internal)]
@@ -160,8 +177,7 @@ class PartitionOwner(CommandDecider):
         try:
             self._owned = sorted({tp.partition for tp in self.consumer.assignment() if tp.topic == self.t_commands})
             for partition in self._owned:
-                self._states.pop(partition, None)
-                self._registries.pop(partition, None)
+                self._forget(partition)
             self._unloaded = set(self._owned)
             self._set_paused(self._owned, paused=True)
         except KafkaException as exc:

@@ -1,18 +1,21 @@
-"""Rebuild the aggregates of the owned partitions from the committed events — the projection rebuild."""
+"""Rebuild the aggregates of the owned partitions: the latest snapshot plus the committed events after it."""
 
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from watchtower.agents.aggregate import Aggregate
+from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
-from watchtower.topics.reader import read_committed
+from watchtower.agents.snapshots import latest_snapshots
+from watchtower.topics.reader import end_offsets, read_committed
 
 log = logging.getLogger("watchtower.rebuild")
 
@@ -25,31 +28,52 @@ SETTLE_TIMEOUT_S: Final = 30.0
 
 def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[int], partition_count: int, *,
                     timeout_s: float = 120.0, now_block_height: int | None = None,
-                    on_quarantine: Callable[[Quarantined], None] | None = None) -> dict[int, PartitionState]:
-    """Fold every committed event of the given ``partitions`` of ``events_topic`` (which has
-    ``partition_count``) into their aggregates, in one scan of the log.
+                    on_quarantine: Callable[[Quarantined], None] | None = None,
+                    aggregates: Sequence[Aggregate] | None = None,
+                    snapshots_topic: str | None = None) -> dict[int, PartitionState]:
+    """Rebuild the aggregates of the given ``partitions`` of ``events_topic`` (which has
+    ``partition_count``), in one scan of the log.
 
-    First waits until no transaction is open on those partitions (:func:`wait_until_settled`),
-    then reads ``read_committed`` to the end: an aborted transaction never leaks into the state,
-    and a committed one whose markers were still being written is not missed. A record that breaks a rule (see
-    :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and reason,
-    passed to ``on_quarantine``, listed in its partition's result and skipped: nothing a record
-    contains makes this raise. It raises only when the log cannot be read (TimeoutError,
+    First waits until no transaction is open on those partitions (:func:`wait_until_settled`).
+    With ``snapshots_topic``, each partition starts from its latest valid snapshot
+    (:mod:`watchtower.agents.snapshots`) and folds only the events after it; a partition without
+    one, or whose snapshot is quarantined, folds every event. The events are read
+    ``read_committed`` to the end: an aborted transaction never leaks into the state, and a
+    committed one whose markers were still being written is not missed. A record that breaks a
+    rule (see :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and
+    reason, passed to ``on_quarantine``, listed in its partition's result and skipped: nothing a
+    record contains makes this raise. It raises only when the log cannot be read (TimeoutError,
     KafkaException). ``now_block_height`` is the current block, to refuse events stamped in the
     future (None: not checked).
     """
 
     def quarantine(entry: Quarantined) -> None:
-        log.error("quarantined event %s[%d]@%d: %s", entry.topic, entry.partition, entry.offset, entry.reason)
+        log.error("quarantined %s[%d]@%d: %s", entry.topic, entry.partition, entry.offset, entry.reason)
         if on_quarantine is not None:
             on_quarantine(entry)
 
+    hosted = list(aggregates) if aggregates is not None else default_aggregates()
+    if not partitions:
+        return {}
+    wait_until_settled(bootstrap, events_topic, list(partitions), min(timeout_s, SETTLE_TIMEOUT_S))
+    starts: dict[int, PartitionState] = {}
+    refused: dict[int, list[Quarantined]] = {}
+    if snapshots_topic is not None:
+        ends = end_offsets(bootstrap, events_topic, list(partitions))
+        for p, found in latest_snapshots(bootstrap, snapshots_topic, partitions, partition_count, hosted, ends,
+                                         quarantine, timeout_s=timeout_s).items():
+            if isinstance(found, Quarantined):
+                refused[p] = [found]
+            else:
+                starts[p] = found
     folds = {p: EventFold(events_topic, p, partition_count, on_quarantine=quarantine,
-                          now_block_height=now_block_height) for p in partitions}
-    if folds:
-        wait_until_settled(bootstrap, events_topic, list(folds), min(timeout_s, SETTLE_TIMEOUT_S))
-        for m in read_committed(bootstrap, [events_topic], partition=list(folds), timeout_s=timeout_s):
-            folds[int(m.partition() or 0)].apply(m.key(), m.value(), int(m.offset() or 0))
+                          now_block_height=now_block_height, aggregates=hosted, state=starts.get(p))
+             for p in partitions}
+    for p, entries in refused.items():
+        folds[p].state.quarantined.extend(entries)
+    offsets = {p: s.snapshot_offset for p, s in starts.items() if s.snapshot_offset is not None}
+    for m in read_committed(bootstrap, [events_topic], partition=list(folds), timeout_s=timeout_s, start=offsets):
+        folds[int(m.partition() or 0)].apply(m.key(), m.value(), int(m.offset() or 0))
     return {p: fold.state for p, fold in folds.items()}
 
 

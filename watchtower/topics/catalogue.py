@@ -62,6 +62,10 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
                   purpose="forwards between aggregates (e.g. feed listings); written by workers only"),
         TopicSpec("replies", f"{p}.replies", partitions, HOUR_MS,
                   purpose="command results for request/reply, written in the same transaction"),
+        TopicSpec("snapshots", f"{p}.snapshots", partitions, FOREVER, cleanup_policy="compact",
+                  purpose="worker snapshots of each partition's aggregates (latest per partition), "
+                          "co-partitioned with events so a new owner folds only the tail",
+                  extra={"min.cleanable.dirty.ratio": "0.1", "segment.ms": str(HOUR_MS)}),
         TopicSpec("deliveries", f"{p}.deliveries", partitions, 7 * DAY_MS,
                   purpose="PUSH deliveries keyed by subscriber, round-robin within per-block bounds"),
         TopicSpec("replay", f"{p}.replay", partitions, FOREVER,

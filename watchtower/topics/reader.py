@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 
 def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Collection[int] | None = None,
-                   timeout_s: float = 300.0) -> Iterator[Message]:
+                   timeout_s: float = 300.0, start: Mapping[int, int] | None = None) -> Iterator[Message]:
     """Every committed record of `topics` (only `partition` of each, or only those partitions, if given),
-    in log order per partition.
+    in log order per partition; with `start`, partition p is read from offset ``start[p]`` on
+    (a partition missing from it: from the beginning).
 
     Raises TimeoutError when the end is not reached within `timeout_s`.
     """
@@ -33,15 +35,17 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
     try:
         wanted = None if partition is None else {partition} if isinstance(partition, int) else set(partition)
         assignment: list[TopicPartition] = []
-        for topic in topics:
-            numbers = list(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-            assignment += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in numbers
-                           if wanted is None or p in wanted]
         pending = set()
-        for tp in assignment:
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
-            if high > low:
-                pending.add((tp.topic, tp.partition))
+        for topic in topics:
+            for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
+                if wanted is not None and p not in wanted:
+                    continue
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                # Never before the log start: an out-of-range offset would reset to the end.
+                first = max(low, (start or {}).get(p, low))
+                assignment.append(TopicPartition(topic, p, first if first > low else OFFSET_BEGINNING))
+                if high > first:
+                    pending.add((topic, p))
         if not pending:
             return
         consumer.assign(assignment)
@@ -57,3 +61,12 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
                     pending.discard((m.topic(), m.partition()))
     finally:
         consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: Collection[int], timeout_s: float = 10.0) -> dict[int, int]:
+    """The high watermark of each of ``partitions`` of ``topic``: the offset after its last record,
+    open transactions and commit markers included."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                 isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
+    return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}

@@ -1,0 +1,121 @@
+"""The aggregate contract: what the host needs to know about an aggregate, and nothing more.
+
+An aggregate is a key function, ``decide``, ``evolve`` and a snapshot codec, plus the codecs of
+its commands and events (so the host can route records to it). The host
+(:class:`~watchtower.agents.command_processor.CommandProcessor`) gives every registered aggregate
+the same guarantees - one Kafka transaction per batch, zombie fencing, request/reply on
+``replies``, forwards between aggregates on ``internal``, quarantine of bad log records, snapshots
+and recovery - and never names one. Pure parts (decide/evolve/state codecs) live in
+``watchtower.protocol``; adapters implementing this protocol live in ``watchtower.agents.aggregates``.
+
+Routing, without any metadata on the records:
+
+- a command or forward record goes to the first registered aggregate whose ``decode_command``
+  accepts it (the same bytes on ``internal`` or ``commands`` may be accepted or refused: that is
+  how a forward is trusted only from workers); when none accepts it, the caller gets the refusal
+  of the first aggregate that recognised the record (any code but MALFORMED_RECORD /
+  SCHEMA_MISMATCH, e.g. UNAUTHORIZED), else the first aggregate's;
+- an events record goes to the first aggregate whose ``decode_event`` accepts it and which
+  ``owns_event`` the result.
+
+Order matters: register the aggregate with the most traffic first, so the hot path decodes once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from watchtower.protocol.deployment import Deployment
+
+
+class Context(NamedTuple):
+    """What the host knows when it decides a batch: the block height (from its clock, read once per
+    batch) and the deployment's genesis configuration."""
+
+    block_height: int
+    deployment: Deployment
+
+
+class Record(NamedTuple):
+    """An extra record a decision writes in the batch's transaction, e.g. a StreamMessage.
+    ``role`` is a catalogue role (``messages``); it goes to the partition of the command."""
+
+    role: str
+    key: bytes
+    value: bytes
+    headers: Mapping[str, str] | None = None
+
+
+class Forward(NamedTuple):
+    """A record for another aggregate, written on ``internal`` in the same transaction, to the
+    partition of ``key``. It carries the caller's reply headers: when the decision has no reply,
+    the aggregate that receives the forward answers the caller."""
+
+    key: str
+    value: bytes
+
+
+class Outcome(NamedTuple):
+    """A decision: the events (the host folds them with ``evolve`` and writes them), the reply
+    (None: a forward's receiver answers), extra records and forwards."""
+
+    events: Sequence[Any]
+    reply: Mapping[str, Any] | None
+    records: Sequence[Record] = ()
+    forwards: Sequence[Forward] = ()
+
+
+class Aggregate(Protocol):
+    """One kind of aggregate. ``name`` names its part of a snapshot; it must be unique per host."""
+
+    name: str
+
+    def decode_command(self, value: bytes | None, *, internal: bool) -> Any:
+        """The command or forward in ``value`` (from ``internal`` or from ``commands``); raise a
+        WatchtowerError (with the spec's code) when the record is not one this aggregate accepts."""
+
+    def key(self, command: Any) -> str:
+        """The instance the command addresses; its events are keyed by it."""
+
+    def initial(self, key: str) -> Any:
+        """The state of an instance nothing has happened to."""
+
+    def decide(self, state: Any, command: Any, ctx: Context) -> Outcome:
+        """Pure: the outcome of ``command`` against ``state``; raise a WatchtowerError to refuse it."""
+
+    def evolve(self, state: Any, event: Any) -> Any:
+        """Pure: the state after ``event``; raise to refuse an event that cannot apply (quarantine)."""
+
+    def encode_event(self, event: Any) -> bytes: ...
+
+    def decode_event(self, value: bytes | None) -> Any:
+        """The event in ``value``; raise (any exception) when it is not one."""
+
+    def owns_event(self, event: Any) -> bool:
+        """Whether this aggregate folds ``event`` (e.g. by its type)."""
+
+    def event_key(self, event: Any) -> str:
+        """The instance an event belongs to (the record must be keyed by it, on its partition)."""
+
+    def check_event(self, event: Any, now_block_height: int | None) -> None:
+        """Extra rules a log record must pass before ``evolve`` (raise to quarantine it)."""
+
+    def encode_snapshot(self, states: Mapping[str, Any]) -> bytes:
+        """The instances of one partition as deterministic bytes (never pickle)."""
+
+    def decode_snapshot(self, data: bytes) -> dict[str, Any]:
+        """Inverse of ``encode_snapshot``; raise on anything it did not write."""
+
+
+class BrokenRuleError(Exception):
+    """A log record breaks one of the fold's rules; the message says which and how."""
+
+
+def check_unique(aggregates: Sequence[Aggregate]) -> None:
+    """Refuse a host configuration where two aggregates share a name (their snapshots would clash)."""
+    names = [a.name for a in aggregates]
+    if not names:
+        raise ValueError("a host needs at least one aggregate")
+    if len(set(names)) != len(names):
+        raise ValueError(f"aggregate names must be unique, got {names}")

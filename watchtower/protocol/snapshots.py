@@ -1,0 +1,183 @@
+"""Snapshot codecs: aggregate states <-> bytes, deterministic and never pickled.
+
+A worker snapshots the aggregates of one partition into one record of the compacted ``snapshots``
+topic (see docs/aggregates.md). The record is deterministic CBOR (RFC 8949 canonical: map keys
+sorted, shortest forms) of an *envelope*::
+
+    {"v": 1, "partition": p, "events_offset": X, "parts": {aggregate name: bytes}}
+
+``events_offset`` is the first offset of the ``events`` partition the snapshot does NOT cover: a
+loader starts the states from the parts and folds the events from X on. Each part is the
+aggregate's own codec of its instances on that partition; the two below are the stream actor's
+and the registry's. Decoding never runs code from the bytes (plain CBOR, no tags), and anything
+that is not exactly what the encoder writes raises :class:`SnapshotError` (MALFORMED_RECORD), so
+the loader can quarantine it and fold the whole partition instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import cbor2
+
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
+from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.registry import RegistryState
+from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
+from watchtower.protocol.stream_state import CallerRecord, FrozenMap, StreamState, Subscription
+
+SNAPSHOT_VERSION: Final = 1
+STREAMS_PART_VERSION: Final = 1
+REGISTRY_PART_VERSION: Final = 1
+
+
+class SnapshotError(MalformedRecordError):
+    """Bytes that are not a snapshot this codec wrote."""
+
+
+def _dumps(value: object) -> bytes:
+    return bytes(cbor2.dumps(value, canonical=True))
+
+
+def _loads(data: object, what: str) -> Any:
+    if not isinstance(data, bytes | bytearray):
+        raise SnapshotError(f"{what} must be bytes, got {type(data).__name__}")
+    try:
+        # No tag hook and no object hook: a tag (which could name a class) is refused below.
+        return cbor2.loads(bytes(data))
+    except Exception as exc:  # cbor2 raises many types for hostile input
+        raise SnapshotError(f"{what} is not CBOR ({exc.__class__.__name__})") from None
+
+
+def _require(cond: bool, why: str) -> None:
+    if not cond:
+        raise SnapshotError(why)
+
+
+def _int(value: object, name: str, minimum: int = 0) -> int:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+             f"{name} must be an integer >= {minimum}")
+    return int(value)  # type: ignore[call-overload]
+
+
+# --- The envelope ---------------------------------------------------------------------------------
+
+
+def encode_snapshot(partition: int, events_offset: int, parts: Mapping[str, bytes]) -> bytes:
+    """One partition's snapshot record value."""
+    return _dumps({"v": SNAPSHOT_VERSION, "partition": partition, "events_offset": events_offset,
+                   "parts": dict(parts)})
+
+
+def decode_snapshot(data: bytes | None) -> tuple[int, int, dict[str, bytes]]:
+    """(partition, events_offset, parts) of a snapshot record; SnapshotError otherwise."""
+    doc = _loads(data, "a snapshot")
+    _require(isinstance(doc, dict) and set(doc) == {"v", "partition", "events_offset", "parts"},
+             "a snapshot has exactly the fields v, partition, events_offset, parts")
+    _require(doc["v"] == SNAPSHOT_VERSION, f"snapshot version {doc['v']!r} is not {SNAPSHOT_VERSION}")
+    parts = doc["parts"]
+    _require(isinstance(parts, dict) and all(isinstance(k, str) and isinstance(v, bytes) for k, v in parts.items()),
+             "snapshot parts must map aggregate names to bytes")
+    return _int(doc["partition"], "partition"), _int(doc["events_offset"], "events_offset"), parts
+
+
+# --- The stream actor's part ----------------------------------------------------------------------
+
+
+def encode_streams(states: Mapping[str, StreamState]) -> bytes:
+    """The stream states of one partition (every field, so the decoded state equals the folded one)."""
+    return _dumps({"v": STREAMS_PART_VERSION, "streams": [_stream_doc(s) for _, s in sorted(states.items())]})
+
+
+def decode_streams(data: bytes) -> dict[str, StreamState]:
+    doc = _loads(data, "a streams snapshot")
+    _require(isinstance(doc, dict) and doc.get("v") == STREAMS_PART_VERSION and isinstance(doc.get("streams"), list),
+             f"a streams snapshot is {{v: {STREAMS_PART_VERSION}, streams: [...]}}")
+    out: dict[str, StreamState] = {}
+    for item in doc["streams"]:
+        try:
+            state = _stream_from(item)
+        except SnapshotError:
+            raise
+        except (WatchtowerError, KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"a stream in the snapshot is malformed ({exc!r})"[:300]) from None
+        _require(state.stream_id not in out, f"stream {state.stream_id!r} appears twice")
+        out[state.stream_id] = state
+    return out
+
+
+def _stream_doc(s: StreamState) -> dict[str, Any]:
+    return {
+        "stream_id": s.stream_id,
+        "created": s.created,
+        "owner": s.owner,
+        "config": None if s.config is None else s.config.to_dict(),
+        "head": s.head,
+        "keys": None if s.key_schedule is None else
+        [[e.signing_key_id, e.public_key, e.effective_sequence] for e in s.key_schedule.entries],
+        "subs": [[sub.subscriber, str(sub.mode), str(sub.status), sub.created_at_sequence, sub.start_cursor,
+                  sub.filter_json, sub.account_key_id] for _, sub in sorted(s.subscriptions.items())],
+        "allowlist": sorted(s.allowlist),
+        "last_key_epoch": s.last_key_epoch,
+        "callers": [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(s.callers.items())],
+    }
+
+
+def _stream_from(d: Any) -> StreamState:
+    _require(isinstance(d, dict), "a stream snapshot entry must be a map")
+    keys = d["keys"]
+    schedule = None if keys is None else KeySchedule(tuple(KeyScheduleEntry(int(i), bytes(k), int(e))
+                                                           for i, k, e in keys))
+    subs = FrozenMap((row[0], Subscription(subscriber=row[0], mode=DeliveryMode(row[1]),
+                                           status=SubscriptionStatus(row[2]), created_at_sequence=row[3],
+                                           start_cursor=row[4], filter_json=row[5], account_key_id=row[6]))
+                     for row in d["subs"])
+    callers = FrozenMap((row[0], CallerRecord(_int(row[1], "last_nonce", 1), bytes(row[2]),
+                                              freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
+                        for row in d["callers"])
+    active = sum(1 for sub in subs.values() if sub.status is SubscriptionStatus.ACTIVE)
+    epoch = d["last_key_epoch"]
+    _require(epoch is None or isinstance(epoch, int), "last_key_epoch must be an integer or null")
+    _require(isinstance(d["created"], bool), "created must be a boolean")
+    return StreamState(
+        stream_id=StreamState.initial(d["stream_id"]).stream_id,
+        created=d["created"],
+        owner=d["owner"],
+        config=None if d["config"] is None else StreamConfig.from_dict(d["config"]),
+        head=_int(d["head"], "head"),
+        key_schedule=schedule,
+        subscriptions=subs,
+        active_subscribers=active,
+        allowlist=frozenset(str(a) for a in d["allowlist"]),
+        last_key_epoch=epoch,
+        callers=callers,
+    )
+
+
+# --- The registry's part --------------------------------------------------------------------------
+
+
+def encode_registry(states: Mapping[str, RegistryState]) -> bytes:
+    """The registry instance(s) of one partition (at most the one registry key)."""
+    return _dumps({"v": REGISTRY_PART_VERSION, "registries": {
+        key: {"next_feed_id": s.next_feed_id, "by_stream": dict(s.by_stream.items())} for key, s in states.items()}})
+
+
+def decode_registry(data: bytes) -> dict[str, RegistryState]:
+    doc = _loads(data, "a registry snapshot")
+    _require(isinstance(doc, dict) and doc.get("v") == REGISTRY_PART_VERSION
+             and isinstance(doc.get("registries"), dict),
+             f"a registry snapshot is {{v: {REGISTRY_PART_VERSION}, registries: {{...}}}}")
+    out: dict[str, RegistryState] = {}
+    for key, item in doc["registries"].items():
+        _require(isinstance(key, str) and isinstance(item, dict) and isinstance(item.get("by_stream"), dict),
+                 "a registry entry is {next_feed_id, by_stream}")
+        next_id = _int(item.get("next_feed_id"), "next_feed_id", 1)
+        by_stream = {str(s): _int(i, "feed_id", 1) for s, i in item["by_stream"].items()}
+        _require(sorted(by_stream.values()) == list(range(1, next_id)),
+                 "registry feed ids must run 1..next_feed_id-1 without gaps")
+        out[key] = RegistryState(next_id, FrozenMap(by_stream))
+    return out
