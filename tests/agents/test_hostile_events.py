@@ -33,6 +33,8 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream_state import Event
+from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed
 
@@ -137,8 +139,8 @@ def stream(bench: Bench) -> Stream:
 
 
 def logged_events(bench: Bench, key: str) -> list[tuple[int, int, dict[str, Any]]]:
-    """(partition, offset, decoded JSON envelope) of every committed event keyed ``key``."""
-    return [(int(m.partition() or 0), int(m.offset() or 0), json.loads(m.value() or b""))
+    """(partition, offset, envelope ``{"event": Event.to_dict()}``) of every committed event keyed ``key``."""
+    return [(int(m.partition() or 0), int(m.offset() or 0), {"event": decode_event(m.value()).to_dict()})
             for m in read_committed(bench.workers.bootstrap, [bench.t_events]) if m.key() == key.encode()]
 
 
@@ -160,10 +162,15 @@ def inject(bench: Bench, partition: int, key: str | None, value: bytes) -> int:
     return offsets[0]
 
 
+def wire(envelope: dict[str, Any]) -> bytes:
+    """The event's bytes as the writer's codec encodes them (a forger uses the same public schemas)."""
+    return encode_event(Event.from_dict(envelope["event"]))
+
+
 def edited(envelope: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> bytes:
     copy = json.loads(json.dumps(envelope))
     edit(copy["event"])
-    return json.dumps(copy).encode()
+    return wire(copy)
 
 
 def check_restart_quarantines(bench: Bench, stream: Stream, partition: int, offset: int, reason: str) -> None:
@@ -194,7 +201,7 @@ def test_a_forged_publish_at_head_plus_one_cannot_make_the_log_skip_or_repeat(be
 
 def test_copy_of_the_last_event_is_quarantined(bench: Bench, stream: Stream) -> None:
     envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
-    offset = inject(bench, stream.partition, stream.stream_id, json.dumps(envelope).encode())
+    offset = inject(bench, stream.partition, stream.stream_id, wire(envelope))
     check_restart_quarantines(bench, stream, stream.partition, offset, "does not follow head")
 
 
@@ -205,7 +212,7 @@ def test_feed_registration_reusing_feed_id_1_is_quarantined(bench: Bench) -> Non
     envelope = last_event(bench, REGISTRY_KEY, "FeedRegistered")
     assert envelope["event"]["body"]["feed_id"] == 1
     home = partition_for(REGISTRY_KEY, PARTITIONS)
-    offset = inject(bench, home, REGISTRY_KEY, json.dumps(envelope).encode())
+    offset = inject(bench, home, REGISTRY_KEY, wire(envelope))
     check_restart_quarantines(bench, listed, home, offset, "feed id 1 does not follow 1")
     bench.streams += 1
     another = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
@@ -220,7 +227,7 @@ def test_random_garbage_is_quarantined(bench: Bench, stream: Stream) -> None:
 def test_event_on_the_wrong_partition_is_quarantined(bench: Bench, stream: Stream) -> None:
     envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
     elsewhere = (stream.partition + 1) % PARTITIONS
-    offset = inject(bench, elsewhere, stream.stream_id, json.dumps(envelope).encode())
+    offset = inject(bench, elsewhere, stream.stream_id, wire(envelope))
     check_restart_quarantines(bench, stream, elsewhere, offset, f"belong on partition {stream.partition}")
 
 

@@ -41,6 +41,7 @@ def test_a_stream_state_survives_the_round_trip_exactly() -> None:
     state = rich_state()
     assert state.key_schedule is not None
     assert len(state.key_schedule.entries) == 2
+    assert state.last_publish_digest is not None  # an exact retry of the last publish stays a duplicate
     back = decode_streams(encode_streams({SID: state}))
     assert back[SID] == state
     assert state_digest(back[SID]) == state_digest(state)

@@ -123,6 +123,7 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "allowlist": sorted(s.allowlist),
         "last_key_epoch": s.last_key_epoch,
         "callers": [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(s.callers.items())],
+        "last_publish_digest": s.last_publish_digest,
     }
 
 
@@ -142,6 +143,9 @@ def _stream_from(d: Any) -> StreamState:
     epoch = d["last_key_epoch"]
     _require(epoch is None or isinstance(epoch, int), "last_key_epoch must be an integer or null")
     _require(isinstance(d["created"], bool), "created must be a boolean")
+    publish_digest = d["last_publish_digest"]
+    _require(publish_digest is None or (isinstance(publish_digest, bytes) and len(publish_digest) == 32),
+             "last_publish_digest must be 32 bytes or null")
     return StreamState(
         stream_id=StreamState.initial(d["stream_id"]).stream_id,
         created=d["created"],
@@ -154,6 +158,7 @@ def _stream_from(d: Any) -> StreamState:
         allowlist=frozenset(str(a) for a in d["allowlist"]),
         last_key_epoch=epoch,
         callers=callers,
+        last_publish_digest=publish_digest,
     )
 
 

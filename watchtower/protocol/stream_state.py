@@ -266,7 +266,7 @@ class Event:
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        if self.type not in EVENT_TYPES:
+        if not isinstance(self.type, str) or self.type not in EVENT_TYPES:
             raise InvalidArgumentError(f"unknown event type {self.type!r}")
         require_text(self.stream_id, "stream_id")
         require_int(self.block_height, "block_height")
