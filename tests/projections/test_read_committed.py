@@ -20,8 +20,8 @@ from confluent_kafka import Producer
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
-from watchtower.protocol.stream_state import STREAM_CREATED
-from watchtower.schemas.wire import decode_event
+from watchtower.protocol.stream_state import STREAM_CREATED, Event
+from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 def _created_event(bootstrap: str, events: str, stream_id: str) -> dict[str, object]:
     for m in read_committed(bootstrap, [events]):
         if m.key() == stream_id.encode() and decode_event(m.value()).type == STREAM_CREATED:
-            return dict(json.loads(m.value() or b""))
+            return {"event": decode_event(m.value()).to_dict()}
     raise AssertionError(f"no StreamCreated for {stream_id}")
 
 
@@ -40,7 +40,7 @@ def _write_copy(bootstrap: str, events: str, wire: dict[str, object], stream_id:
     copy = json.loads(json.dumps(wire))
     copy["event"]["stream_id"] = stream_id
     copy["event"]["body"]["config"]["stream_id"] = stream_id  # else the fold quarantines it as forged
-    value = json.dumps(copy).encode()
+    value = encode_event(Event.from_dict(copy["event"]))
     assert decode_event(value).stream_id == stream_id  # a well-formed event: only the abort may hide it
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}"})
     producer.init_transactions(30)
