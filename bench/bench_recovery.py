@@ -5,7 +5,7 @@ For each scale (``--scale 1,10``: ``--events`` x scale events), on a fresh embed
 
 1. seed one stream's partition with a create and N publish events, written straight to the events
    topic with a raw producer, exactly as the worker writes them (valid, gapless, each message signed
-   under the stream's key; the fold accepts every one);
+   under the stream's key; the events refer to those messages by hash);
 2. start worker A (the stock worker process). It folds the whole partition (no snapshot yet), then
    serves a publish; that batch carries the partition's first snapshot (due: the fold was longer
    than the snapshot period). Reported: A's start -> first reply, i.e. recovery *without* a snapshot;
@@ -53,14 +53,12 @@ from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import EVENT_BODY_FIELDS, MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, Event
+from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, Event
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.partitioning import partition_for_key
 
-#: Whether a publish event still carries its message (it refers to it by hash once the codec moves on).
-_CARRIES_MESSAGE = "message" in EVENT_BODY_FIELDS[STREAM_MESSAGE_PUBLISHED]
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
@@ -80,8 +78,6 @@ def seed(bootstrap: str, prefix: str, sid: str, owner: nacl.signing.SigningKey, 
                            payload=b'{"n":%d}' % seq, signing_key=owner, signing_key_id=1)
         body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
         body["payload_format"] = str(msg.payload_format)
-        if _CARRIES_MESSAGE:
-            body["message"] = msg.to_json_dict()
         event = Event(type=STREAM_MESSAGE_PUBLISHED, stream_id=sid, block_height=block, caller=caller, nonce=seq + 1,
                       digest=hashlib.sha256(b"seed%d" % seq).digest(), reply={"sequence": seq}, body=body)
         while True:
