@@ -38,6 +38,10 @@ LOAD_TIMEOUT_S: Final = 1_800.0
 #: Pause between attempts to rebuild a partition whose log could not be read.
 LOAD_RETRY_S: Final = 2.0
 RETRY_BACKOFF_S: Final = 0.5
+#: Stable offset fetches (OFFSETS_TIMEOUT_S each) tried after a start over before the last committed
+#: offsets are read instead: together longer than the transaction timeout, so an open transaction
+#: of another producer would have been aborted by then.
+STABLE_TRIES_AFTER_FENCING: Final = 3
 
 
 class PartitionOwner(CommandDecider):
@@ -57,6 +61,7 @@ class PartitionOwner(CommandDecider):
         self._stop = threading.Event()
         self._owned: list[int] = []
         self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
+        self._unstable_fetches = 0  # stable committed-offset fetches that timed out in a row
         self._next_load_try = 0.0
         self._assigned = False
         self._recovering = False
@@ -116,9 +121,24 @@ class PartitionOwner(CommandDecider):
         if not pending:
             return True
         log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
+        # After a start over our own transactional id was initialised again, which aborted our open
+        # transaction, and only we write these partitions' offsets. If the stable fetch still times
+        # out, what keeps the offsets "unstable" is an offset commit of our fenced producer that
+        # reached the group coordinator after that abort (a hanging transaction, seen after broker
+        # restarts); only our next commit clears it, so waiting for it would wait for ourselves.
+        # The last *committed* offsets are then the right ones.
+        stable = not (seek and self._unstable_fetches >= STABLE_TRIES_AFTER_FENCING)
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
-            committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S)
+            try:
+                committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S, stable=stable)
+            except KafkaException:
+                self._unstable_fetches += 1
+                raise
+            self._unstable_fetches = 0
+            if not stable:
+                log.warning("worker %s: the stable offsets fetch kept timing out after our transactions were "
+                            "initialised again; read the last committed offsets instead", self.worker_id)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
                                      on_quarantine=self.health.quarantined, aggregates=self.aggregates,

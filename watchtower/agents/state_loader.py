@@ -78,9 +78,10 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
 
 
 def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartition],
-                      timeout_s: float) -> list[TopicPartition]:
+                      timeout_s: float, *, stable: bool = True) -> list[TopicPartition]:
     """The group's committed offsets of ``partitions``, *stable* ones (KIP-447): the fetch waits
-    until no transaction that commits offsets for them is still open.
+    until no transaction that commits offsets for them is still open. With ``stable=False``, the
+    last committed offsets, whatever is still open.
 
     Asked by a short-lived client that never joins the group, so it neither disturbs the group nor
     depends on the worker's own consumer, whose group state may be waiting for a rebalance the
@@ -91,7 +92,8 @@ def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartitio
         "group.id": group,
         "client.id": f"wt-offsets-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
-        "isolation.level": "read_committed",
+        # librdkafka asks for stable offsets exactly when the consumer reads committed records.
+        "isolation.level": "read_committed" if stable else "read_uncommitted",
         "log_level": 3,
     })
     try:
