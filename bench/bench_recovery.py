@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'B folded':>8} | {'kill -9 -> B reply':>18} | {'full fold here':>14}")
     for r in results:
         print(f"{r['events']:>10,} | {r['a_start_to_first_reply_s']:>26.2f}s | {r['b_rebuild_s']:>25.2f}s | "
-              f"{r['b_folded']:>8} | {r['kill_to_b_first_reply_s']:>17.2f}s | "
+              f"{r['b_folded']:>8} | {r['kill_to_b_first_reply_s']:>17.2f}s | " +
               (f"{r['full_fold_in_process_s']:>13.2f}s" if "full_fold_in_process_s" in r else f"{'-':>14}"))
     print(f"logs: {tmp}")
     if args.json:
