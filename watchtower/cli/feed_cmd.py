@@ -341,25 +341,28 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
 @click.option("--min-head", type=click.IntRange(min=1), default=None,
               help="First wait (up to --wait-ms) until the head reaches this sequence.")
 @click.option("--wait-ms", type=click.IntRange(min=0), default=2000, show_default=True)
+@click.option("--proof", is_flag=True, default=False,
+              help="With --filter: also check the server's proof that no matching message was skipped.")
 @read_options
 @pass_feed
 def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | None, min_head: int | None,
-                   wait_ms: int, api_url: str | None, as_json: bool) -> None:
+                   wait_ms: int, proof: bool, api_url: str | None, as_json: bool) -> None:
     """Read verified messages after --cursor."""
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     flt = parse_json(filter_json, "--filter") if filter_json else None
-    page = Subscriber(api, stream_id, cursor, flt).poll_page(limit, min_head=min_head,
-                                                            wait_ms=wait_ms if min_head else None)
+    page = Subscriber(api, stream_id, cursor, flt, proof=proof).poll_page(limit, min_head=min_head,
+                                                                         wait_ms=wait_ms if min_head else None)
     if as_json:
         echo_json(with_spec_names({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages],
                                    "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,
-                                   "next_cursor": page.next_cursor, "verified": True}))
+                                   "next_cursor": page.next_cursor, "verified": True,
+                                   **({"proven_complete": True} if proof else {})}))
         return
     for msg in page.messages:
         click.echo(message_line(msg))
-    click.echo(f"{len(page.messages)} verified message(s); head {page.head_sequence}, floor {page.floor_sequence}, "
-               f"next cursor {page.next_cursor}")
+    click.echo(f"{len(page.messages)} verified message(s){' (proven complete)' if proof else ''}; "
+               f"head {page.head_sequence}, floor {page.floor_sequence}, next cursor {page.next_cursor}")
 
 
 @feed.command("get-head")

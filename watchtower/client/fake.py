@@ -25,6 +25,7 @@ from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError,
 from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.page_proof import build_page_proof
 from watchtower.protocol.ring_window import check_limit
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import STREAM_CREATED, StreamState, evolve
@@ -81,19 +82,24 @@ class FakeApi:
         return body
 
     def get_since(self, stream_id: str, cursor: int = 0, limit: int = 100, *, filter: Mapping[str, Any] | None = None,
-                  min_head: int | None = None, wait_ms: int | None = None) -> dict[str, Any]:
-        """As ``GET /v1/streams/{id}/messages``: limit first, then cursor, filter, stream, window."""
+                  min_head: int | None = None, wait_ms: int | None = None, proof: bool = False) -> dict[str, Any]:
+        """As ``GET /v1/streams/{id}/messages``: limit first, then cursor, filter, stream, window;
+        with `proof`, the page's completeness proof too (`page_proof.build_page_proof`)."""
         check_limit(limit)
         _bounded("cursor", cursor)
         _bounded("min_head", min_head)
         _bounded("wait_ms", wait_ms, maximum=30_000)
-        match = compile_filter(parse_filter(filter))
+        node = parse_filter(filter)
         state = self._state(stream_id)
         wanted = stream_actor.get_since_range(state, cursor, limit)
         archive = self.messages.get(stream_id, {})
-        page = [archive[seq].to_json_dict() for seq in wanted if match(archive[seq].headers())]
-        return {"stream_id": stream_id, "messages": page,
-                "head_sequence": state.head, "floor_sequence": state.floor,
+        answer: dict[str, Any] = {"stream_id": stream_id}
+        if proof:
+            answer["messages"], answer["proof"] = build_page_proof((archive[seq] for seq in wanted), filter)
+        else:
+            match = compile_filter(node)
+            answer["messages"] = [archive[seq].to_json_dict() for seq in wanted if match(archive[seq].headers())]
+        return {**answer, "head_sequence": state.head, "floor_sequence": state.floor,
                 "head": state.head, "floor": state.floor,
                 "next_cursor": wanted[-1] if len(wanted) else cursor}
 

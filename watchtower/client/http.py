@@ -212,17 +212,20 @@ class ApiClient:
         filter: Mapping[str, Any] | None = None,
         min_head: int | None = None,
         wait_ms: int | None = None,
+        proof: bool = False,
     ) -> dict[str, Any]:
         """GET /v1/streams/{id}/messages: ``{"messages", "head", "floor", "next_cursor"}``.
 
         Messages are `StreamMessage.to_json_dict()` dicts, unverified. With `min_head` the server
         waits up to `wait_ms` for the stream to reach that head (a long poll), so the HTTP timeout
-        is extended by `wait_ms`.
+        is extended by `wait_ms`. With `proof` the answer also carries ``"proof"``, the
+        completeness proof of a filtered page (`watchtower.protocol.page_proof`), unverified too.
         """
         query = {
             "cursor": cursor,
             "limit": limit,
             "filter": None if filter is None else json.dumps(filter, separators=(",", ":")),
+            "proof": "true" if proof else None,
             "min_head": min_head,
             "wait_ms": wait_ms,
         }

@@ -34,6 +34,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.filters import parse_filter
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.page_proof import ProofEntry, schedule_check, verify_page_proof
 from watchtower.protocol.page_rules import check_page_sequences
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
@@ -57,6 +58,7 @@ class StreamApi(Protocol):
         filter: Mapping[str, Any] | None = ...,
         min_head: int | None = ...,
         wait_ms: int | None = ...,
+        proof: bool = ...,
     ) -> dict[str, Any]: ...
 
     def key_schedule(self, stream_id: str) -> KeySchedule: ...
@@ -341,6 +343,12 @@ class Subscriber:
     (`page_rules.check_page_sequences`): a gap, a reordering or a sequence outside the page is
     MALFORMED_RECORD and nothing of that page is delivered. CURSOR_TOO_OLD propagates: resume from
     its ``details["floor"] - 1``.
+
+    `proof`: with a filter, ask every page with its completeness proof and check it
+    (`page_proof.verify_page_proof`): the skipped sequences' signed headers must verify under the
+    schedule and must not match the filter, and page plus proof must cover the page's range exactly.
+    A page that fails raises (MALFORMED_RECORD or INVALID_SIGNATURE), delivers nothing, and leaves
+    the cursor where it was. Without a filter a page skips nothing, so no proof is asked.
     """
 
     def __init__(
@@ -349,6 +357,8 @@ class Subscriber:
         stream_id: str,
         cursor: int = 0,
         filter: Mapping[str, Any] | None = None,
+        *,
+        proof: bool = False,
     ) -> None:
         if type(cursor) is not int or cursor < 0:
             raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
@@ -356,6 +366,7 @@ class Subscriber:
         self.api = api
         self.stream_id = stream_id
         self.filter = filter
+        self.proof = proof
         self._cursor = cursor
         self._delivered_through = cursor
         self._schedule: KeySchedule | None = None
@@ -395,12 +406,15 @@ class Subscriber:
         """Fetch, verify and deduplicate the next page; advance the cursor past it.
 
         `min_head`/`wait_ms` make it a long poll (the API waits for that head). The cursor only
-        moves when the whole page verified.
+        moves when the whole page verified (and, with `proof` and a filter, its proof).
         """
         if type(limit) is not int or not MIN_GET_SINCE_LIMIT <= limit <= MAX_GET_SINCE_LIMIT:
             raise LimitExceededError(f"limit must be in {MIN_GET_SINCE_LIMIT}..{MAX_GET_SINCE_LIMIT}, got {limit!r}")
+        proven = self.proof and self.filter is not None
+        # Only a proving subscriber passes `proof`, so any StreamApi without it still serves the rest.
+        asked: dict[str, Any] = {"proof": True} if proven else {}
         raw = self.api.get_since(
-            self.stream_id, self._cursor, limit, filter=self.filter, min_head=min_head, wait_ms=wait_ms
+            self.stream_id, self._cursor, limit, filter=self.filter, min_head=min_head, wait_ms=wait_ms, **asked
         )
         items = raw.get("messages")
         if not isinstance(items, list):
@@ -409,11 +423,15 @@ class Subscriber:
         next_cursor = raw.get("next_cursor")
         if type(next_cursor) is not int:
             raise MalformedRecordError(f"get_since of {self.stream_id} answered without an integer 'next_cursor'")
+        received = [StreamMessage.from_json_dict(item) for item in items]
+        for msg in received:
+            self.verify(msg)
+        if proven:
+            verify_page_proof(self.stream_id, self._cursor, next_cursor, received, raw.get("proof"), self.filter,
+                              self._verify_skipped)
         fresh: list[StreamMessage] = []
         last = self._delivered_through
-        for item in items:
-            msg = StreamMessage.from_json_dict(item)
-            self.verify(msg)
+        for msg in received:
             if msg.sequence == last or msg.sequence in range(1, self._delivered_through + 1):
                 continue  # (stream_id, sequence) delivered already: a repeat, not a new message
             fresh.append(msg)
@@ -424,6 +442,10 @@ class Subscriber:
             self._delivered_through = fresh[-1].sequence
         self._cursor = max(self._cursor, next_cursor)
         return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor)
+
+    def _verify_skipped(self, entry: ProofEntry) -> bool:
+        """A proof entry's signature against the schedule (refreshed once, as `verify` does)."""
+        return schedule_check(self.key_schedule())(entry) or schedule_check(self.key_schedule(refresh=True))(entry)
 
     def poll(self, limit: int = 100) -> list[StreamMessage]:
         """The next verified messages after the cursor (at most `limit`, possibly none)."""

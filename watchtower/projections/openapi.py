@@ -71,7 +71,9 @@ _KEY_ENTRY: Final = _object({
 _PAGE: Final = _object({
     "stream_id": _STR, "messages": {"type": "array", "items": _OBJ}, "head_sequence": _INT, "floor_sequence": _SEQ,
     "head": {**_INT, "deprecated": True}, "floor": {**_SEQ, "deprecated": True}, "next_cursor": _INT,
-})
+}, {"proof": {**_object({"version": {"type": "integer", "const": 1}, "skipped": {"type": "array", "items": _OBJ}}),
+              "description": "with proof=true: every message of cursor+1..next_cursor the filter skipped, "
+                             "without its payload (docs/page-proofs.md)"}})
 _QUARANTINE: Final = _object({"count": _INT, "recent": {"type": "array", "items": _object({
     "topic": _STR, "partition": _INT, "offset": _INT, "reason": _STR})}})
 _HEALTH: Final = _object({
@@ -109,6 +111,7 @@ OPENAPI: Final[dict[str, Any]] = {
              _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_GET_SINCE_LIMIT, "default": 100},
                     "1..500, else LIMIT_EXCEEDED (checked first)"),
              _query("filter", _STR, "filter DSL as JSON"),
+             _query("proof", {"type": "boolean"}, "also answer the completeness proof of the filtered page"),
              _query("min_head", _INT, "wait until the projection reaches this head (a long poll)"),
              _query("wait_ms", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "default": 2000},
                     f"how long min_head waits, at most {MAX_WAIT_MS} ms")],

@@ -48,6 +48,7 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.filters import compile_filter, parse_filter
+from watchtower.protocol.page_proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.views import (
     TABLE_NAMES,
@@ -186,8 +187,14 @@ class Projection:
         head = self.heads.get(stream_id)
         return 0 if head is None else int(head["head"])
 
-    async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object) -> dict[str, Any]:
-        match = compile_filter(parse_filter(filter_spec))
+    async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
+                        proof: bool = False) -> dict[str, Any]:
+        """A get_since page; with `proof`, also the completeness proof of what the filter skipped
+        (`page_proof`: every skipped message's signed headers, payload hash and signature)."""
+        node = parse_filter(filter_spec)
+        if proof:
+            require_provable(node)
+        match = compile_filter(node)
         view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
         wanted = since_range(view, head, cursor, limit)
@@ -201,6 +208,7 @@ class Projection:
             raws.update(await asyncio.get_running_loop().run_in_executor(
                 None, self._read_missing, stream_id, view, missing))
         messages = []
+        skipped = []
         for seq in wanted:
             raw = raws.get(seq)
             if raw is None:
@@ -208,11 +216,16 @@ class Projection:
             headers, served = self.cache.served(stream_id, seq, raw)
             if match(headers):
                 messages.append(served)
+            elif proof:
+                skipped.append(entry_json(served))
         window = head_view(view, head)
-        return {"stream_id": stream_id, "messages": messages,
+        page = {"stream_id": stream_id, "messages": messages,
                 "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],
                 "head": window["head_sequence"], "floor": window["floor_sequence"],  # deprecated names
                 "next_cursor": wanted[-1] if len(wanted) else cursor}
+        if proof:
+            page["proof"] = proof_of(skipped)
+        return page
 
     def _read_missing(self, stream_id: str, view: Mapping[str, Any], missing: list[int]) -> dict[int, bytes]:
         """Payloads the cache lacks, from the messages topic: by indexed offset, else by a verifying scan."""
@@ -300,9 +313,10 @@ class Projection:
             filter_spec = params.filter_param(q)
             min_head = params.int_param(q, "min_head", 0)
             wait_ms = params.wait_ms_param(q)
+            proof = params.bool_param(q, "proof")
             if min_head:
                 await projection.waiters.wait(stream_id, min_head, wait_ms, lambda: projection.head_of(stream_id))
-            return web.json(await projection.get_since(stream_id, cursor, limit, filter_spec))
+            return web.json(await projection.get_since(stream_id, cursor, limit, filter_spec, proof))
 
         @page("/v1/streams/{stream_id}/keys/at/{sequence}", key="stream_id")
         async def key_at_sequence(web: Any, _request: Request, stream_id: str, sequence: str) -> Response:

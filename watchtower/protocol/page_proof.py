@@ -150,7 +150,12 @@ def build_page_proof(messages_in_range: Iterable[StreamMessage | Mapping[str, An
             page.append(dict(data))
         else:
             skipped.append(entry_json(data))
-    return page, {"version": PROOF_VERSION, "skipped": skipped}
+    return page, proof_of(skipped)
+
+
+def proof_of(skipped_entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The wire proof of a page whose skipped messages are `skipped_entries` (`entry_json` forms, in order)."""
+    return {"version": PROOF_VERSION, "skipped": skipped_entries}
 
 
 SignatureCheck = Callable[[ProofEntry], bool]
