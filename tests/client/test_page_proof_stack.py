@@ -27,12 +27,18 @@ from proof_helpers import (
 )
 from stack_fixture import stack  # noqa: F401 (the fixture)
 
+from watchtower.cli import feed_cmd
 from watchtower.cli.main import _register, cli
 from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    InvalidSignatureError,
+    MalformedRecordError,
+    WatchtowerError,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -107,3 +113,27 @@ def test_cli_get_since_with_proof(api: ApiClient, stack: ServiceSet, tmp_path: P
                                      "--proof"])
     assert human.exit_code == 0, human.output
     assert f"{len(BTC_SEQUENCES)} verified message(s) (proven complete)" in human.output
+
+
+def test_cli_get_since_with_proof_fails_on_a_tampered_answer(api: ApiClient, stack: ServiceSet,  # noqa: F811
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class HidingApiClient(ApiClient):
+        """The real client, with matching message #6 left out of every answer."""
+
+        def get_since(self, *args: Any, **kw: Any) -> dict[str, Any]:
+            answer = super().get_since(*args, **kw)
+            remove_message(6)(answer)
+            return answer
+
+    monkeypatch.setenv("WATCHTOWER_HOME", str(tmp_path))
+    monkeypatch.setenv("WATCHTOWER_API", stack.api_url)
+    monkeypatch.setattr(feed_cmd, "ApiClient", HidingApiClient)
+    _register()
+    args = ["feed", SID, "get-since", "--cursor", "0", "--filter", json.dumps(BTC)]
+    unproven = CliRunner().invoke(cli, args)
+    assert unproven.exit_code == 0, unproven.output
+    assert "9 verified message(s)" in unproven.output  # the hole the proof closes
+    proven = CliRunner().invoke(cli, [*args, "--proof"])
+    assert proven.exit_code != 0
+    assert isinstance(proven.exception, MalformedRecordError), proven.output
+    assert "first missing: 6" in proven.exception.message
