@@ -11,11 +11,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import nacl.signing
 
-from watchtower.client.sdk import StreamApi
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
@@ -29,7 +28,13 @@ BTC = {"field": "tags.symbol", "op": "eq", "value": "BTC"}
 BTC_SEQUENCES = list(range(3, LENGTH + 1, 3))  # every third message is BTC, the others ETH
 
 
-def publish_script(api: StreamApi, stream_id: str) -> None:
+class Commands(Protocol):
+    """Anything that takes signed commands: `FakeApi` or `ApiClient`."""
+
+    def command(self, cmd: Command, *, timeout_s: float = ...) -> dict[str, Any]: ...
+
+
+def publish_script(api: Commands, stream_id: str) -> None:
     """Create `stream_id` and publish 1..LENGTH, rotating the publisher key after ROTATED_AFTER."""
     nonce = iter(range(1, 1_000))
     api.command(sign_command(OWNER, "create_stream", stream_id, next(nonce), {
@@ -45,13 +50,14 @@ def publish_script(api: StreamApi, stream_id: str) -> None:
                                tags={"symbol": "BTC" if seq % 3 == 0 else "ETH", "size": seq % 7})
         api.command(sign_command(OWNER, "publish", stream_id, next(nonce), message.to_json_dict()))
 
+
 Tamper = Callable[[dict[str, Any]], None]
 
 
 class TamperingApi:
     """`inner`, with every get_since answer passed through `tamper` (in place) when one is set."""
 
-    def __init__(self, inner: StreamApi, tamper: Tamper | None = None) -> None:
+    def __init__(self, inner: Any, tamper: Tamper | None = None) -> None:  # any StreamApi, FakeApi included
         self.inner = inner
         self.tamper = tamper
         self.asked: list[dict[str, Any]] = []  # the keyword arguments of each get_since
