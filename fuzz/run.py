@@ -62,7 +62,8 @@ def _crash_signature(log: str) -> str:
     try:
         start = next(i for i, line in enumerate(lines) if "Uncaught Python exception" in line)
     except StopIteration:
-        return next((line.strip() for line in lines if "ERROR: libFuzzer" in line), "libFuzzer error")
+        found = next((line for line in lines if "ERROR: libFuzzer" in line), "libFuzzer error")
+        return re.sub(r"^==\d+== ", "", found.strip())
     block = lines[start:]
     frames = [line.strip() for line in block if line.strip().startswith('File "') and "watchtower" in line]
     kind = next((line.strip() for line in block[1:] if line and not line.startswith((" ", "Traceback"))), "?")
@@ -90,10 +91,10 @@ def fuzz_decoder(name: str, runs: int, keep: int, seed: int | None) -> dict[str,
                 argv.append(f"-dict={DICTS / f'{name}.dict'}")
             argv += [str(work), str(corpus)]
             log, executed, last = [], None, 0
-            with subprocess.Popen(argv, cwd=ROOT.parent, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            with subprocess.Popen(argv, cwd=ROOT.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, errors="replace") as proc:
-                assert proc.stderr is not None
-                for line in proc.stderr:
+                assert proc.stdout is not None  # atheris prints the uncaught exception on stdout
+                for line in proc.stdout:
                     log.append(line)
                     if (m := _COUNT.match(line)) is not None:
                         count = int(m.group(1))

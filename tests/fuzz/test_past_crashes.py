@@ -37,6 +37,8 @@ def _streams_part(stream: dict[str, object]) -> bytes:
     ("keys", [[1, 2**40, 1]]),  # the same through the key schedule
     ("keys", [[1, b"k"]]),  # a short key row
     ("subs", {"a": 1}),  # a map where the rows belong
+    ("subs", [[b"addr", "PULL", "ACTIVE", 1, 1, None, None]]),  # a subscriber that is bytes: was AttributeError
+    ("callers", [[7, 1, b"d" * 32, {}]]),  # a caller that is a number: was AttributeError
 ])
 def test_a_snapshot_stream_with_a_malformed_row_is_a_snapshot_error(field: str, value: object) -> None:
     with pytest.raises(SnapshotError):

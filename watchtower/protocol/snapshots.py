@@ -139,6 +139,12 @@ def _raw(value: object, name: str) -> bytes:
     return value  # type: ignore[return-value]
 
 
+def _key(row: list[Any], what: str) -> str:
+    # The first item keys a FrozenMap, which hashes text only.
+    _require(isinstance(row[0], str), f"a {what} row starts with its address (text)")
+    return row[0]
+
+
 def _rows(value: object, what: str) -> list[Any]:
     _require(isinstance(value, list), f"{what} must be an array")
     return value  # type: ignore[return-value]
@@ -150,11 +156,11 @@ def _stream_from(d: Any) -> StreamState:
     schedule = None if keys is None else KeySchedule(tuple(
         KeyScheduleEntry(_int(row[0], "signing_key_id"), _raw(row[1], "public_key"), _int(row[2], "effective_sequence"))
         for row in (_row(r, 3, "key") for r in _rows(keys, "keys"))))
-    subs = FrozenMap((row[0], Subscription(subscriber=row[0], mode=DeliveryMode(row[1]),
+    subs = FrozenMap((_key(row, "subscription"), Subscription(subscriber=row[0], mode=DeliveryMode(row[1]),
                                            status=SubscriptionStatus(row[2]), created_at_sequence=row[3],
                                            start_cursor=row[4], filter_json=row[5], account_key_id=row[6]))
                      for row in (_row(r, 7, "subscription") for r in _rows(d["subs"], "subs")))
-    callers = FrozenMap((row[0], CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
+    callers = FrozenMap((_key(row, "caller"), CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
                                               freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
                         for row in (_row(r, 4, "caller") for r in _rows(d["callers"], "callers")))
     active = sum(1 for sub in subs.values() if sub.status is SubscriptionStatus.ACTIVE)
