@@ -27,6 +27,8 @@ Target = Callable[[bytes], None]
 #: Every decoder, in the order `--all` runs them (http-api is a separate, live run).
 DECODERS: tuple[str, ...] = ("command", "event", "avro", "cbor", "snapshot", "filter", "http-params", "reply",
                              "message")
+#: The decoders whose input is a JSON document (they also get the structure-aware mutator).
+JSON_DECODERS: frozenset[str] = frozenset({"command", "filter", "reply", "message"})
 
 _HEADERS: tuple[dict[str, Any], ...] = (
     {"kind": "trade", "sequence": 7, "timestamp_unix_ms": 1_700_000_000_000, "tags": {"venue": "a", "size": 1.5}},
