@@ -117,7 +117,6 @@ def runs_of(openapi: dict[str, Any]) -> list[tuple[Any, str]]:
 def fuzz_operations(api: str, known_stream: str, examples: int) -> dict[str, Any]:
     """Send `examples` generated requests per (operation, mode); the counts of what came back."""
     import schemathesis
-    from hypothesis import HealthCheck, given, seed, settings
     from schemathesis import GenerationMode
     from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi.checks import (
@@ -134,38 +133,47 @@ def fuzz_operations(api: str, known_stream: str, examples: int) -> dict[str, Any
     statuses: Counter[int] = Counter()
     breaks: list[str] = []
     missing_codes: list[str] = []
+
+    def one(case: Any, label: str) -> None:
+        if case.query and "min_head" in case.query:
+            case.query["wait_ms"] = 0  # long polls would only spend the run's time waiting
+        response = case.call(base_url=api, timeout=30)
+        per_op[label] += 1
+        statuses[response.status_code] += 1
+        for check in (not_a_server_error, status_code_conformance, content_type_conformance,
+                      response_schema_conformance):
+            try:
+                case.validate_response(response, checks=[check])
+            except Exception as exc:  # schemathesis reports a failed check as an exception
+                breaks.append(f"{label}: {check.__name__}: {' '.join(str(exc).split())[:300]}")
+        try:
+            error_code_check(None, response, case)
+        except AssertionError as exc:
+            missing_codes.append(str(exc))
+
     for mode, label in runs_of(OPENAPI):
         operation = operations[label]
         strategy = operation.as_strategy(generation_mode=mode)
         if "{stream_id}" in operation.path and mode is GenerationMode.POSITIVE:
             strategy = strategy | operation.as_strategy(generation_mode=mode,
                                                         path_parameters={"stream_id": known_stream})
-
-        @seed(SEED)
-        @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-        @given(case=strategy)
-        def run(case: Any, label: str = label) -> None:
-            if case.query and "min_head" in case.query:
-                case.query["wait_ms"] = 0  # long polls would only spend the run's time waiting
-            response = case.call(base_url=api, timeout=30)
-            per_op[label] += 1
-            statuses[response.status_code] += 1
-            for check in (not_a_server_error, status_code_conformance, content_type_conformance,
-                          response_schema_conformance):
-                try:
-                    case.validate_response(response, checks=[check])
-                except Exception as exc:  # schemathesis reports a failed check as an exception
-                    breaks.append(f"{label}: {check.__name__}: {' '.join(str(exc).split())[:300]}")
-            try:
-                error_code_check(None, response, case)
-            except AssertionError as exc:
-                missing_codes.append(str(exc))
-
-        run()
+        _run_cases(strategy, examples, lambda case, label=label: one(case, label))
     return {"examples_per_operation": dict(sorted(per_op.items())), "statuses": dict(sorted(statuses.items())),
             "server_errors": sum(n for s, n in statuses.items() if s >= 500), "schema_breaks": len(breaks),
             "schema_break_samples": sorted(set(breaks))[:20], "missing_codes": len(missing_codes),
             "missing_code_samples": sorted(set(missing_codes))[:20]}
+
+
+def _run_cases(strategy: Any, examples: int, each: Any) -> None:
+    from hypothesis import HealthCheck, given, seed, settings
+
+    @seed(SEED)
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def run(case: Any) -> None:
+        each(case)
+
+    run()
 
 
 def run_http_api(examples: int) -> dict[str, Any]:
