@@ -29,6 +29,12 @@ KEYS: tuple[str, ...] = (
 )
 
 
+def _interesting(rng: random.Random) -> Any:
+    # A copy: a shared list or dict placed in two documents (or twice in one) would be mutated
+    # through both, which corrupts this table and can make a document circular.
+    return copy.deepcopy(rng.choice(INTERESTING))
+
+
 def _nodes(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     out = [path]
     if len(path) >= 24:  # deeper nodes stay as they are (and Python's stack stays small)
@@ -55,12 +61,12 @@ def _replace(root: Any, path: tuple[Any, ...], new: Any) -> Any:
 def _mutate_node(node: Any, rng: random.Random) -> Any:
     choice = rng.randrange(7)
     if choice == 0:
-        return rng.choice(INTERESTING)
+        return _interesting(rng)
     if choice == 1 and isinstance(node, dict) and node:
         node.pop(rng.choice(list(node)))
         return node
     if choice == 2 and isinstance(node, dict):
-        node[rng.choice(KEYS)] = rng.choice(INTERESTING)
+        node[rng.choice(KEYS)] = _interesting(rng)
         return node
     if choice == 3:
         return [node] if rng.random() < 0.5 else {rng.choice(KEYS): node}
@@ -70,7 +76,7 @@ def _mutate_node(node: Any, rng: random.Random) -> Any:
         return node[: rng.randrange(len(node) + 1)] + rng.choice(("", "0", "g", "\u00e9", "."))
     if choice == 6 and isinstance(node, int | float) and not isinstance(node, bool):
         return rng.choice((node + 1, node - 1, -node, node * 2**32, float(node), str(node)))
-    return rng.choice(INTERESTING)
+    return _interesting(rng)
 
 
 def mutate_json(data: bytes, max_size: int, seed: int, fallback: Callable[[bytes, int], bytes]) -> bytes:
@@ -82,14 +88,16 @@ def mutate_json(data: bytes, max_size: int, seed: int, fallback: Callable[[bytes
         doc = json.loads(data)
     except (ValueError, RecursionError):
         return fallback(data, max_size)
-    for _ in range(rng.randrange(1, 4)):
-        path = rng.choice(_nodes(doc))
-        target = doc
-        for step in path:
-            target = target[step]
-        doc = _replace(doc, path, _mutate_node(target, rng))
     try:
+        for _ in range(rng.randrange(1, 4)):
+            path = rng.choice(_nodes(doc))
+            target = doc
+            for step in path:
+                target = target[step]
+            doc = _replace(doc, path, _mutate_node(target, rng))
         out = json.dumps(doc).encode()
-    except (ValueError, RecursionError):  # a tree the mutations made too deep to write
+    except (ValueError, OverflowError, RecursionError, KeyError, IndexError, TypeError):
+        # float() of a 400-digit integer, str() of a longer one, a tree too deep to write: the
+        # mutator's own limits, not the decoder's, so libFuzzer's mutation is used instead.
         return fallback(data, max_size)
     return out if len(out) <= max_size else fallback(data, max_size)

@@ -62,6 +62,9 @@ def _crash_signature(log: str) -> str:
     try:
         start = next(i for i, line in enumerate(lines) if "Uncaught Python exception" in line)
     except StopIteration:
+        if any(line.startswith("Traceback") for line in lines):  # the harness itself failed
+            last = next(line for line in reversed(lines) if line.strip() and not line.startswith(" "))
+            return f"harness error: {last.strip()}"
         found = next((line for line in lines if "ERROR: libFuzzer" in line), "libFuzzer error")
         return re.sub(r"^==\d+== ", "", found.strip())
     block = lines[start:]

@@ -41,3 +41,24 @@ def test_the_coverage_guided_harness_runs_a_decoder_from_its_committed_corpus(tm
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Done 500 runs" in done.stderr
     assert not list(tmp_path.glob("crash-*"))
+
+
+def test_a_failure_of_the_harness_itself_is_not_blamed_on_a_decoder() -> None:
+    log = ("Traceback (most recent call last):\n"
+           "  File \"fuzz/json_mutator.py\", line 50, in _replace\nKeyError: 'code'\n")
+    assert _crash_signature(log) == "harness error: KeyError: 'code'"
+
+
+def test_the_json_mutator_never_raises_and_never_changes_its_own_table() -> None:
+    import copy
+
+    from fuzz import json_mutator
+
+    before = copy.deepcopy(json_mutator.INTERESTING)
+    documents = [p.read_bytes() for name in ("command", "reply", "filter", "message")
+                 for p in sorted((CORPUS / name).iterdir())]
+    documents += [b"[" + b"9" * 400 + b"]", b'{"a": {"b": [1, {"c": null}]}}']
+    for seed in range(3000):
+        out = json_mutator.mutate_json(documents[seed % len(documents)], 4096, seed, lambda data, _size: data)
+        assert len(out) <= 4096
+    assert before == json_mutator.INTERESTING
