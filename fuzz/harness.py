@@ -12,7 +12,7 @@ import sys
 
 
 def main(argv: list[str]) -> None:
-    import atheris
+    import atheris  # type: ignore[import-untyped]
 
     if len(argv) < 2:
         raise SystemExit("usage: python -m fuzz.harness DECODER [libFuzzer flags] [corpus dirs]")

@@ -104,7 +104,8 @@ def runs_of(openapi: dict[str, Any]) -> list[tuple[Any, str]]:
     from schemathesis import GenerationMode
 
     out = []
-    for result in schemathesis.openapi.from_dict(openapi).get_all_operations():
+    schema: Any = schemathesis.openapi.from_dict(openapi)
+    for result in schema.get_all_operations():
         op = result.ok()
         out.append((GenerationMode.POSITIVE, op.label))
         spec = openapi["paths"][op.path][op.method.lower()]
@@ -127,7 +128,7 @@ def fuzz_operations(api: str, known_stream: str, examples: int) -> dict[str, Any
 
     from watchtower.projections.openapi import OPENAPI
 
-    schema = schemathesis.openapi.from_dict(OPENAPI)
+    schema: Any = schemathesis.openapi.from_dict(OPENAPI)
     operations = {op.ok().label: op.ok() for op in schema.get_all_operations()}
     per_op: Counter[str] = Counter()
     statuses: Counter[int] = Counter()

@@ -16,6 +16,7 @@ the ``watchtower`` package before its first import.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import urllib.parse
@@ -94,7 +95,7 @@ def build() -> dict[str, Target]:
         assert wire.decode_command(wire.encode_command(decoded)) == decoded
         for state in (StreamState.initial(decoded.stream_id),
                       dataclasses.replace(history.final, stream_id=decoded.stream_id)):
-            settle(lambda s=state: decide(s, decoded, block_height=samples.BLOCK))
+            settle(functools.partial(decide, state, decoded, block_height=samples.BLOCK))
 
     def event(data: bytes) -> None:
         decoded = wire.decode_event(data)
@@ -105,7 +106,7 @@ def build() -> dict[str, Target]:
         for state in (StreamState.initial(decoded.stream_id),
                       dataclasses.replace(history.created, stream_id=decoded.stream_id),
                       dataclasses.replace(history.final, stream_id=decoded.stream_id)):
-            settle(lambda s=state: evolve(s, decoded))
+            settle(functools.partial(evolve, state, decoded))
 
     def avro(data: bytes) -> None:
         # First byte 0: a framed record; 1..n: the unframed body of schema n-1 (latest version).
@@ -142,8 +143,8 @@ def build() -> dict[str, Target]:
         else:
             _p, _o, parts = snapshots.decode_snapshot(data)
             for name, part in parts.items():
-                settle(lambda n=name, p=part: (snapshots.decode_registry if n == "registry"
-                                               else snapshots.decode_streams)(p))
+                decode = snapshots.decode_registry if name == "registry" else snapshots.decode_streams
+                settle(functools.partial(decode, part))
 
     def filter_dsl(data: bytes) -> None:
         ok, spec = _json(data)
