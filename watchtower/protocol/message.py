@@ -261,6 +261,9 @@ class StreamMessage:
                 fast = None  # a missing key, or hex that is not: the general path names the field
             if fast is not None:
                 return fast
+        if not isinstance(data, Mapping):
+            # A JSON array or scalar where a message belongs: dict() would raise a bare TypeError.
+            raise InvalidArgumentError(f"a message must be a JSON object, got {type(data).__name__}")
         fields = dict(data)
         for name in _BYTE_FIELDS:
             hex_value = fields.pop(f"{name}_hex", None)

@@ -127,18 +127,42 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
     }
 
 
+def _row(value: object, length: int, what: str) -> list[Any]:
+    # Rows are fixed-length arrays; checked here so a short row or a text is a SnapshotError, not
+    # an IndexError, and a number where bytes belong never reaches bytes() (bytes(n) allocates n).
+    _require(isinstance(value, list) and len(value) == length, f"a {what} row is an array of {length} items")
+    return value  # type: ignore[return-value]
+
+
+def _raw(value: object, name: str) -> bytes:
+    _require(isinstance(value, bytes), f"{name} must be bytes")
+    return value  # type: ignore[return-value]
+
+
+def _key(row: list[Any], what: str) -> str:
+    # The first item keys a FrozenMap, which hashes text only.
+    _require(isinstance(row[0], str), f"a {what} row starts with its address (text)")
+    return row[0]
+
+
+def _rows(value: object, what: str) -> list[Any]:
+    _require(isinstance(value, list), f"{what} must be an array")
+    return value  # type: ignore[return-value]
+
+
 def _stream_from(d: Any) -> StreamState:
     _require(isinstance(d, dict), "a stream snapshot entry must be a map")
     keys = d["keys"]
-    schedule = None if keys is None else KeySchedule(tuple(KeyScheduleEntry(int(i), bytes(k), int(e))
-                                                           for i, k, e in keys))
-    subs = FrozenMap((row[0], Subscription(subscriber=row[0], mode=DeliveryMode(row[1]),
+    schedule = None if keys is None else KeySchedule(tuple(
+        KeyScheduleEntry(_int(row[0], "signing_key_id"), _raw(row[1], "public_key"), _int(row[2], "effective_sequence"))
+        for row in (_row(r, 3, "key") for r in _rows(keys, "keys"))))
+    subs = FrozenMap((_key(row, "subscription"), Subscription(subscriber=row[0], mode=DeliveryMode(row[1]),
                                            status=SubscriptionStatus(row[2]), created_at_sequence=row[3],
                                            start_cursor=row[4], filter_json=row[5], account_key_id=row[6]))
-                     for row in d["subs"])
-    callers = FrozenMap((row[0], CallerRecord(_int(row[1], "last_nonce", 1), bytes(row[2]),
+                     for row in (_row(r, 7, "subscription") for r in _rows(d["subs"], "subs")))
+    callers = FrozenMap((_key(row, "caller"), CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
                                               freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
-                        for row in d["callers"])
+                        for row in (_row(r, 4, "caller") for r in _rows(d["callers"], "callers")))
     active = sum(1 for sub in subs.values() if sub.status is SubscriptionStatus.ACTIVE)
     epoch = d["last_key_epoch"]
     _require(epoch is None or isinstance(epoch, int), "last_key_epoch must be an integer or null")
