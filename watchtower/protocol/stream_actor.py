@@ -51,6 +51,7 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
@@ -284,7 +285,8 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     if config.current_signing_key_id != FIRST_SIGNING_KEY_ID:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
-    return STREAM_CREATED, {"config": config.to_dict()}, reply
+    # The signed command travels with the event: readers verify the key schedule from it (key_chain).
+    return STREAM_CREATED, {"config": config.to_dict(), "command": command_json(cmd)}, reply
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
@@ -384,6 +386,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
         "old_signing_key_id": old.signing_key_id,
         "new_signing_key_id": new.signing_key_id,
         "effective_sequence": new.effective_sequence,
+        "command": command_json(cmd),  # the owner's signed rotation, for readers to verify (key_chain)
     }
     reply = {
         "old_signing_key_id": old.signing_key_id,
