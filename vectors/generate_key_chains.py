@@ -39,8 +39,18 @@ def _create(signer: Any = OWNER, stream_id: str = SID, body: dict[str, Any] | No
                         body or {"publisher_key_hex": _pub(PUBLISHERS[0]).hex(), "ring_buffer_capacity": 100})
 
 
-def _rotate(new: Any, nonce: int, signer: Any = OWNER, stream_id: str = SID) -> Any:
-    return sign_command(signer, "rotate_publisher_key", stream_id, nonce, {"new_key": _pub(new)})
+def _rotate(new: Any, nonce: int, signer: Any = OWNER, stream_id: str = SID, **signed: int) -> Any:
+    return sign_command(signer, "rotate_publisher_key", stream_id, nonce, {"new_key": _pub(new), **signed})
+
+
+def _signed(rotations: int = 3) -> list[dict[str, Any]]:
+    """Rotations that also sign their key id and cut-over (optional rotate fields)."""
+    chain = [_entry(1, _pub(PUBLISHERS[0]), 1, _create())]
+    for i in range(rotations):
+        key_id, cutover = i + 2, 4 + 3 * i
+        command = _rotate(PUBLISHERS[i + 1], 3 + i, signing_key_id=key_id, effective_sequence=cutover)
+        chain.append(_entry(key_id, _pub(PUBLISHERS[i + 1]), cutover, command))
+    return chain
 
 
 def _valid(rotations: int = 2, cutovers: tuple[int, ...] = (5, 12, 12)) -> list[dict[str, Any]]:
@@ -111,6 +121,14 @@ def vectors() -> list[dict[str, Any]]:
     late_start = _valid(0)
     late_start[0]["effective_sequence"] = 2
     out.append(_vector("chain-first-key-not-from-sequence-1", late_start, {"error": "MALFORMED_RECORD"}))
+    out.append(_vector("chain-rotations-sign-their-id-and-cut-over", _signed(), _expect(_signed())))
+    dropped = copy.deepcopy(_signed())
+    del dropped[2]
+    dropped[2]["signing_key_id"] = 3
+    out.append(_vector("chain-signed-rotation-dropped-and-renumbered", dropped, {"error": "INVALID_SIGNATURE"}))
+    moved = _signed()
+    moved[2]["effective_sequence"] = 9
+    out.append(_vector("chain-signed-cut-over-moved", moved, {"error": "INVALID_SIGNATURE"}))
     return out
 
 

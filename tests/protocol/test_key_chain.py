@@ -282,3 +282,59 @@ def test_the_fold_refuses_a_creation_whose_command_names_another_owner_or_key() 
     other_key = {**event.body["config"], "publisher_key": pub(ATTACKER)}
     _refused(StreamState.initial(SID), dataclasses.replace(event, body={**event.body, "config": other_key}),
              "not the publisher key the owner's create_stream names")
+
+
+# --- Rotations that sign their place in the chain -------------------------------------------------
+
+
+def signed_chain(rotations: int = 3) -> tuple[KeyScheduleEntry, ...]:
+    """Rotations that sign their key id and cut-over (each after two publishes)."""
+    pairs: list[tuple[Command, int]] = [(create(), 1)]
+    for i in range(rotations):
+        key_id, effective = i + 2, 3 + 2 * i
+        pairs.append((sign_command(OWNER, "rotate_publisher_key", SID, i + 2, {
+            "new_key": pub(KEYS[i + 1]), "signing_key_id": key_id, "effective_sequence": effective}), effective))
+    return chain_entries(pairs)
+
+
+def test_decide_takes_a_rotation_signed_for_its_id_and_cut_over_and_refuses_a_wrong_one() -> None:
+    state, _ = _created_state()  # key 2 in force from sequence 1
+    right = sign_command(OWNER, "rotate_publisher_key", SID, 3,
+                         {"new_key": pub(KEYS[2]), "signing_key_id": 3, "effective_sequence": 1})
+    (event,) = decide(state, right, block_height=6).events
+    assert evolve(state, event).key_schedule.current.signing_key_id == 3  # type: ignore[union-attr]
+    for body, code in (({"signing_key_id": 2}, "INVALID_ARGUMENT"), ({"effective_sequence": 2}, "STALE_SEQUENCE"),
+                       ({"signing_key_id": True}, "INVALID_ARGUMENT")):
+        wrong = sign_command(OWNER, "rotate_publisher_key", SID, 3, {"new_key": pub(KEYS[2]), **body})
+        with pytest.raises(WatchtowerError) as info:
+            decide(state, wrong, block_height=6)
+        assert info.value.code == code
+
+
+def test_a_signed_chain_verifies() -> None:
+    assert [e.effective_sequence for e in verify_key_chain(SID, signed_chain()).entries] == [1, 3, 5, 7]
+
+
+@settings(max_examples=50, deadline=None)
+@given(dropped=st.integers(1, 3))
+def test_a_dropped_signed_rotation_fails_even_renumbered(dropped: int) -> None:
+    chain = signed_chain(3)
+    commands = [(Command.from_dict(json.loads(e.command or "")), e.effective_sequence) for e in chain]
+    remaining = commands[:dropped] + commands[dropped + 1:]
+    if dropped == len(chain) - 1:
+        assert verify_key_chain(SID, chain_entries(remaining)).current.signing_key_id == dropped  # the tail
+        return
+    with pytest.raises(InvalidSignatureError, match="owner signed signing_key_id"):
+        verify_key_chain(SID, chain_entries(remaining))
+
+
+@settings(max_examples=50, deadline=None)
+@given(index=st.integers(1, 3), shift=st.integers(-2, 5).filter(bool))
+def test_a_moved_signed_cut_over_fails(index: int, shift: int) -> None:
+    chain = list(signed_chain(3))
+    chain[index] = dataclasses.replace(chain[index], effective_sequence=max(1, chain[index].effective_sequence + shift))
+    if chain[index].effective_sequence == signed_chain(3)[index].effective_sequence:
+        return
+    with pytest.raises(WatchtowerError) as info:
+        verify_key_chain(SID, chain)
+    assert info.value.code in {"INVALID_SIGNATURE", "MALFORMED_RECORD"}

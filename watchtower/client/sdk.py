@@ -301,7 +301,11 @@ class Publisher:
         Returns ``{"old_signing_key_id", "signing_key_id", "effective_sequence"}``. Store the new
         key before calling this: once acknowledged, only it can publish.
         """
-        cmd = self.owner.sign("rotate_publisher_key", self.stream_id, {"new_key": bytes(new_key.verify_key)})
+        body: dict[str, Any] = {"new_key": bytes(new_key.verify_key)}
+        if self._key_id is not None:
+            # Signed, the key's id fixes its place in the key chain (docs/key-chain.md).
+            body["signing_key_id"] = self._key_id + 1
+        cmd = self.owner.sign("rotate_publisher_key", self.stream_id, body)
         self.last_command = cmd
         reply = self.api.command(cmd, timeout_s=self.timeout_s)
         self._key = new_key

@@ -19,19 +19,27 @@ What `verify_key_chain` checks (docs/key-chain.md):
 - each entry's key is the key its command names: the create body's publisher key for key 1, the
   rotation's ``new_key`` after that (INVALID_SIGNATURE naming the unsigned key);
 - nonces of the owner's commands strictly increase (decide's replay rule), and effective sequences
-  start at 1 and never decrease (MALFORMED_RECORD).
+  start at 1 and never decrease (MALFORMED_RECORD);
+- where a rotation's body also signs ``signing_key_id`` and/or ``effective_sequence`` (optional
+  fields decide enforces; the SDK's `Publisher.rotate_key` signs the id), the entry has exactly
+  those (INVALID_SIGNATURE): the owner then fixes the key's place in the chain and its cut-over.
 
-What the proof does NOT bind, and why that is acceptable:
+What the proof does NOT bind when the owner did not sign those optional fields, and why that is
+acceptable:
 
-- **Effective sequences** are assigned by the writer (head + 1 when the rotation was decided), not
-  signed by the owner. A server that lies about them can only move a cut-over between two keys the
-  owner signed. Every message signature covers its own ``signing_key_id``, and a reader accepts a
+- **Effective sequences** are then assigned by the writer (head + 1 when the rotation was decided),
+  not signed by the owner. A server that lies about them can only move a cut-over between two keys
+  the owner signed. Every message signature covers its own ``signing_key_id``, and a reader accepts a
   message only under the entry with that id, so a moved cut-over can make genuine messages fail to
   verify (a visible denial of service), never make a message verify under a key the owner did not
   put in force. The residual risk is an owner's *retired* key that leaked: a dishonest server could
   move the rotation's cut-over later and present messages signed by the old key at sequences it
   should no longer cover. The published sequences themselves are signed, so such a server must
   also withhold the owner's genuine messages at those sequences.
+- **Key ids** are then positions in the served list: a server that drops a rotation from the middle
+  and renumbers the rest serves a chain that verifies; messages signed under the renumbered keys
+  name ids that no longer match and fail to verify (a denial, with the same leaked-retired-key
+  caveat). A rotation that signed its ``signing_key_id`` makes such a cut fail verification.
 - **Completeness at the tail**: a server can withhold the newest rotations (serve a prefix of the
   chain). A reader then refuses messages signed by the newer keys (their signing_key_id is not in
   the proven schedule) rather than accepting anything forged; `Subscriber.key_schedule` refetches
@@ -149,9 +157,10 @@ def verify_creation_command(stream_id: str, text: str | None, *, publisher_key: 
 
 
 def verify_rotation_command(
-    stream_id: str, text: str | None, *, new_key: bytes, owner: str, signing_key_id: int
+    stream_id: str, text: str | None, *, new_key: bytes, owner: str, signing_key_id: int, effective_sequence: int
 ) -> Command:
-    """Check that `text` is a rotate_publisher_key for `stream_id`, signed by `owner`, naming `new_key`.
+    """Check that `text` is a rotate_publisher_key for `stream_id`, signed by `owner`, naming `new_key`,
+    and, where the owner signed them, this `signing_key_id` and `effective_sequence`.
 
     What the fold checks on a PublisherKeyRotated event (and `verify_key_chain` on keys 2, 3, ...).
     """
@@ -165,6 +174,13 @@ def verify_rotation_command(
         )
     if cmd.body.get("new_key") != new_key:
         raise InvalidSignatureError(f"{what} is not the key the owner's rotation names; a forged key. {_FIX}")
+    for field, served in (("signing_key_id", signing_key_id), ("effective_sequence", effective_sequence)):
+        signed = cmd.body.get(field)
+        if signed is not None and (type(signed) is not int or signed != served):
+            raise InvalidSignatureError(
+                f"{what}: the owner signed {field} {signed!r} for it, but it is served with {served}; "
+                f"the chain was reordered, cut or moved. {_FIX}"
+            )
     return cmd
 
 
@@ -214,7 +230,12 @@ def verify_key_chain(
     last_nonce = create.nonce
     for before, entry in itertools.pairwise(entries):
         cmd = verify_rotation_command(
-            stream_id, entry.command, new_key=entry.public_key, owner=owner, signing_key_id=entry.signing_key_id
+            stream_id,
+            entry.command,
+            new_key=entry.public_key,
+            owner=owner,
+            signing_key_id=entry.signing_key_id,
+            effective_sequence=entry.effective_sequence,
         )
         if cmd.nonce <= last_nonce:
             raise MalformedRecordError(

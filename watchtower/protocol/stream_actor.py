@@ -290,6 +290,7 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
+_ROTATE_OPTIONAL: Final = frozenset({"signing_key_id", "effective_sequence"})
 
 
 def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -373,12 +374,36 @@ def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
 
 
 def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
-    """Body: new_key (32 bytes). The new key signs from head+1 (DESIGN §7.3)."""
+    """Body: new_key (32 bytes), and optionally signing_key_id and effective_sequence. The new key
+    signs from head+1 (DESIGN §7.3).
+
+    The optional fields let the owner sign where the key goes in the key chain (docs/key-chain.md):
+    signing_key_id must be the current id + 1 (INVALID_ARGUMENT otherwise) and effective_sequence
+    head + 1 (STALE_SEQUENCE otherwise, with the head: re-sign for head + 1).
+    """
     _require_owner(state, cmd)
-    body = _fields(cmd, frozenset({"new_key"}))
+    body = _fields(cmd, frozenset({"new_key"}), _ROTATE_OPTIONAL)
     new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
     old = _schedule(state).current
     new = _schedule(state).rotate(new_key, head_sequence=state.head).current
+    signed_id = body.get("signing_key_id")
+    if signed_id is not None and require_int(signed_id, "signing_key_id", minimum=1) != new.signing_key_id:
+        raise InvalidArgumentError(
+            f"the rotation is signed for signing_key_id {signed_id!r}, but the current key is "
+            f"{old.signing_key_id}, so the new key gets {new.signing_key_id}; re-sign with {new.signing_key_id} "
+            f"(or leave signing_key_id out)",
+            details={"signing_key_id": new.signing_key_id},
+        )
+    signed_cutover = body.get("effective_sequence")
+    if signed_cutover is not None and require_int(signed_cutover, "effective_sequence", minimum=1) != (
+        new.effective_sequence
+    ):
+        raise StaleSequenceError(
+            f"the rotation is signed to take effect at sequence {signed_cutover!r}, but the stream head is "
+            f"{state.head}, so it would take effect at {state.head + 1}; re-sign with effective_sequence "
+            f"{state.head + 1} (or leave it out)",
+            details={"expected_sequence": signed_cutover, "head": state.head},
+        )
     event = {
         "stream_id": state.stream_id,
         "old_key": old.public_key,

@@ -473,6 +473,7 @@ def _key_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
         new_key=new_key,
         owner=config.owner,
         signing_key_id=schedule.current.signing_key_id + 1,
+        effective_sequence=effective,
     )
     rotated = schedule.rotate(new_key, head_sequence=effective - 1, command=command_json(cmd))
     if rotated.current.signing_key_id != body["new_signing_key_id"]:
