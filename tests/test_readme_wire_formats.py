@@ -20,6 +20,7 @@ from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
 from watchtower.protocol.stream_state import EVENT_TYPES
 from watchtower.schemas.catalog import CATALOG
+from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 
@@ -96,12 +97,12 @@ def test_events_decode_with_the_documented_avsc_file_and_id_alone() -> None:
     assert ids == {name: CATALOG[name].schema_id for name in EVENT_TYPES}  # the header contract
     raw = samples()["wt.events"]
     magic, schema_id, version = struct.unpack(">BHH", raw[:5])
-    assert (magic, schema_id, version) == (0x57, ids["StreamCreated"], 1)
-    schema = fastavro.schema.load_schema(str(SCHEMAS / "StreamCreated.v1.avsc"))
+    assert (magic, schema_id, version) == (0x57, ids["StreamCreated"], latest_version("StreamCreated"))
+    schema = fastavro.schema.load_schema(str(SCHEMAS / f"StreamCreated.v{version}.avsc"))
     record = fastavro.schemaless_reader(io.BytesIO(raw[5:]), schema)
     documented = set(re.findall(r"`(\w+)`", cell))
     assert {"block_height", "caused_by"} <= documented
-    assert set(record) == {"config", "block_height", "caused_by"}
+    assert set(record) == {"config", "command", "block_height", "caused_by"}
     assert set(record["caused_by"]) <= documented
     assert record["config"]["stream_id"] == "s-1"
 

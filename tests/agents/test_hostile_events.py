@@ -8,6 +8,9 @@ can), restarts the worker (its partitions are rebuilt from the events at start),
 - the owner's next publish, with the true next sequence, is acknowledged;
 - the stream's messages log stays exactly 1..N.
 
+A forged PublisherKeyRotated (the attacker's own key, its own signed command or none) is one of
+the cases: only the owner's signed command can put a publisher key in force (docs/key-chain.md).
+
 One worker process serves the module; every case restarts it, so every restart re-checks the
 records of the cases before it too.
 """
@@ -30,8 +33,9 @@ from worker_harness import Workers, partition_for, read_health, workers
 from watchtower.client.archive import read_committed_messages
 from watchtower.client.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_state import Event
 from watchtower.schemas.wire import decode_event, encode_event
@@ -255,3 +259,27 @@ def test_forged_nonce_from_the_future_does_not_lock_the_owner_out(bench: Bench, 
 
     offset = inject(bench, stream.partition, stream.stream_id, edited(envelope, lockout))
     check_restart_quarantines(bench, stream, stream.partition, offset, "more than a day after the current block")
+
+
+def forged_rotation(stream: Stream, attacker: nacl.signing.SigningKey, *, with_command: bool = True) -> Event:
+    """A PublisherKeyRotated putting `attacker`'s key in force at head + 1, as a forger with broker
+    access can write it: its own signed rotate command (it cannot sign as the owner), or none."""
+    cmd = sign_command(attacker, "rotate_publisher_key", stream.stream_id, 1, {"new_key": bytes(attacker.verify_key)})
+    return Event(
+        type="PublisherKeyRotated", stream_id=stream.stream_id, block_height=1, caller=cmd.caller, nonce=cmd.nonce,
+        digest=command_digest(cmd),
+        reply={"old_signing_key_id": 1, "signing_key_id": 2, "effective_sequence": stream.head + 1},
+        body={"stream_id": stream.stream_id, "old_key": bytes(stream.publisher.verify_key),
+              "new_key": bytes(attacker.verify_key), "old_signing_key_id": 1, "new_signing_key_id": 2,
+              "effective_sequence": stream.head + 1, "command": command_json(cmd) if with_command else None})
+
+
+def test_a_forged_key_rotation_is_quarantined_and_the_owner_keeps_publishing(bench: Bench, stream: Stream) -> None:
+    # The rotation is the attacker's own signed command (it cannot sign as the owner): the fold
+    # checks the carried command against the owner and refuses it, so the owner's key stays in force.
+    attacker = nacl.signing.SigningKey.generate()
+    offset = inject(bench, stream.partition, stream.stream_id, encode_event(forged_rotation(stream, attacker)))
+    check_restart_quarantines(bench, stream, stream.partition, offset, "INVALID_SIGNATURE")
+    unsigned = inject(bench, stream.partition, stream.stream_id,
+                      encode_event(forged_rotation(stream, attacker, with_command=False)))
+    check_restart_quarantines(bench, stream, stream.partition, unsigned, "carries no owner-signed command")

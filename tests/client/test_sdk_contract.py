@@ -2,7 +2,8 @@
 
 One scripted scenario (create, publish with tags, rotate the publisher key, publish more,
 subscribe, then every read the SDK makes: get_since at several cursors, limits and filters, head,
-stream info, key at a sequence, key history pages, subscribers, and the errors with their codes)
+stream info, key at a sequence, key history pages with their key chain, the SDK's verification of
+that chain, subscribers, and the errors with their codes)
 runs against the fake and against real processes: an embedded broker, a stream-actor worker and a
 projection with the command gateway, through `ApiClient`. Every answer is recorded; the two records
 must be equal field by field. The commands are signed once, deterministically (fixed keys, counter
@@ -24,6 +25,7 @@ from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
@@ -119,6 +121,10 @@ def scenario(api: Api, settle: Callable[[int], None]) -> list[tuple[str, Any]]:
     step("key history past the end", lambda: api.key_history(STREAM, 3, 1))
     step("key history limit 0", lambda: api.key_history(STREAM, 1, 0))
     step("key schedule", lambda: api.key_schedule(STREAM).to_dict())
+    step("SDK key chain verified from the owner", lambda: Subscriber(
+        api, STREAM, expected_owner=address_from_public_key(bytes(OWNER.verify_key))).key_schedule().to_dict())
+    step("SDK key chain of another owner", lambda: Subscriber(
+        api, STREAM, expected_owner=address_from_public_key(bytes(FAN.verify_key))).key_schedule().to_dict())
     step("subscribers", lambda: api.subscribers(STREAM))
     step("active subscribers", lambda: api.subscribers(STREAM, active_only=True))
     step("SDK subscriber from 4", lambda: [m.to_json_dict() for m in Subscriber(api, STREAM, 4).poll(3)])
@@ -144,6 +150,9 @@ def test_the_scenario_exercises_answers_and_errors_alike() -> None:
     assert answers["publish stale"] == {"error": "STALE_SEQUENCE"}
     assert answers["get_since bad filter"] == {"error": "INVALID_FILTER"}
     assert answers["SDK subscriber, red only"] == [6, 9, 12]
+    chain = answers["SDK key chain verified from the owner"]["entries"]
+    assert [e["command"]["method"] for e in chain] == ["create_stream", "rotate_publisher_key"]
+    assert answers["SDK key chain of another owner"] == {"error": "INVALID_SIGNATURE"}
 
 
 def test_the_fake_and_a_real_stack_give_the_same_answers(real_stack: ServiceSet) -> None:

@@ -23,10 +23,11 @@ from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.protocol import stream_state
 from watchtower.protocol.command_auth import nonce_ceiling
+from watchtower.protocol.key_chain import command_json, key_chain_from_json, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import RegistryState, decide_registration
-from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
 from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, state_digest
@@ -276,7 +277,7 @@ def test_events_that_contradict_the_views_are_refused_without_changing_them() ->
     apply_event(tables, create, offset=0)
     other_config = {**create.body["config"], "ring_buffer_capacity": 5}
     with pytest.raises(RuleBrokenError, match="already exists"):
-        apply_event(tables, dataclasses.replace(create, body={"config": other_config}), offset=1)
+        apply_event(tables, dataclasses.replace(create, body={**create.body, "config": other_config}), offset=1)
     before = views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES})
     assert apply_event(tables, publish, offset=2) == 1
     with pytest.raises(RuleBrokenError, match="does not follow head 1"):
@@ -342,3 +343,24 @@ def test_a_forged_reference_for_the_next_sequence_costs_that_sequence_only() -> 
     assert [(t, o) for t, o, _r in refused["all"]] == [("events", 3), ("messages", 1)]
     assert tables["heads"][SID]["head"] == 3
     assert tables[INDEXES][SID].offset_of(2) is None  # reads of 2 fall back to a verifying log scan
+
+
+def test_a_rotation_the_owner_did_not_sign_is_refused_by_the_view_and_the_key_chain_is_served() -> None:
+    attacker = nacl.signing.SigningKey(b"\x66" * 32)
+    create, rotate = _events_of(
+        (OWNER, "create_stream", {"publisher_key_hex": bytes(KEYS[0].verify_key).hex()}),
+        (OWNER, "rotate_publisher_key", {"new_key": bytes(KEYS[1].verify_key)}),
+    )
+    tables = new_tables()
+    apply_event(tables, create, offset=0)
+    before = views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES})
+    forged_cmd = sign_command(attacker, "rotate_publisher_key", SID, 2, {"new_key": bytes(attacker.verify_key)})
+    forged = dataclasses.replace(rotate, caller=forged_cmd.caller, digest=command_digest(forged_cmd),
+                                 body={**rotate.body, "new_key": bytes(attacker.verify_key),
+                                       "command": command_json(forged_cmd)})
+    with pytest.raises(RuleBrokenError, match=r"INVALID_SIGNATURE.*not by the owner"):
+        apply_event(tables, forged, offset=1)
+    assert views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES}) == before
+    apply_event(tables, rotate, offset=2)
+    served = key_chain_from_json(tables["streams"][SID]["key_schedule"])
+    assert [e.public_key for e in verify_key_chain(SID, served).entries] == [bytes(k.verify_key) for k in KEYS[:2]]

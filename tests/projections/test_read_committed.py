@@ -20,6 +20,8 @@ from confluent_kafka import Producer
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
+from watchtower.protocol.key_chain import command_json
+from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.stream_state import STREAM_CREATED, Event
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
@@ -36,10 +38,16 @@ def _created_event(bootstrap: str, events: str, stream_id: str) -> dict[str, obj
     raise AssertionError(f"no StreamCreated for {stream_id}")
 
 
-def _write_copy(bootstrap: str, events: str, wire: dict[str, object], stream_id: str, *, commit: bool) -> None:
+def _write_copy(bootstrap: str, events: str, wire: dict[str, object], stream_id: str, owner: nacl.signing.SigningKey,
+                *, commit: bool) -> None:
     copy = json.loads(json.dumps(wire))
     copy["event"]["stream_id"] = stream_id
     copy["event"]["body"]["config"]["stream_id"] = stream_id  # else the fold quarantines it as forged
+    # Likewise the owner's signed create command, which names the stream it creates (key chain).
+    original = Command.from_dict(json.loads(copy["event"]["body"]["command"]))
+    resigned = sign_command(owner, "create_stream", stream_id, original.nonce, dict(original.body))
+    copy["event"]["body"]["command"] = command_json(resigned)
+    copy["event"]["digest_hex"] = command_digest(resigned).hex()
     value = encode_event(Event.from_dict(copy["event"]))
     assert decode_event(value).stream_id == stream_id  # a well-formed event: only the abort may hide it
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}"})
@@ -62,12 +70,13 @@ def test_aborted_events_are_never_projected_live_or_when_folding_a_partition_fro
     with start_stack(kafka_bootstrap, tmp_path, partitions=3) as stack:
         original = f"s-{uuid.uuid4().hex[:10]}"
         key = nacl.signing.SigningKey.generate()
-        Caller(stack.api_url).ok("create_stream", original, {"publisher_key_hex": bytes(key.verify_key).hex()})
+        owner = Caller(stack.api_url)
+        owner.ok("create_stream", original, {"publisher_key_hex": bytes(key.verify_key).hex()})
         events = topic_name("events", stack.prefix)
         wire = _created_event(stack.bootstrap, events, original)
         aborted, committed = f"s-aborted-{uuid.uuid4().hex[:8]}", f"s-committed-{uuid.uuid4().hex[:8]}"
-        _write_copy(stack.bootstrap, events, wire, aborted, commit=False)
-        _write_copy(stack.bootstrap, events, wire, committed, commit=True)
+        _write_copy(stack.bootstrap, events, wire, aborted, owner.key, commit=False)
+        _write_copy(stack.bootstrap, events, wire, committed, owner.key, commit=True)
 
         wait_for(lambda: _status(stack.api_url, committed) == 200, what="the committed copy to be projected")
         assert _status(stack.api_url, aborted) == 404

@@ -122,3 +122,62 @@ def test_unreadable_files_fail(tmp_path: Path) -> None:
 def test_run_document_preserves_order() -> None:
     outcomes = run_document(shared_document())
     assert [o.vector_id for o in outcomes] == [v["id"] for v in shared_document()["vectors"]]
+
+
+# --- Rotation-chain vectors (vectors/key-chains.json) ---------------------------------------------
+
+KEY_CHAINS = Path(__file__).resolve().parents[2] / "vectors" / "key-chains.json"
+
+
+def key_chain_document() -> dict[str, Any]:
+    return json.loads(KEY_CHAINS.read_text(encoding="utf-8"))
+
+
+def test_the_key_chain_vectors_all_pass_beside_the_shared_ones() -> None:
+    document = key_chain_document()
+    assert {v["type"] for v in document["vectors"]} == {"key_chain"}
+    result = invoke(str(KEY_CHAINS), str(VECTORS_FILE))
+    total = len(document["vectors"]) + len(shared_document()["vectors"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == f"{total} passed, 0 failed"
+
+
+def test_the_key_chain_vectors_cover_valid_chains_and_each_error_code() -> None:
+    expects = [v["expect"] for v in key_chain_document()["vectors"]]
+    assert sum(1 for e in expects if "entries" in e) >= 3
+    assert {e.get("error") for e in expects} >= {"INVALID_SIGNATURE", "MALFORMED_RECORD"}
+
+
+def test_the_key_chain_vectors_file_is_what_its_generator_writes() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate_key_chains", KEY_CHAINS.with_name("generate_key_chains.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.document() == key_chain_document()
+
+
+@pytest.mark.parametrize(("vector_id", "mutate", "reason"), [
+    ("chain-two-rotations", lambda v: v["expect"]["entries"].pop(), "entries: expected"),
+    ("chain-two-rotations", lambda v: v["expect"].update(owner="0x" + "ab" * 32), "owner: expected"),
+    ("chain-rotation-signed-by-an-attacker", lambda v: v["expect"].update(error="MALFORMED_RECORD"),
+     "expected error MALFORMED_RECORD, got INVALID_SIGNATURE"),
+    ("chain-rotations-swapped", lambda v: v["expect"].update(error="INVALID_SIGNATURE"),
+     "expected error INVALID_SIGNATURE, got MALFORMED_RECORD"),
+    # A forged key accepted would be "a result where an error was expected".
+    ("chain-rotation-signed-by-an-attacker", lambda v: v["input"]["chain"].pop(), "expected error"),
+])
+def test_a_wrong_key_chain_expectation_fails(vector_id: str, mutate: Any, reason: str) -> None:
+    vector = copy.deepcopy(next(v for v in key_chain_document()["vectors"] if v["id"] == vector_id))
+    mutate(vector)
+    outcome = run_vector(vector)
+    assert not outcome.passed
+    assert reason in (outcome.reason or "")
+
+
+def test_a_key_chain_vector_without_a_chain_is_malformed() -> None:
+    outcome = run_vector({"id": "x", "type": "key_chain", "input": {"stream_id": "s"}, "expect": {"error": "*"}})
+    assert not outcome.passed
+    assert "malformed vector" in (outcome.reason or "")

@@ -8,7 +8,6 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
@@ -72,11 +71,11 @@ def test_folding_events_again_changes_nothing() -> None:
 
 def _created(capacity: int) -> dict[str, dict[str, Any]]:
     """Tables holding stream s1, created with `capacity`."""
-    config = StreamConfig(stream_id="s1", owner=address_from_public_key(bytes(OWNER.verify_key)),
-                          publisher_key=bytes(PUBLISHER.verify_key), ring_buffer_capacity=capacity)
+    create = sign_command(OWNER, "create_stream", "s1", 1,
+                          {"publisher_key": bytes(PUBLISHER.verify_key), "ring_buffer_capacity": capacity})
     tables = new_tables()
-    apply_event(tables, Event(type="StreamCreated", stream_id="s1", block_height=1, caller=config.owner, nonce=1,
-                              digest=bytes(32), reply={}, body={"config": config.to_json_dict()}))
+    (event,) = decide(StreamState.initial("s1"), create, block_height=1).events
+    apply_event(tables, event)
     return tables
 
 

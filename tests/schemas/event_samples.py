@@ -7,6 +7,7 @@ import hashlib
 
 import nacl.signing
 
+from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import StreamState, decide
@@ -24,6 +25,14 @@ def created_config() -> dict[str, object]:
     return dict(decide(StreamState.initial(SID), create, block_height=10).events[0].body["config"])
 
 
+def create_command() -> str:
+    return command_json(sign_command(KEY, "create_stream", SID, 1, {"publisher_key": bytes(KEY.verify_key)}))
+
+
+def rotate_command() -> str:
+    return command_json(sign_command(KEY, "rotate_publisher_key", SID, 2, {"new_key": b"\x09" * 32}))
+
+
 def event(type_: str, body: dict[str, object], *, stream_id: str = SID, nonce: int = 2,
           reply: dict[str, object] | None = None) -> Event:
     return Event(type=type_, stream_id=stream_id, block_height=11, caller=OWNER, nonce=nonce,
@@ -35,7 +44,7 @@ def event(type_: str, body: dict[str, object], *, stream_id: str = SID, nonce: i
 def one_of_each() -> list[Event]:
     """Requires `reference_shape` (StreamMessagePublished is built without its message)."""
     return [
-        event("StreamCreated", {"config": created_config()}, nonce=1),
+        event("StreamCreated", {"config": created_config(), "command": create_command()}, nonce=1),
         event("StreamMessagePublished", {
             "stream_id": SID, "version": 1, "sequence": 1, "kind": "k", "content_type": "application/json",
             "payload_format": "PLAINTEXT", "payload_hash": HASH, "key_epoch": None, "signing_key_id": 1,
@@ -46,7 +55,7 @@ def one_of_each() -> list[Event]:
             "account_key_id": None}),
         event("PublisherKeyRotated", {
             "stream_id": SID, "old_key": bytes(KEY.verify_key), "new_key": b"\x09" * 32, "old_signing_key_id": 1,
-            "new_signing_key_id": 2, "effective_sequence": 2}),
+            "new_signing_key_id": 2, "effective_sequence": 2, "command": rotate_command()}),
         event("SubscriptionPolicyChanged", {"stream_id": SID, "policy": "PRIVATE_ALLOWLIST"}),
         event("AllowlistChanged", {"stream_id": SID, "address": OTHER, "added": False}),
         event("KeyEpochRotated", {"stream_id": SID, "key_epoch": 4, "effective_block_height": 2400,

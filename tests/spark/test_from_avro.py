@@ -23,6 +23,7 @@ import watchtower.schemas
 from watchtower.protocol import stream_state
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.catalog import CATALOG
+from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 
@@ -42,7 +43,8 @@ def reference_shape(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def header_filter(name: str) -> str:
     """The README's filter on the frame: magic 0x57, schema id and version, as a binary literal."""
-    return f"substring(value, 1, 5) = X'{struct.pack('>BHH', 0x57, CATALOG[name].schema_id, 1).hex().upper()}'"
+    version = latest_version(name)
+    return f"substring(value, 1, 5) = X'{struct.pack('>BHH', 0x57, CATALOG[name].schema_id, version).hex().upper()}'"
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def read(spark: Any, values: list[bytes], name: str) -> list[Any]:
     from pyspark.sql.avro.functions import from_avro
     from pyspark.sql.functions import expr
 
-    schema = (SCHEMAS / f"{name}.v1.avsc").read_text(encoding="utf-8")
+    schema = (SCHEMAS / f"{name}.v{latest_version(name)}.avsc").read_text(encoding="utf-8")
     df = spark.createDataFrame([(bytearray(v),) for v in values], "value binary")
     rows = (df.where(expr(header_filter(name)))
               .select(from_avro(expr(BODY), schema).alias("r"))

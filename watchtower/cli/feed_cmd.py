@@ -343,16 +343,24 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
 @click.option("--wait-ms", type=click.IntRange(min=0), default=2000, show_default=True)
 @click.option("--proof", is_flag=True, default=False,
               help="With --filter: also check the server's proof that no matching message was skipped.")
+@click.option("--owner", default=None, metavar="ADDRESS",
+              help="Refuse the stream unless its key chain starts at this owner's signed create command.")
 @read_options
 @pass_feed
 def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | None, min_head: int | None,
-                   wait_ms: int, proof: bool, api_url: str | None, as_json: bool) -> None:
-    """Read verified messages after --cursor."""
+                   wait_ms: int, proof: bool, owner: str | None, api_url: str | None, as_json: bool) -> None:
+    """Read verified messages after --cursor.
+
+    The publisher key schedule is verified first, from the owner's address (docs/key-chain.md): a
+    key without the owner's signed command fails with INVALID_SIGNATURE and exit status 1. With
+    --proof and --filter the page's completeness proof is checked too (docs/page-proofs.md).
+    """
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     flt = parse_json(filter_json, "--filter") if filter_json else None
-    page = Subscriber(api, stream_id, cursor, flt, proof=proof).poll_page(limit, min_head=min_head,
-                                                                         wait_ms=wait_ms if min_head else None)
+    subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner)
+    subscriber.key_schedule()  # even an empty page is refused when the chain does not verify
+    page = subscriber.poll_page(limit, min_head=min_head, wait_ms=wait_ms if min_head else None)
     if as_json:
         echo_json(with_spec_names({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages],
                                    "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,

@@ -23,7 +23,8 @@ from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, StreamNotFoundError
 from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.key_chain import key_chain_from_json
+from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.page_proof import build_page_proof
 from watchtower.protocol.ring_window import check_limit
@@ -117,9 +118,15 @@ class FakeApi:
                 "next_from": page.next_from_signing_key_id}
 
     def key_schedule(self, stream_id: str) -> KeySchedule:
-        schedule = self._state(stream_id).key_schedule
-        assert schedule is not None  # a created stream has one
-        return schedule
+        # Through the JSON of `key_history`, as the HTTP client reads it: the key chain (each entry's
+        # signed command) is served the same way, and `Subscriber` verifies it.
+        entries: list[KeyScheduleEntry] = []
+        start: int | None = FIRST_SIGNING_KEY_ID
+        while start is not None:
+            page = self.key_history(stream_id, start, MAX_KEY_PAGE)
+            entries.extend(key_chain_from_json(page["entries"]))
+            start = page["next_from"]
+        return KeySchedule(tuple(entries))
 
     def subscribers(self, stream_id: str, *, active_only: bool = False) -> list[dict[str, Any]]:
         return [s.to_dict() for s in stream_actor.subscribers(self._state(stream_id), active_only=active_only)]

@@ -24,7 +24,8 @@ from typing import Any, Final
 
 from watchtower.client.home import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
-from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.key_chain import key_chain_from_json
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.signed_command import Command
 
@@ -245,18 +246,23 @@ class ApiClient:
         return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/keys", query=query)
 
     def key_schedule(self, stream_id: str) -> KeySchedule:
-        """The stream's whole publisher key schedule, following `key_history` pages to the end."""
+        """The stream's whole publisher key schedule with each entry's signed command (the key chain),
+        following `key_history` pages to the end. Not verified here: `Subscriber.key_schedule`
+        verifies the chain (`key_chain.verify_key_chain`) before trusting any key."""
         entries: list[KeyScheduleEntry] = []
         start: int | None = FIRST_SIGNING_KEY_ID
         while start is not None:
             page = self.key_history(stream_id, start, DEFAULT_KEY_HISTORY_LIMIT)
             raw = _field(page, "entries", list, "key history")
-            entries.extend(KeyScheduleEntry.from_dict(e) for e in raw)
+            entries.extend(key_chain_from_json(raw))
             following = page.get("next_from")
             if following is not None and (not isinstance(following, int) or following <= start or not raw):
                 raise MalformedRecordError(f"key history of {stream_id} pages backwards (next_from {following!r})")
             start = following
-        return KeySchedule(tuple(entries))
+        try:
+            return KeySchedule(tuple(entries))
+        except InvalidArgumentError as exc:
+            raise MalformedRecordError(f"the key history of {stream_id} is not a key schedule: {exc.message}") from None
 
     def subscribers(self, stream_id: str, *, active_only: bool = False) -> list[dict[str, Any]]:
         """GET /v1/streams/{id}/subscribers: Subscription dicts ordered by address."""

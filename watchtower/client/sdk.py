@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import nacl.signing
 
 from watchtower.client.account import Account
+from watchtower.protocol.addresses import require_address
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
 from watchtower.protocol.errors import (
@@ -32,6 +33,7 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.key_chain import key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage, TagValue
 from watchtower.protocol.page_proof import ProofEntry, schedule_check, verify_page_proof
@@ -301,7 +303,11 @@ class Publisher:
         Returns ``{"old_signing_key_id", "signing_key_id", "effective_sequence"}``. Store the new
         key before calling this: once acknowledged, only it can publish.
         """
-        cmd = self.owner.sign("rotate_publisher_key", self.stream_id, {"new_key": bytes(new_key.verify_key)})
+        body: dict[str, Any] = {"new_key": bytes(new_key.verify_key)}
+        if self._key_id is not None:
+            # Signed, the key's id fixes its place in the key chain (docs/key-chain.md).
+            body["signing_key_id"] = self._key_id + 1
+        cmd = self.owner.sign("rotate_publisher_key", self.stream_id, body)
         self.last_command = cmd
         reply = self.api.command(cmd, timeout_s=self.timeout_s)
         self._key = new_key
@@ -344,6 +350,12 @@ class Subscriber:
     MALFORMED_RECORD and nothing of that page is delivered. CURSOR_TOO_OLD propagates: resume from
     its ``details["floor"] - 1``.
 
+    The key schedule is trusted only after its key chain verifies (`key_chain.verify_key_chain`):
+    every key must come with the owner's signed create or rotate command, so a forged rotation is
+    refused here (INVALID_SIGNATURE naming the key) even if it reached the log or the API. The
+    owner is `expected_owner` when given; otherwise the owner of the first verified chain is pinned,
+    and a later chain of another owner is refused.
+
     `proof`: with a filter, ask every page with its completeness proof and check it
     (`page_proof.verify_page_proof`): the skipped sequences' signed headers must verify under the
     schedule and must not match the filter, and page plus proof must cover the page's range exactly.
@@ -359,6 +371,7 @@ class Subscriber:
         filter: Mapping[str, Any] | None = None,
         *,
         proof: bool = False,
+        expected_owner: str | None = None,
     ) -> None:
         if type(cursor) is not int or cursor < 0:
             raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
@@ -370,6 +383,12 @@ class Subscriber:
         self._cursor = cursor
         self._delivered_through = cursor
         self._schedule: KeySchedule | None = None
+        self._owner = None if expected_owner is None else require_address(expected_owner, "expected_owner")
+
+    @property
+    def owner(self) -> str | None:
+        """The stream owner the key chain is checked against (None until one is expected or pinned)."""
+        return self._owner
 
     @property
     def cursor(self) -> int:
@@ -377,9 +396,16 @@ class Subscriber:
         return self._cursor
 
     def key_schedule(self, *, refresh: bool = False) -> KeySchedule:
-        """The stream's publisher key schedule, fetched once (or again with `refresh`)."""
+        """The stream's verified publisher key schedule, fetched once (or again with `refresh`).
+
+        INVALID_SIGNATURE / MALFORMED_RECORD when its key chain does not verify from the owner's
+        address (see the class docstring); nothing is trusted then, and the next call fetches again.
+        """
         if self._schedule is None or refresh:
-            self._schedule = self.api.key_schedule(self.stream_id)
+            self._schedule = None
+            schedule = verify_key_chain(self.stream_id, self.api.key_schedule(self.stream_id), self._owner)
+            self._owner = key_chain_owner(schedule)
+            self._schedule = schedule
         return self._schedule
 
     def verify(self, msg: StreamMessage) -> None:

@@ -64,10 +64,17 @@ _HEAD_FIELDS: Final = {
     "policy": _STR, "access_mode": _STR,
     "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
 }
+_SIGNED_COMMAND: Final = {
+    **_object({"method": _STR, "stream_id": _STR, "caller_public_key_hex": _STR, "nonce": _SEQ, "body": _OBJ,
+               "signature_hex": _STR}),
+    "description": "The owner's signed command that put this key in force (create_stream for key 1, "
+                   "rotate_publisher_key after): the key chain proof that clients verify from the owner's "
+                   "address, see docs/key-chain.md",
+}
 _KEY_ENTRY: Final = _object({
     "signing_key_id": _SEQ, "publisher_key": _STR, "effective_sequence": _SEQ,
     "public_key_hex": {**_STR, "deprecated": True, "description": "deprecated alias of publisher_key"},
-})
+}, {"command": _SIGNED_COMMAND})
 _PAGE: Final = _object({
     "stream_id": _STR, "messages": {"type": "array", "items": _OBJ}, "head_sequence": _INT, "floor_sequence": _SEQ,
     "head": {**_INT, "deprecated": True}, "floor": {**_SEQ, "deprecated": True}, "next_cursor": _INT,
@@ -119,7 +126,7 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/streams/{stream_id}/keys/at/{sequence}": _get("CIP-7 get_key_at_sequence", _KEY_ENTRY,
                                                            [_SID, _path("sequence", _SEQ)]),
         "/v1/streams/{stream_id}/keys": _get(
-            "CIP-7 get_key_history (paged)",
+            "CIP-7 get_key_history (paged); each entry carries its owner-signed command (the key chain)",
             _object({"entries": {"type": "array", "items": _KEY_ENTRY}, "next_from": _NULLABLE_INT}),
             [_SID, _query("from", _SEQ), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})]),
         "/v1/streams/{stream_id}/subscribers": _get(

@@ -26,6 +26,7 @@ from watchtower.protocol.envelope import (
 )
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.filters import evaluate, parse_filter
+from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import EpochPricing
@@ -170,6 +171,21 @@ def _key_schedule(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {"resolutions": resolutions}
 
 
+def _key_chain(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The chain as the key history serves it (entries with their signed commands), checked from
+    # the owner's address alone (docs/key-chain.md).
+    expected = inp.get("expected_owner")
+    schedule = verify_key_chain(_get(inp, "stream_id"), key_chain_from_json(_get(inp, "chain")), expected)
+    return {
+        "owner": key_chain_owner(schedule),
+        "entries": [
+            {"signing_key_id": e.signing_key_id, "publisher_key": e.public_key.hex(),
+             "effective_sequence": e.effective_sequence}
+            for e in schedule.entries
+        ],
+    }
+
+
 def _billing(inp: Mapping[str, Any]) -> dict[str, Any]:
     mode = parse_access_mode(_get(inp, "access_mode"))
     pricing = None
@@ -253,6 +269,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "filter": _filter,
     "get_since": _get_since,
     "key_schedule": _key_schedule,
+    "key_chain": _key_chain,
     "billing": _billing,
     "epoch_envelope": _epoch_envelope,
     "decrypt": _decrypt,

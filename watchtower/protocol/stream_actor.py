@@ -51,6 +51,7 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
@@ -284,10 +285,12 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     if config.current_signing_key_id != FIRST_SIGNING_KEY_ID:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
-    return STREAM_CREATED, {"config": config.to_dict()}, reply
+    # The signed command travels with the event: readers verify the key schedule from it (key_chain).
+    return STREAM_CREATED, {"config": config.to_dict(), "command": command_json(cmd)}, reply
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
+_ROTATE_OPTIONAL: Final = frozenset({"signing_key_id", "effective_sequence"})
 
 
 def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -371,12 +374,36 @@ def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
 
 
 def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
-    """Body: new_key (32 bytes). The new key signs from head+1 (DESIGN §7.3)."""
+    """Body: new_key (32 bytes), and optionally signing_key_id and effective_sequence. The new key
+    signs from head+1 (DESIGN §7.3).
+
+    The optional fields let the owner sign where the key goes in the key chain (docs/key-chain.md):
+    signing_key_id must be the current id + 1 (INVALID_ARGUMENT otherwise) and effective_sequence
+    head + 1 (STALE_SEQUENCE otherwise, with the head: re-sign for head + 1).
+    """
     _require_owner(state, cmd)
-    body = _fields(cmd, frozenset({"new_key"}))
+    body = _fields(cmd, frozenset({"new_key"}), _ROTATE_OPTIONAL)
     new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
     old = _schedule(state).current
     new = _schedule(state).rotate(new_key, head_sequence=state.head).current
+    signed_id = body.get("signing_key_id")
+    if signed_id is not None and require_int(signed_id, "signing_key_id", minimum=1) != new.signing_key_id:
+        raise InvalidArgumentError(
+            f"the rotation is signed for signing_key_id {signed_id!r}, but the current key is "
+            f"{old.signing_key_id}, so the new key gets {new.signing_key_id}; re-sign with {new.signing_key_id} "
+            f"(or leave signing_key_id out)",
+            details={"signing_key_id": new.signing_key_id},
+        )
+    signed_cutover = body.get("effective_sequence")
+    if signed_cutover is not None and require_int(signed_cutover, "effective_sequence", minimum=1) != (
+        new.effective_sequence
+    ):
+        raise StaleSequenceError(
+            f"the rotation is signed to take effect at sequence {signed_cutover!r}, but the stream head is "
+            f"{state.head}, so it would take effect at {state.head + 1}; re-sign with effective_sequence "
+            f"{state.head + 1} (or leave it out)",
+            details={"expected_sequence": signed_cutover, "head": state.head},
+        )
     event = {
         "stream_id": state.stream_id,
         "old_key": old.public_key,
@@ -384,6 +411,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
         "old_signing_key_id": old.signing_key_id,
         "new_signing_key_id": new.signing_key_id,
         "effective_sequence": new.effective_sequence,
+        "command": command_json(cmd),  # the owner's signed rotation, for readers to verify (key_chain)
     }
     reply = {
         "old_signing_key_id": old.signing_key_id,

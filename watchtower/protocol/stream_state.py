@@ -8,8 +8,13 @@ traffic. The floor is derived from head and capacity (`ring_window.floor_for`), 
 `evolve(state, event)` is pure and never reads a clock. It trusts the facts in the log (decide
 already checked the rules) and refuses only events that cannot belong to this state, as
 MALFORMED_RECORD: another stream, an event before creation or a second creation, a body of the
-wrong shape, a publish that is not head+1 (so a rebuild re-proves the log is gapless), or a
-nonce beyond the ceiling of the event's block, which decide could not have accepted.
+wrong shape, a publish that is not head+1 (so a rebuild re-proves the log is gapless), a
+nonce beyond the ceiling of the event's block, which decide could not have accepted, or a
+StreamCreated / PublisherKeyRotated whose carried command (``command``: the signed create_stream
+or rotate_publisher_key, `key_chain`) does not verify, was not signed by the owner, does not name
+the event's key, or is not the command the event's caller, nonce and digest say caused it. Those
+two events are the only ones that put a publisher key in force, so a forged one on the log cannot
+take over a stream; the command lands in the key schedule entry, where readers verify it again.
 Every event but a publish also records its caller's (nonce, digest, reply), so replay protection
 is rebuilt from the log like everything else. A publish is authorised by its message signature,
 not by a caller signature (docs/publish-auth.md): its nonce is not authenticated, so it never
@@ -36,12 +41,14 @@ from watchtower.protocol import cbor
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import nonce_ceiling
 from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.key_chain import command_json, verify_creation_command, verify_rotation_command
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
-from watchtower.protocol.validation import require_int, require_text
+from watchtower.protocol.signed_command import Command, command_digest, freeze_json, from_json_safe, json_safe
+from watchtower.protocol.validation import require_bytes, require_int, require_text
 
 V = TypeVar("V")
 
@@ -217,7 +224,7 @@ MESSAGE_CIP7_FIELDS: Final = (
 stream, sequence and hash. The message itself goes to the messages topic only."""
 
 EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
-    STREAM_CREATED: frozenset({"config"}),
+    STREAM_CREATED: frozenset({"config", "command"}),
     STREAM_MESSAGE_PUBLISHED: frozenset(MESSAGE_CIP7_FIELDS),
     SUBSCRIBER_UPDATED: frozenset(
         {
@@ -232,7 +239,15 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
         }
     ),
     PUBLISHER_KEY_ROTATED: frozenset(
-        {"stream_id", "old_key", "new_key", "old_signing_key_id", "new_signing_key_id", "effective_sequence"}
+        {
+            "stream_id",
+            "old_key",
+            "new_key",
+            "old_signing_key_id",
+            "new_signing_key_id",
+            "effective_sequence",
+            "command",
+        }
     ),
     SUBSCRIPTION_POLICY_CHANGED: frozenset({"stream_id", "policy"}),
     ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
@@ -346,6 +361,8 @@ def evolve(state: StreamState, event: Event) -> StreamState:
         )
     _check_event_nonce(event)
     try:
+        if event.type in _CHAINED:
+            _check_command_origin(event)
         changed = _APPLY[event.type](state, event.body)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type} body breaks a rule ({exc.code}): {exc.message}") from None
@@ -370,16 +387,37 @@ def _check_event_nonce(event: Event) -> None:
         )
 
 
+_CHAINED: Final = frozenset({STREAM_CREATED, PUBLISHER_KEY_ROTATED})
+
+
+def _check_command_origin(event: Event) -> None:
+    # The carried command must be the one the envelope says caused the event, so a genuine
+    # command cannot be pasted into an event that claims another origin. Its signature and
+    # signer are checked by the apply functions (key_chain).
+    text = event.body["command"]
+    if text is None:
+        return  # refused with the reason by the apply function
+    cmd = Command.from_dict(json.loads(text))
+    if (cmd.caller, cmd.nonce, command_digest(cmd)) != (event.caller, event.nonce, event.digest):
+        raise InvalidArgumentError(
+            f"the carried {cmd.method} command (caller {cmd.caller}, nonce {cmd.nonce}) is not the command "
+            f"that caused this event (caller {event.caller}, nonce {event.nonce})"
+        )
+
+
 def _created(state: StreamState, body: Mapping[str, Any]) -> StreamState:
     config = StreamConfig.from_dict(body["config"])
     if config.stream_id != state.stream_id:
         raise InvalidArgumentError(f"the config names stream {config.stream_id!r}")
+    cmd = verify_creation_command(
+        state.stream_id, body["command"], publisher_key=config.publisher_key, owner=config.owner
+    )
     return dataclasses.replace(
         state,
         created=True,
         owner=config.owner,
         config=config,
-        key_schedule=KeySchedule.initial(config.publisher_key),
+        key_schedule=KeySchedule.initial(config.publisher_key, command=command_json(cmd)),
     )
 
 
@@ -428,7 +466,16 @@ def _created_parts(state: StreamState) -> tuple[StreamConfig, KeySchedule]:
 def _key_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
     config, schedule = _created_parts(state)
     effective = require_int(body["effective_sequence"], "effective_sequence", minimum=1)
-    rotated = schedule.rotate(body["new_key"], head_sequence=effective - 1)
+    new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
+    cmd = verify_rotation_command(
+        state.stream_id,
+        body["command"],
+        new_key=new_key,
+        owner=config.owner,
+        signing_key_id=schedule.current.signing_key_id + 1,
+        effective_sequence=effective,
+    )
+    rotated = schedule.rotate(new_key, head_sequence=effective - 1, command=command_json(cmd))
     if rotated.current.signing_key_id != body["new_signing_key_id"]:
         raise InvalidArgumentError(
             f"new_signing_key_id {body['new_signing_key_id']} does not follow key {schedule.current.signing_key_id}"

@@ -1,4 +1,4 @@
-"""Typed events: one frozen class per event type and version, the Python side of ``<Type>.v1.avsc``.
+"""Typed events: one frozen class per event type, the Python side of its latest ``<Type>.v<N>.avsc``.
 
 Each class has exactly the fields of its schema, in the schema's order: the event's body fields,
 then ``block_height`` and ``caused_by`` (an `EventOrigin`: the command that caused the event).
@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Final
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.signed_command import BYTES_TAG
 from watchtower.protocol.stream_state import Event
+from watchtower.schemas.codec import register_upcaster
 from watchtower.schemas.records import stream_config_from_record, stream_config_to_record
 
 ENVELOPE_FIELDS: Final = ("block_height", "caused_by")
@@ -48,11 +49,16 @@ class EventOrigin:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StreamCreatedV1:
-    """A stream was created with this configuration."""
+class StreamCreatedV2:
+    """A stream was created with this configuration, by this signed create_stream command.
+
+    v2 added `command` (canonical JSON of the owner's signed command, `key_chain`); a v1 record
+    is upcast with ``command=None``, which the fold refuses (docs/key-chain.md).
+    """
 
     TYPE: ClassVar[str] = "StreamCreated"
     config: StreamConfig
+    command: str | None
     block_height: int
     caused_by: EventOrigin
 
@@ -94,8 +100,8 @@ class SubscriberUpdatedV1:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class PublisherKeyRotatedV1:
-    """CIP-7 PublisherKeyRotated."""
+class PublisherKeyRotatedV2:
+    """CIP-7 PublisherKeyRotated, with the owner's signed rotate_publisher_key command (v2, as StreamCreatedV2)."""
 
     TYPE: ClassVar[str] = "PublisherKeyRotated"
     stream_id: str
@@ -104,6 +110,7 @@ class PublisherKeyRotatedV1:
     old_signing_key_id: int
     new_signing_key_id: int
     effective_sequence: int
+    command: str | None
     block_height: int
     caused_by: EventOrigin
 
@@ -159,10 +166,10 @@ class FeedRegisteredV1:
 
 
 TypedEvent = (
-    StreamCreatedV1
+    StreamCreatedV2
     | StreamMessagePublishedV1
     | SubscriberUpdatedV1
-    | PublisherKeyRotatedV1
+    | PublisherKeyRotatedV2
     | SubscriptionPolicyChangedV1
     | AllowlistChangedV1
     | KeyEpochRotatedV1
@@ -172,10 +179,10 @@ TypedEvent = (
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
     cls.TYPE: cls
     for cls in (
-        StreamCreatedV1,
+        StreamCreatedV2,
         StreamMessagePublishedV1,
         SubscriberUpdatedV1,
-        PublisherKeyRotatedV1,
+        PublisherKeyRotatedV2,
         SubscriptionPolicyChangedV1,
         AllowlistChangedV1,
         KeyEpochRotatedV1,
@@ -205,8 +212,8 @@ def from_event(event: Event) -> TypedEvent:
     cls = EVENT_CLASSES[event.type]
     body = event.body
     origin = EventOrigin(event.stream_id, event.caller, event.nonce, event.digest, _reply_json(event.reply))
-    if cls is StreamCreatedV1:
-        return StreamCreatedV1(StreamConfig.from_dict(body["config"]), event.block_height, origin)
+    if cls is StreamCreatedV2:
+        return StreamCreatedV2(StreamConfig.from_dict(body["config"]), body["command"], event.block_height, origin)
     values = [body[name] for name in BODY_FIELDS[cls.TYPE]]
     return cls(*values, event.block_height, origin)  # type: ignore[call-arg]
 
@@ -214,8 +221,8 @@ def from_event(event: Event) -> TypedEvent:
 def to_event(typed: TypedEvent) -> Event:
     """The fold's `Event` for a typed event (InvalidArgumentError when the envelope is invalid)."""
     origin = typed.caused_by
-    if isinstance(typed, StreamCreatedV1):
-        body: dict[str, Any] = {"config": typed.config.to_dict()}
+    if isinstance(typed, StreamCreatedV2):
+        body: dict[str, Any] = {"config": typed.config.to_dict(), "command": typed.command}
     else:
         body = {name: getattr(typed, name) for name in BODY_FIELDS[typed.TYPE]}
     return Event(
@@ -255,7 +262,7 @@ def _unwrap_bytes(obj: dict[str, Any]) -> Any:
 def event_record(event: Event) -> dict[str, Any]:
     """``to_record(from_event(event))`` in one step, without building the typed object: the writer
     encodes one event per publish, so this is its path (a test proves both give the same record)."""
-    if event.type == StreamCreatedV1.TYPE:
+    if event.type == StreamCreatedV2.TYPE:
         return to_record(from_event(event))
     body = event.body
     record = {name: body[name] for name in BODY_FIELDS[event.type]}
@@ -268,6 +275,16 @@ def event_record(event: Event) -> dict[str, Any]:
         "reply_json": _reply_json(event.reply),
     }
     return record
+
+
+def _no_command(old: dict[str, Any]) -> dict[str, Any]:
+    # v1 carried no signed command: the record decodes, and the fold refuses it with the reason
+    # (only the owner's signed command can put a publisher key in force).
+    return {**old, "command": None}
+
+
+register_upcaster("StreamCreated", 1, _no_command)
+register_upcaster("PublisherKeyRotated", 1, _no_command)
 
 
 # --- typed <-> Avro record -----------------------------------------------------------------------
@@ -283,7 +300,7 @@ def to_record(typed: TypedEvent) -> dict[str, Any]:
         "digest": typed.caused_by.digest,
         "reply_json": typed.caused_by.reply_json,
     }
-    if isinstance(typed, StreamCreatedV1):
+    if isinstance(typed, StreamCreatedV2):
         record["config"] = stream_config_to_record(typed.config)
     return record
 
@@ -294,6 +311,6 @@ def from_record(type_name: str, record: Mapping[str, Any]) -> TypedEvent:
     cls = EVENT_CLASSES[type_name]
     values = dict(record)
     values["caused_by"] = EventOrigin(**record["caused_by"])
-    if cls is StreamCreatedV1:
+    if cls is StreamCreatedV2:
         values["config"] = stream_config_from_record(record["config"])
     return cls(**values)
