@@ -12,6 +12,7 @@ tests/cluster_stack.py). Afterwards:
 - every stream is gapless 1..N in both, every message verifies under the stream's key schedule
   and is the one we signed (a present publish that was never acknowledged is thus in sequence);
 - the projection's digest equals the offline rebuild's, and nothing was quarantined;
+- every publish was answered (none hangs), and a refusal carries a spec error code;
 - the workers and the projection are the processes started at the beginning (nobody restarted them).
 
 The scenario's timeline is printed (run with ``-s``); bench/bench_failover.py measures it.
@@ -59,6 +60,9 @@ def test_acknowledged_publishes_survive_two_broker_kills_gapless_verified_and_re
                 assert found["not_ours"] == [], f"{where} {sid}: messages we did not sign"
                 assert found["count"] == report["heads"][sid]
         assert report["acked"] <= report["present"] <= STREAMS * PER_STREAM
+        # No publish hangs: each was acknowledged or refused with a spec error code.
+        assert report["unanswered"] == 0
+        assert all(code.isupper() for code in report["errors"]), report["errors"]
         # The load is not a toy: the great majority of publishes went through the failovers.
         assert report["acked"] >= 0.9 * STREAMS * PER_STREAM, report["errors"]
 
