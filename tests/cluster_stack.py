@@ -264,9 +264,13 @@ class FailoverRun:
 def projection_messages(api: str, sid: str, head: int) -> list[dict[str, Any]]:
     """Every message of ``sid`` up to ``head`` through get_since pages."""
     out: list[dict[str, Any]] = []
-    cursor = 0
+    cursor, retries = 0, 0
     while cursor < head:
         status, page = http("GET", f"{api}/v1/streams/{sid}/messages?cursor={cursor}&limit={PAGE}")
+        if status == 503 and retries < 50:  # NOT_READY: a payload is still being read back from the log
+            retries += 1
+            time.sleep(0.2)
+            continue
         if status != 200:
             raise AssertionError(f"get_since {sid} cursor {cursor}: HTTP {status} {page}")
         out.extend(page["messages"])
