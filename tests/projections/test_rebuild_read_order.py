@@ -42,7 +42,9 @@ WAITING_LIMIT = 100
 
 def _stream_log(sid: str, publishes: int) -> tuple[list[bytes], list[bytes]]:
     """(events, messages) records of a stream created and published 1..publishes, as the writer decides them."""
-    state, events, messages = StreamState.initial(sid), [], []
+    state = StreamState.initial(sid)
+    events: list[bytes] = []
+    messages: list[bytes] = []
 
     def run(nonce: int, method: str, body: dict[str, Any]) -> None:
         nonlocal state
