@@ -22,18 +22,24 @@ from watchtower.topics.reader import read_committed
 
 def rebuild(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> tuple[dict[str, dict[str, Any]],
                                                                                           dict[str, Any]]:
-    """Every table, folded from the committed log up to its current end, and the quarantine table."""
+    """Every table, folded from the committed log up to its current end, and the quarantine table.
+
+    Partition by partition, the events first and then the messages. Read together, the messages
+    topic can run far ahead of the events one (after a broker failover their leaders differ and
+    are fetched at different speeds); past `fold.MAX_WAITING` records waiting for their publish
+    events the oldest would be dropped unindexed, and the result would depend on fetch timing.
+    This order never makes a record wait (the fold's decisions do not depend on the order), and the
+    topics are co-partitioned: a stream's events and messages share its partition number.
+    """
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
     refused: dict[str, Any] = {}
     t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
-    folder: Folder | None = None
-    partitions: int | None = None
-    for record in read_committed(bootstrap, [t_events, t_messages], timeout_s=timeout_s):
-        if folder is None:
-            partitions = _partitions(bootstrap, t_events)
-            folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions)
-        fold = folder.fold_event if record.topic() == t_events else folder.fold_message
-        fold(int(record.partition() or 0), int(record.offset() or 0), record.key(), record.value())
+    partitions = _partitions(bootstrap, t_events)
+    folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions)
+    for p in range(max(partitions, _partitions(bootstrap, t_messages))):
+        for topic, fold in ((t_events, folder.fold_event), (t_messages, folder.fold_message)):
+            for record in read_committed(bootstrap, [topic], partition=p, timeout_s=timeout_s):
+                fold(p, int(record.offset() or 0), record.key(), record.value())
     return tables, refused
 
 

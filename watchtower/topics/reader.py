@@ -12,7 +12,15 @@ import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 
@@ -40,7 +48,7 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
             for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
                 if wanted is not None and p not in wanted:
                     continue
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                low, high = _watermarks(consumer, TopicPartition(topic, p))
                 # Never before the log start: an out-of-range offset would reset to the end.
                 first = max(low, (start or {}).get(p, low))
                 assignment.append(TopicPartition(topic, p, first if first > low else OFFSET_BEGINNING))
@@ -61,6 +69,21 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
                     pending.discard((m.topic(), m.partition()))
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 60.0) -> tuple[int, int]:
+    """(low, high) of ``tp``, asking again while the answer is retriable: right after a broker
+    failover, or when leadership moves back to a restarted broker, a partition briefly answers
+    NOT_LEADER_FOR_PARTITION until the consumer's metadata catches up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if time.monotonic() > deadline or not exc.args[0].retriable():
+                raise
+            time.sleep(0.2)
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: Collection[int], timeout_s: float = 10.0) -> dict[int, int]:

@@ -1,0 +1,91 @@
+"""The offline rebuild's result does not depend on how fast each topic happens to be fetched.
+
+Found under broker failover: after brokers are killed and restarted, the events and messages
+partitions are led by different brokers and fetched at different speeds; the rebuild read the
+messages topic so far ahead of the events that more records waited for their publish events than
+the fold keeps (`fold.MAX_WAITING`), the oldest were dropped unindexed, and the rebuild's digest
+no longer equalled the live projection's (see tests/agents/test_broker_failover.py).
+
+Here the lead is built into a genuine log (written with the writer's own `decide`): in one
+partition, stream ``filler``'s many publish events come before stream ``late``'s events, while
+``late``'s messages come first in the messages topic. The waiting limit is lowered so the test
+needs thousands of records, not tens of thousands; the rule is the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import nacl.signing
+import pytest
+from confluent_kafka import Producer
+
+from watchtower.projections import fold
+from watchtower.projections.rebuild import rebuild
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.schemas.records import encode_message
+from watchtower.schemas.wire import encode_event
+from watchtower.topics.admin import ensure_topics
+from watchtower.topics.catalogue import catalogue, topic_name
+
+pytestmark = pytest.mark.integration
+
+OWNER = nacl.signing.SigningKey(b"\x02" * 32)
+PUBLISHER = nacl.signing.SigningKey(b"\x03" * 32)
+FILLER_PUBLISHES = 8_000  # events of another stream the events fetch must get through first
+LATE_PUBLISHES = 600
+WAITING_LIMIT = 100
+
+
+def _stream_log(sid: str, publishes: int) -> tuple[list[bytes], list[bytes]]:
+    """(events, messages) records of a stream created and published 1..publishes, as the writer decides them."""
+    state = StreamState.initial(sid)
+    events: list[bytes] = []
+    messages: list[bytes] = []
+
+    def run(nonce: int, method: str, body: dict[str, Any]) -> None:
+        nonlocal state
+        decision = decide(state, sign_command(OWNER, method, sid, nonce, body), block_height=1)
+        for event in decision.events:
+            state = evolve(state, event)
+            events.append(encode_event(event))
+        messages.extend(encode_message(m) for m in decision.messages)
+
+    run(1, "create_stream", {"publisher_key_hex": bytes(PUBLISHER.verify_key).hex(),
+                             "ring_buffer_capacity": 100_000})
+    for seq in range(1, publishes + 1):
+        msg = sign_message(stream_id=sid, sequence=seq, timestamp_unix_ms=seq, kind="t", payload=b"{}",
+                           signing_key=PUBLISHER)
+        run(seq + 1, "publish", msg.to_json_dict())
+    assert len(messages) == publishes
+    return events, messages
+
+
+def test_the_rebuild_indexes_every_message_even_when_the_messages_topic_is_read_far_ahead(
+        kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix = f"ro{uuid.uuid4().hex[:8]}"
+    ensure_topics(kafka_bootstrap, catalogue(prefix, partitions=1))
+    filler_events, filler_messages = _stream_log("filler", FILLER_PUBLISHES)
+    late_events, late_messages = _stream_log("late", LATE_PUBLISHES)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "log_level": 3})
+    for topic, sid, records in (("events", "filler", filler_events), ("events", "late", late_events),
+                                ("messages", "late", late_messages), ("messages", "filler", filler_messages)):
+        for value in records:
+            while True:
+                try:
+                    producer.produce(topic_name(topic, prefix), key=sid.encode(), value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+    monkeypatch.setattr(fold, "MAX_WAITING", WAITING_LIMIT)
+    tables, refused = rebuild(kafka_bootstrap, prefix)
+
+    assert refused == {}
+    for sid, n in (("filler", FILLER_PUBLISHES), ("late", LATE_PUBLISHES)):
+        assert tables["heads"][sid]["published"] == n
+        assert tables["offsets"][sid]["head"] == n, f"{sid}: messages were left unindexed"
