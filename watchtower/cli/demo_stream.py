@@ -15,6 +15,7 @@ import click
 import nacl.signing
 
 from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
+from watchtower.cli.demo_trust import show_client_side_trust
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
@@ -103,6 +104,8 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     click.secho("  -- a filter at work (header-only CIP-7 filter DSL)", bold=True)
     btc = Subscriber(api, sid, filter=BTC_ONLY).poll(100)
     click.echo(f"  filter {json.dumps(BTC_ONLY)} -> sequences {[m.sequence for m in btc]}")
+
+    show_client_side_trust(api, owner, sid, BTC_ONLY)
 
     click.secho("  -- a private allowlist refusing a stranger", bold=True)
     api.command(owner.sign("set_subscription_policy", sid, {"policy": "PRIVATE_ALLOWLIST"}))
