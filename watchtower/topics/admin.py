@@ -74,8 +74,34 @@ def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None,
                     raise
                 action = "exists"
             results.append(TopicResult(spec.name, action, spec.partitions, rf))
+        _wait_visible(admin, [s.name for s in missing], timeout)
     order = {s.name: i for i, s in enumerate(specs)}
     return sorted(results, key=lambda r: order[r.name])
+
+
+def _wait_visible(admin: AdminClient, names: list[str], timeout_s: float, confirmations: int = 3) -> None:
+    """Return once metadata shows every topic in ``names`` with a leader on every partition.
+
+    On a multi-broker cluster a created topic reaches each broker's metadata a moment later, and a
+    metadata request goes to any one broker, so the caller's next request (a describe, a produce)
+    could still hear "no such topic". Several consecutive complete answers make that unlikely;
+    after ``timeout_s`` it returns anyway and later callers retry as before.
+    """
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while seen < confirmations and time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+        except KafkaException:
+            md = None
+        complete = md is not None and all(
+            n in md.topics and md.topics[n].error is None and md.topics[n].partitions
+            and all(p.leader >= 0 for p in md.topics[n].partitions.values())
+            for n in names
+        )
+        seen = seen + 1 if complete else 0
+        if seen < confirmations:
+            time.sleep(0.1)
 
 
 def describe_topics(bootstrap: str, specs: list[TopicSpec] | None = None) -> dict[str, dict[str, object]]:
