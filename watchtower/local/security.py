@@ -1,0 +1,138 @@
+"""Secure mode of the embedded cluster: its principals, their credentials files, and their ACLs.
+
+Three principals (docs/security.md):
+
+- ``admin``: the brokers' own identity and the only super user; creates topics and ACLs;
+- ``service``: the stream-actor workers, the projections and the command gateway;
+- ``client``: the SDK, the CLI and any outside consumer (kcat, Spark, a Java consumer).
+
+Passwords are random per cluster, drawn when the cluster is first formatted, and kept in
+``<data dir>/credentials/``: ``credentials.json`` holds every principal, and ``admin.json``,
+``service.json`` and ``client.json`` one each (so a process can be handed only its own secret).
+Every file is 0600.
+
+ACLs for a topic prefix ``P`` (created with the admin principal; creating one that exists is a no-op):
+
+- client: WRITE+DESCRIBE ``P.commands``; READ+DESCRIBE ``P.messages``, ``P.replies``,
+  ``P.deliveries``; READ on consumer groups prefixed ``P.client.``;
+- service: ALL on topics prefixed ``P.`` and ``wt-projections-P-`` (Faust's changelog and
+  assignor topics), ALL on groups and transactional ids prefixed ``wt-`` (every group and
+  transactional id Watchtower's processes use starts so), and IDEMPOTENT_WRITE + DESCRIBE on the cluster.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from watchtower.local.config import ADMIN_PRINCIPAL, SCRAM_MECHANISM, SECURE_LISTENER, ClusterSpec
+from watchtower.local.errors import LocalStackError
+from watchtower.topics.connection import CredentialsError, Principal, read_credentials, write_credentials
+
+SERVICE_PRINCIPAL = "service"
+CLIENT_PRINCIPAL = "client"
+PRINCIPALS = (ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL)
+ALL_FILE = "credentials.json"
+# Every consumer group and transactional id Watchtower's own processes use starts with this.
+SERVICE_ID_PREFIX = "wt-"
+ACL_TIMEOUT_S = 30.0
+
+
+def credentials_file(spec: ClusterSpec, principal: str | None = None) -> Path:
+    """The file holding every principal (``principal`` None) or only ``principal``."""
+    return spec.credentials_dir / (ALL_FILE if principal is None else f"{principal}.json")
+
+
+def client_group_prefix(prefix: str) -> str:
+    """Consumer groups a client principal may use for deployment ``prefix`` start with this."""
+    return f"{prefix}.client."
+
+
+def ensure_credentials(spec: ClusterSpec, *, create: bool = False) -> dict[str, Principal]:
+    """The cluster's principals: read from its credentials file, or (``create``) drawn and written."""
+    path = credentials_file(spec)
+    if not path.exists() and not create:
+        raise LocalStackError(f"no credentials file at {path}; start the cluster with `watchtower local up --secure`")
+    if path.exists():
+        try:
+            found = read_credentials(path)
+        except CredentialsError as exc:
+            raise LocalStackError(f"{exc}; or remove the cluster (`watchtower local down --purge`)") from None
+        if all(name in found for name in PRINCIPALS):
+            return found
+        raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(PRINCIPALS)} are needed); "
+                              "remove the cluster (`watchtower local down --purge`) and start it again")
+    # token_urlsafe draws [A-Za-z0-9_-] only, so a password needs no quoting in a JAAS line or
+    # in the `--add-scram` argument.
+    principals = {name: Principal(name, spec.bootstrap, SECURE_LISTENER, SCRAM_MECHANISM, name,
+                                  secrets.token_urlsafe(24)) for name in PRINCIPALS}
+    write_credentials(path, list(principals.values()))
+    for principal in principals.values():
+        write_credentials(credentials_file(spec, principal.name), [principal])
+    return principals
+
+
+def scram_format_args(principals: dict[str, Principal]) -> list[str]:
+    """``kafka-storage format`` arguments that create every principal's SCRAM credentials.
+
+    Created at format time, they exist before the first broker starts, which the brokers need:
+    they authenticate to each other as the admin principal.
+    """
+    args: list[str] = []
+    for p in principals.values():
+        args += ["--add-scram", f"{SCRAM_MECHANISM}=[name={p.username},password={p.password}]"]
+    return args
+
+
+def admin_settings(principals: dict[str, Principal]) -> dict[str, str]:
+    """librdkafka security settings of the admin principal."""
+    return principals[ADMIN_PRINCIPAL].librdkafka()
+
+
+def acl_bindings(prefix: str) -> list[Any]:
+    """Every ACL binding the principals need for the deployment whose topics start with ``prefix.``."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    allow, lit, pre = AclPermissionType.ALLOW, ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    op = AclOperation
+
+    def grant(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatternType,
+              operation: AclOperation) -> AclBinding:
+        return AclBinding(rtype, name, pattern, f"User:{principal}", "*", operation, allow)
+
+    client, service = CLIENT_PRINCIPAL, SERVICE_PRINCIPAL
+    bindings = [grant(client, ResourceType.TOPIC, f"{prefix}.commands", lit, o) for o in (op.WRITE, op.DESCRIBE)]
+    for role in ("messages", "replies", "deliveries"):
+        bindings += [grant(client, ResourceType.TOPIC, f"{prefix}.{role}", lit, o) for o in (op.READ, op.DESCRIBE)]
+    bindings.append(grant(client, ResourceType.GROUP, client_group_prefix(prefix), pre, op.READ))
+    for topic_prefix in (f"{prefix}.", f"wt-projections-{prefix}-"):
+        bindings.append(grant(service, ResourceType.TOPIC, topic_prefix, pre, op.ALL))
+    bindings.append(grant(service, ResourceType.GROUP, SERVICE_ID_PREFIX, pre, op.ALL))
+    bindings.append(grant(service, ResourceType.TRANSACTIONAL_ID, SERVICE_ID_PREFIX, pre, op.ALL))
+    bindings += [grant(service, ResourceType.BROKER, "kafka-cluster", lit, o)
+                 for o in (op.IDEMPOTENT_WRITE, op.DESCRIBE)]
+    return bindings
+
+
+def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -> int:
+    """Create (idempotently) every ACL of :func:`acl_bindings` as the admin; returns how many."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
+    bindings = acl_bindings(prefix)
+    futures = admin.create_acls(bindings, request_timeout=ACL_TIMEOUT_S)
+    for binding, future in futures.items():
+        try:
+            future.result(timeout=ACL_TIMEOUT_S)
+        except Exception as exc:
+            raise LocalStackError(f"creating the ACL {binding} failed ({exc}); check the broker log "
+                                  "(`watchtower local logs`) and run the command again") from None
+    return len(bindings)
+
