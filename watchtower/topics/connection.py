@@ -77,7 +77,8 @@ class Principal:
         """The JAAS line a Java client (and Spark) needs for SCRAM."""
         user = self.username.replace("\\", "\\\\").replace('"', '\\"')
         secret = self.password.replace("\\", "\\\\").replace('"', '\\"')
-        return f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" password="{secret}";'
+        return ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{user}" password="{secret}";')
 
 
 def write_credentials(path: Path, principals: list[Principal]) -> Path:
