@@ -70,6 +70,7 @@ from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import encode_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 
 T = TypeVar("T")
 GET_SINCE_LIMIT = 500
@@ -488,18 +489,18 @@ def get_since_reads(http: Http, raw: RawSeek, windows: dict[str, int], partition
 
 # ----------------------------------------------------------------------------- raw baselines
 def _raw_consumer(bootstrap: str, **extra: Any) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex}",
+    return Consumer({**kafka_config(bootstrap), "group.id": f"bench-raw-{uuid.uuid4().hex}",
                      "enable.auto.commit": False, "log_level": 3, **extra})
 
 
 def _raw_producer(bootstrap: str) -> Producer:
     # The same reliability settings the command client and the worker use.
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    return Producer({**kafka_config(bootstrap), "enable.idempotence": True, "acks": "all",
                      "linger.ms": 2, "log_level": 3})
 
 
 def create_plain_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
+    admin = AdminClient(kafka_config(bootstrap))  # must outlive the futures
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     for f in futures.values():
         f.result(30)

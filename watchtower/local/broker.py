@@ -177,7 +177,9 @@ class LocalKafka:
         """
         marker = self.spec.data_dir / MARKER
         if not marker.exists():
-            foreign = [p.name for p in self.spec.data_dir.iterdir() if p.name != ".lock"]
+            # Credentials placed before the first start are used instead of drawing new ones.
+            foreign = [p.name for p in self.spec.data_dir.iterdir()
+                       if p.name != ".lock" and p != self.spec.credentials_dir]
             if foreign:
                 raise LocalStackError(
                     f"data directory {self.spec.data_dir} is not empty and was not made by Watchtower "
@@ -330,6 +332,14 @@ class LocalKafka:
 
 
 # -------------------------------------------------------------------- helpers
+def recorded_secure(data_dir: Path) -> bool:
+    """Whether the cluster formatted in ``data_dir`` is secure (False when there is none yet)."""
+    try:
+        return bool(json.loads((data_dir / MARKER).read_text()).get("secure", False))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 # Kafka's Uuid.randomUuid() never returns these (Uuid.RESERVED: ZERO_UUID and ONE_UUID).
 _RESERVED_IDS = (bytes(16), bytes(15) + b"\x01")
 
