@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 from watchtower.local.broker import LocalKafka, recorded_secure
-from watchtower.local.security import CLIENT_PRINCIPAL, credentials_file
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
 from watchtower.local.paths import default_data_dir
+from watchtower.local.security import CLIENT_PRINCIPAL, credentials_file
 
 
 def _spec(port: int, controller_port: int, data_dir: Path | None, nodes: int,
