@@ -136,3 +136,35 @@ def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -
                                   "(`watchtower local logs`) and run the command again") from None
     return len(bindings)
 
+
+
+def main(argv: list[str]) -> int:
+    """``python -m watchtower.local.security grant PREFIX``: create the ACLs of deployment PREFIX.
+
+    For a cluster this module did not start (compose, a managed cluster): it connects as the
+    principal ``WATCHTOWER_KAFKA_CREDENTIALS`` names, which must be a super user, to
+    ``WATCHTOWER_BOOTSTRAP`` (default: the bootstrap in the credentials file).
+    """
+    import os
+    import sys
+
+    from watchtower.topics.connection import current_principal
+
+    if len(argv) != 2 or argv[0] != "grant" or not argv[1]:
+        print("usage: python -m watchtower.local.security grant PREFIX", file=sys.stderr)
+        return 2
+    admin = current_principal()
+    if admin is None:
+        print("WATCHTOWER_KAFKA_CREDENTIALS is not set: a plaintext cluster has no ACLs to create; "
+              "point it at the admin principal's credentials file", file=sys.stderr)
+        return 2
+    bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP") or admin.bootstrap
+    count = ensure_acls(bootstrap, {ADMIN_PRINCIPAL: admin}, argv[1])
+    print(f"{count} ACL bindings in place for prefix {argv[1]!r} on {bootstrap}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
