@@ -5,32 +5,62 @@ Order of preference:
 2. testcontainers' Kafka module, when a Docker engine answers a ping;
 3. the embedded KRaft broker from :mod:`watchtower.local`, on free ports in a temp dir.
 
-With ``WATCHTOWER_TEST_SECURE=1`` the embedded broker runs in secure mode (SASL/SCRAM-SHA-512,
-the standard authorizer, ACLs): the test process then connects as the admin principal (through
-``WATCHTOWER_KAFKA_CREDENTIALS``, which every client built with ``kafka_config`` reads), stacks get
-the service principal (:func:`service_credentials`), and every other embedded cluster a test starts
-(:func:`embedded_spec`) is secure too and shares the session's credentials, so the same settings
-reach it.
+With ``WATCHTOWER_TEST_SECURE=1`` every embedded cluster (:func:`embedded_spec`: the session's
+and any a test starts) runs in secure mode (SASL/SCRAM-SHA-512, the standard authorizer, ACLs),
+formatted with one set of credentials drawn per test process. The test process connects as the
+admin principal (``WATCHTOWER_KAFKA_CREDENTIALS``, which every client built with ``kafka_config``
+reads), and stacks get their prefix's ACLs (:func:`grant`) and the service principal
+(:func:`service_credentials`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL, ClusterSpec
-from watchtower.local.security import SERVICE_PRINCIPAL, credentials_file
-from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL
+from watchtower.local.security import ALL_FILE, SERVICE_PRINCIPAL, ensure_acls, ensure_credentials
+from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL, read_credentials
 
 SECURE = os.environ.get("WATCHTOWER_TEST_SECURE", "") == "1"
-# The session's secure cluster, once started: its credentials are every secure test cluster's.
-_SESSION: dict[str, LocalKafka] = {}
+
+
+def _seed_credentials() -> Path:
+    """The credentials every secure test cluster is formatted with (drawn once per test process).
+
+    Shared, so the settings this process connects with reach every secure cluster a test starts,
+    whichever starts first: the session's broker or a test's own.
+    """
+    seed = Path(tempfile.mkdtemp(prefix="wt-test-credentials-"))
+    atexit.register(shutil.rmtree, seed, True)
+    ensure_credentials(ClusterSpec(seed, secure=True), create=True)
+    return ClusterSpec(seed, secure=True).credentials_dir
+
+
+SEED = _seed_credentials() if SECURE else None
+if SEED is not None:
+    # The test process itself connects as the admin (every client built with `kafka_config`).
+    os.environ[ENV_CREDENTIALS] = str(SEED / f"{ADMIN_PRINCIPAL}.json")
+    os.environ.pop(ENV_PRINCIPAL, None)
+
+
+def service_credentials() -> Path | None:
+    """The service principal's credentials file in a secure run (None: plaintext)."""
+    return SEED / f"{SERVICE_PRINCIPAL}.json" if SEED is not None else None
+
+
+def grant(bootstrap: str, prefix: str) -> None:
+    """Create the ACLs of deployment ``prefix`` in a secure run (nothing to do in plaintext)."""
+    if SEED is not None:
+        ensure_acls(bootstrap, read_credentials(SEED / ALL_FILE), prefix)
 
 
 def _ephemeral_range() -> range:
@@ -97,29 +127,9 @@ def embedded_spec(data_dir: Path, nodes: int = 1, *, secure: bool | None = None)
         cport = free_port_block(nodes)
     secure = SECURE if secure is None else secure
     spec = ClusterSpec(data_dir, port, cport, nodes, heap_mb=768 if nodes == 1 else 512, secure=secure)
-    session = _SESSION.get("kafka")
-    if secure and session is not None and session.spec.data_dir != data_dir:
-        shutil.copytree(session.spec.credentials_dir, spec.credentials_dir)
+    if secure and SEED is not None and not spec.credentials_dir.exists():
+        shutil.copytree(SEED, spec.credentials_dir)
     return spec
-
-
-def secure_cluster(bootstrap: str) -> LocalKafka | None:
-    """The session's secure cluster when ``bootstrap`` is its address (else None: plaintext)."""
-    session = _SESSION.get("kafka")
-    return session if session is not None and session.spec.bootstrap == bootstrap else None
-
-
-def service_credentials(bootstrap: str) -> Path | None:
-    """The service principal's credentials file for the session's secure broker (None: plaintext)."""
-    session = secure_cluster(bootstrap)
-    return credentials_file(session.spec, SERVICE_PRINCIPAL) if session is not None else None
-
-
-def grant(bootstrap: str, prefix: str) -> None:
-    """Create the ACLs of deployment ``prefix`` when ``bootstrap`` is the session's secure broker."""
-    session = secure_cluster(bootstrap)
-    if session is not None:
-        session.grant(prefix)
 
 
 @contextmanager
@@ -137,18 +147,7 @@ def session_broker(tmp: Path) -> Iterator[str]:
         return
     lk = LocalKafka(embedded_spec(tmp / "session-kafka"))
     lk.up()
-    saved = {k: os.environ.get(k) for k in (ENV_CREDENTIALS, ENV_PRINCIPAL)}
-    if lk.spec.secure:
-        _SESSION["kafka"] = lk
-        os.environ[ENV_CREDENTIALS] = str(credentials_file(lk.spec, ADMIN_PRINCIPAL))
-        os.environ.pop(ENV_PRINCIPAL, None)
     try:
         yield lk.spec.bootstrap
     finally:
-        _SESSION.pop("kafka", None)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         lk.down()

@@ -34,7 +34,7 @@ def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: 
     ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
     grant(bootstrap, prefix)
     ports = free_ports(projections + 1)
-    services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0], credentials=service_credentials(bootstrap))
+    services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0], credentials=service_credentials())
     try:
         for i in range(workers):
             services.start_worker(f"w{i + 1}")

@@ -251,3 +251,32 @@ def test_without_a_credentials_file_the_config_is_exactly_plaintext(monkeypatch:
     monkeypatch.setenv(ENV_CREDENTIALS, str(tmp_path / "missing.json"))
     with pytest.raises(RuntimeError, match="cannot be used"):
         kafka_config("h:1")
+
+
+def _local(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from watchtower.cli.main import cli
+
+    return CliRunner().invoke(cli, ["local", *args])
+
+
+def test_local_up_secure_on_a_running_cluster_says_so_and_keeps_its_acls(secure: SecureStack) -> None:
+    spec = secure.kafka.spec
+    where = ["--data-dir", str(spec.data_dir), "--port", str(spec.port), "--controller-port", str(spec.controller_port)]
+    result = _local("up", "--secure", *where)
+    assert result.exit_code == 0, result.output
+    assert "already running" in result.output
+    assert "secure: SASL/SCRAM-SHA-512 and ACLs" in result.output
+    assert str(credentials_file(spec, CLIENT_PRINCIPAL)) in result.output
+    # Asking again for the ACLs (every `up` does) changed nothing: the client is still refused.
+    err = _produce_error(secure.settings(CLIENT_PRINCIPAL), secure.topic("events"))
+    assert err is not None
+    assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # A plaintext `up` on the secure data directory is refused, not silently opened.
+    plain = _local("up", *where)
+    assert plain.exit_code != 0
+    assert "holds a secure cluster" in plain.output + str(plain.exception)
+    # `status` knows from the data directory that the cluster is secure, and reaches it.
+    status = _local("status", *where)
+    assert status.exit_code == 0, status.output
