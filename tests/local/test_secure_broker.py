@@ -256,9 +256,9 @@ def test_without_a_credentials_file_the_config_is_exactly_plaintext(monkeypatch:
 def _local(*args: str) -> Any:
     from click.testing import CliRunner
 
-    from watchtower.cli.main import cli
+    from watchtower.cli.local_cmd import local
 
-    return CliRunner().invoke(cli, ["local", *args])
+    return CliRunner().invoke(local, list(args))
 
 
 def test_local_up_secure_on_a_running_cluster_says_so_and_keeps_its_acls(secure: SecureStack) -> None:
