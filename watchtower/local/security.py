@@ -14,7 +14,8 @@ Every file is 0600.
 ACLs for a topic prefix ``P`` (created with the admin principal; creating one that exists is a no-op):
 
 - client: WRITE+DESCRIBE ``P.commands``; READ+DESCRIBE ``P.messages``, ``P.replies``,
-  ``P.deliveries``; READ on consumer groups prefixed ``P.client.``;
+  ``P.deliveries``; READ on consumer groups prefixed ``P.client.`` and ``wt-client-`` (the
+  command client's reply reader);
 - service: ALL on topics prefixed ``P.`` and ``wt-projections-P-`` (Faust's changelog and
   assignor topics), ALL on groups and transactional ids prefixed ``wt-`` (every group and
   transactional id Watchtower's processes use starts so), and IDEMPOTENT_WRITE + DESCRIBE on the cluster.
@@ -36,6 +37,7 @@ PRINCIPALS = (ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL)
 ALL_FILE = "credentials.json"
 # Every consumer group and transactional id Watchtower's own processes use starts with this.
 SERVICE_ID_PREFIX = "wt-"
+COMMAND_CLIENT_GROUP_PREFIX = "wt-client-"
 ACL_TIMEOUT_S = 30.0
 
 
@@ -112,6 +114,8 @@ def acl_bindings(prefix: str) -> list[Any]:
     for role in ("messages", "replies", "deliveries"):
         bindings += [grant(client, ResourceType.TOPIC, f"{prefix}.{role}", lit, o) for o in (op.READ, op.DESCRIBE)]
     bindings.append(grant(client, ResourceType.GROUP, client_group_prefix(prefix), pre, op.READ))
+    # The command client's reply reader (watchtower.gateway.transport) names its group so.
+    bindings.append(grant(client, ResourceType.GROUP, COMMAND_CLIENT_GROUP_PREFIX, pre, op.READ))
     for topic_prefix in (f"{prefix}.", f"wt-projections-{prefix}-"):
         bindings.append(grant(service, ResourceType.TOPIC, topic_prefix, pre, op.ALL))
     bindings.append(grant(service, ResourceType.GROUP, SERVICE_ID_PREFIX, pre, op.ALL))
