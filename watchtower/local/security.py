@@ -24,6 +24,7 @@ ACLs for a topic prefix ``P`` (created with the admin principal; creating one th
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +62,28 @@ def ensure_credentials(spec: ClusterSpec, *, create: bool = False) -> dict[str, 
             found = read_credentials(path)
         except CredentialsError as exc:
             raise LocalStackError(f"{exc}; or remove the cluster (`watchtower local down --purge`)") from None
-        if all(name in found for name in PRINCIPALS):
-            return found
-        raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(PRINCIPALS)} are needed); "
-                              "remove the cluster (`watchtower local down --purge`) and start it again")
+        if not all(name in found for name in PRINCIPALS):
+            raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(PRINCIPALS)} "
+                                  "are needed); remove the cluster (`watchtower local down --purge`) and "
+                                  "start it again")
+        if create and any(p.bootstrap != spec.bootstrap for p in found.values()):
+            # Credentials placed before the first start (copied from another cluster): same
+            # secrets, but the files must name this cluster's address for the tools that read them.
+            found = {name: replace(p, bootstrap=spec.bootstrap) for name, p in found.items()}
+            _write_all(spec, found)
+        return found
     # token_urlsafe draws [A-Za-z0-9_-] only, so a password needs no quoting in a JAAS line or
     # in the `--add-scram` argument.
     principals = {name: Principal(name, spec.bootstrap, SECURE_LISTENER, SCRAM_MECHANISM, name,
                                   secrets.token_urlsafe(24)) for name in PRINCIPALS}
-    write_credentials(path, list(principals.values()))
+    _write_all(spec, principals)
+    return principals
+
+
+def _write_all(spec: ClusterSpec, principals: dict[str, Principal]) -> None:
+    write_credentials(credentials_file(spec), list(principals.values()))
     for principal in principals.values():
         write_credentials(credentials_file(spec, principal.name), [principal])
-    return principals
 
 
 def scram_format_args(principals: dict[str, Principal]) -> list[str]:
