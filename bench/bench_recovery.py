@@ -57,6 +57,7 @@ from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, STREAM_MESSAGE
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -69,7 +70,7 @@ def seed(bootstrap: str, prefix: str, sid: str, owner: nacl.signing.SigningKey, 
                                                            "ring_buffer_capacity": 1000})
     (created,) = decide(StreamState.initial(sid), create, block_height=block).events
     caller = address_from_public_key(bytes(owner.verify_key))
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    producer = Producer({**kafka_config(bootstrap), "enable.idempotence": True, "acks": "all",
                          "linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4", "log_level": 3})
     t_events, partition = topic_name("events", prefix), partition_for_key(sid.encode(), partitions)
     producer.produce(t_events, key=sid.encode(), value=encode_event(created), partition=partition)

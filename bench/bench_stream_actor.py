@@ -28,6 +28,11 @@ before each phase the worker and projection are let go idle ("settle"), so no ba
 
     .venv/bin/python bench/bench_stream_actor.py --quick            # smoke run, about 2-3 minutes
     .venv/bin/python bench/bench_stream_actor.py [--json out.json] [--plot out.png]
+    .venv/bin/python bench/bench_stream_actor.py --quick --security  # plaintext beside secure
+
+``--security`` measures phases 1 and 2 only, on a plaintext broker and then on a secure one
+(SASL/SCRAM-SHA-512 and ACLs; services as the service principal, this client as the client
+principal), one after the other in the same run, and prints them side by side with the ratio.
 
 A script, not a test (pytest only collects `tests/`).
 """
@@ -64,12 +69,15 @@ from tqdm import tqdm
 
 from watchtower.client.transport import CommandClient
 from watchtower.local.broker import LocalKafka
+from watchtower.local.config import ADMIN_PRINCIPAL
+from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import encode_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL, kafka_config
 
 T = TypeVar("T")
 GET_SINCE_LIMIT = 500
@@ -488,18 +496,18 @@ def get_since_reads(http: Http, raw: RawSeek, windows: dict[str, int], partition
 
 # ----------------------------------------------------------------------------- raw baselines
 def _raw_consumer(bootstrap: str, **extra: Any) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex}",
+    return Consumer({**kafka_config(bootstrap), "group.id": f"bench-raw-{uuid.uuid4().hex}",
                      "enable.auto.commit": False, "log_level": 3, **extra})
 
 
 def _raw_producer(bootstrap: str) -> Producer:
     # The same reliability settings the command client and the worker use.
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    return Producer({**kafka_config(bootstrap), "enable.idempotence": True, "acks": "all",
                      "linger.ms": 2, "log_level": 3})
 
 
 def create_plain_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
+    admin = AdminClient(kafka_config(bootstrap))  # must outlive the futures
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
     for f in futures.values():
         f.result(30)
@@ -926,6 +934,76 @@ def plot(r: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def security_leg(args: argparse.Namespace, secure: bool) -> dict[str, Any]:
+    """Phases 1 and 2 (first rate) on a fresh broker, plaintext or secure."""
+    keys = Keys(os.urandom(32), os.urandom(32))
+    tmp = Path(tempfile.mkdtemp(prefix="wt-bench-sec-"))
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    lk = LocalKafka(embedded_spec(tmp / "kafka", secure=secure))
+    saved = {k: os.environ.pop(k, None) for k in (ENV_CREDENTIALS, ENV_PRINCIPAL)}
+    services: ServiceSet | None = None
+    client: CommandClient | None = None
+    http: Http | None = None
+    try:
+        lk.up(prefix=prefix)
+        bootstrap = lk.spec.bootstrap
+        if secure:  # topics as the admin; the publishing client as the client principal
+            os.environ[ENV_CREDENTIALS] = str(credentials_file(lk.spec, ADMIN_PRINCIPAL))
+        ensure_topics(bootstrap, catalogue(prefix, partitions=args.partitions))
+        services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=free_ports(1)[0],
+                              credentials=credentials_file(lk.spec, SERVICE_PRINCIPAL) if secure else None)
+        services.start_worker("w1")
+        services.start_projection("p1")
+        services.wait_ready()
+        if secure:
+            os.environ[ENV_CREDENTIALS] = str(credentials_file(lk.spec, CLIENT_PRINCIPAL))
+        client = CommandClient(bootstrap, prefix=prefix)
+        http = Http(services.api_url)
+        tag = uuid.uuid4().hex[:6]
+        warm = [f"bench.warm.{tag}.{i}" for i in range(2)]
+        create_streams(client, keys, warm, 1000)
+        items, _ = presign(keys, warm, 50, args.payload, "warm-up signing")
+        publish_burst(client, items)
+        http.wait_heads(dict.fromkeys(warm, 50), desc="warm-up")
+        p1 = [f"bench.tput.{tag}.{i:03d}" for i in range(args.streams)]
+        create_streams(client, keys, p1, args.msgs_per_stream)
+        items, _ = presign(keys, p1, args.msgs_per_stream, args.payload, "1. signing (untimed)")
+        throughput = publish_burst(client, items)
+        http.wait_heads(dict.fromkeys(p1, args.msgs_per_stream), desc="1.")
+        rate = args.rates[0]
+        p2 = [f"bench.lat.{tag}.{i:03d}" for i in range(args.latency_streams)]
+        per_stream = max(1, round(rate * args.seconds / len(p2)))
+        create_streams(client, keys, p2, per_stream)
+        items, _ = presign(keys, p2, per_stream, args.payload, "2. signing (untimed)")
+        visible = publish_paced(client, http, items, rate, args.wait_ms)
+        return {"publish_msg_per_s": throughput["msg_per_s"], "visible_p99_ms": visible["visible_ms"]["p99"],
+                "visible_p50_ms": visible["visible_ms"]["p50"], "rate": rate}
+    finally:
+        for closer in (http, client):
+            if closer is not None:
+                closer.close()
+        if services is not None:
+            services.stop()
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
+        lk.down()
+
+
+def security_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Plaintext, then secure, in one run; the table puts them side by side."""
+    plain = security_leg(args, secure=False)
+    secure = security_leg(args, secure=True)
+    rows = [("publish throughput (msg/s)", "publish_msg_per_s"),
+            (f"publish->visible p50 @{plain['rate']:g}/s (ms)", "visible_p50_ms"),
+            (f"publish->visible p99 @{plain['rate']:g}/s (ms)", "visible_p99_ms")]
+    print(f"{'':40} {'plaintext':>12} {'secure':>12} {'secure/plain':>13}")
+    for label, key in rows:
+        print(f"{label:40} {plain[key]:12.1f} {secure[key]:12.1f} {secure[key] / plain[key]:13.2f}")
+    return {"plaintext": plain, "secure": secure}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
@@ -951,6 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the broker data and service logs")
     parser.add_argument("--json", metavar="PATH", help="write every result as JSON to PATH")
     parser.add_argument("--plot", metavar="PATH", help="write latency CDFs (phases 2 and 3) as a PNG to PATH")
+    parser.add_argument("--security", action="store_true",
+                        help="phases 1-2 on a plaintext broker, then on a secure one, side by side")
     args = parser.parse_args(argv)
     quick = {"streams": 5, "msgs_per_stream": 1000, "seconds": 5.0, "latency_streams": 10, "reads": 100,
              "rss_streams": 10, "rss_window": 1000, "cache_mb": 16.0}
@@ -962,6 +1042,11 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, key, value)
     if args.msgs_per_stream <= GET_SINCE_LIMIT:
         parser.error(f"--msgs-per-stream must exceed {GET_SINCE_LIMIT} for get_since(limit {GET_SINCE_LIMIT})")
+    if args.security:
+        result = security_compare(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+        return 0
     report = run(args)
     print(tables(report))
     if args.json:

@@ -4,19 +4,63 @@ Order of preference:
 1. ``WATCHTOWER_TEST_BOOTSTRAP``: an existing cluster (e.g. the compose one);
 2. testcontainers' Kafka module, when a Docker engine answers a ping;
 3. the embedded KRaft broker from :mod:`watchtower.local`, on free ports in a temp dir.
+
+With ``WATCHTOWER_TEST_SECURE=1`` every embedded cluster (:func:`embedded_spec`: the session's
+and any a test starts) runs in secure mode (SASL/SCRAM-SHA-512, the standard authorizer, ACLs),
+formatted with one set of credentials drawn per test process. The test process connects as the
+admin principal (``WATCHTOWER_KAFKA_CREDENTIALS``, which every client built with ``kafka_config``
+reads), and stacks get their prefix's ACLs (:func:`grant`) and the service principal
+(:func:`service_credentials`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from watchtower.local.broker import LocalKafka
-from watchtower.local.config import ClusterSpec
+from watchtower.local.config import ADMIN_PRINCIPAL, ClusterSpec
+from watchtower.local.security import ALL_FILE, SERVICE_PRINCIPAL, ensure_acls, ensure_credentials
+from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL, read_credentials
+
+SECURE = os.environ.get("WATCHTOWER_TEST_SECURE", "") == "1"
+
+
+def _seed_credentials() -> Path:
+    """The credentials every secure test cluster is formatted with (drawn once per test process).
+
+    Shared, so the settings this process connects with reach every secure cluster a test starts,
+    whichever starts first: the session's broker or a test's own.
+    """
+    seed = Path(tempfile.mkdtemp(prefix="wt-test-credentials-"))
+    atexit.register(shutil.rmtree, seed, True)
+    ensure_credentials(ClusterSpec(seed, secure=True), create=True)
+    return ClusterSpec(seed, secure=True).credentials_dir
+
+
+SEED = _seed_credentials() if SECURE else None
+if SEED is not None:
+    # The test process itself connects as the admin (every client built with `kafka_config`).
+    os.environ[ENV_CREDENTIALS] = str(SEED / f"{ADMIN_PRINCIPAL}.json")
+    os.environ.pop(ENV_PRINCIPAL, None)
+
+
+def service_credentials() -> Path | None:
+    """The service principal's credentials file in a secure run (None: plaintext)."""
+    return SEED / f"{SERVICE_PRINCIPAL}.json" if SEED is not None else None
+
+
+def grant(bootstrap: str, prefix: str) -> None:
+    """Create the ACLs of deployment ``prefix`` in a secure run (nothing to do in plaintext)."""
+    if SEED is not None:
+        ensure_acls(bootstrap, read_credentials(SEED / ALL_FILE), prefix)
 
 
 def _ephemeral_range() -> range:
@@ -75,12 +119,17 @@ def docker_answers() -> bool:
     return True
 
 
-def embedded_spec(data_dir: Path, nodes: int = 1) -> ClusterSpec:
+def embedded_spec(data_dir: Path, nodes: int = 1, *, secure: bool | None = None) -> ClusterSpec:
+    """A spec on free ports; secure in a secure test run (``secure`` None), with the session's credentials."""
     port = free_port_block(nodes)
     cport = free_port_block(nodes)
     while cport in range(port, port + nodes):
         cport = free_port_block(nodes)
-    return ClusterSpec(data_dir, port, cport, nodes, heap_mb=768 if nodes == 1 else 512)
+    secure = SECURE if secure is None else secure
+    spec = ClusterSpec(data_dir, port, cport, nodes, heap_mb=768 if nodes == 1 else 512, secure=secure)
+    if secure and SEED is not None and not spec.credentials_dir.exists():
+        shutil.copytree(SEED, spec.credentials_dir)
+    return spec
 
 
 @contextmanager

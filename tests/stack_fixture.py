@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kafka_fixture import free_ports
+from kafka_fixture import free_ports, grant, service_credentials
 
 from watchtower.local.stack import ServiceSet
 from watchtower.topics.admin import ensure_topics
@@ -28,11 +28,13 @@ def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: 
     on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
     projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
     ``services.urls["gateway-g1"]``. Returns once every projection (and the gateway) reports ready.
+    On a secure broker the prefix gets its ACLs and the processes connect as the service principal.
     """
     prefix = f"t{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, catalogue(prefix, partitions=partitions))
+    grant(bootstrap, prefix)
     ports = free_ports(projections + 1)
-    services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0])
+    services = ServiceSet(bootstrap, prefix, log_dir, api_port=ports[0], credentials=service_credentials())
     try:
         for i in range(workers):
             services.start_worker(f"w{i + 1}")

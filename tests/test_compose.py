@@ -1,4 +1,5 @@
-"""compose.yaml parses and configures the same 3-node cluster as `watchtower local up --nodes 3`."""
+"""compose.yaml parses and configures the same 3-node cluster as `watchtower local up --nodes 3`,
+secured as `watchtower local up --secure` is, with TLS in addition (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import yaml
 from watchtower.local.config import ClusterSpec
 from watchtower.local.jars import KAFKA_VERSION
 
-COMPOSE = Path(__file__).resolve().parents[1] / "compose.yaml"
+REPO = Path(__file__).resolve().parents[1]
+COMPOSE = REPO / "compose.yaml"
 
 
 def _props(spec: ClusterSpec, node: int) -> dict[str, str]:
-    text = spec.server_properties(spec.node_specs[node - 1])
+    text = spec.server_properties(spec.node_specs[node - 1], admin_password="unused" if spec.secure else None)
     return dict(line.split("=", 1) for line in text.splitlines())
 
 
@@ -26,23 +28,31 @@ def test_compose_matches_local_cluster_config() -> None:
     doc = yaml.safe_load(COMPOSE.read_text())
     brokers = {name: svc for name, svc in doc["services"].items() if name.startswith("kafka-")}
     assert len(brokers) == 3
-    spec = ClusterSpec(Path("/unused"), nodes=3)
+    spec = ClusterSpec(Path("/unused"), nodes=3, secure=True)
     external_ports = []
     for i in (1, 2, 3):
         svc = brokers[f"kafka-{i}"]
         assert svc["image"] == f"apache/kafka:{KAFKA_VERSION}", "compose and embedded run the same release"
         env = _env_to_props(svc["environment"])
         ours = _props(spec, i)
-        for key in ("process.roles", "node.id", "controller.listener.names", "inter.broker.listener.name",
+        for key in ("process.roles", "node.id", "controller.listener.names",
                     "default.replication.factor", "min.insync.replicas", "offsets.topic.replication.factor",
                     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
                     "group.initial.rebalance.delay.ms", "auto.create.topics.enable",
-                    "unclean.leader.election.enable"):
+                    "unclean.leader.election.enable",
+                    # The same authorization and client authentication as the embedded secure mode.
+                    "authorizer.class.name", "allow.everyone.if.no.acl.found", "sasl.enabled.mechanisms"):
             assert env[key] == ours[key], key
-        # Same listener names and protocols (compose adds EXTERNAL for the host side).
-        ours_map = dict(p.split(":") for p in ours["listener.security.protocol.map"].split(","))
+        # Every listener authenticates: clients with SCRAM over TLS, brokers and controllers with
+        # certificates (mutual TLS); nothing is PLAINTEXT.
         env_map = dict(p.split(":") for p in env["listener.security.protocol.map"].split(","))
-        assert ours_map.items() <= env_map.items()
+        assert env_map == {"INTERNAL": "SSL", "CONTROLLER": "SSL", "CLIENT": "SASL_SSL", "EXTERNAL": "SASL_SSL"}
+        assert env[f"listener.name.{env['inter.broker.listener.name'].lower()}.ssl.client.auth"] == "required"
+        assert env["listener.name.controller.ssl.client.auth"] == "required"
+        assert f"User:{'admin'}" in env["super.users"].split(";")
+        assert env["ssl.keystore.location"] == f"/secrets/kafka-{i}.p12"
+        # No secret in this file: passwords come from the secrets volume ("$$" is compose for "$").
+        assert all(v.startswith("$${file:/secrets/") for k, v in env.items() if k.endswith("password"))
         # Three voters, one per node, on the controller listener.
         assert len(env["controller.quorum.voters"].split(",")) == 3
         advertised = dict(a.split("://") for a in env["advertised.listeners"].split(","))
@@ -56,11 +66,33 @@ def test_compose_matches_local_cluster_config() -> None:
         assert len(set(listener_ports)) == len(listener_ports), f"kafka-{i} binds one port twice"
 
 
+def test_compose_generates_its_tls_material_and_credentials_before_the_brokers_start() -> None:
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    script = REPO / services["secrets"]["entrypoint"][-1].replace("/compose/", "compose/")
+    text = script.read_text()
+    assert "keytool -genkeypair" in text, "the CA and the broker keystores are made here"
+    assert "-gencert" in text
+    for who in ("admin", "service", "client"):
+        assert who in text
+    assert '"security_protocol": "SASL_SSL"' in text
+    assert "SCRAM-SHA-512" in text
+    for i in (1, 2, 3):
+        assert services[f"kafka-{i}"]["depends_on"] == {"secrets": {"condition": "service_completed_successfully"}}
+    setup = (REPO / "compose" / "scram-setup.sh").read_text()
+    assert "SCRAM-SHA-512=[" in setup
+    assert "--entity-type users" in setup
+    assert services["init"]["depends_on"] == {"scram-setup": {"condition": "service_completed_successfully"}}
+    assert services["init"]["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/admin.json"
+    assert "watchtower.local.security grant" in services["init"]["command"][-1]
+
+
 def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
     doc = yaml.safe_load(COMPOSE.read_text())
     services = doc["services"]
     internal = ",".join(f"kafka-{i}:19092" for i in (1, 2, 3))
-    assert services["init"]["command"] == ["watchtower", "init"]
+    # The topics, then the ACLs (a one-line shell command, so both run as the admin, in order).
+    assert services["init"]["command"][:2] == ["sh", "-c"]
+    assert services["init"]["command"][2].startswith("watchtower init && ")
     assert services["init"]["environment"]["WATCHTOWER_BOOTSTRAP"] == internal
     workers = [s for name, s in services.items() if name.startswith("worker-")]
     assert len(workers) >= 2, "compose shows several workers sharing the partitions"
@@ -69,6 +101,9 @@ def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
     for w in workers:
         assert w["command"][:3] == ["python", "-m", "watchtower.agents.worker_main"]
         assert w["command"][3] == internal
+    for name in [n for n in services if n.startswith(("worker-", "api-"))] + ["gateway"]:
+        # The service principal, never the admin.
+        assert services[name]["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/service.json", name
     apis = {name: s for name, s in services.items() if name.startswith("api-")}
     assert len(apis) >= 2
     for name, api in apis.items():

@@ -21,6 +21,7 @@ from worker_harness import RawCommandChannel, Workers, workers
 
 from watchtower.agents.command_processor import group_id
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
 
@@ -110,7 +111,7 @@ def test_a_zombie_producer_with_the_workers_transactional_id_is_fenced(
         bench: tuple[Workers, RawCommandChannel], kafka_bootstrap: str) -> None:
     w, channel = bench
     assert _ok(channel.request(counter_command("plums", 1), key="plums", timeout=120)[1]) == {"value": 1}
-    zombie = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{group_id(w.prefix)}-counter-1",
+    zombie = Producer({**kafka_config(kafka_bootstrap), "transactional.id": f"{group_id(w.prefix)}-counter-1",
                        "log_level": 0})
     zombie.init_transactions(30)  # takes the id over: the live worker's next transaction is fenced
     # The worker notices, starts over from the log with a new producer (fencing the zombie in turn)

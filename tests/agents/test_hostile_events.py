@@ -40,6 +40,7 @@ from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_state import Event
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -156,7 +157,7 @@ def last_event(bench: Bench, key: str, event_type: str) -> dict[str, Any]:
 
 def inject(bench: Bench, partition: int, key: str | None, value: bytes) -> int:
     """Produce one record to the events topic, as anyone with broker access could; return its offset."""
-    producer = Producer({"bootstrap.servers": bench.workers.bootstrap, "log_level": 3})
+    producer = Producer({**kafka_config(bench.workers.bootstrap), "log_level": 3})
     offsets: list[int] = []
     producer.produce(bench.t_events, key=None if key is None else key.encode(), value=value, partition=partition,
                      on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset())))

@@ -31,6 +31,7 @@ from watchtower.protocol.snapshots import encode_snapshot
 from watchtower.protocol.stream_actor import StreamState, decide, evolve, state_digest
 from watchtower.schemas.wire import encode_command, encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ class Seeded:
         self.block = block_height_at(int(time.time() * 1000))
         events = [self._decide("create_stream", {"publisher_key_hex": bytes(self.owner.verify_key).hex()})]
         events += [self._decide("publish", self.message()) for _ in range(publishes)]
-        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "log_level": 3})
+        producer = Producer({**kafka_config(bootstrap), "enable.idempotence": True, "log_level": 3})
         self.bootstrap = bootstrap
         self.t_events = t_events = topic_name("events", prefix)
         for event in events:
@@ -171,7 +172,7 @@ def test_a_bad_snapshot_is_quarantined_and_the_partition_is_folded_whole(
     full = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS)[stream.partition]
     end = full.folded  # no transactions on this seeded log: one offset per event
     value = BAD_SNAPSHOTS[case](stream.partition, end, full.states)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "log_level": 3})
+    producer = Producer({**kafka_config(kafka_bootstrap), "log_level": 3})
     producer.produce(snapshots, key=snapshot_key(stream.partition), value=value, partition=stream.partition)
     assert producer.flush(30) == 0
     refused: list[Any] = []
@@ -188,7 +189,7 @@ def test_a_genuine_snapshot_after_a_bad_one_is_used_again(kafka_bootstrap: str, 
     prefix, stream = seeded
     events, snapshots = topic_name("events", prefix), topic_name("snapshots", prefix)
     full = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS)[stream.partition]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "log_level": 3})
+    producer = Producer({**kafka_config(kafka_bootstrap), "log_level": 3})
     producer.produce(snapshots, key=snapshot_key(stream.partition), partition=stream.partition,
                      value=snapshot_value(stream.partition, full.folded - 10, _states_at(stream, 20),
                                           default_aggregates()))

@@ -21,6 +21,7 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import StreamState, decide
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def test_a_batch_committed_while_the_rebuild_starts_is_in_the_rebuild(kafka_boot
         cmd = sign_command(owner, "create_stream", sid, 1, {"publisher_key_hex": bytes(owner.verify_key).hex()})
         (created,) = decide(StreamState.initial(sid), cmd, block_height=1).events
 
-        producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"loader-{uuid.uuid4().hex}",
+        producer = Producer({**kafka_config(kafka_bootstrap), "transactional.id": f"loader-{uuid.uuid4().hex}",
                              "log_level": 3})
         producer.init_transactions(30)
         producer.begin_transaction()

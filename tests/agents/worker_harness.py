@@ -30,6 +30,7 @@ from watchtower.protocol.stream_actor import Event
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
 
@@ -121,7 +122,7 @@ def wait_for_leaders(bootstrap: str, topics: list[str], timeout: float = 30.0) -
     Creating a topic is asynchronous: for a moment after ``create_topics`` succeeds its partitions
     have no leader yet, and clients started then fail with NOT_LEADER_FOR_PARTITION.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-ready-{uuid.uuid4().hex}",
+    consumer = Consumer({**kafka_config(bootstrap), "group.id": f"wt-ready-{uuid.uuid4().hex}",
                          "log_level": 0})
     try:
         for topic in topics:
@@ -146,9 +147,9 @@ class RawCommandChannel:
         self.t_commands = topic_name("commands", prefix)
         self.t_replies = topic_name("replies", prefix)
         self.reply_partition = reply_partition
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+        self.producer = Producer({**kafka_config(bootstrap), "enable.idempotence": True, "acks": "all",
                                   "partitioner": "murmur2_random", "log_level": 3})
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wt-raw-{uuid.uuid4().hex}",
+        self.consumer = Consumer({**kafka_config(bootstrap), "group.id": f"wt-raw-{uuid.uuid4().hex}",
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "log_level": 3})
         # Every reply to a record sent from now on lands at or after today's end of the partition.
@@ -240,7 +241,7 @@ def group_assignment(bootstrap: str, topic: str) -> dict[str, frozenset[int]] | 
     Each topic prefix has its own worker group; only assignments of ``topic`` (the test's commands
     topic) are reported.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 0})
     group = group_id(topic.rsplit(".", 1)[0])
     desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
     if desc.state.name != "STABLE":

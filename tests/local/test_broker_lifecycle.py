@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec
 
 from watchtower.local.broker import LocalKafka, _pid_alive
+from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ def test_up_is_idempotent_and_down_leaves_nothing(broker: LocalKafka) -> None:
 
 
 def _produce(bootstrap: str, topic: str, value: bytes) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "log_level": 0})
+    p = Producer({**kafka_config(bootstrap), "acks": "all", "enable.idempotence": True, "log_level": 0})
     delivered: list[object] = []
     p.produce(topic, value=value, on_delivery=lambda err, msg: delivered.append(err or msg))
     p.flush(30)
@@ -59,7 +60,7 @@ def _produce(bootstrap: str, topic: str, value: bytes) -> None:
 
 
 def _consume_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+    c = Consumer({**kafka_config(bootstrap), "group.id": uuid.uuid4().hex,
                   "auto.offset.reset": "earliest", "log_level": 0})
     c.subscribe([topic])
     got: list[bytes] = []
@@ -76,7 +77,7 @@ def _consume_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
 def test_record_survives_sigkill_and_restart(broker: LocalKafka) -> None:
     broker.up()
     bs = broker.spec.bootstrap
-    admin = AdminClient({"bootstrap.servers": bs})
+    admin = AdminClient(kafka_config(bs))
     admin.create_topics([NewTopic("durable", 1, 1)])["durable"].result()
     _produce(bs, "durable", b"before-kill")
 

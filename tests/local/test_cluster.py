@@ -13,6 +13,7 @@ from kafka_fixture import embedded_spec
 from watchtower.local.broker import LocalKafka
 from watchtower.topics.admin import describe_topics, ensure_topics
 from watchtower.topics.catalogue import catalogue
+from watchtower.topics.connection import kafka_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,7 +29,7 @@ def test_three_node_cluster_keeps_acked_writes_when_a_node_dies(tmp_path: Path) 
         assert {v["replication_factor"] for v in info.values()} == {3}
         assert {v["min.insync.replicas"] for v in info.values()} == {"2"}
 
-        producer = Producer({"bootstrap.servers": bs, "acks": "all", "enable.idempotence": True,
+        producer = Producer({**kafka_config(bs), "acks": "all", "enable.idempotence": True,
                              "log_level": 0})
         acked: list[bytes] = []
 
@@ -47,7 +48,7 @@ def test_three_node_cluster_keeps_acked_writes_when_a_node_dies(tmp_path: Path) 
         assert producer.flush(60) == 0
         assert len(acked) == 200, "with 2 of 3 replicas in sync every acks=all write is acknowledged"
 
-        consumer = Consumer({"bootstrap.servers": bs, "group.id": uuid.uuid4().hex,
+        consumer = Consumer({**kafka_config(bs), "group.id": uuid.uuid4().hex,
                              "auto.offset.reset": "earliest", "log_level": 0})
         consumer.subscribe(["c3.messages"])
         seen: set[bytes] = set()

@@ -28,6 +28,7 @@ from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
 
@@ -84,7 +85,7 @@ def _records(stack: ServiceSet, topic: str, key: str) -> list[Any]:
 def _produce(stack: ServiceSet, topic: str, key: str, value: bytes, headers: dict[str, str] | None = None) -> None:
     """What an adversary with write access to the broker can do: any bytes, any headers, the key's partition."""
     name = topic_name(topic, stack.prefix)
-    producer = Producer({"bootstrap.servers": stack.bootstrap})
+    producer = Producer(kafka_config(stack.bootstrap))
     partitions = len(producer.list_topics(name, timeout=30).topics[name].partitions)
     producer.produce(name, key=key.encode(), value=value, headers=headers or {},
                      partition=partition_for_key(key.encode(), partitions))

@@ -25,6 +25,7 @@ from watchtower.protocol.signed_command import Command, command_digest, sign_com
 from watchtower.protocol.stream_state import STREAM_CREATED, Event
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
 
@@ -50,7 +51,7 @@ def _write_copy(bootstrap: str, events: str, wire: dict[str, object], stream_id:
     copy["event"]["digest_hex"] = command_digest(resigned).hex()
     value = encode_event(Event.from_dict(copy["event"]))
     assert decode_event(value).stream_id == stream_id  # a well-formed event: only the abort may hide it
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}"})
+    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"test-{uuid.uuid4().hex}"})
     producer.init_transactions(30)
     producer.begin_transaction()
     producer.produce(events, key=stream_id.encode(), value=value, partition=partition_for_key(stream_id.encode(), 3))

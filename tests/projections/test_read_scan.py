@@ -10,13 +10,14 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.projections.log_reader import LogReader
+from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
 
 def _topic(bootstrap: str) -> str:
     name = f"scan-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
+    admin = AdminClient(kafka_config(bootstrap))  # kept alive until the topic exists
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
     return name
 
@@ -24,7 +25,7 @@ def _topic(bootstrap: str) -> str:
 def _write(bootstrap: str, topic: str, n: int) -> dict[str, list[int]]:
     """`n` records of three interleaved streams, each in its own transaction (so the log holds
     commit markers between them, as the messages topic does); stream -> its records' offsets."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"scan-{uuid.uuid4().hex}"})
+    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"scan-{uuid.uuid4().hex}"})
     producer.init_transactions(30)
     offsets: dict[str, list[int]] = {}
 

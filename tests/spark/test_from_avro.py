@@ -26,6 +26,7 @@ from watchtower.schemas.catalog import CATALOG
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
+from watchtower.topics.connection import kafka_config, spark_kafka_options
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -119,16 +120,16 @@ def test_spark_reads_the_events_topic_from_kafka_with_the_readme_expressions(spa
     from pyspark.sql.functions import expr
 
     topic = f"wt-spark-{uuid.uuid4().hex[:8]}.events"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept alive until the topic exists
+    admin = AdminClient(kafka_config(kafka_bootstrap))  # kept alive until the topic exists
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
     events = one_of_each()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(kafka_config(kafka_bootstrap))
     for event in events:
         producer.produce(topic, key=event.stream_id.encode(), value=encode_event(event))
     assert producer.flush(60) == 0
     schema = (SCHEMAS / "StreamMessagePublished.v1.avsc").read_text(encoding="utf-8")
     published = (spark.read.format("kafka").option("subscribe", topic)
-                 .option("kafka.bootstrap.servers", kafka_bootstrap).option("kafka.isolation.level", "read_committed")
+                 .options(**spark_kafka_options(kafka_bootstrap)).option("kafka.isolation.level", "read_committed")
                  .load()
                  .where(expr("substring(value, 1, 5) = X'57000A0001'"))
                  .select(from_avro(expr("substring(value, 6, length(value) - 5)"), schema).alias("e"))

@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import murmur2, partition_for_key
 
 # The vectors of Kafka's own UtilsTest.testMurmur2 (signed 32-bit results).
@@ -30,9 +31,9 @@ def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
 @pytest.mark.integration
 def test_partition_for_key_matches_librdkafka_murmur2_random(kafka_bootstrap: str) -> None:
     topic = f"partitioning-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = AdminClient(kafka_config(kafka_bootstrap))
     admin.create_topics([NewTopic(topic, 7, 1)])[topic].result()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+    producer = Producer({**kafka_config(kafka_bootstrap), "partitioner": "murmur2_random"})
     landed: dict[str, int] = {}
     keys = [f"s-{i:04x}" for i in range(60)] + ["registry"]
     for key in keys:

@@ -65,6 +65,7 @@ from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
 from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import end_offsets
 
 log = logging.getLogger("watchtower.worker")
@@ -115,7 +116,7 @@ class CommandProcessor(PartitionOwner):
         self._fences: list[float] = []
         self._calls = BoundedCaller("wt-txn-call")
         self._consumer_conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": self.group,
             "client.id": f"wt-worker-{worker_id}",
             "enable.auto.commit": False,
@@ -134,7 +135,7 @@ class CommandProcessor(PartitionOwner):
             "log_level": 3,
         }
         self._producer_conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "client.id": f"wt-worker-{worker_id}",
             # Stable per worker: a restarted worker fences its own zombie transaction immediately.
             "transactional.id": f"{group_id(prefix)}-{worker_id}",

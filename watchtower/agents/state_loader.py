@@ -15,6 +15,7 @@ from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
 from watchtower.agents.snapshots import latest_snapshots
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import end_offsets, read_committed
 
 log = logging.getLogger("watchtower.rebuild")
@@ -88,7 +89,7 @@ def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartitio
     worker has not served yet (its ``committed()`` then blocks). Raises KafkaException on failure.
     """
     consumer = Consumer({
-        "bootstrap.servers": bootstrap,
+        **kafka_config(bootstrap),
         "group.id": group,
         "client.id": f"wt-offsets-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
@@ -113,7 +114,7 @@ def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeou
     closes that window (new transactions on these partitions can only come from their owner,
     which is the caller, or from fenced zombies whose writes are aborted).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
     deadline = time.monotonic() + timeout_s
     pending = [TopicPartition(topic, p) for p in partitions]
     while pending:

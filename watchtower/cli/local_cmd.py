@@ -9,14 +9,19 @@ from pathlib import Path
 
 import click
 
-from watchtower.local.broker import LocalKafka
+from watchtower.local.broker import LocalKafka, recorded_secure
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
 from watchtower.local.paths import default_data_dir
+from watchtower.local.security import CLIENT_PRINCIPAL, credentials_file
 
 
-def _spec(port: int, controller_port: int, data_dir: Path | None, nodes: int) -> ClusterSpec:
+def _spec(port: int, controller_port: int, data_dir: Path | None, nodes: int,
+          secure: bool | None = None) -> ClusterSpec:
+    """The cluster spec; ``secure`` None: as the data directory was formatted (plaintext when new)."""
     heap = 768 if nodes == 1 else 512
-    return ClusterSpec(data_dir or default_data_dir(port), port, controller_port, nodes, heap)
+    data_dir = data_dir or default_data_dir(port)
+    secure = recorded_secure(data_dir) if secure is None else secure
+    return ClusterSpec(data_dir, port, controller_port, nodes, heap, secure=secure)
 
 
 _port = click.option("--port", default=DEFAULT_PORT, show_default=True, envvar="WATCHTOWER_LOCAL_PORT",
@@ -40,15 +45,27 @@ def local() -> None:
 @_cport
 @_data
 @_nodes
-def up(port: int, controller_port: int, data_dir: Path | None, nodes: int) -> None:
-    """Format storage once, start the broker(s) and wait until they answer metadata."""
-    lk = LocalKafka(_spec(port, controller_port, data_dir, nodes))
+@click.option("--secure", is_flag=True, help="SASL/SCRAM-SHA-512 for clients and brokers, the standard ACL "
+              "authorizer and ACLs for the topic prefix; credentials go to a 0600 file (docs/security.md).")
+def up(port: int, controller_port: int, data_dir: Path | None, nodes: int, secure: bool) -> None:
+    """Format storage once, start the broker(s) and wait until they answer metadata.
+
+    Plaintext by default, bound to 127.0.0.1; --secure adds authentication and ACLs.
+    """
+    lk = LocalKafka(_spec(port, controller_port, data_dir, nodes, secure))
     waited = lk.up()
     st = lk.status()
+    mode = ("secure: SASL/SCRAM-SHA-512 and ACLs, loopback only" if secure
+            else "plaintext, loopback only; use --secure for SASL/SCRAM and ACLs")
     if waited == 0.0:
-        click.echo(f"already running: {st['bootstrap']} (data {st['data_dir']})")
+        click.echo(f"already running: {st['bootstrap']} (data {st['data_dir']}; {mode})")
     else:
-        click.echo(f"kafka {st['kafka_version']} up in {waited:.1f}s: {st['bootstrap']} (data {st['data_dir']})")
+        click.echo(f"kafka {st['kafka_version']} up in {waited:.1f}s: {st['bootstrap']} "
+                   f"(data {st['data_dir']}; {mode})")
+    if secure:
+        path = credentials_file(lk.spec, CLIENT_PRINCIPAL)
+        click.echo(f"client credentials: {path} (export WATCHTOWER_KAFKA_CREDENTIALS={path}); "
+                   f"every principal: {credentials_file(lk.spec)}")
 
 
 @local.command("down")

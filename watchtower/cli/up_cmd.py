@@ -7,6 +7,7 @@ everything `up` started; `status` checks every part (see docs/local-stack.md).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import click
 from click.core import ParameterSource
 
 from watchtower.cli import settings
-from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
+from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
 from watchtower.local.paths import watchtower_home
+from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import LOOPBACK, ServiceSet, is_loopback
 from watchtower.local.supervisor import (
     EXIT_NOT_UP,
@@ -30,9 +32,10 @@ from watchtower.local.supervisor import (
 )
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import DEFAULT_PARTITIONS, catalogue, topic_prefix
+from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL
 
 DEFAULT_API_PORT = 8470
-_BROKER_OPTIONS = ("port", "controller_port", "partitions")
+_BROKER_OPTIONS = ("port", "controller_port", "partitions", "secure")
 _SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
 
 
@@ -50,6 +53,9 @@ _SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
 @click.option("--partitions", type=click.IntRange(1, 256), default=DEFAULT_PARTITIONS, show_default=True)
 @click.option("--bind", default=LOOPBACK, show_default=True, envvar="WATCHTOWER_WEB_BIND",
               help="Address the HTTP API listens on. Anything but loopback makes it reachable from the network.")
+@click.option("--secure", is_flag=True, default=False,
+              help="Run the broker with SASL/SCRAM-SHA-512 and ACLs; the services connect as the service "
+                   "principal, credentials are written 0600 under WATCHTOWER_HOME (docs/security.md).")
 @click.pass_context
 def up(ctx: click.Context, **options: Any) -> None:
     """Start the embedded Kafka, create the topics, and run the workers and the HTTP API.
@@ -72,13 +78,16 @@ def up(ctx: click.Context, **options: Any) -> None:
     # even if it fails half-way.
     record.save()
     broker = record.broker
-    waited = broker.up()
+    # A secure broker gets this deployment's ACLs right after it answers (idempotent on a running one).
+    waited = broker.up(prefix=record.prefix)
     if not waited:
         broker.wait_reachable(timeout=30.0)
     restarted = ["kafka"] if waited and not fresh else []
+    service_file = _use_credentials(record)
     ensure_topics(record.bootstrap, catalogue(record.prefix, partitions=record.partitions))
     log_dir = Path(record.log_dir)
-    services = ServiceSet(record.bootstrap, record.prefix, log_dir, api_port=record.api_port, bind=record.bind)
+    services = ServiceSet(record.bootstrap, record.prefix, log_dir, api_port=record.api_port, bind=record.bind,
+                          credentials=service_file)
     for s in record.services.values():
         if s.alive():
             continue
@@ -97,7 +106,11 @@ def up(ctx: click.Context, **options: Any) -> None:
     t0 = time.monotonic()
     _wait_ready(services, record)
     if fresh:
-        click.echo(f"kafka    {record.bootstrap} ({f'started in {waited:.1f}s' if waited else 'already running'})")
+        click.echo(f"kafka    {record.bootstrap} ({f'started in {waited:.1f}s' if waited else 'already running'}; "
+                   f"{_security_note(record)})")
+        if record.secure:
+            click.echo(f"         client credentials: {credentials_file(broker.spec, CLIENT_PRINCIPAL)} "
+                       "(export WATCHTOWER_KAFKA_CREDENTIALS=<that file>)")
         click.echo(f"workers  {record.workers} stream-actor worker(s), {record.projections} projection worker(s) "
                    f"(ready in {time.monotonic() - t0:.1f}s)")
     else:
@@ -115,7 +128,7 @@ def _new_record(options: dict[str, Any]) -> StackRecord:
     if not port_bindable(bind, api_port):
         raise LocalStackError(f"port {api_port} on {bind} is already in use; stop what holds it or pass --api-port")
     record = StackRecord(options["port"], options["controller_port"], topic_prefix(), options["partitions"],
-                         api_port, bind, str(watchtower_home() / "stack" / "logs"))
+                         api_port, bind, str(watchtower_home() / "stack" / "logs"), secure=options["secure"])
     record.plan(options["workers"], options["projections"])
     return record
 
@@ -127,13 +140,15 @@ def _reconcile(record: StackRecord, options: dict[str, Any], explicit: set[str])
     Service options change only while no service process runs (e.g. after `down --keep-kafka`).
     """
     recorded = {"port": record.port, "controller_port": record.controller_port, "partitions": record.partitions,
+                "secure": record.secure,
                 "workers": record.workers, "projections": record.projections, "api_port": record.api_port,
                 "bind": record.bind}
     changed = {name for name in explicit if options[name] != recorded[name]}
     if fixed := sorted(changed & set(_BROKER_OPTIONS)):
         name = fixed[0]
-        raise LocalStackError(f"the stack is up with --{name.replace('_', '-')} {recorded[name]}; "
-                              "run `watchtower down` first to change it")
+        setting = (f"{'with' if recorded[name] else 'without'} --secure" if name == "secure"
+                   else f"with --{name.replace('_', '-')} {recorded[name]}")
+        raise LocalStackError(f"the stack is up {setting}; run `watchtower down` first to change it")
     if changed & set(_SERVICE_OPTIONS):
         live = sorted(s.name for s in record.services.values() if s.alive())
         if live:
@@ -144,6 +159,27 @@ def _reconcile(record: StackRecord, options: dict[str, Any], explicit: set[str])
         record.api_port, record.bind = options["api_port"], options["bind"]
         record.plan(options["workers"], options["projections"])
     return record
+
+
+def _use_credentials(record: StackRecord) -> Path | None:
+    """Point this process's Kafka clients at the stack's broker; the service principal's file, if secure.
+
+    This command creates topics, so it connects as the admin of a secure broker. Credentials in the
+    environment are for some other cluster: a plaintext stack must not send them.
+    """
+    if not record.secure:
+        os.environ.pop(ENV_CREDENTIALS, None)
+        return None
+    spec = record.broker.spec
+    os.environ[ENV_CREDENTIALS] = str(credentials_file(spec, ADMIN_PRINCIPAL))
+    os.environ.pop(ENV_PRINCIPAL, None)
+    return credentials_file(spec, SERVICE_PRINCIPAL)
+
+
+def _security_note(record: StackRecord) -> str:
+    if record.secure:
+        return "secure: SASL/SCRAM-SHA-512 and ACLs, loopback only"
+    return "plaintext, loopback only; use --secure for SASL/SCRAM and ACLs"
 
 
 def _wait_ready(services: ServiceSet, record: StackRecord) -> None:

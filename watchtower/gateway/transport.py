@@ -27,6 +27,7 @@ from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.gateway.transport")
 #: Most replies taken from the consumer in one call.
@@ -40,7 +41,7 @@ class CommandClient:
         self.t_commands = topic_name("commands", prefix)
         self.t_replies = topic_name("replies", prefix)
         self.producer = Producer({
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 2,
@@ -50,7 +51,7 @@ class CommandClient:
             "log_level": 3,
         })
         self.consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"wt-client-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchtower.local.config import HOST, ClusterSpec, NodeSpec
+from watchtower.local.config import ADMIN_PRINCIPAL, HOST, ClusterSpec, NodeSpec
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, require_tool
+from watchtower.local.security import admin_settings, ensure_acls, ensure_credentials, scram_format_args
+from watchtower.topics.catalogue import topic_prefix
+from watchtower.topics.connection import Principal
 
 MARKER = "watchtower-kafka.json"
 READY_TIMEOUT_S = 90.0
@@ -49,11 +52,33 @@ class LocalKafka:
         self.spec = spec
 
     # ---------------------------------------------------------------- public API
-    def up(self, *, timeout: float = READY_TIMEOUT_S) -> float:
+    def up(self, *, timeout: float = READY_TIMEOUT_S, prefix: str | None = None) -> float:
         """Start every node that is not running and wait until the cluster answers metadata.
 
-        Returns the seconds spent waiting (0.0 when everything was already running).
+        A secure cluster then gets the ACLs of deployment ``prefix`` (default: the configured topic
+        prefix), also when it was already running. Returns the seconds spent waiting (0.0 when
+        everything was already running).
         """
+        waited = self._up(timeout)
+        if self.spec.secure:
+            self.grant(prefix if prefix is not None else topic_prefix())
+        return waited
+
+    def grant(self, prefix: str) -> None:
+        """Create the ACLs of deployment ``prefix`` on this (secure, running) cluster; idempotent."""
+        if not self.spec.secure:
+            raise LocalStackError("ACLs need a secure cluster; start it with --secure")
+        ensure_acls(self.spec.bootstrap, self.principals(), prefix)
+
+    def principals(self, *, create: bool = False) -> dict[str, Principal]:
+        """The principals of a secure cluster (``create``: drawn and written when there are none yet)."""
+        return ensure_credentials(self.spec, create=create)
+
+    def client_settings(self) -> dict[str, str]:
+        """Security settings this supervisor uses for its own clients (the admin's when secure)."""
+        return admin_settings(self.principals()) if self.spec.secure else {}
+
+    def _up(self, timeout: float) -> float:
         require_tool("java", "to run the embedded Kafka broker")
         cp = classpath(KAFKA_BUNDLE)
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
@@ -126,11 +151,18 @@ class LocalKafka:
         A live process is not enough: a broker can be up yet not serve (still starting, hung, or
         its controller quorum lost), and clients only care whether it answers.
         """
-        return _metadata_problem(self.spec.bootstrap, len(self.spec.node_specs), timeout)
+        return _metadata_problem(self.spec.bootstrap, len(self.spec.node_specs), timeout, self._safe_settings())
 
     def wait_reachable(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Block until the cluster answers metadata; raise :class:`LocalStackError` after ``timeout``."""
-        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), time.monotonic() + timeout)
+        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), time.monotonic() + timeout,
+                       self.client_settings())
+
+    def _safe_settings(self) -> dict[str, str]:
+        try:
+            return self.client_settings()
+        except LocalStackError:
+            return {}  # unreadable credentials: the metadata check then reports why it cannot connect
 
     def log_path(self, node_id: int = 1) -> Path:
         """Path of a node's broker log."""
@@ -145,7 +177,9 @@ class LocalKafka:
         """
         marker = self.spec.data_dir / MARKER
         if not marker.exists():
-            foreign = [p.name for p in self.spec.data_dir.iterdir() if p.name != ".lock"]
+            # Credentials placed before the first start are used instead of drawing new ones.
+            foreign = [p.name for p in self.spec.data_dir.iterdir()
+                       if p.name != ".lock" and p != self.spec.credentials_dir]
             if foreign:
                 raise LocalStackError(
                     f"data directory {self.spec.data_dir} is not empty and was not made by Watchtower "
@@ -154,12 +188,13 @@ class LocalKafka:
                 )
             cluster_id = random_cluster_id()
             marker.write_text(json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
-                                          "kafka_version": KAFKA_VERSION}))
+                                          "kafka_version": KAFKA_VERSION, "secure": self.spec.secure}))
             return cluster_id
         try:
             meta = json.loads(marker.read_text())
             cluster_id = str(meta["cluster_id"])
             nodes = int(meta["nodes"])
+            secure = bool(meta.get("secure", False))
         except (ValueError, KeyError, TypeError) as exc:
             raise LocalStackError(
                 f"data directory {self.spec.data_dir} is corrupt ({MARKER} unreadable: {exc}); "
@@ -169,6 +204,12 @@ class LocalKafka:
             raise LocalStackError(
                 f"data directory {self.spec.data_dir} holds a {nodes}-node cluster, not {self.spec.nodes}; "
                 "use the matching --nodes or another --data-dir"
+            )
+        if secure != self.spec.secure:
+            have, want = ("secure", "plaintext") if secure else ("plaintext", "secure")
+            raise LocalStackError(
+                f"data directory {self.spec.data_dir} holds a {have} cluster, not a {want} one; "
+                f"{'add' if secure else 'drop'} --secure, or remove it (`watchtower local down --purge`)"
             )
         for node in self.spec.node_specs:
             self._check_storage_meta(node, cluster_id)
@@ -193,12 +234,15 @@ class LocalKafka:
     # ---------------------------------------------------------------- processes
     def _prepare_node(self, node: NodeSpec, cluster_id: str, cp: str) -> None:
         node.directory.mkdir(parents=True, exist_ok=True)
-        node.properties_file.write_text(self.spec.server_properties(node))
+        principals = self.principals(create=True) if self.spec.secure else {}
+        admin_password = principals[ADMIN_PRINCIPAL].password if principals else None
+        # The properties of a secure node hold the admin password: owner-only, like the credentials.
+        _write_private(node.properties_file, self.spec.server_properties(node, admin_password))
         node.log4j_file.write_text(self.spec.log4j_properties(node))
         if (node.log_dirs / "meta.properties").exists():
             return
-        proc = subprocess.run(storage_format_argv(cp, node, cluster_id), capture_output=True, text=True,
-                              check=False)
+        argv = storage_format_argv(cp, node, cluster_id) + scram_format_args(principals)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise LocalStackError(
@@ -230,7 +274,7 @@ class LocalKafka:
                         f"see {node.log_file}"
                     )
                 time.sleep(0.1)
-        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), deadline)
+        _wait_metadata(self.spec.bootstrap, len(self.spec.node_specs), deadline, self.client_settings())
 
     def _fail_if_dead(self, node: NodeSpec) -> None:
         pid = self._read_pid(node)
@@ -288,6 +332,14 @@ class LocalKafka:
 
 
 # -------------------------------------------------------------------- helpers
+def recorded_secure(data_dir: Path) -> bool:
+    """Whether the cluster formatted in ``data_dir`` is secure (False when there is none yet)."""
+    try:
+        return bool(json.loads((data_dir / MARKER).read_text()).get("secure", False))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 # Kafka's Uuid.randomUuid() never returns these (Uuid.RESERVED: ZERO_UUID and ONE_UUID).
 _RESERVED_IDS = (bytes(16), bytes(15) + b"\x01")
 
@@ -346,11 +398,12 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
-def _metadata_problem(bootstrap: str, brokers: int, timeout: float) -> str | None:
+def _metadata_problem(bootstrap: str, brokers: int, timeout: float,
+                      security: dict[str, str] | None = None) -> str | None:
     from confluent_kafka.admin import AdminClient
 
     # log_level 0: an unreachable broker is an answer here, not something to print.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {}), "log_level": 0,
                          "socket.timeout.ms": max(100, int(timeout * 1000))})
     try:
         md = admin.list_topics(timeout=timeout)
@@ -361,15 +414,23 @@ def _metadata_problem(bootstrap: str, brokers: int, timeout: float) -> str | Non
     return None
 
 
-def _wait_metadata(bootstrap: str, brokers: int, deadline: float) -> None:
+def _wait_metadata(bootstrap: str, brokers: int, deadline: float, security: dict[str, str] | None = None) -> None:
     last: str | None = "no answer"
     while time.monotonic() < deadline:
-        last = _metadata_problem(bootstrap, brokers, 2.0)
+        last = _metadata_problem(bootstrap, brokers, 2.0, security)
         if last is None:
             return
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
                           "see `watchtower local logs`")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 (created so, never readable by others)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)
 
 
 def _tail(path: Path, lines: int) -> str:

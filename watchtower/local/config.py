@@ -8,6 +8,11 @@ from pathlib import Path
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 19092
 HOST = "127.0.0.1"
+# Secure mode: clients and brokers authenticate with SCRAM on the client listener.
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SECURE_LISTENER = "SASL_PLAINTEXT"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ADMIN_PRINCIPAL = "admin"
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,13 @@ class ClusterSpec:
     controller_port: int = DEFAULT_CONTROLLER_PORT
     nodes: int = 1
     heap_mb: int = 768
+    # SASL/SCRAM-SHA-512 on the client listener, the standard authorizer and ACLs (docs/security.md).
+    secure: bool = False
+
+    @property
+    def credentials_dir(self) -> Path:
+        """Where a secure cluster keeps its credentials files (all 0600)."""
+        return self.data_dir / "credentials"
 
     @property
     def node_specs(self) -> list[NodeSpec]:
@@ -73,8 +85,8 @@ class ClusterSpec:
     def min_insync_replicas(self) -> int:
         return 2 if self.nodes >= 3 else 1
 
-    def server_properties(self, node: NodeSpec) -> str:
-        """The ``server.properties`` text for ``node``."""
+    def server_properties(self, node: NodeSpec, admin_password: str | None = None) -> str:
+        """The ``server.properties`` text for ``node`` (a secure spec needs the admin password)."""
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.node_specs)
         rf = self.replication_factor
         props = {
@@ -103,6 +115,10 @@ class ClusterSpec:
             "log.retention.check.interval.ms": "60000",
             "unclean.leader.election.enable": "false",
         }
+        if self.secure:
+            if not admin_password:
+                raise ValueError("a secure cluster needs the admin password to write its broker config")
+            props.update(secure_properties(node, admin_password))
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def log4j_properties(self, node: NodeSpec) -> str:
@@ -128,3 +144,36 @@ logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
+
+
+def secure_properties(node: NodeSpec, admin_password: str) -> dict[str, str]:
+    """What secure mode changes in ``server.properties``.
+
+    Clients and brokers (inter-broker) speak SASL_PLAINTEXT with SCRAM-SHA-512 on loopback; the
+    broker's own SCRAM identity is the admin principal, a super user. The controller listener
+    authenticates too, with SASL/PLAIN: KRaft cannot use SCRAM there (SCRAM credentials live in the
+    metadata log the controllers serve, so a controller could not check them before it has the
+    log), and a PLAINTEXT controller listener would need ``User:ANONYMOUS`` as a super user, which
+    would let any local process that reaches the controller port act as one (KIP-919 lets admin
+    clients talk to controllers). Its one PLAIN user is the admin, with the same random password.
+    """
+    scram = (f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+             f'username="{ADMIN_PRINCIPAL}" password="{admin_password}";')
+    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required '
+             f'username="{ADMIN_PRINCIPAL}" password="{admin_password}" user_{ADMIN_PRINCIPAL}="{admin_password}";')
+    return {
+        "listeners": f"{SECURE_LISTENER}://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"{SECURE_LISTENER}://{HOST}:{node.port}",
+        "inter.broker.listener.name": SECURE_LISTENER,
+        "listener.security.protocol.map": f"{SECURE_LISTENER}:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+        f"listener.name.{SECURE_LISTENER.lower()}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": scram,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": plain,
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": f"User:{ADMIN_PRINCIPAL}",
+        # Deny by default: a resource nobody granted is closed, not open.
+        "allow.everyone.if.no.acl.found": "false",
+    }

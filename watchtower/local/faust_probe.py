@@ -13,12 +13,15 @@ import sys
 import faust
 from faust.types import StreamT
 
+from watchtower.topics.connection import faust_broker_settings
+
 
 def build_app(bootstrap: str, source: str, sink: str, app_id: str) -> faust.App:
     """A Faust app whose one agent forwards ``value`` as ``value + b" via faust"``."""
     app = faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
+        **faust_broker_settings(),
         store="memory://",
         processing_guarantee="exactly_once",
         web_enabled=False,

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.local.errors import LocalStackError
+from watchtower.topics.connection import kafka_config, spark_kafka_options
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Hop:
 
 
 def make_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 0})
     futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], operation_timeout=30)
     for fut in futures.values():
         fut.result()
@@ -43,7 +44,7 @@ def make_topics(bootstrap: str, names: list[str]) -> None:
 
 def produce_transactional(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
     """Produce one record inside a committed confluent-kafka transaction."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"wt-smoke-{uuid.uuid4()}",
+    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"wt-smoke-{uuid.uuid4()}",
                          "log_level": 0})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -53,7 +54,7 @@ def produce_transactional(bootstrap: str, topic: str, key: bytes, value: bytes) 
 
 def produce_aborted(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
     """Produce one record inside a transaction that is then aborted (must stay invisible)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"wt-smoke-{uuid.uuid4()}",
+    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"wt-smoke-{uuid.uuid4()}",
                          "log_level": 0})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -66,7 +67,7 @@ def read_committed(bootstrap: str, topic: str, until: Callable[[list[bytes]], bo
                    timeout: float = 60.0) -> list[bytes]:
     """Read ``topic`` from the start with isolation read_committed until ``until(values)``."""
     consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"wt-smoke-{uuid.uuid4()}",
+        **kafka_config(bootstrap), "group.id": f"wt-smoke-{uuid.uuid4()}",
         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
         "enable.auto.commit": False, "log_level": 0,
     })
@@ -118,7 +119,7 @@ def spark_copy(bootstrap: str, source: str, sink: str) -> list[str]:
     spark = local_session("watchtower-smoke")
     try:
         df = (spark.read.format("kafka")
-              .option("kafka.bootstrap.servers", bootstrap)
+              .options(**spark_kafka_options(bootstrap))
               .option("subscribe", source)
               .option("startingOffsets", "earliest")
               .option("kafka.isolation.level", "read_committed")
@@ -126,7 +127,7 @@ def spark_copy(bootstrap: str, source: str, sink: str) -> list[str]:
         rows = [bytes(r.value).decode() for r in df.select("value").collect()]
         (df.selectExpr("key", "CONCAT(CAST(value AS STRING), ' via spark') AS value")
            .write.format("kafka")
-           .option("kafka.bootstrap.servers", bootstrap)
+           .options(**spark_kafka_options(bootstrap))
            .option("topic", sink)
            .save())
         return rows

@@ -8,7 +8,9 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
 - a stream-actor worker gets ``WATCHTOWER_HEALTH_FILE=<log_dir>/<name>.health.json`` (the worker
   writes its health there; a file left by an earlier process is removed before the start);
 - a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set;
-- a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind.
+- a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind;
+- with `credentials` (a secure broker) every process gets ``WATCHTOWER_KAFKA_CREDENTIALS`` pointing
+  at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class ServiceSet:
     log_dir: Path
     api_port: int = 8470
     bind: str | None = None
+    # The service principal's credentials file when the broker is secure; None: the environment's.
+    credentials: Path | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # HTTP base URL of every projection started, by process name.
     urls: dict[str, str] = field(default_factory=dict)
@@ -77,6 +81,9 @@ class ServiceSet:
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"), **(extra_env or {})}
+        if self.credentials is not None:
+            env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(self.credentials)
+            env.pop("WATCHTOWER_KAFKA_PRINCIPAL", None)  # the file holds one principal
         with (self.log_dir / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT,
                                                 start_new_session=True, env=env)

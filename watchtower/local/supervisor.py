@@ -73,10 +73,13 @@ class StackRecord:
     bind: str
     log_dir: str
     services: dict[str, ServiceRecord] = field(default_factory=dict)
+    # SASL/SCRAM broker with ACLs; the services connect as the service principal (docs/security.md).
+    secure: bool = False
 
     @property
     def broker(self) -> LocalKafka:
-        return LocalKafka(ClusterSpec(default_data_dir(self.port), self.port, self.controller_port))
+        return LocalKafka(ClusterSpec(default_data_dir(self.port), self.port, self.controller_port,
+                                      secure=self.secure))
 
     @property
     def bootstrap(self) -> str:
@@ -124,7 +127,7 @@ class StackRecord:
             services = {name: ServiceRecord(**s) for name, s in data["services"].items()}
             return cls(int(data["port"]), int(data["controller_port"]), str(data["prefix"]),
                        int(data["partitions"]), int(data["api_port"]), str(data["bind"]), str(data["log_dir"]),
-                       services)
+                       services, bool(data.get("secure", False)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 

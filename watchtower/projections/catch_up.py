@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from watchtower.projections.partitions import OwnedPartitions
+from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.projections")
 
@@ -59,7 +60,7 @@ class PartitionReader:
 
     def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"wt-catch-up-{uuid.uuid4().hex}",  # never commits; assign() only
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

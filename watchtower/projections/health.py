@@ -21,6 +21,8 @@ from typing import Final
 
 from confluent_kafka.admin import AdminClient
 
+from watchtower.topics.connection import kafka_config
+
 PROBE_INTERVAL_S: Final = 2.0
 PROBE_TIMEOUT_S: Final = 1.5
 
@@ -29,7 +31,7 @@ class BrokerProbe:
     """A cached answer to "does the Kafka cluster answer?"."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+        self._admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
         self._topic = topic
         self._lock = threading.Lock()
         self._reachable: bool | None = None  # None until the first probe finished

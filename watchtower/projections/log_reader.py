@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from watchtower.protocol.message import StreamMessage
 from watchtower.schemas.records import decode_message
+from watchtower.topics.connection import kafka_config
 
 DEFAULT_CACHE_BYTES = int(float(os.environ.get("WATCHTOWER_PAYLOAD_CACHE_MB", "64")) * 1024 * 1024)
 
@@ -125,7 +126,7 @@ class LogReader:
         consumer = getattr(self._local, "consumer", None)
         if consumer is None:
             consumer = Consumer({
-                "bootstrap.servers": self.bootstrap,
+                **kafka_config(self.bootstrap),
                 "group.id": f"wt-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",

@@ -17,6 +17,7 @@ from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.protocol.views import TABLE_NAMES, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 
@@ -57,5 +58,5 @@ def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
 
 
 def _partitions(bootstrap: str, topic: str) -> int:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    md = AdminClient(kafka_config(bootstrap)).list_topics(topic, timeout=30)
     return len(md.topics[topic].partitions)

@@ -63,6 +63,7 @@ from watchtower.protocol.views import (
     views_digest,
 )
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import faust_broker_settings, kafka_config
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections")
@@ -91,6 +92,7 @@ class Projection:
         self.app = ProjectionApp(
             f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
+            **faust_broker_settings(),
             # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
             # partition p of events and messages on the same worker and publishes the owners' URLs.
             table_standby_replicas=1,
@@ -357,7 +359,7 @@ class Projection:
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    md = AdminClient(kafka_config(bootstrap)).list_topics(topic, timeout=30)
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         raise InvalidArgumentError(f"topic {topic} does not exist; run `watchtower init` first")

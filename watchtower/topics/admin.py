@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.topics.catalogue import TopicSpec, catalogue
+from watchtower.topics.connection import kafka_config
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class TopicMismatchError(Exception):
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient({**kafka_config(bootstrap), "log_level": 0})
 
 
 def ensure_topics(bootstrap: str, specs: list[TopicSpec] | None = None,

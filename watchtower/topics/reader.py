@@ -23,6 +23,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from watchtower.topics.connection import kafka_config
+
 
 def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Collection[int] | None = None,
                    timeout_s: float = 300.0, start: Mapping[int, int] | None = None) -> Iterator[Message]:
@@ -33,7 +35,7 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
     Raises TimeoutError when the end is not reached within `timeout_s`.
     """
     consumer = Consumer({
-        "bootstrap.servers": bootstrap,
+        **kafka_config(bootstrap),
         "group.id": f"wt-scan-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
@@ -89,7 +91,7 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 60.0)
 def end_offsets(bootstrap: str, topic: str, partitions: Collection[int], timeout_s: float = 10.0) -> dict[int, int]:
     """The high watermark of each of ``partitions`` of ``topic``: the offset after its last record,
     open transactions and commit markers included."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
                                  isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
     return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}

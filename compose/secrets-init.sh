@@ -1,0 +1,60 @@
+#!/bin/sh
+# One-shot: a private CA, a TLS keystore per broker, an admin client certificate, random SCRAM
+# passwords, and the credentials files the Watchtower services and clients read
+# (docs/security.md). Runs in the apache/kafka image (keytool from its JRE); idempotent: a volume
+# that already holds secrets is left alone, so a restart never changes a password.
+set -eu
+umask 077
+cd /secrets
+if [ -f .done ]; then echo "secrets already generated"; exit 0; fi
+rand() { head -c 24 /dev/urandom | base64 | tr -d '/+=\n'; }
+STORE_PASS=$(rand)
+DAYS=825
+keytool -genkeypair -alias ca -dname "CN=watchtower-ca" -keyalg RSA -keysize 3072 -validity 3650 \
+  -ext bc:c -keystore ca.p12 -storetype PKCS12 -storepass "$STORE_PASS"
+keytool -exportcert -alias ca -keystore ca.p12 -storepass "$STORE_PASS" -rfc -file ca.pem
+keytool -importcert -noprompt -alias ca -file ca.pem -keystore truststore.p12 -storetype PKCS12 \
+  -storepass "$STORE_PASS"
+# A keystore (key + certificate signed by the CA) for each broker and for the admin tools.
+issue() { # name SAN
+  keytool -genkeypair -alias "$1" -dname "CN=$1" -keyalg RSA -keysize 2048 -validity "$DAYS" \
+    -keystore "$1.p12" -storetype PKCS12 -storepass "$STORE_PASS"
+  keytool -certreq -alias "$1" -keystore "$1.p12" -storepass "$STORE_PASS" -file "$1.csr"
+  keytool -gencert -alias ca -keystore ca.p12 -storepass "$STORE_PASS" -infile "$1.csr" -outfile "$1.crt" \
+    -rfc -validity "$DAYS" -ext "SAN=$2"
+  keytool -importcert -noprompt -alias ca -file ca.pem -keystore "$1.p12" -storepass "$STORE_PASS"
+  keytool -importcert -noprompt -alias "$1" -file "$1.crt" -keystore "$1.p12" -storepass "$STORE_PASS"
+  rm -f "$1.csr" "$1.crt"
+}
+for n in 1 2 3; do issue "kafka-$n" "dns:kafka-$n,dns:localhost,ip:127.0.0.1"; done
+issue admin "dns:admin"
+# Read by the brokers through Kafka's FileConfigProvider, so no password sits in compose.yaml.
+printf 'store.password=%s\n' "$STORE_PASS" > broker.properties
+# The admin tools (kafka-configs, kafka-acls, health checks) speak mutual TLS on the internal listener.
+cat > admin-ssl.properties <<PROPS
+security.protocol=SSL
+ssl.keystore.type=PKCS12
+ssl.keystore.location=/secrets/admin.p12
+ssl.keystore.password=$STORE_PASS
+ssl.truststore.type=PKCS12
+ssl.truststore.location=/secrets/truststore.p12
+ssl.truststore.password=$STORE_PASS
+PROPS
+INTERNAL="kafka-1:19094,kafka-2:19094,kafka-3:19094"
+HOST="127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+entry() { # name password bootstrap ca
+  printf '"%s": {"bootstrap": "%s", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "username": "%s", "password": "%s", "ssl_ca_location": "%s"}' "$1" "$3" "$1" "$2" "$4"
+}
+for who in admin service client; do
+  pw=$(rand)
+  printf '%s\n' "$pw" > "$who.password"
+  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$who" "$pw" "$INTERNAL" /secrets/ca.pem)" > "$who.json"
+  # The same principal as seen from the host (published ports; copy ca.pem next to it).
+  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$who" "$pw" "$HOST" ./ca.pem)" > "$who.host.json"
+done
+chmod 0600 ./*
+# The brokers run as uid 1000 in the apache/kafka image; the Watchtower images run as root.
+chown 1000:1000 kafka-*.p12 truststore.p12 broker.properties admin.p12 admin-ssl.properties ./*.password
+chmod 0644 ca.pem
+touch .done
+echo "secrets generated"

@@ -1,0 +1,282 @@
+"""The embedded broker in secure mode: SASL/SCRAM-SHA-512, the standard authorizer and ACLs.
+
+One secure broker for the module, with a stack on it (a stream-actor worker and a projection with
+the command gateway) whose processes connect as the service principal. The tests then act as the
+client principal, as nobody, and as an impostor, and check the broker lets each do exactly what
+docs/security.md says.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+from api_calls import Caller, http, wait_for
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka_fixture import embedded_spec, free_ports
+
+from watchtower.gateway.transport import CommandClient
+from watchtower.local.broker import LocalKafka
+from watchtower.local.config import ADMIN_PRINCIPAL
+from watchtower.local.security import CLIENT_PRINCIPAL, PRINCIPALS, SERVICE_PRINCIPAL, credentials_file
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
+from watchtower.schemas.records import decode_message
+from watchtower.topics.admin import ensure_topics
+from watchtower.topics.catalogue import catalogue
+from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL, kafka_config, read_credentials
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT_S = 60.0
+
+
+@dataclass
+class SecureStack:
+    kafka: LocalKafka
+    services: ServiceSet
+    prefix: str
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.spec.bootstrap
+
+    def settings(self, principal: str, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings of ``principal`` on this cluster."""
+        secret = read_credentials(credentials_file(self.kafka.spec))[principal]
+        return {"bootstrap.servers": self.bootstrap, **secret.librdkafka(), **extra}
+
+    def topic(self, role: str) -> str:
+        return f"{self.prefix}.{role}"
+
+
+def _set_env(values: dict[str, str | None]) -> dict[str, str | None]:
+    """Set (or, for None, remove) environment variables; returns what they were."""
+    saved = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    return saved
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
+    root = tmp_path_factory.mktemp("secure")
+    kafka = LocalKafka(embedded_spec(root / "kafka", secure=True))
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    kafka.up(prefix=prefix)
+    # This process creates the topics as the admin; the stack's processes get the service file only.
+    saved = _set_env({ENV_CREDENTIALS: str(credentials_file(kafka.spec, ADMIN_PRINCIPAL)), ENV_PRINCIPAL: None})
+    services = ServiceSet(kafka.spec.bootstrap, prefix, root / "logs", api_port=free_ports(1)[0],
+                          credentials=credentials_file(kafka.spec, SERVICE_PRINCIPAL))
+    try:
+        ensure_topics(kafka.spec.bootstrap, catalogue(prefix, partitions=2))
+        services.start_worker("w1")
+        services.start_projection("p1")
+        services.wait_ready()
+        yield SecureStack(kafka, services, prefix)
+    finally:
+        services.stop()
+        _set_env(saved)
+        kafka.down()
+
+
+def _publish_and_read(stack: SecureStack) -> None:
+    """Create a stream, publish one message through the stack's API, and read it back."""
+    owner, publisher = Caller(stack.services.api_url), nacl.signing.SigningKey.generate()
+    sid = f"sec-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex()})
+    msg = sign_message(stream_id=sid, sequence=1, timestamp_unix_ms=1, kind="t", payload=b"{}", signing_key=publisher)
+    assert owner.ok("publish", sid, msg.to_json_dict())["sequence"] == 1
+    wait_for(lambda: http("GET", f"{stack.services.api_url}/v1/streams/{sid}/head")[1].get("head") == 1,
+             TIMEOUT_S, "the published message to be visible")
+
+
+def _produce_error(settings: dict[str, Any], topic: str) -> KafkaError | None:
+    """The delivery error of one record produced to ``topic`` with ``settings`` (None: delivered)."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({**settings, "message.timeout.ms": 20000, "log_level": 0})
+    producer.produce(topic, key=b"k", value=b"forged", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    assert outcome, f"no delivery report for {topic}"
+    return outcome[0]
+
+
+def test_a_client_principal_cannot_write_events_messages_or_internal_and_the_stack_is_unaffected(
+        secure: SecureStack) -> None:
+    client = secure.settings(CLIENT_PRINCIPAL)
+    for role in ("events", "messages", "internal"):
+        err = _produce_error(client, secure.topic(role))
+        assert err is not None, f"the client principal wrote {secure.topic(role)}"
+        assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (role, err)
+    # The refused writes left nothing behind: the stack still takes a publish and serves the read.
+    _publish_and_read(secure)
+
+
+def test_the_service_principal_may_write_what_the_client_may_not(secure: SecureStack) -> None:
+    """The refusal above is the ACLs at work, not a broken topic: the service principal writes `internal`."""
+    topic = f"{secure.prefix}.acl-probe"
+    admin = AdminClient(secure.settings(ADMIN_PRINCIPAL))
+    from confluent_kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    assert _produce_error(secure.settings(SERVICE_PRINCIPAL), topic) is None
+    assert _produce_error(secure.settings(CLIENT_PRINCIPAL), topic).code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _connect_errors(settings: dict[str, Any]) -> tuple[bool, list[KafkaError]]:
+    """(whether metadata was served, the client errors reported) for a client with ``settings``."""
+    errors: list[KafkaError] = []
+    admin = AdminClient({**settings, "log_level": 0, "error_cb": errors.append})
+    try:
+        admin.list_topics(timeout=8)
+    except KafkaException:
+        # Error callbacks are served by poll(): collect what the client reported.
+        for _ in range(10):
+            admin.poll(0.5)
+            if errors:
+                break
+        return False, errors
+    return True, errors
+
+
+def test_a_client_without_credentials_cannot_connect(secure: SecureStack) -> None:
+    served, _ = _connect_errors({"bootstrap.servers": secure.bootstrap})
+    assert not served, "a client with no credentials got metadata from the secure broker"
+
+
+def test_a_client_with_a_wrong_password_fails_authentication(secure: SecureStack) -> None:
+    wrong = secure.settings(CLIENT_PRINCIPAL, **{"sasl.password": "not-the-password"})
+    served, errors = _connect_errors(wrong)
+    assert not served, "a client with a wrong password got metadata"
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_the_client_principal_writes_commands_and_reads_replies_and_messages(secure: SecureStack) -> None:
+    # The command client (as the SDK's transport would run it) connects as the client principal.
+    saved = _set_env({ENV_CREDENTIALS: str(credentials_file(secure.kafka.spec, CLIENT_PRINCIPAL)),
+                      ENV_PRINCIPAL: None})
+    try:
+        assert kafka_config(secure.bootstrap)["sasl.username"] == CLIENT_PRINCIPAL
+        commands = CommandClient(secure.bootstrap, prefix=secure.prefix)
+    finally:
+        _set_env(saved)
+    owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
+    sid = f"cli-{uuid.uuid4().hex[:10]}"
+    try:
+        created = commands.call(sign_command(owner, "create_stream", sid, 1,
+                                             {"publisher_key_hex": bytes(publisher.verify_key).hex()}), TIMEOUT_S)
+        assert created["stream_id"] == sid, created
+        msg = sign_message(stream_id=sid, sequence=1, timestamp_unix_ms=1, kind="t", payload=b"{}",
+                           signing_key=publisher)
+        published = commands.call(sign_command(owner, "publish", sid, 2, msg.to_json_dict()), TIMEOUT_S)
+        assert published["sequence"] == 1, published
+    finally:
+        commands.close()
+    assert sid in _read_stream_ids(secure.settings(CLIENT_PRINCIPAL), secure.topic("messages"))
+
+
+def _read_stream_ids(settings: dict[str, Any], topic: str) -> set[str]:
+    """Stream ids of every committed message in ``topic``, read with assign() (no group offsets)."""
+    consumer = Consumer({**settings, "group.id": f"{topic.rsplit('.', 1)[0]}.client.{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 0})
+    try:
+        md = consumer.list_topics(topic, timeout=TIMEOUT_S)
+        parts = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=TIMEOUT_S)[1] for p in parts}
+        consumer.assign(parts)
+        found, done = set(), {p for p, end in ends.items() if end == 0}
+        deadline_polls = 600
+        while len(done) < len(ends) and deadline_polls:
+            deadline_polls -= 1
+            record = consumer.poll(0.2)
+            if record is None:
+                continue
+            assert record.error() is None, record.error()
+            found.add(decode_message(record.value()).stream_id)
+            if record.offset() + 1 >= ends[record.partition()]:
+                done.add(record.partition())
+        return found
+    finally:
+        consumer.close()
+
+
+def test_a_client_principal_cannot_read_events(secure: SecureStack) -> None:
+    consumer = Consumer(secure.settings(CLIENT_PRINCIPAL, **{"group.id": f"{secure.prefix}.client.x",
+                                                             "log_level": 0}))
+    try:
+        md = consumer.list_topics(secure.topic("events"), timeout=TIMEOUT_S)
+        assert md.topics[secure.topic("events")].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        consumer.close()
+
+
+def test_every_credentials_file_is_readable_by_its_owner_only(secure: SecureStack) -> None:
+    spec = secure.kafka.spec
+    files = [credentials_file(spec), *(credentials_file(spec, p) for p in PRINCIPALS)]
+    files += [n.properties_file for n in spec.node_specs]  # they hold the admin password
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(spec.credentials_dir.stat().st_mode) == 0o700
+    # Each per-principal file holds that principal alone, so a process gets only its own secret.
+    for principal in PRINCIPALS:
+        assert list(read_credentials(credentials_file(spec, principal))) == [principal]
+
+
+def test_the_credentials_fields_map_onto_kafka_client_settings(secure: SecureStack) -> None:
+    entry = read_credentials(credentials_file(secure.kafka.spec))[CLIENT_PRINCIPAL]
+    assert entry.bootstrap == secure.bootstrap
+    assert (entry.security_protocol, entry.sasl_mechanism) == ("SASL_PLAINTEXT", "SCRAM-SHA-512")
+    served, errors = _connect_errors({
+        "bootstrap.servers": entry.bootstrap, "security.protocol": entry.security_protocol,
+        "sasl.mechanism": entry.sasl_mechanism, "sasl.username": entry.username, "sasl.password": entry.password})
+    assert served, errors
+
+
+def test_without_a_credentials_file_the_config_is_exactly_plaintext(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    monkeypatch.delenv(ENV_CREDENTIALS, raising=False)
+    assert kafka_config("h:1", **{"group.id": "g"}) == {"bootstrap.servers": "h:1", "group.id": "g"}
+    monkeypatch.setenv(ENV_CREDENTIALS, str(tmp_path / "missing.json"))
+    with pytest.raises(RuntimeError, match="cannot be used"):
+        kafka_config("h:1")
+
+
+def _local(*args: str) -> Any:
+    from click.testing import CliRunner
+
+    from watchtower.cli.local_cmd import local
+
+    return CliRunner().invoke(local, list(args))
+
+
+def test_local_up_secure_on_a_running_cluster_says_so_and_keeps_its_acls(secure: SecureStack) -> None:
+    spec = secure.kafka.spec
+    where = ["--data-dir", str(spec.data_dir), "--port", str(spec.port), "--controller-port", str(spec.controller_port)]
+    result = _local("up", "--secure", *where)
+    assert result.exit_code == 0, result.output
+    assert "already running" in result.output
+    assert "secure: SASL/SCRAM-SHA-512 and ACLs" in result.output
+    assert str(credentials_file(spec, CLIENT_PRINCIPAL)) in result.output
+    # Asking again for the ACLs (every `up` does) changed nothing: the client is still refused.
+    err = _produce_error(secure.settings(CLIENT_PRINCIPAL), secure.topic("events"))
+    assert err is not None
+    assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # A plaintext `up` on the secure data directory is refused, not silently opened.
+    plain = _local("up", *where)
+    assert plain.exit_code != 0
+    assert "holds a secure cluster" in plain.output + str(plain.exception)
+    # `status` knows from the data directory that the cluster is secure, and reaches it.
+    status = _local("status", *where)
+    assert status.exit_code == 0, status.output

@@ -1,0 +1,185 @@
+"""Secure mode of the embedded cluster: its principals, their credentials files, and their ACLs.
+
+Three principals (docs/security.md):
+
+- ``admin``: the brokers' own identity and the only super user; creates topics and ACLs;
+- ``service``: the stream-actor workers, the projections and the command gateway;
+- ``client``: the SDK, the CLI and any outside consumer (kcat, Spark, a Java consumer).
+
+Passwords are random per cluster, drawn when the cluster is first formatted, and kept in
+``<data dir>/credentials/``: ``credentials.json`` holds every principal, and ``admin.json``,
+``service.json`` and ``client.json`` one each (so a process can be handed only its own secret).
+Every file is 0600.
+
+ACLs for a topic prefix ``P`` (created with the admin principal; creating one that exists is a no-op):
+
+- client: WRITE+DESCRIBE ``P.commands``; READ+DESCRIBE ``P.messages``, ``P.replies``,
+  ``P.deliveries``; READ on consumer groups prefixed ``P.client.`` and ``wt-client-`` (the
+  command client's reply reader);
+- service: ALL on topics prefixed ``P.`` and ``wt-projections-P-`` (Faust's changelog and
+  assignor topics), ALL on groups and transactional ids prefixed ``wt-`` (every group and
+  transactional id Watchtower's processes use starts so), and IDEMPOTENT_WRITE + DESCRIBE on the cluster.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from watchtower.local.config import ADMIN_PRINCIPAL, SCRAM_MECHANISM, SECURE_LISTENER, ClusterSpec
+from watchtower.local.errors import LocalStackError
+from watchtower.topics.connection import CredentialsError, Principal, read_credentials, write_credentials
+
+SERVICE_PRINCIPAL = "service"
+CLIENT_PRINCIPAL = "client"
+PRINCIPALS = (ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL)
+ALL_FILE = "credentials.json"
+# Every consumer group and transactional id Watchtower's own processes use starts with this.
+SERVICE_ID_PREFIX = "wt-"
+COMMAND_CLIENT_GROUP_PREFIX = "wt-client-"
+ACL_TIMEOUT_S = 30.0
+
+
+def credentials_file(spec: ClusterSpec, principal: str | None = None) -> Path:
+    """The file holding every principal (``principal`` None) or only ``principal``."""
+    return spec.credentials_dir / (ALL_FILE if principal is None else f"{principal}.json")
+
+
+def client_group_prefix(prefix: str) -> str:
+    """Consumer groups a client principal may use for deployment ``prefix`` start with this."""
+    return f"{prefix}.client."
+
+
+def ensure_credentials(spec: ClusterSpec, *, create: bool = False) -> dict[str, Principal]:
+    """The cluster's principals: read from its credentials file, or (``create``) drawn and written."""
+    path = credentials_file(spec)
+    if not path.exists() and not create:
+        raise LocalStackError(f"no credentials file at {path}; start the cluster with `watchtower local up --secure`")
+    if path.exists():
+        try:
+            found = read_credentials(path)
+        except CredentialsError as exc:
+            raise LocalStackError(f"{exc}; or remove the cluster (`watchtower local down --purge`)") from None
+        if not all(name in found for name in PRINCIPALS):
+            raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(PRINCIPALS)} "
+                                  "are needed); remove the cluster (`watchtower local down --purge`) and "
+                                  "start it again")
+        if create and any(p.bootstrap != spec.bootstrap for p in found.values()):
+            # Credentials placed before the first start (copied from another cluster): same
+            # secrets, but the files must name this cluster's address for the tools that read them.
+            found = {name: replace(p, bootstrap=spec.bootstrap) for name, p in found.items()}
+            _write_all(spec, found)
+        return found
+    # token_urlsafe draws [A-Za-z0-9_-] only, so a password needs no quoting in a JAAS line or
+    # in the `--add-scram` argument.
+    principals = {name: Principal(name, spec.bootstrap, SECURE_LISTENER, SCRAM_MECHANISM, name,
+                                  secrets.token_urlsafe(24)) for name in PRINCIPALS}
+    _write_all(spec, principals)
+    return principals
+
+
+def _write_all(spec: ClusterSpec, principals: dict[str, Principal]) -> None:
+    write_credentials(credentials_file(spec), list(principals.values()))
+    for principal in principals.values():
+        write_credentials(credentials_file(spec, principal.name), [principal])
+
+
+def scram_format_args(principals: dict[str, Principal]) -> list[str]:
+    """``kafka-storage format`` arguments that create every principal's SCRAM credentials.
+
+    Created at format time, they exist before the first broker starts, which the brokers need:
+    they authenticate to each other as the admin principal.
+    """
+    args: list[str] = []
+    for p in principals.values():
+        args += ["--add-scram", f"{SCRAM_MECHANISM}=[name={p.username},password={p.password}]"]
+    return args
+
+
+def admin_settings(principals: dict[str, Principal]) -> dict[str, str]:
+    """librdkafka security settings of the admin principal."""
+    return principals[ADMIN_PRINCIPAL].librdkafka()
+
+
+def acl_bindings(prefix: str) -> list[Any]:
+    """Every ACL binding the principals need for the deployment whose topics start with ``prefix.``."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    allow, lit, pre = AclPermissionType.ALLOW, ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+    op = AclOperation
+
+    def grant(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatternType,
+              operation: AclOperation) -> AclBinding:
+        return AclBinding(rtype, name, pattern, f"User:{principal}", "*", operation, allow)
+
+    client, service = CLIENT_PRINCIPAL, SERVICE_PRINCIPAL
+    bindings = [grant(client, ResourceType.TOPIC, f"{prefix}.commands", lit, o) for o in (op.WRITE, op.DESCRIBE)]
+    for role in ("messages", "replies", "deliveries"):
+        bindings += [grant(client, ResourceType.TOPIC, f"{prefix}.{role}", lit, o) for o in (op.READ, op.DESCRIBE)]
+    bindings.append(grant(client, ResourceType.GROUP, client_group_prefix(prefix), pre, op.READ))
+    # The command client's reply reader (watchtower.gateway.transport) names its group so.
+    bindings.append(grant(client, ResourceType.GROUP, COMMAND_CLIENT_GROUP_PREFIX, pre, op.READ))
+    for topic_prefix in (f"{prefix}.", f"wt-projections-{prefix}-"):
+        bindings.append(grant(service, ResourceType.TOPIC, topic_prefix, pre, op.ALL))
+    bindings.append(grant(service, ResourceType.GROUP, SERVICE_ID_PREFIX, pre, op.ALL))
+    bindings.append(grant(service, ResourceType.TRANSACTIONAL_ID, SERVICE_ID_PREFIX, pre, op.ALL))
+    bindings += [grant(service, ResourceType.BROKER, "kafka-cluster", lit, o)
+                 for o in (op.IDEMPOTENT_WRITE, op.DESCRIBE)]
+    return bindings
+
+
+def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -> int:
+    """Create (idempotently) every ACL of :func:`acl_bindings` as the admin; returns how many."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
+    bindings = acl_bindings(prefix)
+    futures = admin.create_acls(bindings, request_timeout=ACL_TIMEOUT_S)
+    for binding, future in futures.items():
+        try:
+            future.result(timeout=ACL_TIMEOUT_S)
+        except Exception as exc:
+            raise LocalStackError(f"creating the ACL {binding} failed ({exc}); check the broker log "
+                                  "(`watchtower local logs`) and run the command again") from None
+    return len(bindings)
+
+
+
+def main(argv: list[str]) -> int:
+    """``python -m watchtower.local.security grant PREFIX``: create the ACLs of deployment PREFIX.
+
+    For a cluster this module did not start (compose, a managed cluster): it connects as the
+    principal ``WATCHTOWER_KAFKA_CREDENTIALS`` names, which must be a super user, to
+    ``WATCHTOWER_BOOTSTRAP`` (default: the bootstrap in the credentials file).
+    """
+    import os
+    import sys
+
+    from watchtower.topics.connection import current_principal
+
+    if len(argv) != 2 or argv[0] != "grant" or not argv[1]:
+        print("usage: python -m watchtower.local.security grant PREFIX", file=sys.stderr)
+        return 2
+    admin = current_principal()
+    if admin is None:
+        print("WATCHTOWER_KAFKA_CREDENTIALS is not set: a plaintext cluster has no ACLs to create; "
+              "point it at the admin principal's credentials file", file=sys.stderr)
+        return 2
+    bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP") or admin.bootstrap
+    count = ensure_acls(bootstrap, {ADMIN_PRINCIPAL: admin}, argv[1])
+    print(f"{count} ACL bindings in place for prefix {argv[1]!r} on {bootstrap}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
