@@ -45,6 +45,7 @@ from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.topics.connection import kafka_config
 
 CAPACITY = 100_000  # every publish stays in its stream's window, so the projection serves them all
 PAGE = 500
@@ -64,7 +65,7 @@ def cluster_stack(work_dir: Path, *, workers: int = 2, partitions: int = 3) -> I
 
 # ----------------------------------------------------------------------------- the cluster's state
 def _metadata(bootstrap: str) -> Any:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=10)
+    return AdminClient(kafka_config(bootstrap, log_level=0)).list_topics(timeout=10)
 
 
 def busiest_broker(bootstrap: str, prefix: str, exclude: set[int]) -> int:

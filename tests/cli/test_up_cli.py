@@ -25,6 +25,7 @@ from kafka_fixture import free_port_block, free_ports
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
 from watchtower.topics.catalogue import catalogue, topic_prefix
+from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -250,7 +251,7 @@ def test_down_after_a_failed_up_stops_the_broker(fresh: Stack) -> None:
     broker = fresh.broker
     broker.up()
     name = catalogue(topic_prefix(), partitions=2)[0].name
-    admin = AdminClient({"bootstrap.servers": broker.spec.bootstrap})
+    admin = AdminClient(kafka_config(broker.spec.bootstrap))
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
     broker.down()
 

@@ -44,6 +44,7 @@ from watchtower.protocol.stream_state import Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 
 pytestmark = pytest.mark.integration
@@ -101,7 +102,7 @@ class Scenario:
     def produce(self, topic: str, value: bytes) -> None:
         """What anyone who can reach the (unauthenticated) broker can do."""
         name = topic_name(topic, self.stack.prefix)
-        producer = Producer({"bootstrap.servers": self.stack.bootstrap})
+        producer = Producer(kafka_config(self.stack.bootstrap))
         partitions = len(producer.list_topics(name, timeout=30).topics[name].partitions)
         producer.produce(name, key=self.sid.encode(), value=value,
                          partition=partition_for_key(self.sid.encode(), partitions))

@@ -30,6 +30,7 @@ from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,7 @@ def test_the_rebuild_indexes_every_message_even_when_the_messages_topic_is_read_
     ensure_topics(kafka_bootstrap, catalogue(prefix, partitions=1))
     filler_events, filler_messages = _stream_log("filler", FILLER_PUBLISHES)
     late_events, late_messages = _stream_log("late", LATE_PUBLISHES)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "log_level": 3})
+    producer = Producer(kafka_config(kafka_bootstrap, **{"enable.idempotence": True, "log_level": 3}))
     for topic, sid, records in (("events", "filler", filler_events), ("events", "late", late_events),
                                 ("messages", "late", late_messages), ("messages", "filler", filler_messages)):
         for value in records:
