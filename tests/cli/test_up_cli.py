@@ -25,7 +25,6 @@ from kafka_fixture import free_port_block, free_ports
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
 from watchtower.topics.catalogue import catalogue, topic_prefix
-from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +120,8 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     up = fresh.up()
     assert up.returncode == 0, up.stderr
     assert "reachable from the network" not in up.stderr
+    # A plaintext broker says so when it starts, and how to get a secure one.
+    assert "plaintext, loopback only; use --secure" in up.stdout + up.stderr
     code, status = fresh.status()
     assert code == 0
     assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
@@ -251,7 +252,8 @@ def test_down_after_a_failed_up_stops_the_broker(fresh: Stack) -> None:
     broker = fresh.broker
     broker.up()
     name = catalogue(topic_prefix(), partitions=2)[0].name
-    admin = AdminClient(kafka_config(broker.spec.bootstrap))
+    # `watchtower up` without --secure runs a plaintext broker, whatever the suite's own broker is.
+    admin = AdminClient({"bootstrap.servers": broker.spec.bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
     broker.down()
 
