@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from byte_mutations import mutated_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,19 +43,7 @@ def _files(kind: str, decoder: str) -> list[Path]:
 @st.composite
 def mutated(draw: st.DrawFn, decoder: str) -> bytes:
     """A valid input of `decoder` with a few bytes flipped, cut, inserted or dropped."""
-    data = bytearray(draw(st.sampled_from(valid_inputs()[decoder])))
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "cut", "insert", "drop"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if op == "flip" and data:
-            data[at] ^= draw(st.integers(1, 255))
-        elif op == "cut":
-            del data[at:]
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif data:
-            del data[at]
-    return bytes(data)
+    return draw(mutated_bytes(draw(st.sampled_from(valid_inputs()[decoder]))))
 
 
 _JSON: st.SearchStrategy[Any] = st.recursive(

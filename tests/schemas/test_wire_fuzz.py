@@ -13,6 +13,7 @@ import json
 import nacl.signing
 import pytest
 from avro_strategies import PROPERTY, records_for
+from byte_mutations import mutated_bytes
 from event_samples import one_of_each
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,19 +45,7 @@ pytestmark = pytest.mark.usefixtures("reference_shape")
 @st.composite
 def mutated(draw: st.DrawFn, valid: bytes) -> bytes:
     """`valid` with a few bytes flipped, cut, inserted or dropped."""
-    data = bytearray(valid)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "cut", "insert", "drop"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if op == "flip" and data:
-            data[at] ^= draw(st.integers(1, 255))
-        elif op == "cut":
-            del data[at:]
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif data:
-            del data[at]
-    return bytes(data)
+    return draw(mutated_bytes(valid))
 
 
 def event_samples() -> list[bytes]:
