@@ -1,0 +1,243 @@
+"""The account instance (``acct:<address>``): its state and `evolve_account`, the fold of its events.
+
+An account holds a CBY balance, its account keys (CIP-7 AccountKeyRegistration) and the actor
+authorizations it granted, plus replay records of its holder's commands. `account_commands`
+decides commands and forwards against it (the rules and their order are documented there).
+
+`evolve_account` re-checks what a forged log record could break (a debit below zero, a credit that
+overflows, key ids out of order, a ninth active key, a 65th active authorization, revoking what is
+not ACTIVE, an event of another account) and raises MALFORMED_RECORD so the host quarantines it.
+Only events caused by the holder's own commands move the holder's replay record; credits and
+purchase debits descend from commands sent to other instances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.constants import (
+    ACCOUNT_KEY_SCHEME_X25519,
+    MAX_ACCOUNT_KEYS_PER_ACCOUNT,
+    MAX_ACTOR_AUTHORIZATIONS_PER_STREAM,
+    X25519_PUBLIC_KEY_BYTES,
+)
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    MalformedRecordError,
+    WatchtowerError,
+)
+from watchtower.protocol.ledger import (
+    ACCOUNT_PREFIX,
+    CREDIT_REASONS,
+    DEBIT_REASONS,
+    MAX_CBY,
+    account_instance,
+    check_event_envelope,
+    event_int,
+    record_caller,
+)
+from watchtower.protocol.stream_state import (
+    ACCOUNT_KEY_REGISTERED,
+    ACCOUNT_KEY_REVOKED,
+    ACTOR_AUTHORIZATION_GRANTED,
+    ACTOR_AUTHORIZATION_REVOKED,
+    CBY_CREDITED,
+    CBY_DEBITED,
+    CallerRecord,
+    Event,
+    FrozenMap,
+)
+from watchtower.protocol.validation import require_text
+
+ACTIVE: Final = "ACTIVE"
+REVOKED: Final = "REVOKED"
+AUTHORIZATION_SCOPE: Final = "DECRYPT"
+ACCOUNT_EVENTS: Final = frozenset(
+    {ACCOUNT_KEY_REGISTERED, ACCOUNT_KEY_REVOKED, ACTOR_AUTHORIZATION_GRANTED, ACTOR_AUTHORIZATION_REVOKED,
+     CBY_CREDITED, CBY_DEBITED}
+)
+# Debits the holder signed at this instance (a purchase debit's command went to the paid stream).
+_HOLDER_DEBITS: Final = frozenset({"transfer", "burn"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountKeyRecord:
+    """A CIP-7 AccountKeyRegistration."""
+
+    account_key_id: int
+    scheme: str
+    public_key: bytes
+    status: str
+    registered_at_block: int
+    revoked_at_block: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthorizationRecord:
+    """A CIP-7 ActorAuthorization of `actor` to decrypt `stream_id` for the account."""
+
+    actor: str
+    stream_id: str
+    status: str
+    granted_at_block: int
+    revoked_at_block: int | None = None
+
+
+def authorization_key(actor: str, stream_id: str) -> str:
+    """The map key of an authorization (an address has a fixed length, so the join is unambiguous)."""
+    return actor + stream_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountState:
+    """One account. `keys` is in id order; `active_per_stream` counts ACTIVE authorizations."""
+
+    account: str
+    balance_cby: int = 0
+    keys: tuple[AccountKeyRecord, ...] = ()
+    next_key_id: int = 1
+    authorizations: FrozenMap[AuthorizationRecord] = dataclasses.field(default_factory=FrozenMap)
+    active_per_stream: FrozenMap[int] = dataclasses.field(default_factory=FrozenMap)
+    callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+
+    @classmethod
+    def initial(cls, instance: str) -> AccountState:
+        """The state of an account nothing has happened to, from its instance key."""
+        if not instance.startswith(ACCOUNT_PREFIX):
+            raise InvalidArgumentError(f"an account instance key starts with {ACCOUNT_PREFIX!r}, got {instance!r}")
+        return cls(require_address(instance[len(ACCOUNT_PREFIX):], "account"))
+
+    @property
+    def instance(self) -> str:
+        """The instance key (``acct:<address>``)."""
+        return account_instance(self.account)
+
+    @property
+    def active_keys(self) -> int:
+        """How many keys are ACTIVE."""
+        return sum(1 for k in self.keys if k.status == ACTIVE)
+
+    def key(self, account_key_id: int) -> AccountKeyRecord | None:
+        """The key with this id, if any."""
+        return next((k for k in self.keys if k.account_key_id == account_key_id), None)
+
+    def authorization(self, actor: str, stream_id: str) -> AuthorizationRecord | None:
+        """The authorization of `actor` on `stream_id`, if any."""
+        return self.authorizations.get(authorization_key(actor, stream_id))
+
+
+# --- evolve --------------------------------------------------------------------------------------
+
+
+def evolve_account(state: AccountState, event: Event) -> AccountState:
+    """The account after `event`; MALFORMED_RECORD for an event that cannot apply (quarantine)."""
+    check_event_envelope(event, state.instance)
+    try:
+        apply = _APPLY[event.type]
+        if event.body["account"] != state.account:
+            raise InvalidArgumentError(f"the event names account {event.body['account']!r}")
+        changed, holder_command = apply(state, event)
+    except KeyError:
+        raise MalformedRecordError(f"an account does not fold {event.type} events") from None
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"{event.type} breaks a rule ({exc.code}): {exc.message}") from None
+    except (TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"{event.type} body is malformed: {exc!r}") from None
+    if holder_command:
+        changed = dataclasses.replace(changed, callers=record_caller(changed.callers, event))
+    return changed
+
+
+def _key_registered(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    body = event.body
+    key_id = event_int(body, "account_key_id", minimum=1)
+    if key_id != state.next_key_id:
+        raise InvalidArgumentError(f"account key id {key_id} does not follow {state.next_key_id - 1}")
+    if body["scheme"] != ACCOUNT_KEY_SCHEME_X25519:
+        raise InvalidArgumentError(f"scheme {body['scheme']!r} is not X25519")
+    key = body["public_key"]
+    if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES or key == bytes(X25519_PUBLIC_KEY_BYTES):
+        raise InvalidArgumentError("public_key is not a 32-byte, non-zero X25519 key")
+    if state.active_keys >= MAX_ACCOUNT_KEYS_PER_ACCOUNT:
+        raise InvalidArgumentError(f"the account already has {MAX_ACCOUNT_KEYS_PER_ACCOUNT} ACTIVE keys")
+    record = AccountKeyRecord(key_id, ACCOUNT_KEY_SCHEME_X25519, key, ACTIVE, event.block_height)
+    return dataclasses.replace(state, keys=(*state.keys, record), next_key_id=key_id + 1), True
+
+
+def _key_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    key_id = event_int(event.body, "account_key_id", minimum=1)
+    key = state.key(key_id)
+    if key is None or key.status != ACTIVE:
+        raise InvalidArgumentError(f"key {key_id} is not an ACTIVE key of the account")
+    revoked = dataclasses.replace(key, status=REVOKED, revoked_at_block=event.block_height)
+    return dataclasses.replace(state, keys=tuple(revoked if k is key else k for k in state.keys)), True
+
+
+def _granted(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    body = event.body
+    actor = require_address(body["actor"], "actor")
+    stream_id = require_text(body["stream_id"], "stream_id")
+    if body["scope"] != AUTHORIZATION_SCOPE or actor == state.account:
+        raise InvalidArgumentError("an authorization has scope DECRYPT and names another account")
+    existing = state.authorization(actor, stream_id)
+    if existing is not None and existing.status == ACTIVE:
+        return state, True  # a repeated grant: recorded, nothing changes
+    count = state.active_per_stream.get(stream_id, 0)
+    if count >= MAX_ACTOR_AUTHORIZATIONS_PER_STREAM:
+        raise InvalidArgumentError(f"stream {stream_id!r} already has {count} ACTIVE authorizations")
+    record = AuthorizationRecord(actor, stream_id, ACTIVE, event.block_height)
+    return dataclasses.replace(
+        state,
+        authorizations=state.authorizations.set(authorization_key(actor, stream_id), record),
+        active_per_stream=state.active_per_stream.set(stream_id, count + 1),
+    ), True
+
+
+def _actor_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    actor, stream_id = str(event.body["actor"]), str(event.body["stream_id"])
+    existing = state.authorization(actor, stream_id)
+    if existing is None or existing.status != ACTIVE:
+        raise InvalidArgumentError(f"actor {actor} holds no ACTIVE authorization on {stream_id!r}")
+    record = dataclasses.replace(existing, status=REVOKED, revoked_at_block=event.block_height)
+    return dataclasses.replace(
+        state,
+        authorizations=state.authorizations.set(authorization_key(actor, stream_id), record),
+        active_per_stream=state.active_per_stream.set(stream_id, state.active_per_stream.get(stream_id, 1) - 1),
+    ), True
+
+
+def _movement(event: Event, reasons: frozenset[str]) -> tuple[int, str]:
+    body = event.body
+    amount = event_int(body, "amount_cby", minimum=1)
+    if body["reason"] not in reasons:
+        raise InvalidArgumentError(f"reason {body['reason']!r} is not one of {sorted(reasons)}")
+    if not isinstance(body["ref"], str) or not isinstance(body["counterparty"], str):
+        raise InvalidArgumentError("ref and counterparty are text")
+    return amount, str(body["reason"])
+
+
+def _credited(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    amount, _ = _movement(event, CREDIT_REASONS)
+    if state.balance_cby + amount > MAX_CBY:
+        raise InvalidArgumentError(f"the credit takes the balance above {MAX_CBY}")
+    return dataclasses.replace(state, balance_cby=state.balance_cby + amount), False
+
+
+def _debited(state: AccountState, event: Event) -> tuple[AccountState, bool]:
+    amount, reason = _movement(event, DEBIT_REASONS)
+    if amount > state.balance_cby:
+        raise InvalidArgumentError(f"a debit of {amount} exceeds the balance {state.balance_cby}")
+    return dataclasses.replace(state, balance_cby=state.balance_cby - amount), reason in _HOLDER_DEBITS
+
+
+_APPLY: Final[Mapping[str, Any]] = {
+    ACCOUNT_KEY_REGISTERED: _key_registered,
+    ACCOUNT_KEY_REVOKED: _key_revoked,
+    ACTOR_AUTHORIZATION_GRANTED: _granted,
+    ACTOR_AUTHORIZATION_REVOKED: _actor_revoked,
+    CBY_CREDITED: _credited,
+    CBY_DEBITED: _debited,
+}
