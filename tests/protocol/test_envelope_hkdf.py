@@ -69,7 +69,9 @@ def _reference_expand(prk: bytes, info: bytes, length: int) -> bytes:
     info=st.binary(max_size=80),
     length=st.integers(1, 255 * 32),
 )
-def test_hkdf_bytes_unchanged_from_the_hand_written_derivation(ikm: bytes, salt: bytes, info: bytes, length: int) -> None:
+def test_hkdf_bytes_unchanged_from_the_hand_written_derivation(
+    ikm: bytes, salt: bytes, info: bytes, length: int
+) -> None:
     prk = hmac.digest(salt or bytes(32), ikm, "sha256")
     assert hkdf_extract(salt, ikm) == prk
     assert hkdf_expand(prk, info, length) == _reference_expand(prk, info, length)
