@@ -55,11 +55,24 @@ def home(tmp_path: Path) -> Iterator[tuple[Path, int, int, int]]:
 
 def _wt(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "WATCHTOWER_HOME": str(home)}
-    for name in ("WATCHTOWER_API", "WATCHTOWER_WEB_BIND", "WATCHTOWER_BOOTSTRAP", "WATCHTOWER_PROTOCOL_TREASURY",
-                 "WATCHTOWER_KEYMGR_PUBLIC_KEY", "WATCHTOWER_CBY_MINTER", "WATCHTOWER_KEYMGR_KEK"):
+    for name in (
+        "WATCHTOWER_API",
+        "WATCHTOWER_WEB_BIND",
+        "WATCHTOWER_BOOTSTRAP",
+        "WATCHTOWER_PROTOCOL_TREASURY",
+        "WATCHTOWER_KEYMGR_PUBLIC_KEY",
+        "WATCHTOWER_CBY_MINTER",
+        "WATCHTOWER_KEYMGR_KEK",
+    ):
         env.pop(name, None)
-    return subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "watchtower.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _environ(pid: int) -> dict[str, str]:
@@ -70,8 +83,9 @@ def _environ(pid: int) -> dict[str, str]:
 @pytest.mark.integration
 def test_up_starts_the_key_manager_and_gives_the_workers_the_genesis(home: Any) -> None:
     path, port, cport, api = home
-    up = _wt(path, "up", "--port", str(port), "--controller-port", str(cport), "--api-port", str(api),
-             "--partitions", "2")
+    up = _wt(
+        path, "up", "--port", str(port), "--controller-port", str(cport), "--api-port", str(api), "--partitions", "2"
+    )
     assert up.returncode == 0, up.stderr
     genesis = ensure_genesis(path)
     config = json.loads((path / "config.json").read_text())
