@@ -223,12 +223,16 @@ def test_the_seed_is_stored_only_wrapped_and_never_appears_in_clear(stack: Any) 
         base64.b64encode(seed).rstrip(b"="),
     ]
     topics = [spec.name for spec in catalogue(services.prefix)]
+    plaintexts = [b"secret words", b'{"px": 101}', b"secret words".hex().encode()]
     scanned = 0
     for record in read_committed(services.bootstrap, topics):
         blob = (record.key() or b"") + (record.value() or b"")
         scanned += 1
+        where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
         for needle in needles:
-            assert needle not in blob, f"the seed appears in {record.topic()}[{record.partition()}]@{record.offset()}"
+            assert needle not in blob, f"the seed appears in {where}"
+        for plain in plaintexts:  # plaintext never crosses Kafka either
+            assert plain not in blob, f"a plaintext appears in {where}"
     assert scanned > 0
     for log in services.log_dir.glob("*.log"):
         text = log.read_bytes()
