@@ -24,7 +24,18 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from watchtower.cli import account_cmd, demo_cmd, feed_cmd, gateway_cmd, init_cmd, local_cmd, up_cmd, vectors_cmd
+    from watchtower.cli import (
+        account_cmd,
+        demo_cmd,
+        feed_cmd,
+        gateway_cmd,
+        init_cmd,
+        ledger_cmd,
+        local_cmd,
+        up_cmd,
+        vectors_cmd,
+    )
+    from watchtower.cli import paid_feed_cmd as _paid  # it adds `feed ID acquire-access|renew|fetch-keys`
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
@@ -33,8 +44,10 @@ def _register() -> None:
     cli.add_command(gateway_cmd.gateway)
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
-    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed):
+    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,
+                    ledger_cmd.cby):
         cli.add_command(command)
+    del _paid
     _registered = True
 
 
