@@ -24,12 +24,17 @@ import nacl.signing
 
 from watchtower.client.account import Account
 from watchtower.client.account_keys import load_sealed_keys, open_sealed_key, store_sealed_keys
-from watchtower.client.keymgr import MAX_EPOCHS_PER_FETCH, KeyManagerClient
+from watchtower.client.keymgr import MAX_EPOCHS_PER_FETCH, KeyManagerClient, SealedEpochKeys
 from watchtower.client.sdk import Publisher, StreamApi
 from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.enums import AccessMode, PayloadFormat, parse_access_mode
 from watchtower.protocol.envelope import envelope_aad
-from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, NotPlatformManagedStreamError
+from watchtower.protocol.errors import (
+    EntitlementRequiredError,
+    InvalidArgumentError,
+    MalformedRecordError,
+    NotPlatformManagedStreamError,
+)
 from watchtower.protocol.message import TagValue
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command
@@ -114,14 +119,18 @@ class EpochKeyRing:
     `holder` owns the X25519 private keys the boxes are sealed to (its entitlement is used);
     `caller` signs the fetch (default `holder`; an authorized actor of `holder` may fetch for it).
     Opened keys live only in this object's memory; on disk they stay sealed. Never print them.
+
+    `settle_s`: the key manager learns of a purchase from the log a moment after it is
+    acknowledged; right after buying, retry ENTITLEMENT_REQUIRED for up to this long.
     """
 
     def __init__(self, keymgr: KeyManagerClient, holder: Account, *, caller: Account | None = None,
-                 account_key_id: int | None = None) -> None:
+                 account_key_id: int | None = None, settle_s: float = 0.0) -> None:
         self.keymgr = keymgr
         self.holder = holder
         self.caller = caller or holder
         self.account_key_id = account_key_id
+        self.settle_s = settle_s
         self._open: dict[tuple[str, int], bytes] = {}
 
     def __repr__(self) -> str:  # never the keys
@@ -140,14 +149,25 @@ class EpochKeyRing:
         start = from_key_epoch
         while start <= to_key_epoch:
             end = min(to_key_epoch, start + MAX_EPOCHS_PER_FETCH - 1)
-            got = self.keymgr.epoch_keys(self.caller, stream_id, account=self.holder.address, from_key_epoch=start,
-                                         to_key_epoch=end, account_key_id=self.account_key_id)
+            got = self._sealed(stream_id, start, end)
             store_sealed_keys(self.holder, stream_id, {e: (got.account_key_id, box) for e, box in got.sealed.items()})
             for epoch, box in got.sealed.items():
                 self._open[(stream_id, epoch)] = open_sealed_key(self.holder, got.account_key_id, box)
                 fetched.append(epoch)
             start = end + 1
         return sorted(fetched)
+
+    def _sealed(self, stream_id: str, start: int, end: int) -> SealedEpochKeys:
+        deadline = time.monotonic() + self.settle_s
+        while True:
+            try:
+                return self.keymgr.epoch_keys(self.caller, stream_id, account=self.holder.address,
+                                              from_key_epoch=start, to_key_epoch=end,
+                                              account_key_id=self.account_key_id)
+            except EntitlementRequiredError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
 
     def content_key(self, stream_id: str, key_epoch: int) -> bytes:
         """The content key of (`stream_id`, `key_epoch`): from memory, else the sealed store, else fetched."""
