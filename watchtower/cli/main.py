@@ -30,6 +30,7 @@ def _register() -> None:
         feed_cmd,
         gateway_cmd,
         init_cmd,
+        keymgr_cmd,
         ledger_cmd,
         local_cmd,
         up_cmd,
@@ -42,6 +43,7 @@ def _register() -> None:
     cli.add_command(init_cmd.init)
     cli.add_command(demo_cmd.demo)
     cli.add_command(gateway_cmd.gateway)
+    cli.add_command(keymgr_cmd.keymgr)
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,
