@@ -84,7 +84,7 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
     click.echo(f"  the reader verifies, then decrypts locally: {[p.decode() for p in page.plaintexts]}")
     seen = Subscriber(api, sid).poll(100)
     click.echo(f"  a non-paying subscriber receives {len(seen)} messages, all "
-               f"{sorted({m.payload_format for m in seen})}, but no key:")
+               f"{', '.join(sorted({str(m.payload_format) for m in seen}))}, but no key:")
     _refused("    its epoch keys", lambda: EpochKeyRing(keymgr, stranger).fetch(sid, epoch, epoch))
     Ledger(api, sponsor).acquire_epoch_access(sid, epoch + 1, beneficiary_account=friend.address)
     click.echo(f"  a sponsor paid for a friend: the friend is entitled through epoch "
