@@ -9,6 +9,7 @@ sponsor pays for a friend and gets no key itself.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -179,3 +180,61 @@ def test_a_sponsor_pays_for_a_friend_and_gets_no_key(paid_stack: dict[str, Any])
     eventually(lambda: _equal(balances("sponsor")[STATE["sponsor"]], 10_000 - receipt["total_amount_cby"]))
     refused("ENTITLEMENT_REQUIRED", "feed", feed, "fetch-keys", "--account", "sponsor", "--until-epoch", str(epoch))
     refused("ENTITLEMENT_REQUIRED", "feed", feed, "get-since", "--cursor", "0", "--decrypt", "--account", "sponsor")
+
+
+def test_account_keys_are_listed_with_where_their_private_half_is_and_can_be_revoked(
+        paid_stack: dict[str, Any]) -> None:
+    listed = eventually(lambda: _one_key(run_json("account", "keys", "list", "--account", "stranger")))
+    assert listed["account"] == STATE["stranger"]
+    second = run_json("account", "keys", "add", "--account", "stranger")["account_key_id"]
+    run_json("account", "keys", "revoke", str(second), "--account", "stranger")
+    keys = eventually(lambda: _statuses(run_json("account", "keys", "list", "--account", "stranger"),
+                                        {1: "ACTIVE", second: "REVOKED"}))
+    assert all(k["private_key_here"] for k in keys)
+    other = run_json("account", "keys", "list", "--address", STATE["stranger"])
+    assert [k["private_key_here"] for k in other["keys"]] == [False, False]  # nobody's key file is looked up
+
+
+def _one_key(listing: dict[str, Any]) -> dict[str, Any]:
+    assert [(k["account_key_id"], k["status"], k["scheme"]) for k in listing["keys"]] == [(1, "ACTIVE", "X25519")]
+    assert listing["keys"][0]["private_key_here"] is True
+    return listing
+
+
+def _statuses(listing: dict[str, Any], expected: dict[int, str]) -> list[dict[str, Any]]:
+    assert {k["account_key_id"]: k["status"] for k in listing["keys"]} == expected
+    return list(listing["keys"])
+
+
+def test_an_authorized_actor_decrypts_for_its_account_until_revoked(paid_stack: dict[str, Any]) -> None:
+    feed = STATE["feed"]
+    run_json("account", "new-actor", "bot", "--account", "reader")
+    actor_key = str(paid_stack["home"] / "actors" / "bot.key")
+    as_bot = ("--key-file", actor_key, "--for-account", "reader")
+    # The actor's machine holds the account key but none of the epoch keys the reader fetched here.
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")
+    refused("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT", "feed", feed, "get-since", "--cursor", "0", "--decrypt", *as_bot)
+    run_json("account", "actors", "authorize", "bot", "--feed", feed, "--account", "reader")
+    page = eventually(lambda: run_json("feed", feed, "get-since", "--cursor", "0", "--decrypt", *as_bot),
+                      retry=("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT",))
+    assert [json.loads(m["plaintext"])["n"] for m in page["messages"]] == [1, 2]
+    run_json("account", "actors", "revoke", "bot", "--feed", feed, "--account", "reader")
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")
+    # A revocation takes effect from the next block: until then the grant may still answer.
+    deadline = time.monotonic() + 30
+    while True:
+        result = CliRunner().invoke(cli, ["feed", feed, "fetch-keys", "--json", *as_bot])
+        if isinstance(result.exception, WatchtowerError) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    assert isinstance(result.exception, WatchtowerError), result.output
+    assert result.exception.code == "ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT"
+
+
+def test_renew_needs_a_subscription_and_then_extends_the_entitlement(paid_stack: dict[str, Any]) -> None:
+    feed, epoch = STATE["feed"], STATE["epoch"]
+    refused("PAYMENT_REQUIRED", "feed", feed, "renew", "--account", "stranger")
+    run_json("feed", feed, "subscribe", "--mode", "pull", "--account", "reader")
+    receipt = run_json("feed", feed, "renew", "--account", "reader")
+    assert (receipt["from_key_epoch"], receipt["to_key_epoch"], receipt["epochs_charged"]) == (epoch + 2, epoch + 2, 1)
+    assert receipt["total_amount_cby"] == FEE + FEE * BPS // 10_000

@@ -370,12 +370,15 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
               help="Paid feeds: decrypt locally with your epoch keys (fetched sealed to your account key).")
 @click.option("--keymgr", "keymgr_url", default=None, metavar="URL",
               help="With --decrypt: the Stream Key Manager [env WATCHTOWER_KEYMGR].")
+@click.option("--for-account", "for_account", default=None, metavar="NAME",
+              help="With --decrypt: this saved account's entitlement and key; you sign as its authorized actor.")
 @identity_options
 @read_options
 @pass_feed
 def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | None, min_head: int | None,
                    wait_ms: int, proof: bool, owner: str | None, decrypt: bool, keymgr_url: str | None,
-                   account: str | None, key_file: Path | None, api_url: str | None, as_json: bool) -> None:
+                   for_account: str | None, account: str | None, key_file: Path | None, api_url: str | None,
+                   as_json: bool) -> None:
     """Read verified messages after --cursor.
 
     The publisher key schedule is verified first, from the owner's address (docs/key-chain.md): a
@@ -389,7 +392,7 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     flt = parse_json(filter_json, "--filter") if filter_json else None
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file)) if decrypt else None
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account) if decrypt else None
     subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner, decrypt=decrypt,
                             epoch_keys=ring)
     subscriber.key_schedule()  # even an empty page is refused when the chain does not verify

@@ -115,27 +115,40 @@ def feed_renew(ref: FeedRef, until_epoch: int | None, account_key_id: int | None
     click.echo(_receipt_text(receipt))
 
 
-def epoch_key_ring(keymgr_url: str | None, holder: Account) -> EpochKeyRing:
-    """The epoch keys of `holder` through the key manager at `keymgr_url`."""
-    return EpochKeyRing(KeyManagerClient(keymgr_url), holder)
+def for_account_option(func: F) -> F:
+    """Add ``--for-account NAME`` (received as `for_account`)."""
+    return click.option("--for-account", "for_account", default=None, metavar="NAME",
+                        help="Use this saved account's entitlement and account key; you sign as its authorized "
+                             "actor (default: your own account).")(func)
+
+
+def epoch_key_ring(keymgr_url: str | None, signer: Account, for_account: str | None = None) -> EpochKeyRing:
+    """The epoch keys of `for_account` (default: `signer` itself), fetched by `signer`, through the
+    key manager at `keymgr_url`. An actor signing for its account must be authorized for the feed."""
+    holder = Account.load(for_account) if for_account else signer
+    return EpochKeyRing(KeyManagerClient(keymgr_url), holder, caller=signer)
 
 
 @feed.command("fetch-keys")
 @click.option("--from-epoch", type=click.IntRange(min=0), default=None, help="First epoch (default: the current).")
 @click.option("--until-epoch", type=click.IntRange(min=0), default=None,
               help="Last epoch (default: the end of your entitlement).")
+@for_account_option
 @keymgr_option
 @write_options
 @pass_feed
-def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | None, keymgr_url: str | None,
-                    api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
+def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | None, for_account: str | None,
+                    keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
+                    as_json: bool) -> None:
     """Fetch your epoch keys of a paid feed, sealed to your account key, and keep them for --decrypt.
 
-    ENTITLEMENT_REQUIRED for an epoch you have not bought (a sponsor of someone else gets none).
+    ENTITLEMENT_REQUIRED for an epoch you have not bought (a sponsor of someone else gets none);
+    ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT for an actor fetching --for-account without a grant.
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    holder = load_account(account, key_file)
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    holder = ring.holder
     config = paid_config({"stream_id": stream_id, **api.stream_info(stream_id)})
     first = current_key_epoch(config) if from_epoch is None else from_epoch
     last = until_epoch
@@ -144,7 +157,6 @@ def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | Non
         if last is None:
             raise EntitlementRequiredError(f"{holder.address} holds no entitlement to {stream_id}; buy epochs with "
                                            f"`watchtower feed {ref.ref} acquire-access --until-epoch N` first")
-    ring = epoch_key_ring(keymgr_url, holder)
     epochs = ring.fetch(stream_id, first, max(first, last))
     answer = {"stream_id": stream_id, "account": holder.address, "key_epochs": epochs,
               "sealed_keys_file": str(sealed_keys_path(holder, stream_id))}
