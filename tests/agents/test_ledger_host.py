@@ -278,3 +278,62 @@ def test_value_is_conserved_and_the_worker_logged_no_crash(ledger: Ledger) -> No
     assert sum(view.balances().values()) == view.supply.total_supply_cby > 0
     assert all(b >= 0 for b in view.balances().values())
     assert "Traceback" not in ledger.workers.log(WORKER)
+
+
+# --- Crashes --------------------------------------------------------------------------------------
+
+
+def test_a_worker_killed_mid_saga_charges_every_purchase_exactly_once(
+        kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Purchases are sent without waiting and the worker is killed with SIGKILL while they are in
+    # flight; a second worker takes over and every purchase is retried with the very same signed
+    # command until it is answered. Each beneficiary ends entitled, the payer is charged once per
+    # purchase, both treasuries get exactly their share and no CBY appears or vanishes.
+    minter, treasury = key(), key()
+    env = {"WATCHTOWER_CBY_MINTER": addr(minter), "WATCHTOWER_PROTOCOL_TREASURY": addr(treasury)}
+    with workers(kafka_bootstrap, partitions=3, log_dir=tmp_path_factory.mktemp("ledger-crash")) as w:
+        w.start("crash-a", env=env)
+        channel = RawCommandChannel(kafka_bootstrap, w.prefix, reply_partition=2)
+        try:
+            led = Ledger(w, w.pid("crash-a"), channel, kafka_bootstrap, f"crash.{uuid.uuid4().hex[:8]}", minter,
+                         treasury)
+            ok(led.send(led.sign(led.publisher, "create_stream", led.stream_id, {
+                "publisher_key": bytes(led.publisher.verify_key), "access_mode": "PLATFORM_MANAGED",
+                "paid_stream_config": {"fee_per_key_epoch_cby": FEE, "protocol_fee_bps": BPS,
+                                       "publisher_treasury": addr(led.publisher),
+                                       "key_epoch_blocks": KEY_EPOCH_BLOCKS}})))
+            led.wait(lambda v: v.paid_stream(led.stream_id) is not None)
+            # Each payer sponsors its own beneficiary, so every purchase is its signer's latest
+            # command at the paid instance and its exact retry is answered with the receipt.
+            payers, beneficiaries = [key() for _ in range(12)], [key() for _ in range(12)]
+            for payer in payers:
+                ok(led.send(led.sign(minter, "mint_cby", SUPPLY_KEY, {"to": addr(payer), "amount_cby": 5_000})))
+            led.wait(lambda v: all(led.balance(v, p) == 5_000 for p in payers))
+            target = current_epoch()  # one epoch each: 1,000 + 25
+            commands = [led.sign(p, "acquire_epoch_access", paid_instance(led.stream_id),
+                                 {"stream_id": led.stream_id, "target_key_epoch": target,
+                                  "beneficiary_account": addr(b)}) for p, b in zip(payers, beneficiaries, strict=True)]
+            for cmd in commands:
+                channel.send(encode_command(cmd), key=cmd.stream_id)
+            w.kill9("crash-a")
+            w.start("crash-b", env=env)
+            for cmd in commands:
+                deadline = time.monotonic() + 180
+                while True:
+                    reply = led.send(cmd)
+                    if reply["ok"] or reply["error"]["code"] != "NOT_READY":
+                        break
+                    assert time.monotonic() < deadline, "the purchase never settled"
+                    time.sleep(0.5)
+                assert ok(reply)["total_amount_cby"] == FEE + FEE * BPS // 10_000
+            n = len(commands)
+            view = led.wait(lambda v: led.balance(v, treasury) == n * 25 and led.balance(v, led.publisher) == n * FEE)
+            assert all(led.balance(view, p) == 5_000 - 1_025 for p in payers)
+            assert all(view.active_until(led.stream_id, addr(b)) == target for b in beneficiaries)
+            assert all(view.active_until(led.stream_id, addr(p)) is None for p in payers)
+            assert sum(view.balances().values()) == view.supply.total_supply_cby == n * 5_000
+            purchased = [e.event for e in read_committed_events(kafka_bootstrap, w.prefix)
+                         if e.event.type == "EpochAccessPurchased"]
+            assert len(purchased) == n  # never charged twice
+        finally:
+            channel.close()
