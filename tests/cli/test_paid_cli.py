@@ -238,3 +238,28 @@ def test_renew_needs_a_subscription_and_then_extends_the_entitlement(paid_stack:
     receipt = run_json("feed", feed, "renew", "--account", "reader")
     assert (receipt["from_key_epoch"], receipt["to_key_epoch"], receipt["epochs_charged"]) == (epoch + 2, epoch + 2, 1)
     assert receipt["total_amount_cby"] == FEE + FEE * BPS // 10_000
+
+
+def test_every_paid_read_answers_json_from_the_projections(paid_stack: dict[str, Any]) -> None:
+    feed, epoch = STATE["feed"], STATE["epoch"]
+
+    def entitlement(*who: str) -> Any:
+        return run_json("feed", feed, "entitlement", *who)["active_until_key_epoch"]
+
+    eventually(lambda: _equal(entitlement("--account", "reader"), epoch + 2))
+    assert entitlement("--beneficiary", "friend") == epoch
+    assert entitlement("--beneficiary", "sponsor") is None  # the sponsor paid, the friend is entitled
+    terms = run_json("feed", feed, "entitlement", "--account", "stranger")
+    assert terms["current_key_epoch"] == epoch
+    assert terms["paid_stream_config"]["protocol_treasury"] == TEST_PROTOCOL_TREASURY
+    info = run_json("account", "info", "reader")
+    assert info["balance_cby"] == 10_000 - 2_100 - 1_050
+    assert [(a["stream_id"], a["status"]) for a in info["authorizations"]] == [(terms["stream_id"], "REVOKED")]
+    supply = eventually(lambda: _supply(run_json("cby", "supply"), 20_000), retry=("NOT_READY",))
+    assert supply["sum_of_balances_cby"] == supply["total_supply_cby"]
+    assert run_json("cby", "digest")
+
+
+def _supply(supply: dict[str, Any], minted: int) -> dict[str, Any]:
+    assert supply["total_supply_cby"] == minted
+    return supply

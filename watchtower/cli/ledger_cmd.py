@@ -43,6 +43,26 @@ def _stream_id(api: ApiClient, feed_ref: str) -> str:
     return FeedRef(feed_ref).resolve(api)[0]
 
 
+@account.command("info")
+@click.argument("who", required=False, metavar="[ACCOUNT]")
+@click.option("--account", "account", default=None, metavar="NAME", help="Your account (default 'default').")
+@click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@read_options
+def account_info(who: str | None, account: str | None, key_file: Path | None, api_url: str | None,
+                 as_json: bool) -> None:
+    """Show an account's CBY balance, account keys and actor authorizations (default: yours)."""
+    address = address_of(who, "ACCOUNT") if who else load_account(account, key_file).address
+    info = ApiClient(api_url).account_info(address)
+    if as_json:
+        echo_json(info)
+        return
+    click.echo(f"account      {address}\nbalance_cby  {info.get('balance_cby', 0)}")
+    for key in info.get("keys", []):
+        click.echo(f"key {key.get('account_key_id')}  {key.get('scheme')}  {key.get('status')}")
+    for grant in info.get("authorizations", []):
+        click.echo(f"actor {grant.get('actor')}  {grant.get('stream_id')}  {grant.get('status')}")
+
+
 # --- account keys ----------------------------------------------------------------------------------
 
 
@@ -155,6 +175,18 @@ def cby_balance(accounts: tuple[str, ...], account: str | None, key_file: Path |
         echo_json(rows[0] if len(rows) == 1 else {"balances": rows})
         return
     echo_table(("ACCOUNT", "BALANCE (CBY wei)"), [(r["account"], r["balance_cby"]) for r in rows], empty="")
+
+
+@cby.command("digest")
+@read_options
+def cby_digest(api_url: str | None, as_json: bool) -> None:
+    """Show the rebuild digest of the paid-feed tables (balances, keys, entitlements), to compare with a rebuild."""
+    digest = ApiClient(api_url).keymgr_digest()
+    if as_json:
+        echo_json(digest)
+        return
+    for name, value in digest.items():
+        click.echo(f"{name:20} {value}")
 
 
 @cby.command("supply")

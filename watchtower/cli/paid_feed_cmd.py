@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from watchtower.cli.account_cmd import echo_json, load_account
-from watchtower.cli.feed_cmd import FeedRef, feed, pass_feed, write_options
+from watchtower.cli.feed_cmd import FeedRef, feed, pass_feed, read_options, write_options
 from watchtower.cli.ledger_cmd import address_of
 from watchtower.client.account import Account
 from watchtower.client.account_keys import sealed_keys_path
@@ -165,3 +165,24 @@ def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | Non
         return
     click.echo(f"{len(epochs)} epoch key(s) ({epochs[0]}..{epochs[-1]}) fetched sealed to your account key and "
                f"kept at {answer['sealed_keys_file']}" if epochs else "no epoch keys fetched")
+
+
+@feed.command("entitlement")
+@click.option("--beneficiary", default=None, metavar="ACCOUNT", help="Whose entitlement (default: yours).")
+@click.option("--account", "account", default=None, metavar="NAME", help="Your account (default 'default').")
+@click.option("--key-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@read_options
+@pass_feed
+def feed_entitlement(ref: FeedRef, beneficiary: str | None, account: str | None, key_file: Path | None,
+                     api_url: str | None, as_json: bool) -> None:
+    """Show an account's entitlement to a paid feed, the current key epoch and the feed's paid terms."""
+    api = ApiClient(api_url)
+    stream_id = ref.resolve(api)[0]
+    who = address_of(beneficiary, "--beneficiary") if beneficiary else load_account(account, key_file).address
+    answer = api.entitlement(stream_id, who)
+    if as_json:
+        echo_json(answer)
+        return
+    until = answer.get("active_until_key_epoch")
+    click.echo(f"{who} on {stream_id}: {'no entitlement' if until is None else f'entitled through epoch {until}'}; "
+               f"current key epoch {answer.get('current_key_epoch')}")
