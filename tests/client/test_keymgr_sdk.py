@@ -31,9 +31,10 @@ from watchtower.client.account_keys import (
     sealed_keys_path,
     store_sealed_keys,
 )
+from watchtower.client.fake import FakeApi
 from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient, resolve_keymgr_url
 from watchtower.client.paid import EpochKeyRing, PaidPublisher
-from watchtower.client.sdk import Subscriber
+from watchtower.client.sdk import Publisher, Subscriber, create_feed
 from watchtower.protocol.envelope import (
     derive_content_key,
     derive_nonce,
@@ -266,3 +267,39 @@ def test_a_sponsor_without_entitlement_gets_no_key(tmp_path: Path, keymgr: tuple
     with pytest.raises(EntitlementRequiredError):
         EpochKeyRing(KeyManagerClient(url), sponsor).content_key(STREAM, 5)
     assert load_sealed_keys(sponsor, STREAM) == {}
+
+
+class _ServedPage(FakeApi):
+    """The in-memory API serving, for get_since, the page a test hands it (an honest or edited one)."""
+
+    page: list[dict[str, Any]]
+
+    def get_since(self, stream_id: str, cursor: int = 0, limit: int = 100, **kw: Any) -> dict[str, Any]:
+        answer = super().get_since(stream_id, cursor, limit, **kw)
+        return {**answer, "messages": self.page}
+
+
+def test_ciphertext_is_verified_before_it_is_decrypted(account: Account, keymgr: tuple[_KeyManager, str]) -> None:
+    service, url = keymgr
+    service.account_keys[account.address] = (1, bytes(_registered_key(account).public_key))
+    service.entitled_until[account.address] = 5
+    api, publisher_key = _ServedPage(), nacl.signing.SigningKey.generate()
+    created = create_feed(api, account, name="paid", publisher_key_hex=bytes(publisher_key.verify_key).hex())
+    sid = created["stream_id"]
+    Publisher(api, account, sid, publisher_key).publish("price", b"{}")  # head 1, so a page of sequence 1 fits
+    paid = PaidPublisher(api, account, sid, publisher_key, KeyManagerClient(url), key_epoch=5,
+                         config=_paid_publisher(account, url).config)
+    body = {k: v for k, v in paid.publish_command(1, 1, "price", b"secret", None, "application/json").body.items()
+            if k != "keymgr_receipt"}
+    honest = StreamMessage.from_json_dict(body).to_json_dict()
+    envelope = bytearray(bytes.fromhex(honest["payload_inline_hex"]))
+    envelope[-1] ^= 1  # a flipped tag bit: the signature no longer covers this payload
+    api.page = [{**honest, "payload_inline_hex": envelope.hex()}]
+    reader = Subscriber(api, sid, decrypt=True, epoch_keys=EpochKeyRing(KeyManagerClient(url), account))
+    with pytest.raises(WatchtowerError) as refused:
+        reader.poll_page(10)
+    assert refused.value.code == "INVALID_SIGNATURE"
+    assert not [p for p, _ in service.requests if p == "/v1/keymgr/epoch-keys"]  # no key was asked for it
+    assert reader.cursor == 0
+    api.page = [honest]
+    assert reader.poll_page(10).plaintexts == (b"secret",)
