@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from watchtower.cli.feed_cmd import _stream_config_fields
+from watchtower.cli.feed_config import stream_config_fields
 from watchtower.cli.ledger_cmd import address_of
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account
@@ -35,7 +35,7 @@ def _opts(**given: object) -> dict[str, object]:
 
 
 def test_paid_sets_every_paid_stream_config_field_but_the_protocol_treasury() -> None:
-    config = _stream_config_fields(OWNER, _opts(paid=True, fee_per_epoch_cby=1000, protocol_fee_bps=500,
+    config = stream_config_fields(OWNER, _opts(paid=True, fee_per_epoch_cby=1000, protocol_fee_bps=500,
                                                 key_epoch_blocks=60, min_purchase_epochs=2, publisher_treasury=TREASURY,
                                                 content_cipher="XCHACHA20_POLY1305", key_scope="ACCOUNT"))
     assert config == {"access_mode": "PLATFORM_MANAGED", "paid_stream_config": {
@@ -45,7 +45,7 @@ def test_paid_sets_every_paid_stream_config_field_but_the_protocol_treasury() ->
 
 
 def test_the_publisher_treasury_defaults_to_the_creator_and_the_alias_is_kept() -> None:
-    config = _stream_config_fields(OWNER, _opts(access_mode="subscriber-paid", fee_per_epoch_cby=5))
+    config = stream_config_fields(OWNER, _opts(access_mode="subscriber-paid", fee_per_epoch_cby=5))
     assert config["access_mode"] == "SUBSCRIBER_PAID"
     assert config["paid_stream_config"] == {"fee_per_key_epoch_cby": 5, "protocol_fee_bps": 0,
                                             "publisher_treasury": OWNER}
@@ -53,9 +53,9 @@ def test_the_publisher_treasury_defaults_to_the_creator_and_the_alias_is_kept() 
 
 def test_paid_flags_on_an_open_feed_and_a_paid_feed_without_a_fee_are_usage_errors() -> None:
     with pytest.raises(click.UsageError, match="--key-scope"):
-        _stream_config_fields(OWNER, _opts(key_scope="ACCOUNT"))
+        stream_config_fields(OWNER, _opts(key_scope="ACCOUNT"))
     with pytest.raises(click.UsageError, match="--fee-per-epoch-cby"):
-        _stream_config_fields(OWNER, _opts(paid=True))
+        stream_config_fields(OWNER, _opts(paid=True))
 
 
 def test_accounts_are_named_by_address_or_by_saved_name(home: Path) -> None:

@@ -20,6 +20,7 @@ import click
 import nacl.signing
 
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
+from watchtower.cli.feed_config import POLICIES, stream_config_fields
 from watchtower.client import account as keys
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
 from watchtower.client.sdk import (
@@ -37,7 +38,6 @@ from watchtower.protocol.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
 MODES = {"push": "PUSH", "pull": "PULL", "push-fallback": "PUSH_WITH_PULL_FALLBACK"}
-POLICIES = {"public": "PUBLIC", "private-allowlist": "PRIVATE_ALLOWLIST"}
 
 
 def api_option(func: F) -> F:
@@ -192,7 +192,7 @@ def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as
     """Create a feed (a stream listed in the registry) owned by your account; prints its feed id."""
     owner = load_account(account, key_file)
     name, description = opts.pop("name"), opts.pop("description")
-    config = _stream_config_fields(owner.address, opts)
+    config = stream_config_fields(owner.address, opts)
     sid = stream_id or new_stream_id()
     publisher = (keys.read_key_file(publisher_key_file) if publisher_key_file
                  else nacl.signing.SigningKey.generate())
@@ -214,35 +214,6 @@ def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as
         return
     click.echo(f"feed {reply.get('feed_id')} created (stream {reply.get('stream_id', sid)})")
     click.echo(f"publisher key saved to {key_path}")
-
-
-def _stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    paid_flags = ("fee_per_epoch_cby", "protocol_fee_bps", "key_epoch_blocks", "min_purchase_epochs",
-                  "publisher_treasury", "content_cipher", "key_scope")
-    config: dict[str, Any] = {k: opts[k] for k in ("ring_buffer_capacity", "max_subscribers",
-                                                   "max_push_deliveries_per_block", "max_push_cycles_per_block")
-                              if opts.get(k) is not None}
-    if opts.get("policy"):
-        config["subscription_policy"] = POLICIES[opts["policy"]]
-    mode = "platform-managed" if opts.get("paid") else opts["access_mode"]
-    if opts.get("paid") and opts["access_mode"] == "subscriber-paid":
-        mode = "subscriber-paid"  # the same mode under its CIP-7 alias
-    if mode == "open":
-        given = [f"--{f.replace('_', '-')}" for f in paid_flags if opts.get(f) is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} only apply to a paid feed (--paid)")
-        return config
-    if opts.get("fee_per_epoch_cby") is None:
-        raise click.UsageError("a paid feed needs --fee-per-epoch-cby")
-    # The protocol treasury is the deployment's (CIP-7: publishers may not override it): the
-    # stream workers fill it in, so the command does not carry one.
-    paid = {"fee_per_key_epoch_cby": opts["fee_per_epoch_cby"], "protocol_fee_bps": opts.get("protocol_fee_bps") or 0,
-            "publisher_treasury": opts.get("publisher_treasury") or owner}
-    for name in ("key_epoch_blocks", "min_purchase_epochs", "content_cipher", "key_scope"):
-        if opts.get(name) is not None:
-            paid[name] = opts[name]
-    access_mode = "SUBSCRIBER_PAID" if mode == "subscriber-paid" else "PLATFORM_MANAGED"
-    return {**config, "access_mode": access_mode, "paid_stream_config": paid}
 
 
 def _settle(api: ApiClient, stream_id: str, *, feed_id: object = None, signing_key_id: int = 1) -> None:
@@ -387,7 +358,7 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
     With --decrypt (a paid feed) each verified message is decrypted with your account's epoch
     keys: ENTITLEMENT_REQUIRED for an epoch your account has not bought.
     """
-    from watchtower.cli.paid_feed_cmd import decrypted_line, epoch_key_ring, plaintext_field
+    from watchtower.cli.paid_feed_cmd import echo_decrypted_page, epoch_key_ring
 
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
@@ -398,16 +369,7 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
     subscriber.key_schedule()  # even an empty page is refused when the chain does not verify
     page = subscriber.poll_page(limit, min_head=min_head, wait_ms=wait_ms if min_head else None)
     if decrypt:
-        if as_json:
-            echo_json(with_spec_names({
-                "stream_id": stream_id, "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,
-                "next_cursor": page.next_cursor, "verified": True, "decrypted": True,
-                "messages": [{**m.to_json_dict(), **plaintext_field(p)}
-                             for m, p in zip(page.messages, page.plaintexts, strict=True)]}))
-            return
-        for msg, plain in zip(page.messages, page.plaintexts, strict=True):
-            click.echo(decrypted_line(msg, plain))
-        click.echo(f"{len(page.messages)} verified and decrypted message(s); next cursor {page.next_cursor}")
+        echo_decrypted_page(page, as_json)
         return
     if as_json:
         echo_json(with_spec_names({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages],

@@ -24,6 +24,7 @@ from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import DEFAULT_KEYMGR_URL, ENV_KEYMGR, KeyManagerClient
 from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, current_key_epoch, paid_config
+from watchtower.client.sdk import Page, with_spec_names
 from watchtower.protocol.billing import KeyAccessReceipt
 from watchtower.protocol.errors import EntitlementRequiredError
 from watchtower.protocol.message import StreamMessage
@@ -56,6 +57,20 @@ def decrypted_line(msg: StreamMessage, plain: bytes) -> str:
     text = plaintext_field(plain).get("plaintext")
     shown = text if text is not None and text.isprintable() else f"<{len(plain)} bytes>"
     return f"#{msg.sequence}  {msg.kind}  epoch {msg.key_epoch}  {shown[:100]}"
+
+
+def echo_decrypted_page(page: Page, as_json: bool) -> None:
+    """Print a decrypted `get-since` page: each message with its plaintext (JSON), or one line each."""
+    if as_json:
+        echo_json(with_spec_names({
+            "stream_id": page.stream_id, "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,
+            "next_cursor": page.next_cursor, "verified": True, "decrypted": True,
+            "messages": [{**m.to_json_dict(), **plaintext_field(p)}
+                         for m, p in zip(page.messages, page.plaintexts, strict=True)]}))
+        return
+    for msg, plain in zip(page.messages, page.plaintexts, strict=True):
+        click.echo(decrypted_line(msg, plain))
+    click.echo(f"{len(page.messages)} verified and decrypted message(s); next cursor {page.next_cursor}")
 
 
 def _receipt_text(receipt: KeyAccessReceipt) -> str:
