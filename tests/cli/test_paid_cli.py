@@ -263,3 +263,16 @@ def test_every_paid_read_answers_json_from_the_projections(paid_stack: dict[str,
 def _supply(supply: dict[str, Any], minted: int) -> dict[str, Any]:
     assert supply["total_supply_cby"] == minted
     return supply
+
+
+def test_cby_moves_by_transfer_and_burn_and_only_the_minter_mints(paid_stack: dict[str, Any]) -> None:
+    reader, stranger = STATE["reader"], STATE["stranger"]
+    before = balances("reader", "stranger")
+    run_json("cby", "transfer", "stranger", "300", "--memo", "thanks", "--account", "reader")
+    run_json("cby", "burn", "100", "--account", "stranger")
+    eventually(lambda: _equal(balances("reader", "stranger"),
+                              {reader: before[reader] - 300, stranger: before[stranger] + 200}))
+    eventually(lambda: _supply(run_json("cby", "supply"), 20_000 - 100), retry=("NOT_READY",))
+    err = refused("UNAUTHORIZED", "cby", "mint", "reader", "5", "--account", "reader")
+    assert "minter" in err.message
+    refused("INSUFFICIENT_CBY_BALANCE", "cby", "transfer", "reader", "1000000", "--account", "stranger")
