@@ -53,7 +53,7 @@ PURCHASE = {"purchase_id": "cd" * 32, "stream_id": SID, "beneficiary_account": B
             "protocol_fee_cby": 2, "total_amount_cby": 22}
 
 
-def _history() -> list[Event]:
+def ledger_history() -> list[Event]:
     """A mint, a key and its revocation, a grant, a transfer, a paid stream and a sponsored purchase."""
     return [
         _event("CbyMinted", "cby:supply", {"to": ALICE, "amount_cby": 1_000, "total_supply_cby": 1_000},
@@ -112,7 +112,7 @@ def _quarantined(folder: Folder) -> list[str]:
 
 def test_a_ledger_history_folds_into_balances_keys_grants_entitlements_and_the_supply() -> None:
     log = Log()
-    for event in _history():
+    for event in ledger_history():
         log.add(event)
     folder = log.fold()
 
@@ -137,7 +137,7 @@ def test_a_ledger_history_folds_into_balances_keys_grants_entitlements_and_the_s
 
 def test_the_stream_views_skip_keymgr_events_without_quarantining_them() -> None:
     log = Log()
-    for event in _history():
+    for event in ledger_history():
         log.add(event)
     folder = log.fold()
     assert quarantine.summary(folder.refused.items())["count"] == 0
@@ -147,7 +147,7 @@ def test_the_stream_views_skip_keymgr_events_without_quarantining_them() -> None
 
 def test_a_keymgr_event_that_breaks_a_rule_is_quarantined_and_the_fold_goes_on() -> None:
     log = Log()
-    history = _history()
+    history = ledger_history()
     for event in history[:2]:
         log.add(event)  # Alice holds 1,000
     log.add(_moved("CbyDebited", ALICE, 5_000, "transfer", BOB))  # more than she holds
@@ -173,7 +173,7 @@ def test_a_keymgr_event_that_breaks_a_rule_is_quarantined_and_the_fold_goes_on()
     assert folder.keymgr["supply"]["cby:supply"] == {"total_supply_cby": 1_000}
 
 
-def _stream_events() -> list[Event]:
+def key_epoch_events() -> list[Event]:
     owner = nacl.signing.SigningKey(b"\x09" * 32)
     publisher = nacl.signing.SigningKey(b"\x0a" * 32)
     state, events = StreamState.initial("s-epochs"), []
@@ -189,7 +189,7 @@ def _stream_events() -> list[Event]:
 
 
 def test_the_key_epoch_schedule_lists_each_announced_epoch_once() -> None:
-    created, *announced = _stream_events()
+    created, *announced = key_epoch_events()
     log = Log()
     log.add(announced[0])  # before the stream exists: the stream views refuse it, so the schedule does too
     log.add(created)
@@ -206,7 +206,7 @@ def test_the_key_epoch_schedule_lists_each_announced_epoch_once() -> None:
 
 def test_the_digest_is_the_same_whatever_order_the_partitions_are_read_in_and_moves_with_the_tables() -> None:
     log = Log()
-    for event in [*_stream_events(), *_history()]:
+    for event in [*key_epoch_events(), *ledger_history()]:
         log.add(event)
     by_partition = sorted(log.records, key=lambda r: (r[0], r[1]))  # as the offline rebuild reads them
     expected = _digest(log.fold(by_partition))
