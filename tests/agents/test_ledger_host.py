@@ -27,6 +27,8 @@ from watchtower.protocol.keymgr_access import KeymgrState
 from watchtower.protocol.ledger import SUPPLY_KEY, CbyCredit, Origin, account_instance, paid_instance
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.schemas.wire import encode_command, encode_keymgr_forward
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.reader import read_committed
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +120,12 @@ def refused(reply: dict[str, Any], code: str) -> dict[str, Any]:
     return dict(error)
 
 
+def replies_to(ledger: Ledger, corr: str) -> int:
+    """How many committed replies carry correlation id ``corr``."""
+    return sum(1 for m in read_committed(ledger.bootstrap, [topic_name("replies", ledger.workers.prefix)])
+               if m.key() == corr.encode())
+
+
 def current_epoch() -> int:
     return key_epoch_of_height(block_height_at(int(time.time() * 1000)), KEY_EPOCH_BLOCKS)
 
@@ -149,7 +157,10 @@ def test_a_purchase_end_to_end_splits_the_fee_exactly_between_both_treasuries(le
     before = ledger.view()
     publisher0, treasury0 = ledger.balance(before, ledger.publisher), ledger.balance(before, ledger.treasury)
     current = current_epoch()
-    receipt = ok(ledger.acquire(alice, current + 2))
+    cmd = ledger.sign(alice, "acquire_epoch_access", paid_instance(ledger.stream_id),
+                      {"stream_id": ledger.stream_id, "target_key_epoch": current + 2})
+    corr, _ = ledger.channel.send(encode_command(cmd), key=cmd.stream_id)
+    receipt = ok(ledger.channel.reply(corr, timeout=120))
     assert receipt == {
         "stream_id": ledger.stream_id, "beneficiary_account": addr(alice), "payer_account": addr(alice),
         "from_key_epoch": current, "to_key_epoch": current + 2, "epochs_charged": 3,
@@ -160,6 +171,8 @@ def test_a_purchase_end_to_end_splits_the_fee_exactly_between_both_treasuries(le
     assert ledger.balance(view, alice) == 100_000 - 3_075
     assert view.active_until(ledger.stream_id, addr(alice)) == current + 2
     assert sum(view.balances().values()) == view.supply.total_supply_cby
+    # The caller got exactly one answer (the paid instance's), not one per instance the saga touched.
+    assert replies_to(ledger, corr) == 1
 
 
 def test_a_sponsored_purchase_entitles_only_the_beneficiary(ledger: Ledger) -> None:

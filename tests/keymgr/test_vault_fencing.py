@@ -56,3 +56,18 @@ def test_a_different_kek_cannot_open_the_stored_seeds(kafka_bootstrap: str, pref
     first.close()
     with pytest.raises(KekError, match="does not open under KEK"):
         Vault(kafka_bootstrap, prefix, Kek(b"\x52" * 32)).open()
+
+
+def test_rewrap_moves_every_seed_to_the_new_kek(kafka_bootstrap: str, prefix: str) -> None:
+    new_kek = Kek(b"\x53" * 32)
+    vault = Vault(kafka_bootstrap, prefix, KEK)
+    vault.open()
+    seeds = {sid: vault.seed_for(sid) for sid in ("a", "b", "c")}
+    assert vault.rewrap(new_kek) == 3
+    vault.close()
+    rotated = Vault(kafka_bootstrap, prefix, new_kek)
+    rotated.open()
+    assert {sid: rotated.existing_seed(sid) for sid in seeds} == seeds
+    rotated.close()
+    with pytest.raises(KekError):
+        Vault(kafka_bootstrap, prefix, KEK).open()

@@ -18,13 +18,22 @@ def keymgr() -> None:
 
 @keymgr.command()
 @click.option("--bootstrap", default=None, help="Kafka bootstrap servers [env WATCHTOWER_BOOTSTRAP].")
-@click.option("--port", default=8472, show_default=True, envvar="WATCHTOWER_KEYMGR_PORT",
-              type=click.IntRange(1, 65535))
-@click.option("--bind", default="127.0.0.1", show_default=True, envvar="WATCHTOWER_KEYMGR_BIND",
-              help="Address to listen on (it hands out decrypted payloads: keep loopback unless behind a proxy).")
+@click.option("--port", default=8472, show_default=True, envvar="WATCHTOWER_KEYMGR_PORT", type=click.IntRange(1, 65535))
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="WATCHTOWER_KEYMGR_BIND",
+    help="Address to listen on (it hands out decrypted payloads: keep loopback unless behind a proxy).",
+)
 @click.option("--prefix", default=None, help="Topic prefix [env WATCHTOWER_TOPIC_PREFIX, default wt].")
-@click.option("--kek-file", type=click.Path(path_type=Path), default=None, envvar="WATCHTOWER_KEYMGR_KEK_FILE",
-              help="The KEK file (64 hex digits, mode 0600). Without it: WATCHTOWER_KEYMGR_KEK.")
+@click.option(
+    "--kek-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    envvar="WATCHTOWER_KEYMGR_KEK_FILE",
+    help="The KEK file (64 hex digits, mode 0600). Without it: WATCHTOWER_KEYMGR_KEK.",
+)
 def serve(bootstrap: str | None, port: int, bind: str, prefix: str | None, kek_file: Path | None) -> None:
     """Serve the key manager's HTTP API until Ctrl-C or SIGTERM."""
     from watchtower.keymgr.main import serve as run
@@ -34,6 +43,34 @@ def serve(bootstrap: str | None, port: int, bind: str, prefix: str | None, kek_f
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     click.echo(f"key manager on http://{bind}:{port} (Ctrl-C stops it)", err=True)
     raise SystemExit(run(settings.bootstrap(bootstrap), port, prefix, bind=bind))
+
+
+@keymgr.command()
+@click.option("--bootstrap", default=None, help="Kafka bootstrap servers [env WATCHTOWER_BOOTSTRAP].")
+@click.option("--prefix", default=None, help="Topic prefix [env WATCHTOWER_TOPIC_PREFIX, default wt].")
+@click.option("--old-kek-file", type=click.Path(path_type=Path), required=True, help="The KEK the seeds are under.")
+@click.option("--new-kek-file", type=click.Path(path_type=Path), required=True, help="The KEK to re-wrap them under.")
+def rewrap(bootstrap: str | None, prefix: str | None, old_kek_file: Path, new_kek_file: Path) -> None:
+    """Rotate the KEK: re-wrap every stored master seed under the new KEK (docs/keymgr.md).
+
+    Fences a running key manager (stop it first); afterwards start it with the new KEK and give the
+    workers the new receipt key (`watchtower keymgr public-key --kek-file NEW`).
+    """
+    from watchtower.keymgr.kek import KekError, read_kek_file
+    from watchtower.keymgr.vault import Vault
+
+    try:
+        old, new = read_kek_file(old_kek_file), read_kek_file(new_kek_file)
+        vault = Vault(settings.bootstrap(bootstrap), prefix, old)
+        vault.open()
+    except KekError as exc:
+        raise click.ClickException(str(exc)) from None
+    count = vault.rewrap(new)
+    vault.close()
+    click.echo(
+        f"re-wrapped {count} stream seed(s) from KEK {old.kek_id} to KEK {new.kek_id}; receipt key now "
+        f"{new.receipt_public_key().hex()}"
+    )
 
 
 @keymgr.command("public-key")
