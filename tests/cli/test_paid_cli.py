@@ -25,9 +25,12 @@ from stack_fixture import start_stack
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account, write_key_file
 from watchtower.client.http import ApiClient
+from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.paid import current_key_epoch, paid_config
 from watchtower.keymgr.kek import Kek, new_kek_text
+from watchtower.protocol.envelope import envelope_aad
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.message import StreamMessage
 
 pytestmark = pytest.mark.integration
 
@@ -158,6 +161,26 @@ def test_the_entitled_reader_decrypts_with_get_since(paid_stack: dict[str, Any])
     assert fetched["key_epochs"] == [STATE["epoch"], STATE["epoch"] + 1]
     sealed = Path(fetched["sealed_keys_file"]).read_text()
     assert "sealed_key_hex" in sealed
+
+
+def test_the_key_manager_also_decrypts_one_message_for_the_entitled_account_only(paid_stack: dict[str, Any]) -> None:
+    api, keymgr = ApiClient(), KeyManagerClient()
+    stream_id = api.feed(int(STATE["feed"]))["stream_id"]
+    msg = StreamMessage.from_json_dict(api.get_since(stream_id, 0, 1)["messages"][0])
+    aad = envelope_aad(stream_id=stream_id, sequence=msg.sequence, key_epoch=msg.key_epoch, kind=msg.kind,
+                       content_type=msg.content_type)
+    reader, stranger = Account.load("reader"), Account.load("stranger")
+    plain = keymgr.decrypt(reader, stream_id, beneficiary_account=reader.address, key_epoch=msg.key_epoch, aad=aad,
+                           envelope=msg.payload_inline)
+    assert json.loads(plain) == {"side": "buy", "n": 1}
+    with pytest.raises(WatchtowerError) as refused_here:
+        keymgr.decrypt(stranger, stream_id, beneficiary_account=stranger.address, key_epoch=msg.key_epoch, aad=aad,
+                       envelope=msg.payload_inline)
+    assert refused_here.value.code == "ENTITLEMENT_REQUIRED"
+    with pytest.raises(WatchtowerError) as borrowed:  # naming the reader does not lend a stranger its entitlement
+        keymgr.decrypt(stranger, stream_id, beneficiary_account=reader.address, key_epoch=msg.key_epoch, aad=aad,
+                       envelope=msg.payload_inline)
+    assert borrowed.value.code == "ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT"
 
 
 def test_a_subscriber_who_did_not_pay_sees_ciphertext_but_gets_no_key(paid_stack: dict[str, Any]) -> None:
