@@ -91,9 +91,9 @@ def account_keys_list(address: str | None, account: str | None, key_file: Path |
                       as_json: bool) -> None:
     """List an account's registered keys, and which of them this machine holds the private half of."""
     me = None if address else load_account(account, key_file)
-    who = address_of(address, "--address") if address else me.address  # type: ignore[union-attr]
+    who = me.address if me is not None else address_of(str(address), "--address")
     info = ApiClient(api_url).account_info(who)
-    held = set(local_account_key_ids(me)) if me else set()
+    held = set(local_account_key_ids(me)) if me is not None else set()  # another's key files are never looked up
     keys = [{**k, "private_key_here": k.get("account_key_id") in held} for k in info.get("keys", [])]
     if as_json:
         echo_json({"account": who, "keys": keys})
