@@ -137,11 +137,14 @@ def account_new_actor(name: str, account: str | None, key_file: Path | None, as_
     click.echo(f"sign as it with --key-file {actor.key_file}")
 
 
-@account.command("actors")
+@account.group("actors", invoke_without_command=True)
 @identity_options
 @json_option
-def account_actors(account: str | None, key_file: Path | None, as_json: bool) -> None:
-    """List the actors the current account created."""
+@click.pass_context
+def account_actors_list(ctx: click.Context, account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """List the actors the current account created (`actors authorize|revoke` grant them a paid feed)."""
+    if ctx.invoked_subcommand is not None:
+        return
     owner = load_account(account, key_file)
     actors = owner.list_actors()
     if as_json:

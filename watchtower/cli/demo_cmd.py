@@ -45,7 +45,8 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
 
         three_client_roundtrip(spec.bootstrap, show)
 
-        _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring)")
+        _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring), "
+              "then a paid feed")
         from watchtower.cli.demo_stream import run_stream_demo
 
         run_stream_demo(spec.bootstrap)

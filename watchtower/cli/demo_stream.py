@@ -14,12 +14,15 @@ from pathlib import Path
 import click
 import nacl.signing
 
-from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
+from watchtower.agents.deployment import ENV_CBY_MINTER, ENV_KEYMGR_PUBLIC_KEY, ENV_PROTOCOL_TREASURY
+from watchtower.cli.demo_paid import show_paid_feed
 from watchtower.cli.demo_trust import show_client_side_trust
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
+from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
 from watchtower.gateway.archive import read_committed_messages
+from watchtower.keymgr.kek import Kek, new_kek_text
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signing import verify_with_schedule
@@ -53,14 +56,25 @@ def run_stream_demo(bootstrap: str) -> None:
     # The demo deployment's protocol treasury (docs/deployment.md): the workers' setting, never a creator's.
     treasury = Account(nacl.signing.SigningKey.generate(), name="demo-treasury", home=home)
     os.environ.setdefault(ENV_PROTOCOL_TREASURY, treasury.address)
+    # Genesis of the paid-feed half: the CBY minter and the key manager's KEK (its receipt key follows).
+    minter = Account(nacl.signing.SigningKey.generate(), name="demo-minter", home=home)
+    kek_file = home / "kek.key"
+    kek_file.write_text(new_kek_text())
+    kek_file.chmod(0o600)
+    os.environ[ENV_CBY_MINTER] = minter.address
+    os.environ[ENV_KEYMGR_PUBLIC_KEY] = Kek(bytes.fromhex(kek_file.read_text())).receipt_public_key().hex()
     services.start_worker("demo-w1")
     services.start_projection("demo-p1")
+    services.start_keymgr(_free_port(8472), kek_file)
     try:
         t0 = time.monotonic()
         services.wait_ready()
+        services.wait_keymgr()
         click.echo(f"  stream worker + projection worker up; HTTP API {services.api_url} "
-                   f"(OpenAPI at /openapi.json) after {time.monotonic() - t0:.1f}s")
-        _drive(ApiClient(services.api_url), services, home)
+                   f"(OpenAPI at /openapi.json), key manager {services.keymgr_url} after {time.monotonic() - t0:.1f}s")
+        api = ApiClient(services.api_url)
+        _drive(api, services, home)
+        show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
     finally:
         services.stop()
 

@@ -20,6 +20,7 @@ import click
 import nacl.signing
 
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
+from watchtower.cli.feed_config import POLICIES, stream_config_fields
 from watchtower.client import account as keys
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
 from watchtower.client.sdk import (
@@ -37,7 +38,6 @@ from watchtower.protocol.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
 MODES = {"push": "PUSH", "pull": "PULL", "push-fallback": "PUSH_WITH_PULL_FALLBACK"}
-POLICIES = {"public": "PUBLIC", "private-allowlist": "PRIVATE_ALLOWLIST"}
 
 
 def api_option(func: F) -> F:
@@ -168,6 +168,11 @@ def new() -> None:
 @click.option("--description", default="", help="One-line description (up to 280 characters).")
 @click.option("--access-mode", type=click.Choice(["open", "subscriber-paid", "platform-managed"]), default="open",
               show_default=True, help="open: plaintext for everyone; subscriber-paid: encrypted, paid per key epoch.")
+@click.option("--paid", is_flag=True, help="A paid feed: the same as --access-mode platform-managed.")
+@click.option("--content-cipher", type=click.Choice(["XCHACHA20_POLY1305"]), default=None,
+              help="Paid feeds: the payload cipher (the only CIP-7 v1 value).")
+@click.option("--key-scope", type=click.Choice(["ACCOUNT"]), default=None,
+              help="Paid feeds: who epoch keys are sealed to (the only CIP-7 v1 value).")
 @click.option("--fee-per-epoch-cby", type=click.IntRange(min=1), default=None, help="Paid feeds: CBY per key epoch.")
 @click.option("--protocol-fee-bps", type=click.IntRange(0, 5000), default=None, help="Paid feeds: protocol fee.")
 @click.option("--key-epoch-blocks", type=click.IntRange(min=1), default=None, help="Paid feeds: blocks per key epoch.")
@@ -187,7 +192,7 @@ def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as
     """Create a feed (a stream listed in the registry) owned by your account; prints its feed id."""
     owner = load_account(account, key_file)
     name, description = opts.pop("name"), opts.pop("description")
-    config = _stream_config_fields(owner.address, opts)
+    config = stream_config_fields(owner.address, opts)
     sid = stream_id or new_stream_id()
     publisher = (keys.read_key_file(publisher_key_file) if publisher_key_file
                  else nacl.signing.SigningKey.generate())
@@ -209,31 +214,6 @@ def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as
         return
     click.echo(f"feed {reply.get('feed_id')} created (stream {reply.get('stream_id', sid)})")
     click.echo(f"publisher key saved to {key_path}")
-
-
-def _stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    paid_flags = ("fee_per_epoch_cby", "protocol_fee_bps", "key_epoch_blocks", "min_purchase_epochs",
-                  "publisher_treasury")
-    config: dict[str, Any] = {k: opts[k] for k in ("ring_buffer_capacity", "max_subscribers",
-                                                   "max_push_deliveries_per_block", "max_push_cycles_per_block")
-                              if opts.get(k) is not None}
-    if opts.get("policy"):
-        config["subscription_policy"] = POLICIES[opts["policy"]]
-    if opts["access_mode"] == "open":
-        given = [f"--{f.replace('_', '-')}" for f in paid_flags if opts.get(f) is not None]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} only apply with --access-mode subscriber-paid")
-        return config
-    if opts.get("fee_per_epoch_cby") is None:
-        raise click.UsageError("a subscriber-paid feed needs --fee-per-epoch-cby")
-    # The protocol treasury is the deployment's (CIP-7: publishers may not override it): the
-    # stream workers fill it in, so the command does not carry one.
-    paid = {"fee_per_key_epoch_cby": opts["fee_per_epoch_cby"], "protocol_fee_bps": opts.get("protocol_fee_bps") or 0,
-            "publisher_treasury": opts.get("publisher_treasury") or owner}
-    for name in ("key_epoch_blocks", "min_purchase_epochs"):
-        if opts.get(name) is not None:
-            paid[name] = opts[name]
-    return {**config, "access_mode": "SUBSCRIBER_PAID", "paid_stream_config": paid}
 
 
 def _settle(api: ApiClient, stream_id: str, *, feed_id: object = None, signing_key_id: int = 1) -> None:
@@ -308,18 +288,30 @@ def _done(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
               help="Publish only as this sequence (STALE_SEQUENCE otherwise); default: append.")
 @click.option("--publisher-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Publisher key (default: the one stored when the feed was created here).")
+@click.option("--keymgr", "keymgr_url", default=None, metavar="URL",
+              help="Paid feeds: the Stream Key Manager that encrypts [env WATCHTOWER_KEYMGR].")
 @write_options
 @pass_feed
 def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_type: str, sequence: int | None,
-                 publisher_key_file: Path | None, api_url: str | None, account: str | None, key_file: Path | None,
-                 as_json: bool) -> None:
-    """Append one signed message (owner only); --sequence makes it conditional."""
+                 publisher_key_file: Path | None, keymgr_url: str | None, api_url: str | None, account: str | None,
+                 key_file: Path | None, as_json: bool) -> None:
+    """Append one signed message (owner only); --sequence makes it conditional.
+
+    On a paid feed the data is encrypted by the key manager's stream_encrypt and published as
+    CIPHERTEXT with the key manager's receipt; the plaintext never reaches the stream.
+    """
+    from watchtower.cli.paid_feed_cmd import is_paid
+    from watchtower.client.keymgr import KeyManagerClient
+    from watchtower.client.paid import PaidPublisher
+
     if content_type == DEFAULT_CONTENT_TYPE:
         parse_json(data, "--data")
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
-    publisher = Publisher(api, load_account(account, key_file), stream_id, key)
+    owner = load_account(account, key_file)
+    publisher = (PaidPublisher(api, owner, stream_id, key, KeyManagerClient(keymgr_url)) if is_paid(api, stream_id)
+                 else Publisher(api, owner, stream_id, key))
     args = (kind, data.encode(), parse_tags(tags), content_type)
     try:
         reply = publisher.publish(*args, sequence=sequence)
@@ -345,22 +337,40 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
               help="With --filter: also check the server's proof that no matching message was skipped.")
 @click.option("--owner", default=None, metavar="ADDRESS",
               help="Refuse the stream unless its key chain starts at this owner's signed create command.")
+@click.option("--decrypt", is_flag=True, default=False,
+              help="Paid feeds: decrypt locally with your epoch keys (fetched sealed to your account key).")
+@click.option("--keymgr", "keymgr_url", default=None, metavar="URL",
+              help="With --decrypt: the Stream Key Manager [env WATCHTOWER_KEYMGR].")
+@click.option("--for-account", "for_account", default=None, metavar="NAME",
+              help="With --decrypt: this saved account's entitlement and key; you sign as its authorized actor.")
+@identity_options
 @read_options
 @pass_feed
 def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | None, min_head: int | None,
-                   wait_ms: int, proof: bool, owner: str | None, api_url: str | None, as_json: bool) -> None:
+                   wait_ms: int, proof: bool, owner: str | None, decrypt: bool, keymgr_url: str | None,
+                   for_account: str | None, account: str | None, key_file: Path | None, api_url: str | None,
+                   as_json: bool) -> None:
     """Read verified messages after --cursor.
 
     The publisher key schedule is verified first, from the owner's address (docs/key-chain.md): a
     key without the owner's signed command fails with INVALID_SIGNATURE and exit status 1. With
     --proof and --filter the page's completeness proof is checked too (docs/page-proofs.md).
+    With --decrypt (a paid feed) each verified message is decrypted with your account's epoch
+    keys: ENTITLEMENT_REQUIRED for an epoch your account has not bought.
     """
+    from watchtower.cli.paid_feed_cmd import echo_decrypted_page, epoch_key_ring
+
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     flt = parse_json(filter_json, "--filter") if filter_json else None
-    subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner)
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account) if decrypt else None
+    subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner, decrypt=decrypt,
+                            epoch_keys=ring)
     subscriber.key_schedule()  # even an empty page is refused when the chain does not verify
     page = subscriber.poll_page(limit, min_head=min_head, wait_ms=wait_ms if min_head else None)
+    if decrypt:
+        echo_decrypted_page(page, as_json)
+        return
     if as_json:
         echo_json(with_spec_names({"stream_id": stream_id, "messages": [m.to_json_dict() for m in page.messages],
                                    "head_sequence": page.head_sequence, "floor_sequence": page.floor_sequence,

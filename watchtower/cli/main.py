@@ -31,10 +31,12 @@ def _register() -> None:
         gateway_cmd,
         init_cmd,
         keymgr_cmd,
+        ledger_cmd,
         local_cmd,
         up_cmd,
         vectors_cmd,
     )
+    from watchtower.cli import paid_feed_cmd as _paid  # it adds `feed ID acquire-access|renew|fetch-keys`
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
@@ -44,8 +46,10 @@ def _register() -> None:
     cli.add_command(keymgr_cmd.keymgr)
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
-    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed):
+    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,
+                    ledger_cmd.cby):
         cli.add_command(command)
+    del _paid
     _registered = True
 
 

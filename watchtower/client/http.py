@@ -278,6 +278,26 @@ class ApiClient:
         """GET /v1/feeds/{feed_id}: one registry entry; FEED_NOT_FOUND if none."""
         return self.request("GET", f"/v1/feeds/{int(feed_id)}")
 
+    # --- Paid feeds: accounts, CBY and entitlements (docs/paid-feeds.md) ---------------------------
+
+    def account_info(self, address: str) -> dict[str, Any]:
+        """GET /v1/accounts/{address}: balance_cby, account keys and actor authorizations
+        (an account never seen: balance 0 and empty lists)."""
+        return self.request("GET", f"/v1/accounts/{self._seg(address)}")
+
+    def entitlement(self, stream_id: str, account: str) -> dict[str, Any]:
+        """GET /v1/streams/{id}/entitlements/{account}: active_until_key_epoch (None if none),
+        current_key_epoch and paid_stream_config; NOT_PLATFORM_MANAGED_STREAM for an open stream."""
+        return self.request("GET", f"/v1/streams/{self._seg(stream_id)}/entitlements/{self._seg(account)}")
+
+    def cby_supply(self) -> dict[str, Any]:
+        """GET /v1/cby/supply: total_supply_cby, sum_of_balances_cby and the number of accounts."""
+        return self.request("GET", "/v1/cby/supply")
+
+    def keymgr_digest(self) -> dict[str, Any]:
+        """GET /v1/keymgr/digest: the rebuild digest of the paid-feed tables."""
+        return self.request("GET", "/v1/keymgr/digest")
+
 
 def _opener_for(url: str) -> urllib.request.OpenerDirector:
     """An opener for `url` (INVALID_ARGUMENT unless http(s)); loopback bypasses any proxy."""

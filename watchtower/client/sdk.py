@@ -20,6 +20,8 @@ from watchtower.client.account import Account
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
+from watchtower.protocol.enums import PayloadFormat
+from watchtower.protocol.envelope import decrypt_with_content_key
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
@@ -270,18 +272,8 @@ class Publisher:
         head, key_id = self._head, self._key_id
         if head is None or key_id is None:
             head, key_id = self._sync()
-        msg = sign_message(
-            stream_id=self.stream_id,
-            sequence=head + 1 if sequence is None else sequence,
-            timestamp_unix_ms=time.time_ns() // 1_000_000,
-            kind=kind,
-            payload=payload,
-            signing_key=self._key,
-            content_type=content_type,
-            tags=tags,
-            signing_key_id=key_id,
-        )
-        self.last_command = self.owner.sign("publish", self.stream_id, msg.to_json_dict())
+        self.last_command = self.publish_command(head + 1 if sequence is None else sequence, key_id, kind, payload,
+                                                 tags, content_type)
         try:
             reply = self.api.command(self.last_command, timeout_s=self.timeout_s)
         except StaleSequenceError as err:
@@ -296,6 +288,22 @@ class Publisher:
             raise
         self._head = _head_of(reply, "the publish reply")
         return reply
+
+    def publish_command(self, sequence: int, signing_key_id: int, kind: str, payload: bytes,
+                        tags: Mapping[str, TagValue] | None, content_type: str) -> Command:
+        """The signed publish command of one PLAINTEXT message (a paid feed's publisher encrypts here)."""
+        msg = sign_message(
+            stream_id=self.stream_id,
+            sequence=sequence,
+            timestamp_unix_ms=time.time_ns() // 1_000_000,
+            kind=kind,
+            payload=payload,
+            signing_key=self._key,
+            content_type=content_type,
+            tags=tags,
+            signing_key_id=signing_key_id,
+        )
+        return self.owner.sign("publish", self.stream_id, msg.to_json_dict())
 
     def rotate_key(self, new_key: nacl.signing.SigningKey) -> dict[str, Any]:
         """Make `new_key` the stream's publisher key from head + 1; later publishes sign with it.
@@ -327,6 +335,9 @@ class Page:
     head_sequence: int
     floor_sequence: int
     next_cursor: int
+    #: With ``Subscriber(decrypt=True)``: each message's plaintext (a PLAINTEXT payload as it is,
+    #: a CIPHERTEXT one decrypted with its epoch key), in the order of `messages`; else empty.
+    plaintexts: tuple[bytes, ...] = ()
 
     @property
     def head(self) -> int:
@@ -337,6 +348,12 @@ class Page:
     def floor(self) -> int:
         """Deprecated 0.1 name of `floor_sequence`."""
         return self.floor_sequence
+
+
+class EpochKeySource(Protocol):
+    """Where a decrypting Subscriber gets epoch content keys (`client.paid.EpochKeyRing`)."""
+
+    def content_key(self, stream_id: str, key_epoch: int) -> bytes: ...
 
 
 class Subscriber:
@@ -361,6 +378,11 @@ class Subscriber:
     schedule and must not match the filter, and page plus proof must cover the page's range exactly.
     A page that fails raises (MALFORMED_RECORD or INVALID_SIGNATURE), delivers nothing, and leaves
     the cursor where it was. Without a filter a page skips nothing, so no proof is asked.
+
+    `decrypt` (a paid feed): every delivered message's plaintext is put in `Page.plaintexts`, a
+    CIPHERTEXT payload opened locally with its epoch key from `epoch_keys` — only after its
+    signature verified. A key the account is not entitled to raises ENTITLEMENT_REQUIRED, an
+    envelope that does not open DECRYPTION_FAILED; either way nothing of the page is delivered.
     """
 
     def __init__(
@@ -372,10 +394,16 @@ class Subscriber:
         *,
         proof: bool = False,
         expected_owner: str | None = None,
+        decrypt: bool = False,
+        epoch_keys: EpochKeySource | None = None,
     ) -> None:
         if type(cursor) is not int or cursor < 0:
             raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
+        if decrypt and epoch_keys is None:
+            raise InvalidArgumentError("decrypt=True needs epoch_keys (an EpochKeyRing of the entitled account)")
         parse_filter(filter)
+        self.decrypt = decrypt
+        self._epoch_keys = epoch_keys
         self.api = api
         self.stream_id = stream_id
         self.filter = filter
@@ -464,10 +492,22 @@ class Subscriber:
             last = msg.sequence
         check_page_sequences(self.stream_id, [m.sequence for m in fresh], cursor=self._cursor, limit=limit,
                              next_cursor=next_cursor, head=head, filtered=self.filter is not None)
+        plaintexts = tuple(self.plaintext(m) for m in fresh) if self.decrypt else ()
         if fresh:
             self._delivered_through = fresh[-1].sequence
         self._cursor = max(self._cursor, next_cursor)
-        return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor)
+        return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor, plaintexts)
+
+    def plaintext(self, msg: StreamMessage) -> bytes:
+        """The payload of a verified `msg` in clear: decrypted locally when it is CIPHERTEXT."""
+        if msg.payload_format != PayloadFormat.CIPHERTEXT or msg.key_epoch is None:
+            return msg.payload_inline
+        if self._epoch_keys is None:
+            raise InvalidArgumentError("this Subscriber has no epoch_keys; create it with decrypt=True, epoch_keys=…")
+        return decrypt_with_content_key(
+            content_key=self._epoch_keys.content_key(self.stream_id, msg.key_epoch),
+            stream_id=self.stream_id, key_epoch=msg.key_epoch, sequence=msg.sequence, kind=msg.kind,
+            content_type=msg.content_type, envelope=msg.payload_inline)
 
     def _verify_skipped(self, entry: ProofEntry) -> bool:
         """A proof entry's signature against the schedule (refreshed once, as `verify` does)."""
