@@ -30,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 from stack_fixture import start_stack
 
+import watchtower.projections.keymgr_routes
 import watchtower.projections.service
 from watchtower.gateway.routes import COMMANDS_PATH
 from watchtower.local.stack import ServiceSet
@@ -82,7 +83,8 @@ def test_served_document_is_the_one_fuzzed(stack: ServiceSet) -> None:
 
 def _served_paths() -> set[str]:
     """Every route the projection pages and the command gateway serve (read from their source)."""
-    source = Path(watchtower.projections.service.__file__).read_text(encoding="utf-8")
+    modules = (watchtower.projections.service, watchtower.projections.keymgr_routes)
+    source = "".join(Path(m.__file__ or "").read_text(encoding="utf-8") for m in modules)
     return set(re.findall(r'@page\("([^"]+)"', source)) | {COMMANDS_PATH}
 
 
@@ -101,7 +103,10 @@ def test_every_operation_of_the_document_is_fuzzed_with_valid_and_invalid_inputs
     assert documented - negative <= {"GET /v1/health", "GET /v1/streams/{stream_id}",
                                      "GET /v1/streams/{stream_id}/head", "GET /v1/streams/{stream_id}/keys",
                                      "GET /v1/streams/{stream_id}/subscribers", "GET /v1/admin/digest",
-                                     "GET /v1/feeds"}
+                                     "GET /v1/feeds", "GET /v1/accounts/{address}",
+                                     "GET /v1/streams/{stream_id}/entitlements/{account}",
+                                     "GET /v1/streams/{stream_id}/key-epochs", "GET /v1/cby/supply",
+                                     "GET /v1/cby/supply/local", "GET /v1/keymgr/digest"}
 
 
 def _runs() -> list[tuple[GenerationMode, str]]:

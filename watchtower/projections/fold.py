@@ -12,6 +12,9 @@ for the live Faust agent and the offline rebuild, so both refuse exactly the sam
   record whose publish event is not folded yet waits in memory (the two topics are read
   concurrently, in no fixed order) and is decided when the event arrives; the decision does not
   depend on which came first.
+- A key manager event (`keymgr_tables.is_keymgr_event`) is folded into the keymgr tables with
+  `keymgr_tables.apply_keymgr_event` (the stream views never see it), and a KeyEpochRotated the
+  stream views accepted also joins its stream's key epoch schedule there.
 - Anything else is quarantined (`quarantine.record`): logged, counted, skipped.
 
 Known limit: a waiting messages record lives in memory only. If the worker dies before its event
@@ -28,11 +31,13 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, Final
 
 from watchtower.projections import quarantine
+from watchtower.projections.keymgr_tables import apply_key_epoch, apply_keymgr_event, is_keymgr_event, new_keymgr_tables
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
+from watchtower.protocol.stream_state import KEY_EPOCH_ROTATED
 from watchtower.protocol.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
 from watchtower.protocol.views import INDEXES, StreamIndex, apply_event, apply_message
 from watchtower.schemas.records import decode_message
@@ -61,12 +66,15 @@ def verified_sequence(stream_id: str, view: Mapping[str, Any]) -> Callable[[int,
 
 
 class Folder:
-    """Folds records into `tables` (the `views.TABLE_NAMES` tables) and `refused` (quarantine)."""
+    """Folds records into `tables` (the `views.TABLE_NAMES` tables), `keymgr` (the
+    `keymgr_tables.KEYMGR_TABLES` tables and its in-memory view; plain dicts when not given) and
+    `refused` (quarantine)."""
 
     def __init__(self, tables: Mapping[str, Table], refused: Table, *, t_events: str, t_messages: str,
                  partitions: int, cache: PayloadCache | None = None,
                  on_head: Callable[[str, int], None] | None = None,
-                 indexes: MutableMapping[str, StreamIndex] | None = None) -> None:
+                 indexes: MutableMapping[str, StreamIndex] | None = None,
+                 keymgr: Mapping[str, Table] | None = None) -> None:
         self.refused = refused
         self.t_events, self.t_messages = t_events, t_messages
         self.partitions = partitions
@@ -76,6 +84,7 @@ class Folder:
         # not bound yet (`views.StreamIndex`; the live worker keeps them per partition).
         self.indexes: MutableMapping[str, StreamIndex] = {} if indexes is None else indexes
         self.tables: Mapping[str, Table] = {**tables, INDEXES: self.indexes}
+        self.keymgr: Mapping[str, Table] = new_keymgr_tables() if keymgr is None else keymgr
         # stream_id -> {offset: (partition, message, raw)}: records waiting for their publish event.
         self.waiting: dict[str, dict[int, tuple[int, StreamMessage, bytes]]] = {}
         self.n_waiting = 0
@@ -95,7 +104,12 @@ class Folder:
             self.quarantined(self.t_events, partition, offset, f"{event.type}: {misplaced}")
             return
         try:
+            if is_keymgr_event(event.type):
+                apply_keymgr_event(self.keymgr, event)
+                return
             published = apply_event(self.tables, event, offset=offset)
+            if event.type == KEY_EPOCH_ROTATED:
+                apply_key_epoch(self.keymgr, event)
         except WatchtowerError as exc:
             self.quarantined(self.t_events, partition, offset, exc.message)
             return

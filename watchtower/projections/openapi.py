@@ -92,6 +92,49 @@ _HEALTH: Final = _object({
 _FEED: Final = _object({"feed_id": _SEQ, "stream_id": _STR, "name": _STR, "description": _STR, "owner": _STR,
                         "registered_at_block": _INT})
 
+# The key manager's reads (keymgr_routes).
+_AMOUNT: Final = {"type": "integer", "minimum": 0, "description": "CBY wei"}
+_ADDRESS: Final = {"type": "string", "pattern": "^0x[0-9a-f]{64}$"}
+_BLOCK: Final = {"type": "integer", "minimum": 0}
+_NULLABLE_BLOCK: Final = {"type": ["integer", "null"], "minimum": 0}
+_ACCOUNT: Final = _object({
+    "account": _STR, "balance_cby": _AMOUNT,
+    "keys": {"type": "array", "items": _object({
+        "account_key_id": _BLOCK, "scheme": _STR, "public_key_hex": _STR,
+        "status": {"type": "string", "enum": ["ACTIVE", "REVOKED"]},
+        "registered_at_block": _BLOCK, "revoked_at_block": _NULLABLE_BLOCK})},
+    "authorizations": {"type": "array", "items": _object({
+        "actor": _STR, "stream_id": _STR, "status": {"type": "string", "enum": ["ACTIVE", "REVOKED"]},
+        "granted_at_block": _BLOCK, "revoked_at_block": _NULLABLE_BLOCK})},
+})
+_ENTITLEMENT: Final = _object({
+    "stream_id": _STR, "beneficiary_account": _STR, "active_until_key_epoch": _NULLABLE_BLOCK,
+    "current_key_epoch": _BLOCK, "paid_stream_config": _OBJ})
+_KEY_EPOCHS: Final = _object({
+    "stream_id": _STR, "last_key_epoch": _NULLABLE_BLOCK,
+    "epochs": {"type": "array", "items": _object({
+        "key_epoch": _BLOCK, "effective_block_height": _BLOCK, "announced_by": _STR,
+        "announced_at_block": _BLOCK})}})
+_SUPPLY: Final = _object({"total_supply_cby": _AMOUNT, "sum_of_balances_cby": _AMOUNT, "accounts": _BLOCK})
+_SUPPLY_SHARE: Final = _object({"partitions": {"type": "array", "items": _BLOCK}, "sum_of_balances_cby": _AMOUNT,
+                                "accounts": _BLOCK, "total_supply_cby": {**_AMOUNT, "type": ["integer", "null"]}})
+_KEYMGR_PATHS: Final = {
+    "/v1/accounts/{address}": _get(
+        "an account: CBY balance, account keys, actor authorizations (an unknown account: 0 and empty lists)",
+        _ACCOUNT, [_path("address", _ADDRESS)], errors=("503",)),
+    "/v1/streams/{stream_id}/entitlements/{account}": _get(
+        "a beneficiary's entitlement on a paid stream (NOT_PLATFORM_MANAGED_STREAM if the stream is not paid)",
+        _ENTITLEMENT, [_SID, _path("account", _ADDRESS)], errors=("409", "503")),
+    "/v1/streams/{stream_id}/key-epochs": _get("the stream's key epoch schedule (KeyEpochRotated)", _KEY_EPOCHS,
+                                               [_SID]),
+    "/v1/cby/supply": _get("CBY total supply beside the sum of every balance (equal at quiescence)", _SUPPLY,
+                           errors=("503",)),
+    "/v1/cby/supply/local": _get("this worker's share of the balances (what /v1/cby/supply sums)", _SUPPLY_SHARE,
+                                 errors=()),
+    "/v1/keymgr/digest": _get("digest of this worker's key manager tables", _object(
+        {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
+}
+
 OPENAPI: Final[dict[str, Any]] = {
     "openapi": "3.1.0",
     "info": {"title": "Watchtower", "version": "1",
@@ -137,6 +180,7 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/feeds/{feed_id}": _get("one listing", _FEED, [_path("feed_id", _SEQ)]),
         "/v1/admin/digest": _get("digest of this worker's projection tables", _object(
             {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
+        **_KEYMGR_PATHS,
     },
     "components": {"schemas": {
         "Error": _object({"error": _object({"code": {"type": "string", "enum": sorted({*STATUS_BY_CODE,

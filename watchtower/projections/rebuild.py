@@ -4,7 +4,8 @@ Reads the events and messages topics from offset 0 (read_committed) and folds th
 `fold.Folder` the live Faust agent uses, into plain dicts. It refuses exactly the records the live
 worker refuses, so equal digests from this and from a live worker (``GET /v1/admin/digest``)
 prove the live projection is exactly what the log says, forged records and all; the quarantine
-summaries must be equal too.
+summaries must be equal too. The key manager's tables are folded in the same pass
+(`rebuild_keymgr_digest` against the live ``GET /v1/keymgr/digest``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
+from watchtower.projections.keymgr_tables import KEYMGR_TABLES, keymgr_digest, keymgr_table_digests, new_keymgr_tables
 from watchtower.protocol.views import TABLE_NAMES, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
@@ -23,7 +25,14 @@ from watchtower.topics.reader import read_committed
 
 def rebuild(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> tuple[dict[str, dict[str, Any]],
                                                                                           dict[str, Any]]:
-    """Every table, folded from the committed log up to its current end, and the quarantine table.
+    """Every stream table, folded from the committed log up to its current end, and the quarantine table."""
+    tables, _keymgr, refused = rebuild_all(bootstrap, prefix, timeout_s)
+    return tables, refused
+
+
+def rebuild_all(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> tuple[
+        dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, Any]]:
+    """The stream tables, the keymgr tables and the quarantine table, folded from the committed log.
 
     Partition by partition, the events first and then the messages. Read together, the messages
     topic can run far ahead of the events one (after a broker failover their leaders differ and
@@ -33,15 +42,17 @@ def rebuild(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0)
     topics are co-partitioned: a stream's events and messages share its partition number.
     """
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
+    keymgr = new_keymgr_tables()
     refused: dict[str, Any] = {}
     t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
     partitions = _partitions(bootstrap, t_events)
-    folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions)
+    folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions,
+                    keymgr=keymgr)
     for p in range(max(partitions, _partitions(bootstrap, t_messages))):
         for topic, fold in ((t_events, folder.fold_event), (t_messages, folder.fold_message)):
             for record in read_committed(bootstrap, [topic], partition=p, timeout_s=timeout_s):
                 fold(p, int(record.offset() or 0), record.key(), record.value())
-    return tables, refused
+    return tables, keymgr, refused
 
 
 def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
@@ -50,11 +61,27 @@ def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float =
 
 
 def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
-    """``{"digest", "counts", "tables", "quarantined"}`` of a full rebuild (as the live worker's digest)."""
-    tables, refused = rebuild(bootstrap, prefix)
+    """``{"digest", "counts", "tables", "quarantined", "keymgr"}`` of a full rebuild: the stream
+    views as the live ``GET /v1/admin/digest``, and under ``keymgr`` the key manager's tables as the
+    live ``GET /v1/keymgr/digest``."""
+    tables, keymgr, refused = rebuild_all(bootstrap, prefix)
     snapshot = {k: list(v.items()) for k, v in tables.items()}
     return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in tables.items()},
-            "tables": table_digests(snapshot), "quarantined": quarantine.summary(refused.items())}
+            "tables": table_digests(snapshot), "quarantined": quarantine.summary(refused.items()),
+            "keymgr": _keymgr_summary(keymgr, refused)}
+
+
+def rebuild_keymgr_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
+    """``{"digest", "counts", "tables", "quarantined"}`` of the keymgr tables of a full rebuild (as the
+    live worker's ``GET /v1/keymgr/digest``)."""
+    _tables, keymgr, refused = rebuild_all(bootstrap, prefix)
+    return _keymgr_summary(keymgr, refused)
+
+
+def _keymgr_summary(keymgr: dict[str, dict[str, Any]], refused: dict[str, Any]) -> dict[str, Any]:
+    snapshot = {k: list(keymgr[k].items()) for k in KEYMGR_TABLES}
+    return {"digest": keymgr_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
+            "tables": keymgr_table_digests(snapshot), "quarantined": quarantine.summary(refused.items())}
 
 
 def _partitions(bootstrap: str, topic: str) -> int:

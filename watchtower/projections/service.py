@@ -29,12 +29,13 @@ from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
 from watchtower.projections import http_params as params
-from watchtower.projections import quarantine, web_server
+from watchtower.projections import keymgr_routes, quarantine, web_server
 from watchtower.projections.catch_up import CatchUp
 from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.fold import Folder, verified_sequence
 from watchtower.projections.health import BrokerProbe
 from watchtower.projections.http_errors import error_body, http_status
+from watchtower.projections.keymgr_tables import KEYMGR_TABLES, KEYMGR_VIEW, keymgr_digest, keymgr_table_digests
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.openapi import OPENAPI
@@ -118,8 +119,9 @@ class Projection:
         # Each worker keeps its partitions' share of every table, with the offsets folded
         # (`partitions`); the quarantine counts and the offset indexes are per partition too, so a
         # partition that moves is folded, refused and indexed from the log alike by its new owner.
-        self.owned = OwnedPartitions((*TABLE_NAMES, "indexes", "quarantine"))
+        self.owned = OwnedPartitions((*TABLE_NAMES, *KEYMGR_TABLES, KEYMGR_VIEW, "indexes", "quarantine"))
         self.tables = {name: self.owned.table(name) for name in TABLE_NAMES}
+        self.keymgr = {name: self.owned.table(name) for name in (*KEYMGR_TABLES, KEYMGR_VIEW)}
         self.streams, self.heads, self.offsets = self.tables["streams"], self.tables["heads"], self.tables["offsets"]
         self.subscriptions, self.registry = self.tables["subscriptions"], self.tables["registry"]
         self.refused = self.owned.table("quarantine")
@@ -127,7 +129,7 @@ class Projection:
         self.cache = PayloadCache()
         self.folder = Folder(self.tables, self.refused, t_events=self.t_events, t_messages=self.t_messages,
                              partitions=self.partitions, cache=self.cache, on_head=self.waiters.wake,
-                             indexes=self.owned.table("indexes"))
+                             indexes=self.owned.table("indexes"), keymgr=self.keymgr)
         self.reader = LogReader(bootstrap, self.t_messages)
         self.broker = BrokerProbe(bootstrap, self.t_events)
         self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
@@ -254,16 +256,24 @@ class Projection:
         return {"digest": views_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
                 "tables": table_digests(snapshot), "quarantined": self.quarantined()}
 
+    def keymgr_digest(self) -> dict[str, Any]:
+        """The keymgr tables' digest (`keymgr_tables.keymgr_digest`), as `digest` for the stream views."""
+        snapshot = {name: list(self.keymgr[name].items()) for name in KEYMGR_TABLES}
+        return {"digest": keymgr_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
+                "tables": keymgr_table_digests(snapshot), "quarantined": self.quarantined()}
+
     # ------------------------------------------------------------------ HTTP
     def _routes(self) -> None:
         app = self.app
         projection = self
 
-        def page(path: str, *, key: str | None = None, exact: str | None = None) -> Callable[[Handler], Any]:
+        def page(path: str, *, key: str | None = None, exact: str | None = None,
+                 prefix: str = "") -> Callable[[Handler], Any]:
+            # `prefix` + the `key` segment is the routing key (keymgr instances: "acct:<address>").
             def wrap(fun: Handler) -> Any:
                 async def guarded(web: Any, request: Request, **kw: Any) -> Response:
                     try:
-                        routing_key = kw[key] if key is not None else exact
+                        routing_key = prefix + kw[key] if key is not None else exact
                         if routing_key is not None:
                             # Only from a partition that serves here for the whole read.
                             async with projection.owned.reading(projection.partition_of(routing_key)):
@@ -274,8 +284,9 @@ class Projection:
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
                 if key is not None or exact is not None:
-                    routed = route_to_owner(app, projection.t_events, projection.partition_of, projection.owned.serves,
-                                            match_info=key, exact_key=exact)(guarded)
+                    routed = route_to_owner(app, projection.t_events,
+                                            lambda k: projection.partition_of(prefix + k if key else k),
+                                            projection.owned.serves, match_info=key, exact_key=exact)(guarded)
                 return app.page(path, name=fun.__name__, base=web_server.JsonView)(routed)
             return wrap
 
@@ -356,6 +367,8 @@ class Projection:
         @page("/v1/admin/digest")
         async def digest(web: Any, _request: Request) -> Response:
             return web.json(projection.digest())
+
+        keymgr_routes.install(projection, page)
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:
