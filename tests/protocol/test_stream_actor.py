@@ -19,6 +19,7 @@ from protocol_strategies import PROPERTY, json_values
 
 import watchtower.schemas
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.ciphertext_receipt import sign_receipt
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import WatchtowerError
@@ -62,7 +63,8 @@ def pub(key: nacl.signing.SigningKey) -> bytes:
 
 
 TREASURY = nacl.signing.SigningKey(b"\x06" * 32)
-DEPLOYMENT = Deployment(protocol_treasury=addr(TREASURY))
+KEYMGR = nacl.signing.SigningKey(b"\x07" * 32)  # the key manager's receipt key (ciphertext_receipt)
+DEPLOYMENT = Deployment(protocol_treasury=addr(TREASURY), keymgr_public_key=pub(KEYMGR))
 # What a creator sends: the protocol treasury is the deployment's, never the creator's to choose.
 PAID = {
     "access_mode": "SUBSCRIBER_PAID",
@@ -84,8 +86,9 @@ def message(
     ciphertext: bool = False,
     **extra: Any,
 ) -> dict[str, Any]:
-    """A signed StreamMessage as the publish body (its JSON dict)."""
-    return sign_message(
+    """A signed StreamMessage as the publish body (its JSON dict; with the key manager's receipt
+    when it is ciphertext, as a PLATFORM_MANAGED publish carries it)."""
+    msg = sign_message(
         stream_id=stream_id,
         sequence=sequence,
         timestamp_unix_ms=1_700_000_000_000 + sequence,
@@ -97,7 +100,11 @@ def message(
         signing_key=key,
         signing_key_id=signing_key_id,
         **extra,
-    ).to_json_dict()
+    )
+    if not ciphertext:
+        return msg.to_json_dict()
+    receipt = sign_receipt(KEYMGR, stream_id=stream_id, key_epoch=7, payload_hash=msg.payload_hash)
+    return {**msg.to_json_dict(), "keymgr_receipt": receipt}
 
 
 class Stream:

@@ -12,18 +12,31 @@ from collections.abc import Mapping
 from typing import Any
 
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.errors import InvalidArgumentError
+from watchtower.protocol.validation import require_bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Deployment:
-    """Genesis configuration the aggregates apply. `protocol_treasury` None: no paid feeds."""
+    """Genesis configuration the aggregates apply.
+
+    `protocol_treasury` None: no paid feeds. `cby_minter` None: nobody can mint CBY.
+    `keymgr_public_key`: the key manager's ed25519 public key (32 bytes) that signs ciphertext
+    receipts; None: no ciphertext publish can be accepted on a paid feed.
+    """
 
     protocol_treasury: str | None = None
+    cby_minter: str | None = None
+    keymgr_public_key: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.protocol_treasury is not None:
             require_address(self.protocol_treasury, "protocol_treasury")
+        if self.cby_minter is not None:
+            require_address(self.cby_minter, "cby_minter")
+        if self.keymgr_public_key is not None:
+            require_bytes(self.keymgr_public_key, "keymgr_public_key", length=ED25519_PUBLIC_KEY_BYTES)
 
     def govern_paid_config(self, paid: Mapping[str, Any]) -> dict[str, Any]:
         """A creator's paid_stream_config with the deployment's protocol treasury filled in.

@@ -17,13 +17,15 @@ No error message here ever contains key material.
 
 from __future__ import annotations
 
-import hmac
 import struct
 from typing import Final
 
 import nacl.bindings
 import nacl.exceptions
 import nacl.public
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hmac as crypto_hmac
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 from watchtower.protocol import cbor
 from watchtower.protocol.constants import (
@@ -47,31 +49,33 @@ from watchtower.protocol.validation import require_int, require_text
 _HASH_LEN: Final = 32
 _u64be = struct.Struct(">Q").pack
 
-# --- HKDF (RFC 5869) -----------------------------------------------------------------------------
+# --- HKDF (RFC 5869), from the `cryptography` package ------------------------------------------
 
 
 def hkdf_extract(salt: bytes, ikm: bytes) -> bytes:
-    """HKDF-Extract with SHA-256: PRK = HMAC(salt, IKM)."""
-    return hmac.digest(salt or bytes(_HASH_LEN), ikm, "sha256")
+    """HKDF-Extract with SHA-256: PRK = HMAC(salt, IKM) (an empty salt is HashLen zero bytes)."""
+    # `cryptography` exposes Extract only inside HKDF; RFC 5869 §2.2 is one HMAC, which its
+    # `hmac` primitive computes (the same backend as HKDF itself).
+    mac = crypto_hmac.HMAC(salt or bytes(_HASH_LEN), hashes.SHA256())
+    mac.update(ikm)
+    return mac.finalize()
 
 
 def hkdf_expand(prk: bytes, info: bytes, length: int) -> bytes:
     """HKDF-Expand with SHA-256 (RFC 5869 §2.3)."""
     if not 0 < length <= 255 * _HASH_LEN:
         raise InvalidArgumentError(f"HKDF-Expand length must be in 1..{255 * _HASH_LEN}")
-    out = b""
-    block = b""
-    counter = 1
-    while len(out) < length:
-        block = hmac.digest(prk, block + info + bytes((counter,)), "sha256")
-        out += block
-        counter += 1
-    return out[:length]
+    if not isinstance(prk, bytes) or len(prk) < _HASH_LEN:
+        # RFC 5869: PRK is at least HashLen bytes; `cryptography` enforces no minimum itself.
+        raise InvalidArgumentError(f"an HKDF-Expand PRK is at least {_HASH_LEN} bytes")
+    return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=info).derive(prk)
 
 
 def hkdf_sha256(*, ikm: bytes, salt: bytes, info: bytes, length: int) -> bytes:
     """HKDF-SHA256 (extract then expand)."""
-    return hkdf_expand(hkdf_extract(salt, ikm), info, length)
+    if not 0 < length <= 255 * _HASH_LEN:
+        raise InvalidArgumentError(f"HKDF length must be in 1..{255 * _HASH_LEN}")
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt or None, info=info).derive(ikm)
 
 
 # --- Keys, nonces, AAD ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.ciphertext_receipt import RECEIPT_FIELD, verify_receipt
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
@@ -132,7 +133,7 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     (see the module docstring for the order)."""
     height = require_int(block_height, "block_height")
     if cmd.method == Method.PUBLISH:
-        return _decide_publish(state, cmd, height)
+        return _decide_publish(state, cmd, height, deployment)
     verify_command(cmd)
     _require_this_stream(state, cmd)
     digest = command_digest(cmd)
@@ -161,7 +162,7 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     return Decision((event,), reply)
 
 
-def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
+def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: Deployment) -> Decision:
     """Body: the StreamMessage JSON dict (`StreamMessage.to_json_dict`), signed for head+1.
 
     Order: the command's stream; a nonce within the clock's ceiling (evolve refuses events beyond
@@ -169,7 +170,10 @@ def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
     the message's structure, size, stream and payload hash; an exact retry of the last publish
     (the original reply with ``"duplicate": True``); CIPHERTEXT on a paid stream; sequence ==
     head+1 (STALE_SEQUENCE, never renumbered); the signature under the key in force at head+1,
-    which also refuses an older signing_key_id after a rotation. One ed25519 verify in all.
+    which also refuses an older signing_key_id after a rotation; on a PLATFORM_MANAGED stream
+    only, the key manager's receipt over (stream, key_epoch, payload_hash), DECRYPTION_FAILED if
+    it is missing or does not verify (`ciphertext_receipt`). One ed25519 verify for an OPEN
+    stream, two for a paid one.
     """
     _require_this_stream(state, cmd)
     check_nonce(None, cmd.nonce, block_height=height)  # only the ceiling: publish nonces are not replay state
@@ -180,7 +184,13 @@ def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
     # stranger's publish with the code CIP-7 maps.
     _require_owner(state, cmd)
     config = _config(state)
-    msg = StreamMessage.from_json_dict(cmd.body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
+    body: Mapping[str, Any] = cmd.body
+    receipt: object = None
+    if config.is_paid and RECEIPT_FIELD in body:
+        # The receipt rides beside the message's fields; the message itself is parsed without it.
+        receipt = body[RECEIPT_FIELD]
+        body = {k: v for k, v in body.items() if k != RECEIPT_FIELD}
+    msg = StreamMessage.from_json_dict(body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
     if msg.stream_id != state.stream_id:
         raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
     msg.validate()  # payload_hash == SHA-256(payload), else INVALID_SIGNATURE
@@ -196,9 +206,18 @@ def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
     if msg.sequence != state.head + 1:
         raise StaleSequenceError.for_head(expected=msg.sequence, head=state.head)
     verify_signing_bytes_with_schedule_or_raise(msg, signing_bytes, _schedule(state))
+    if config.is_paid:
+        # After the signature: only the owner's key learns whether its ciphertext is acceptable.
+        verify_receipt(
+            deployment.keymgr_public_key,
+            receipt,
+            stream_id=msg.stream_id,
+            key_epoch=require_int(msg.key_epoch, "key_epoch"),
+            payload_hash=msg.payload_hash,
+        )
     reply = _publish_reply(msg.sequence, config)
-    body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
-    body["payload_format"] = str(msg.payload_format)
+    event_body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
+    event_body["payload_format"] = str(msg.payload_format)
     event = Event(
         type=STREAM_MESSAGE_PUBLISHED,
         stream_id=state.stream_id,
@@ -207,7 +226,7 @@ def _decide_publish(state: StreamState, cmd: Command, height: int) -> Decision:
         nonce=cmd.nonce,
         digest=digest,
         reply=reply,
-        body=body,
+        body=event_body,
     )
     return Decision((event,), reply, (msg,))
 
