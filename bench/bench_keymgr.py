@@ -1,6 +1,6 @@
 """Benchmark of paid feeds: stream_encrypt / stream_decrypt beside raw XChaCha20-Poly1305, in one run.
 
-    .venv/bin/python bench/bench_keymgr.py [--seconds 2] [--batch 50] [--json PATH] [--plot PATH]
+    .venv/bin/python bench/bench_keymgr.py [--phases crypto,purchases] [--json PATH] [--plot PATH]
 
 Phase ``crypto`` (no broker): MB/s of plaintext at the largest payload a 16 KiB envelope carries
 (16,344 bytes: 16 KiB minus the 24-byte nonce and 16-byte tag), each case beside the floor:
@@ -17,6 +17,15 @@ Timing: batches of `--batch` operations, the cases alternated batch by batch so 
 machine load (this machine is shared); per-operation figures are batch time / batch size, with the
 median and p99 over batches, MB/s from the median, and each case's ratio to its raw floor.
 
+Phase ``purchases`` (an embedded KRaft broker, one worker and one projection as `watchtower up`
+starts them): `--accounts` funded accounts each buy `--purchases` successive epochs of one paid
+stream, one purchase in flight per account (an instance keeps only its caller's last nonce), so
+`--accounts` is the concurrency. Each purchase is the whole saga: the paid instance's decision,
+the payer's debit, both treasury credits and the settlement, answered to the caller. Reported:
+purchases/s over the wall time and the per-purchase latency (send to answer) p50/p99. Baseline in
+the same run, on the same broker: a raw confluent-kafka transactional producer writing the same
+number of records, one transaction per record and one transaction per `--raw-batch` records.
+
 The JSON result goes to ``--json`` (default ``artifacts/bench_keymgr.json``). A script, not a test.
 """
 
@@ -26,16 +35,34 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import nacl.bindings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "agents"))
 
+import nacl.bindings
+import nacl.signing
+from confluent_kafka import Producer
+from kafka_fixture import embedded_spec, free_ports
+from ledger_load import Account, Sender, paid_stream_body
+
+from watchtower.client.transport import CommandClient
+from watchtower.local.broker import LocalKafka
+from watchtower.local.stack import ServiceSet
 from watchtower.protocol import envelope
+from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.constants import MAX_EFFECTIVE_PLAINTEXT_BYTES
+from watchtower.topics.admin import ensure_topics
+from watchtower.topics.catalogue import TopicSpec, catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 
 STREAM_ID = "bench-paid-feed"
 KEY_EPOCH = 7
@@ -140,6 +167,122 @@ def print_crypto(res: dict[str, Any]) -> None:
         print(f"  {name:<20}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.2f}x")
 
 
+# ----------------------------------------------------------------------------- phase: purchases
+def dist_ms(seconds: Sequence[float]) -> dict[str, float]:
+    ms = [x * 1000 for x in seconds]
+    return {"n": len(ms), "p50": pct(ms, 50), "p99": pct(ms, 99), "max": max(ms) if ms else math.nan}
+
+
+def buy_all(sender: Sender, accounts: list[Account], stream_id: str, first_target: int,
+            purchases: int) -> tuple[float, list[float], int]:
+    """Every account buys `purchases` successive epochs; (wall seconds, latencies, refusals)."""
+    latencies: list[float] = []
+    refusals = [0]
+    lock = threading.Lock()
+
+    def one_account(account: Account) -> None:
+        for k in range(purchases):
+            answer = sender.send(account.acquire(stream_id, first_target + k))
+            with lock:
+                latencies.append(answer.seconds)
+                refusals[0] += 0 if answer.ok else 1
+
+    threads = [threading.Thread(target=one_account, args=(a,)) for a in accounts]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, latencies, refusals[0]
+
+
+def raw_transactions(bootstrap: str, topic: str, n: int, per_txn: int, size: int = 300) -> dict[str, Any]:
+    """A raw transactional producer writing `n` records, `per_txn` per transaction: records/s and
+    the per-transaction commit latency."""
+    producer = Producer(kafka_config(bootstrap, **{"transactional.id": f"bench-raw-{uuid.uuid4().hex}",
+                                                   "enable.idempotence": True, "acks": "all", "linger.ms": 2}))
+    producer.init_transactions(30)
+    value = os.urandom(size)
+    latencies = []
+    t0 = time.perf_counter()
+    for start in range(0, n, per_txn):
+        t = time.perf_counter()
+        producer.begin_transaction()
+        for i in range(start, min(n, start + per_txn)):
+            producer.produce(topic, key=f"k{i % 64}".encode(), value=value)
+        producer.commit_transaction(30)
+        latencies.append(time.perf_counter() - t)
+    wall = time.perf_counter() - t0
+    return {"records": n, "per_txn": per_txn, "records_per_s": n / wall, "txn_latency_ms": dist_ms(latencies)}
+
+
+def phase_purchases(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="wt-bench-keymgr-"))
+    minter, owner = Account(), Account()
+    os.environ["WATCHTOWER_CBY_MINTER"] = minter.address  # inherited by the worker
+    os.environ.setdefault("WATCHTOWER_PROTOCOL_TREASURY", "0x" + "7e" * 32)
+    lk = LocalKafka(embedded_spec(tmp / "kafka"))
+    services: ServiceSet | None = None
+    client: CommandClient | None = None
+    try:
+        lk.up()
+        bootstrap, prefix = lk.spec.bootstrap, f"bench{uuid.uuid4().hex[:8]}"
+        ensure_topics(bootstrap, catalogue(prefix, partitions=args.partitions))
+        services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=free_ports(1)[0])
+        services.start_worker("w1")
+        services.start_projection("p1")
+        services.wait_ready()
+        client = CommandClient(bootstrap, prefix=prefix)
+        sender = Sender(client, attempt_timeout_s=120.0, give_up_s=600.0)
+        accounts = [Account() for _ in range(args.accounts)]
+        for account in [owner, *accounts]:
+            sender.ok(minter.mint(account.address, 10**12))
+        stream_id = f"bench-paid-{uuid.uuid4().hex[:8]}"
+        sender.ok(owner.sign("create_stream", stream_id, paid_stream_body(
+            owner, nacl.signing.SigningKey.generate(), fee=100, bps=250)))
+        first = key_epoch_at(int(time.time() * 1000), 3600) + 1
+        warm = owner.acquire(stream_id, first)  # also waits until the paid instance knows the stream
+        deadline = time.monotonic() + 120
+        while not (answer := sender.send(warm)).ok:
+            if answer.code != "NOT_PLATFORM_MANAGED_STREAM" or time.monotonic() > deadline:
+                raise RuntimeError(f"the warm-up purchase was refused: {answer.code}: {answer.message}")
+            time.sleep(0.2)
+        wall, latencies, refusals = buy_all(sender, accounts, stream_id, first + 1, args.purchases)
+        n = len(latencies)
+        raw_topic = f"{prefix}.bench.raw-txn"
+        ensure_topics(bootstrap, [TopicSpec("bench", raw_topic, args.partitions, 3_600_000)])
+        return {
+            "accounts": args.accounts, "purchases": n, "refused": refusals, "resends": sender.resends,
+            "purchases_per_s": n / wall, "latency_ms": dist_ms(latencies),
+            "raw_txn_per_record": raw_transactions(bootstrap, raw_topic, n, 1),
+            "raw_txn_batched": raw_transactions(bootstrap, raw_topic, n, args.raw_batch),
+            "events_topic": topic_name("events", prefix),
+        }
+    finally:
+        if client is not None:
+            client.close()
+        if services is not None:
+            services.stop()
+        lk.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_purchases(r: dict[str, Any]) -> None:
+    lat = r["latency_ms"]
+    print(f"purchases through the workers: {r['purchases']:,} by {r['accounts']} accounts "
+          f"({r['refused']} refused, {r['resends']} resends)")
+    print(f"  {'case':<34}{'per s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"  {'acquire_epoch_access (whole saga)':<34}{r['purchases_per_s']:>10,.0f}"
+          f"{lat['p50']:>9.1f}{lat['p99']:>9.1f}")
+    for key, label in (("raw_txn_per_record", "raw txn, 1 record each"), ("raw_txn_batched", "raw txn, batched")):
+        raw = r[key]
+        name = label if raw["per_txn"] == 1 else f"raw txn, {raw['per_txn']} records each"
+        print(f"  {name:<34}{raw['records_per_s']:>10,.0f}{raw['txn_latency_ms']['p50']:>9.1f}"
+              f"{raw['txn_latency_ms']['p99']:>9.1f}")
+    ratio = r["purchases_per_s"] / r["raw_txn_per_record"]["records_per_s"]
+    print(f"  purchases/s vs raw txn per record: {ratio:.2f}x")
+
+
 # ----------------------------------------------------------------------------- main
 def plot(report: dict[str, Any], path: str) -> None:
     import matplotlib
@@ -163,17 +306,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per crypto case")
     parser.add_argument("--batch", type=int, default=50, help="operations per timed batch")
     parser.add_argument("--size", type=int, default=MAX_EFFECTIVE_PLAINTEXT_BYTES, help="plaintext bytes")
+    parser.add_argument("--phases", default="crypto,purchases", help="comma-separated: crypto, purchases")
+    parser.add_argument("--accounts", type=int, default=32, help="purchasing accounts (the concurrency)")
+    parser.add_argument("--purchases", type=int, default=30, help="purchases per account")
+    parser.add_argument("--raw-batch", type=int, default=100, help="records per raw batched transaction")
+    parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--json", metavar="PATH", default="artifacts/bench_keymgr.json")
     parser.add_argument("--plot", metavar="PATH", help="write the MB/s bars as a PNG to PATH")
     args = parser.parse_args(argv)
     report: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
                               "cpus": os.cpu_count(), "loadavg": os.getloadavg()}
-    report["crypto"] = phase_crypto(args.seconds, args.batch, args.size)
-    print_crypto(report["crypto"])
+    phases = set(args.phases.split(","))
+    if "crypto" in phases:
+        report["crypto"] = phase_crypto(args.seconds, args.batch, args.size)
+        print_crypto(report["crypto"])
+    if "purchases" in phases:
+        report["purchases"] = phase_purchases(args)
+        print_purchases(report["purchases"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")
-    if args.plot:
+    if args.plot and "crypto" in report:
         plot(report, args.plot)
         print(f"wrote {args.plot}")
     return 0
