@@ -9,6 +9,7 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
   writes its health there; a file left by an earlier process is removed before the start);
 - a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set;
 - a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind;
+- the Stream Key Manager (`start_keymgr`) gets ``WATCHTOWER_KEYMGR_KEK_FILE`` and the same bind;
 - with `credentials` (a secure broker) every process gets ``WATCHTOWER_KAFKA_CREDENTIALS`` pointing
   at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`).
 """
@@ -32,6 +33,8 @@ from watchtower.local.errors import LocalStackError
 WORKER_MODULE = "watchtower.agents.worker_main"
 PROJECTION_MODULE = "watchtower.projections.main"
 GATEWAY_MODULE = "watchtower.gateway.main"
+KEYMGR_MODULE = "watchtower.keymgr.main"
+KEYMGR_NAME = "keymgr"
 LOOPBACK = "127.0.0.1"
 
 
@@ -66,6 +69,8 @@ class ServiceSet:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # HTTP base URL of every projection started, by process name.
     urls: dict[str, str] = field(default_factory=dict)
+    # The key manager's base URL once `start_keymgr` ran (not in `urls`: it has no projection health).
+    keymgr_url: str | None = None
 
     @property
     def api_url(self) -> str:
@@ -85,8 +90,9 @@ class ServiceSet:
             env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(self.credentials)
             env.pop("WATCHTOWER_KAFKA_PRINCIPAL", None)  # the file holds one principal
         with (self.log_dir / f"{name}.log").open("ab") as out:
-            self.procs[name] = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT,
-                                                start_new_session=True, env=env)
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
 
     def start_worker(self, worker_id: str) -> None:
         """A stream-actor worker (the single writer of the partitions it owns)."""
@@ -94,11 +100,13 @@ class ServiceSet:
         health = self.health_file(name)
         # A file left by an earlier process would describe a worker that no longer exists.
         health.unlink(missing_ok=True)
-        self._spawn(name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix],
-                    {"WATCHTOWER_HEALTH_FILE": str(health)})
+        self._spawn(
+            name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix], {"WATCHTOWER_HEALTH_FILE": str(health)}
+        )
 
-    def start_projection(self, worker_id: str, port: int | None = None, generation: int = 1, *,
-                         gateway: bool = True) -> None:
+    def start_projection(
+        self, worker_id: str, port: int | None = None, generation: int = 1, *, gateway: bool = True
+    ) -> None:
         """A projection worker serving the HTTP API on `port` (default: the stack's API port).
 
         A new `generation` starts from empty tables and rebuilds them from the log. With
@@ -120,6 +128,37 @@ class ServiceSet:
         self._spawn(name, [GATEWAY_MODULE, self.bootstrap, str(port), self.prefix], env)
         self.urls[name] = self.url_for(port)
         return self.urls[name]
+
+    def start_keymgr(self, port: int, kek_file: Path) -> str:
+        """The Stream Key Manager on `port` with the KEK in `kek_file` (0600); returns its URL."""
+        env = {"WATCHTOWER_KEYMGR_KEK_FILE": str(kek_file)}
+        if self.bind is not None:
+            env["WATCHTOWER_KEYMGR_BIND"] = self.bind
+        self._spawn(KEYMGR_NAME, [KEYMGR_MODULE, self.bootstrap, str(port), self.prefix], env)
+        self.keymgr_url = self.url_for(port)
+        return self.keymgr_url
+
+    def wait_keymgr(self, timeout_s: float = 120.0) -> None:
+        """Block until the key manager answers ``/healthz`` (it listens once it has read the log)."""
+        if self.keymgr_url is None:
+            raise LocalStackError("no key manager was started")
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            proc = self.procs.get(KEYMGR_NAME)
+            if proc is None or proc.poll() is not None:
+                code = None if proc is None else proc.returncode
+                raise LocalStackError(
+                    f"the key manager exited with code {code}; see {self.log_dir / (KEYMGR_NAME + '.log')}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.keymgr_url}/healthz", timeout=5) as resp:  # noqa: S310
+                    if json.loads(resp.read()).get("ok"):
+                        return
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = str(exc)
+            time.sleep(0.3)
+        raise LocalStackError(f"the key manager at {self.keymgr_url} did not answer in {timeout_s:.0f}s ({last})")
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
@@ -147,8 +186,9 @@ class ServiceSet:
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
-                    raise LocalStackError(f"{name} exited with code {proc.returncode}; see "
-                                          f"{self.log_dir / (name + '.log')}")
+                    raise LocalStackError(
+                        f"{name} exited with code {proc.returncode}; see {self.log_dir / (name + '.log')}"
+                    )
             try:
                 with urllib.request.urlopen(f"{url}/v1/health", timeout=5) as resp:  # noqa: S310
                     if json.loads(resp.read()).get("ready"):
@@ -157,8 +197,9 @@ class ServiceSet:
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = str(exc)
             time.sleep(0.3)
-        raise LocalStackError(f"the HTTP API at {url} did not become ready in {timeout_s:.0f}s "
-                              f"({last}); see the logs in {self.log_dir}")
+        raise LocalStackError(
+            f"the HTTP API at {url} did not become ready in {timeout_s:.0f}s ({last}); see the logs in {self.log_dir}"
+        )
 
     def stop(self, grace_s: float = 20.0) -> None:
         for proc in self.procs.values():

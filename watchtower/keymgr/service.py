@@ -1,0 +1,248 @@
+"""The Stream Key Manager's operations: signed requests in, CIP-7 checks, envelopes and sealed keys out.
+
+Every request is a `Command` signed by its caller with method stream_encrypt, stream_decrypt or
+fetch_epoch_keys, the stream id in its envelope, and a nonce from the caller's microsecond clock.
+`KeyManager.authenticate` checks, in order: the method, the signature, the nonce within
+`FRESHNESS_US` of this service's clock and above the caller's last accepted nonce
+(NONCE_REPLAYED otherwise). Last nonces live in memory: after a restart a request may be replayed
+within the freshness window, which repeats an idempotent read or encrypts the same plaintext
+again under a fresh actor_nonce, and never reveals anything the caller was not entitled to.
+
+Then each operation catches the events fold up to the broker's current end (`EventFollower.catch_up`)
+and decides against that state:
+
+- encrypt: the stream is PLATFORM_MANAGED (NOT_PLATFORM_MANAGED_STREAM), the caller is its owner or
+  its active publisher key (UNAUTHORIZED), the AAD names this stream and epoch (INVALID_ARGUMENT),
+  the plaintext fits (PAYLOAD_TOO_LARGE); then a fresh actor_nonce (`Vault`), the envelope, and
+  the receipt (`ciphertext_receipt`).
+- decrypt: `check_decrypt_access` for (stream, beneficiary, caller, epoch), then DECRYPTION_FAILED
+  for anything that does not open.
+- epoch keys: at most `MAX_EPOCHS` epochs, each passing `check_decrypt_access`; the content keys
+  sealed to the account's ACTIVE X25519 key (`sealing_key`: KEY_REVOKED, INVALID_ACCOUNT_KEY).
+
+Decrypt and key fetches are audited (`Audit`): who, which stream, which epochs; never key material
+or plaintext. Master seeds and content keys exist only in this process's memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol
+
+import cbor2
+
+from watchtower.keymgr.follower import EventFollower
+from watchtower.keymgr.kek import Kek
+from watchtower.keymgr.vault import Vault
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.ciphertext_receipt import envelope_hash, sign_receipt
+from watchtower.protocol.envelope import (
+    derive_content_key,
+    derive_nonce,
+    open_payload,
+    seal_payload,
+    wrap_epoch_key,
+)
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    NonceReplayedError,
+    NotPlatformManagedStreamError,
+    RangeTooLargeError,
+    StreamNotFoundError,
+    UnauthorizedError,
+)
+from watchtower.protocol.keymgr_access import check_decrypt_access, sealing_key
+from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.stream_reads import require_config, require_schedule
+from watchtower.protocol.validation import require_bytes, require_int
+
+FRESHNESS_US: Final = 5 * 60 * 1_000_000
+MAX_EPOCHS: Final = 1_024
+
+
+class Audit(Protocol):
+    def record(self, action: str, **fields: Any) -> None: ...
+
+
+def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
+    keys = set(cmd.body)
+    missing = required - keys
+    if missing:
+        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
+    unknown = keys - required - optional
+    if unknown:
+        raise InvalidArgumentError(
+            f"{cmd.method} does not take {', '.join(sorted(unknown))}; its fields are "
+            f"{', '.join(sorted(required | optional))}"
+        )
+    return cmd.body
+
+
+class KeyManager:
+    """The operations behind the HTTP routes (thread-safe; blocking)."""
+
+    def __init__(
+        self,
+        vault: Vault,
+        follower: EventFollower,
+        kek: Kek,
+        audit: Audit,
+        *,
+        clock_us: Callable[[], int] = lambda: time.time_ns() // 1_000,
+    ) -> None:
+        self.vault = vault
+        self.follower = follower
+        self._signer = kek.receipt_signing_key()
+        self.public_key = bytes(self._signer.verify_key)
+        self.audit = audit
+        self._clock_us = clock_us
+        self._last_nonce: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ authentication
+    def authenticate(self, payload: object, method: Method) -> Command:
+        """The request's signed command, checked (module docstring), else its spec error."""
+        if not isinstance(payload, Mapping) or set(payload) != {"command"}:
+            raise InvalidArgumentError('the request body is {"command": <a signed command>} and nothing else')
+        cmd = Command.from_dict(payload["command"])
+        if cmd.method != method:
+            raise InvalidArgumentError(f"this route takes a command signed for {method}, got {cmd.method}")
+        verify_command(cmd)
+        now = self._clock_us()
+        if abs(cmd.nonce - now) > FRESHNESS_US:
+            raise NonceReplayedError(
+                "the request's nonce is more than 5 minutes from the key manager's clock; sign it again with "
+                "the current time in microseconds as the nonce (and check the clock)",
+                details={"nonce": cmd.nonce, "server_time_us": now},
+            )
+        with self.follower.reading():  # the fold's lock doubles as the nonce table's
+            last = self._last_nonce.get(cmd.caller, 0)
+            if cmd.nonce <= last:
+                raise NonceReplayedError(
+                    f"nonce {cmd.nonce} is not above {last}, the last this caller used here; sign again with "
+                    "a fresh nonce",
+                    details={"last_nonce": last},
+                )
+            self._last_nonce[cmd.caller] = cmd.nonce
+        return cmd
+
+    # ------------------------------------------------------------------ encrypt
+    def encrypt(self, cmd: Command) -> dict[str, Any]:
+        body = _fields(cmd, frozenset({"key_epoch", "aad", "plaintext"}))
+        key_epoch = require_int(body["key_epoch"], "key_epoch")
+        aad = require_bytes(body["aad"], "aad")
+        plaintext = require_bytes(body["plaintext"], "plaintext")
+        _require_aad_for(aad, cmd.stream_id, key_epoch)
+        self.follower.catch_up()
+        with self.follower.reading():
+            state = self.follower.streams.get(cmd.stream_id)
+            if state is None or not state.created:
+                raise StreamNotFoundError(f"stream {cmd.stream_id!r} does not exist; create_stream it first")
+            if not require_config(state).is_paid:
+                raise NotPlatformManagedStreamError(
+                    f"stream {cmd.stream_id!r} is OPEN; only a PLATFORM_MANAGED stream is encrypted by the key manager"
+                )
+            publisher = require_schedule(state).current.public_key
+            if cmd.caller != state.owner and cmd.caller_public_key != publisher:
+                raise UnauthorizedError(
+                    f"only the owner of {cmd.stream_id!r} or its active publisher key may encrypt for it; sign "
+                    "the request with one of them"
+                )
+        seed = self.vault.seed_for(cmd.stream_id)
+        actor_nonce = self.vault.next_actor_nonce()
+        content_key = derive_content_key(seed, cmd.stream_id, key_epoch)
+        envelope = seal_payload(
+            content_key=content_key,
+            nonce=derive_nonce(content_key, cmd.stream_id, key_epoch, actor_nonce),
+            aad=aad,
+            plaintext=plaintext,
+        )
+        receipt = sign_receipt(
+            self._signer, stream_id=cmd.stream_id, key_epoch=key_epoch, payload_hash=envelope_hash(envelope)
+        )
+        return {
+            "envelope_hex": envelope.hex(),
+            "keymgr_receipt_hex": receipt.hex(),
+            "key_epoch": key_epoch,
+            "actor_nonce": actor_nonce,
+        }
+
+    # ------------------------------------------------------------------ decrypt
+    def decrypt(self, cmd: Command) -> dict[str, Any]:
+        body = _fields(cmd, frozenset({"beneficiary_account", "key_epoch", "aad", "envelope"}))
+        account = require_address(body["beneficiary_account"], "beneficiary_account")
+        key_epoch = require_int(body["key_epoch"], "key_epoch")
+        aad = require_bytes(body["aad"], "aad")
+        envelope = require_bytes(body["envelope"], "envelope")
+        self.follower.catch_up()
+        with self.follower.reading():
+            check_decrypt_access(
+                self.follower.keymgr,
+                stream_id=cmd.stream_id,
+                beneficiary_account=account,
+                actor=cmd.caller,
+                key_epoch=key_epoch,
+            )
+        seed = self.vault.seed_for(cmd.stream_id)
+        self.audit.record(
+            "stream_decrypt", stream_id=cmd.stream_id, caller=cmd.caller, account=account, key_epochs=[key_epoch]
+        )
+        plaintext = open_payload(
+            content_key=derive_content_key(seed, cmd.stream_id, key_epoch), aad=aad, envelope=envelope
+        )
+        return {"plaintext_hex": plaintext.hex()}
+
+    # ------------------------------------------------------------------ epoch keys
+    def epoch_keys(self, cmd: Command) -> dict[str, Any]:
+        body = _fields(cmd, frozenset({"account", "from_key_epoch", "to_key_epoch"}), frozenset({"account_key_id"}))
+        account = require_address(body["account"], "account")
+        first = require_int(body["from_key_epoch"], "from_key_epoch")
+        last = require_int(body["to_key_epoch"], "to_key_epoch")
+        if last < first:
+            raise InvalidArgumentError("to_key_epoch must be at least from_key_epoch")
+        if last - first + 1 > MAX_EPOCHS:
+            raise RangeTooLargeError(
+                f"at most {MAX_EPOCHS} epochs per call; ask for {first}..{first + MAX_EPOCHS - 1} first",
+                details={"max_epochs": MAX_EPOCHS},
+            )
+        key_id = body.get("account_key_id")
+        key_id = None if key_id is None else require_int(key_id, "account_key_id")
+        self.follower.catch_up()
+        with self.follower.reading():
+            view = self.follower.keymgr
+            for epoch in range(first, last + 1):
+                check_decrypt_access(
+                    view, stream_id=cmd.stream_id, beneficiary_account=account, actor=cmd.caller, key_epoch=epoch
+                )
+            key = sealing_key(view, account, key_id)
+        seed = self.vault.seed_for(cmd.stream_id)
+        self.audit.record(
+            "fetch_epoch_keys",
+            stream_id=cmd.stream_id,
+            caller=cmd.caller,
+            account=account,
+            key_epochs=[first, last],
+            account_key_id=key.account_key_id,
+        )
+        sealed = [
+            {
+                "key_epoch": epoch,
+                "sealed_key_hex": wrap_epoch_key(derive_content_key(seed, cmd.stream_id, epoch), key.public_key).hex(),
+            }
+            for epoch in range(first, last + 1)
+        ]
+        return {"account_key_id": key.account_key_id, "keys": sealed}
+
+
+def _require_aad_for(aad: bytes, stream_id: str, key_epoch: int) -> None:
+    """The AAD must be `envelope_aad` of this stream and epoch, or the receipt would vouch for a
+    ciphertext bound to another stream."""
+    try:
+        fields = cbor2.loads(aad)
+    except Exception:
+        fields = None
+    if not isinstance(fields, dict) or fields.get("stream_id") != stream_id or fields.get("key_epoch") != key_epoch:
+        raise InvalidArgumentError(
+            "aad must be envelope_aad(stream_id, sequence, key_epoch, kind, content_type) of this stream and key "
+            "epoch (deterministic CBOR)"
+        )

@@ -1,0 +1,179 @@
+"""The key manager's durable secrets on the compacted ``keymgr.state`` topic.
+
+Records (partition 0, JSON values, latest per key kept by compaction):
+
+- ``seed/<stream_id>`` → ``{"v": 1, "kek_id", "wrapped_hex"}``: the stream's 32-byte master seed,
+  wrapped under the KEK (`kek.Kek.wrap`, AAD = purpose "master_seed", the stream id, the KEK id).
+  The seed itself never reaches Kafka, a log or an exception.
+- ``actor-nonces`` → ``{"v": 1, "reserved_through": n}``: every actor_nonce ≤ n may have been
+  handed out. Before handing out any nonce above it, the vault commits a new reservation of
+  `block` more; a restarted instance starts above the last committed reservation, so no
+  actor_nonce is ever issued twice for any content key, across kill -9 too. (One counter for the
+  whole service: unique per content key follows, and a crash wastes at most one block.)
+
+Every write is a transaction of a producer with one fixed ``transactional.id`` per deployment:
+``init_transactions`` at start fences any older instance (its next write fails and it stops
+serving encryption), and the state is read *after* it, so the new instance sees everything the
+old one committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import threading
+from typing import Any, Final
+
+from confluent_kafka import KafkaException, Producer
+
+from watchtower.keymgr.kek import Kek, KekError
+from watchtower.protocol.errors import NotReadyError
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import read_committed
+
+log = logging.getLogger("watchtower.keymgr.vault")
+
+STATE_PARTITION: Final = 0
+SEED_PURPOSE: Final = "master_seed"
+SEED_BYTES: Final = 32
+NONCE_KEY: Final = "actor-nonces"
+DEFAULT_NONCE_BLOCK: Final = 1_000
+_TXN_TIMEOUT_S: Final = 30.0
+
+
+def transactional_id(prefix: str | None) -> str:
+    """The one writer id of a deployment's key manager (``wt-`` like every Watchtower id)."""
+    return f"wt-keymgr-{topic_name('keymgr-state', prefix)}"
+
+
+def seed_key(stream_id: str) -> str:
+    return f"seed/{stream_id}"
+
+
+class VaultFencedError(NotReadyError):
+    """Another key-manager instance took over the writer id; this one must stop encrypting."""
+
+
+class Vault:
+    """Wrapped master seeds and actor-nonce reservations; thread-safe."""
+
+    def __init__(self, bootstrap: str, prefix: str | None, kek: Kek, *, nonce_block: int = DEFAULT_NONCE_BLOCK) -> None:
+        self.topic = topic_name("keymgr-state", prefix)
+        self._bootstrap = bootstrap
+        self._kek = kek
+        self._block = nonce_block
+        self._lock = threading.Lock()
+        self._seeds: dict[str, bytes] = {}
+        self._next_nonce = 1
+        self._reserved_through = 0
+        self._fenced = False
+        self._producer = Producer(
+            kafka_config(
+                bootstrap,
+                **{
+                    "transactional.id": transactional_id(prefix),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "transaction.timeout.ms": 60_000,
+                    "log_level": 3,
+                },
+            )
+        )
+
+    # ------------------------------------------------------------------ start
+    def open(self) -> None:
+        """Fence older instances, load what they committed, and reserve the first nonce block."""
+        self._producer.init_transactions(_TXN_TIMEOUT_S)
+        reserved = 0
+        wrapped: dict[str, bytes] = {}
+        for record in read_committed(self._bootstrap, [self.topic], partition=STATE_PARTITION):
+            key = (record.key() or b"").decode("utf-8", "replace")
+            try:
+                value: dict[str, Any] = json.loads(record.value() or b"null") or {}
+                if key == NONCE_KEY:
+                    reserved = max(reserved, int(value["reserved_through"]))
+                elif key.startswith("seed/"):
+                    wrapped[key[len("seed/") :]] = bytes.fromhex(value["wrapped_hex"])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning(
+                    "quarantined %s[%d]@%d (%s): not a key-manager state record: %s",
+                    record.topic(),
+                    record.partition(),
+                    record.offset(),
+                    key,
+                    type(exc).__name__,
+                )
+        for stream_id, blob in wrapped.items():
+            # Opened at start so a wrong KEK is a clear start-up error, not a failed request later.
+            self._seeds[stream_id] = self._kek.unwrap(SEED_PURPOSE, stream_id, blob)
+        with self._lock:
+            self._reserved_through = reserved
+            self._next_nonce = reserved + 1
+            self._reserve_locked()
+        log.info("key-manager state loaded: %d stream seeds, actor nonces from %d", len(self._seeds), self._next_nonce)
+
+    def close(self) -> None:
+        self._producer.flush(5)
+
+    # ------------------------------------------------------------------ writes
+    def _write_locked(self, key: str, value: dict[str, Any]) -> None:
+        if self._fenced:
+            raise VaultFencedError("another key-manager instance took over; send the request to it")
+        try:
+            self._producer.begin_transaction()
+            self._producer.produce(
+                self.topic, key=key.encode(), value=json.dumps(value).encode(), partition=STATE_PARTITION
+            )
+            self._producer.commit_transaction(_TXN_TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.fatal() or "fenced" in error.str().lower():
+                self._fenced = True
+                log.error("key-manager writer fenced by a newer instance; encryption stops here")
+                raise VaultFencedError("another key-manager instance took over; send the request to it") from None
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(_TXN_TIMEOUT_S)
+            raise NotReadyError(f"the key manager could not persist its state ({error.name()}); retry") from None
+
+    def _reserve_locked(self) -> None:
+        target = max(self._reserved_through, self._next_nonce - 1) + self._block
+        self._write_locked(NONCE_KEY, {"v": 1, "reserved_through": target})
+        self._reserved_through = target
+
+    # ------------------------------------------------------------------ reads
+    def next_actor_nonce(self) -> int:
+        """A fresh actor_nonce, never issued before by any instance of this deployment."""
+        with self._lock:
+            if self._fenced:
+                raise VaultFencedError("another key-manager instance took over; send the request to it")
+            if self._next_nonce > self._reserved_through:
+                self._reserve_locked()
+            nonce = self._next_nonce
+            self._next_nonce += 1
+            return nonce
+
+    @property
+    def reserved_through(self) -> int:
+        return self._reserved_through
+
+    def existing_seed(self, stream_id: str) -> bytes | None:
+        """The stream's master seed if one was created (never creates one)."""
+        with self._lock:
+            return self._seeds.get(stream_id)
+
+    def seed_for(self, stream_id: str) -> bytes:
+        """The stream's master seed, created (and committed wrapped) on first need."""
+        with self._lock:
+            seed = self._seeds.get(stream_id)
+            if seed is None:
+                seed = secrets.token_bytes(SEED_BYTES)
+                blob = self._kek.wrap(SEED_PURPOSE, stream_id, seed)
+                self._write_locked(seed_key(stream_id), {"v": 1, "kek_id": self._kek.kek_id, "wrapped_hex": blob.hex()})
+                self._seeds[stream_id] = seed
+            return seed
+
+
+__all__ = ["KekError", "Vault", "VaultFencedError", "transactional_id"]
