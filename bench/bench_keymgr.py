@@ -1,6 +1,6 @@
 """Benchmark of paid feeds: stream_encrypt / stream_decrypt beside raw XChaCha20-Poly1305, in one run.
 
-    .venv/bin/python bench/bench_keymgr.py [--phases crypto,purchases] [--json PATH] [--plot PATH]
+    .venv/bin/python bench/bench_keymgr.py [--phases crypto,http,purchases] [--json PATH] [--plot PATH]
 
 Phase ``crypto`` (no broker): MB/s of plaintext at the largest payload a 16 KiB envelope carries
 (16,344 bytes: 16 KiB minus the 24-byte nonce and 16-byte tag), each case beside the floor:
@@ -17,8 +17,15 @@ Timing: batches of `--batch` operations, the cases alternated batch by batch so 
 machine load (this machine is shared); per-operation figures are batch time / batch size, with the
 median and p99 over batches, MB/s from the median, and each case's ratio to its raw floor.
 
-Phase ``purchases`` (an embedded KRaft broker, one worker and one projection as `watchtower up`
-starts them): `--accounts` funded accounts each buy `--purchases` successive epochs of one paid
+The live phases share one stack: an embedded KRaft broker, one worker, one projection and the
+key manager (as `watchtower up` starts them), a paid stream and a subscriber who bought two epochs.
+
+Phase ``http``: the same 16,344 B plaintext through the key-manager service, ``POST
+/v1/keymgr/encrypt`` signed by the stream owner and ``POST /v1/keymgr/decrypt`` signed by the
+entitled subscriber, one keep-alive connection each, one request at a time (signing, JSON, HTTP,
+the access checks and the crypto), alternated with raw AEAD calls: MB/s and the ratio to raw.
+
+Phase ``purchases``: `--accounts` funded accounts each buy `--purchases` successive epochs of one paid
 stream, one purchase in flight per account (an instance keeps only its caller's last nonce), so
 `--accounts` is the concurrency. Each purchase is the whole saga: the paid instance's decision,
 the payer's debit, both treasury credits and the settlement, answered to the caller. Reported:
@@ -32,6 +39,7 @@ The JSON result goes to ``--json`` (default ``artifacts/bench_keymgr.json``). A 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import os
@@ -41,7 +49,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +65,15 @@ from kafka_fixture import embedded_spec, free_ports
 from ledger_load import Account, Sender, paid_stream_body
 
 from watchtower.client.transport import CommandClient
+from watchtower.keymgr.kek import new_kek_text, read_kek_file
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol import envelope
 from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.constants import MAX_EFFECTIVE_PLAINTEXT_BYTES
+from watchtower.protocol.signed_command import sign_command
 from watchtower.topics.admin import ensure_topics
-from watchtower.topics.catalogue import TopicSpec, catalogue, topic_name
+from watchtower.topics.catalogue import TopicSpec, catalogue
 from watchtower.topics.connection import kafka_config
 
 STREAM_ID = "bench-paid-feed"
@@ -160,8 +172,8 @@ def phase_crypto(seconds: float, batch: int, size: int) -> dict[str, Any]:
     return {"plaintext_bytes": size, "cases": out}
 
 
-def print_crypto(res: dict[str, Any]) -> None:
-    print(f"crypto, {res['plaintext_bytes']:,} B plaintext per operation")
+def print_crypto(res: dict[str, Any], where: str = "in process") -> None:
+    print(f"crypto {where}, {res['plaintext_bytes']:,} B plaintext per operation")
     print(f"  {'case':<20}{'median µs':>11}{'p99 µs':>10}{'MB/s':>10}{'vs raw':>9}")
     for name, r in res["cases"].items():
         print(f"  {name:<20}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.2f}x")
@@ -216,10 +228,31 @@ def raw_transactions(bootstrap: str, topic: str, n: int, per_txn: int, size: int
     return {"records": n, "per_txn": per_txn, "records_per_s": n / wall, "txn_latency_ms": dist_ms(latencies)}
 
 
-def phase_purchases(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class Running:
+    """The stack the live phases share: broker, worker, projection and key manager."""
+
+    bootstrap: str
+    prefix: str
+    services: ServiceSet
+    sender: Sender
+    owner: Account
+    subscriber: Account  # bought epochs `epoch` .. `epoch + 1` of `stream_id`
+    stream_id: str
+    epoch: int
+
+
+@contextmanager
+def running_stack(args: argparse.Namespace) -> Iterator[Running]:
+    """Start everything `watchtower up` starts, fund the owner, create a paid stream and make one
+    purchase (which also waits until the paid instance has heard of the stream)."""
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-keymgr-"))
-    minter, owner = Account(), Account()
+    minter, owner, subscriber = Account(), Account(), Account()
+    kek_file = tmp / "kek.key"
+    kek_file.write_text(new_kek_text())
+    kek_file.chmod(0o600)
     os.environ["WATCHTOWER_CBY_MINTER"] = minter.address  # inherited by the worker
+    os.environ["WATCHTOWER_KEYMGR_PUBLIC_KEY"] = read_kek_file(kek_file).receipt_public_key().hex()
     os.environ.setdefault("WATCHTOWER_PROTOCOL_TREASURY", "0x" + "7e" * 32)
     lk = LocalKafka(embedded_spec(tmp / "kafka"))
     services: ServiceSet | None = None
@@ -231,33 +264,23 @@ def phase_purchases(args: argparse.Namespace) -> dict[str, Any]:
         services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=free_ports(1)[0])
         services.start_worker("w1")
         services.start_projection("p1")
+        services.start_keymgr(free_ports(1)[0], kek_file)
         services.wait_ready()
+        services.wait_keymgr()
         client = CommandClient(bootstrap, prefix=prefix)
         sender = Sender(client, attempt_timeout_s=120.0, give_up_s=600.0)
-        accounts = [Account() for _ in range(args.accounts)]
-        for account in [owner, *accounts]:
+        for account in (owner, subscriber):
             sender.ok(minter.mint(account.address, 10**12))
         stream_id = f"bench-paid-{uuid.uuid4().hex[:8]}"
-        sender.ok(owner.sign("create_stream", stream_id, paid_stream_body(
-            owner, nacl.signing.SigningKey.generate(), fee=100, bps=250)))
-        first = key_epoch_at(int(time.time() * 1000), 3600) + 1
-        warm = owner.acquire(stream_id, first)  # also waits until the paid instance knows the stream
+        sender.ok(owner.sign("create_stream", stream_id, paid_stream_body(owner, owner.key, fee=100, bps=250)))
+        epoch = key_epoch_at(int(time.time() * 1000), 3600)
+        warm = subscriber.acquire(stream_id, epoch + 1)
         deadline = time.monotonic() + 120
         while not (answer := sender.send(warm)).ok:
             if answer.code != "NOT_PLATFORM_MANAGED_STREAM" or time.monotonic() > deadline:
                 raise RuntimeError(f"the warm-up purchase was refused: {answer.code}: {answer.message}")
             time.sleep(0.2)
-        wall, latencies, refusals = buy_all(sender, accounts, stream_id, first + 1, args.purchases)
-        n = len(latencies)
-        raw_topic = f"{prefix}.bench.raw-txn"
-        ensure_topics(bootstrap, [TopicSpec("bench", raw_topic, args.partitions, 3_600_000)])
-        return {
-            "accounts": args.accounts, "purchases": n, "refused": refusals, "resends": sender.resends,
-            "purchases_per_s": n / wall, "latency_ms": dist_ms(latencies),
-            "raw_txn_per_record": raw_transactions(bootstrap, raw_topic, n, 1),
-            "raw_txn_batched": raw_transactions(bootstrap, raw_topic, n, args.raw_batch),
-            "events_topic": topic_name("events", prefix),
-        }
+        yield Running(bootstrap, prefix, services, sender, owner, subscriber, stream_id, epoch)
     finally:
         if client is not None:
             client.close()
@@ -265,6 +288,81 @@ def phase_purchases(args: argparse.Namespace) -> dict[str, Any]:
             services.stop()
         lk.down()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def phase_purchases(run: Running, args: argparse.Namespace) -> dict[str, Any]:
+    accounts = [Account() for _ in range(args.accounts)]
+    for account in accounts:  # the owner holds 10**12 CBY: it funds the buyers by transfer
+        run.sender.ok(run.owner.transfer(account.address, 10**9))
+    wall, latencies, refusals = buy_all(run.sender, accounts, run.stream_id, run.epoch + 2, args.purchases)
+    n = len(latencies)
+    raw_topic = f"{run.prefix}.bench.raw-txn"
+    ensure_topics(run.bootstrap, [TopicSpec("bench", raw_topic, args.partitions, 3_600_000)])
+    return {
+        "accounts": args.accounts, "purchases": n, "refused": refusals, "resends": run.sender.resends,
+        "purchases_per_s": n / wall, "latency_ms": dist_ms(latencies),
+        "raw_txn_per_record": raw_transactions(run.bootstrap, raw_topic, n, 1),
+        "raw_txn_batched": raw_transactions(run.bootstrap, raw_topic, n, args.raw_batch),
+    }
+
+
+# ----------------------------------------------------------------------------- phase: keymgr HTTP
+class KeymgrHttp:
+    """Signed requests to the key manager over one keep-alive connection."""
+
+    def __init__(self, url: str, account: Account) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        self.account, self.last = account, 0
+
+    def post(self, route: str, method: str, stream_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.last = max(self.last + 1, time.time_ns() // 1_000)  # the service wants clock nonces
+        cmd = sign_command(self.account.key, method, stream_id, self.last, body)
+        self.conn.request("POST", f"/v1/keymgr/{route}", json.dumps({"command": cmd.to_dict()}),
+                          {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        reply = json.loads(resp.read())
+        if resp.status != 200:
+            raise RuntimeError(f"{route}: {resp.status} {reply}")
+        return dict(reply)
+
+
+def phase_http(run: Running, args: argparse.Namespace) -> dict[str, Any]:
+    """stream_encrypt by the owner and stream_decrypt by the entitled subscriber through the
+    service, at `--size` bytes, alternated request by request, beside raw AEAD timed in between."""
+    assert run.services.keymgr_url is not None
+    sid, epoch = run.stream_id, run.epoch + 1
+    aad = envelope.envelope_aad(stream_id=sid, sequence=1, key_epoch=epoch, kind=KIND, content_type=CONTENT_TYPE)
+    plaintext = os.urandom(args.size)
+    enc, dec = KeymgrHttp(run.services.keymgr_url, run.owner), KeymgrHttp(run.services.keymgr_url, run.subscriber)
+    sealed = bytes.fromhex(enc.post("encrypt", "stream_encrypt", sid, {"key_epoch": epoch, "aad": aad,
+                                                                        "plaintext": plaintext})["envelope_hex"])
+    key, nonce = os.urandom(32), os.urandom(24)
+    raw_ct = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, aad, nonce, key)
+
+    def decrypt() -> object:
+        opened = dec.post("decrypt", "stream_decrypt", sid, {"beneficiary_account": run.subscriber.address,
+                                                             "key_epoch": epoch, "aad": aad, "envelope": sealed})
+        assert bytes.fromhex(opened["plaintext_hex"]) == plaintext
+        return opened
+
+    cases: dict[str, Callable[[], object]] = {
+        "raw aead encrypt": lambda: nacl.bindings.crypto_aead_xchacha20poly1305_ietf_encrypt(
+            plaintext, aad, nonce, key),
+        "http stream_encrypt": lambda: enc.post("encrypt", "stream_encrypt", sid,
+                                                {"key_epoch": epoch, "aad": aad, "plaintext": plaintext}),
+        "raw aead decrypt": lambda: nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(raw_ct, aad, nonce, key),
+        "http stream_decrypt": decrypt,
+    }
+    samples = alternate(cases, args.http_seconds, 1)
+    out = {name: summarize(per_op, args.size) for name, per_op in samples.items()}
+    for name in ("http stream_encrypt", "http stream_decrypt"):
+        floor = name.replace("http stream_", "raw aead ")
+        out[name]["vs_raw"] = out[name]["mb_per_s"] / out[floor]["mb_per_s"]
+        out[name]["raw"] = floor  # type: ignore[assignment]
+    for name in ("raw aead encrypt", "raw aead decrypt"):
+        out[name]["vs_raw"] = 1.0
+    return {"plaintext_bytes": args.size, "cases": out}
 
 
 def print_purchases(r: dict[str, Any]) -> None:
@@ -306,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per crypto case")
     parser.add_argument("--batch", type=int, default=50, help="operations per timed batch")
     parser.add_argument("--size", type=int, default=MAX_EFFECTIVE_PLAINTEXT_BYTES, help="plaintext bytes")
-    parser.add_argument("--phases", default="crypto,purchases", help="comma-separated: crypto, purchases")
+    parser.add_argument("--phases", default="crypto,http,purchases", help="comma-separated: crypto, http, purchases")
+    parser.add_argument("--http-seconds", type=float, default=5.0, help="seconds per HTTP case")
     parser.add_argument("--accounts", type=int, default=32, help="purchasing accounts (the concurrency)")
     parser.add_argument("--purchases", type=int, default=30, help="purchases per account")
     parser.add_argument("--raw-batch", type=int, default=100, help="records per raw batched transaction")
@@ -320,9 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     if "crypto" in phases:
         report["crypto"] = phase_crypto(args.seconds, args.batch, args.size)
         print_crypto(report["crypto"])
-    if "purchases" in phases:
-        report["purchases"] = phase_purchases(args)
-        print_purchases(report["purchases"])
+    if phases & {"http", "purchases"}:
+        with running_stack(args) as run:
+            if "http" in phases:
+                report["http"] = phase_http(run, args)
+                print_crypto(report["http"], "through the key-manager service (HTTP, signed requests)")
+            if "purchases" in phases:
+                report["purchases"] = phase_purchases(run, args)
+                print_purchases(report["purchases"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")
