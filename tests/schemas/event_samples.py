@@ -62,4 +62,39 @@ def one_of_each() -> list[Event]:
                                   "announced_by": OWNER}),
         event("FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": OWNER, "name": "n", "description": ""},
               stream_id=REGISTRY_KEY, nonce=1),
+        *keymgr_events(),
+    ]
+
+
+ACCT = "acct:" + OWNER
+PAID = "paid:" + SID
+PURCHASE = {"purchase_id": "ab" * 32, "stream_id": SID, "beneficiary_account": OTHER, "payer_account": OWNER,
+            "from_key_epoch": 3, "to_key_epoch": 5, "epochs_charged": 3, "publisher_amount_cby": 300,
+            "protocol_fee_cby": 7, "total_amount_cby": 307}
+
+
+def keymgr_events() -> list[Event]:
+    """One event of each Stream Key Manager type, on its instance key."""
+    movement = {"account": OWNER, "amount_cby": 2**63 - 1, "ref": "cd" * 32, "counterparty": OTHER}
+    paid = {"fee_per_key_epoch_cby": 100, "protocol_fee_bps": 250, "publisher_treasury": OWNER,
+            "protocol_treasury": OTHER, "key_epoch_blocks": 600, "content_cipher": "XCHACHA20_POLY1305",
+            "key_scope": "ACCOUNT", "min_purchase_epochs": 1}
+    return [
+        event("AccountKeyRegistered", {"account": OWNER, "account_key_id": 1, "scheme": "X25519",
+                                       "public_key": b"\x05" * 32}, stream_id=ACCT),
+        event("AccountKeyRevoked", {"account": OWNER, "account_key_id": 1}, stream_id=ACCT),
+        event("ActorAuthorizationGranted", {"account": OWNER, "actor": OTHER, "stream_id": SID, "scope": "DECRYPT"},
+              stream_id=ACCT),
+        event("ActorAuthorizationRevoked", {"account": OWNER, "actor": OTHER, "stream_id": SID}, stream_id=ACCT),
+        event("CbyCredited", {**movement, "reason": "publisher_revenue"}, stream_id=ACCT),
+        event("CbyDebited", {**movement, "reason": "purchase"}, stream_id=ACCT),
+        event("CbyMinted", {"to": OTHER, "amount_cby": 10, "total_supply_cby": 2**63 - 1}, stream_id="cby:supply"),
+        event("CbyBurned", {"account": OWNER, "amount_cby": 10, "total_supply_cby": 0}, stream_id="cby:supply"),
+        event("PaidStreamRegistered", {"stream_id": SID, "owner": OWNER, "paid_stream_config": paid}, stream_id=PAID),
+        event("EpochAccessRequested", PURCHASE, stream_id=PAID, reply={}),
+        event("EpochAccessPurchased", PURCHASE, stream_id=PAID),
+        event("EpochAccessIdempotent", {"stream_id": SID, "beneficiary_account": OTHER, "target_key_epoch": 4,
+                                        "active_until_key_epoch": 5}, stream_id=PAID),
+        event("EpochAccessFailed", {"purchase_id": "ab" * 32, "stream_id": SID, "beneficiary_account": OTHER,
+                                    "code": "INSUFFICIENT_CBY_BALANCE", "message": "fund it"}, stream_id=PAID),
     ]

@@ -29,6 +29,19 @@ EVENTS = {
     "AllowlistChanged",
     "KeyEpochRotated",
     "FeedRegistered",
+    "AccountKeyRegistered",
+    "AccountKeyRevoked",
+    "ActorAuthorizationGranted",
+    "ActorAuthorizationRevoked",
+    "CbyCredited",
+    "CbyDebited",
+    "CbyMinted",
+    "CbyBurned",
+    "PaidStreamRegistered",
+    "EpochAccessRequested",
+    "EpochAccessPurchased",
+    "EpochAccessIdempotent",
+    "EpochAccessFailed",
 }
 ORIGIN = {"aggregate_id": "s", "caller": "0x" + "ab" * 32, "nonce": 3, "digest": b"\x01" * 32, "reply_json": "{}"}
 POLICY = {"stream_id": "s", "policy": "PUBLIC", "block_height": 9, "caused_by": ORIGIN}

@@ -16,6 +16,7 @@ from event_samples import SID, one_of_each
 import watchtower.schemas
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import SchemaMismatchError
+from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.stream_state import EVENT_TYPES, MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.catalog import CATALOG, SchemaKind
@@ -56,6 +57,9 @@ def assert_record_matches_class(record: dict[str, Any], cls: type, owner: str) -
             assert avro["name"] == "StreamConfig"
             assert [f["name"] for f in avro["fields"]] == list(stream_config_to_record(
                 StreamConfig.from_dict(one_of_each()[0].body["config"])))
+        elif hint is PaidStreamConfig:
+            assert avro["name"] == "PaidStreamConfig"
+            assert [f["name"] for f in avro["fields"]] == [f.name for f in dataclasses.fields(PaidStreamConfig)]
         elif (owner, name) in AVRO_INTS:
             assert (hint, avro) == (int, "int")
         else:

@@ -49,7 +49,10 @@ MAX_BODY_DEPTH: Final = 32
 
 
 class Method(StrEnum):
-    """The StreamActor methods a signed command may name (CIP-7 "Actor Interface", plus creation)."""
+    """The methods a signed command may name: the StreamActor's (CIP-7 "Actor Interface", plus
+    creation and renew_subscription), the Stream Key Manager's ledger and account methods (decided by
+    the account, paid-stream and supply aggregates, `protocol.ledger`), and three request
+    signatures the key-manager service checks itself (never sent to Kafka)."""
 
     CREATE_STREAM = "create_stream"
     PUBLISH = "publish"
@@ -60,6 +63,20 @@ class Method(StrEnum):
     ALLOWLIST_ADD = "allowlist_add"
     ALLOWLIST_REMOVE = "allowlist_remove"
     ANNOUNCE_KEY_EPOCH = "announce_key_epoch"
+    RENEW_SUBSCRIPTION = "renew_subscription"
+    # Stream Key Manager: account keys, actor authorizations, CBY, epoch access.
+    REGISTER_ACCOUNT_KEY = "register_account_key"
+    REVOKE_ACCOUNT_KEY = "revoke_account_key"
+    AUTHORIZE_ACTOR = "authorize_actor"
+    REVOKE_ACTOR = "revoke_actor"
+    TRANSFER_CBY = "transfer_cby"
+    MINT_CBY = "mint_cby"
+    BURN_CBY = "burn_cby"
+    ACQUIRE_EPOCH_ACCESS = "acquire_epoch_access"
+    # Signed requests to the key-manager service's HTTP API; never on a Kafka topic.
+    STREAM_ENCRYPT = "stream_encrypt"
+    STREAM_DECRYPT = "stream_decrypt"
+    FETCH_EPOCH_KEYS = "fetch_epoch_keys"
 
 
 METHODS: Final = frozenset(m.value for m in Method)

@@ -30,6 +30,7 @@ not record. Everything here is pure: no I/O, no clock (block heights are argumen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
@@ -43,6 +44,8 @@ from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
+    NotPlatformManagedStreamError,
+    PaymentRequiredError,
     StaleSequenceError,
     StreamAlreadyExistsError,
     StreamNotFoundError,
@@ -148,7 +151,12 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
             )
     elif not state.created:
         raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
-    event_type, body, reply = _HANDLERS[cmd.method](state, cmd, _Context(height, deployment))
+    if cmd.method == Method.RENEW_SUBSCRIPTION:
+        return _renew_subscription(state, cmd, height, digest)
+    handler = _HANDLERS.get(cmd.method)
+    if handler is None:  # a key-manager method: the host routes those to their own aggregates
+        raise InvalidArgumentError(f"{cmd.method} is not a stream method; it is sent to the key manager")
+    event_type, body, reply = handler(state, cmd, _Context(height, deployment))
     event = Event(
         type=event_type,
         stream_id=state.stream_id,
@@ -479,6 +487,42 @@ def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Out
         "announced_by": cmd.caller,
     }
     return KEY_EPOCH_ROTATED, event, {"key_epoch": key_epoch, "effective_block_height": ctx.block_height}
+
+
+_RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
+
+
+def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: bytes) -> Decision:
+    """Body: target_key_epoch, and optional beneficiary_account, payer_account, account_key_id.
+
+    CIP-7 order: NOT_PLATFORM_MANAGED_STREAM for an OPEN stream; PAYMENT_REQUIRED when the caller
+    has no ACTIVE subscription to renew. An account_key_id that differs from the subscription's is
+    recorded as its new hint (SubscriberUpdated). The purchase itself is decided by the stream's
+    paid instance (`paid_stream`), to which the host forwards this signed command; that instance
+    answers the caller, so the reply here is only what this stream recorded.
+    """
+    config = _config(state)
+    if not config.is_paid:
+        raise NotPlatformManagedStreamError(
+            f"stream {state.stream_id!r} is OPEN: there is no subscription to pay for; subscribe and read it"
+        )
+    body = _fields(cmd, frozenset({"target_key_epoch"}), _RENEW_OPTIONAL)
+    require_int(body["target_key_epoch"], "target_key_epoch")
+    existing = state.subscriptions.get(cmd.caller)
+    if existing is None or existing.status is not SubscriptionStatus.ACTIVE:
+        raise PaymentRequiredError(
+            f"{cmd.caller} has no ACTIVE subscription to stream {state.stream_id!r} to renew; subscribe first, "
+            "or buy access with acquire_epoch_access"
+        )
+    key_id = body.get("account_key_id")
+    hint = existing.account_key_id if key_id is None else require_int(key_id, "account_key_id", minimum=1)
+    reply: dict[str, Any] = {"subscriber": cmd.caller, "account_key_id": hint, "renewal": "forwarded"}
+    if hint == existing.account_key_id:
+        return Decision((), reply)
+    sub = dataclasses.replace(existing, account_key_id=hint)
+    event = Event(type=SUBSCRIBER_UPDATED, stream_id=state.stream_id, block_height=height, caller=cmd.caller,
+                  nonce=cmd.nonce, digest=digest, reply=reply, body={"stream_id": state.stream_id, **sub.to_dict()})
+    return Decision((event,), reply)
 
 
 _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcome]]] = {

@@ -208,6 +208,36 @@ KEY_EPOCH_ROTATED: Final = "KeyEpochRotated"
 FEED_REGISTERED: Final = "FeedRegistered"
 """The registry's event (see `registry`); it lives on the registry key, never on a stream."""
 
+# The Stream Key Manager's events (`protocol.ledger`): each lives on its instance key
+# (``acct:<address>``, ``paid:<stream_id>``, ``cby:supply``), never on a stream.
+ACCOUNT_KEY_REGISTERED: Final = "AccountKeyRegistered"
+ACCOUNT_KEY_REVOKED: Final = "AccountKeyRevoked"
+ACTOR_AUTHORIZATION_GRANTED: Final = "ActorAuthorizationGranted"
+ACTOR_AUTHORIZATION_REVOKED: Final = "ActorAuthorizationRevoked"
+CBY_CREDITED: Final = "CbyCredited"
+CBY_DEBITED: Final = "CbyDebited"
+CBY_MINTED: Final = "CbyMinted"
+CBY_BURNED: Final = "CbyBurned"
+PAID_STREAM_REGISTERED: Final = "PaidStreamRegistered"
+EPOCH_ACCESS_REQUESTED: Final = "EpochAccessRequested"
+EPOCH_ACCESS_PURCHASED: Final = "EpochAccessPurchased"
+EPOCH_ACCESS_IDEMPOTENT: Final = "EpochAccessIdempotent"
+EPOCH_ACCESS_FAILED: Final = "EpochAccessFailed"
+
+PURCHASE_FIELDS: Final = (
+    "purchase_id",
+    "stream_id",
+    "beneficiary_account",
+    "payer_account",
+    "from_key_epoch",
+    "to_key_epoch",
+    "epochs_charged",
+    "publisher_amount_cby",
+    "protocol_fee_cby",
+    "total_amount_cby",
+)
+"""The body of EpochAccessRequested and EpochAccessPurchased: the CIP-7 receipt fields plus its id."""
+
 MESSAGE_CIP7_FIELDS: Final = (
     "stream_id",
     "version",
@@ -253,10 +283,38 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
     KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
     FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
+    ACCOUNT_KEY_REGISTERED: frozenset({"account", "account_key_id", "scheme", "public_key"}),
+    ACCOUNT_KEY_REVOKED: frozenset({"account", "account_key_id"}),
+    ACTOR_AUTHORIZATION_GRANTED: frozenset({"account", "actor", "stream_id", "scope"}),
+    ACTOR_AUTHORIZATION_REVOKED: frozenset({"account", "actor", "stream_id"}),
+    CBY_CREDITED: frozenset({"account", "amount_cby", "reason", "ref", "counterparty"}),
+    CBY_DEBITED: frozenset({"account", "amount_cby", "reason", "ref", "counterparty"}),
+    CBY_MINTED: frozenset({"to", "amount_cby", "total_supply_cby"}),
+    CBY_BURNED: frozenset({"account", "amount_cby", "total_supply_cby"}),
+    PAID_STREAM_REGISTERED: frozenset({"stream_id", "owner", "paid_stream_config"}),
+    EPOCH_ACCESS_REQUESTED: frozenset(PURCHASE_FIELDS),
+    EPOCH_ACCESS_PURCHASED: frozenset(PURCHASE_FIELDS),
+    EPOCH_ACCESS_IDEMPOTENT: frozenset(
+        {"stream_id", "beneficiary_account", "target_key_epoch", "active_until_key_epoch"}
+    ),
+    EPOCH_ACCESS_FAILED: frozenset({"purchase_id", "stream_id", "beneficiary_account", "code", "message"}),
 }
 """The exact body keys of each event type."""
 
 EVENT_TYPES: Final = frozenset(EVENT_BODY_FIELDS)
+
+STREAM_EVENT_TYPES: Final = frozenset(
+    {
+        STREAM_CREATED,
+        STREAM_MESSAGE_PUBLISHED,
+        SUBSCRIBER_UPDATED,
+        PUBLISHER_KEY_ROTATED,
+        SUBSCRIPTION_POLICY_CHANGED,
+        ALLOWLIST_CHANGED,
+        KEY_EPOCH_ROTATED,
+    }
+)
+"""The events a stream's own log holds (the stream actor folds exactly these)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import BYTES_TAG
 from watchtower.protocol.stream_state import Event
 from watchtower.schemas.codec import register_upcaster
@@ -165,6 +166,184 @@ class FeedRegisteredV1:
     caused_by: EventOrigin
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountKeyRegisteredV1:
+    """CIP-7 AccountKeyRegistered: an account registered an X25519 key (on ``acct:<account>``)."""
+
+    TYPE: ClassVar[str] = "AccountKeyRegistered"
+    account: str
+    account_key_id: int
+    scheme: str
+    public_key: bytes
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountKeyRevokedV1:
+    """CIP-7 AccountKeyRevoked."""
+
+    TYPE: ClassVar[str] = "AccountKeyRevoked"
+    account: str
+    account_key_id: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActorAuthorizationGrantedV1:
+    """CIP-7 ActorAuthorizationGranted (scope DECRYPT)."""
+
+    TYPE: ClassVar[str] = "ActorAuthorizationGranted"
+    account: str
+    actor: str
+    stream_id: str
+    scope: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActorAuthorizationRevokedV1:
+    """CIP-7 ActorAuthorizationRevoked."""
+
+    TYPE: ClassVar[str] = "ActorAuthorizationRevoked"
+    account: str
+    actor: str
+    stream_id: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CbyCreditedV1:
+    """CBY credited to an account (mint, transfer, publisher_revenue or protocol_fee)."""
+
+    TYPE: ClassVar[str] = "CbyCredited"
+    account: str
+    amount_cby: int
+    reason: str
+    ref: str
+    counterparty: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CbyDebitedV1:
+    """CBY debited from an account (transfer, purchase or burn)."""
+
+    TYPE: ClassVar[str] = "CbyDebited"
+    account: str
+    amount_cby: int
+    reason: str
+    ref: str
+    counterparty: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CbyMintedV1:
+    """The genesis minter minted CBY (on ``cby:supply``)."""
+
+    TYPE: ClassVar[str] = "CbyMinted"
+    to: str
+    amount_cby: int
+    total_supply_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CbyBurnedV1:
+    """An account burned CBY (on ``cby:supply``)."""
+
+    TYPE: ClassVar[str] = "CbyBurned"
+    account: str
+    amount_cby: int
+    total_supply_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PaidStreamRegisteredV1:
+    """A PLATFORM_MANAGED stream registered with the key manager (on ``paid:<stream_id>``)."""
+
+    TYPE: ClassVar[str] = "PaidStreamRegistered"
+    stream_id: str
+    owner: str
+    paid_stream_config: PaidStreamConfig
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochAccessRequestedV1:
+    """A priced purchase sent to the payer's account (in flight until settled)."""
+
+    TYPE: ClassVar[str] = "EpochAccessRequested"
+    purchase_id: str
+    stream_id: str
+    beneficiary_account: str
+    payer_account: str
+    from_key_epoch: int
+    to_key_epoch: int
+    epochs_charged: int
+    publisher_amount_cby: int
+    protocol_fee_cby: int
+    total_amount_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochAccessPurchasedV1:
+    """CIP-7 EpochAccessPurchased (the receipt's fields and the purchase id)."""
+
+    TYPE: ClassVar[str] = "EpochAccessPurchased"
+    purchase_id: str
+    stream_id: str
+    beneficiary_account: str
+    payer_account: str
+    from_key_epoch: int
+    to_key_epoch: int
+    epochs_charged: int
+    publisher_amount_cby: int
+    protocol_fee_cby: int
+    total_amount_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochAccessIdempotentV1:
+    """CIP-7 EpochAccessIdempotent: already covered, nothing charged."""
+
+    TYPE: ClassVar[str] = "EpochAccessIdempotent"
+    stream_id: str
+    beneficiary_account: str
+    target_key_epoch: int
+    active_until_key_epoch: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochAccessFailedV1:
+    """A purchase the payer's account refused (nothing charged)."""
+
+    TYPE: ClassVar[str] = "EpochAccessFailed"
+    purchase_id: str
+    stream_id: str
+    beneficiary_account: str
+    code: str
+    message: str
+    block_height: int
+    caused_by: EventOrigin
+
+
 TypedEvent = (
     StreamCreatedV2
     | StreamMessagePublishedV1
@@ -174,6 +353,19 @@ TypedEvent = (
     | AllowlistChangedV1
     | KeyEpochRotatedV1
     | FeedRegisteredV1
+    | AccountKeyRegisteredV1
+    | AccountKeyRevokedV1
+    | ActorAuthorizationGrantedV1
+    | ActorAuthorizationRevokedV1
+    | CbyCreditedV1
+    | CbyDebitedV1
+    | CbyMintedV1
+    | CbyBurnedV1
+    | PaidStreamRegisteredV1
+    | EpochAccessRequestedV1
+    | EpochAccessPurchasedV1
+    | EpochAccessIdempotentV1
+    | EpochAccessFailedV1
 )
 
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
@@ -187,6 +379,19 @@ EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
         AllowlistChangedV1,
         KeyEpochRotatedV1,
         FeedRegisteredV1,
+        AccountKeyRegisteredV1,
+        AccountKeyRevokedV1,
+        ActorAuthorizationGrantedV1,
+        ActorAuthorizationRevokedV1,
+        CbyCreditedV1,
+        CbyDebitedV1,
+        CbyMintedV1,
+        CbyBurnedV1,
+        PaidStreamRegisteredV1,
+        EpochAccessRequestedV1,
+        EpochAccessPurchasedV1,
+        EpochAccessIdempotentV1,
+        EpochAccessFailedV1,
     )
 }
 """The latest typed class of each event type, by type name (= Avro record name)."""
@@ -214,6 +419,9 @@ def from_event(event: Event) -> TypedEvent:
     origin = EventOrigin(event.stream_id, event.caller, event.nonce, event.digest, _reply_json(event.reply))
     if cls is StreamCreatedV2:
         return StreamCreatedV2(StreamConfig.from_dict(body["config"]), body["command"], event.block_height, origin)
+    if cls is PaidStreamRegisteredV1:
+        config = PaidStreamConfig.from_dict(body["paid_stream_config"])
+        return PaidStreamRegisteredV1(body["stream_id"], body["owner"], config, event.block_height, origin)
     values = [body[name] for name in BODY_FIELDS[cls.TYPE]]
     return cls(*values, event.block_height, origin)  # type: ignore[call-arg]
 
@@ -223,6 +431,9 @@ def to_event(typed: TypedEvent) -> Event:
     origin = typed.caused_by
     if isinstance(typed, StreamCreatedV2):
         body: dict[str, Any] = {"config": typed.config.to_dict(), "command": typed.command}
+    elif isinstance(typed, PaidStreamRegisteredV1):
+        body = {"stream_id": typed.stream_id, "owner": typed.owner,
+                "paid_stream_config": typed.paid_stream_config.to_dict()}
     else:
         body = {name: getattr(typed, name) for name in BODY_FIELDS[typed.TYPE]}
     return Event(
@@ -262,7 +473,7 @@ def _unwrap_bytes(obj: dict[str, Any]) -> Any:
 def event_record(event: Event) -> dict[str, Any]:
     """``to_record(from_event(event))`` in one step, without building the typed object: the writer
     encodes one event per publish, so this is its path (a test proves both give the same record)."""
-    if event.type == StreamCreatedV2.TYPE:
+    if event.type in (StreamCreatedV2.TYPE, PaidStreamRegisteredV1.TYPE):
         return to_record(from_event(event))
     body = event.body
     record = {name: body[name] for name in BODY_FIELDS[event.type]}
@@ -302,6 +513,8 @@ def to_record(typed: TypedEvent) -> dict[str, Any]:
     }
     if isinstance(typed, StreamCreatedV2):
         record["config"] = stream_config_to_record(typed.config)
+    elif isinstance(typed, PaidStreamRegisteredV1):
+        record["paid_stream_config"] = typed.paid_stream_config.to_dict()
     return record
 
 
@@ -313,4 +526,6 @@ def from_record(type_name: str, record: Mapping[str, Any]) -> TypedEvent:
     values["caused_by"] = EventOrigin(**record["caused_by"])
     if cls is StreamCreatedV2:
         values["config"] = stream_config_from_record(record["config"])
+    elif cls is PaidStreamRegisteredV1:
+        values["paid_stream_config"] = PaidStreamConfig.from_dict(record["paid_stream_config"])
     return cls(**values)

@@ -18,7 +18,7 @@ from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.snapshots import decode_streams, encode_streams
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import FEED_REGISTERED, Event
+from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import (
     H_CAPACITY,
@@ -78,7 +78,7 @@ class StreamAggregate:
         return decode_event(value)
 
     def owns_event(self, event: Event) -> bool:
-        return event.type != FEED_REGISTERED
+        return event.type in STREAM_EVENT_TYPES
 
     def event_key(self, event: Event) -> str:
         return event.stream_id

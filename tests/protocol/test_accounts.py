@@ -1,0 +1,200 @@
+"""The account instance: account keys, actor authorizations, transfers and burns (pure rules)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from ledger_world import ALICE, BOB, SID, World, addr
+
+from watchtower.protocol.accounts import AccountState, evolve_account
+from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.ledger import MAX_CBY, account_instance
+
+X_KEY = bytes(range(1, 33))
+
+
+def code(answer: dict) -> str:
+    assert not answer["ok"], answer
+    err = answer["error"]
+    assert isinstance(err, WatchtowerError)
+    assert err.message
+    return err.code
+
+
+def register(world: World, body: dict | None = None, signer=ALICE, instance: str | None = None) -> dict:
+    body = {"scheme": "X25519", "public_key": X_KEY} if body is None else body
+    return world.send(world.sign(signer, "register_account_key", instance or account_instance(addr(signer)), body))
+
+
+def test_register_account_key_assigns_ids_from_one_and_records_the_key() -> None:
+    world = World()
+    first, second = register(world), register(world, {"scheme": "X25519", "public_key": b"\x09" * 32})
+    assert (first["result"]["account_key_id"], second["result"]["account_key_id"]) == (1, 2)
+    keys = world.view().account_keys(addr(ALICE))
+    assert [(k.account_key_id, k.public_key, k.active) for k in keys] == [(1, X_KEY, True), (2, b"\x09" * 32, True)]
+
+
+@pytest.mark.parametrize("body", [
+    {"scheme": "ED25519", "public_key": X_KEY},
+    {"scheme": "x25519", "public_key": X_KEY},
+    {"scheme": "X25519", "public_key": X_KEY[:31]},
+    {"scheme": "X25519", "public_key": X_KEY + b"\x01"},
+    {"scheme": "X25519", "public_key": bytes(32)},
+    {"scheme": "X25519", "public_key": X_KEY.hex()},
+])
+def test_only_a_32_byte_nonzero_x25519_key_is_accepted(body: dict) -> None:
+    assert code(register(World(), body)) == "INVALID_ACCOUNT_KEY"
+
+
+def test_the_ninth_active_key_is_refused_until_one_is_revoked() -> None:
+    world = World()
+    for i in range(8):
+        assert register(world, {"scheme": "X25519", "public_key": bytes([i + 1]) * 32})["ok"]
+    assert code(register(world)) == "ACCOUNT_KEY_LIMIT_REACHED"
+    revoke = world.sign(ALICE, "revoke_account_key", account_instance(addr(ALICE)), {"account_key_id": 3})
+    assert world.send(revoke)["result"]["status"] == "REVOKED"
+    assert register(world)["result"]["account_key_id"] == 9  # ids never reused
+
+
+def test_revoking_twice_is_key_revoked_and_an_unknown_id_invalid_account_key() -> None:
+    world = World()
+    register(world)
+    sign = lambda kid: world.sign(ALICE, "revoke_account_key", account_instance(addr(ALICE)),  # noqa: E731
+                                  {"account_key_id": kid})
+    assert world.send(sign(1))["ok"]
+    assert code(world.send(sign(1))) == "KEY_REVOKED"
+    assert code(world.send(sign(7))) == "INVALID_ACCOUNT_KEY"
+
+
+def test_an_account_method_sent_to_another_account_is_unauthorized() -> None:
+    world = World()
+    assert code(register(world, instance=account_instance(addr(BOB)))) == "UNAUTHORIZED"
+    grant = world.sign(ALICE, "authorize_actor", account_instance(addr(BOB)), {"actor": addr(ALICE), "stream_id": SID})
+    assert code(world.send(grant, account_instance(addr(BOB)))) == "UNAUTHORIZED"
+
+
+def test_a_forged_signature_is_invalid_signature() -> None:
+    world = World()
+    cmd = world.sign(ALICE, "register_account_key", account_instance(addr(ALICE)),
+                     {"scheme": "X25519", "public_key": X_KEY})
+    forged = dataclasses.replace(cmd, signature=bytes(64))
+    assert code(world.send(forged)) == "INVALID_SIGNATURE"
+
+
+def actor(n: int) -> str:
+    return "0x" + n.to_bytes(32, "big").hex()
+
+
+def test_the_sixty_fifth_authorization_on_a_stream_is_refused_but_another_stream_is_fine() -> None:
+    world = World()
+    acct = account_instance(addr(ALICE))
+    for n in range(1, 65):
+        assert world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": actor(n), "stream_id": SID}))["ok"]
+    refused = world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": actor(65), "stream_id": SID}))
+    assert code(refused) == "AUTHORIZATION_LIMIT_REACHED"
+    assert world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": actor(65), "stream_id": "other"}))["ok"]
+    # a revocation frees a slot; re-granting an ACTIVE one does not take another
+    assert world.send(world.sign(ALICE, "revoke_actor", acct, {"actor": actor(1), "stream_id": SID}))["ok"]
+    assert world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": actor(2), "stream_id": SID}))["ok"]
+    assert world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": actor(65), "stream_id": SID}))["ok"]
+    view = world.view()
+    assert view.actor_authorized(addr(ALICE), actor(65), SID)
+    assert not view.actor_authorized(addr(ALICE), actor(1), SID)
+
+
+def test_revoking_an_actor_without_a_grant_is_refused() -> None:
+    world = World()
+    cmd = world.sign(ALICE, "revoke_actor", account_instance(addr(ALICE)), {"actor": actor(1), "stream_id": SID})
+    assert code(world.send(cmd)) == "INVALID_ARGUMENT"
+
+
+def transfer(world: World, amount: object, to: str | None = None, signer=ALICE) -> dict:
+    return world.send(world.sign(signer, "transfer_cby", account_instance(addr(signer)),
+                                 {"to": to or addr(BOB), "amount_cby": amount}))
+
+
+def test_a_transfer_debits_the_sender_and_credits_the_receiver_exactly_once() -> None:
+    world = World()
+    world.mint(ALICE, 100)
+    answer = transfer(world, 40)
+    assert answer["result"]["balance_cby"] == 60
+    assert (world.balance(ALICE), world.balance(BOB)) == (60, 40)
+    kinds = [(e.type, e.body.get("reason")) for e in world.events]
+    assert kinds == [("CbyMinted", None), ("CbyCredited", "mint"), ("CbyDebited", "transfer"),
+                     ("CbyCredited", "transfer")]
+
+
+@pytest.mark.parametrize("amount", [0, -1, True, 1.0, "5", MAX_CBY + 1, None])
+def test_amounts_outside_one_to_two_to_the_63_minus_one_are_invalid_argument(amount: object) -> None:
+    world = World()
+    world.mint(ALICE, 100)
+    assert code(transfer(world, amount)) == "INVALID_ARGUMENT"
+    assert world.balance(ALICE) == 100
+
+
+def test_overspending_is_insufficient_cby_balance_with_details_and_changes_nothing() -> None:
+    world = World()
+    world.mint(ALICE, 10)
+    answer = transfer(world, 11)
+    assert code(answer) == "INSUFFICIENT_CBY_BALANCE"
+    assert answer["error"].details["balance_cby"] == "10"
+    burn = world.send(world.sign(ALICE, "burn_cby", account_instance(addr(ALICE)), {"amount_cby": 11}))
+    assert code(burn) == "INSUFFICIENT_CBY_BALANCE"
+    assert (world.balance(ALICE), world.balance(BOB)) == (10, 0)
+
+
+def test_an_exact_retry_is_idempotent_and_a_reused_nonce_is_nonce_replayed() -> None:
+    world = World()
+    world.mint(ALICE, 100)
+    cmd = world.sign(ALICE, "transfer_cby", account_instance(addr(ALICE)), {"to": addr(BOB), "amount_cby": 5})
+    first, again = world.send(cmd), world.send(cmd)
+    assert again["result"] == {**first["result"], "duplicate": True}
+    assert world.balance(BOB) == 5
+    other = dataclasses.replace(world.sign(ALICE, "transfer_cby", account_instance(addr(ALICE)),
+                                           {"to": addr(BOB), "amount_cby": 6}))
+    from watchtower.protocol.signed_command import sign_command
+    replayed = sign_command(ALICE, "transfer_cby", account_instance(addr(ALICE)), cmd.nonce, dict(other.body))
+    assert code(world.send(replayed)) == "NONCE_REPLAYED"
+
+
+def test_a_transfer_to_oneself_or_to_a_non_address_is_invalid_argument() -> None:
+    world = World()
+    world.mint(ALICE, 100)
+    assert code(transfer(world, 1, to=addr(ALICE))) == "INVALID_ARGUMENT"
+    assert code(transfer(world, 1, to="bob")) == "INVALID_ARGUMENT"
+
+
+def test_burn_debits_the_holder_and_lowers_the_supply() -> None:
+    world = World()
+    world.mint(ALICE, 100)
+    assert world.send(world.sign(ALICE, "burn_cby", account_instance(addr(ALICE)), {"amount_cby": 30}))["ok"]
+    assert (world.balance(ALICE), world.supply.total_supply_cby) == (70, 70)
+
+
+# --- evolve refuses forged records ---------------------------------------------------------------
+
+
+def forged(world: World, type_: str, body: dict) -> None:
+    state = world.accounts.get(account_instance(addr(ALICE))) or AccountState.initial(account_instance(addr(ALICE)))
+    template = next(e for e in world.events if e.stream_id == account_instance(addr(ALICE)))
+    event = dataclasses.replace(template, type=type_, body=body)
+    with pytest.raises(MalformedRecordError):
+        evolve_account(state, event)
+
+
+def test_evolve_refuses_a_debit_below_zero_a_bad_credit_and_key_ids_out_of_order() -> None:
+    world = World()
+    world.mint(ALICE, 10)
+    a = addr(ALICE)
+    move = {"account": a, "ref": "r", "counterparty": ""}
+    forged(world, "CbyDebited", {**move, "amount_cby": 11, "reason": "transfer"})
+    forged(world, "CbyCredited", {**move, "amount_cby": -5, "reason": "mint"})
+    forged(world, "CbyCredited", {**move, "amount_cby": MAX_CBY, "reason": "mint"})  # overflows the balance
+    forged(world, "CbyCredited", {**move, "amount_cby": 5, "reason": "gift"})
+    forged(world, "CbyCredited", {**move, "account": addr(BOB), "amount_cby": 5, "reason": "mint"})
+    forged(world, "AccountKeyRegistered", {"account": a, "account_key_id": 2, "scheme": "X25519",
+                                           "public_key": X_KEY})
+    forged(world, "AccountKeyRevoked", {"account": a, "account_key_id": 1})
+    forged(world, "ActorAuthorizationRevoked", {"account": a, "actor": actor(1), "stream_id": SID})
+    forged(world, "FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": a, "name": "n", "description": ""})

@@ -1,0 +1,311 @@
+"""The paid-stream instance (``paid:<stream_id>``): config, entitlements, purchases in flight.
+
+A PLATFORM_MANAGED stream's writer forwards the signed create_stream here in the transaction that
+creates the stream; this instance re-verifies it, applies the deployment's protocol treasury
+(`Deployment.govern_paid_config`, never the creator's choice) and emits PaidStreamRegistered. It
+never answers the caller (the stream's writer did).
+
+acquire_epoch_access (envelope ``paid:<stream_id>``, signed by the payer) and a forwarded
+renew_subscription are decided in this order: signature; replay protection (an exact retry gets
+the original receipt with ``"duplicate": true``, the original error again for a failed purchase,
+NOT_READY while it is still settling); NOT_PLATFORM_MANAGED_STREAM for a stream never registered
+here; the body; the payer is the caller (UNAUTHORIZED: CIP-7 "signed by payer_account"); a
+purchase already in flight for the beneficiary is NOT_READY (retry); then DESIGN §7.6 steps 1–6
+(`billing.acquire_epoch_access`, with the payer balance step left to the payer's account) at the
+key epoch of the deciding block. An idempotent call emits EpochAccessIdempotent and answers; a
+purchase emits EpochAccessRequested (in flight) and forwards a PurchaseDebit to ``acct:<payer>``.
+The payer's account answers with PurchaseSettled: paid → EpochAccessPurchased (active_until =
+to_key_epoch) and the KeyAccessReceipt; refused → EpochAccessFailed and the caller gets the error.
+
+`purchase_id` is the hex SHA-256 of the acquire (or renew) command's signing bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.billing import acquire_epoch_access, key_epoch_of_height, price_epochs
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.deployment import Deployment
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    MalformedRecordError,
+    NotPlatformManagedStreamError,
+    NotReadyError,
+    UnauthorizedError,
+    WatchtowerError,
+)
+from watchtower.protocol.ledger import (
+    MAX_CBY,
+    PAID_PREFIX,
+    LedgerDecision,
+    Origin,
+    PaidCommand,
+    PurchaseDebit,
+    PurchaseSettled,
+    Routed,
+    account_instance,
+    body_fields,
+    check_event_envelope,
+    event_int,
+    make_event,
+    paid_instance,
+    record_caller,
+    replay_record,
+)
+from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.stream_state import (
+    EPOCH_ACCESS_FAILED,
+    EPOCH_ACCESS_IDEMPOTENT,
+    EPOCH_ACCESS_PURCHASED,
+    EPOCH_ACCESS_REQUESTED,
+    PAID_STREAM_REGISTERED,
+    PURCHASE_FIELDS,
+    CallerRecord,
+    Event,
+    FrozenMap,
+)
+from watchtower.protocol.validation import require_int
+
+PAID_EVENTS: Final = frozenset(
+    {PAID_STREAM_REGISTERED, EPOCH_ACCESS_REQUESTED, EPOCH_ACCESS_PURCHASED, EPOCH_ACCESS_IDEMPOTENT,
+     EPOCH_ACCESS_FAILED}
+)
+_ACQUIRE_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account"})
+_RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
+_ERROR_KEY: Final = "error"  # a failed purchase's caller record holds {"error": {code, message, ...}}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PaidState:
+    """One paid stream. `config` None: not (yet) registered. `in_flight`: beneficiary → the
+    EpochAccessRequested body of its unsettled purchase (at most one per beneficiary)."""
+
+    stream_id: str
+    owner: str | None = None
+    config: PaidStreamConfig | None = None
+    entitlements: FrozenMap[int] = dataclasses.field(default_factory=FrozenMap)
+    in_flight: FrozenMap[Mapping[str, Any]] = dataclasses.field(default_factory=FrozenMap)
+    callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+
+    @classmethod
+    def initial(cls, instance: str) -> PaidState:
+        """The state of a paid stream nothing has happened to, from its instance key."""
+        if not instance.startswith(PAID_PREFIX) or len(instance) == len(PAID_PREFIX):
+            raise InvalidArgumentError(f"a paid-stream instance key is {PAID_PREFIX}<stream_id>, got {instance!r}")
+        return cls(instance[len(PAID_PREFIX):])
+
+    @property
+    def instance(self) -> str:
+        """The instance key (``paid:<stream_id>``)."""
+        return paid_instance(self.stream_id)
+
+
+def decide_paid(state: PaidState, item: Command | PaidCommand | PurchaseSettled, *, block_height: int,
+                deployment: Deployment) -> LedgerDecision:
+    """Decide an acquire command, a forwarded create/renew, or a settlement (module docstring)."""
+    if isinstance(item, PurchaseSettled):
+        return _settle(state, item, block_height)
+    if isinstance(item, PaidCommand):
+        cmd = item.command
+        if cmd.method == Method.CREATE_STREAM:
+            return _register(state, cmd, block_height, deployment)
+        if cmd.method != Method.RENEW_SUBSCRIPTION:
+            raise InvalidArgumentError(f"a paid stream is forwarded create_stream or renew_subscription, "
+                                       f"not {cmd.method}")
+        if cmd.stream_id != state.stream_id:
+            raise InvalidArgumentError(f"a renew for {cmd.stream_id!r} reached {state.instance!r}")
+        return _purchase(state, cmd, block_height, _RENEW_OPTIONAL)
+    cmd = item
+    if cmd.method != Method.ACQUIRE_EPOCH_ACCESS:
+        raise InvalidArgumentError(f"{cmd.method} is not a paid-stream method")
+    if cmd.stream_id != state.instance:
+        raise InvalidArgumentError(f"acquire_epoch_access for stream S is sent with stream_id 'paid:S'; this one "
+                                   f"went to {cmd.stream_id!r}, which is not {state.instance!r}")
+    return _purchase(state, cmd, block_height, _ACQUIRE_OPTIONAL)
+
+
+def _register(state: PaidState, create: Command, height: int, deployment: Deployment) -> LedgerDecision:
+    verify_command(create)
+    if create.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"the create_stream of {create.stream_id!r} reached {state.instance!r}")
+    if state.config is not None:
+        return LedgerDecision((), None)  # a re-forwarded creation: already registered
+    fields = {k: v for k, v in create.body.items() if k != "feed"}
+    paid = fields.get("paid_stream_config")
+    if not isinstance(paid, Mapping):
+        raise NotPlatformManagedStreamError(f"stream {create.stream_id!r} is created without paid_stream_config")
+    fields["paid_stream_config"] = deployment.govern_paid_config(paid)
+    fields.setdefault("stream_id", create.stream_id)
+    fields.setdefault("owner", create.caller)
+    config = StreamConfig.from_dict(fields)
+    if not config.is_paid or config.paid_stream_config is None or config.owner != create.caller:
+        raise NotPlatformManagedStreamError(f"stream {create.stream_id!r} is not a PLATFORM_MANAGED stream of "
+                                            f"{create.caller}")
+    body = {"stream_id": state.stream_id, "owner": create.caller,
+            "paid_stream_config": config.paid_stream_config.to_dict()}
+    reply = {"stream_id": state.stream_id, "owner": create.caller}
+    return LedgerDecision((make_event(PAID_STREAM_REGISTERED, state.instance, height, Origin.of(create), reply,
+                                      body),), None)
+
+
+def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[str]) -> LedgerDecision:
+    verify_command(cmd)
+    record = replay_record(state.callers, cmd, height)
+    origin = Origin.of(cmd)
+    purchase_id = origin.digest.hex()
+    if record is not None:
+        if any(p["purchase_id"] == purchase_id for p in state.in_flight.values()):
+            raise NotReadyError("this purchase is still settling with the payer's account; retry the same command "
+                                "in a moment to get its receipt")
+        error = record.last_reply.get(_ERROR_KEY)
+        if isinstance(error, Mapping):
+            return LedgerDecision((), None, error=WatchtowerError.from_dict(error))
+        return LedgerDecision((), {**record.last_reply, "duplicate": True})
+    config = state.config
+    if config is None:
+        raise NotPlatformManagedStreamError(
+            f"stream {state.stream_id!r} is not a PLATFORM_MANAGED stream (or its creation is still being "
+            "registered: retry in a moment); OPEN streams are plaintext and there is nothing to buy"
+        )
+    body = body_fields(cmd, frozenset({"target_key_epoch"}), optional | ({"stream_id"} if
+                       cmd.method == Method.ACQUIRE_EPOCH_ACCESS else set()))
+    if cmd.method == Method.ACQUIRE_EPOCH_ACCESS and body.get("stream_id") != state.stream_id:
+        raise InvalidArgumentError(f"body stream_id must be {state.stream_id!r}, the stream of {cmd.stream_id!r}")
+    target = require_int(body["target_key_epoch"], "target_key_epoch")
+    beneficiary = require_address(body.get("beneficiary_account", cmd.caller), "beneficiary_account")
+    payer = require_address(body.get("payer_account", cmd.caller), "payer_account")
+    if payer != cmd.caller:
+        raise UnauthorizedError(f"the payer signs its own purchase (CIP-7): {cmd.caller} cannot spend the balance "
+                                f"of {payer}; have {payer} sign the command, or omit payer_account")
+    if beneficiary in state.in_flight:
+        raise NotReadyError(f"a purchase for {beneficiary} on {state.stream_id!r} is still settling; retry in a "
+                            "moment (it will then be idempotent if it already covers your target)")
+    current = key_epoch_of_height(height, config.key_epoch_blocks)
+    decision = acquire_epoch_access(
+        access_mode="PLATFORM_MANAGED", pricing=config.pricing, current_key_epoch=current,
+        target_key_epoch=target, active_until_key_epoch=state.entitlements.get(beneficiary),
+        payer_balance_cby=MAX_CBY,  # the payer's account checks its balance (saga step 2)
+        stream_id=state.stream_id, beneficiary_account=beneficiary, payer_account=payer,
+    )
+    receipt = decision.receipt.to_dict()
+    if decision.idempotent:
+        event_body = {"stream_id": state.stream_id, "beneficiary_account": beneficiary, "target_key_epoch": target,
+                      "active_until_key_epoch": decision.active_until_key_epoch}
+        return LedgerDecision((make_event(EPOCH_ACCESS_IDEMPOTENT, state.instance, height, origin, receipt,
+                                          event_body),), receipt)
+    if receipt["total_amount_cby"] > MAX_CBY:
+        raise InvalidArgumentError(f"this purchase would cost more than {MAX_CBY} CBY wei; buy fewer epochs")
+    requested = {"purchase_id": purchase_id, **{k: receipt[k] for k in PURCHASE_FIELDS if k != "purchase_id"}}
+    debit = PurchaseDebit(purchase_id, state.stream_id, payer, beneficiary, config.publisher_treasury,
+                          config.protocol_treasury, receipt["publisher_amount_cby"], receipt["protocol_fee_cby"],
+                          receipt["total_amount_cby"], origin)
+    event = make_event(EPOCH_ACCESS_REQUESTED, state.instance, height, origin, {}, requested)
+    return LedgerDecision((event,), None, (Routed(account_instance(payer), debit, True),))
+
+
+def _settle(state: PaidState, settled: PurchaseSettled, height: int) -> LedgerDecision:
+    pending = state.in_flight.get(settled.beneficiary)
+    if pending is None or pending["purchase_id"] != settled.purchase_id:
+        raise InvalidArgumentError(f"purchase {settled.purchase_id} is not in flight on {state.instance!r}")
+    if settled.error is None:
+        receipt = {k: pending[k] for k in PURCHASE_FIELDS if k != "purchase_id"}
+        event = make_event(EPOCH_ACCESS_PURCHASED, state.instance, height, settled.origin, receipt, dict(pending))
+        return LedgerDecision((event,), receipt)
+    error = WatchtowerError.from_dict(settled.error)
+    body = {"purchase_id": settled.purchase_id, "stream_id": state.stream_id,
+            "beneficiary_account": settled.beneficiary, "code": error.code, "message": error.message}
+    event = make_event(EPOCH_ACCESS_FAILED, state.instance, height, settled.origin, {_ERROR_KEY: error.to_dict()},
+                       body)
+    return LedgerDecision((event,), None, error=error)
+
+
+# --- evolve --------------------------------------------------------------------------------------
+
+
+def evolve_paid(state: PaidState, event: Event) -> PaidState:
+    """The paid stream after `event`; MALFORMED_RECORD for one that cannot apply (quarantine)."""
+    check_event_envelope(event, state.instance)
+    try:
+        if event.body["stream_id"] != state.stream_id:
+            raise InvalidArgumentError(f"the event names stream {event.body['stream_id']!r}")
+        if event.type == PAID_STREAM_REGISTERED:
+            if state.config is not None:
+                raise InvalidArgumentError("the stream is already registered")
+            config = PaidStreamConfig.from_dict(event.body["paid_stream_config"])
+            return dataclasses.replace(state, owner=require_address(event.body["owner"], "owner"), config=config)
+        if state.config is None:
+            raise InvalidArgumentError("the stream is not registered as a paid stream")
+        changed = _APPLY[event.type](state, state.config, event.body)
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"{event.type} breaks a rule ({exc.code}): {exc.message}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"{event.type} cannot apply to a paid stream: {exc!r}") from None
+    return dataclasses.replace(changed, callers=record_caller(changed.callers, event))
+
+
+def _check_purchase(config: PaidStreamConfig, body: Mapping[str, Any]) -> str:
+    require_address(body["payer_account"], "payer_account")
+    first = event_int(body, "from_key_epoch")
+    last = event_int(body, "to_key_epoch")
+    charged = event_int(body, "epochs_charged", minimum=1)
+    if last - first + 1 != charged:
+        raise InvalidArgumentError(f"epochs_charged {charged} is not {first}..{last}")
+    price = price_epochs(charged, config.pricing)
+    amounts = (body["publisher_amount_cby"], body["protocol_fee_cby"], body["total_amount_cby"])
+    if amounts != (price.publisher_amount_cby, price.protocol_fee_cby, price.total_amount_cby):
+        raise InvalidArgumentError(f"the amounts {amounts} are not the price of {charged} epoch(s)")
+    return require_address(body["beneficiary_account"], "beneficiary_account")
+
+
+def _requested(state: PaidState, config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
+    beneficiary = _check_purchase(config, body)
+    if beneficiary in state.in_flight:
+        raise InvalidArgumentError(f"a purchase for {beneficiary} is already in flight")
+    active = state.entitlements.get(beneficiary)
+    if active is not None and body["from_key_epoch"] != active + 1:
+        raise InvalidArgumentError(f"the purchase starts at {body['from_key_epoch']}, not after {active}")
+    return dataclasses.replace(state, in_flight=state.in_flight.set(beneficiary, dict(body)))
+
+
+def _purchased(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
+    beneficiary = str(body["beneficiary_account"])
+    pending = state.in_flight.get(beneficiary)
+    if pending is None or dict(pending) != dict(body):
+        raise InvalidArgumentError(f"purchase {body['purchase_id']} is not the one in flight for {beneficiary}")
+    return dataclasses.replace(state, in_flight=_without(state.in_flight, beneficiary),
+                               entitlements=state.entitlements.set(beneficiary, int(body["to_key_epoch"])))
+
+
+def _failed(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
+    beneficiary = str(body["beneficiary_account"])
+    pending = state.in_flight.get(beneficiary)
+    if pending is None or pending["purchase_id"] != body["purchase_id"]:
+        raise InvalidArgumentError(f"purchase {body['purchase_id']} is not the one in flight for {beneficiary}")
+    return dataclasses.replace(state, in_flight=_without(state.in_flight, beneficiary))
+
+
+def _idempotent(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
+    beneficiary = require_address(body["beneficiary_account"], "beneficiary_account")
+    active = state.entitlements.get(beneficiary)
+    target = event_int(body, "target_key_epoch")
+    if active is None or body["active_until_key_epoch"] != active or target > active:
+        raise InvalidArgumentError(f"{beneficiary} holds no entitlement covering epoch {target}")
+    return state
+
+
+def _without(entries: FrozenMap[Mapping[str, Any]], key: str) -> FrozenMap[Mapping[str, Any]]:
+    # FrozenMap has no delete; in-flight maps hold one entry per unsettled purchase, so a rebuild is cheap.
+    return FrozenMap((k, v) for k, v in entries.items() if k != key)
+
+
+_APPLY: Final = {
+    EPOCH_ACCESS_REQUESTED: _requested,
+    EPOCH_ACCESS_PURCHASED: _purchased,
+    EPOCH_ACCESS_FAILED: _failed,
+    EPOCH_ACCESS_IDEMPOTENT: _idempotent,
+}
