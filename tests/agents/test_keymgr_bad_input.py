@@ -128,7 +128,11 @@ def _first_purchase(ledger: Ledger) -> None:
     pytest.param("", None, id="empty-scheme"),
     pytest.param("X25519", b"\x01" * 31, id="key-31-bytes"),
     pytest.param("X25519", b"\x01" * 33, id="key-33-bytes"),
-    pytest.param("X25519", bytes(32), id="key-low-order-point"),
+    pytest.param("X25519", bytes(32), id="key-all-zero"),
+    # Non-zero points of small order: a sealed box to one of them is readable by anyone.
+    pytest.param("X25519", b"\x01" + bytes(31), id="key-of-order-4"),
+    pytest.param("X25519", bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+                 id="key-of-order-8"),
 ])
 def test_malformed_account_key_is_invalid_account_key(ledger: Ledger, scheme: str, public_key: bytes | None) -> None:
     alice = ledger.alice
