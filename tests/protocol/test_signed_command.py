@@ -128,6 +128,18 @@ def test_every_method_of_the_brief_is_known() -> None:
         "allowlist_add",
         "allowlist_remove",
         "announce_key_epoch",
+        "renew_subscription",
+        "register_account_key",
+        "revoke_account_key",
+        "authorize_actor",
+        "revoke_actor",
+        "transfer_cby",
+        "mint_cby",
+        "burn_cby",
+        "acquire_epoch_access",
+        "stream_encrypt",
+        "stream_decrypt",
+        "fetch_epoch_keys",
     } == METHODS
     assert signed(method="publish").method is Method.PUBLISH
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from watchtower.protocol.deployment import Deployment
+from watchtower.protocol.errors import WatchtowerError
 
 
 class Context(NamedTuple):
@@ -49,21 +50,26 @@ class Record(NamedTuple):
 
 class Forward(NamedTuple):
     """A record for another aggregate, written on ``internal`` in the same transaction, to the
-    partition of ``key``. It carries the caller's reply headers: when the decision has no reply,
-    the aggregate that receives the forward answers the caller."""
+    partition of ``key``. With ``answers`` (the default) it carries the caller's reply headers:
+    when the decision has no reply, the aggregate that receives the forward answers the caller.
+    Without, it carries none, so its receiver never answers (e.g. a credit to a treasury)."""
 
     key: str
     value: bytes
+    answers: bool = True
 
 
 class Outcome(NamedTuple):
     """A decision: the events (the host folds them with ``evolve`` and writes them), the reply
-    (None: a forward's receiver answers), extra records and forwards."""
+    (None: a forward's receiver answers), extra records and forwards. ``error``: the caller is
+    refused with it although the events (and forwards) are committed, e.g. a purchase that failed
+    after it was recorded as requested; ``reply`` is then ignored."""
 
     events: Sequence[Any]
     reply: Mapping[str, Any] | None
     records: Sequence[Record] = ()
     forwards: Sequence[Forward] = ()
+    error: WatchtowerError | None = None
 
 
 class Aggregate(Protocol):

@@ -144,8 +144,13 @@ class CommandDecider:
         for forward in outcome.forwards:
             # The receiver answers the caller when the decision has no reply of its own.
             self.producer.produce(self.t_internal, key=forward.key.encode(), value=forward.value,
-                                  partition=self._partition_of(forward.key), headers=_reply_headers(headers))
-        if outcome.reply is not None:
+                                  partition=self._partition_of(forward.key),
+                                  headers=_reply_headers(headers) if forward.answers else None)
+        if outcome.error is not None:
+            # Committed events, refused caller (a purchase the payer could not pay).
+            self.stats.rejected += 1
+            self._reply(headers, encode_reply(False, error=outcome.error))
+        elif outcome.reply is not None:
             self._reply(headers, encode_reply(True, result=dict(outcome.reply)))
 
     def _undo_in_memory(self, touched: Touched) -> None:

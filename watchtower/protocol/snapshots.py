@@ -21,13 +21,25 @@ from typing import Any, Final
 
 import cbor2
 
+from watchtower.protocol.accounts import (
+    ACTIVE,
+    REVOKED,
+    AccountKeyRecord,
+    AccountState,
+    AuthorizationRecord,
+    authorization_key,
+)
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.ledger import ACCOUNT_PREFIX, MAX_CBY, PAID_PREFIX
+from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.paid_stream import PaidState
 from watchtower.protocol.registry import RegistryState
 from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
 from watchtower.protocol.stream_state import CallerRecord, FrozenMap, StreamState, Subscription
+from watchtower.protocol.supply import SupplyState
 
 SNAPSHOT_VERSION: Final = 1
 STREAMS_PART_VERSION: Final = 1
@@ -209,4 +221,131 @@ def decode_registry(data: bytes) -> dict[str, RegistryState]:
         _require(sorted(by_stream.values()) == list(range(1, next_id)),
                  "registry feed ids must run 1..next_feed_id-1 without gaps")
         out[key] = RegistryState(next_id, FrozenMap(by_stream))
+    return out
+
+
+# --- The key manager's parts (accounts, paid streams, supply) -------------------------------------
+
+LEDGER_PART_VERSION: Final = 1
+
+
+def _callers_doc(callers: Mapping[str, CallerRecord]) -> list[Any]:
+    return [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(callers.items())]
+
+
+def _callers_from(value: object) -> FrozenMap[CallerRecord]:
+    return FrozenMap((_key(row, "caller"), CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
+                                           freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
+                     for row in (_row(r, 4, "caller") for r in _rows(value, "callers")))
+
+
+def _opt_int(value: object, name: str) -> int | None:
+    return None if value is None else _int(value, name)
+
+
+def _account_doc(s: AccountState) -> dict[str, Any]:
+    return {
+        "account": s.account,
+        "balance_cby": s.balance_cby,
+        "keys": [[k.account_key_id, k.scheme, k.public_key, k.status, k.registered_at_block, k.revoked_at_block]
+                 for k in s.keys],
+        "next_key_id": s.next_key_id,
+        "auths": [[a.actor, a.stream_id, a.status, a.granted_at_block, a.revoked_at_block]
+                  for _, a in sorted(s.authorizations.items())],
+        "callers": _callers_doc(s.callers),
+    }
+
+
+def _account_from(d: Any) -> AccountState:
+    _require(isinstance(d, dict), "an account snapshot entry must be a map")
+    keys = tuple(AccountKeyRecord(_int(r[0], "account_key_id", 1), str(r[1]), _raw(r[2], "public_key"), str(r[3]),
+                                  _int(r[4], "registered_at_block"), _opt_int(r[5], "revoked_at_block"))
+                 for r in (_row(x, 6, "account key") for x in _rows(d["keys"], "keys")))
+    auths = [AuthorizationRecord(_key(r, "authorization"), str(r[1]), str(r[2]), _int(r[3], "granted_at_block"),
+                                 _opt_int(r[4], "revoked_at_block"))
+             for r in (_row(x, 5, "authorization") for x in _rows(d["auths"], "auths"))]
+    per_stream: dict[str, int] = {}
+    for a in auths:
+        _require(a.status in (ACTIVE, REVOKED), "an authorization is ACTIVE or REVOKED")
+        per_stream[a.stream_id] = per_stream.get(a.stream_id, 0) + (a.status == ACTIVE)
+    _require([k.account_key_id for k in keys] == list(range(1, len(keys) + 1)), "account key ids run 1..n")
+    next_key_id = _int(d["next_key_id"], "next_key_id", 1)
+    _require(next_key_id == len(keys) + 1, "next_key_id follows the last key")
+    return AccountState(
+        account=AccountState.initial(ACCOUNT_PREFIX + str(d["account"])).account,
+        balance_cby=_int(d["balance_cby"], "balance_cby"),
+        keys=keys,
+        next_key_id=next_key_id,
+        authorizations=FrozenMap((authorization_key(a.actor, a.stream_id), a) for a in auths),
+        active_per_stream=FrozenMap(per_stream),
+        callers=_callers_from(d["callers"]),
+    )
+
+
+def _paid_doc(s: PaidState) -> dict[str, Any]:
+    return {
+        "stream_id": s.stream_id,
+        "owner": s.owner,
+        "config": None if s.config is None else s.config.to_dict(),
+        "entitlements": [[k, v] for k, v in sorted(s.entitlements.items())],
+        "in_flight": [[k, json_safe(v)] for k, v in sorted(s.in_flight.items())],
+        "callers": _callers_doc(s.callers),
+    }
+
+
+def _paid_from(d: Any) -> PaidState:
+    _require(isinstance(d, dict), "a paid-stream snapshot entry must be a map")
+    return PaidState(
+        stream_id=PaidState.initial(PAID_PREFIX + str(d["stream_id"])).stream_id,
+        owner=None if d["owner"] is None else str(d["owner"]),
+        config=None if d["config"] is None else PaidStreamConfig.from_dict(d["config"]),
+        entitlements=FrozenMap((_key(r, "entitlement"), _int(r[1], "active_until_key_epoch"))
+                               for r in (_row(x, 2, "entitlement") for x in _rows(d["entitlements"], "entitlements"))),
+        in_flight=FrozenMap((_key(r, "purchase"), freeze_json(from_json_safe(r[1], "purchase")))
+                            for r in (_row(x, 2, "purchase") for x in _rows(d["in_flight"], "in_flight"))),
+        callers=_callers_from(d["callers"]),
+    )
+
+
+def _supply_doc(s: SupplyState) -> dict[str, Any]:
+    return {"total_supply_cby": s.total_supply_cby, "callers": _callers_doc(s.callers)}
+
+
+def _supply_from(d: Any) -> SupplyState:
+    _require(isinstance(d, dict), "a supply snapshot entry must be a map")
+    total = _int(d["total_supply_cby"], "total_supply_cby")
+    _require(total <= MAX_CBY, f"the total supply is at most {MAX_CBY}")
+    return SupplyState(total, _callers_from(d["callers"]))
+
+
+_LEDGER_CODECS: Final[dict[str, tuple[Any, Any]]] = {
+    "accounts": (_account_doc, _account_from),
+    "paid_streams": (_paid_doc, _paid_from),
+    "supply": (_supply_doc, _supply_from),
+}
+
+
+def encode_ledger(kind: str, states: Mapping[str, Any]) -> bytes:
+    """The key-manager instances of one kind ("accounts", "paid_streams" or "supply") on one partition."""
+    to_doc, _ = _LEDGER_CODECS[kind]
+    return _dumps({"v": LEDGER_PART_VERSION, kind: [[key, to_doc(s)] for key, s in sorted(states.items())]})
+
+
+def decode_ledger(kind: str, data: bytes) -> dict[str, Any]:
+    """Inverse of `encode_ledger`; SnapshotError for anything it did not write."""
+    _, from_doc = _LEDGER_CODECS[kind]
+    doc = _loads(data, f"a {kind} snapshot")
+    _require(isinstance(doc, dict) and set(doc) == {"v", kind} and doc["v"] == LEDGER_PART_VERSION,
+             f"a {kind} snapshot is {{v: {LEDGER_PART_VERSION}, {kind}: [...]}}")
+    out: dict[str, Any] = {}
+    for row in _rows(doc[kind], kind):
+        key = _key(_row(row, 2, kind), kind)
+        try:
+            state = from_doc(row[1])
+        except SnapshotError:
+            raise
+        except (WatchtowerError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SnapshotError(f"an entry of the {kind} snapshot is malformed ({exc!r})"[:300]) from None
+        _require(key not in out, f"{key!r} appears twice")
+        out[key] = state
     return out

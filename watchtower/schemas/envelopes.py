@@ -8,7 +8,8 @@ definitions (a typed decode, several times faster than ``json.loads`` plus hand 
 
 - commands topic: ``{"v": 1, "command": SignedCommandJson}``
 - internal topic: ``{"v": 1, "register_feed": SignedCommandJson}`` (a stream's writer forwards the
-  signed create_stream to the registry)
+  signed create_stream to the registry), or ``{"v": 1, "keymgr": KeymgrForwardJson}`` (one of the
+  key manager's forwards, tagged by ``kind``; docs/ledger.md)
 - replies topic: ``{"v": 1, "ok": true, "result": {...}}`` or ``{"v": 1, "ok": false, "error": ErrorJson}``
 """
 
@@ -33,20 +34,83 @@ class SignedCommandJson(msgspec.Struct, forbid_unknown_fields=True):
     signature_hex: str
 
 
-class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """A record on the commands or internal topic: exactly one of `command` / `register_feed`."""
-
-    v: int
-    command: SignedCommandJson | None = None
-    register_feed: SignedCommandJson | None = None
-
-
 class ErrorJson(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A refusal: the spec's error code, a message saying what to do, optional details."""
 
     code: str
     message: str
     details: dict[str, Any] | None = None
+
+
+class OriginJson(msgspec.Struct, forbid_unknown_fields=True):
+    """The signed command a key-manager forward descends from (`protocol.ledger.Origin`)."""
+
+    caller: str
+    nonce: int
+    digest_hex: str
+
+
+class CreditJson(msgspec.Struct, tag="credit", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.CbyCredit`, to ``acct:<account>``."""
+
+    account: str
+    amount_cby: int
+    reason: str
+    ref: str
+    counterparty: str
+    origin: OriginJson
+
+
+class PurchaseDebitJson(msgspec.Struct, tag="purchase_debit", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.PurchaseDebit`, to ``acct:<payer>``."""
+
+    purchase_id: str
+    stream_id: str
+    payer: str
+    beneficiary: str
+    publisher_treasury: str
+    protocol_treasury: str
+    publisher_amount_cby: int
+    protocol_fee_cby: int
+    total_amount_cby: int
+    origin: OriginJson
+
+
+class PurchaseSettledJson(msgspec.Struct, tag="purchase_settled", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.PurchaseSettled`, to ``paid:<stream_id>``; `error` None: paid."""
+
+    purchase_id: str
+    stream_id: str
+    beneficiary: str
+    error: ErrorJson | None
+    origin: OriginJson
+
+
+class BurnJson(msgspec.Struct, tag="burn", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.CbyBurn`, to ``cby:supply``."""
+
+    account: str
+    amount_cby: int
+    origin: OriginJson
+
+
+class PaidCommandJson(msgspec.Struct, tag="paid_command", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.PaidCommand`: a signed create_stream or renew_subscription, to ``paid:<stream_id>``."""
+
+    command: SignedCommandJson
+
+
+KeymgrForwardJson = CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson
+
+
+class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A record on the commands or internal topic: exactly one of `command` / `register_feed` /
+    `keymgr`."""
+
+    v: int
+    command: SignedCommandJson | None = None
+    register_feed: SignedCommandJson | None = None
+    keymgr: KeymgrForwardJson | None = None
 
 
 class ReplyRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

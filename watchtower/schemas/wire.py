@@ -28,6 +28,15 @@ from watchtower.protocol.errors import (
     SchemaMismatchError,
     WatchtowerError,
 )
+from watchtower.protocol.ledger import (
+    CbyBurn,
+    CbyCredit,
+    KeymgrForward,
+    Origin,
+    PaidCommand,
+    PurchaseDebit,
+    PurchaseSettled,
+)
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import Event
 from watchtower.schemas import codec, events
@@ -38,7 +47,15 @@ from watchtower.schemas.envelopes import (
     PROBE_DECODER,
     REPLY_DECODER,
     WIRE_VERSION,
+    BurnJson,
     CommandRecord,
+    CreditJson,
+    ErrorJson,
+    KeymgrForwardJson,
+    OriginJson,
+    PaidCommandJson,
+    PurchaseDebitJson,
+    PurchaseSettledJson,
     SignedCommandJson,
 )
 
@@ -76,8 +93,52 @@ class RegistryForward:
     create: Command
 
 
-def decode_command(data: bytes | None) -> Command | RegistryForward:
-    """The command (or registry forward) in a commands/internal record."""
+def encode_keymgr_forward(forward: KeymgrForward) -> bytes:
+    """The internal-topic record of one of the key manager's forwards (`protocol.ledger`)."""
+    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=_forward_json(forward)))
+
+
+def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
+    if isinstance(forward, PaidCommand):
+        return PaidCommandJson(_signed(forward.command))
+    origin = OriginJson(forward.origin.caller, forward.origin.nonce, forward.origin.digest.hex())
+    if isinstance(forward, CbyCredit):
+        return CreditJson(forward.account, forward.amount_cby, forward.reason, forward.ref, forward.counterparty,
+                          origin)
+    if isinstance(forward, PurchaseDebit):
+        return PurchaseDebitJson(forward.purchase_id, forward.stream_id, forward.payer, forward.beneficiary,
+                                 forward.publisher_treasury, forward.protocol_treasury, forward.publisher_amount_cby,
+                                 forward.protocol_fee_cby, forward.total_amount_cby, origin)
+    if isinstance(forward, PurchaseSettled):
+        error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
+        return PurchaseSettledJson(forward.purchase_id, forward.stream_id, forward.beneficiary, error, origin)
+    return BurnJson(forward.account, forward.amount_cby, origin)
+
+
+def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
+    # The dataclasses state the forward's rules (InvalidArgumentError naming the field).
+    if isinstance(record, PaidCommandJson):
+        return PaidCommand(Command.from_dict(msgspec.structs.asdict(record.command)))
+    try:
+        digest = bytes.fromhex(record.origin.digest_hex)
+    except ValueError:
+        raise MalformedRecordError("the forward's origin digest_hex is not hex") from None
+    origin = Origin(record.origin.caller, record.origin.nonce, digest)
+    if isinstance(record, CreditJson):
+        return CbyCredit(record.account, record.amount_cby, record.reason, record.ref, record.counterparty, origin)
+    if isinstance(record, PurchaseDebitJson):
+        return PurchaseDebit(record.purchase_id, record.stream_id, record.payer, record.beneficiary,
+                             record.publisher_treasury, record.protocol_treasury, record.publisher_amount_cby,
+                             record.protocol_fee_cby, record.total_amount_cby, origin)
+    if isinstance(record, PurchaseSettledJson):
+        error = None if record.error is None else WatchtowerError.from_dict(msgspec.structs.asdict(record.error))
+        return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary,
+                               None if error is None else error.to_dict(), origin)
+    return CbyBurn(record.account, record.amount_cby, origin)
+
+
+def decode_command(data: bytes | None) -> Command | RegistryForward | KeymgrForward:
+    """The command, registry forward or key-manager forward in a commands/internal record."""
     if data is None:
         raise MalformedRecordError("the command record has no value; send a JSON command envelope")
     try:
@@ -85,7 +146,7 @@ def decode_command(data: bytes | None) -> Command | RegistryForward:
     except msgspec.ValidationError as exc:
         _require_version(data, "command")
         where = str(exc)
-        if "$.command" in where or "$.register_feed" in where:
+        if "$.command" in where or "$.register_feed" in where or "$.keymgr.command" in where:
             raise InvalidArgumentError(f"the command is invalid: {where}; "
                                        "build it with the Watchtower SDK or CLI") from None
         raise MalformedRecordError(f"the command envelope is malformed ({where}); "
@@ -94,9 +155,13 @@ def decode_command(data: bytes | None) -> Command | RegistryForward:
         raise MalformedRecordError(f"the command record is not JSON ({_short(exc)}); "
                                    "use the Watchtower SDK or CLI to build it") from None
     _check_version(record.v, "command")
+    present = [part is not None for part in (record.command, record.register_feed, record.keymgr)]
+    if sum(present) != 1:
+        raise MalformedRecordError('a command envelope holds exactly one of "command", "register_feed" and "keymgr"')
+    if record.keymgr is not None:
+        return _forward_from(record.keymgr)
     signed = record.command if record.register_feed is None else record.register_feed
-    if signed is None or (record.command is not None and record.register_feed is not None):
-        raise MalformedRecordError('a command envelope holds exactly one of "command" and "register_feed"')
+    assert signed is not None
     # Command.from_dict states the command's own rules (INVALID_ARGUMENT naming the field).
     command = Command.from_dict(msgspec.structs.asdict(signed))
     return command if record.register_feed is None else RegistryForward(command)

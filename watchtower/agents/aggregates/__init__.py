@@ -1,15 +1,26 @@
-"""The aggregates a worker hosts by default: the stream actor first (the hot path), then the registry."""
+"""The aggregates a worker hosts by default, in routing order: the stream actor first (the hot
+path), then the key manager's accounts, paid streams and supply, then the registry."""
 
 from __future__ import annotations
 
 from watchtower.agents.aggregate import Aggregate
+from watchtower.agents.aggregates.account import AccountAggregate
+from watchtower.agents.aggregates.paid_stream import PaidStreamAggregate
 from watchtower.agents.aggregates.registry import RegistryAggregate
 from watchtower.agents.aggregates.stream import StreamAggregate
+from watchtower.agents.aggregates.supply import SupplyAggregate
 
 
 def default_aggregates() -> list[Aggregate]:
-    """The stream actor and the feed registry, in routing order."""
-    return [StreamAggregate(), RegistryAggregate()]
+    """Every aggregate a worker hosts, in routing order."""
+    return [StreamAggregate(), AccountAggregate(), PaidStreamAggregate(), SupplyAggregate(), RegistryAggregate()]
 
 
-__all__ = ["RegistryAggregate", "StreamAggregate", "default_aggregates"]
+__all__ = [
+    "AccountAggregate",
+    "PaidStreamAggregate",
+    "RegistryAggregate",
+    "StreamAggregate",
+    "SupplyAggregate",
+    "default_aggregates",
+]

@@ -13,7 +13,7 @@ from typing import Any
 from watchtower.agents.aggregate import BrokenRuleError, Context, Outcome
 from watchtower.agents.aggregates.stream import FORWARDS_ONLY
 from watchtower.protocol.command_auth import check_event_clock
-from watchtower.protocol.errors import UnauthorizedError
+from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.snapshots import decode_registry, encode_registry
@@ -28,7 +28,9 @@ class RegistryAggregate:
 
     def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
         record = decode_command(value)
-        if not (internal and isinstance(record, RegistryForward)):
+        if not isinstance(record, RegistryForward):
+            raise MalformedRecordError("not a registry forward")  # another aggregate's record
+        if not internal:
             raise UnauthorizedError(FORWARDS_ONLY)
         return record.create
 

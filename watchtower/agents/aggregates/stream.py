@@ -3,7 +3,9 @@
 The rules are :func:`watchtower.protocol.stream_actor.decide` and ``evolve``; this adapter only maps
 them onto the host contract (:mod:`watchtower.agents.aggregate`). A publish's StreamMessages go to
 the ``messages`` topic (the one archive of payloads); a create with a ``feed`` listing is forwarded
-to the registry, which answers the caller, so "created" and "listed" commit together.
+to the registry, which answers the caller, so "created" and "listed" commit together. A
+PLATFORM_MANAGED creation is also forwarded to its paid instance (``paid:<stream_id>``, which never
+answers), and a renew_subscription to that instance, which decides the purchase and answers.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from watchtower.agents.aggregate import Context, Forward, Outcome, Record
+from watchtower.agents.aggregates.ledger_base import KEYMGR_FORWARDS_ONLY
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
+from watchtower.protocol.ledger import SERVICE_METHODS, STREAM_METHODS, PaidCommand, paid_instance
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.snapshots import decode_streams, encode_streams
@@ -26,8 +30,14 @@ from watchtower.schemas.wire import (
     decode_command,
     decode_event,
     encode_event,
+    encode_keymgr_forward,
     encode_registry_forward,
 )
+
+
+def _is_paid(created: Event) -> bool:
+    return bool(created.body["config"].get("access_mode") == "PLATFORM_MANAGED")
+
 
 FORWARDS_ONLY = ("feed registrations are forwarded by stream workers only; create the stream with a `feed` "
                  "listing in its create_stream body instead")
@@ -40,12 +50,19 @@ class StreamAggregate:
 
     def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
         record = decode_command(value)
-        if isinstance(record, RegistryForward) and internal:
-            raise MalformedRecordError("a registry forward is not a stream command")  # the registry's
-        if isinstance(record, RegistryForward) or internal:
+        if not isinstance(record, Command):
+            if internal:
+                raise MalformedRecordError("a forward is not a stream command")  # the registry's / key manager's
             # Forwards are trusted because only workers can write the internal topic; the same
-            # bytes on the public commands topic are refused, and a command belongs on commands.
-            raise UnauthorizedError(FORWARDS_ONLY)
+            # bytes on the public commands topic are refused.
+            raise UnauthorizedError(FORWARDS_ONLY if isinstance(record, RegistryForward) else KEYMGR_FORWARDS_ONLY)
+        if internal:
+            raise UnauthorizedError(FORWARDS_ONLY)  # a command belongs on commands
+        if record.method in SERVICE_METHODS:
+            raise MalformedRecordError(f"{record.method} is a request to the key-manager service's HTTP API "
+                                       "(POST /v1/keymgr/...), never a command on Kafka")
+        if record.method not in STREAM_METHODS:
+            raise MalformedRecordError(f"{record.method} is not a stream command")  # a key-manager aggregate's
         return record
 
     def key(self, command: Command) -> str:
@@ -63,10 +80,19 @@ class StreamAggregate:
             key = command.stream_id.encode()
             records = [Record("messages", key, encode_message(m), {"sequence": str(m.sequence), H_CAPACITY: capacity})
                        for m in decision.messages]
+        if command.method == Method.RENEW_SUBSCRIPTION:
+            # The purchase is the paid instance's to decide and answer (docs/ledger.md).
+            renew = Forward(paid_instance(command.stream_id), encode_keymgr_forward(PaidCommand(command)))
+            return Outcome(decision.events, None, records, (renew,))
+        forwards: list[Forward] = []
+        if command.method == Method.CREATE_STREAM and decision.events and _is_paid(decision.events[0]):
+            # Registered with the key manager in the creating transaction; it never answers.
+            forwards.append(Forward(paid_instance(command.stream_id), encode_keymgr_forward(PaidCommand(command)),
+                                    answers=False))
         if command.method == Method.CREATE_STREAM and "feed" in command.body:
-            return Outcome(decision.events, None, records,
-                           (Forward(REGISTRY_KEY, encode_registry_forward(command)),))
-        return Outcome(decision.events, dict(decision.reply), records)
+            forwards.append(Forward(REGISTRY_KEY, encode_registry_forward(command)))
+            return Outcome(decision.events, None, records, forwards)
+        return Outcome(decision.events, dict(decision.reply), records, forwards)
 
     def evolve(self, state: StreamState, event: Event) -> StreamState:
         return evolve(state, event)
