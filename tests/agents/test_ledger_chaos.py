@@ -123,6 +123,11 @@ def test_cby_conserved_and_purchases_charged_once_under_kill9(
         expected = _expected_balances(minted, answers, owner.address, treasury)
         refused = [a for acct in answers.values() for _op, _arg, a in acct if not a.ok]
         assert {a.code for a in refused} <= REFUSALS, Counter(a.code for a in refused)
+        outcomes = Counter((op, a.ok) for acct in answers.values() for op, _arg, a in acct)
+        print(f"answers (operation, accepted): {dict(outcomes)}")
+        # Both paths of the saga ran: paid purchases and purchases the payer's balance refused.
+        assert outcomes[("purchase", True)] > 0
+        assert outcomes[("purchase", False)] > 0
 
         # Credits travel on `internal` after the debit's answer: wait for the log to settle.
         log: dict[str, Any] = {}
@@ -135,12 +140,14 @@ def test_cby_conserved_and_purchases_charged_once_under_kill9(
         assert sum(log["balances"].values()) == log["minted"] - log["burned"] == log["supply"]
         assert log["minted"] == sum(minted.values())
         _check_exactly_once(log, answers, owner.address, treasury)
-        _check_entitlements(stack.api_url, answers)
+        entitled = _acked_entitlements(answers)
+        assert _log_entitlements(log) == entitled, "the log's entitlements differ from the acknowledged purchases"
 
-        for address, balance in expected.items():
-            status, body = http("GET", f"{stack.api_url}/v1/accounts/{address}")
-            assert status == 200, body
-            assert body["balance_cby"] == balance, (address, body)
+        # The projection folds the same log a little later: wait for it, then compare exactly.
+        wait_for(lambda: _api_balances(stack.api_url, expected) == expected, timeout_s=120,
+                 what="the API's balances to equal the acknowledged answers")
+        wait_for(lambda: _api_entitlements(stack.api_url, entitled) == entitled, timeout_s=120,
+                 what="the API's entitlements to equal the acknowledged purchases")
         wait_for(lambda: _supply(stack.api_url) == (log["supply"], log["supply"]), timeout_s=60,
                  what="the API's supply and sum of balances to equal the log's")
         offline = rebuild_keymgr_digest(stack.bootstrap, stack.prefix)
@@ -237,19 +244,60 @@ def _check_exactly_once(log: dict[str, Any], answers: dict[str, list[tuple[str, 
             assert got == sorted(want), f"{op} {ref}: {got} != {sorted(want)}"
 
 
-def _check_entitlements(api: str, answers: dict[str, list[tuple[str, Any, Answer]]]) -> None:
+def _acked_entitlements(answers: dict[str, list[tuple[str, Any, Answer]]]) -> dict[tuple[str, str], int]:
+    """(stream, beneficiary) -> the highest target an acknowledged purchase bought."""
     highest: dict[tuple[str, str], int] = {}
     for account, ops in answers.items():
         for op, arg, answer in ops:
             if op == "purchase" and answer.ok:
                 highest[(arg[0], account)] = max(highest.get((arg[0], account), 0), arg[1])
     assert highest, "no purchase was acknowledged"
-    for (sid, account), until in highest.items():
+    return highest
+
+
+def _log_entitlements(log: dict[str, Any]) -> dict[tuple[str, str], int]:
+    out: dict[tuple[str, str], int] = {}
+    for body in log["purchased"].values():
+        key = (body["stream_id"], body["beneficiary_account"])
+        out[key] = max(out.get(key, 0), body["to_key_epoch"])
+    return out
+
+
+def _api_entitlements(api: str, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], int | None]:
+    out = {}
+    for sid, account in wanted:
         status, body = http("GET", f"{api}/v1/streams/{sid}/entitlements/{account}")
-        assert status == 200, body
-        assert body["active_until_key_epoch"] == until, (sid, account, body)
+        out[(sid, account)] = body["active_until_key_epoch"] if status == 200 else None
+    return out
+
+
+def _api_balances(api: str, wanted: dict[str, int]) -> dict[str, int | None]:
+    out = {}
+    for address in wanted:
+        status, body = http("GET", f"{api}/v1/accounts/{address}")
+        out[address] = body["balance_cby"] if status == 200 else None
+    return out
 
 
 def _supply(api: str) -> tuple[int, int]:
     status, body = http("GET", f"{api}/v1/cby/supply")
     return (body["total_supply_cby"], body["sum_of_balances_cby"]) if status == 200 else (-1, -1)
+
+
+def test_the_exactly_once_check_catches_a_double_charge_and_a_charged_refusal() -> None:
+    """The checks above can fail: a purchase debited twice, or a refused one debited at all."""
+    buyer, publisher, treasury = (Account().address for _ in range(3))
+    cmd = Account().acquire("s", 5)
+    receipt = {"to_key_epoch": 5, "total_amount_cby": 102, "publisher_amount_cby": 100, "protocol_fee_cby": 2}
+    acked = Answer(cmd, True, receipt, None, "", 1, 0.0)
+    ref = acked.digest_hex
+    moves = Counter({("CbyDebited", "purchase", ref, buyer, 102): 1, ("CbyCredited", "publisher_revenue", ref,
+                     publisher, 100): 1, ("CbyCredited", "protocol_fee", ref, treasury, 2): 1})
+    log = {"moves": moves, "purchased": {ref: {"to_key_epoch": 5}}}
+    _check_exactly_once(log, {buyer: [("purchase", ("s", 5), acked)]}, publisher, treasury)  # as it should be
+    twice = {**log, "moves": moves + Counter({("CbyDebited", "purchase", ref, buyer, 102): 1})}
+    with pytest.raises(AssertionError, match="charged twice"):
+        _check_exactly_once(twice, {buyer: [("purchase", ("s", 5), acked)]}, publisher, treasury)
+    refused = Answer(cmd, False, None, "INSUFFICIENT_CBY_BALANCE", "no", 1, 0.0)
+    with pytest.raises(AssertionError, match="refused purchase"):
+        _check_exactly_once(log, {buyer: [("purchase", ("s", 5), refused)]}, publisher, treasury)
