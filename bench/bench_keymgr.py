@@ -24,6 +24,7 @@ Phase ``http``: the same 16,344 B plaintext through the key-manager service, ``P
 /v1/keymgr/encrypt`` signed by the stream owner and ``POST /v1/keymgr/decrypt`` signed by the
 entitled subscriber, one keep-alive connection each, one request at a time (signing, JSON, HTTP,
 the access checks and the crypto), alternated with raw AEAD calls: MB/s and the ratio to raw.
+``GET /v1/keymgr/public-key`` on the same connection is the HTTP floor (no signature, no work).
 
 Phase ``purchases``: `--accounts` funded accounts each buy `--purchases` successive epochs of one paid
 stream, one purchase in flight per account (an instance keeps only its caller's last nonce), so
@@ -93,16 +94,19 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def alternate(cases: dict[str, Callable[[], object]], seconds: float, batch: int) -> dict[str, list[float]]:
-    """Per-operation seconds of each case, one sample per batch, cases interleaved batch by batch."""
+def alternate(cases: dict[str, Callable[[], object]], seconds: float, batch: int,
+              batches: dict[str, int] | None = None) -> dict[str, list[float]]:
+    """Per-operation seconds of each case, one sample per batch (`batches[name]` operations, else
+    `batch`), cases interleaved batch by batch."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
     deadline = time.perf_counter() + seconds * len(cases)
     while time.perf_counter() < deadline:
         for name, fn in cases.items():
+            n = (batches or {}).get(name, batch)
             start = time.perf_counter()
-            for _ in range(batch):
+            for _ in range(n):
                 fn()
-            samples[name].append((time.perf_counter() - start) / batch)
+            samples[name].append((time.perf_counter() - start) / n)
     return samples
 
 
@@ -174,9 +178,9 @@ def phase_crypto(seconds: float, batch: int, size: int) -> dict[str, Any]:
 
 def print_crypto(res: dict[str, Any], where: str = "in process") -> None:
     print(f"crypto {where}, {res['plaintext_bytes']:,} B plaintext per operation")
-    print(f"  {'case':<20}{'median µs':>11}{'p99 µs':>10}{'MB/s':>10}{'vs raw':>9}")
+    print(f"  {'case':<28}{'median µs':>11}{'p99 µs':>10}{'MB/s':>10}{'vs raw':>9}")
     for name, r in res["cases"].items():
-        print(f"  {name:<20}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.2f}x")
+        print(f"  {name:<28}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.2f}x")
 
 
 # ----------------------------------------------------------------------------- phase: purchases
@@ -315,6 +319,11 @@ class KeymgrHttp:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
         self.account, self.last = account, 0
 
+    def get(self, path: str) -> dict[str, Any]:
+        self.conn.request("GET", path)
+        resp = self.conn.getresponse()
+        return dict(json.loads(resp.read()))
+
     def post(self, route: str, method: str, stream_id: str, body: dict[str, Any]) -> dict[str, Any]:
         self.last = max(self.last + 1, time.time_ns() // 1_000)  # the service wants clock nonces
         cmd = sign_command(self.account.key, method, stream_id, self.last, body)
@@ -353,9 +362,12 @@ def phase_http(run: Running, args: argparse.Namespace) -> dict[str, Any]:
                                                 {"key_epoch": epoch, "aad": aad, "plaintext": plaintext}),
         "raw aead decrypt": lambda: nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(raw_ct, aad, nonce, key),
         "http stream_decrypt": decrypt,
+        "http GET public-key (floor)": lambda: enc.get("/v1/keymgr/public-key"),
     }
-    samples = alternate(cases, args.http_seconds, 1)
+    # Raw AEAD in batches (a single call is below the timer's resolution), HTTP one request a time.
+    samples = alternate(cases, args.http_seconds, 1, {"raw aead encrypt": 50, "raw aead decrypt": 50})
     out = {name: summarize(per_op, args.size) for name, per_op in samples.items()}
+    out["http GET public-key (floor)"]["vs_raw"] = math.nan
     for name in ("http stream_encrypt", "http stream_decrypt"):
         floor = name.replace("http stream_", "raw aead ")
         out[name]["vs_raw"] = out[name]["mb_per_s"] / out[floor]["mb_per_s"]
