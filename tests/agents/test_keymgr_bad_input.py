@@ -8,6 +8,7 @@ a valid command on the same instance. At the end nothing a refused command carri
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from ledger_load import Account, paid_stream_body
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
 from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.ledger import CbyCredit, Origin, PurchaseSettled
 from watchtower.protocol.signed_command import Command, command_digest
-from watchtower.schemas.wire import encode_command
+from watchtower.schemas.wire import encode_command, encode_keymgr_forward
 from watchtower.topics.catalogue import topic_name
 
 pytestmark = pytest.mark.integration
@@ -270,6 +272,32 @@ def test_garbage_bytes_are_refused_with_a_record_code(ledger: Ledger, value: byt
     assert reply.get("ok") is False, reply
     # Half a command is a command with missing fields (INVALID_ARGUMENT); the rest are not records.
     assert reply["error"]["code"] in ("MALFORMED_RECORD", "SCHEMA_MISMATCH", "INVALID_ARGUMENT"), reply
+    ledger.still_serving()
+
+
+# --- forwards where they do not belong ----------------------------------------------------------
+
+def test_a_forged_credit_on_the_commands_topic_is_unauthorized(ledger: Ledger) -> None:
+    # Only workers write `internal`; a credit put on the public topic would print money.
+    forged_ref = os.urandom(32).hex()
+    origin = Origin(ledger.bob.address, 1, os.urandom(32))
+    credit = CbyCredit(ledger.bob.address, 10**9, "mint", forged_ref, "", origin)
+    reply = ledger.commands.request(encode_keymgr_forward(credit), key=f"acct:{ledger.bob.address}")[1]
+    refused(reply, "UNAUTHORIZED")
+    ledger.refused.append(forged_ref)
+    settled = PurchaseSettled(os.urandom(32).hex(), ledger.stream_id, ledger.bob.address, None, origin)
+    reply = ledger.commands.request(encode_keymgr_forward(settled), key=f"paid:{ledger.stream_id}")[1]
+    refused(reply, "UNAUTHORIZED")
+    ledger.still_serving()
+
+
+def test_a_signed_command_on_the_internal_topic_is_refused(ledger: Ledger) -> None:
+    alice = ledger.alice
+    cmd = alice.transfer(ledger.bob.address, 5)
+    reply = ledger.internal.request(encode_command(cmd), key=cmd.stream_id)[1]
+    assert reply.get("ok") is False, reply
+    assert reply["error"]["code"] in ("UNAUTHORIZED", "MALFORMED_RECORD"), reply
+    ledger.refused.append(command_digest(cmd).hex())
     ledger.still_serving()
 
 
