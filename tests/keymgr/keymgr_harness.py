@@ -42,8 +42,11 @@ class KeymgrClient:
 
 
 @contextmanager
-def keymgr_stack(bootstrap: str, log_dir: Path, *, gateway: bool = False) -> Iterator[tuple[ServiceSet, Path, Kek]]:
-    """Workers that trust the key manager's receipt key, the API, and the key manager itself."""
+def keymgr_stack(
+    bootstrap: str, log_dir: Path, *, gateway: bool = False, minter: str | None = None
+) -> Iterator[tuple[ServiceSet, Path, Kek]]:
+    """Workers that trust the key manager's receipt key (and `minter` as the CBY minter), the API,
+    and the key manager itself."""
     log_dir.mkdir(parents=True, exist_ok=True)
     kek_file = log_dir / "kek.key"
     kek_file.write_text(new_kek_text())
@@ -51,6 +54,8 @@ def keymgr_stack(bootstrap: str, log_dir: Path, *, gateway: bool = False) -> Ite
     kek = Kek(bytes.fromhex(kek_file.read_text()))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
+        if minter is not None:
+            env.setenv("WATCHTOWER_CBY_MINTER", minter)
         with start_stack(bootstrap, log_dir, gateway=gateway) as services:
             services.start_keymgr(free_ports(1)[0], kek_file)
             services.wait_keymgr()

@@ -137,3 +137,27 @@ def test_any_sequence_of_mints_transfers_burns_and_purchases_conserves_value(ste
     view = world.view()  # a rebuild from the log agrees with the live states
     assert sum(view.balances().values()) == view.supply.total_supply_cby == minted - burned
     assert world.supply.total_supply_cby <= 2**63 - 1
+
+
+# --- snapshots -----------------------------------------------------------------------------------
+
+
+def test_the_snapshot_codecs_give_back_exactly_the_folded_states() -> None:
+    import cbor2
+
+    from watchtower.protocol.snapshots import SnapshotError, decode_ledger, encode_ledger
+
+    world = entitled_world()
+    acct = account_instance(addr(ALICE))
+    world.send(world.sign(ALICE, "register_account_key", acct, {"scheme": "X25519", "public_key": b"\x01" * 32}))
+    world.send(world.sign(ALICE, "authorize_actor", acct, {"actor": addr(CAROL), "stream_id": SID}))
+    world.send(world.sign(ALICE, "revoke_actor", acct, {"actor": addr(CAROL), "stream_id": SID}))
+    for kind, states in (("accounts", world.accounts), ("paid_streams", world.paid),
+                         ("supply", {"cby:supply": world.supply})):
+        data = encode_ledger(kind, states)
+        assert encode_ledger(kind, decode_ledger(kind, data)) == data
+        assert decode_ledger(kind, data) == states
+    for bad in (b"", cbor2.dumps({"v": 2, "accounts": []}), cbor2.dumps({"v": 1, "accounts": [["k", {"a": 1}]]}),
+                cbor2.dumps({"v": 1, "accounts": [["k", 5]]})):
+        with pytest.raises(SnapshotError):
+            decode_ledger("accounts", bad)

@@ -24,13 +24,24 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from watchtower.cli import account_cmd, demo_cmd, feed_cmd, gateway_cmd, init_cmd, local_cmd, up_cmd, vectors_cmd
+    from watchtower.cli import (
+        account_cmd,
+        demo_cmd,
+        feed_cmd,
+        gateway_cmd,
+        init_cmd,
+        keymgr_cmd,
+        local_cmd,
+        up_cmd,
+        vectors_cmd,
+    )
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
     cli.add_command(init_cmd.init)
     cli.add_command(demo_cmd.demo)
     cli.add_command(gateway_cmd.gateway)
+    cli.add_command(keymgr_cmd.keymgr)
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed):

@@ -1,7 +1,12 @@
-"""`watchtower up|down|status`: the whole local stack (broker, stream workers, projections + API).
+"""`watchtower up|down|status`: the whole local stack (broker, stream workers, projections + API,
+and the Stream Key Manager).
 
 `up` starts what is missing and restarts what died, leaving live parts alone; `down` stops
-everything `up` started; `status` checks every part (see docs/local-stack.md).
+everything `up` started; `status` checks every part (see docs/local-stack.md). `up` also creates
+the deployment's genesis once (`watchtower.local.genesis`: CBY minter, protocol treasury, KEK),
+gives the stream workers ``WATCHTOWER_PROTOCOL_TREASURY``, ``WATCHTOWER_CBY_MINTER`` and
+``WATCHTOWER_KEYMGR_PUBLIC_KEY``, starts the key manager with the KEK file, and writes its URL
+as ``keymgr_url`` to ``config.json`` (docs/keymgr.md).
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from click.core import ParameterSource
 from watchtower.cli import settings
 from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
+from watchtower.local.genesis import ENV_KEYMGR_PUBLIC_KEY, Genesis, ensure_genesis
 from watchtower.local.paths import watchtower_home
 from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
-from watchtower.local.stack import LOOPBACK, ServiceSet, is_loopback
+from watchtower.local.stack import KEYMGR_NAME, LOOPBACK, ServiceSet, is_loopback
 from watchtower.local.supervisor import (
     EXIT_NOT_UP,
+    ServiceRecord,
     StackRecord,
+    next_free_ports,
     not_up_report,
     port_bindable,
     record_path,
@@ -35,6 +43,7 @@ from watchtower.topics.catalogue import DEFAULT_PARTITIONS, catalogue, topic_pre
 from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL
 
 DEFAULT_API_PORT = 8470
+KEYMGR_PORT_OFFSET = 2  # the key manager listens on the first free port from --api-port + 2 (8472)
 _BROKER_OPTIONS = ("port", "controller_port", "partitions", "secure")
 _SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
 
@@ -68,6 +77,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     record = StackRecord.load()
     fresh = record is None
     record = _new_record(options) if record is None else _reconcile(record, options, explicit)
+    _plan_keymgr(record)
     if record.projections > record.partitions:
         raise LocalStackError(f"--projections {record.projections} is more than --partitions {record.partitions}; "
                               "each projection worker needs a partition")
@@ -84,6 +94,7 @@ def up(ctx: click.Context, **options: Any) -> None:
         broker.wait_reachable(timeout=30.0)
     restarted = ["kafka"] if waited and not fresh else []
     service_file = _use_credentials(record)
+    genesis = _use_genesis()
     ensure_topics(record.bootstrap, catalogue(record.prefix, partitions=record.partitions))
     log_dir = Path(record.log_dir)
     services = ServiceSet(record.bootstrap, record.prefix, log_dir, api_port=record.api_port, bind=record.bind,
@@ -93,12 +104,15 @@ def up(ctx: click.Context, **options: Any) -> None:
             continue
         if s.kind == "worker":
             services.start_worker(s.worker_id)
+        elif s.kind == "keymgr":
+            services.start_keymgr(s.port or 0, genesis.kek_path, instance=s.worker_id)
         else:
             services.start_projection(s.worker_id, port=s.port)
         s.pid = services.procs[s.name].pid
         restarted.append(s.name)
     record.save()
-    settings.save({"bootstrap": record.bootstrap, "api": record.api_url})
+    keymgr_url = _keymgr_url(services, record)
+    settings.save({"bootstrap": record.bootstrap, "api": record.api_url, "keymgr_url": keymgr_url})
     if not fresh and not restarted:
         click.echo(f"already up: API {record.api_url}, kafka {record.bootstrap} "
                    f"(services: {', '.join(sorted(record.services))}); nothing to restart")
@@ -116,6 +130,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     else:
         click.echo(f"restarted {', '.join(restarted)} (ready in {time.monotonic() - t0:.1f}s)")
     click.echo(f"api      {record.api_url}  (OpenAPI: {record.api_url}/openapi.json)")
+    click.echo(f"keymgr   {keymgr_url}  (receipt key {genesis.keymgr_public_key.hex()})")
     for s in record.services.values():
         if s.kind == "projection" and s.port != record.api_port:
             click.echo(f"         {services.url_for(s.port or 0)}  ({s.name})")
@@ -161,6 +176,35 @@ def _reconcile(record: StackRecord, options: dict[str, Any], explicit: set[str])
     return record
 
 
+def _plan_keymgr(record: StackRecord) -> None:
+    """Add the key manager to the planned services (a record from before it existed gets one too)."""
+    if any(s.kind == "keymgr" for s in record.services.values()):
+        return
+    avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
+    (port,) = next_free_ports(record.api_port + KEYMGR_PORT_OFFSET, 1, record.bind, avoid)
+    record.services[KEYMGR_NAME] = ServiceRecord(KEYMGR_NAME, "keymgr", "k1", port)
+
+
+def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:
+    port = next(s.port for s in record.services.values() if s.kind == "keymgr")
+    return services.url_for(port or 0)
+
+
+def _use_genesis() -> Genesis:
+    """The deployment's genesis, created on the first `up`; its public facts go to every worker.
+
+    An operator's own WATCHTOWER_PROTOCOL_TREASURY / WATCHTOWER_CBY_MINTER win; the receipt key is
+    always the one of this stack's KEK, or no worker could accept the key manager's ciphertext.
+    """
+    genesis = ensure_genesis(watchtower_home())
+    for name, value in genesis.worker_env().items():
+        if name == ENV_KEYMGR_PUBLIC_KEY:
+            os.environ[name] = value
+        else:
+            os.environ.setdefault(name, value)
+    return genesis
+
+
 def _use_credentials(record: StackRecord) -> Path | None:
     """Point this process's Kafka clients at the stack's broker; the service principal's file, if secure.
 
@@ -188,6 +232,8 @@ def _wait_ready(services: ServiceSet, record: StackRecord) -> None:
         for s in record.services.values():
             if s.kind == "projection":
                 services.wait_ready(api_url=services.url_for(s.port or 0))
+        if services.keymgr_url is not None:  # started by this command
+            services.wait_keymgr()
     except LocalStackError as exc:
         services.stop()
         raise LocalStackError(f"{exc}. The broker keeps running: `watchtower up` tries again, "

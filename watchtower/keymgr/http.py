@@ -1,7 +1,8 @@
 """The key manager's HTTP API (aiohttp): the routes of the shared interface §7.
 
 - ``POST /v1/keymgr/encrypt``, ``/decrypt``, ``/epoch-keys``: body ``{"command": <signed command>}``;
-- ``GET /v1/keymgr/public-key`` → ``{"public_key_hex"}`` (the receipt key); ``GET /healthz``.
+- ``GET /v1/keymgr/public-key`` → ``{"public_key_hex"}`` (the receipt key); ``GET /healthz`` (also
+  ``/v1/health``, which `watchtower status` asks every HTTP service).
 
 Every refusal is ``{"error": {"code", "message", "details"?}}`` with the spec code and the API's
 status for it; bodies are bounded (`MAX_BODY_BYTES`, PAYLOAD_TOO_LARGE beyond). The blocking work
@@ -82,11 +83,13 @@ def build_app(manager: KeyManager) -> web.Application:
         return web.json_response({"public_key_hex": manager.public_key.hex()})
 
     async def health(_request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "quarantined": manager.follower.quarantined})
+        # "ready" as the projections' /v1/health, so `watchtower status` reads both the same way.
+        return web.json_response({"ok": True, "ready": True, "quarantined": manager.follower.quarantined})
 
     app.router.add_post("/v1/keymgr/encrypt", _route(manager, Method.STREAM_ENCRYPT, manager.encrypt))
     app.router.add_post("/v1/keymgr/decrypt", _route(manager, Method.STREAM_DECRYPT, manager.decrypt))
     app.router.add_post("/v1/keymgr/epoch-keys", _route(manager, Method.FETCH_EPOCH_KEYS, manager.epoch_keys))
     app.router.add_get("/v1/keymgr/public-key", public_key)
     app.router.add_get("/healthz", health)
+    app.router.add_get("/v1/health", health)
     return app

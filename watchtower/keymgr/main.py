@@ -1,4 +1,4 @@
-"""Run the Stream Key Manager: ``python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX]``.
+"""Run the Stream Key Manager: ``python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX [INSTANCE]]``.
 
 (`watchtower keymgr serve` is the same with flags.) Reads the KEK (`kek.load_kek`), fences older
 instances and loads ``keymgr.state`` (`Vault.open`), folds the events topic up to its current end,
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
         level=getattr(logging, level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     if len(argv) < 2:
-        print("usage: python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX]", file=sys.stderr)
+        print("usage: python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX [INSTANCE]]", file=sys.stderr)
         sys.exit(2)
     sys.exit(serve(argv[0], int(argv[1]), argv[2] if len(argv) > 2 else None))
 

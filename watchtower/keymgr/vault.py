@@ -120,13 +120,18 @@ class Vault:
 
     # ------------------------------------------------------------------ writes
     def _write_locked(self, key: str, value: dict[str, Any]) -> None:
+        self._write_all_locked([(key, value)])
+
+    def _write_all_locked(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """Commit `records` in one transaction (all or none)."""
         if self._fenced:
             raise VaultFencedError("another key-manager instance took over; send the request to it")
         try:
             self._producer.begin_transaction()
-            self._producer.produce(
-                self.topic, key=key.encode(), value=json.dumps(value).encode(), partition=STATE_PARTITION
-            )
+            for key, value in records:
+                self._producer.produce(
+                    self.topic, key=key.encode(), value=json.dumps(value).encode(), partition=STATE_PARTITION
+                )
             self._producer.commit_transaction(_TXN_TIMEOUT_S)
         except KafkaException as exc:
             error = exc.args[0]
@@ -142,6 +147,25 @@ class Vault:
         target = max(self._reserved_through, self._next_nonce - 1) + self._block
         self._write_locked(NONCE_KEY, {"v": 1, "reserved_through": target})
         self._reserved_through = target
+
+    def rewrap(self, new_kek: Kek) -> int:
+        """KEK rotation: every stored seed wrapped again under `new_kek`, in one transaction.
+
+        The records keep their keys, so compaction drops the old wrapped forms; from the commit on,
+        only `new_kek` opens the state. Returns the number of seeds re-wrapped.
+        """
+        with self._lock:
+            records = [
+                (
+                    seed_key(sid),
+                    {"v": 1, "kek_id": new_kek.kek_id, "wrapped_hex": new_kek.wrap(SEED_PURPOSE, sid, seed).hex()},
+                )
+                for sid, seed in sorted(self._seeds.items())
+            ]
+            if records:
+                self._write_all_locked(records)
+            self._kek = new_kek
+            return len(records)
 
     # ------------------------------------------------------------------ reads
     def next_actor_nonce(self) -> int:

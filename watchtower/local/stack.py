@@ -129,12 +129,15 @@ class ServiceSet:
         self.urls[name] = self.url_for(port)
         return self.urls[name]
 
-    def start_keymgr(self, port: int, kek_file: Path) -> str:
-        """The Stream Key Manager on `port` with the KEK in `kek_file` (0600); returns its URL."""
+    def start_keymgr(self, port: int, kek_file: Path, instance: str = "k1") -> str:
+        """The Stream Key Manager on `port` with the KEK in `kek_file` (0600); returns its URL.
+
+        `instance` only names the process on its command line (the supervisor recognises it by it).
+        """
         env = {"WATCHTOWER_KEYMGR_KEK_FILE": str(kek_file)}
         if self.bind is not None:
             env["WATCHTOWER_KEYMGR_BIND"] = self.bind
-        self._spawn(KEYMGR_NAME, [KEYMGR_MODULE, self.bootstrap, str(port), self.prefix], env)
+        self._spawn(KEYMGR_NAME, [KEYMGR_MODULE, self.bootstrap, str(port), self.prefix, instance], env)
         self.keymgr_url = self.url_for(port)
         return self.keymgr_url
 

@@ -27,7 +27,7 @@ from typing import Any
 from watchtower.local.broker import LocalKafka, _pid_alive
 from watchtower.local.config import ClusterSpec
 from watchtower.local.paths import default_data_dir, watchtower_home
-from watchtower.local.stack import PROJECTION_MODULE, WORKER_MODULE, connect_host
+from watchtower.local.stack import KEYMGR_MODULE, PROJECTION_MODULE, WORKER_MODULE, connect_host
 from watchtower.topics.catalogue import DEFAULT_PARTITIONS
 
 RECORD_VERSION = 2
@@ -55,7 +55,7 @@ class ServiceRecord:
 
     @property
     def module(self) -> str:
-        return WORKER_MODULE if self.kind == "worker" else PROJECTION_MODULE
+        return {"worker": WORKER_MODULE, "keymgr": KEYMGR_MODULE}.get(self.kind, PROJECTION_MODULE)
 
     def alive(self) -> bool:
         return self.pid is not None and process_runs(self.pid, self.module, self.worker_id)

@@ -25,19 +25,13 @@ import aiohttp
 from faust.web import Request, Response
 from yarl import URL
 
-from watchtower.projections.keymgr_tables import (
-    SUPPLY_KEY,
-    account_view,
-    balance_totals,
-    entitlement_key,
-)
+from watchtower.projections.keymgr_tables import account_view, balance_totals, entitlement_key
 from watchtower.projections.routing import FORWARD_TIMEOUT, ROUTED_HEADER
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.errors import NotPlatformManagedStreamError, NotReadyError
+from watchtower.protocol.ledger import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
 
-ACCOUNT_PREFIX = "acct:"
-PAID_PREFIX = "paid:"
 LOCAL_SUPPLY_PATH = "/v1/cby/supply/local"
 
 
