@@ -3,7 +3,9 @@
 Two workers, one projection, a real broker. 50 accounts (ten of them poor, so some purchases and
 transfers are refused) run 2,000 purchases, transfers and burns, one command in flight per account,
 while a worker is killed with kill -9 and restarted three times (at a quarter, half and three
-quarters of the work). A command that times out is resent as the same signed command.
+quarters of the work). A command that times out is resent as the same signed command, and at the
+end every account's last accepted command on each instance is resent once more: each gets its
+original answer marked duplicate.
 
 Afterwards, folding the committed events topic and reading the live API:
 - every account's balance is what the acknowledged answers imply, and the sum of the balances is
@@ -116,6 +118,8 @@ def test_cby_conserved_and_purchases_charged_once_under_kill9(
             chaos.join(60)
             assert done["ops"] == ACCOUNTS * OPS_PER_ACCOUNT, "some accounts never finished their work"
             assert done["kills"] == KILLS
+            print(f"accepted commands resent at the end, answered as duplicates: "
+                  f"{_resend_the_last_commands(sender, answers)}")
         finally:
             client.close()
         print(f"resends after a timeout or NOT_READY: {sender.resends}")
@@ -154,6 +158,32 @@ def test_cby_conserved_and_purchases_charged_once_under_kill9(
         assert offline["quarantined"]["count"] == 0, offline["quarantined"]
         wait_for(lambda: http("GET", f"{stack.api_url}/v1/keymgr/digest")[1]["digest"] == offline["digest"],
                  timeout_s=60, what="the live keymgr digest to equal the offline rebuild")
+
+
+def _resend_the_last_commands(sender: Sender, answers: dict[str, list[tuple[str, Any, Answer]]]) -> int:
+    """Send every account's last acknowledged command on each instance again, as a client whose
+    answer was lost would: the same signed command gets the original answer marked duplicate (the
+    log checks that follow prove it moved nothing). An instance remembers only its caller's last
+    nonce, so older commands would be NONCE_REPLAYED, which is why only the last ones are resent."""
+    last: dict[tuple[str, str], Answer] = {}
+    for account, ops in answers.items():
+        for _op, _arg, answer in ops:
+            last[(account, answer.command.stream_id)] = answer
+    resent = 0
+    for answer in last.values():
+        if not answer.ok:
+            continue  # a refused transfer is decided again on a resend (and may now be paid)
+        again = sender.send(answer.command)
+        assert again.ok, f"a resent {answer.command.method} was refused: {again.code}: {again.message}"
+        assert again.result is not None
+        assert answer.result is not None
+        assert again.result.get("duplicate") is True, again.result
+        strip = {"duplicate"}
+        assert {k: v for k, v in again.result.items() if k not in strip} == {
+            k: v for k, v in answer.result.items() if k not in strip}
+        resent += 1
+    assert resent >= ACCOUNTS, "too few commands were resent to prove anything"
+    return resent
 
 
 def _expected_balances(minted: dict[str, int], answers: dict[str, list[tuple[str, Any, Answer]]],
