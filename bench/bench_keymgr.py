@@ -180,7 +180,7 @@ def print_crypto(res: dict[str, Any], where: str = "in process") -> None:
     print(f"crypto {where}, {res['plaintext_bytes']:,} B plaintext per operation")
     print(f"  {'case':<28}{'median µs':>11}{'p99 µs':>10}{'MB/s':>10}{'vs raw':>9}")
     for name, r in res["cases"].items():
-        print(f"  {name:<28}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.2f}x")
+        print(f"  {name:<28}{r['median_us']:>11.1f}{r['p99_us']:>10.1f}{r['mb_per_s']:>10.1f}{r['vs_raw']:>8.3f}x")
 
 
 # ----------------------------------------------------------------------------- phase: purchases
