@@ -7,7 +7,9 @@ decrypts through stream_decrypt. The test knows the KEK, so it unwraps the strea
 from ``keymgr.state`` and derives every epoch key used; then every topic on the broker (records,
 keys, headers, aborted ones too), every file under the stack's directory (service logs, state) and
 the test's captured output are scanned for the seed, the epoch keys, the receipt signing key and
-the plaintexts, raw, hex and base64: none may appear.
+the plaintexts, raw, hex and base64: none may appear. So are the seeds of every other stack the
+test session started before (unwrapped with their KEK files under the session's temporary
+directory), in every topic and every service log of the session.
 
 The scanner itself is proven first: a seed planted in a scratch topic (as a key, a header, inside
 a base64 blob at an odd offset, inside an aborted transaction) and in a log file is found in every
@@ -29,9 +31,11 @@ import nacl.signing
 import pytest
 from api_calls import Caller, wait_for
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
 from leak_scan import LeakScanner
 
+from watchtower.keymgr.kek import Kek, KekError
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
 from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.envelope import decrypt_with_content_key, derive_content_key, envelope_aad, unwrap_epoch_key
@@ -91,8 +95,8 @@ EPOCH_BLOCKS = 86_400  # one-day epochs: the scenario never straddles an epoch b
 
 
 def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
-        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
+        kafka_bootstrap: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     owner, publisher, minter = (nacl.signing.SigningKey.generate() for _ in range(3))
     subscriber = nacl.signing.SigningKey.generate()
     x25519 = nacl.public.PrivateKey.generate()
@@ -151,11 +155,19 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
         secrets |= {f"epoch {e} key": key for e, key in content_keys.items()}
         secrets |= {f"plaintext #{seq}": p for seq, p in plaintexts.items()}
 
-    # The stack has stopped: every log is complete.
-    scanner = LeakScanner(secrets)
+    # The stack has stopped: every log is complete. Every other stack of the session so far is
+    # scanned for too: its seeds in every topic, and in every service log of the session.
+    others = {k: v for k, v in _session_seeds(kafka_bootstrap, tmp_path_factory.getbasetemp()).items()
+              if v != seed}
+    scanner = LeakScanner(secrets | others)
     records, in_topics = scanner.scan_topics(kafka_bootstrap)
     files, in_files = scanner.scan_tree(stack_dir)
+    in_files += [f for path in tmp_path_factory.getbasetemp().rglob("*.log")
+                 if path.is_file() and stack_dir not in path.parents
+                 for f in LeakScanner(others or {"seed": seed}).scan_bytes(path.read_bytes(), str(path))]
     out, err = capfd.readouterr()
+    print(f"secrets looked for: {len(secrets)} of this scenario, {len(others)} seeds of other stacks; "
+          f"{records} records and {files} files of this stack scanned")
     in_output = scanner.scan_text(out, "stdout") + scanner.scan_text(err, "stderr") + scanner.scan_text(
         caplog.text, "log capture")
     assert records > 0
@@ -192,3 +204,32 @@ def _acquire(buyer: Caller, sid: str, target: int) -> dict[str, Any] | None:
         return dict(reply["result"])
     assert reply["error"]["code"] in ("NOT_PLATFORM_MANAGED_STREAM", "NOT_READY", "TIMEOUT"), reply
     return None
+
+
+def _session_seeds(bootstrap: str, root: Path) -> dict[str, bytes]:
+    """Every master seed on every ``keymgr.state`` topic of the broker that a KEK file somewhere
+    under `root` (the test session's temporary directory) unwraps: the seeds of every stack the
+    session started so far."""
+    keks = []
+    for path in root.rglob("kek.key"):
+        try:
+            keks.append(Kek(bytes.fromhex(path.read_text().strip())))
+        except (OSError, ValueError, KekError):
+            continue  # a test's deliberately broken KEK file
+    admin = AdminClient(kafka_config(bootstrap))
+    state_topics = [t for t in admin.list_topics(timeout=30).topics if t.endswith("keymgr.state")]
+    seeds: dict[str, bytes] = {}
+    for record in read_committed(bootstrap, state_topics):
+        key = (record.key() or b"").decode(errors="replace")
+        if not key.startswith("seed/"):
+            continue
+        try:
+            wrapped = bytes.fromhex(json.loads(record.value() or b"{}")["wrapped_hex"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        for kek in keks:
+            try:
+                seeds[f"seed of {key[5:]} on {record.topic()}"] = kek.unwrap(SEED_PURPOSE, key[5:], wrapped)
+            except KekError:
+                continue
+    return seeds
