@@ -12,7 +12,8 @@ from typing import Any
 
 import nacl.signing
 
-from watchtower.protocol.accounts import AccountState, decide_account, evolve_account
+from watchtower.protocol.account_commands import decide_account
+from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.billing import first_height_of_epoch
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import WatchtowerError

@@ -1,28 +1,14 @@
-"""The account instance (``acct:<address>``): CBY balance, account keys, actor authorizations.
+"""The account instance (``acct:<address>``): its state and `evolve_account`, the fold of its events.
 
-`decide_account(state, input, block_height)` decides a signed command of the account holder or a
-forward from another instance; `evolve_account` folds the events back. Commands are checked in
-this order: the envelope names ``acct:<caller>`` (UNAUTHORIZED otherwise: CIP-7 "verify the
-transaction is signed by account"), the signature (INVALID_SIGNATURE), replay protection (an exact
-retry gets the original reply with ``"duplicate": true``; otherwise the nonce must grow), then the
-method's own rules:
-
-- register_account_key: scheme X25519 and a 32-byte, not all-zero key (INVALID_ACCOUNT_KEY), fewer
-  than 8 ACTIVE keys (ACCOUNT_KEY_LIMIT_REACHED); ids count up from 1 per account;
-- revoke_account_key: an unknown id is INVALID_ACCOUNT_KEY, a revoked one KEY_REVOKED;
-- authorize_actor: at most 64 ACTIVE authorizations per (account, stream)
-  (AUTHORIZATION_LIMIT_REACHED); revoke_actor needs an ACTIVE one;
-- transfer_cby / burn_cby: amounts in 1..2**63-1 (INVALID_ARGUMENT), at most the balance
-  (INSUFFICIENT_CBY_BALANCE with the balance and amount in details).
-
-Forwards: a CbyCredit always applies (the supply bound keeps every balance ≤ 2**63-1); a
-PurchaseDebit debits the payer and forwards both treasury credits and "settled" to the paid
-stream, or forwards "settled" with INSUFFICIENT_CBY_BALANCE and changes nothing (docs/ledger.md).
+An account holds a CBY balance, its account keys (CIP-7 AccountKeyRegistration) and the actor
+authorizations it granted, plus replay records of its holder's commands. `account_commands`
+decides commands and forwards against it (the rules and their order are documented there).
 
 `evolve_account` re-checks what a forged log record could break (a debit below zero, a credit that
-overflows, key ids out of order, a ninth active key, ...) and raises MALFORMED_RECORD so the host
-quarantines it. Only events caused by the holder's own commands move the holder's replay record;
-credits and purchase debits descend from commands sent to other instances.
+overflows, key ids out of order, a ninth active key, a 65th active authorization, revoking what is
+not ACTIVE, an event of another account) and raises MALFORMED_RECORD so the host quarantines it.
+Only events caused by the holder's own commands move the holder's replay record; credits and
+purchase debits descend from commands sent to other instances.
 """
 
 from __future__ import annotations
@@ -38,44 +24,21 @@ from watchtower.protocol.constants import (
     MAX_ACTOR_AUTHORIZATIONS_PER_STREAM,
     X25519_PUBLIC_KEY_BYTES,
 )
-from watchtower.protocol.envelope import validate_x25519_public_key
 from watchtower.protocol.errors import (
-    AccountKeyLimitReachedError,
-    AuthorizationLimitReachedError,
-    InsufficientCbyBalanceError,
-    InvalidAccountKeyError,
     InvalidArgumentError,
-    KeyRevokedError,
     MalformedRecordError,
-    UnauthorizedError,
     WatchtowerError,
 )
 from watchtower.protocol.ledger import (
-    ACCOUNT_METHODS,
     ACCOUNT_PREFIX,
     CREDIT_REASONS,
     DEBIT_REASONS,
     MAX_CBY,
-    MAX_MEMO,
-    SUPPLY_KEY,
-    CbyBurn,
-    CbyCredit,
-    LedgerDecision,
-    Origin,
-    PurchaseDebit,
-    PurchaseSettled,
-    Routed,
     account_instance,
-    body_fields,
     check_event_envelope,
     event_int,
-    make_event,
-    paid_instance,
     record_caller,
-    replay_record,
-    require_amount,
 )
-from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream_state import (
     ACCOUNT_KEY_REGISTERED,
     ACCOUNT_KEY_REVOKED,
@@ -164,203 +127,6 @@ class AccountState:
     def authorization(self, actor: str, stream_id: str) -> AuthorizationRecord | None:
         """The authorization of `actor` on `stream_id`, if any."""
         return self.authorizations.get(authorization_key(actor, stream_id))
-
-
-# --- decide --------------------------------------------------------------------------------------
-
-
-def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebit, *,
-                   block_height: int) -> LedgerDecision:
-    """Decide a signed command or a forward against one account (module docstring for the rules)."""
-    if isinstance(item, CbyCredit):
-        return _credit(state, item, block_height)
-    if isinstance(item, PurchaseDebit):
-        return _purchase_debit(state, item, block_height)
-    cmd = item
-    if cmd.method not in ACCOUNT_METHODS:
-        raise InvalidArgumentError(f"{cmd.method} is not an account method")
-    if cmd.stream_id != account_instance(cmd.caller):
-        raise UnauthorizedError(
-            f"{cmd.method} changes the signer's own account only: {cmd.caller} may send it to "
-            f"{account_instance(cmd.caller)!r}, not to {cmd.stream_id!r}"
-        )
-    if cmd.stream_id != state.instance:
-        raise InvalidArgumentError(f"a command for {cmd.stream_id!r} reached {state.instance!r}; "
-                                   "key it by its stream_id")
-    verify_command(cmd)
-    record = replay_record(state.callers, cmd, block_height)
-    if record is not None:
-        return LedgerDecision((), {**record.last_reply, "duplicate": True})
-    origin = Origin.of(cmd)
-    return _HANDLERS[cmd.method](state, cmd, origin, block_height)
-
-
-def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = body_fields(cmd, frozenset({"scheme", "public_key"}))
-    if body["scheme"] != ACCOUNT_KEY_SCHEME_X25519:
-        raise InvalidAccountKeyError(f"scheme must be {ACCOUNT_KEY_SCHEME_X25519} (the only CIP-7 v1 scheme), "
-                                     f"got {body['scheme']!r}")
-    key = body["public_key"]
-    if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES:
-        raise InvalidAccountKeyError(f"public_key must be the {X25519_PUBLIC_KEY_BYTES}-byte X25519 public key "
-                                     "(send it as bytes)")
-    # Refuses the all-zero key and every other small-order point: a sealed box to one is readable by anyone.
-    validate_x25519_public_key(key)
-    if state.active_keys >= MAX_ACCOUNT_KEYS_PER_ACCOUNT:
-        raise AccountKeyLimitReachedError(
-            f"account {state.account} already has {MAX_ACCOUNT_KEYS_PER_ACCOUNT} ACTIVE keys; revoke one "
-            "(revoke_account_key) before registering another",
-            details={"active_keys": state.active_keys},
-        )
-    key_id = state.next_key_id
-    reply = {"account": state.account, "account_key_id": key_id, "scheme": ACCOUNT_KEY_SCHEME_X25519,
-             "public_key_hex": key.hex(), "status": ACTIVE, "registered_at_block": height}
-    body_out = {"account": state.account, "account_key_id": key_id, "scheme": ACCOUNT_KEY_SCHEME_X25519,
-                "public_key": key}
-    return LedgerDecision((make_event(ACCOUNT_KEY_REGISTERED, state.instance, height, origin, reply, body_out),),
-                          reply)
-
-
-def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    key_id = body_fields(cmd, frozenset({"account_key_id"}))["account_key_id"]
-    if type(key_id) is not int or key_id < 1:
-        raise InvalidArgumentError(f"account_key_id must be a positive integer, got {key_id!r}")
-    key = state.key(key_id)
-    if key is None:
-        raise InvalidAccountKeyError(f"account {state.account} has no key {key_id}; list the account's keys",
-                                     details={"account_key_id": key_id})
-    if key.status != ACTIVE:
-        raise KeyRevokedError(f"key {key_id} of account {state.account} is already revoked (block "
-                              f"{key.revoked_at_block})", details={"account_key_id": key_id})
-    reply = {"account": state.account, "account_key_id": key_id, "status": REVOKED, "revoked_at_block": height}
-    body = {"account": state.account, "account_key_id": key_id}
-    return LedgerDecision((make_event(ACCOUNT_KEY_REVOKED, state.instance, height, origin, reply, body),), reply)
-
-
-def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
-    body = body_fields(cmd, frozenset({"actor", "stream_id"}))
-    actor = require_address(body["actor"], "actor")
-    stream_id = require_text(body["stream_id"], "stream_id")
-    if actor == state.account:
-        raise InvalidArgumentError("an account is always authorized for itself; name another actor")
-    return actor, stream_id
-
-
-def _authorize(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    actor, stream_id = _actor_and_stream(state, cmd)
-    existing = state.authorization(actor, stream_id)
-    already = existing is not None and existing.status == ACTIVE
-    count = state.active_per_stream.get(stream_id, 0)
-    if not already and count >= MAX_ACTOR_AUTHORIZATIONS_PER_STREAM:
-        raise AuthorizationLimitReachedError(
-            f"account {state.account} already authorizes {MAX_ACTOR_AUTHORIZATIONS_PER_STREAM} actors on stream "
-            f"{stream_id!r}; revoke one (revoke_actor) first",
-            details={"active_authorizations": count},
-        )
-    reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "scope": AUTHORIZATION_SCOPE,
-             "status": ACTIVE, "granted_at_block": height}
-    body = {"account": state.account, "actor": actor, "stream_id": stream_id, "scope": AUTHORIZATION_SCOPE}
-    return LedgerDecision((make_event(ACTOR_AUTHORIZATION_GRANTED, state.instance, height, origin, reply, body),),
-                          reply)
-
-
-def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    actor, stream_id = _actor_and_stream(state, cmd)
-    existing = state.authorization(actor, stream_id)
-    if existing is None or existing.status != ACTIVE:
-        raise InvalidArgumentError(f"actor {actor} holds no ACTIVE authorization on stream {stream_id!r} of "
-                                   f"account {state.account}; nothing to revoke")
-    reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "status": REVOKED,
-             "revoked_at_block": height}
-    body = {"account": state.account, "actor": actor, "stream_id": stream_id}
-    return LedgerDecision((make_event(ACTOR_AUTHORIZATION_REVOKED, state.instance, height, origin, reply, body),),
-                          reply)
-
-
-def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCbyBalanceError:
-    """INSUFFICIENT_CBY_BALANCE for `amount` against the account's balance, with details."""
-    return InsufficientCbyBalanceError(
-        f"account {state.account} holds {state.balance_cby} CBY wei but {what} needs {amount}; fund it with at "
-        f"least {amount - state.balance_cby} more and retry",
-        details={"account": state.account, "balance_cby": str(state.balance_cby), "required_cby": str(amount)},
-    )
-
-
-def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = body_fields(cmd, frozenset({"to", "amount_cby"}), frozenset({"memo"}))
-    to = require_address(body["to"], "to")
-    amount = require_amount(body["amount_cby"])
-    memo = body.get("memo", "")
-    if not isinstance(memo, str) or len(memo) > MAX_MEMO:
-        raise InvalidArgumentError(f"memo must be text of at most {MAX_MEMO} characters")
-    if to == state.account:
-        raise InvalidArgumentError("a transfer to the sender's own account moves nothing; name another account")
-    if amount > state.balance_cby:
-        raise insufficient(state, amount, "this transfer")
-    ref = origin.digest.hex()
-    reply = {"from": state.account, "to": to, "amount_cby": amount, "balance_cby": state.balance_cby - amount,
-             "ref": ref}
-    event = make_event(CBY_DEBITED, state.instance, height, origin, reply,
-                       {"account": state.account, "amount_cby": amount, "reason": "transfer", "ref": ref,
-                        "counterparty": to})
-    credit = CbyCredit(to, amount, "transfer", ref, state.account, origin)
-    return LedgerDecision((event,), reply, (Routed(account_instance(to), credit, False),))
-
-
-def _burn(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    amount = require_amount(body_fields(cmd, frozenset({"amount_cby"}))["amount_cby"])
-    if amount > state.balance_cby:
-        raise insufficient(state, amount, "this burn")
-    ref = origin.digest.hex()
-    reply = {"account": state.account, "amount_cby": amount, "balance_cby": state.balance_cby - amount, "ref": ref}
-    event = make_event(CBY_DEBITED, state.instance, height, origin, reply,
-                       {"account": state.account, "amount_cby": amount, "reason": "burn", "ref": ref,
-                        "counterparty": ""})
-    return LedgerDecision((event,), reply, (Routed(SUPPLY_KEY, CbyBurn(state.account, amount, origin), False),))
-
-
-_HANDLERS: Final[Mapping[str, Any]] = {
-    Method.REGISTER_ACCOUNT_KEY: _register_key,
-    Method.REVOKE_ACCOUNT_KEY: _revoke_key,
-    Method.AUTHORIZE_ACTOR: _authorize,
-    Method.REVOKE_ACTOR: _revoke_actor,
-    Method.TRANSFER_CBY: _transfer,
-    Method.BURN_CBY: _burn,
-}
-
-
-def _credit(state: AccountState, credit: CbyCredit, height: int) -> LedgerDecision:
-    if credit.account != state.account:
-        raise InvalidArgumentError(f"a credit for {credit.account} reached {state.instance!r}")
-    if state.balance_cby + credit.amount_cby > MAX_CBY:  # impossible while the supply bound holds
-        raise InvalidArgumentError(f"crediting {credit.amount_cby} would take {state.account} above {MAX_CBY}")
-    body = {"account": state.account, "amount_cby": credit.amount_cby, "reason": credit.reason, "ref": credit.ref,
-            "counterparty": credit.counterparty}
-    event = make_event(CBY_CREDITED, state.instance, height, credit.origin, {}, body)
-    return LedgerDecision((event,), None)
-
-
-def _purchase_debit(state: AccountState, debit: PurchaseDebit, height: int) -> LedgerDecision:
-    if debit.payer != state.account:
-        raise InvalidArgumentError(f"a purchase debit for {debit.payer} reached {state.instance!r}")
-    back = paid_instance(debit.stream_id)
-    if debit.total_amount_cby > state.balance_cby:
-        err = insufficient(state, debit.total_amount_cby, f"purchase {debit.purchase_id[:16]}…")
-        settled = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, err.to_dict(),
-                                  debit.origin)
-        return LedgerDecision((), None, (Routed(back, settled, True),))
-    body = {"account": state.account, "amount_cby": debit.total_amount_cby, "reason": "purchase",
-            "ref": debit.purchase_id, "counterparty": debit.publisher_treasury}
-    event = make_event(CBY_DEBITED, state.instance, height, debit.origin, {}, body)
-    forwards = []
-    for treasury, amount, reason in ((debit.publisher_treasury, debit.publisher_amount_cby, "publisher_revenue"),
-                                     (debit.protocol_treasury, debit.protocol_fee_cby, "protocol_fee")):
-        if amount > 0:
-            credit = CbyCredit(treasury, amount, reason, debit.purchase_id, state.account, debit.origin)
-            forwards.append(Routed(account_instance(treasury), credit, False))
-    paid = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, None, debit.origin)
-    forwards.append(Routed(back, paid, True))
-    return LedgerDecision((event,), None, tuple(forwards))
 
 
 # --- evolve --------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from watchtower.agents.aggregate import Context, Outcome
 from watchtower.agents.aggregates.ledger_base import LedgerAggregate, to_outcome
-from watchtower.protocol.accounts import ACCOUNT_EVENTS, AccountState, decide_account, evolve_account
+from watchtower.protocol.account_commands import decide_account
+from watchtower.protocol.accounts import ACCOUNT_EVENTS, AccountState, evolve_account
 from watchtower.protocol.ledger import ACCOUNT_METHODS, ACCOUNT_PREFIX, CbyCredit, PurchaseDebit, account_instance
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import Event
