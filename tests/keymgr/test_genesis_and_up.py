@@ -81,11 +81,11 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @pytest.mark.integration
-def test_up_starts_the_key_manager_and_gives_the_workers_the_genesis(home: Any) -> None:
+@pytest.mark.parametrize("mode", [[], ["--secure"]], ids=["plaintext", "secure"])
+def test_up_starts_the_key_manager_and_gives_the_workers_the_genesis(home: Any, mode: list[str]) -> None:
     path, port, cport, api = home
-    up = _wt(
-        path, "up", "--port", str(port), "--controller-port", str(cport), "--api-port", str(api), "--partitions", "2"
-    )
+    where = ["--port", str(port), "--controller-port", str(cport), "--api-port", str(api), "--partitions", "2"]
+    up = _wt(path, "up", *where, *mode)
     assert up.returncode == 0, up.stderr
     genesis = ensure_genesis(path)
     config = json.loads((path / "config.json").read_text())
@@ -100,6 +100,9 @@ def test_up_starts_the_key_manager_and_gives_the_workers_the_genesis(home: Any) 
     assert worker_env["WATCHTOWER_KEYMGR_PUBLIC_KEY"] == genesis.keymgr_public_key.hex()
     keymgr_env = _environ(report["services"]["keymgr"]["pid"])
     assert keymgr_env["WATCHTOWER_KEYMGR_KEK_FILE"] == str(genesis.kek_path)
+    # A secure stack's key manager connects as the service principal, like the workers.
+    assert keymgr_env.get("WATCHTOWER_KAFKA_CREDENTIALS") == worker_env.get("WATCHTOWER_KAFKA_CREDENTIALS")
+    assert ("WATCHTOWER_KAFKA_CREDENTIALS" in keymgr_env) == bool(mode)
     kek_text = genesis.kek_path.read_text().strip()
     assert all(kek_text not in value for value in worker_env.values())
     assert kek_text not in up.stdout + up.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,16 @@ def test_a_wrapped_seed_opens_only_for_its_stream_and_kek() -> None:
 def test_the_receipt_key_is_derived_from_the_kek() -> None:
     assert Kek(b"\x01" * 32).receipt_public_key() == Kek(b"\x01" * 32).receipt_public_key()
     assert Kek(b"\x01" * 32).receipt_public_key() != Kek(b"\x02" * 32).receipt_public_key()
+
+
+def test_the_service_refuses_to_start_with_a_world_readable_kek_file(tmp_path: Path) -> None:
+    path = _kek_file(tmp_path, 0o644)
+    env = {**os.environ, ENV_KEK_FILE: str(path)}
+    env.pop(ENV_KEK, None)
+    # The KEK is checked before anything connects, so no broker is needed to see the refusal.
+    result = subprocess.run([sys.executable, "-m", "watchtower.keymgr.main", "127.0.0.1:1", "1"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "0644" in result.stderr
+    assert "chmod 600" in result.stderr
+    assert path.read_text().strip() not in result.stderr + result.stdout

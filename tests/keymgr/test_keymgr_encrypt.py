@@ -12,6 +12,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from api_calls import Caller, http
+from confluent_kafka import Producer
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
 
 from watchtower.keymgr.kek import Kek
@@ -22,6 +23,7 @@ from watchtower.protocol.envelope import derive_content_key, envelope_aad, open_
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 OWNER = nacl.signing.SigningKey(b"\x21" * 32)
@@ -221,12 +223,16 @@ def test_the_seed_is_stored_only_wrapped_and_never_appears_in_clear(stack: Any) 
         base64.b64encode(seed).rstrip(b"="),
     ]
     topics = [spec.name for spec in catalogue(services.prefix)]
+    plaintexts = [b"secret words", b'{"px": 101}', b"secret words".hex().encode()]
     scanned = 0
     for record in read_committed(services.bootstrap, topics):
         blob = (record.key() or b"") + (record.value() or b"")
         scanned += 1
+        where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
         for needle in needles:
-            assert needle not in blob, f"the seed appears in {record.topic()}[{record.partition()}]@{record.offset()}"
+            assert needle not in blob, f"the seed appears in {where}"
+        for plain in plaintexts:  # plaintext never crosses Kafka either
+            assert plain not in blob, f"a plaintext appears in {where}"
     assert scanned > 0
     for log in services.log_dir.glob("*.log"):
         text = log.read_bytes()
@@ -258,3 +264,17 @@ def test_after_kill_9_the_restarted_key_manager_has_the_same_seed_and_never_reus
     assert open_payload(content_key=key, aad=_aad(300), envelope=bytes.fromhex(reply["envelope_hex"])) == (
         b"after restart"
     )
+
+
+def test_a_record_on_events_that_is_no_event_is_quarantined_and_the_service_keeps_serving(stack: Any) -> None:
+    services, _, _ = stack
+    producer = Producer(kafka_config(services.bootstrap))
+    for value in (b"not an event", b"\x57\x00\x01garbage", b""):
+        producer.produce(topic_name("events", services.prefix), key=SID.encode(), value=value)
+    assert producer.flush(30) == 0
+    status, reply = _encrypt(services.keymgr_url, OWNER, 400, b"still serving")  # catches up past them first
+    assert status == 200, reply
+    status, health = http("GET", f"{services.keymgr_url}/healthz")
+    assert status == 200
+    assert health["quarantined"] >= 3
+    assert "quarantined" in (services.log_dir / "keymgr.log").read_text()

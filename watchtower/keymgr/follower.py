@@ -162,7 +162,7 @@ class EventFollower:
             raise NotReadyError(f"the key manager lost its view of the events topic ({self._error}); restart it")
         try:
             targets = self._stable_ends(timeout_s)
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             raise NotReadyError(f"the broker did not answer the events topic's end offsets ({exc}); retry") from None
         deadline = time.monotonic() + timeout_s
         with self._cond:

@@ -162,11 +162,10 @@ def keymgr_table_digests(tables: Mapping[str, Iterable[tuple[str, Any]]]) -> dic
 
 
 def _canon(value: Any) -> Any:
-    # Tuples and lists alike; integers beyond CBOR's 64-bit heads (a supply can grow past them) as text.
+    # Tuples and lists alike (a table may hold either). Amounts fit CBOR's heads: the ledger caps
+    # every balance and the supply at 2**63-1 (`ledger.MAX_CBY`).
     if isinstance(value, Mapping):
         return {str(k): _canon(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canon(v) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-        return str(value)
     return value
