@@ -16,10 +16,13 @@ import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
 from stack_fixture import start_stack
+from test_keymgr_fold import ALICE, BOB, PUBLISHER, SID, TREASURY, ledger_history
+from test_keymgr_rebuild import write_events
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES
 from watchtower.projections.rebuild import rebuild_digest, rebuild_keymgr_digest
+from watchtower.schemas.wire import encode_event
 
 pytestmark = pytest.mark.integration
 
@@ -128,3 +131,23 @@ def test_the_keymgr_digest_of_the_live_workers_equals_the_offline_rebuild(two_wo
     # Each worker digests its own share; together they hold the whole schedule table.
     lives = [_ok(f"{url}/v1/keymgr/digest") for url in _projection_urls(two_workers)]
     assert sum(live["counts"]["key_epochs"] for live in lives) == offline["counts"]["key_epochs"]
+
+
+def test_every_worker_reads_each_account_and_entitlement_from_its_owner_and_sums_the_supply_of_both(
+        two_workers: ServiceSet) -> None:
+    write_events(two_workers.bootstrap, two_workers.prefix,
+                 [(e.stream_id, encode_event(e)) for e in ledger_history()], partitions=4)
+    balances = {ALICE: 678, BOB: 300, PUBLISHER: 20, TREASURY: 2}
+    urls = _projection_urls(two_workers)
+    for url in urls:  # each account's instance lives on one worker; the other routes the read there
+        for address, balance in balances.items():
+            wait_for(lambda u=url, a=address, b=balance: _ok(f"{u}/v1/accounts/{a}")["balance_cby"] == b,
+                     what=f"balance {balance} of {address} at {url}")
+        body = _ok(f"{url}/v1/accounts/{ALICE}")
+        assert [k["status"] for k in body["keys"]] == ["REVOKED", "ACTIVE"]
+        assert _ok(f"{url}/v1/streams/{SID}/entitlements/{BOB}")["active_until_key_epoch"] == 6
+        assert _ok(f"{url}/v1/cby/supply") == {"total_supply_cby": 1_000, "sum_of_balances_cby": 1_000,
+                                               "accounts": 4}
+    shares = [_ok(f"{url}/v1/cby/supply/local") for url in urls]
+    assert sum(s["sum_of_balances_cby"] for s in shares) == 1_000
+    assert sum(s["accounts"] for s in shares) == 4

@@ -33,12 +33,12 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
-def _write(bootstrap: str, prefix: str, records: list[tuple[str, bytes]]) -> None:
+def write_events(bootstrap: str, prefix: str, records: list[tuple[str, bytes]], partitions: int = PARTITIONS) -> None:
     """(key, value) records on the events topic, each on its key's partition (the writers' murmur2)."""
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "log_level": 3}))
     for key, value in records:
         producer.produce(topic_name("events", prefix), key=key.encode(), value=value,
-                         partition=partition_for_key(key.encode(), PARTITIONS))
+                         partition=partition_for_key(key.encode(), partitions))
     assert producer.flush(60) == 0
 
 
@@ -78,7 +78,7 @@ def _settled(api: str) -> bool:
 def test_the_live_keymgr_tables_equal_the_offline_rebuild_of_a_log_with_forged_records(
         kafka_bootstrap: str, tmp_path: Path) -> None:
     with start_stack(kafka_bootstrap, tmp_path, partitions=PARTITIONS) as stack:
-        _write(stack.bootstrap, stack.prefix, _log())
+        write_events(stack.bootstrap, stack.prefix, _log())
         wait_for(lambda: _settled(stack.api_url), what="the projection to fold the ledger log")
 
         offline = rebuild_keymgr_digest(stack.bootstrap, stack.prefix)

@@ -32,6 +32,7 @@ from watchtower.protocol.constants import (
     MAX_ACTOR_AUTHORIZATIONS_PER_STREAM,
     X25519_PUBLIC_KEY_BYTES,
 )
+from watchtower.protocol.envelope import validate_x25519_public_key
 from watchtower.protocol.errors import (
     AccountKeyLimitReachedError,
     AuthorizationLimitReachedError,
@@ -107,8 +108,8 @@ def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int
     if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES:
         raise InvalidAccountKeyError(f"public_key must be the {X25519_PUBLIC_KEY_BYTES}-byte X25519 public key "
                                      "(send it as bytes)")
-    if key == bytes(X25519_PUBLIC_KEY_BYTES):
-        raise InvalidAccountKeyError("public_key is all zero, which is no X25519 key; generate a key pair")
+    # Refuses the all-zero key and every other small-order point: a sealed box to one is readable by anyone.
+    validate_x25519_public_key(key)
     if state.active_keys >= MAX_ACCOUNT_KEYS_PER_ACCOUNT:
         raise AccountKeyLimitReachedError(
             f"account {state.account} already has {MAX_ACCOUNT_KEYS_PER_ACCOUNT} ACTIVE keys; revoke one "
