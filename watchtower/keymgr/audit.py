@@ -1,20 +1,18 @@
 """Audit records on the ``keymgr`` topic: who decrypted or fetched keys of which stream and epochs.
 
-One JSON record per operation, keyed by stream id:
-``{"v": 1, "action", "stream_id", "caller", "account", "key_epochs", "at_ms", ...}``. Never key
-material, never plaintext, never an envelope. Produced idempotently (acks=all) and not waited
+One `schemas.keymgr_records.AuditRecord` per operation, keyed by stream id. Never key material,
+never plaintext, never an envelope. Produced idempotently (acks=all) and not waited
 for: an audit record that the broker has not acknowledged yet is flushed when the service stops.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any
 
 from confluent_kafka import Producer
 
+from watchtower.schemas.keymgr_records import KEYMGR_RECORD_VERSION, AuditRecord, encode_keymgr_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 
@@ -30,14 +28,18 @@ class KafkaAudit:
             kafka_config(bootstrap, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
         )
 
-    def record(self, action: str, **fields: Any) -> None:
-        value = {"v": 1, "action": action, "at_ms": int(time.time() * 1000), **fields}
-        key = str(fields.get("stream_id", "")).encode()
+    def record(self, action: str, *, stream_id: str, caller: str, account: str, key_epochs: list[int],
+               account_key_id: int | None = None) -> None:
+        value = encode_keymgr_record(AuditRecord(
+            v=KEYMGR_RECORD_VERSION, action=action, stream_id=stream_id, caller=caller, account=account,
+            key_epochs=list(key_epochs), at_ms=int(time.time() * 1000), account_key_id=account_key_id,
+        ))
+        key = stream_id.encode()
         try:
-            self._producer.produce(self.topic, key=key, value=json.dumps(value, sort_keys=True).encode())
+            self._producer.produce(self.topic, key=key, value=value)
         except BufferError:
             self._producer.flush(5)
-            self._producer.produce(self.topic, key=key, value=json.dumps(value, sort_keys=True).encode())
+            self._producer.produce(self.topic, key=key, value=value)
         self._producer.poll(0)
 
     def close(self) -> None:

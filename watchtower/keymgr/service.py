@@ -62,7 +62,10 @@ MAX_EPOCHS: Final = 1_024
 
 
 class Audit(Protocol):
-    def record(self, action: str, **fields: Any) -> None: ...
+    """Where decrypts and key fetches are recorded (`audit.KafkaAudit`; never key material)."""
+
+    def record(self, action: str, *, stream_id: str, caller: str, account: str, key_epochs: list[int],
+               account_key_id: int | None = None) -> None: ...
 
 
 def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:

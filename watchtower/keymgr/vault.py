@@ -1,6 +1,6 @@
 """The key manager's durable secrets on the compacted ``keymgr.state`` topic.
 
-Records (partition 0, JSON values, latest per key kept by compaction):
+Records (partition 0, latest per key kept by compaction; defined in `schemas.keymgr_records`):
 
 - ``seed/<stream_id>`` → ``{"v": 1, "kek_id", "wrapped_hex"}``: the stream's 32-byte master seed,
   wrapped under the KEK (`kek.Kek.wrap`, AAD = purpose "master_seed", the stream id, the KEK id).
@@ -20,16 +20,24 @@ old one committed.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
 import threading
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
 from confluent_kafka import KafkaException, Producer
 
 from watchtower.keymgr.kek import Kek, KekError
-from watchtower.protocol.errors import NotReadyError
+from watchtower.protocol.errors import NotReadyError, WatchtowerError
+from watchtower.schemas.keymgr_records import (
+    KEYMGR_RECORD_VERSION,
+    NonceReservationRecord,
+    WrappedSeedRecord,
+    decode_nonce_reservation,
+    decode_wrapped_seed,
+    encode_keymgr_record,
+)
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
@@ -42,6 +50,7 @@ SEED_BYTES: Final = 32
 NONCE_KEY: Final = "actor-nonces"
 DEFAULT_NONCE_BLOCK: Final = 1_000
 _TXN_TIMEOUT_S: Final = 30.0
+Record = WrappedSeedRecord | NonceReservationRecord
 
 
 def transactional_id(prefix: str | None) -> str:
@@ -92,12 +101,11 @@ class Vault:
         for record in read_committed(self._bootstrap, [self.topic], partition=STATE_PARTITION):
             key = (record.key() or b"").decode("utf-8", "replace")
             try:
-                value: dict[str, Any] = json.loads(record.value() or b"null") or {}
                 if key == NONCE_KEY:
-                    reserved = max(reserved, int(value["reserved_through"]))
+                    reserved = max(reserved, decode_nonce_reservation(record.value()).reserved_through)
                 elif key.startswith("seed/"):
-                    wrapped[key[len("seed/") :]] = bytes.fromhex(value["wrapped_hex"])
-            except (ValueError, KeyError, TypeError) as exc:
+                    wrapped[key[len("seed/") :]] = bytes.fromhex(decode_wrapped_seed(record.value()).wrapped_hex)
+            except (WatchtowerError, ValueError) as exc:
                 log.warning(
                     "quarantined %s[%d]@%d (%s): not a key-manager state record: %s",
                     record.topic(),
@@ -119,10 +127,10 @@ class Vault:
         self._producer.flush(5)
 
     # ------------------------------------------------------------------ writes
-    def _write_locked(self, key: str, value: dict[str, Any]) -> None:
+    def _write_locked(self, key: str, value: Record) -> None:
         self._write_all_locked([(key, value)])
 
-    def _write_all_locked(self, records: list[tuple[str, dict[str, Any]]]) -> None:
+    def _write_all_locked(self, records: Sequence[tuple[str, Record]]) -> None:
         """Commit `records` in one transaction (all or none)."""
         if self._fenced:
             raise VaultFencedError("another key-manager instance took over; send the request to it")
@@ -130,7 +138,7 @@ class Vault:
             self._producer.begin_transaction()
             for key, value in records:
                 self._producer.produce(
-                    self.topic, key=key.encode(), value=json.dumps(value).encode(), partition=STATE_PARTITION
+                    self.topic, key=key.encode(), value=encode_keymgr_record(value), partition=STATE_PARTITION
                 )
             self._producer.commit_transaction(_TXN_TIMEOUT_S)
         except KafkaException as exc:
@@ -145,7 +153,7 @@ class Vault:
 
     def _reserve_locked(self) -> None:
         target = max(self._reserved_through, self._next_nonce - 1) + self._block
-        self._write_locked(NONCE_KEY, {"v": 1, "reserved_through": target})
+        self._write_locked(NONCE_KEY, NonceReservationRecord(KEYMGR_RECORD_VERSION, target))
         self._reserved_through = target
 
     def rewrap(self, new_kek: Kek) -> int:
@@ -158,7 +166,7 @@ class Vault:
             records = [
                 (
                     seed_key(sid),
-                    {"v": 1, "kek_id": new_kek.kek_id, "wrapped_hex": new_kek.wrap(SEED_PURPOSE, sid, seed).hex()},
+                    _wrapped(new_kek, sid, seed),
                 )
                 for sid, seed in sorted(self._seeds.items())
             ]
@@ -194,10 +202,13 @@ class Vault:
             seed = self._seeds.get(stream_id)
             if seed is None:
                 seed = secrets.token_bytes(SEED_BYTES)
-                blob = self._kek.wrap(SEED_PURPOSE, stream_id, seed)
-                self._write_locked(seed_key(stream_id), {"v": 1, "kek_id": self._kek.kek_id, "wrapped_hex": blob.hex()})
+                self._write_locked(seed_key(stream_id), _wrapped(self._kek, stream_id, seed))
                 self._seeds[stream_id] = seed
             return seed
+
+
+def _wrapped(kek: Kek, stream_id: str, seed: bytes) -> WrappedSeedRecord:
+    return WrappedSeedRecord(KEYMGR_RECORD_VERSION, kek.kek_id, kek.wrap(SEED_PURPOSE, stream_id, seed).hex())
 
 
 __all__ = ["KekError", "Vault", "VaultFencedError", "transactional_id"]

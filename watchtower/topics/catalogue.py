@@ -53,7 +53,7 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
     p = prefix if prefix is not None else topic_prefix()
     return [
         TopicSpec("commands", f"{p}.commands", partitions, 7 * DAY_MS,
-                  purpose="signed commands from clients, keyed by stream_id or keymgr key"),
+                  purpose="signed commands from clients, keyed by the aggregate key (stream id or key-manager key)"),
         TopicSpec("events", f"{p}.events", partitions, FOREVER,
                   purpose="CIP-7 events: the source of truth every projection is rebuilt from"),
         TopicSpec("messages", f"{p}.messages", partitions, FOREVER,
@@ -71,9 +71,9 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
         TopicSpec("replay", f"{p}.replay", partitions, FOREVER,
                   purpose="ICRC-77 replay requests and status events"),
         TopicSpec("keymgr", f"{p}.keymgr", partitions, FOREVER,
-                  purpose="Stream Key Manager events: account keys, authorizations, entitlements, CBY ledger"),
+                  purpose="the key manager's audit trail (schemas.keymgr_records.AuditRecord); its events are on events"),
         TopicSpec("keymgr-state", f"{p}.keymgr.state", partitions, FOREVER, cleanup_policy="compact",
-                  purpose="keymgr snapshots (actor-nonce high-water marks), latest value per key",
+                  purpose="master seeds wrapped under the KEK and actor-nonce reservations, latest value per key",
                   extra={"min.cleanable.dirty.ratio": "0.1"}),
     ]
 
