@@ -2,7 +2,8 @@
 
 - ``POST /v1/keymgr/encrypt``, ``/decrypt``, ``/epoch-keys``: body ``{"command": <signed command>}``;
 - ``GET /v1/keymgr/public-key`` → ``{"public_key_hex"}`` (the receipt key); ``GET /healthz`` (also
-  ``/v1/health``, which `watchtower status` asks every HTTP service).
+  ``/v1/health``, which `watchtower status` asks every HTTP service); ``GET /openapi.json``, the
+  document of all of them (`keymgr.openapi`).
 
 Every refusal is ``{"error": {"code", "message", "details"?}}`` with the spec code and the API's
 status for it; bodies are bounded (`MAX_BODY_BYTES`, PAYLOAD_TOO_LARGE beyond). The blocking work
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from watchtower.keymgr.openapi import OPENAPI
 from watchtower.keymgr.service import KeyManager
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.protocol.errors import InvalidArgumentError, PayloadTooLargeError, WatchtowerError
@@ -90,6 +92,10 @@ def build_app(manager: KeyManager) -> web.Application:
     app.router.add_post("/v1/keymgr/decrypt", _route(manager, Method.STREAM_DECRYPT, manager.decrypt))
     app.router.add_post("/v1/keymgr/epoch-keys", _route(manager, Method.FETCH_EPOCH_KEYS, manager.epoch_keys))
     app.router.add_get("/v1/keymgr/public-key", public_key)
+    async def openapi(_request: web.Request) -> web.Response:
+        return web.json_response(OPENAPI)
+
     app.router.add_get("/healthz", health)
+    app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/v1/health", health)
     return app

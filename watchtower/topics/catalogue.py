@@ -71,7 +71,7 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
         TopicSpec("replay", f"{p}.replay", partitions, FOREVER,
                   purpose="ICRC-77 replay requests and status events"),
         TopicSpec("keymgr", f"{p}.keymgr", partitions, FOREVER,
-                  purpose="the key manager's audit trail (schemas.keymgr_records.AuditRecord); its events are on events"),
+                  purpose="the key manager's audit trail (schemas.keymgr_records); its events are on events"),
         TopicSpec("keymgr-state", f"{p}.keymgr.state", partitions, FOREVER, cleanup_policy="compact",
                   purpose="master seeds wrapped under the KEK and actor-nonce reservations, latest value per key",
                   extra={"min.cleanable.dirty.ratio": "0.1"}),
