@@ -26,6 +26,7 @@ or plaintext. Master seeds and content keys exist only in this process's memory.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
@@ -51,6 +52,7 @@ from watchtower.protocol.errors import (
     RangeTooLargeError,
     StreamNotFoundError,
     UnauthorizedError,
+    WatchtowerError,
 )
 from watchtower.protocol.keymgr_access import check_decrypt_access, sealing_key
 from watchtower.protocol.signed_command import Command, Method, verify_command
@@ -59,6 +61,8 @@ from watchtower.protocol.validation import require_bytes, require_int
 
 FRESHNESS_US: Final = 5 * 60 * 1_000_000
 MAX_EPOCHS: Final = 1_024
+#: Content keys kept in memory (32 bytes each); the seed stays the only long-lived secret.
+CONTENT_KEY_CACHE: Final = 4_096
 
 
 class Audit(Protocol):
@@ -101,6 +105,8 @@ class KeyManager:
         self.audit = audit
         self._clock_us = clock_us
         self._last_nonce: dict[str, int] = {}
+        self._content_keys: dict[tuple[str, int], bytes] = {}
+        self._keys_lock = threading.Lock()
 
     # ------------------------------------------------------------------ authentication
     def authenticate(self, payload: object, method: Method) -> Command:
@@ -136,24 +142,16 @@ class KeyManager:
         aad = require_bytes(body["aad"], "aad")
         plaintext = require_bytes(body["plaintext"], "plaintext")
         _require_aad_for(aad, cmd.stream_id, key_epoch)
-        self.follower.catch_up()
-        with self.follower.reading():
-            state = self.follower.streams.get(cmd.stream_id)
-            if state is None or not state.created:
-                raise StreamNotFoundError(f"stream {cmd.stream_id!r} does not exist; create_stream it first")
-            if not require_config(state).is_paid:
-                raise NotPlatformManagedStreamError(
-                    f"stream {cmd.stream_id!r} is OPEN; only a PLATFORM_MANAGED stream is encrypted by the key manager"
-                )
-            publisher = require_schedule(state).current.public_key
-            if cmd.caller != state.owner and cmd.caller_public_key != publisher:
-                raise UnauthorizedError(
-                    f"only the owner of {cmd.stream_id!r} or its active publisher key may encrypt for it; sign "
-                    "the request with one of them"
-                )
-        seed = self.vault.seed_for(cmd.stream_id)
+        # A view that already lets the caller encrypt needs no catch-up: the owner and the access
+        # mode never change, and a receipt for a key rotated away since is useless (a publish must
+        # still be signed by the key in force). Anything else is decided on a caught-up view.
+        try:
+            self._check_encrypter(cmd)
+        except WatchtowerError:
+            self.follower.catch_up()
+            self._check_encrypter(cmd)
         actor_nonce = self.vault.next_actor_nonce()
-        content_key = derive_content_key(seed, cmd.stream_id, key_epoch)
+        content_key = self._content_key(cmd.stream_id, key_epoch)
         envelope = seal_payload(
             content_key=content_key,
             nonce=derive_nonce(content_key, cmd.stream_id, key_epoch, actor_nonce),
@@ -169,6 +167,35 @@ class KeyManager:
             "key_epoch": key_epoch,
             "actor_nonce": actor_nonce,
         }
+
+    def _check_encrypter(self, cmd: Command) -> None:
+        with self.follower.reading():
+            state = self.follower.streams.get(cmd.stream_id)
+            if state is None or not state.created:
+                raise StreamNotFoundError(f"stream {cmd.stream_id!r} does not exist; create_stream it first")
+            if not require_config(state).is_paid:
+                raise NotPlatformManagedStreamError(
+                    f"stream {cmd.stream_id!r} is OPEN; only a PLATFORM_MANAGED stream is encrypted by the key manager"
+                )
+            publisher = require_schedule(state).current.public_key
+            if cmd.caller != state.owner and cmd.caller_public_key != publisher:
+                raise UnauthorizedError(
+                    f"only the owner of {cmd.stream_id!r} or its active publisher key may encrypt for it; sign "
+                    "the request with one of them"
+                )
+
+    def _content_key(self, stream_id: str, key_epoch: int) -> bytes:
+        """The epoch's content key, derived once per (stream, epoch) while it stays in the cache."""
+        cache_key = (stream_id, key_epoch)
+        with self._keys_lock:
+            key = self._content_keys.get(cache_key)
+        if key is None:
+            key = derive_content_key(self.vault.seed_for(stream_id), stream_id, key_epoch)
+            with self._keys_lock:
+                if len(self._content_keys) >= CONTENT_KEY_CACHE:
+                    self._content_keys.pop(next(iter(self._content_keys)))  # the oldest entry
+                self._content_keys[cache_key] = key
+        return key
 
     # ------------------------------------------------------------------ decrypt
     def decrypt(self, cmd: Command) -> dict[str, Any]:
@@ -186,13 +213,10 @@ class KeyManager:
                 actor=cmd.caller,
                 key_epoch=key_epoch,
             )
-        seed = self.vault.seed_for(cmd.stream_id)
         self.audit.record(
             "stream_decrypt", stream_id=cmd.stream_id, caller=cmd.caller, account=account, key_epochs=[key_epoch]
         )
-        plaintext = open_payload(
-            content_key=derive_content_key(seed, cmd.stream_id, key_epoch), aad=aad, envelope=envelope
-        )
+        plaintext = open_payload(content_key=self._content_key(cmd.stream_id, key_epoch), aad=aad, envelope=envelope)
         return {"plaintext_hex": plaintext.hex()}
 
     # ------------------------------------------------------------------ epoch keys
