@@ -110,17 +110,26 @@ def derive_nonce(content_key: bytes, stream_id: str, key_epoch: int, actor_nonce
     return hkdf_expand(_require_content_key(content_key), info, NONCE_BYTES)
 
 
+# The AAD's five keys in deterministic order (by encoded bytes: shorter first, then bytewise), so
+# the map is assembled by concatenation; `cbor.encode` of the same dict gives the same bytes
+# (tests/protocol/test_envelope_aad.py checks it on random fields, and cbor2 decodes both).
+_AAD_ORDER: Final = ("kind", "sequence", "key_epoch", "stream_id", "content_type")
+if tuple(sorted(_AAD_ORDER, key=cbor.encode_text)) != _AAD_ORDER:  # pragma: no cover
+    raise RuntimeError("AAD key order changed")
+_AAD_HEAD: Final = cbor.encode_head(5, len(_AAD_ORDER))
+_K_KIND, _K_SEQUENCE, _K_KEY_EPOCH, _K_STREAM_ID, _K_CONTENT_TYPE = (cbor.encode_text(k) for k in _AAD_ORDER)
+
+
 def envelope_aad(*, stream_id: str, sequence: int, key_epoch: int, kind: str, content_type: str) -> bytes:
     """Deterministic CBOR of {stream_id, sequence, key_epoch, kind, content_type}: the AEAD's AAD."""
-    return cbor.encode(
-        {
-            "stream_id": require_text(stream_id, "stream_id"),
-            "sequence": require_int(sequence, "sequence", maximum=MAX_UINT64),
-            "key_epoch": require_int(key_epoch, "key_epoch", maximum=MAX_UINT64),
-            "kind": require_text(kind, "kind"),
-            "content_type": require_text(content_type, "content_type"),
-        }
-    )
+    return b"".join((
+        _AAD_HEAD,
+        _K_KIND, cbor.encode_text(require_text(kind, "kind")),
+        _K_SEQUENCE, cbor.encode_int(require_int(sequence, "sequence", maximum=MAX_UINT64)),
+        _K_KEY_EPOCH, cbor.encode_int(require_int(key_epoch, "key_epoch", maximum=MAX_UINT64)),
+        _K_STREAM_ID, cbor.encode_text(require_text(stream_id, "stream_id")),
+        _K_CONTENT_TYPE, cbor.encode_text(require_text(content_type, "content_type")),
+    ))
 
 
 # --- Sealing and opening -------------------------------------------------------------------------
