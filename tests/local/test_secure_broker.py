@@ -196,17 +196,21 @@ def _read_stream_ids(settings: dict[str, Any], topic: str) -> set[str]:
         parts = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
         ends = {p.partition: consumer.get_watermark_offsets(p, timeout=TIMEOUT_S)[1] for p in parts}
         consumer.assign(parts)
-        found, done = set(), {p for p, end in ends.items() if end == 0}
+        found: set[str] = set()
+
+        def behind() -> bool:
+            # A transactional topic's last offset is a commit marker, never a record, so only the
+            # position (not "the last record read") says a partition is read to its end.
+            return any(ends[tp.partition] > 0 and tp.offset < ends[tp.partition] for tp in consumer.position(parts))
+
         deadline_polls = 600
-        while len(done) < len(ends) and deadline_polls:
+        while deadline_polls and behind():
             deadline_polls -= 1
             record = consumer.poll(0.2)
             if record is None:
                 continue
             assert record.error() is None, record.error()
             found.add(decode_message(record.value()).stream_id)
-            if record.offset() + 1 >= ends[record.partition()]:
-                done.add(record.partition())
         return found
     finally:
         consumer.close()
