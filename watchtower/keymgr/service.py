@@ -55,7 +55,7 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.keymgr_access import check_decrypt_access, sealing_key
-from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
 from watchtower.protocol.stream_reads import require_config, require_schedule
 from watchtower.protocol.validation import require_bytes, require_int
 
@@ -70,20 +70,6 @@ class Audit(Protocol):
 
     def record(self, action: str, *, stream_id: str, caller: str, account: str, key_epochs: list[int],
                account_key_id: int | None = None) -> None: ...
-
-
-def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
-    keys = set(cmd.body)
-    missing = required - keys
-    if missing:
-        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
-    unknown = keys - required - optional
-    if unknown:
-        raise InvalidArgumentError(
-            f"{cmd.method} does not take {', '.join(sorted(unknown))}; its fields are "
-            f"{', '.join(sorted(required | optional))}"
-        )
-    return cmd.body
 
 
 class KeyManager:
@@ -137,7 +123,7 @@ class KeyManager:
 
     # ------------------------------------------------------------------ encrypt
     def encrypt(self, cmd: Command) -> dict[str, Any]:
-        body = _fields(cmd, frozenset({"key_epoch", "aad", "plaintext"}))
+        body = body_fields(cmd, frozenset({"key_epoch", "aad", "plaintext"}))
         key_epoch = require_int(body["key_epoch"], "key_epoch")
         aad = require_bytes(body["aad"], "aad")
         plaintext = require_bytes(body["plaintext"], "plaintext")
@@ -199,7 +185,7 @@ class KeyManager:
 
     # ------------------------------------------------------------------ decrypt
     def decrypt(self, cmd: Command) -> dict[str, Any]:
-        body = _fields(cmd, frozenset({"beneficiary_account", "key_epoch", "aad", "envelope"}))
+        body = body_fields(cmd, frozenset({"beneficiary_account", "key_epoch", "aad", "envelope"}))
         account = require_address(body["beneficiary_account"], "beneficiary_account")
         key_epoch = require_int(body["key_epoch"], "key_epoch")
         aad = require_bytes(body["aad"], "aad")
@@ -221,7 +207,7 @@ class KeyManager:
 
     # ------------------------------------------------------------------ epoch keys
     def epoch_keys(self, cmd: Command) -> dict[str, Any]:
-        body = _fields(cmd, frozenset({"account", "from_key_epoch", "to_key_epoch"}), frozenset({"account_key_id"}))
+        body = body_fields(cmd, frozenset({"account", "from_key_epoch", "to_key_epoch"}), frozenset({"account_key_id"}))
         account = require_address(body["account"], "account")
         first = require_int(body["from_key_epoch"], "from_key_epoch")
         last = require_int(body["to_key_epoch"], "to_key_epoch")

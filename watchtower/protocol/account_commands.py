@@ -55,13 +55,12 @@ from watchtower.protocol.ledger import (
     PurchaseSettled,
     Routed,
     account_instance,
-    body_fields,
     make_event,
     paid_instance,
     replay_record,
     require_amount,
 )
-from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
 from watchtower.protocol.stream_state import (
     ACCOUNT_KEY_REGISTERED,
     ACCOUNT_KEY_REVOKED,

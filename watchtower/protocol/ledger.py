@@ -81,21 +81,6 @@ def require_amount(value: object, name: str = "amount_cby") -> int:
     return value
 
 
-def body_fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
-    """The body, after checking it has every required key and no unknown one (INVALID_ARGUMENT)."""
-    keys = set(cmd.body)
-    missing = required - keys
-    if missing:
-        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
-    unknown = keys - required - optional
-    if unknown:
-        allowed = ", ".join(sorted(required | optional)) or "none"
-        raise InvalidArgumentError(
-            f"{cmd.method} does not take body field(s) {', '.join(sorted(unknown))} (allowed: {allowed})"
-        )
-    return cmd.body
-
-
 # --- Forwards ------------------------------------------------------------------------------------
 
 

@@ -48,7 +48,6 @@ from watchtower.protocol.ledger import (
     PurchaseSettled,
     Routed,
     account_instance,
-    body_fields,
     check_event_envelope,
     event_int,
     make_event,
@@ -57,7 +56,7 @@ from watchtower.protocol.ledger import (
     replay_record,
 )
 from watchtower.protocol.paid import PaidStreamConfig
-from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
 from watchtower.protocol.stream_state import (
     EPOCH_ACCESS_FAILED,
     EPOCH_ACCESS_IDEMPOTENT,

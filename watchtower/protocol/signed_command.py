@@ -435,6 +435,22 @@ def sign_command(
     return Command(method, stream_id, public_key, nonce, body, sign_command_bytes(data, key))
 
 
+def body_fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
+    """The command's body, after checking it has every required key and no unknown one
+    (INVALID_ARGUMENT naming the missing or unknown fields and the allowed ones)."""
+    keys = set(cmd.body)
+    missing = required - keys
+    if missing:
+        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
+    unknown = keys - required - optional
+    if unknown:
+        allowed = ", ".join(sorted(required | optional)) or "none"
+        raise InvalidArgumentError(
+            f"{cmd.method} does not take body field(s) {', '.join(sorted(unknown))} (allowed: {allowed})"
+        )
+    return cmd.body
+
+
 def verify_command(cmd: Command) -> None:
     """Raise `InvalidSignatureError` unless the caller's key signed exactly this command."""
     verify_command_signature(caller=cmd.caller, signing_bytes=cmd.signing_bytes, signature=cmd.signature)

@@ -59,7 +59,14 @@ from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.signed_command import Command, Method, command_digest, json_safe, verify_command
+from watchtower.protocol.signed_command import (
+    Command,
+    Method,
+    body_fields,
+    command_digest,
+    json_safe,
+    verify_command,
+)
 from watchtower.protocol.signing import (
     message_signing_bytes,
     publish_digest,
@@ -246,21 +253,6 @@ def _publish_reply(sequence: int, config: StreamConfig) -> dict[str, Any]:
 # --- Helpers shared by the handlers --------------------------------------------------------------
 
 
-def _fields(cmd: Command, required: frozenset[str], optional: frozenset[str] = frozenset()) -> Mapping[str, Any]:
-    """The body, after checking it has every required key and no unknown one."""
-    keys = set(cmd.body)
-    missing = required - keys
-    if missing:
-        raise InvalidArgumentError(f"{cmd.method} needs body field(s) {', '.join(sorted(missing))}")
-    unknown = keys - required - optional
-    if unknown:
-        allowed = ", ".join(sorted(required | optional)) or "none"
-        raise InvalidArgumentError(
-            f"{cmd.method} does not take body field(s) {', '.join(sorted(unknown))} (allowed: {allowed})"
-        )
-    return cmd.body
-
-
 def _window_reply(head: int, floor: int) -> dict[str, int]:
     # CIP-7's names, then the 0.1 names ``head``/``floor`` (deprecated, kept for one release).
     return {"head_sequence": head, "floor_sequence": floor, "head": head, "floor": floor}
@@ -327,7 +319,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     created_at_sequence and start_cursor are fixed when the subscription is first created, even
     when a CANCELLED one is re-activated (CIP-7: start_cursor applies only on create).
     """
-    body = _fields(cmd, frozenset({"mode"}), _SUBSCRIBE_FIELDS)
+    body = body_fields(cmd, frozenset({"mode"}), _SUBSCRIBE_FIELDS)
     try:
         mode = DeliveryMode(body["mode"])
     except ValueError:
@@ -383,7 +375,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
 
 def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: empty. Cancels the caller's ACTIVE or PAUSED subscription."""
-    _fields(cmd, frozenset())
+    body_fields(cmd, frozenset())
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is SubscriptionStatus.CANCELLED:
         raise SubscriptionNotFoundError(f"{cmd.caller} has no live subscription to stream {state.stream_id!r}")
@@ -409,7 +401,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
     head + 1 (STALE_SEQUENCE otherwise, with the head: re-sign for head + 1).
     """
     _require_owner(state, cmd)
-    body = _fields(cmd, frozenset({"new_key"}), _ROTATE_OPTIONAL)
+    body = body_fields(cmd, frozenset({"new_key"}), _ROTATE_OPTIONAL)
     new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
     old = _schedule(state).current
     new = _schedule(state).rotate(new_key, head_sequence=state.head).current
@@ -451,7 +443,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
 def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: policy, PUBLIC or PRIVATE_ALLOWLIST. Existing subscriptions are left as they are."""
     _require_owner(state, cmd)
-    body = _fields(cmd, frozenset({"policy"}))
+    body = body_fields(cmd, frozenset({"policy"}))
     try:
         policy = SubscriptionPolicy(body["policy"])
     except ValueError:
@@ -463,7 +455,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
     def handler(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
         _require_owner(state, cmd)
-        address = require_address(_fields(cmd, frozenset({"address"}))["address"], "address")
+        address = require_address(body_fields(cmd, frozenset({"address"}))["address"], "address")
         event = {"stream_id": state.stream_id, "address": address, "added": added}
         return ALLOWLIST_CHANGED, event, {"address": address, "added": added}
 
@@ -473,7 +465,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
 def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     """Body: key_epoch, non-decreasing. effective_block_height is the announcing block."""
     _require_owner(state, cmd)
-    key_epoch = require_int(_fields(cmd, frozenset({"key_epoch"}))["key_epoch"], "key_epoch")
+    key_epoch = require_int(body_fields(cmd, frozenset({"key_epoch"}))["key_epoch"], "key_epoch")
     last = state.last_key_epoch
     if last is not None and key_epoch < last:
         raise InvalidArgumentError(
@@ -506,7 +498,7 @@ def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: b
         raise NotPlatformManagedStreamError(
             f"stream {state.stream_id!r} is OPEN: there is no subscription to pay for; subscribe and read it"
         )
-    body = _fields(cmd, frozenset({"target_key_epoch"}), _RENEW_OPTIONAL)
+    body = body_fields(cmd, frozenset({"target_key_epoch"}), _RENEW_OPTIONAL)
     require_int(body["target_key_epoch"], "target_key_epoch")
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is not SubscriptionStatus.ACTIVE:

@@ -33,7 +33,6 @@ from watchtower.protocol.ledger import (
     Origin,
     Routed,
     account_instance,
-    body_fields,
     check_event_envelope,
     event_int,
     make_event,
@@ -41,7 +40,7 @@ from watchtower.protocol.ledger import (
     replay_record,
     require_amount,
 )
-from watchtower.protocol.signed_command import Command, Method, verify_command
+from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
 from watchtower.protocol.stream_state import CBY_BURNED, CBY_MINTED, CallerRecord, Event, FrozenMap
 
 ENV_CBY_MINTER: Final = "WATCHTOWER_CBY_MINTER"
