@@ -18,34 +18,16 @@ import schemathesis
 from api_calls import http
 from hypothesis import HealthCheck, given, seed, settings
 from keymgr_harness import keymgr_stack
+from openapi_checks import CHECKS
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 import watchtower.keymgr.http
 from watchtower.keymgr.openapi import OPENAPI
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.errors import known_error_codes
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 30
-
-
-def error_carries_a_spec_code(ctx: Any, response: Any, case: Any) -> None:
-    if 400 <= response.status_code < 500:
-        body = response.json()
-        error = body.get("error") if isinstance(body, dict) else None
-        code = error.get("code") if isinstance(error, dict) else None
-        assert code in known_error_codes(), f"{case.operation.label} answered {response.status_code}: {body}"
-
-
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          error_carries_a_spec_code]
 
 
 @pytest.fixture(scope="module")

@@ -21,13 +21,8 @@ import pytest
 import schemathesis
 from api_calls import Caller, http, wait_for
 from hypothesis import HealthCheck, given, seed, settings
+from openapi_checks import CHECKS
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 from stack_fixture import start_stack
 
 import watchtower.projections.keymgr_routes
@@ -35,26 +30,11 @@ import watchtower.projections.service
 from watchtower.gateway.routes import COMMANDS_PATH
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.openapi import OPENAPI
-from watchtower.protocol.errors import known_error_codes
 from watchtower.protocol.signing import sign_message
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 25
-
-
-def error_carries_a_spec_code(ctx: Any, response: Any, case: Any) -> None:
-    """Every 4xx answer is ``{"error": {"code": <a spec code>, "message": ...}}``."""
-    if 400 <= response.status_code < 500:
-        body = response.json()
-        error = body.get("error") if isinstance(body, dict) else None
-        code = error.get("code") if isinstance(error, dict) else None
-        assert code in known_error_codes(), (f"{case.operation.label} answered {response.status_code} "
-                                             f"without a spec code: {str(body)[:200]}")
-
-
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          error_carries_a_spec_code]
 
 
 @pytest.fixture(scope="module")
