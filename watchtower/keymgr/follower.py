@@ -30,18 +30,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.protocol.errors import NotReadyError, WatchtowerError
 from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.stream_state import (
-    ALLOWLIST_CHANGED,
-    KEY_EPOCH_ROTATED,
-    PUBLISHER_KEY_ROTATED,
-    STREAM_CREATED,
-    STREAM_MESSAGE_PUBLISHED,
-    SUBSCRIBER_UPDATED,
-    SUBSCRIPTION_POLICY_CHANGED,
-    Event,
-    StreamState,
-    evolve,
-)
+from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
@@ -50,18 +39,6 @@ log = logging.getLogger("watchtower.keymgr.follower")
 
 CATCH_UP_TIMEOUT_S: Final = 30.0
 _MAX_REASON: Final = 300
-#: The stream actor's own events (folded per stream); every other type goes to `KeymgrState`.
-STREAM_EVENTS: Final = frozenset(
-    {
-        STREAM_CREATED,
-        STREAM_MESSAGE_PUBLISHED,
-        SUBSCRIBER_UPDATED,
-        PUBLISHER_KEY_ROTATED,
-        SUBSCRIPTION_POLICY_CHANGED,
-        ALLOWLIST_CHANGED,
-        KEY_EPOCH_ROTATED,
-    }
-)
 
 
 class EventFollower:
@@ -141,7 +118,8 @@ class EventFollower:
 
     def apply(self, event: Event) -> None:
         """Fold one decoded event (MALFORMED_RECORD leaves every state as it was)."""
-        if event.type in STREAM_EVENTS:
+        # The stream actor's own events fold per stream; every other type goes to `KeymgrState`.
+        if event.type in STREAM_EVENT_TYPES:
             state = self.streams.get(event.stream_id) or StreamState.initial(event.stream_id)
             self.streams[event.stream_id] = evolve(state, event)
         else:
