@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchtower.protocol import cbor
-from watchtower.protocol.envelope import envelope_aad
+from watchtower.protocol.envelope import envelope_aad, parse_envelope_aad
 from watchtower.protocol.errors import InvalidArgumentError
 
 TEXT = st.text(min_size=1, max_size=40)
@@ -38,3 +38,22 @@ def test_fields_outside_their_types_are_refused(bad: dict[str, object]) -> None:
     fields: dict[str, object] = {"stream_id": "s", "sequence": 1, "key_epoch": 2, "kind": "k", "content_type": "t"}
     with pytest.raises(InvalidArgumentError):
         envelope_aad(**{**fields, **bad})  # type: ignore[arg-type]
+
+
+def test_parse_gives_back_the_fields_of_an_aad() -> None:
+    fields = {"stream_id": "s", "sequence": 9, "key_epoch": 2, "kind": "k", "content_type": "t"}
+    assert parse_envelope_aad(envelope_aad(**fields)) == fields
+
+
+@pytest.mark.parametrize("aad", [
+    b"", b"\xff", b"\x9f" * 5000, b"not cbor", cbor2.dumps([1, 2]),
+    cbor2.dumps({"stream_id": "s", "key_epoch": 2}),  # not all five fields
+    cbor2.dumps({"stream_id": "s", "sequence": 1, "key_epoch": 2, "kind": "k", "content_type": "t", "x": 1}),
+    # the same five fields in Python's key order, not deterministic CBOR's
+    cbor2.dumps({"stream_id": "s", "sequence": 1, "key_epoch": 2, "kind": "k", "content_type": "t"}),
+    cbor2.dumps({"stream_id": "s", "sequence": -1, "key_epoch": 2, "kind": "k", "content_type": "t"},
+                canonical=True),
+])
+def test_anything_but_an_exact_aad_is_refused(aad: bytes) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_envelope_aad(aad)

@@ -31,8 +31,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-import cbor2
-
 from watchtower.keymgr.follower import EventFollower
 from watchtower.keymgr.kek import Kek
 from watchtower.keymgr.vault import Vault
@@ -42,6 +40,7 @@ from watchtower.protocol.envelope import (
     derive_content_key,
     derive_nonce,
     open_payload,
+    parse_envelope_aad,
     seal_payload,
     wrap_epoch_key,
 )
@@ -250,12 +249,9 @@ class KeyManager:
 def _require_aad_for(aad: bytes, stream_id: str, key_epoch: int) -> None:
     """The AAD must be `envelope_aad` of this stream and epoch, or the receipt would vouch for a
     ciphertext bound to another stream."""
-    try:
-        fields = cbor2.loads(aad)
-    except Exception:
-        fields = None
-    if not isinstance(fields, dict) or fields.get("stream_id") != stream_id or fields.get("key_epoch") != key_epoch:
+    fields = parse_envelope_aad(aad)
+    if fields["stream_id"] != stream_id or fields["key_epoch"] != key_epoch:
         raise InvalidArgumentError(
-            "aad must be envelope_aad(stream_id, sequence, key_epoch, kind, content_type) of this stream and key "
-            "epoch (deterministic CBOR)"
+            f"aad is bound to stream {fields['stream_id']!r} epoch {fields['key_epoch']}, not to this request's "
+            f"stream {stream_id!r} epoch {key_epoch}; build it with envelope_aad for this stream and epoch"
         )

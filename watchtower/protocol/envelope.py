@@ -18,8 +18,9 @@ No error message here ever contains key material.
 from __future__ import annotations
 
 import struct
-from typing import Final
+from typing import Any, Final
 
+import cbor2
 import nacl.bindings
 import nacl.exceptions
 import nacl.public
@@ -130,6 +131,37 @@ def envelope_aad(*, stream_id: str, sequence: int, key_epoch: int, kind: str, co
         _K_STREAM_ID, cbor.encode_text(require_text(stream_id, "stream_id")),
         _K_CONTENT_TYPE, cbor.encode_text(require_text(content_type, "content_type")),
     ))
+
+
+#: An AAD longer than this cannot be `envelope_aad` of any sensible stream; refused before decoding.
+MAX_AAD_BYTES: Final = 4_096
+_AAD_FIELDS: Final = frozenset(_AAD_ORDER)
+
+
+def parse_envelope_aad(aad: object) -> dict[str, Any]:
+    """The five fields of `aad` if it is exactly `envelope_aad` of them, else INVALID_ARGUMENT.
+
+    Byte-exact: decoded, then re-encoded and compared, so no other CBOR spelling of the same
+    fields (another key order, a longer integer, extra keys) passes.
+    """
+    refusal = InvalidArgumentError(
+        "aad must be envelope_aad(stream_id, sequence, key_epoch, kind, content_type): deterministic CBOR of "
+        "exactly those five fields"
+    )
+    if not isinstance(aad, bytes) or len(aad) > MAX_AAD_BYTES:
+        raise refusal
+    try:
+        fields = cbor2.loads(aad)
+    except Exception:  # cbor2 raises several types on hostile bytes; every one means "not an AAD"
+        raise refusal from None
+    if not isinstance(fields, dict) or set(fields) != _AAD_FIELDS:
+        raise refusal
+    try:
+        if envelope_aad(**fields) != aad:
+            raise refusal
+    except InvalidArgumentError:
+        raise refusal from None
+    return fields
 
 
 # --- Sealing and opening -------------------------------------------------------------------------
