@@ -13,13 +13,20 @@ registration time.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
+from typing import Any, Final
 
 from watchtower.protocol.constants import REPLAY_END_ID_HEADER, REPLAY_HEADER, REPLAY_ID_HEADER
-from watchtower.protocol.errors import ImproperConfigError, MalformedRecordError
+from watchtower.protocol.errors import ImproperConfigError, InvalidFilterError, MalformedRecordError
+from watchtower.protocol.filter_ast import FilterNode, to_json
+from watchtower.protocol.filters import compile_filter, parse_filter
+from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.validation import is_int, require_int
 
 _TRUE = b"true"
+MAX_REPLAY_ID: Final = 2**63 - 1
+MAX_SKIP_MODULUS: Final = 2**32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,3 +107,96 @@ def _decimal(raw: bytes | None, name: str) -> int:
     if not text.isdigit() or not text.isascii():
         raise MalformedRecordError(f"header {name} must be a decimal number, got {raw!r}")
     return int(text)
+
+
+# --- Identity, skip and filter: the selection rules every fulfilment shares ---------------------
+
+
+def replay_id_for(command_digest: bytes) -> int:
+    """The replay id of the register_replay command with SHA-256 `command_digest`: its first 8 bytes,
+    big-endian, as a positive 63-bit integer. Deterministic, so a retried command names the same
+    replay, and an Avro long / JSON number everywhere."""
+    if not isinstance(command_digest, bytes) or len(command_digest) != 32:
+        raise MalformedRecordError("a replay id is derived from a 32-byte command digest")
+    return (int.from_bytes(command_digest[:8], "big") & MAX_REPLAY_ID) or 1
+
+
+def parse_skip(value: object) -> tuple[int, int] | None:
+    """ICRC-77 ``skip``: None, ``[modulus]`` or ``[modulus, offset]``; sequence *s* is delivered iff
+    ``s % modulus == offset`` (offset defaults to 0). IMPROPER_CONFIG for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and 1 <= len(value) <= 2 and all(is_int(v) for v in value):
+        modulus, offset = value[0], (value[1] if len(value) == 2 else 0)
+        if 1 <= modulus <= MAX_SKIP_MODULUS and 0 <= offset < modulus:
+            return modulus, offset
+    raise ImproperConfigError(
+        f"skip must be [modulus] or [modulus, offset] with 1 ≤ modulus ≤ {MAX_SKIP_MODULUS} and "
+        f"0 ≤ offset < modulus (sequence s is replayed iff s % modulus == offset), got {value!r}",
+        details={"field": "skip"},
+    )
+
+
+def skip_keeps(sequence: int, skip: tuple[int, int] | None) -> bool:
+    """Whether the skip rule keeps `sequence` (no rule keeps everything)."""
+    return skip is None or sequence % skip[0] == skip[1]
+
+
+def parse_replay_filter(spec: object) -> FilterNode | None:
+    """The CIP-7 filter DSL of a replay config (None: everything). A filter the DSL refuses is
+    ICRC-77 ImproperConfig ("unsupported filter MUST result in ImproperConfig"), with the DSL's
+    path and rule in the details."""
+    try:
+        return parse_filter(spec)
+    except InvalidFilterError as exc:
+        raise ImproperConfigError(f"unsupported replay filter: {exc.message}",
+                                  details={"field": "filter", **dict(exc.details or {})}) from None
+
+
+def canonical_filter(node: FilterNode | None) -> str | None:
+    """The filter as canonical JSON text (sorted keys, no spaces), as a replay record stores it."""
+    return None if node is None else json.dumps(to_json(node), sort_keys=True, separators=(",", ":"))
+
+
+def charged_events(first: int, end_exclusive: int, skip: tuple[int, int] | None) -> int:
+    """How many sequences of ``[first, end_exclusive)`` the skip rule keeps: what a per-event price
+    is charged on (a filter is not known before the archive is read, so it never lowers the price)."""
+    if end_exclusive <= first:
+        return 0
+    if skip is None:
+        return end_exclusive - first
+    modulus, offset = skip
+    # Count s in [first, end) with s ≡ offset (mod modulus).
+    start = first + ((offset - first) % modulus)
+    return 0 if start >= end_exclusive else (end_exclusive - 1 - start) // modulus + 1
+
+
+class ReplaySelector:
+    """Which archived messages of one stream a replay re-emits: the plan's range, then the skip
+    rule, then the filter (evaluated on the message's headers, as live subscriptions are)."""
+
+    __slots__ = ("_end", "_first", "_match", "_skip", "stream_id")
+
+    def __init__(self, stream_id: str, plan_first: int, plan_end_exclusive: int, skip: tuple[int, int] | None,
+                 filter_node: FilterNode | None) -> None:
+        self.stream_id = stream_id
+        self._first, self._end, self._skip = plan_first, plan_end_exclusive, skip
+        self._match = compile_filter(filter_node)
+
+    def in_range(self, sequence: int) -> bool:
+        return self._first <= sequence < self._end
+
+    def verdict(self, msg: StreamMessage) -> str:
+        """``"out"`` (other stream or outside the range), ``"skipped"``, ``"filtered"`` or ``"deliver"``."""
+        if msg.stream_id != self.stream_id or not self.in_range(msg.sequence):
+            return "out"
+        if not skip_keeps(msg.sequence, self._skip):
+            return "skipped"
+        return "deliver" if self._match(msg.headers()) else "filtered"
+
+
+def selector_for(registration: Any) -> ReplaySelector:
+    """The selector of a ``registered`` replay record (`schemas.replay_records.ReplayRegistered`)."""
+    node = None if registration.filter is None else parse_replay_filter(json.loads(registration.filter))
+    skip = parse_skip(registration.skip)
+    return ReplaySelector(registration.stream_id, registration.first, registration.end_exclusive, skip, node)
