@@ -20,7 +20,15 @@ from typing import Any
 
 import nacl.signing
 import pytest
-from worker_harness import RawCommandChannel, Workers, partition_for, read_committed_events, workers
+from confluent_kafka import Producer
+from worker_harness import (
+    RawCommandChannel,
+    Workers,
+    partition_for,
+    read_committed_events,
+    wait_for_health,
+    workers,
+)
 
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.keymgr_access import KeymgrState
@@ -28,14 +36,16 @@ from watchtower.protocol.ledger import SUPPLY_KEY, Origin, ReplaySettled
 from watchtower.protocol.replay_rules import replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas.replay_records import (
     ReplayCancelRequested,
     ReplayRecord,
     ReplayRegistered,
     decode_replay_record,
 )
-from watchtower.schemas.wire import encode_command, encode_keymgr_forward
+from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 pytestmark = pytest.mark.integration
@@ -223,4 +233,45 @@ def test_a_replay_settlement_written_to_the_commands_topic_is_refused(host: Host
     error = refused(host.raw(encode_keymgr_forward(forged), host.stream_id), "UNAUTHORIZED")
     assert "register_replay" in error["message"]
     assert host.records_of(4242) == []
+    assert host.workers.alive(WORKER)
+
+
+def test_forged_replay_events_are_quarantined_and_the_restarted_worker_serves(host: Host, tmp_path: Path) -> None:
+    """Written straight to the events topic (anyone who reaches the broker can): a registration that
+    claims a price no order paid, and a replay price set by someone who is not the owner. The
+    worker's rebuild quarantines both, and the stream stays free and serving."""
+    thief = key()
+    digest = b"\x0f" * 32
+    forged = [
+        Event(type="ReplayRegistered", stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=1,
+              digest=digest, reply={}, body={
+                  "stream_id": host.stream_id, "replay_id": replay_id_for(digest), "namespace": host.stream_id,
+                  "requester": addr(thief), "from_sequence": 1, "to_sequence": 3, "first": 1, "end_exclusive": 3,
+                  "end_id": None, "filter": None, "skip": None, "memo_hex": "", "price_cby": 40}),
+        Event(type="ReplayPricingSet", stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=2,
+              digest=digest, reply={}, body={"stream_id": host.stream_id, "price_per_event_cby": 1_000}),
+    ]
+    t_events = topic_name("events", host.workers.prefix)
+    partition = partition_for(host.stream_id, PARTITIONS)
+    offsets: list[int] = []
+    producer = Producer(kafka_config(host.bootstrap))
+    for event in forged:
+        producer.produce(t_events, key=host.stream_id.encode(), value=encode_event(event), partition=partition,
+                         on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset())))
+    producer.flush(30)
+    assert len(offsets) == 2
+    assert -1 not in offsets
+    health = tmp_path / "health.json"
+    host.workers.terminate(WORKER)
+    host.workers.start(WORKER, env={"WATCHTOWER_CBY_MINTER": addr(host.minter), "WATCHTOWER_HEALTH_FILE": str(health)})
+    pid = host.workers.pid(WORKER)
+
+    def quarantined(h: dict[str, Any]) -> bool:
+        seen = {(q["topic"], q["partition"], q["offset"]) for q in h["last_quarantined"]}
+        return h["pid"] == pid and h["state"] == "serving" and all((t_events, partition, o) in seen for o in offsets)
+
+    wait_for_health(health, quarantined, timeout=120)
+    reader = key()
+    reply = ok(host.send(host.sign(reader, "register_replay", request(host, 1, 5))))
+    assert reply["price_cby"] == 0  # the forged price did not apply
     assert host.workers.alive(WORKER)
