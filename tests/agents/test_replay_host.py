@@ -257,7 +257,7 @@ def test_forged_replay_events_are_quarantined_and_the_restarted_worker_serves(ho
     producer = Producer(kafka_config(host.bootstrap))
     for event in forged:
         producer.produce(t_events, key=host.stream_id.encode(), value=encode_event(event), partition=partition,
-                         on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset())))
+                         on_delivery=lambda err, msg: offsets.append(-1 if err else int(msg.offset() or 0)))
     producer.flush(30)
     assert len(offsets) == 2
     assert -1 not in offsets

@@ -22,7 +22,7 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     WatchtowerError,
 )
-from watchtower.protocol.ledger import Origin, ReplayCharge, ReplaySettled, account_instance
+from watchtower.protocol.ledger import CbyCredit, Origin, ReplayCharge, ReplaySettled, account_instance
 from watchtower.protocol.replay_control import settle_replay
 from watchtower.protocol.replay_rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
@@ -45,7 +45,7 @@ def addr(key: nacl.signing.SigningKey) -> str:
     return address_from_public_key(bytes(key.verify_key))
 
 
-def request(frm: int = 1, to: int | None = None, **config: Any) -> dict[str, Any]:
+def request(frm: int = 1, to: Any = None, **config: Any) -> dict[str, Any]:
     return {"namespace": SID, "from": frm, "to": to,
             "config": {"filter": None, "skip": None, "max_payment_cby": None, **config}, "memo_hex": ""}
 
@@ -335,9 +335,11 @@ def test_the_account_pays_a_replay_charge_exactly_or_refuses_it_without_moving_a
     credit, settled = paid.forwards
     assert credit.key == account_instance(addr(OWNER))
     assert not credit.answers
-    assert (credit.forward.amount_cby, credit.forward.reason) == (30, "replay")  # type: ignore[union-attr]
+    assert isinstance(credit.forward, CbyCredit)
+    assert (credit.forward.amount_cby, credit.forward.reason) == (30, "replay")
     assert settled.key == SID
     assert settled.answers
+    assert isinstance(settled.forward, ReplaySettled)
     assert settled.forward.error is None
 
 
