@@ -55,6 +55,10 @@ SERVICE_METHODS: Final = frozenset({Method.STREAM_ENCRYPT, Method.STREAM_DECRYPT
 """Request signatures the key-manager service checks; never decided on Kafka."""
 KEYMGR_METHODS: Final = ACCOUNT_METHODS | PAID_METHODS | SUPPLY_METHODS | SERVICE_METHODS
 STREAM_METHODS: Final = frozenset(Method) - KEYMGR_METHODS
+REPLAY_METHODS: Final = frozenset({Method.REGISTER_REPLAY, Method.CANCEL_REPLAY, Method.SET_REPLAY_PRICE})
+"""ICRC-77 replay control: stream methods, decided by the stream aggregate (`replay_control`)."""
+if not REPLAY_METHODS <= STREAM_METHODS:  # pragma: no cover
+    raise RuntimeError("the replay methods must be stream methods")
 
 CREDIT_REASONS: Final = frozenset({"mint", "transfer", "publisher_revenue", "protocol_fee"})
 DEBIT_REASONS: Final = frozenset({"transfer", "purchase", "burn"})

@@ -50,9 +50,10 @@ MAX_BODY_DEPTH: Final = 32
 
 class Method(StrEnum):
     """The methods a signed command may name: the StreamActor's (CIP-7 "Actor Interface", plus
-    creation and renew_subscription), the Stream Key Manager's ledger and account methods (decided by
-    the account, paid-stream and supply aggregates, `protocol.ledger`), and three request
-    signatures the key-manager service checks itself (never sent to Kafka)."""
+    creation, renew_subscription and the ICRC-77 replay methods), the Stream Key Manager's ledger
+    and account methods (decided by the account, paid-stream and supply aggregates,
+    `protocol.ledger`), and three request signatures the key-manager service checks itself (never
+    sent to Kafka)."""
 
     CREATE_STREAM = "create_stream"
     PUBLISH = "publish"
@@ -64,6 +65,10 @@ class Method(StrEnum):
     ALLOWLIST_REMOVE = "allowlist_remove"
     ANNOUNCE_KEY_EPOCH = "announce_key_epoch"
     RENEW_SUBSCRIPTION = "renew_subscription"
+    # ICRC-77 replay control, decided by the stream (protocol.replay_control).
+    REGISTER_REPLAY = "register_replay"
+    CANCEL_REPLAY = "cancel_replay"
+    SET_REPLAY_PRICE = "set_replay_price"
     # Stream Key Manager: account keys, actor authorizations, CBY, epoch access.
     REGISTER_ACCOUNT_KEY = "register_account_key"
     REVOKE_ACCOUNT_KEY = "revoke_account_key"
