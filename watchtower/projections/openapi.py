@@ -147,7 +147,8 @@ _REPLAY: Final = _object({
                        "memo_hex": _STR}),
     "stats": _object({"delivered": _INT, "filtered": _INT, "skipped": _INT, "next_sequence": _SEQ, "total": _INT,
                       "engine": {"type": "string", "enum": ["service", "spark"]}}),
-    "range": {"type": "array", "prefixItems": [_SEQ, _NULLABLE_SEQ], "minItems": 2, "maxItems": 2},
+    "range": {"type": "array", "items": _NULLABLE_SEQ, "minItems": 2, "maxItems": 2,
+              "description": "[from, to]: to is null for an open-ended replay"},
     "status": _REPLAY_STATE, "stream_id": _STR, "requester": _STR, "price_cby": _AMOUNT, "end_id": _NULLABLE_INT,
     "percent": {"type": "number", "minimum": 0, "maximum": 100}})
 _REPLAY_PATHS: Final = {
