@@ -62,6 +62,7 @@ def one_of_each() -> list[Event]:
                                   "announced_by": OWNER}),
         event("FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": OWNER, "name": "n", "description": ""},
               stream_id=REGISTRY_KEY, nonce=1),
+        *replay_events(),
         *keymgr_events(),
     ]
 
@@ -97,4 +98,21 @@ def keymgr_events() -> list[Event]:
                                         "active_until_key_epoch": 5}, stream_id=PAID),
         event("EpochAccessFailed", {"purchase_id": "ab" * 32, "stream_id": SID, "beneficiary_account": OTHER,
                                     "code": "INSUFFICIENT_CBY_BALANCE", "message": "fund it"}, stream_id=PAID),
+    ]
+
+
+REPLAY = {"stream_id": SID, "replay_id": 2**62 + 5, "namespace": "feed:3", "requester": OWNER, "from_sequence": 2,
+          "to_sequence": None, "first": 2, "end_exclusive": 9, "end_id": 8,
+          "filter": '{"field":"kind","op":"eq","value":"x"}', "skip": [3, 1], "memo_hex": "ab" * 32, "price_cby": 21}
+
+
+def replay_events() -> list[Event]:
+    """One event of each ICRC-77 replay control type, on the stream."""
+    return [
+        event("ReplayPricingSet", {"stream_id": SID, "price_per_event_cby": 2**63 - 1}),
+        event("ReplayOrdered", REPLAY, reply={}),
+        event("ReplayRegistered", {**REPLAY, "to_sequence": 40, "end_id": None, "filter": None, "skip": None}),
+        event("ReplayPaymentFailed", {"stream_id": SID, "replay_id": 7, "requester": OWNER, "price_cby": 21,
+                                      "code": "INSUFFICIENT_CBY_BALANCE", "message": "fund it"}),
+        event("ReplayCancelRequested", {"stream_id": SID, "replay_id": 7, "requester": OTHER}),
     ]

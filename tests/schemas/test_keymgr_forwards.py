@@ -16,6 +16,8 @@ from watchtower.protocol.ledger import (
     PaidCommand,
     PurchaseDebit,
     PurchaseSettled,
+    ReplayCharge,
+    ReplaySettled,
 )
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.wire import decode_command, encode_command, encode_keymgr_forward
@@ -36,6 +38,9 @@ def samples() -> list[KeymgrForward]:
         CbyCredit(addr(BOB), 2**63 - 1, "transfer", "ab" * 32, addr(ALICE), ORIGIN),
         PurchaseDebit("cd" * 32, "feed", addr(ALICE), addr(BOB), addr(PUBLISHER), addr(TREASURY), 100, 2, 102, ORIGIN),
         PurchaseSettled("cd" * 32, "feed", addr(BOB), None, ORIGIN),
+        ReplayCharge(2**63 - 1, "feed", addr(ALICE), addr(PUBLISHER), 2**63 - 1, ORIGIN),
+        ReplaySettled(9, "feed", addr(ALICE), None, ORIGIN),
+        ReplaySettled(9, "feed", addr(ALICE), InsufficientCbyBalanceError("fund it").to_dict(), ORIGIN),
         PurchaseSettled("cd" * 32, "feed", addr(BOB),
                         InsufficientCbyBalanceError("fund it", details={"balance_cby": "1"}).to_dict(), ORIGIN),
         CbyBurn(addr(ALICE), 5, ORIGIN),

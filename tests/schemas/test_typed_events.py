@@ -34,6 +34,7 @@ AVRO_OF: dict[Any, Any] = {
     bytes: "bytes",
     int | None: ["null", "long"],
     str | None: ["null", "string"],
+    list[int] | None: ["null", {"type": "array", "items": "long"}],
 }
 AVRO_INTS = {("StreamMessagePublished", "version")}  # CIP-7's StreamMessage version is an Avro int
 

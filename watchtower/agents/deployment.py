@@ -9,17 +9,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from watchtower.protocol.deployment import Deployment
+from watchtower.protocol.deployment import DEFAULT_REPLAY_MAX_RANGE, Deployment
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 
 ENV_PROTOCOL_TREASURY = "WATCHTOWER_PROTOCOL_TREASURY"
 ENV_CBY_MINTER = "WATCHTOWER_CBY_MINTER"
 ENV_KEYMGR_PUBLIC_KEY = "WATCHTOWER_KEYMGR_PUBLIC_KEY"
+ENV_REPLAY_MAX_RANGE = "WATCHTOWER_REPLAY_MAX_RANGE"
 
 _WHAT = {
     ENV_PROTOCOL_TREASURY: "an address (0x + 64 hex digits)",
     ENV_CBY_MINTER: "an address (0x + 64 hex digits)",
     ENV_KEYMGR_PUBLIC_KEY: "the key manager's ed25519 public key as 64 hex digits",
+    ENV_REPLAY_MAX_RANGE: f"a positive whole number of sequences (default {DEFAULT_REPLAY_MAX_RANGE:,})",
 }
 
 
@@ -40,5 +42,9 @@ def _build(values: Mapping[str, str | None]) -> Deployment:
         key = None if key_hex is None else bytes.fromhex(key_hex)
     except ValueError:
         raise InvalidArgumentError(f"{key_hex!r} is not hex") from None
+    max_range = values[ENV_REPLAY_MAX_RANGE]
+    if max_range is not None and not max_range.strip().isdigit():
+        raise InvalidArgumentError(f"{max_range!r} is not a whole number")
     return Deployment(protocol_treasury=values[ENV_PROTOCOL_TREASURY], cby_minter=values[ENV_CBY_MINTER],
-                      keymgr_public_key=key)
+                      keymgr_public_key=key,
+                      replay_max_range=DEFAULT_REPLAY_MAX_RANGE if max_range is None else int(max_range))

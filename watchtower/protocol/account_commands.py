@@ -17,6 +17,9 @@ the signature (INVALID_SIGNATURE), replay protection (an exact retry gets the or
 Forwards: a CbyCredit always applies (the supply bound keeps every balance ≤ 2**63-1); a
 PurchaseDebit debits the payer and forwards both treasury credits and "settled" to the paid
 stream, or forwards "settled" with INSUFFICIENT_CBY_BALANCE and changes nothing (docs/ledger.md).
+A ReplayCharge (a priced ICRC-77 replay) likewise debits the requester (reason "replay", ref the
+replay id), credits the stream owner and forwards ReplaySettled to the stream, or forwards
+ReplaySettled with INSUFFICIENT_CBY_BALANCE and changes nothing; a balance never goes below zero.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ from watchtower.protocol.ledger import (
     Origin,
     PurchaseDebit,
     PurchaseSettled,
+    ReplayCharge,
+    ReplaySettled,
     Routed,
     account_instance,
     make_event,
@@ -72,13 +77,15 @@ from watchtower.protocol.stream_state import (
 from watchtower.protocol.validation import require_text
 
 
-def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebit, *,
+def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebit | ReplayCharge, *,
                    block_height: int) -> LedgerDecision:
     """Decide a signed command or a forward against one account (module docstring for the rules)."""
     if isinstance(item, CbyCredit):
         return _credit(state, item, block_height)
     if isinstance(item, PurchaseDebit):
         return _purchase_debit(state, item, block_height)
+    if isinstance(item, ReplayCharge):
+        return _replay_charge(state, item, block_height)
     cmd = item
     if cmd.method not in ACCOUNT_METHODS:
         raise InvalidArgumentError(f"{cmd.method} is not an account method")
@@ -264,3 +271,20 @@ def _purchase_debit(state: AccountState, debit: PurchaseDebit, height: int) -> L
     paid = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, None, debit.origin)
     forwards.append(Routed(back, paid, True))
     return LedgerDecision((event,), None, tuple(forwards))
+
+
+def _replay_charge(state: AccountState, charge: ReplayCharge, height: int) -> LedgerDecision:
+    if charge.requester != state.account:
+        raise InvalidArgumentError(f"a replay charge for {charge.requester} reached {state.instance!r}")
+    ref = str(charge.replay_id)
+    if charge.price_cby > state.balance_cby:
+        err = insufficient(state, charge.price_cby, f"replay {ref}")
+        refused = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, err.to_dict(), charge.origin)
+        return LedgerDecision((), None, (Routed(charge.stream_id, refused, True),))
+    body = {"account": state.account, "amount_cby": charge.price_cby, "reason": "replay", "ref": ref,
+            "counterparty": charge.owner}
+    event = make_event(CBY_DEBITED, state.instance, height, charge.origin, {}, body)
+    credit = CbyCredit(charge.owner, charge.price_cby, "replay", ref, state.account, charge.origin)
+    paid = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, None, charge.origin)
+    return LedgerDecision((event,), None, (Routed(account_instance(charge.owner), credit, False),
+                                           Routed(charge.stream_id, paid, True)))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.validation import require_bytes
+
+DEFAULT_REPLAY_MAX_RANGE: Final = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -24,13 +26,18 @@ class Deployment:
     `protocol_treasury` None: no paid feeds. `cby_minter` None: nobody can mint CBY.
     `keymgr_public_key`: the key manager's ed25519 public key (32 bytes) that signs ciphertext
     receipts; None: no ciphertext publish can be accepted on a paid feed.
+    `replay_max_range`: the widest ``[first, end)`` one replay request may cover.
     """
 
     protocol_treasury: str | None = None
     cby_minter: str | None = None
     keymgr_public_key: bytes | None = None
+    replay_max_range: int = DEFAULT_REPLAY_MAX_RANGE
+    """The most sequences one register_replay may cover (ICRC-77 RangeTooLarge above it)."""
 
     def __post_init__(self) -> None:
+        if type(self.replay_max_range) is not int or self.replay_max_range < 1:
+            raise InvalidArgumentError(f"replay_max_range must be a positive integer, got {self.replay_max_range!r}")
         if self.protocol_treasury is not None:
             require_address(self.protocol_treasury, "protocol_treasury")
         if self.cby_minter is not None:

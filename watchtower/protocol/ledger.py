@@ -60,8 +60,8 @@ REPLAY_METHODS: Final = frozenset({Method.REGISTER_REPLAY, Method.CANCEL_REPLAY,
 if not REPLAY_METHODS <= STREAM_METHODS:  # pragma: no cover
     raise RuntimeError("the replay methods must be stream methods")
 
-CREDIT_REASONS: Final = frozenset({"mint", "transfer", "publisher_revenue", "protocol_fee"})
-DEBIT_REASONS: Final = frozenset({"transfer", "purchase", "burn"})
+CREDIT_REASONS: Final = frozenset({"mint", "transfer", "publisher_revenue", "protocol_fee", "replay"})
+DEBIT_REASONS: Final = frozenset({"transfer", "purchase", "burn", "replay"})
 MAX_MEMO: Final = 256
 
 
@@ -186,7 +186,51 @@ class PaidCommand:
     command: Command
 
 
-KeymgrForward = CbyCredit | PurchaseDebit | PurchaseSettled | CbyBurn | PaidCommand
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayCharge:
+    """To ``acct:<requester>``: pay `price_cby` to the stream `owner` for replay `replay_id` of
+    `stream_id` (a priced register_replay), or answer that it cannot (`ReplaySettled`)."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    owner: str
+    price_cby: int
+    origin: Origin
+
+    def __post_init__(self) -> None:
+        _require_replay_id(self.replay_id)
+        require_address(self.requester, "requester")
+        require_address(self.owner, "owner")
+        require_amount(self.price_cby, "price_cby")
+        if not isinstance(self.stream_id, str) or not self.stream_id:
+            raise InvalidArgumentError("stream_id must be a non-empty text")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplaySettled:
+    """To the stream `stream_id`: the requester's account paid replay `replay_id` (`error` None) or
+    refused it with `error` (e.g. INSUFFICIENT_CBY_BALANCE). Accepted from ``internal`` only."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    error: Mapping[str, Any] | None
+    origin: Origin
+
+    def __post_init__(self) -> None:
+        _require_replay_id(self.replay_id)
+        require_address(self.requester, "requester")
+        if not isinstance(self.stream_id, str) or not self.stream_id:
+            raise InvalidArgumentError("stream_id must be a non-empty text")
+
+
+def _require_replay_id(value: object) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_WIRE_UINT64:
+        raise InvalidArgumentError(f"replay_id must be a positive 63-bit integer, got {value!r}")
+
+
+KeymgrForward = CbyCredit | PurchaseDebit | PurchaseSettled | CbyBurn | PaidCommand | ReplayCharge | ReplaySettled
 
 
 class Routed(NamedTuple):

@@ -136,6 +136,8 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "last_key_epoch": s.last_key_epoch,
         "callers": [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(s.callers.items())],
         "last_publish_digest": s.last_publish_digest,
+        "replay_price": s.replay_price_per_event_cby,
+        "replay_orders": [[k, json_safe(v)] for k, v in sorted(s.replay_orders.items())],
     }
 
 
@@ -182,6 +184,13 @@ def _stream_from(d: Any) -> StreamState:
     publish_digest = d["last_publish_digest"]
     _require(publish_digest is None or (isinstance(publish_digest, bytes) and len(publish_digest) == 32),
              "last_publish_digest must be 32 bytes or null")
+    # Snapshots written before replay pricing existed lack the two replay keys: free, no orders.
+    replay_price = _int(d.get("replay_price", 0), "replay_price")
+    _require(replay_price <= MAX_CBY, "replay_price must be at most 2**63-1")
+    orders = FrozenMap((_key(row, "replay order"), freeze_json(from_json_safe(row[1], "replay order")))
+                       for row in (_row(r, 2, "replay order") for r in _rows(d.get("replay_orders", []),
+                                                                              "replay_orders")))
+    _require(all(isinstance(o, Mapping) for o in orders.values()), "a replay order must be a map")
     return StreamState(
         stream_id=StreamState.initial(d["stream_id"]).stream_id,
         created=d["created"],
@@ -195,6 +204,8 @@ def _stream_from(d: Any) -> StreamState:
         last_key_epoch=epoch,
         callers=callers,
         last_publish_digest=publish_digest,
+        replay_price_per_event_cby=replay_price,
+        replay_orders=orders,
     )
 
 

@@ -44,8 +44,13 @@ from watchtower.protocol.deployment import NO_TREASURY, Deployment
 from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
+    InvalidSignatureError,
+    NonceReplayedError,
     NotPlatformManagedStreamError,
+    NotReadyError,
     PaymentRequiredError,
+    PublicationNotFoundError,
+    ReplayNotFoundError,
     StaleSequenceError,
     StreamAlreadyExistsError,
     StreamNotFoundError,
@@ -53,11 +58,15 @@ from watchtower.protocol.errors import (
     SubscriptionNotAllowedError,
     SubscriptionNotFoundError,
     UnauthorizedError,
+    WatchtowerError,
 )
 from watchtower.protocol.filters import parse_filter
 from watchtower.protocol.key_chain import command_json
+from watchtower.protocol.ledger import REPLAY_METHODS, Routed
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import parse_feed_listing
+from watchtower.protocol.replay_control import ERROR_KEY, as_unauthorized, decide_replay
+from watchtower.protocol.replay_rules import replay_id_for
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.signed_command import (
     Command,
@@ -120,11 +129,18 @@ __all__ = [
 
 class Decision(NamedTuple):
     """What `decide` returns: the events to persist (possibly none), the caller's reply, and the
-    StreamMessages a publish appends (for the messages topic, the one archive of payloads)."""
+    StreamMessages a publish appends (for the messages topic, the one archive of payloads).
+
+    A priced register_replay also forwards a charge to the requester's account (`forwards`) and
+    has no reply of its own (`answers` False: the settlement answers); a settlement the account
+    refused commits its event and answers with `error`."""
 
     events: tuple[Event, ...]
     reply: dict[str, Any]
     messages: tuple[StreamMessage, ...] = ()
+    forwards: tuple[Routed, ...] = ()
+    error: WatchtowerError | None = None
+    answers: bool = True
 
 
 class _Context(NamedTuple):
@@ -144,22 +160,36 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     height = require_int(block_height, "block_height")
     if cmd.method == Method.PUBLISH:
         return _decide_publish(state, cmd, height, deployment)
-    verify_command(cmd)
+    try:
+        verify_command(cmd)
+    except InvalidSignatureError as exc:
+        raise as_unauthorized(cmd, exc) from None
     _require_this_stream(state, cmd)
     digest = command_digest(cmd)
+    _require_no_order_in_flight(state, cmd, digest)
     record = state.callers.get(cmd.caller)
     if record is not None and cmd.nonce == record.last_nonce and digest == record.last_digest:
+        failed = record.last_reply.get(ERROR_KEY) if cmd.method == Method.REGISTER_REPLAY else None
+        if isinstance(failed, Mapping):  # a replay whose payment failed: the same error again
+            raise WatchtowerError.from_dict(failed)
         return Decision((), {**record.last_reply, "duplicate": True})
-    check_nonce(None if record is None else record.last_nonce, cmd.nonce, block_height=height)
+    try:
+        check_nonce(None if record is None else record.last_nonce, cmd.nonce, block_height=height)
+    except NonceReplayedError as exc:
+        raise as_unauthorized(cmd, exc) from None
     if cmd.method == Method.CREATE_STREAM:
         if state.created:
             raise StreamAlreadyExistsError(
                 f"stream {state.stream_id!r} already exists (owner {state.owner}); pick another stream id"
             )
     elif not state.created:
-        raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
+        _raise_not_found(state, cmd)
     if cmd.method == Method.RENEW_SUBSCRIPTION:
         return _renew_subscription(state, cmd, height, digest)
+    if cmd.method in REPLAY_METHODS:
+        replay = decide_replay(state, cmd, height=height, digest=digest, max_range=deployment.replay_max_range)
+        return Decision(replay.events, {} if replay.reply is None else dict(replay.reply), (), replay.forwards,
+                        replay.error, replay.reply is not None)
     handler = _HANDLERS.get(cmd.method)
     if handler is None:  # a key-manager method: the host routes those to their own aggregates
         raise InvalidArgumentError(f"{cmd.method} is not a stream method; it is sent to the key manager")
@@ -264,6 +294,31 @@ def _require_this_stream(state: StreamState, cmd: Command) -> None:
             f"command for stream {cmd.stream_id!r} reached the aggregate of {state.stream_id!r}; "
             f"send it keyed by its own stream id"
         )
+
+
+def _require_no_order_in_flight(state: StreamState, cmd: Command, digest: bytes) -> None:
+    # While a priced replay settles, its requester's record must stay the order's, so the
+    # settlement (which records the order's nonce) never moves anyone's replay protection back.
+    order = state.replay_orders.get(cmd.caller)
+    if order is None:
+        return
+    if cmd.method == Method.REGISTER_REPLAY and replay_id_for(digest) == order["replay_id"]:
+        raise NotReadyError(f"replay {order['replay_id']} is still being paid for by your account; retry the same "
+                            "command in a moment to get its answer")
+    raise NotReadyError(f"your replay {order['replay_id']} on stream {state.stream_id!r} is still being paid for; "
+                        "retry this command in a moment")
+
+
+def _raise_not_found(state: StreamState, cmd: Command) -> None:
+    # ICRC-77 names its own codes for an unknown namespace: PublicationNotFound on register, and
+    # NotFound on cancel (no replay of a stream that does not exist can be found).
+    if cmd.method == Method.REGISTER_REPLAY:
+        raise PublicationNotFoundError(f"no stream {state.stream_id!r} exists to replay; check the id or feed "
+                                       "with `watchtower list`", details={"namespace": state.stream_id})
+    if cmd.method == Method.CANCEL_REPLAY:
+        raise ReplayNotFoundError(f"stream {state.stream_id!r} does not exist, so it has no replay to cancel; "
+                                  "list your replays to find the right stream")
+    raise StreamNotFoundError(f"stream {state.stream_id!r} does not exist; create_stream it first")
 
 
 def _require_owner(state: StreamState, cmd: Command) -> None:

@@ -46,6 +46,7 @@ from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, Subscrip
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
 from watchtower.protocol.key_chain import command_json, verify_creation_command, verify_rotation_command
 from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.replay_fold import apply_replay_event
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.signed_command import Command, command_digest, freeze_json, from_json_safe, json_safe
 from watchtower.protocol.validation import require_bytes, require_int, require_text
@@ -105,6 +106,17 @@ class FrozenMap(Mapping[str, V], Generic[V]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenMap, (dict(self.items()),))
 
+    def without(self, key: str) -> FrozenMap[V]:
+        """A new map without `key` (this one if it is absent); copies only the touched bucket."""
+        index = _bucket(key)
+        if key not in self._buckets[index]:
+            return self
+        bucket = {k: v for k, v in self._buckets[index].items() if k != key}
+        new: FrozenMap[V] = FrozenMap.__new__(FrozenMap)
+        new._buckets = (*self._buckets[:index], bucket, *self._buckets[index + 1 :])
+        new._len = self._len - 1
+        return new
+
 
 def _bucket(key: str) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogatepass")) % _FANOUT
@@ -159,6 +171,7 @@ class StreamState:
     `active_subscribers` counts ACTIVE subscriptions, kept by evolve so the cap check is O(1).
     `callers` holds replay protection for every method but publish; `last_publish_digest`
     identifies the message published at `head` (one 32-byte value, not per message).
+    `replay_orders` holds the ICRC-77 replays being paid for (bounded by the requesters).
     """
 
     stream_id: str
@@ -174,6 +187,10 @@ class StreamState:
     callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
     last_publish_digest: bytes | None = None
     """`publish_digest` of the message at `head` (None before the first publish)."""
+    replay_price_per_event_cby: int = 0
+    """ICRC-77 ``icrc77:pricing`` perEvent: what one replayed event costs, in CBY wei (0: free)."""
+    replay_orders: FrozenMap[Mapping[str, Any]] = dataclasses.field(default_factory=FrozenMap)
+    """requester -> the ReplayOrdered body of its priced replay still settling (at most one each)."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -205,6 +222,11 @@ PUBLISHER_KEY_ROTATED: Final = "PublisherKeyRotated"
 SUBSCRIPTION_POLICY_CHANGED: Final = "SubscriptionPolicyChanged"
 ALLOWLIST_CHANGED: Final = "AllowlistChanged"
 KEY_EPOCH_ROTATED: Final = "KeyEpochRotated"
+REPLAY_PRICING_SET: Final = "ReplayPricingSet"
+REPLAY_ORDERED: Final = "ReplayOrdered"
+REPLAY_REGISTERED: Final = "ReplayRegistered"
+REPLAY_PAYMENT_FAILED: Final = "ReplayPaymentFailed"
+REPLAY_CANCEL_REQUESTED: Final = "ReplayCancelRequested"
 FEED_REGISTERED: Final = "FeedRegistered"
 """The registry's event (see `registry`); it lives on the registry key, never on a stream."""
 
@@ -237,6 +259,23 @@ PURCHASE_FIELDS: Final = (
     "total_amount_cby",
 )
 """The body of EpochAccessRequested and EpochAccessPurchased: the CIP-7 receipt fields plus its id."""
+
+REPLAY_FIELDS: Final = (
+    "stream_id",
+    "replay_id",
+    "namespace",
+    "requester",
+    "from_sequence",
+    "to_sequence",
+    "first",
+    "end_exclusive",
+    "end_id",
+    "filter",
+    "skip",
+    "memo_hex",
+    "price_cby",
+)
+"""The body of ReplayOrdered and ReplayRegistered: one ICRC-77 replay request, as planned."""
 
 MESSAGE_CIP7_FIELDS: Final = (
     "stream_id",
@@ -282,6 +321,11 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     SUBSCRIPTION_POLICY_CHANGED: frozenset({"stream_id", "policy"}),
     ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
     KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
+    REPLAY_PRICING_SET: frozenset({"stream_id", "price_per_event_cby"}),
+    REPLAY_ORDERED: frozenset(REPLAY_FIELDS),
+    REPLAY_REGISTERED: frozenset(REPLAY_FIELDS),
+    REPLAY_PAYMENT_FAILED: frozenset({"stream_id", "replay_id", "requester", "price_cby", "code", "message"}),
+    REPLAY_CANCEL_REQUESTED: frozenset({"stream_id", "replay_id", "requester"}),
     FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
     ACCOUNT_KEY_REGISTERED: frozenset({"account", "account_key_id", "scheme", "public_key"}),
     ACCOUNT_KEY_REVOKED: frozenset({"account", "account_key_id"}),
@@ -312,9 +356,19 @@ STREAM_EVENT_TYPES: Final = frozenset(
         SUBSCRIPTION_POLICY_CHANGED,
         ALLOWLIST_CHANGED,
         KEY_EPOCH_ROTATED,
+        REPLAY_PRICING_SET,
+        REPLAY_ORDERED,
+        REPLAY_REGISTERED,
+        REPLAY_PAYMENT_FAILED,
+        REPLAY_CANCEL_REQUESTED,
     }
 )
 """The events a stream's own log holds (the stream actor folds exactly these)."""
+
+REPLAY_EVENT_TYPES: Final = frozenset(
+    {REPLAY_PRICING_SET, REPLAY_ORDERED, REPLAY_REGISTERED, REPLAY_PAYMENT_FAILED, REPLAY_CANCEL_REQUESTED}
+)
+"""The ICRC-77 replay control events of a stream (folded by `replay_fold`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -421,7 +475,10 @@ def evolve(state: StreamState, event: Event) -> StreamState:
     try:
         if event.type in _CHAINED:
             _check_command_origin(event)
-        changed = _APPLY[event.type](state, event.body)
+        if event.type in REPLAY_EVENT_TYPES:
+            changed = apply_replay_event(state, event)
+        else:
+            changed = _APPLY[event.type](state, event.body)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type} body breaks a rule ({exc.code}): {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -603,5 +660,7 @@ def state_digest(state: StreamState) -> str:
             for k, r in state.callers.items()
         },
         "last_publish_digest": state.last_publish_digest,
+        "replay_price_per_event_cby": state.replay_price_per_event_cby,
+        "replay_orders": {k: dict(v) for k, v in state.replay_orders.items()},
     }
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()

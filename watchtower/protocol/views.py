@@ -269,6 +269,7 @@ def _stream_view(state: StreamState, created_at_block: int) -> dict[str, Any]:
         "last_key_epoch": state.last_key_epoch,
         "active_subscribers": state.active_subscribers,
         "subscribers": len(state.subscriptions),
+        "replay_price_per_event_cby": state.replay_price_per_event_cby,
     }
 
 
@@ -384,6 +385,9 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
         "max_subscribers": config["max_subscribers"],
         "active_subscribers": view["active_subscribers"],
         "last_key_epoch": view["last_key_epoch"],
+        # ICRC-77 icrc77:pricing (a view projected before replay pricing existed is free).
+        "replay_price_per_event_cby": view.get("replay_price_per_event_cby", 0),
+        "icrc77_pricing": {"perEvent": view.get("replay_price_per_event_cby", 0), "currency": "CBY"},
     }
 
 

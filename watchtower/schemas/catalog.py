@@ -59,6 +59,12 @@ _ENTRIES: Final = (
     ("EpochAccessFailed", 25, SchemaKind.EVENT),
     ("CbyMinted", 35, SchemaKind.EVENT),
     ("CbyBurned", 36, SchemaKind.EVENT),
+    # ICRC-77 replay control on a stream (fresh ids: 33 and 34 held retired replay drafts).
+    ("ReplayPricingSet", 26, SchemaKind.EVENT),
+    ("ReplayOrdered", 27, SchemaKind.EVENT),
+    ("ReplayRegistered", 28, SchemaKind.EVENT),
+    ("ReplayPaymentFailed", 29, SchemaKind.EVENT),
+    ("ReplayCancelRequested", 38, SchemaKind.EVENT),
 )
 
 RETIRED_IDS: Final[dict[str, int]] = {

@@ -9,7 +9,8 @@ definitions (a typed decode, several times faster than ``json.loads`` plus hand 
 - commands topic: ``{"v": 1, "command": SignedCommandJson}``
 - internal topic: ``{"v": 1, "register_feed": SignedCommandJson}`` (a stream's writer forwards the
   signed create_stream to the registry), or ``{"v": 1, "keymgr": KeymgrForwardJson}`` (one of the
-  key manager's forwards, tagged by ``kind``; docs/ledger.md)
+  key manager's forwards, tagged by ``kind``; docs/ledger.md, including the ICRC-77 replay
+  charge to the requester's account and its settlement back to the stream)
 - replies topic: ``{"v": 1, "ok": true, "result": {...}}`` or ``{"v": 1, "ok": false, "error": ErrorJson}``
 """
 
@@ -100,7 +101,29 @@ class PaidCommandJson(msgspec.Struct, tag="paid_command", tag_field="kind", forb
     command: SignedCommandJson
 
 
-KeymgrForwardJson = CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson
+class ReplayChargeJson(msgspec.Struct, tag="replay_charge", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.ReplayCharge`, to ``acct:<requester>``."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    owner: str
+    price_cby: int
+    origin: OriginJson
+
+
+class ReplaySettledJson(msgspec.Struct, tag="replay_settled", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.ReplaySettled`, to the stream ``stream_id``; `error` None: paid."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    error: ErrorJson | None
+    origin: OriginJson
+
+
+KeymgrForwardJson = (CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson
+                     | ReplayChargeJson | ReplaySettledJson)
 
 
 class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

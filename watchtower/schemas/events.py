@@ -344,6 +344,88 @@ class EpochAccessFailedV1:
     caused_by: EventOrigin
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayPricingSetV1:
+    """The owner set the stream's ICRC-77 per-event replay price."""
+
+    TYPE: ClassVar[str] = "ReplayPricingSet"
+    stream_id: str
+    price_per_event_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayOrderedV1:
+    """A priced ICRC-77 replay being paid for by the requester's account (in flight until settled)."""
+
+    TYPE: ClassVar[str] = "ReplayOrdered"
+    stream_id: str
+    replay_id: int
+    namespace: str
+    requester: str
+    from_sequence: int
+    to_sequence: int | None
+    first: int
+    end_exclusive: int
+    end_id: int | None
+    filter: str | None
+    skip: list[int] | None
+    memo_hex: str
+    price_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayRegisteredV1:
+    """An accepted ICRC-77 replay (free, or paid): what the replay topic's registration holds."""
+
+    TYPE: ClassVar[str] = "ReplayRegistered"
+    stream_id: str
+    replay_id: int
+    namespace: str
+    requester: str
+    from_sequence: int
+    to_sequence: int | None
+    first: int
+    end_exclusive: int
+    end_id: int | None
+    filter: str | None
+    skip: list[int] | None
+    memo_hex: str
+    price_cby: int
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayPaymentFailedV1:
+    """The requester's account could not pay for an ordered replay (nothing charged)."""
+
+    TYPE: ClassVar[str] = "ReplayPaymentFailed"
+    stream_id: str
+    replay_id: int
+    requester: str
+    price_cby: int
+    code: str
+    message: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayCancelRequestedV1:
+    """A signed cancel_replay (honoured by the replay fold from the requester only)."""
+
+    TYPE: ClassVar[str] = "ReplayCancelRequested"
+    stream_id: str
+    replay_id: int
+    requester: str
+    block_height: int
+    caused_by: EventOrigin
+
+
 TypedEvent = (
     StreamCreatedV2
     | StreamMessagePublishedV1
@@ -366,6 +448,11 @@ TypedEvent = (
     | EpochAccessPurchasedV1
     | EpochAccessIdempotentV1
     | EpochAccessFailedV1
+    | ReplayPricingSetV1
+    | ReplayOrderedV1
+    | ReplayRegisteredV1
+    | ReplayPaymentFailedV1
+    | ReplayCancelRequestedV1
 )
 
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
@@ -392,6 +479,11 @@ EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
         EpochAccessPurchasedV1,
         EpochAccessIdempotentV1,
         EpochAccessFailedV1,
+        ReplayPricingSetV1,
+        ReplayOrderedV1,
+        ReplayRegisteredV1,
+        ReplayPaymentFailedV1,
+        ReplayCancelRequestedV1,
     )
 }
 """The latest typed class of each event type, by type name (= Avro record name)."""
@@ -402,6 +494,8 @@ BODY_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     name: tuple(f for f in fields if f not in ENVELOPE_FIELDS) for name, fields in _FIELDS.items()
 }
 """The body field names each event carries (its schema's fields minus the envelope)."""
+_ARRAYS: Final[Mapping[str, tuple[str, ...]]] = {"ReplayOrdered": ("skip",), "ReplayRegistered": ("skip",)}
+"""Body fields that are Avro arrays (a frozen body holds them as tuples)."""
 
 
 # --- Event <-> typed -----------------------------------------------------------------------------
@@ -423,6 +517,9 @@ def from_event(event: Event) -> TypedEvent:
         config = PaidStreamConfig.from_dict(body["paid_stream_config"])
         return PaidStreamRegisteredV1(body["stream_id"], body["owner"], config, event.block_height, origin)
     values = [body[name] for name in BODY_FIELDS[cls.TYPE]]
+    if cls.TYPE in _ARRAYS:
+        values = [list(v) if name in _ARRAYS[cls.TYPE] and v is not None else v
+                  for name, v in zip(BODY_FIELDS[cls.TYPE], values, strict=True)]
     return cls(*values, event.block_height, origin)  # type: ignore[call-arg]
 
 
@@ -477,6 +574,10 @@ def event_record(event: Event) -> dict[str, Any]:
         return to_record(from_event(event))
     body = event.body
     record = {name: body[name] for name in BODY_FIELDS[event.type]}
+    for name in _ARRAYS.get(event.type, ()):
+        if record[name] is not None:
+            # A frozen body holds tuples, and fastavro reads a tuple in a union as (branch, value).
+            record[name] = list(record[name])
     record["block_height"] = event.block_height
     record["caused_by"] = {
         "aggregate_id": event.stream_id,

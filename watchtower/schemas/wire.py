@@ -3,7 +3,9 @@
 - events: framed Avro, one schema per event type (``<Type>.v1.avsc``, typed in `events`): magic
   0x57, schema id, schema version, then the Avro body (see `codec` for the frame contract);
 - messages: framed Avro ``StreamMessage.v1.avsc`` (`records.encode_message` / `decode_message`);
-- commands, internal forwards, replies: versioned JSON envelopes defined in `envelopes`.
+- commands, internal forwards, replies: versioned JSON envelopes defined in `envelopes`;
+- replay: JSON records defined in `replay_records` (the stream's writer derives its two from the
+  stream's replay events, `replay_record_for`).
 
 Failure contract: decoding raises MalformedRecordError (bytes that are not a record of the
 expected kind) or SchemaMismatchError (a version or schema this build does not read), so a poison
@@ -36,9 +38,11 @@ from watchtower.protocol.ledger import (
     PaidCommand,
     PurchaseDebit,
     PurchaseSettled,
+    ReplayCharge,
+    ReplaySettled,
 )
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream_state import REPLAY_CANCEL_REQUESTED, REPLAY_REGISTERED, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.catalog import CATALOG, SchemaKind
 from watchtower.schemas.envelopes import (
@@ -56,8 +60,13 @@ from watchtower.schemas.envelopes import (
     PaidCommandJson,
     PurchaseDebitJson,
     PurchaseSettledJson,
+    ReplayChargeJson,
+    ReplaySettledJson,
     SignedCommandJson,
 )
+from watchtower.schemas.replay_records import REPLAY_RECORD_VERSION, ReplayRecord, encode_replay_record
+from watchtower.schemas.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
+from watchtower.schemas.replay_records import ReplayRegistered as ReplayRegisteredRecord
 
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"
@@ -112,6 +121,12 @@ def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
     if isinstance(forward, PurchaseSettled):
         error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
         return PurchaseSettledJson(forward.purchase_id, forward.stream_id, forward.beneficiary, error, origin)
+    if isinstance(forward, ReplayCharge):
+        return ReplayChargeJson(forward.replay_id, forward.stream_id, forward.requester, forward.owner,
+                                forward.price_cby, origin)
+    if isinstance(forward, ReplaySettled):
+        error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
+        return ReplaySettledJson(forward.replay_id, forward.stream_id, forward.requester, error, origin)
     return BurnJson(forward.account, forward.amount_cby, origin)
 
 
@@ -134,6 +149,13 @@ def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
         error = None if record.error is None else WatchtowerError.from_dict(msgspec.structs.asdict(record.error))
         return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary,
                                None if error is None else error.to_dict(), origin)
+    if isinstance(record, ReplayChargeJson):
+        return ReplayCharge(record.replay_id, record.stream_id, record.requester, record.owner, record.price_cby,
+                            origin)
+    if isinstance(record, ReplaySettledJson):
+        error = None if record.error is None else WatchtowerError.from_dict(msgspec.structs.asdict(record.error))
+        return ReplaySettled(record.replay_id, record.stream_id, record.requester,
+                             None if error is None else error.to_dict(), origin)
     return CbyBurn(record.account, record.amount_cby, origin)
 
 
@@ -228,6 +250,34 @@ def decode_event(data: bytes | None) -> Event:
         raise MalformedRecordError(f"not a valid {typed.TYPE} event ({exc.code}): {exc.message}") from None
     except (ValueError, TypeError, RecursionError) as exc:  # reply_json that is not JSON
         raise MalformedRecordError(f"the {typed.TYPE} record's reply_json is not JSON: {_short(exc)}") from None
+
+
+# --- replay records written with stream events ---------------------------------------------------
+
+
+def replay_record_for(event: Event) -> bytes | None:
+    """The ``replay``-topic record a stream event implies (a ReplayRegistered or a
+    ReplayCancelRequested event: `replay_records`), or None for any other event. The writer
+    produces it in the transaction that writes the event, keyed by the stream id."""
+    body = event.body
+    record: ReplayRecord
+    if event.type == REPLAY_REGISTERED:
+        skip = body["skip"]
+        record = ReplayRegisteredRecord(
+            v=REPLAY_RECORD_VERSION, replay_id=body["replay_id"], stream_id=body["stream_id"],
+            namespace=body["namespace"], requester=body["requester"], from_sequence=body["from_sequence"],
+            to_sequence=body["to_sequence"], first=body["first"], end_exclusive=body["end_exclusive"],
+            end_id=body["end_id"], filter=body["filter"], skip=None if skip is None else list(skip),
+            memo_hex=body["memo_hex"], price_cby=body["price_cby"], block_height=event.block_height,
+            caller=event.caller, nonce=event.nonce, digest_hex=event.digest.hex())
+    elif event.type == REPLAY_CANCEL_REQUESTED:
+        record = ReplayCancelRequestedRecord(
+            v=REPLAY_RECORD_VERSION, replay_id=body["replay_id"], stream_id=body["stream_id"],
+            requester=body["requester"], block_height=event.block_height, nonce=event.nonce,
+            digest_hex=event.digest.hex())
+    else:
+        return None
+    return encode_replay_record(record)
 
 
 # --- replies -------------------------------------------------------------------------------------

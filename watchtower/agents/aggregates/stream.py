@@ -6,19 +6,31 @@ the ``messages`` topic (the one archive of payloads); a create with a ``feed`` l
 to the registry, which answers the caller, so "created" and "listed" commit together. A
 PLATFORM_MANAGED creation is also forwarded to its paid instance (``paid:<stream_id>``, which never
 answers), and a renew_subscription to that instance, which decides the purchase and answers.
+ICRC-77 replay control (`protocol.replay_control`): an accepted register_replay or cancel_replay
+also writes its ``replay``-topic record, derived from its event, in the same transaction; a priced
+register_replay forwards its charge to the requester's account, whose `ReplaySettled` (accepted
+from ``internal`` only) registers the replay and answers the caller.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from watchtower.agents.aggregate import Context, Forward, Outcome, Record
 from watchtower.agents.aggregates.ledger_base import KEYMGR_FORWARDS_ONLY
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
-from watchtower.protocol.ledger import SERVICE_METHODS, STREAM_METHODS, PaidCommand, paid_instance
+from watchtower.protocol.ledger import (
+    REPLAY_METHODS,
+    SERVICE_METHODS,
+    STREAM_METHODS,
+    PaidCommand,
+    ReplaySettled,
+    paid_instance,
+)
 from watchtower.protocol.registry import REGISTRY_KEY
+from watchtower.protocol.replay_control import settle_replay
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.snapshots import decode_streams, encode_streams
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
@@ -32,13 +44,25 @@ from watchtower.schemas.wire import (
     encode_event,
     encode_keymgr_forward,
     encode_registry_forward,
+    replay_record_for,
 )
+
+
+def _replay_records(events: Sequence[Event]) -> list[Record]:
+    records = []
+    for event in events:
+        value = replay_record_for(event)
+        if value is not None:
+            records.append(Record("replay", event.stream_id.encode(), value))
+    return records
 
 
 def _is_paid(created: Event) -> bool:
     return bool(created.body["config"].get("access_mode") == "PLATFORM_MANAGED")
 
 
+REPLAY_FORWARDS_ONLY = ("replay settlements are written by workers only; send a signed register_replay to the "
+                        "commands topic and its price is charged to your account")
 FORWARDS_ONLY = ("feed registrations are forwarded by stream workers only; create the stream with a `feed` "
                  "listing in its create_stream body instead")
 
@@ -48,8 +72,12 @@ class StreamAggregate:
 
     name = "stream"
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
+    def decode_command(self, value: bytes | None, *, internal: bool) -> Command | ReplaySettled:
         record = decode_command(value)
+        if isinstance(record, ReplaySettled):
+            if not internal:  # only a worker can say an account paid; a client would replay for free
+                raise UnauthorizedError(REPLAY_FORWARDS_ONLY)
+            return record
         if not isinstance(record, Command):
             if internal:
                 raise MalformedRecordError("a forward is not a stream command")  # the registry's / key manager's
@@ -65,14 +93,22 @@ class StreamAggregate:
             raise MalformedRecordError(f"{record.method} is not a stream command")  # a key-manager aggregate's
         return record
 
-    def key(self, command: Command) -> str:
+    def key(self, command: Command | ReplaySettled) -> str:
         return command.stream_id
 
     def initial(self, key: str) -> StreamState:
         return StreamState.initial(key)
 
-    def decide(self, state: StreamState, command: Command, ctx: Context) -> Outcome:
+    def decide(self, state: StreamState, command: Command | ReplaySettled, ctx: Context) -> Outcome:
+        if isinstance(command, ReplaySettled):
+            settled = settle_replay(state, command, height=ctx.block_height)
+            return Outcome(settled.events, settled.reply, _replay_records(settled.events), (), settled.error)
         decision = decide(state, command, block_height=ctx.block_height, deployment=ctx.deployment)
+        if command.method in REPLAY_METHODS:
+            # The replay topic's records are derived from the events, in the same transaction.
+            charges = [Forward(r.key, encode_keymgr_forward(r.forward), r.answers) for r in decision.forwards]
+            return Outcome(decision.events, dict(decision.reply) if decision.answers else None,
+                           _replay_records(decision.events), charges, decision.error)
         records: list[Record] = []
         if decision.messages:
             # Only publishes carry messages, and a publish never changes the capacity.

@@ -1,0 +1,159 @@
+"""How a stream's ICRC-77 replay control events fold into its state (part of `stream_state.evolve`).
+
+The events and what they change:
+
+- ``ReplayPricingSet``: the stream's per-event replay price (0..2**63-1 CBY wei);
+- ``ReplayOrdered``: a priced replay the requester's account is paying for; at most one per
+  requester is in flight (`StreamState.replay_orders`);
+- ``ReplayRegistered``: an accepted replay; a priced one settles the requester's order (same body),
+  a free one must be free at the stream's current price;
+- ``ReplayPaymentFailed``: the requester's account refused the order, which is dropped;
+- ``ReplayCancelRequested``: recorded only (the replay fold decides whether it is honoured).
+
+The log is not trusted: a body that could not come from `replay_control` (another stream, a
+requester other than the signer, a replay id not derived from the command digest, a plan that is
+not a plan, a price that is not per-event × charged events, a settlement of no order) raises, and
+`evolve` turns that into MALFORMED_RECORD so the record is quarantined. Every event records its
+caller like the other stream events (`evolve` does that).
+
+Pure; imports nothing from `stream_state` at run time (it is called from there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import TYPE_CHECKING, Final
+
+from watchtower.protocol.addresses import require_address
+from watchtower.protocol.constants import MAX_WIRE_UINT64
+from watchtower.protocol.errors import InvalidArgumentError
+from watchtower.protocol.replay_rules import (
+    MAX_REPLAY_ID,
+    canonical_filter,
+    charged_events,
+    parse_replay_filter,
+    parse_skip,
+    replay_id_for,
+)
+from watchtower.protocol.validation import is_int
+
+if TYPE_CHECKING:
+    from watchtower.protocol.stream_state import Event, StreamState
+
+MAX_REPLAY_PRICE: Final = MAX_WIRE_UINT64
+"""The highest per-event price and the highest replay price (an Avro long, a CBY amount)."""
+MAX_MEMO_HEX: Final = 64
+MAX_NAMESPACE: Final = 256
+_FEED_NAMESPACE: Final = re.compile(r"feed:[1-9][0-9]{0,18}")
+_HEX: Final = re.compile(r"(?:[0-9a-f]{2})*")
+
+
+def apply_replay_event(state: StreamState, event: Event) -> StreamState:
+    """`state` after a replay control event; InvalidArgumentError (→ MALFORMED_RECORD) when it breaks a rule."""
+    body = event.body
+    if body["stream_id"] != state.stream_id:
+        raise InvalidArgumentError(f"the event names stream {body['stream_id']!r}")
+    if event.type == "ReplayPricingSet":
+        if event.caller != state.owner:
+            raise InvalidArgumentError("only the owner sets the replay price")
+        return dataclasses.replace(state, replay_price_per_event_cby=_price(body["price_per_event_cby"]))
+    if event.type == "ReplayCancelRequested":
+        if body["requester"] != event.caller:
+            raise InvalidArgumentError("a cancel is requested by its signer")
+        _replay_id(body["replay_id"])
+        return state
+    if event.type == "ReplayPaymentFailed":
+        order = state.replay_orders.get(str(body["requester"]))
+        if order is None or order["replay_id"] != body["replay_id"] or order["price_cby"] != body["price_cby"]:
+            raise InvalidArgumentError(f"replay {body['replay_id']!r} is not the order in flight for "
+                                       f"{body['requester']!r}")
+        if not isinstance(body["code"], str) or not isinstance(body["message"], str):
+            raise InvalidArgumentError("code and message are text")
+        return dataclasses.replace(state, replay_orders=state.replay_orders.without(str(body["requester"])))
+    expected = check_registration(state, event)
+    requester = str(body["requester"])
+    order = state.replay_orders.get(requester)
+    if event.type == "ReplayOrdered":
+        if order is not None:
+            raise InvalidArgumentError(f"{requester} already has replay {order['replay_id']} in flight")
+        if body["price_cby"] == 0:
+            raise InvalidArgumentError("a free replay is registered, never ordered")
+        return dataclasses.replace(state, replay_orders=state.replay_orders.set(requester, dict(body)))
+    # ReplayRegistered: it settles the requester's order, or it is free.
+    if order is not None and order["replay_id"] == body["replay_id"]:
+        if dict(order) != dict(body):
+            raise InvalidArgumentError(f"replay {body['replay_id']} is registered with another plan or price "
+                                       "than it was ordered with")
+        return dataclasses.replace(state, replay_orders=state.replay_orders.without(requester))
+    if body["price_cby"] != 0 or expected != 0:
+        raise InvalidArgumentError(f"replay {body['replay_id']} is registered free, but no order paid its price "
+                                   f"of {expected}")
+    return state
+
+
+def check_registration(state: StreamState, event: Event) -> int:
+    """The rules a ReplayOrdered / ReplayRegistered body obeys (the ones `replay_control` decided
+    by); returns the price the plan has at the stream's current per-event price."""
+    body = event.body
+    requester = require_address(body["requester"], "requester")
+    if requester != event.caller:
+        raise InvalidArgumentError("a replay is requested by the command's signer")
+    if body["replay_id"] != replay_id_for(event.digest):
+        raise InvalidArgumentError(f"replay id {body['replay_id']!r} is not derived from the command's digest")
+    check_namespace(body["namespace"], state.stream_id)
+    start, to = body["from_sequence"], body["to_sequence"]
+    first, end, end_id = body["first"], body["end_exclusive"], body["end_id"]
+    if not all(is_int(v) for v in (start, first, end)) or start < 1 or first != start or end < first:
+        raise InvalidArgumentError(f"[{first!r}, {end!r}) is not the plan of a replay from {start!r}")
+    if end > first and end > state.head + 1:
+        raise InvalidArgumentError(f"the plan ends at {end}, past the stream head {state.head}")
+    if to is None:
+        if not is_int(end_id) or end_id < 0 or end_id > state.head or (end > first and end_id != end - 1):
+            raise InvalidArgumentError(f"end_id {end_id!r} is not the last sequence of an open-ended replay")
+    elif not is_int(to) or to < start or end > to or end_id is not None:
+        raise InvalidArgumentError(f"the plan [{first}, {end}) does not fit the range [{start}, {to!r})")
+    raw_filter = body["filter"]
+    if raw_filter is not None and (
+        not isinstance(raw_filter, str) or canonical_filter(parse_replay_filter(json.loads(raw_filter))) != raw_filter
+    ):
+        raise InvalidArgumentError("the filter is not a canonical CIP-7 filter")
+    skip = body["skip"]
+    if skip is not None and (not isinstance(skip, tuple | list) or len(skip) != 2 or parse_skip(skip) != tuple(skip)):
+        raise InvalidArgumentError(f"skip {skip!r} is not [modulus, offset]")
+    check_memo(body["memo_hex"])
+    price = _price(body["price_cby"])
+    expected = state.replay_price_per_event_cby * charged_events(first, end, None if skip is None else tuple(skip))
+    if event.type == "ReplayOrdered" and price != expected:
+        raise InvalidArgumentError(f"the order's price {price} is not {expected} (per-event price × charged events)")
+    return expected
+
+
+def check_namespace(value: object, stream_id: str) -> str:
+    """The requested namespace: the stream id, or ``feed:<id>``; InvalidArgumentError otherwise."""
+    if not isinstance(value, str) or not (value == stream_id or _FEED_NAMESPACE.fullmatch(value)):
+        raise InvalidArgumentError(f"namespace must be the stream id {stream_id!r} or feed:<feed id>, got {value!r}")
+    return value
+
+
+def check_memo(value: object) -> str:
+    """A memo: lowercase hex of at most 32 bytes; InvalidArgumentError otherwise."""
+    if not isinstance(value, str) or len(value) > MAX_MEMO_HEX or not _HEX.fullmatch(value):
+        raise InvalidArgumentError(f"memo_hex must be lowercase hex of at most {MAX_MEMO_HEX} characters "
+                                   f"(32 bytes), got {value!r}")
+    return value
+
+
+def _price(value: object) -> int:
+    if not is_int(value) or not 0 <= value <= MAX_REPLAY_PRICE:  # type: ignore[operator]
+        raise InvalidArgumentError(f"a replay price is a whole number of CBY wei in 0..{MAX_REPLAY_PRICE}, "
+                                   f"got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
+
+def _replay_id(value: object) -> int:
+    if not is_int(value) or not 1 <= value <= MAX_REPLAY_ID:  # type: ignore[operator]
+        raise InvalidArgumentError(f"replay_id must be a positive 63-bit integer, got {value!r}")
+    return int(value)  # type: ignore[call-overload]
+
