@@ -1,193 +1,137 @@
-"""`ReplayClient.messages` on a real stack: broker, stream-actor worker, projection.
+"""ICRC-77 replays end to end through the SDK: broker, stream-actor worker, replay worker, projection.
 
-A ring-10 stream takes 50 publishes. A fulfilment is written here the way the replay worker writes
-one (the archived ``messages`` records, byte for byte, on ``deliveries`` keyed by the requester,
-with the original headers and the ICRC-77 replay headers appended, in Kafka transactions; the
-``registered`` / ``progress`` / ``completed`` records on ``replay``), with what a reader must
-survive around it: a second transaction repeating part of the range (a fulfilment that crashed after
-committing), another replay of the same account, a live push without replay headers, and an
-aborted transaction. The SDK must read exactly the range, verified, once each; a forged delivery is
-refused with INVALID_SIGNATURE.
+A ring-10 feed takes 50 publishes, so only 41..50 are left in its window. A reader registers replays
+with `ReplayClient` (by stream id and by feed id, closed and open-ended, with skip and filter) and
+reads them through `messages()`: exactly the range, every message verified against the owner's key
+chain. A subscriber that opts in crosses CURSOR_TOO_OLD by replaying the gap and ends with 1..50
+without a hole. On a priced feed a request without payment is PAYMENT_REQUIRED with the price, and
+a paid replay moves the price from the requester to the owner once.
 """
 
 from __future__ import annotations
 
-import uuid
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import nacl.signing
 import pytest
-from confluent_kafka import Producer
-from stack_fixture import stack  # noqa: F401 (the fixture)
+from api_calls import wait_for
+from stack_fixture import start_stack
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.replay import ReplayClient, ReplayTicket
-from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
+from watchtower.client.ledger import Ledger
+from watchtower.client.replay import ReplayClient
+from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.errors import InvalidSignatureError, RequestTimeoutError
-from watchtower.protocol.replay_rules import replay_headers
-from watchtower.schemas.records import decode_message, encode_message
-from watchtower.schemas.replay_records import (
-    ReplayCompleted,
-    ReplayProgress,
-    ReplayRecord,
-    ReplayRegistered,
-    encode_replay_record,
-)
-from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
-from watchtower.topics.reader import read_committed
+from watchtower.protocol.errors import CursorTooOldError, PaymentRequiredError
 
 pytestmark = pytest.mark.integration
 
 PUBLISHED = 50
-Record = tuple[bytes | None, list[tuple[str, bytes]]]  # (value, headers) of a messages record
+MINTER = nacl.signing.SigningKey(b"\x77" * 32)
 
 
 @pytest.fixture(scope="module")
-def feed(stack: ServiceSet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
-    """A ring-10 stream with 50 messages (only 41..50 left in the window) and its archived records."""
-    home = tmp_path_factory.mktemp("replay-home")
-    api = ApiClient(stack.api_url)
-    owner = Account(nacl.signing.SigningKey.generate(), home=home)
-    key = nacl.signing.SigningKey.generate()
-    reply = create_feed(api, owner, name="replayed", publisher_key_hex=bytes(key.verify_key).hex(),
-                        ring_buffer_capacity=10)
-    sid = reply["stream_id"]
-    wait_until_visible(api, sid)
-    publisher = Publisher(api, owner, sid, key)
-    for i in range(1, PUBLISHED + 1):
-        publisher.publish("tick", b'{"i": %d}' % i, {"n": float(i)})
-    wait_until_visible(api, sid, min_head=PUBLISHED)
-    records: dict[int, Record] = {}
-    for m in read_committed(stack.bootstrap, [topic_name("messages", stack.prefix)]):
-        if m.key() == sid.encode():
-            headers = [(str(k), bytes(v or b"")) for k, v in (m.headers() or [])]
-            records[decode_message(m.value() or b"").sequence] = (m.value(), headers)
-    assert sorted(records) == list(range(1, PUBLISHED + 1))
-    return {"api": api, "stream_id": sid, "owner": owner, "records": records, "home": home}
+def feed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    logs, home = tmp_path_factory.mktemp("replay-e2e-logs"), tmp_path_factory.mktemp("replay-e2e-home")
+    minter = Account(MINTER, home=home)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WATCHTOWER_CBY_MINTER", minter.address)
+        with start_stack(kafka_bootstrap, logs) as stack:  # with its replay worker
+            api = ApiClient(stack.api_url)
+            owner = Account(nacl.signing.SigningKey.generate(), home=home)
+            key = nacl.signing.SigningKey.generate()
+            reply = create_feed(api, owner, name="replayed", publisher_key_hex=bytes(key.verify_key).hex(),
+                                ring_buffer_capacity=10)
+            sid = reply["stream_id"]
+            wait_until_visible(api, sid, feed_id=reply["feed_id"])
+            publisher = Publisher(api, owner, sid, key)
+            for i in range(1, PUBLISHED + 1):
+                publisher.publish("tick", b'{"i": %d}' % i, {"n": float(i)})
+            wait_until_visible(api, sid, min_head=PUBLISHED)
+            yield {"stack": stack, "api": api, "owner": owner, "stream_id": sid, "feed_id": reply["feed_id"],
+                   "home": home, "minter": minter}
 
 
-class Fulfilment:
-    """Writes deliveries and replay records as the replay worker does: one transaction per slice."""
-
-    def __init__(self, stack: ServiceSet, requester: str) -> None:  # noqa: F811
-        self.stack, self.requester = stack, requester
-        self.t_deliveries = topic_name("deliveries", stack.prefix)
-        self.t_replay = topic_name("replay", stack.prefix)
-        self.producer = Producer(kafka_config(stack.bootstrap, **{
-            "transactional.id": f"wt-test-replay-{uuid.uuid4().hex}", "partitioner": "murmur2_random",
-            "log_level": 3}))
-        self.producer.init_transactions(30)
-
-    def slice(self, records: list[Record], replay_id: int, end_id: int | None, *, status: list[ReplayRecord],
-              commit: bool = True) -> None:
-        self.producer.begin_transaction()
-        for value, headers in records:
-            self.producer.produce(self.t_deliveries, key=self.requester.encode(), value=value,
-                                  headers=[*headers, *replay_headers(replay_id, end_id)])
-        for record in status:
-            self.producer.produce(self.t_replay, key=record.stream_id.encode(), value=encode_replay_record(record))
-        if commit:
-            self.producer.commit_transaction(30)
-        else:
-            self.producer.abort_transaction(30)
-
-    def push(self, record: Record) -> None:
-        """A live PUSH delivery (no replay headers) to the same account."""
-        self.producer.begin_transaction()
-        self.producer.produce(self.t_deliveries, key=self.requester.encode(), value=record[0], headers=record[1])
-        self.producer.commit_transaction(30)
-
-
-def registered(rid: int, sid: str, requester: str, first: int, end: int) -> ReplayRegistered:
-    return ReplayRegistered(v=1, replay_id=rid, stream_id=sid, namespace=sid, requester=requester,
-                            from_sequence=first, to_sequence=end, first=first, end_exclusive=end, end_id=None,
-                            filter=None, skip=None, memo_hex="", price_cby=0, block_height=1, caller=requester,
-                            nonce=rid, digest_hex="00" * 32)
-
-
-def progress(rid: int, sid: str, next_sequence: int, delivered: int) -> ReplayProgress:
-    return ReplayProgress(v=1, replay_id=rid, stream_id=sid, engine="service", partition=0,
-                          next_offset=next_sequence, next_sequence=next_sequence, delivered=delivered, filtered=0,
-                          skipped=0, at_ms=1)
-
-
-def completed(rid: int, sid: str, delivered: int) -> ReplayCompleted:
-    return ReplayCompleted(v=1, replay_id=rid, stream_id=sid, engine="service", delivered=delivered, filtered=0,
-                           skipped=0, at_ms=2)
-
-
-@pytest.fixture
-def reader(stack: ServiceSet, feed: dict[str, Any]) -> tuple[ReplayClient, Fulfilment]:  # noqa: F811
+def reader(feed: dict[str, Any]) -> ReplayClient:
+    stack: ServiceSet = feed["stack"]
     account = Account(nacl.signing.SigningKey.generate(), home=feed["home"])
-    client = ReplayClient(account, feed["api"], stack.bootstrap, prefix=stack.prefix,
-                          expected_owner=feed["owner"].address)
-    return client, Fulfilment(stack, account.address)
+    return ReplayClient(account, feed["api"], stack.bootstrap, prefix=stack.prefix,
+                        expected_owner=feed["owner"].address)
 
 
-def _ticket(client: ReplayClient, rid: int, sid: str, first: int, end: int) -> ReplayTicket:
-    return ReplayTicket(replay_id=rid, stream_id=sid, requester=client.account.address, first=first,
-                        end_exclusive=end, end_id=None, price_cby=0,
-                        deliveries_offset=client._deliveries_end())
-
-
-def test_messages_yields_exactly_the_replayed_range_verified_and_once_each(
-        reader: tuple[ReplayClient, Fulfilment], feed: dict[str, Any]) -> None:
-    client, fulfil = reader
-    sid, records = feed["stream_id"], feed["records"]
-    rid, other = 1_000_001 + uuid.uuid4().int % 10**9, 7
-    ticket = _ticket(client, rid, sid, 1, 31)
-    rng = [records[s] for s in range(1, 31)]
-    fulfil.slice([], rid, None, status=[registered(rid, sid, client.account.address, 1, 31)])
-    fulfil.slice(rng[:12], rid, None, status=[progress(rid, sid, 13, 12)])
-    fulfil.slice(rng[5:12], rid, None, status=[], commit=False)  # aborted: never seen
-    fulfil.slice(rng[8:20], rid, None, status=[progress(rid, sid, 21, 20)])  # committed again after a crash
-    fulfil.push(records[50])  # a live push to the same account
-    fulfil.slice([records[s] for s in (44, 45)], other, None, status=[])  # another replay of the same account
-    fulfil.slice(rng[20:], rid, None, status=[completed(rid, sid, 30)])
-    statuses: list[dict[str, Any]] = []
-    got = list(client.messages(ticket, timeout_s=120, on_status=statuses.append))
+def test_a_replay_beyond_the_window_delivers_exactly_its_range_verified(feed: dict[str, Any]) -> None:
+    client, sid = reader(feed), feed["stream_id"]
+    assert feed["api"].get_head(sid)["floor_sequence"] == 41  # 1..40 are only in the archive now
+    ticket = client.register(sid, 1, 31)
+    assert (ticket.stream_id, ticket.first, ticket.end_exclusive, ticket.end_id, ticket.price_cby) == (
+        sid, 1, 31, None, 0)
+    got = list(client.messages(ticket, timeout_s=300))
     assert [m.sequence for m in got] == list(range(1, 31))
-    assert {m.stream_id for m in got} == {sid}
     assert [m.payload_inline for m in got] == [b'{"i": %d}' % i for i in range(1, 31)]
-    assert statuses[-1]["status"] == {"completed": 30}
+    status = client.status(ticket.replay_id)
+    assert status["status"] == {"completed": 30}
+    assert status["requester"] == client.account.address
 
 
-def test_a_forged_delivery_is_refused_and_an_unfinished_replay_times_out(
-        reader: tuple[ReplayClient, Fulfilment], feed: dict[str, Any]) -> None:
-    client, fulfil = reader
-    sid, records = feed["stream_id"], feed["records"]
-    rid = 2_000_001 + uuid.uuid4().int % 10**9
-    ticket = _ticket(client, rid, sid, 3, 6)
-    forged = decode_message(records[4][0] or b"")
-    altered = encode_message(type(forged).from_json_dict({**forged.to_json_dict(), "kind": "forged"}))
-    fulfil.slice([records[3], (altered, records[4][1])], rid, None,
-                 status=[registered(rid, sid, client.account.address, 3, 6), progress(rid, sid, 5, 2)])
-    seen: list[int] = []
-
-    def read_all() -> None:
-        seen.extend(msg.sequence for msg in client.messages(ticket, timeout_s=120))
-
-    with pytest.raises(InvalidSignatureError, match="altered or forged"):
-        read_all()
-    assert seen == [3]
-    # Without its end, a replay is waited for until the deadline, then TIMEOUT says what to check.
-    quiet = _ticket(client, rid + 1, sid, 1, 3)
-    fulfil.slice([records[1]], rid + 1, None, status=[registered(rid + 1, sid, client.account.address, 1, 3)])
-    with pytest.raises(RequestTimeoutError, match="watchtower replay status"):
-        list(client.messages(quiet, timeout_s=3))
+def test_an_open_ended_replay_by_feed_id_ends_at_the_head_and_skip_and_filter_select(feed: dict[str, Any]) -> None:
+    client, sid = reader(feed), feed["stream_id"]
+    open_ended = client.register(feed["feed_id"], 45)
+    assert (open_ended.stream_id, open_ended.end_id, open_ended.end_exclusive) == (sid, 50, 51)
+    assert [m.sequence for m in client.messages(open_ended, timeout_s=300)] == [45, 46, 47, 48, 49, 50]
+    assert client.status(open_ended.replay_id)["namespace"] == f"feed:{feed['feed_id']}"
+    chosen = client.register(sid, 1, 21, skip=[2], filter={"field": "tags.n", "op": "gte", "value": 10})
+    assert [m.sequence for m in client.messages(chosen, timeout_s=300)] == [10, 12, 14, 16, 18, 20]
+    stats = client.status(chosen.replay_id)["stats"]
+    assert (stats["delivered"], stats["skipped"], stats["filtered"]) == (6, 10, 4)
+    mine = client.list(mine=True)["replays"]
+    assert sorted(r["replayId"] for r in mine) == sorted([open_ended.replay_id, chosen.replay_id])
 
 
-def test_a_ticket_without_a_start_reads_the_partition_from_the_beginning(
-        reader: tuple[ReplayClient, Fulfilment], feed: dict[str, Any], tmp_path: Path) -> None:
-    client, fulfil = reader
-    sid, records = feed["stream_id"], feed["records"]
-    rid = 3_000_001 + uuid.uuid4().int % 10**9
-    fulfil.slice([records[s] for s in range(41, 44)], rid, None,
-                 status=[registered(rid, sid, client.account.address, 41, 44), completed(rid, sid, 3)])
-    ticket = ReplayTicket(replay_id=rid, stream_id=sid, requester=client.account.address, first=41,
-                          end_exclusive=44, end_id=None, price_cby=0)
-    assert [m.sequence for m in client.messages(ticket, timeout_s=120)] == [41, 42, 43]
+def test_a_subscriber_that_opts_in_crosses_cursor_too_old_without_a_gap(feed: dict[str, Any]) -> None:
+    client, sid = reader(feed), feed["stream_id"]
+    with pytest.raises(CursorTooOldError) as caught:
+        Subscriber(feed["api"], sid, 0).poll_page(100)
+    assert caught.value.details["replay"]["body"] == {  # type: ignore[index]
+        "namespace": sid, "from": 1, "to": 41,
+        "config": {"filter": None, "skip": None, "max_payment_cby": 0}, "memo_hex": ""}
+    subscriber = Subscriber(feed["api"], sid, 0, expected_owner=feed["owner"].address,
+                            replay_on_cursor_too_old=True, replay_client=client)
+    sequences: list[int] = []
+    while subscriber.cursor < PUBLISHED:
+        sequences += [m.sequence for m in subscriber.poll_page(100).messages]
+    assert sequences == list(range(1, PUBLISHED + 1))
+
+
+def _balance(api: ApiClient, address: str, expected: int) -> bool:
+    return int(api.account_info(address)["balance_cby"]) == expected
+
+
+def test_a_priced_replay_needs_payment_and_charges_the_requester_once(feed: dict[str, Any]) -> None:
+    api, sid, owner = feed["api"], feed["stream_id"], feed["owner"]
+    api.command(owner.sign("set_replay_price", sid, {"price_per_event_cby": 2}))
+    wait_for(lambda: api.stream_info(sid).get("replay_price_per_event_cby") == 2, what="the replay price")
+    client = reader(feed)
+    with pytest.raises(PaymentRequiredError) as caught:
+        client.register(sid, 1, 11)
+    assert caught.value.details == {"price_cby": 20, "per_event_cby": 2, "events": 10}
+    Ledger(api, feed["minter"]).mint_cby(client.account.address, 1_000)
+    wait_for(lambda: _balance(api, client.account.address, 1_000), what="the minted CBY")
+    owner_before = int(api.account_info(owner.address)["balance_cby"])
+    ticket = client.register(sid, 1, 11, max_payment_cby=25)
+    assert ticket.price_cby == 20
+    assert [m.sequence for m in client.messages(ticket, timeout_s=300)] == list(range(1, 11))
+    wait_for(lambda: _balance(api, client.account.address, 980), what="the requester's debit")
+    wait_for(lambda: _balance(api, owner.address, owner_before + 20), what="the owner's credit")
+
+
+def test_the_cursor_too_old_request_carries_the_price(feed: dict[str, Any]) -> None:
+    api, sid = feed["api"], feed["stream_id"]
+    api.command(feed["owner"].sign("set_replay_price", sid, {"price_per_event_cby": 2}))
+    wait_for(lambda: api.stream_info(sid).get("replay_price_per_event_cby") == 2, what="the replay price")
+    with pytest.raises(CursorTooOldError) as caught:
+        Subscriber(api, sid, 30).poll_page(10)
+    request = caught.value.details["replay"]
+    assert (request["price_cby"], request["per_event_cby"]) == (20, 2)  # type: ignore[index]
+    assert request["body"]["config"]["max_payment_cby"] == 20  # type: ignore[index]

@@ -101,8 +101,9 @@ def write(bootstrap: str, prefix: str, records: list[tuple[str, bytes, int | Non
 
 @pytest.fixture(scope="module")
 def replays(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    # No replay worker: the records here are the whole story (a worker would fulfil them).
     with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-reads"), partitions=PARTITIONS,
-                     projections=2) as services:
+                     projections=2, replay=False) as services:
         wait_for(lambda: all(_serves_share(u) for u in _urls(services)), timeout_s=120,
                  what="both projection workers to serve a share of the partitions")
         assert len({partition_for_key(s.encode(), PARTITIONS) for s in STREAMS}) >= 3
