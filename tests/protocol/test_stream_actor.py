@@ -1060,6 +1060,8 @@ def test_state_digest_covers_every_field() -> None:
         "last_key_epoch": 3,
         "callers": base.callers.set(addr(BOB), base.callers[addr(ALICE)]),
         "last_publish_digest": bytes(32),
+        "replay_price_per_event_cby": 3,
+        "replay_orders": FrozenMap({addr(BOB): {"replay_id": 1}}),
     }
     assert set(variants) == {f.name for f in dataclasses.fields(StreamState)}
     for name, value in variants.items():

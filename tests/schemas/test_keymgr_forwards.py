@@ -38,17 +38,17 @@ def samples() -> list[KeymgrForward]:
         CbyCredit(addr(BOB), 2**63 - 1, "transfer", "ab" * 32, addr(ALICE), ORIGIN),
         PurchaseDebit("cd" * 32, "feed", addr(ALICE), addr(BOB), addr(PUBLISHER), addr(TREASURY), 100, 2, 102, ORIGIN),
         PurchaseSettled("cd" * 32, "feed", addr(BOB), None, ORIGIN),
-        ReplayCharge(2**63 - 1, "feed", addr(ALICE), addr(PUBLISHER), 2**63 - 1, ORIGIN),
-        ReplaySettled(9, "feed", addr(ALICE), None, ORIGIN),
-        ReplaySettled(9, "feed", addr(ALICE), InsufficientCbyBalanceError("fund it").to_dict(), ORIGIN),
         PurchaseSettled("cd" * 32, "feed", addr(BOB),
                         InsufficientCbyBalanceError("fund it", details={"balance_cby": "1"}).to_dict(), ORIGIN),
         CbyBurn(addr(ALICE), 5, ORIGIN),
         PaidCommand(renew),
+        ReplayCharge(2**63 - 1, "feed", addr(ALICE), addr(PUBLISHER), 2**63 - 1, ORIGIN),
+        ReplaySettled(9, "feed", addr(ALICE), None, ORIGIN),
+        ReplaySettled(9, "feed", addr(ALICE), InsufficientCbyBalanceError("fund it").to_dict(), ORIGIN),
     ]
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(9))
 def test_every_forward_round_trips_through_its_envelope(index: int) -> None:
     forward = samples()[index]
     data = encode_keymgr_forward(forward)
@@ -71,6 +71,8 @@ def mutate(index: int, **changes: object) -> bytes:
     (mutate(4, origin={"caller": addr(ALICE), "nonce": 1, "digest_hex": "zz"}), "MALFORMED_RECORD"),
     (mutate(1, total_amount_cby=103), "INVALID_ARGUMENT"),
     (mutate(1, extra=1), "MALFORMED_RECORD"),
+    (mutate(6, price_cby=0), "INVALID_ARGUMENT"),
+    (mutate(7, replay_id=0), "INVALID_ARGUMENT"),
 ])
 def test_a_broken_forward_is_refused_with_a_code(data: bytes, code: str) -> None:
     with pytest.raises(WatchtowerError) as caught:

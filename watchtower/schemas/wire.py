@@ -146,17 +146,21 @@ def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
                              record.publisher_treasury, record.protocol_treasury, record.publisher_amount_cby,
                              record.protocol_fee_cby, record.total_amount_cby, origin)
     if isinstance(record, PurchaseSettledJson):
-        error = None if record.error is None else WatchtowerError.from_dict(msgspec.structs.asdict(record.error))
-        return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary,
-                               None if error is None else error.to_dict(), origin)
+        return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary, _error(record.error), origin)
     if isinstance(record, ReplayChargeJson):
         return ReplayCharge(record.replay_id, record.stream_id, record.requester, record.owner, record.price_cby,
                             origin)
     if isinstance(record, ReplaySettledJson):
-        error = None if record.error is None else WatchtowerError.from_dict(msgspec.structs.asdict(record.error))
-        return ReplaySettled(record.replay_id, record.stream_id, record.requester,
-                             None if error is None else error.to_dict(), origin)
+        return ReplaySettled(record.replay_id, record.stream_id, record.requester, _error(record.error), origin)
     return CbyBurn(record.account, record.amount_cby, origin)
+
+
+def _error(record: ErrorJson | None) -> dict[str, Any] | None:
+    # An error without details is encoded without them (omit_defaults) and decodes with None.
+    if record is None:
+        return None
+    fields = {k: v for k, v in msgspec.structs.asdict(record).items() if v is not None}
+    return WatchtowerError.from_dict(fields).to_dict()
 
 
 def decode_command(data: bytes | None) -> Command | RegistryForward | KeymgrForward:
