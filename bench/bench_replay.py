@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import nacl.signing
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec, free_ports
 
@@ -275,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ensure_topics(bootstrap, catalogue(prefix, partitions=args.partitions))
         services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=free_ports(1)[0])
         services.start_worker("w1")
-        client = CommandClient(bootstrap, prefix=prefix)
+        client = _client(bootstrap, prefix)
         big, small = Stream(), Stream()
         big.create(client)
         small.create(client)
@@ -321,6 +321,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if services is not None:
             services.stop()
         lk.down()
+
+
+def _client(bootstrap: str, prefix: str, timeout_s: float = 120.0) -> CommandClient:
+    """A command client, asking again while fresh topics have no leader yet (NOT_LEADER_FOR_PARTITION)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return CommandClient(bootstrap, prefix=prefix)
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def tables(r: dict[str, Any]) -> str:
