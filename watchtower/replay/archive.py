@@ -52,30 +52,38 @@ class ArchiveReader:
         deadline = time.monotonic() + READ_TIMEOUT_S
         at_end = False
         next_offset = offset
-        while len(out) < limit and time.monotonic() < deadline:
-            if self._eof_at == (partition, next_offset):
-                # Nothing new since the last end seen here: ask again briefly, without a long wait.
-                self._eof_at = None
-                batch = self._consumer.consume(num_messages=limit - len(out), timeout=0.2)
-                if not batch:
-                    self._eof_at = (partition, next_offset)
-                    at_end = True
+        while len(out) < limit:
+            # consume() with a timeout waits for a FULL batch; take what is fetched, and wait for one
+            # record with poll() only when nothing is.
+            batch = self._consumer.consume(num_messages=limit - len(out), timeout=0)
+            if not batch:
+                # The end-of-partition event comes once per end reached: at an end seen before, a short
+                # wait without a new record means it is still the end.
+                seen_end = self._eof_at == (partition, next_offset)
+                if not seen_end and time.monotonic() > deadline:
                     break
-            else:
-                batch = self._consumer.consume(num_messages=limit - len(out), timeout=0.5)
+                msg = self._consumer.poll(0.1 if seen_end else 0.2)
+                if msg is None:
+                    at_end = seen_end
+                    if at_end:
+                        break
+                    continue
+                batch = [msg]
             for m in batch:
                 err = m.error()
                 if err is None:
                     out.append(ArchivedRecord(int(m.offset() or 0), m.value(), _headers(m.headers())))
                     next_offset = int(m.offset() or 0) + 1
+                    at_end = False  # a record after an end event: not the end any more
                 elif err.code() == KafkaError._PARTITION_EOF:
                     at_end = True
                     next_offset = max(next_offset, int(m.offset() or next_offset))
                 elif err.fatal():
                     raise KafkaException(err)
             if at_end:
-                self._eof_at = (partition, next_offset)
                 break
+        if at_end:
+            self._eof_at = (partition, next_offset)
         self._at = (partition, next_offset)
         return out, at_end
 

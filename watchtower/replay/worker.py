@@ -155,7 +155,13 @@ class ReplayWorker:
                 wait = 0.0 if view is not None else 0.2
                 if view is not None and self.rate > 0:
                     wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
-                for msg in self.consumer.consume(num_messages=500, timeout=wait):
+                # consume() with a timeout waits for a FULL batch, which would hold a lone record (our
+                # own checkpoint read back) for the whole wait: take what is fetched, else poll for one.
+                batch = self.consumer.consume(num_messages=500, timeout=0)
+                if not batch and wait > 0:
+                    first = self.consumer.poll(wait)
+                    batch = [first] if first is not None else []
+                for msg in batch:
                     self._consume(msg)
                 view = self._pick()
                 if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
