@@ -26,6 +26,7 @@ from schemathesis import GenerationMode
 from stack_fixture import start_stack
 
 import watchtower.projections.keymgr_routes
+import watchtower.projections.replay_routes
 import watchtower.projections.service
 from watchtower.gateway.routes import COMMANDS_PATH
 from watchtower.local.stack import ServiceSet
@@ -63,7 +64,8 @@ def test_served_document_is_the_one_fuzzed(stack: ServiceSet) -> None:
 
 def _served_paths() -> set[str]:
     """Every route the projection pages and the command gateway serve (read from their source)."""
-    modules = (watchtower.projections.service, watchtower.projections.keymgr_routes)
+    modules = (watchtower.projections.service, watchtower.projections.keymgr_routes,
+               watchtower.projections.replay_routes)
     source = "".join(Path(m.__file__ or "").read_text(encoding="utf-8") for m in modules)
     return set(re.findall(r'@page\("([^"]+)"', source)) | {COMMANDS_PATH}
 
@@ -86,7 +88,8 @@ def test_every_operation_of_the_document_is_fuzzed_with_valid_and_invalid_inputs
                                      "GET /v1/feeds", "GET /v1/accounts/{address}",
                                      "GET /v1/streams/{stream_id}/entitlements/{account}",
                                      "GET /v1/streams/{stream_id}/key-epochs", "GET /v1/cby/supply",
-                                     "GET /v1/cby/supply/local", "GET /v1/keymgr/digest"}
+                                     "GET /v1/cby/supply/local", "GET /v1/keymgr/digest",
+                                     "GET /v1/replays/digest", "GET /v1/replays/local"}
 
 
 def _runs() -> list[tuple[GenerationMode, str]]:

@@ -11,6 +11,7 @@ from protocol_strategies import PROPERTY, vectors_of_type
 
 from watchtower.protocol import RingWindow, floor_for, get_since_range
 from watchtower.protocol.errors import CursorTooOldError, InvalidArgumentError, LimitExceededError, WatchtowerError
+from watchtower.protocol.ring_window import replay_request
 
 
 @pytest.mark.parametrize("vector", vectors_of_type("get_since"), ids=lambda v: v["id"])
@@ -52,6 +53,32 @@ def test_cursor_too_old_says_where_to_resume() -> None:
     assert "cursor 2000" in caught.value.message
     assert "replay" in caught.value.message
     assert caught.value.details == {"cursor": 1999, "floor": 2001, "head": 12000}
+
+
+def test_cursor_too_old_carries_the_ready_replay_request_of_the_pruned_range_with_its_price() -> None:
+    with pytest.raises(CursorTooOldError) as caught:
+        get_since_range(50, 10, 7, 10, stream_id="s-1", replay_price_per_event_cby=3)
+    err = caught.value
+    # The window is 41..50: the reader at 7 missed [8, 41), 33 events at 3 CBY.
+    assert err.details["replay"] == {
+        "method": "register_replay", "stream_id": "s-1",
+        "body": {"namespace": "s-1", "from": 8, "to": 41,
+                 "config": {"filter": None, "skip": None, "max_payment_cby": 99}, "memo_hex": ""},
+        "price_cby": 99, "per_event_cby": 3}
+    assert {k: err.details[k] for k in ("cursor", "floor", "head")} == {"cursor": 7, "floor": 41, "head": 50}
+    assert "details.replay" in err.message
+    assert "[8, 41)" in err.message
+    assert "99 CBY" in err.message
+    # It crosses HTTP as JSON and comes back whole.
+    assert WatchtowerError.from_dict(err.to_dict()).details["replay"] == err.details["replay"]
+
+
+def test_a_free_stream_offers_its_replay_for_nothing() -> None:
+    assert replay_request("s-2", 0, 5) == {
+        "method": "register_replay", "stream_id": "s-2",
+        "body": {"namespace": "s-2", "from": 1, "to": 5,
+                 "config": {"filter": None, "skip": None, "max_payment_cby": 0}, "memo_hex": ""},
+        "price_cby": 0, "per_event_cby": 0}
 
 
 def test_publish_prunes_exactly_the_floor() -> None:

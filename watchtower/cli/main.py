@@ -33,6 +33,7 @@ def _register() -> None:
         keymgr_cmd,
         ledger_cmd,
         local_cmd,
+        replay_cmd,
         up_cmd,
         vectors_cmd,
     )
@@ -47,7 +48,7 @@ def _register() -> None:
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,
-                    ledger_cmd.cby):
+                    ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
     del _paid
     _registered = True

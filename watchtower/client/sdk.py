@@ -12,7 +12,7 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import nacl.signing
 
@@ -23,6 +23,7 @@ from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LI
 from watchtower.protocol.enums import PayloadFormat
 from watchtower.protocol.envelope import decrypt_with_content_key
 from watchtower.protocol.errors import (
+    CursorTooOldError,
     FeedNotFoundError,
     InvalidArgumentError,
     InvalidSignatureError,
@@ -42,6 +43,9 @@ from watchtower.protocol.page_proof import ProofEntry, schedule_check, verify_pa
 from watchtower.protocol.page_rules import check_page_sequences
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+
+if TYPE_CHECKING:
+    from watchtower.client.replay import ReplayClient
 
 DEFAULT_WAIT_MS = 2000
 
@@ -383,6 +387,13 @@ class Subscriber:
     CIPHERTEXT payload opened locally with its epoch key from `epoch_keys` — only after its
     signature verified. A key the account is not entitled to raises ENTITLEMENT_REQUIRED, an
     envelope that does not open DECRYPTION_FAILED; either way nothing of the page is delivered.
+
+    `replay_on_cursor_too_old` (with `replay_client`, a `client.replay.ReplayClient` of the reading
+    account): a cursor that fell out of the ring window is not an error. The subscriber sends the
+    ready ICRC-77 replay request the CURSOR_TOO_OLD carries (with its filter, and
+    `replay_max_payment_cby` as what it accepts to pay on a priced stream: without it a priced
+    replay is PAYMENT_REQUIRED), reads the replayed, verified messages and returns them as one
+    page ending at the floor − 1; the next page continues with get_since, so nothing is missed.
     """
 
     def __init__(
@@ -396,9 +407,18 @@ class Subscriber:
         expected_owner: str | None = None,
         decrypt: bool = False,
         epoch_keys: EpochKeySource | None = None,
+        replay_on_cursor_too_old: bool = False,
+        replay_max_payment_cby: int | None = None,
+        replay_client: ReplayClient | None = None,
     ) -> None:
         if type(cursor) is not int or cursor < 0:
             raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
+        if replay_on_cursor_too_old and replay_client is None:
+            raise InvalidArgumentError("replay_on_cursor_too_old=True needs replay_client=ReplayClient(account, api, "
+                                       "bootstrap): the replay is requested and read as your account")
+        self.replay_on_cursor_too_old = replay_on_cursor_too_old
+        self.replay_max_payment_cby = replay_max_payment_cby
+        self._replay_client = replay_client
         if decrypt and epoch_keys is None:
             raise InvalidArgumentError("decrypt=True needs epoch_keys (an EpochKeyRing of the entitled account)")
         parse_filter(filter)
@@ -467,9 +487,14 @@ class Subscriber:
         proven = self.proof and self.filter is not None
         # Only a proving subscriber passes `proof`, so any StreamApi without it still serves the rest.
         asked: dict[str, Any] = {"proof": True} if proven else {}
-        raw = self.api.get_since(
-            self.stream_id, self._cursor, limit, filter=self.filter, min_head=min_head, wait_ms=wait_ms, **asked
-        )
+        try:
+            raw = self.api.get_since(
+                self.stream_id, self._cursor, limit, filter=self.filter, min_head=min_head, wait_ms=wait_ms, **asked
+            )
+        except CursorTooOldError as err:
+            if not self.replay_on_cursor_too_old or self._replay_client is None:
+                raise
+            return self._replayed(err, self._replay_client)
         items = raw.get("messages")
         if not isinstance(items, list):
             raise MalformedRecordError(f"get_since of {self.stream_id} answered without a 'messages' list")
@@ -497,6 +522,16 @@ class Subscriber:
             self._delivered_through = fresh[-1].sequence
         self._cursor = max(self._cursor, next_cursor)
         return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor, plaintexts)
+
+    def _replayed(self, err: CursorTooOldError, client: ReplayClient) -> Page:
+        """The gap below the window, replayed (`client.replay.recover_gap`); the cursor moves past it."""
+        from watchtower.client.replay import recover_gap
+
+        page = recover_gap(self, err, client, self.replay_max_payment_cby)
+        if page.messages:
+            self._delivered_through = page.messages[-1].sequence
+        self._cursor = max(self._cursor, page.next_cursor)
+        return dataclasses.replace(page, next_cursor=self._cursor)
 
     def plaintext(self, msg: StreamMessage) -> bytes:
         """The payload of a verified `msg` in clear: decrypted locally when it is CIPHERTEXT."""

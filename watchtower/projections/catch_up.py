@@ -111,10 +111,10 @@ class CatchUp:
     record). `attach` connects it to a Faust app's rebalance signals.
     """
 
-    def __init__(self, bootstrap: str, topics: tuple[str, str], owned: OwnedPartitions,
+    def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
                  fold: Callable[[LogRecord], None]) -> None:
         self.bootstrap = bootstrap
-        self.topics = topics  # (events, messages): co-partitioned, read together
+        self.topics = topics  # (events, messages, replay): co-partitioned, read together
         self.owned = owned
         self.fold = fold
         self._tasks: set[asyncio.Task[None]] = set()
@@ -131,12 +131,12 @@ class CatchUp:
 
     def assign(self, assigned: set[TopicPartitionKey]) -> None:
         """Adopt a new assignment (topic, partition pairs) and start catching it up."""
-        events, messages = ({p for t, p in assigned if t == topic} for topic in self.topics)
-        if events != messages:
-            # The fold needs both topics of a partition; one without the other never serves.
-            log.error("assignment splits co-partitioned topics: events %s, messages %s; serving only %s",
-                      sorted(events), sorted(messages), sorted(events & messages))
-        partitions = sorted(events & messages)
+        shares = [{p for t, p in assigned if t == topic} for topic in self.topics]
+        partitions = sorted(set.intersection(*shares))
+        if any(share != shares[0] for share in shares):
+            # The fold needs every topic of a partition; one without the others never serves.
+            log.error("assignment splits co-partitioned topics: %s; serving only %s",
+                      {t: sorted(s) for t, s in zip(self.topics, shares, strict=True)}, partitions)
         generation = self.owned.assign(partitions)
         task = asyncio.ensure_future(self._run(generation, partitions))
         self._tasks.add(task)

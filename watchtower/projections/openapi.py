@@ -135,6 +135,41 @@ _KEYMGR_PATHS: Final = {
         {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
 }
 
+# The replay reads (replay_routes): ICRC-77 ReplayStatus and get_replays.
+_NULLABLE_SEQ: Final = {"type": ["integer", "null"], "minimum": 1}
+_REPLAY_STATE: Final = {"type": "object", "minProperties": 1, "maxProperties": 1, "properties": {
+    "pending": {"type": "null"}, "running": {"type": "null"}, "completed": _INT, "canceled": _INT,
+    "errored": _STR}, "additionalProperties": False,
+    "description": "ICRC-77 ReplayState: one key, the status"}
+_REPLAY: Final = _object({
+    "replayId": _SEQ, "namespace": _STR,
+    "config": _object({"filter": {"type": ["object", "null"]}, "skip": {"type": ["array", "null"], "items": _INT},
+                       "memo_hex": _STR}),
+    "stats": _object({"delivered": _INT, "filtered": _INT, "skipped": _INT, "next_sequence": _SEQ, "total": _INT,
+                      "engine": {"type": "string", "enum": ["service", "spark"]}}),
+    "range": {"type": "array", "items": _NULLABLE_SEQ, "minItems": 2, "maxItems": 2,
+              "description": "[from, to]: to is null for an open-ended replay"},
+    "status": _REPLAY_STATE, "stream_id": _STR, "requester": _STR, "price_cby": _AMOUNT, "end_id": _NULLABLE_INT,
+    "percent": {"type": "number", "minimum": 0, "maximum": 100}})
+_REPLAY_PATHS: Final = {
+    "/v1/replays": _get(
+        "ICRC-77 get_replays: replays ordered by id after `prev`, filtered; `next` is the next page's prev",
+        _object({"replays": {"type": "array", "items": _REPLAY}, "next": _NULLABLE_SEQ}),
+        [_query("requester", _STR, "only this requester's replays"), _query("stream_id", _STR),
+         _query("status", {"type": "string", "enum": ["pending", "running", "completed", "canceled", "errored"]}),
+         _query("prev", _INT, "exclusive: replays with a greater id"),
+         _query("take", {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
+                "1..500, else LIMIT_EXCEEDED")],
+        errors=("400", "503")),
+    "/v1/replays/{replay_id}": _get("ICRC-77 replay_status (REPLAY_NOT_FOUND: 404)", _REPLAY,
+                                    [_path("replay_id", _SEQ)]),
+    "/v1/replays/digest": _get("digest of every partition's replay table, comparable with an offline rebuild",
+                               _object({"digest": _STR, "replays": _INT}), errors=("503",)),
+    "/v1/replays/local": _get("this worker's share of the replay table (what the replay reads gather)",
+                              _object({"partitions": {"type": "array", "items": _BLOCK},
+                                       "views": {"type": "array", "items": _OBJ}}), errors=()),
+}
+
 OPENAPI: Final[dict[str, Any]] = {
     "openapi": "3.1.0",
     "info": {"title": "Watchtower", "version": "1",
@@ -181,6 +216,7 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/admin/digest": _get("digest of this worker's projection tables", _object(
             {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
         **_KEYMGR_PATHS,
+        **_REPLAY_PATHS,
     },
     "components": {"schemas": {
         "Error": _object({"error": _object({"code": {"type": "string", "enum": sorted({*STATUS_BY_CODE,

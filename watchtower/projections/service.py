@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
 from watchtower.projections import http_params as params
-from watchtower.projections import keymgr_routes, quarantine, web_server
+from watchtower.projections import keymgr_routes, quarantine, replay_routes, web_server
 from watchtower.projections.catch_up import CatchUp
 from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.fold import Folder, verified_sequence
@@ -40,6 +40,7 @@ from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.openapi import OPENAPI
 from watchtower.projections.partitions import OwnedPartitions
+from watchtower.projections.replay_tables import REPLAY_TABLE, fold_replay, replay_price_of
 from watchtower.projections.routing import route_to_owner
 from watchtower.protocol.errors import (
     FeedNotFoundError,
@@ -51,6 +52,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.page_proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
+from watchtower.protocol.ring_window import get_since_range
 from watchtower.protocol.views import (
     TABLE_NAMES,
     feeds,
@@ -58,7 +60,6 @@ from watchtower.protocol.views import (
     key_at,
     key_page,
     require_stream,
-    since_range,
     stream_subscribers,
     table_digests,
     views_digest,
@@ -87,6 +88,7 @@ class Projection:
         self.prefix = prefix
         self.t_events = topic_name("events", prefix)
         self.t_messages = topic_name("messages", prefix)
+        self.t_replay = topic_name("replay", prefix)  # co-partitioned too: a replay sits on its stream's partition
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
         # A new generation is a new consumer group: its workers fold the log from scratch.
         generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
@@ -119,12 +121,14 @@ class Projection:
         # Each worker keeps its partitions' share of every table, with the offsets folded
         # (`partitions`); the quarantine counts and the offset indexes are per partition too, so a
         # partition that moves is folded, refused and indexed from the log alike by its new owner.
-        self.owned = OwnedPartitions((*TABLE_NAMES, *KEYMGR_TABLES, KEYMGR_VIEW, "indexes", "quarantine"))
+        self.owned = OwnedPartitions((*TABLE_NAMES, *KEYMGR_TABLES, KEYMGR_VIEW, REPLAY_TABLE, "indexes",
+                                      "quarantine"))
         self.tables = {name: self.owned.table(name) for name in TABLE_NAMES}
         self.keymgr = {name: self.owned.table(name) for name in (*KEYMGR_TABLES, KEYMGR_VIEW)}
         self.streams, self.heads, self.offsets = self.tables["streams"], self.tables["heads"], self.tables["offsets"]
         self.subscriptions, self.registry = self.tables["subscriptions"], self.tables["registry"]
         self.refused = self.owned.table("quarantine")
+        self.replays = self.owned.table(REPLAY_TABLE)
         self.waiters = HeadWaiters()
         self.cache = PayloadCache()
         self.folder = Folder(self.tables, self.refused, t_events=self.t_events, t_messages=self.t_messages,
@@ -132,10 +136,10 @@ class Projection:
                              indexes=self.owned.table("indexes"), keymgr=self.keymgr)
         self.reader = LogReader(bootstrap, self.t_messages)
         self.broker = BrokerProbe(bootstrap, self.t_events)
-        self.source = self.app.topic(self.t_events, self.t_messages, key_type=bytes, value_type=bytes,
-                                     key_serializer="raw", value_serializer="raw")
+        self.source = self.app.topic(self.t_events, self.t_messages, self.t_replay, key_type=bytes,
+                                     value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.app.agent(self.source, name="project")(self._project)
-        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages), self.owned, self._fold)
+        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold)
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
@@ -165,6 +169,9 @@ class Projection:
         try:
             if record.topic == self.t_messages:
                 self.folder.fold_message(partition, offset, key, value)
+            elif record.topic == self.t_replay:
+                fold_replay(self.replays, self.refused, topic=self.t_replay, partitions=self.partitions,
+                            partition=partition, offset=offset, key=key, value=value)
             else:
                 self.folder.fold_event(partition, offset, key, value)
         except Exception as exc:
@@ -201,7 +208,10 @@ class Projection:
         match = compile_filter(node)
         view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
-        wanted = since_range(view, head, cursor, limit)
+        # A cursor below the window gets CURSOR_TOO_OLD with the ready replay request of the gap.
+        wanted = get_since_range(0 if head is None else int(head["head"]), int(view["config"]["ring_buffer_capacity"]),
+                                 cursor, limit, stream_id=stream_id,
+                                 replay_price_per_event_cby=replay_price_of(view))
         raws: dict[int, bytes] = {}
         for seq in wanted:
             raw = self.cache.get(stream_id, seq)
@@ -369,6 +379,7 @@ class Projection:
             return web.json(projection.digest())
 
         keymgr_routes.install(projection, page)
+        replay_routes.install(projection, page)
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:

@@ -16,7 +16,7 @@ Messages say which rule was broken and what to do next. They never contain key m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, cast
 
 DetailValue = str | int | float | bool | None
 
@@ -146,13 +146,26 @@ class CursorTooOldError(WatchtowerError):
     DEFAULT_MESSAGE = "The cursor is older than the retained window; resume from floor-1 or request a replay."
 
     @classmethod
-    def for_floor(cls, *, cursor: int, floor: int, head: int) -> CursorTooOldError:
-        """The error for `cursor` < `floor` − 1, naming the floor and both ways forward."""
+    def for_floor(cls, *, cursor: int, floor: int, head: int,
+                  replay: Mapping[str, object] | None = None) -> CursorTooOldError:
+        """The error for `cursor` < `floor` − 1, naming the floor and both ways forward.
+
+        `replay`: the ready register_replay request for the pruned range (`ring_window.replay_request`),
+        carried in ``details["replay"]`` so a client can send it as it is.
+        """
+        details: dict[str, object] = {"cursor": cursor, "floor": floor, "head": head}
+        way_back = "request an ICRC-77 replay for the older range"
+        if replay is not None:
+            details["replay"] = dict(replay)
+            price = replay.get("price_cby")
+            way_back = (f"send the ready replay request in details.replay for [{cursor + 1}, {floor}) "
+                        f"(price {price} CBY)")
         return cls(
             f"cursor {cursor} is older than the retained window (floor {floor}, head {head}); "
             f"messages up to {floor - 1} were pruned. Resume with cursor {floor - 1} to read "
-            f"from the floor, or request an ICRC-77 replay for the older range.",
-            details={"cursor": cursor, "floor": floor, "head": head},
+            f"from the floor, or {way_back}.",
+            # The request is a nested JSON object, the one detail that is not a scalar.
+            details=cast(Mapping[str, DetailValue], details),
         )
 
 

@@ -6,11 +6,15 @@
 - `get_since_range` checks the limit first (LIMIT_EXCEEDED outside 1..500), then the cursor
   (negative: INVALID_ARGUMENT; head > 0 and cursor < floor − 1: CURSOR_TOO_OLD), and returns the
   sequences cursor+1 .. min(head, cursor+limit) as an ascending, possibly empty `range`.
+- CURSOR_TOO_OLD points the way back: given the stream id, its details carry a ready ICRC-77
+  register_replay request for the pruned range ``[cursor + 1, floor)`` with its price
+  (`replay_request`), which a client signs and sends as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
 from watchtower.protocol.errors import CursorTooOldError, LimitExceededError
@@ -80,11 +84,38 @@ def check_limit(limit: object) -> int:
     return int(limit)  # type: ignore[call-overload]
 
 
-def get_since_range(head: int, capacity: int, cursor: int, limit: int) -> range:
-    """The sequences `get_since(cursor, limit)` returns on a stream at `head` (DESIGN §7.5)."""
+def get_since_range(head: int, capacity: int, cursor: int, limit: int, *, stream_id: str | None = None,
+                    replay_price_per_event_cby: int = 0) -> range:
+    """The sequences `get_since(cursor, limit)` returns on a stream at `head` (DESIGN §7.5).
+
+    With `stream_id`, a CURSOR_TOO_OLD carries the ready replay request of the pruned range, priced
+    at `replay_price_per_event_cby` per event (`replay_request`).
+    """
     n = check_limit(limit)
     c = require_int(cursor, "cursor")
     floor = floor_for(head, capacity)
     if head > 0 and c < floor - 1:
-        raise CursorTooOldError.for_floor(cursor=c, floor=floor, head=head)
+        replay = None if stream_id is None else replay_request(stream_id, c, floor, replay_price_per_event_cby)
+        raise CursorTooOldError.for_floor(cursor=c, floor=floor, head=head, replay=replay)
     return range(c + 1, min(head, c + n) + 1)
+
+
+def replay_request(stream_id: str, cursor: int, floor: int, per_event_cby: int = 0) -> dict[str, Any]:
+    """The register_replay request for what a reader at `cursor` missed: ``[cursor + 1, floor)``.
+
+    ``{"method", "stream_id", "body", "price_cby", "per_event_cby"}``: `body` is a complete
+    register_replay body whose ``max_payment_cby`` is the price (every sequence of the range is
+    charged: no skip, no filter), so signing it as it is pays exactly the advertised price.
+    """
+    first = require_int(cursor, "cursor") + 1
+    end = require_int(floor, "floor")
+    per_event = require_int(per_event_cby, "replay_price_per_event_cby")
+    price = per_event * max(0, end - first)
+    return {
+        "method": "register_replay",
+        "stream_id": stream_id,
+        "body": {"namespace": stream_id, "from": first, "to": end,
+                 "config": {"filter": None, "skip": None, "max_payment_cby": price}, "memo_hex": ""},
+        "price_cby": price,
+        "per_event_cby": per_event,
+    }

@@ -1,0 +1,337 @@
+"""`ReplayClient`: ICRC-77 replays from the SDK — register, follow, cancel, list.
+
+A replay re-emits a historical range ``[from, to)`` of one stream, beyond the ring window, to the
+requester: the original StreamMessages, byte for byte, on the ``deliveries`` topic keyed by the
+requester's address, each with the headers ``icrc77:replay``, ``icrc77:replay:id`` (and
+``icrc77:replay:end_id`` when ``to`` was open). `messages` reads them back:
+
+- from the requester's partition of ``deliveries``, ``read_committed`` (a fulfilment that crashed
+  mid-transaction never shows), from the offset the partition had when the ticket was registered;
+- only records keyed by the requester and marked with this replay's id (other replays and live
+  pushes to the same account are ignored);
+- each message verified against the stream's publisher key schedule, whose key chain is checked
+  from the owner's address exactly as `sdk.Subscriber` does (a forged message raises
+  INVALID_SIGNATURE), and inside the replay's plan;
+- deduplicated by (stream_id, sequence), so a redelivery after a fulfilment crash is yielded once;
+- until the replay is terminal (completed, canceled, errored) and as many distinct messages as it
+  reports delivered have been read. An errored replay raises GENERIC_ERROR with its reason after
+  what it delivered.
+
+Registration is a signed ``register_replay`` command; its answer (or ICRC-77 error: UNAUTHORIZED,
+UNAUTHORIZED_SUBSCRIBER, SUBSCRIPTION_NOT_FOUND, PUBLICATION_NOT_FOUND, IMPROPER_CONFIG,
+RANGE_TOO_LARGE, PAYMENT_REQUIRED) comes back from the stream's writer.
+
+`recover_gap` is how ``Subscriber(replay_on_cursor_too_old=True)`` crosses a CURSOR_TOO_OLD: it
+sends the ready request the error carries, reads the replay and hands back one verified page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.protocol.errors import (
+    CursorTooOldError,
+    GenericReplayError,
+    InvalidArgumentError,
+    InvalidSignatureError,
+    MalformedRecordError,
+    ReplayNotFoundError,
+    RequestTimeoutError,
+    WatchtowerError,
+)
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.replay_rules import read_replay_headers
+from watchtower.schemas.records import decode_message
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.partitioning import partition_for_key
+
+if TYPE_CHECKING:
+    from watchtower.client.sdk import Page, Subscriber
+
+Headers = list[tuple[str, bytes | None]]  # a record's headers, as `replay_rules.read_replay_headers` takes them
+TERMINAL: Final = ("completed", "canceled", "errored")
+STATUS_EVERY_S: Final = 0.5  # how often `messages` asks for the replay's status while it waits
+DEFAULT_TIMEOUT_S: Final = 600.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayTicket:
+    """A registered replay: what `register` answered, and where its deliveries start.
+
+    `deliveries_offset` is the requester's ``deliveries`` partition end just before registering
+    (None: read the partition from its start).
+    """
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    first: int
+    end_exclusive: int
+    end_id: int | None
+    price_cby: int
+    deliveries_offset: int | None = None
+
+    @property
+    def total(self) -> int:
+        """How many sequences the plan covers (before skip and filter)."""
+        return max(0, self.end_exclusive - self.first)
+
+
+def state_of(status: Mapping[str, Any]) -> str:
+    """The state name of an ICRC-77 ReplayStatus (``pending``, ``running``, ``completed``, …)."""
+    state = status.get("status")
+    if not isinstance(state, Mapping) or len(state) != 1:
+        raise MalformedRecordError(f"a replay status needs one state, got {state!r}")
+    return str(next(iter(state)))
+
+
+class ReplayClient:
+    """ICRC-77 replays of `account` (the requester) through `api`, read from Kafka at `bootstrap`.
+
+    `prefix`: the deployment's topic prefix (default ``WATCHTOWER_TOPIC_PREFIX`` or ``wt``).
+    `expected_owner`: the stream owner whose key chain messages must verify under (default: the
+    owner of the first verified chain, as `Subscriber` pins it).
+    """
+
+    def __init__(self, account: Account, api: ApiClient, bootstrap: str, *, prefix: str | None = None,
+                 expected_owner: str | None = None) -> None:
+        self.account = account
+        self.api = api
+        self.bootstrap = bootstrap
+        self.t_deliveries = topic_name("deliveries", prefix)
+        self.expected_owner = expected_owner
+        self._verifiers: dict[str, Subscriber] = {}
+
+    # ------------------------------------------------------------------ control
+    def resolve(self, namespace: str | int) -> tuple[str, str]:
+        """(stream id, namespace as recorded): a feed id (``12``, ``"12"`` or ``"feed:12"``) goes
+        through the registry; anything else is a stream id."""
+        text = str(namespace)
+        digits = text.removeprefix("feed:")
+        if digits.isascii() and digits.isdigit():
+            return str(self.api.feed(int(digits))["stream_id"]), f"feed:{int(digits)}"
+        return text, text
+
+    def register(self, namespace: str | int, from_sequence: int, to_sequence: int | None = None, *,
+                 filter: Mapping[str, Any] | None = None, skip: list[int] | tuple[int, ...] | None = None,
+                 max_payment_cby: int | None = None, memo: bytes = b"", timeout_s: float = 30.0) -> ReplayTicket:
+        """Register a replay of ``[from_sequence, to_sequence)`` (open-ended without `to_sequence`).
+
+        `max_payment_cby` is what you accept to pay (a priced stream without it: PAYMENT_REQUIRED,
+        whose details say the price). Raises the ICRC-77 error the stream's writer answers.
+        """
+        if len(memo) > 32:
+            raise InvalidArgumentError(f"a replay memo is at most 32 bytes, got {len(memo)}")
+        stream_id, recorded = self.resolve(namespace)
+        body = {"namespace": recorded, "from": from_sequence, "to": to_sequence,
+                "config": {"filter": None if filter is None else dict(filter),
+                           "skip": None if skip is None else list(skip), "max_payment_cby": max_payment_cby},
+                "memo_hex": memo.hex()}
+        return self.send(stream_id, body, timeout_s=timeout_s)
+
+    def send(self, stream_id: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> ReplayTicket:
+        """Sign and send a register_replay `body` for `stream_id` (e.g. a CURSOR_TOO_OLD's ready request)."""
+        start = self._deliveries_end()  # before registering: every delivery of the replay is after it
+        reply = self.api.command(self.account.sign("register_replay", stream_id, dict(body)), timeout_s=timeout_s)
+        try:
+            return ReplayTicket(replay_id=int(reply["replay_id"]), stream_id=str(reply["stream_id"]),
+                                requester=self.account.address, first=int(reply["first"]),
+                                end_exclusive=int(reply["end_exclusive"]),
+                                end_id=None if reply.get("end_id") is None else int(reply["end_id"]),
+                                price_cby=int(reply.get("price_cby") or 0), deliveries_offset=start)
+        except (KeyError, TypeError, ValueError):
+            raise MalformedRecordError(f"register_replay answered {sorted(reply)}, not a replay ticket") from None
+
+    def cancel(self, replay_id: int, *, stream_id: str | None = None) -> dict[str, Any]:
+        """Ask to cancel `replay_id` (only its requester can; delivered messages are not recalled).
+        The replay's stream is looked up unless given."""
+        sid = stream_id or str(self.status(replay_id)["stream_id"])
+        return self.api.command(self.account.sign("cancel_replay", sid, {"replay_id": int(replay_id)}))
+
+    def status(self, replay_id: int) -> dict[str, Any]:
+        """The ICRC-77 ReplayStatus of `replay_id` (REPLAY_NOT_FOUND when unknown)."""
+        return self.api.request("GET", f"/v1/replays/{int(replay_id)}")
+
+    def list(self, *, mine: bool = False, requester: str | None = None, stream_id: str | None = None,
+             status: str | None = None, prev: int | None = None, take: int | None = None) -> dict[str, Any]:
+        """One page of ICRC-77 get_replays: ``{"replays": [...], "next": prev of the next page | None}``."""
+        who = self.account.address if mine else requester
+        return self.api.request("GET", "/v1/replays", query={"requester": who, "stream_id": stream_id,
+                                                             "status": status, "prev": prev, "take": take})
+
+    # ------------------------------------------------------------------ data
+    def verifier(self, stream_id: str) -> Subscriber:
+        """The `Subscriber` whose owner-verified key schedule checks `stream_id`'s messages."""
+        from watchtower.client.sdk import Subscriber
+
+        if stream_id not in self._verifiers:
+            self._verifiers[stream_id] = Subscriber(self.api, stream_id, expected_owner=self.expected_owner)
+        return self._verifiers[stream_id]
+
+    def messages(self, ticket: ReplayTicket, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 on_status: Callable[[dict[str, Any]], None] | None = None) -> Iterator[StreamMessage]:
+        """The replay's verified messages, ascending and once each, until it is done (module docstring).
+
+        `on_status` gets every ReplayStatus read while waiting (a progress bar). TIMEOUT when the
+        replay is not done within `timeout_s`.
+        """
+        verifier = self.verifier(ticket.stream_id)
+        seen: set[tuple[str, int]] = set()
+        status: dict[str, Any] | None = None
+        deadline = time.monotonic() + timeout_s
+        next_status = 0.0
+        with _DeliveryReader(self.bootstrap, self.t_deliveries, self.account.address,
+                             ticket.deliveries_offset) as reader:
+            while True:
+                for headers, value in reader.poll():
+                    msg = self._accept(ticket, verifier, headers, value)
+                    if msg is not None and (msg.stream_id, msg.sequence) not in seen:
+                        seen.add((msg.stream_id, msg.sequence))
+                        yield msg
+                now = time.monotonic()
+                if now >= next_status:
+                    next_status = now + STATUS_EVERY_S
+                    status = self._status_or_none(ticket.replay_id)
+                    if status is not None and on_status is not None:
+                        on_status(status)
+                if status is not None and _done(status, len(seen)):
+                    break
+                if now >= deadline:
+                    raise RequestTimeoutError(
+                        f"replay {ticket.replay_id} is not done after {timeout_s:g}s ({len(seen)} messages read); "
+                        f"check `watchtower replay status {ticket.replay_id}` and that the replay worker runs")
+        if status is not None and state_of(status) == "errored":
+            raise GenericReplayError(f"replay {ticket.replay_id} stopped with an error after {len(seen)} messages: "
+                                     f"{status['status']['errored']}; ask the stream's operator, then request the "
+                                     f"rest again", details={"replay_id": ticket.replay_id})
+
+    def _status_or_none(self, replay_id: int) -> dict[str, Any] | None:
+        try:
+            return self.status(replay_id)
+        except ReplayNotFoundError:
+            return None  # registered a moment ago: the read side has not folded it yet
+        except WatchtowerError as err:
+            if err.code in ("NOT_READY", "API_UNAVAILABLE", "TIMEOUT"):
+                return None
+            raise
+
+    def _accept(self, ticket: ReplayTicket, verifier: Subscriber, headers: Headers,
+                value: bytes | None) -> StreamMessage | None:
+        """The verified message of a delivery of `ticket`'s replay; None for anything else."""
+        marker = read_replay_headers(headers)
+        if marker is None or marker.replay_id != ticket.replay_id:
+            return None  # a live push, or another replay of this account
+        msg = decode_message(value or b"")
+        if msg.stream_id != ticket.stream_id or not ticket.first <= msg.sequence < ticket.end_exclusive:
+            raise InvalidSignatureError(
+                f"replay {ticket.replay_id} delivered {msg.stream_id}#{msg.sequence}, outside its plan "
+                f"{ticket.stream_id} [{ticket.first}, {ticket.end_exclusive}); it was not accepted. Report it to "
+                "the stream's operator.", details={"replay_id": ticket.replay_id})
+        verifier.verify(msg)  # INVALID_SIGNATURE for an altered or forged message
+        return msg
+
+    def _deliveries_end(self) -> int | None:
+        with _DeliveryReader(self.bootstrap, self.t_deliveries, self.account.address, None, assign=False) as reader:
+            return reader.end()
+
+
+def _done(status: Mapping[str, Any], distinct: int) -> bool:
+    """Terminal, and every message it reports delivered has been read."""
+    state = state_of(status)
+    return state in TERMINAL and distinct >= int(status["stats"]["delivered"])
+
+
+class _DeliveryReader:
+    """The requester's partition of ``deliveries``, read_committed, from `start` (None: the beginning)."""
+
+    def __init__(self, bootstrap: str, topic: str, requester: str, start: int | None, *, assign: bool = True) -> None:
+        self._consumer = Consumer({
+            **kafka_config(bootstrap),
+            # Never joins or commits: assign() only. The prefix is the one client ACLs allow.
+            "group.id": f"wt-client-replay-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "log_level": 3,
+        })
+        self._key = requester.encode()
+        meta = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            self._consumer.close()
+            raise InvalidArgumentError(f"topic {topic} does not exist; is the deployment's prefix right "
+                                       "(WATCHTOWER_TOPIC_PREFIX)?")
+        self._tp = TopicPartition(topic, partition_for_key(self._key, len(meta.partitions)))
+        if assign:
+            self._consumer.assign([TopicPartition(self._tp.topic, self._tp.partition,
+                                                  OFFSET_BEGINNING if start is None else start)])
+
+    def __enter__(self) -> _DeliveryReader:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._consumer.close()
+
+    def end(self) -> int:
+        """The partition's high watermark now."""
+        return int(self._consumer.get_watermark_offsets(self._tp, timeout=30)[1])
+
+    def poll(self, timeout_s: float = 0.25) -> list[tuple[Headers, bytes | None]]:
+        """(headers, value) of the next records keyed by the requester."""
+        out = []
+        for m in self._consumer.consume(num_messages=500, timeout=timeout_s):
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                continue  # transient (the client retries) or the end of the partition
+            if m.key() != self._key:
+                continue
+            raw = m.headers() or []
+            pairs = raw.items() if isinstance(raw, dict) else raw
+            out.append(([(str(k), v.encode() if isinstance(v, str) else v) for k, v in pairs], m.value()))
+        return out
+
+
+# --- CURSOR_TOO_OLD's way back ---------------------------------------------------------------------
+
+
+def recover_gap(subscriber: Subscriber, err: CursorTooOldError, client: ReplayClient,
+                max_payment_cby: int | None) -> Page:
+    """Cross a CURSOR_TOO_OLD: send the ready replay request in its details (with the subscriber's
+    filter, and `max_payment_cby` as the payment hint when the replay has a price), read the replay
+    and answer it as one verified page ending at ``floor - 1``, from which get_since continues.
+
+    Without a filter every sequence of the gap must arrive (MALFORMED_RECORD otherwise); an error
+    without a ready request propagates as it is.
+    """
+    from watchtower.client.sdk import Page
+
+    request = err.details.get("replay")
+    if not isinstance(request, Mapping) or not isinstance(request.get("body"), Mapping):
+        raise err
+    body = dict(request["body"])
+    price = int(request.get("price_cby") or 0)
+    body["config"] = {**dict(body["config"]), "filter": None if subscriber.filter is None else dict(subscriber.filter),
+                      "max_payment_cby": max_payment_cby if price > 0 else 0}
+    ticket = client.send(str(request["stream_id"]), body)
+    client._verifiers[ticket.stream_id] = subscriber  # the subscriber's own verified key chain
+    messages = sorted(client.messages(ticket), key=lambda m: m.sequence)
+    cursor, floor = subscriber.cursor, int(body["to"])
+    fresh = [m for m in messages if m.sequence > cursor]
+    if subscriber.filter is None and [m.sequence for m in fresh] != list(range(cursor + 1, floor)):
+        raise MalformedRecordError(f"replay {ticket.replay_id} of {ticket.stream_id} [{cursor + 1}, {floor}) "
+                                   f"delivered {len(fresh)} of {floor - cursor - 1} messages; nothing of it was "
+                                   "delivered, retry", details={"replay_id": ticket.replay_id})
+    plaintexts = tuple(subscriber.plaintext(m) for m in fresh) if subscriber.decrypt else ()
+    head = err.details.get("head")
+    head = head if isinstance(head, int) else floor - 1
+    return Page(subscriber.stream_id, tuple(fresh), head, floor, floor - 1, plaintexts)
