@@ -71,6 +71,11 @@ def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, 
     return ReplayPlan(rid, from_sequence, max(from_sequence, min(to_sequence, top + 1)), None)
 
 
+def icrc77_pricing(price_per_event_cby: int) -> dict[str, Any]:
+    """ICRC-77's ``icrc77:pricing`` advertisement of a stream's per-event replay price."""
+    return {"perEvent": price_per_event_cby, "currency": "CBY"}
+
+
 def replay_headers(replay_id: int, end_id: int | None = None) -> list[tuple[str, bytes]]:
     """``icrc77:replay``, ``icrc77:replay:id`` and, when given, ``icrc77:replay:end_id``."""
     headers = [(REPLAY_HEADER, _TRUE), (REPLAY_ID_HEADER, str(require_int(replay_id, "replay_id")).encode())]
