@@ -52,12 +52,16 @@ def kafka_source(spark: Any, bootstrap: str, topic: str, partitions: list[int] |
     return reader.load()
 
 
-def decoded(df: Any) -> Any:
+def decoded(df: Any, *, keep_all: bool = False) -> Any:
     """`df` (a Kafka DataFrame, or any with a binary ``value``) keeping only StreamMessage records,
-    with column ``m`` = the decoded message struct (kind, sequence, timestamp_unix_ms, tags, ...)."""
-    frame = sf.lit(bytearray(message_frame()))
-    return (df.where(sf.substring("value", 1, 5) == frame)
-              .withColumn("m", from_avro(sf.expr(BODY), message_schema(), {"mode": "PERMISSIVE"})))
+    with column ``m`` = the decoded message struct (kind, sequence, timestamp_unix_ms, tags, ...).
+
+    With `keep_all`, other records stay, with ``m`` null (an audit counts them as malformed)."""
+    is_message = sf.substring("value", 1, 5) == sf.lit(bytearray(message_frame()))
+    body = from_avro(sf.expr(BODY), message_schema(), {"mode": "PERMISSIVE"})
+    if keep_all:
+        return df.withColumn("m", sf.when(is_message, body))
+    return df.where(is_message).withColumn("m", body)
 
 
 def message_columns(prefix: str = "m") -> dict[str, Any]:
