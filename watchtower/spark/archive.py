@@ -37,9 +37,13 @@ def message_frame() -> bytes:
 
 
 def kafka_source(spark: Any, bootstrap: str, topic: str, partitions: list[int] | None = None,
-                 ending: dict[int, int] | None = None) -> Any:
+                 ending: dict[int, int] | None = None, min_partitions: int | None = None) -> Any:
     """A batch DataFrame of `topic` (only `partitions` if given; up to `ending` offsets, else the end
-    at the start of the job), read_committed, with headers."""
+    at the start of the job), read_committed, with headers.
+
+    `min_partitions` splits a Kafka partition's offset range into that many Spark tasks, for work
+    that does not need log order (verification); left unset, one Kafka partition is one Spark
+    partition and rows keep log order (replay relies on it)."""
     reader = (spark.read.format("kafka").options(**spark_kafka_options(bootstrap))
               .option("kafka.isolation.level", "read_committed")
               .option("includeHeaders", "true"))
@@ -49,6 +53,8 @@ def kafka_source(spark: Any, bootstrap: str, topic: str, partitions: list[int] |
         reader = reader.option("assign", json.dumps({topic: sorted(partitions)}))
     if ending is not None:
         reader = reader.option("endingOffsets", json.dumps({topic: {str(p): o for p, o in ending.items()}}))
+    if min_partitions is not None:
+        reader = reader.option("minPartitions", str(min_partitions))
     return reader.load()
 
 

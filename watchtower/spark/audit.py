@@ -79,7 +79,9 @@ def audited(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *
     topic = topic_name("messages", prefix)
     count = partitions if partitions is not None else partitions_of(bootstrap, topic)
     partition = partition_for_key(stream_id.encode(), count)
-    records = kafka_source(spark, bootstrap, topic, [partition])
+    # Verification needs no order: split the partition's offsets over every core.
+    records = kafka_source(spark, bootstrap, topic, [partition],
+                           min_partitions=spark.sparkContext.defaultParallelism)
     # Select the stream by its key, so a record whose value does not decode still counts as malformed.
     ours = decoded(records.where(sf.col("key") == sf.lit(bytearray(stream_id.encode()))), keep_all=True)
     return ours.withColumn("a", audit_udf(schedule)(sf.col("value")))

@@ -76,8 +76,8 @@ def verify_stream(spark: Any, bootstrap: str, stream_id: str, schedule: KeySched
         head = int(totals["head"] or 0)
         distinct = int(totals["distinct"] or 0)
         # Each gap is [previous + 1, sequence - 1] between neighbours in sequence order; sequence 1
-        # has the virtual neighbour 0. One Kafka partition is one Spark partition, so the
-        # unpartitioned window moves nothing.
+        # has the virtual neighbour 0. The window is over the distinct sequences only (8 bytes a
+        # message), gathered in one partition.
         seqs = df.where(sf.col("sequence").isNotNull()).select("sequence").distinct()
         prev = sf.coalesce(sf.lag("sequence").over(Window.orderBy("sequence")), sf.lit(0))
         gap_rows = (seqs.withColumn("prev", prev).where(sf.col("sequence") - sf.col("prev") > 1)
