@@ -21,13 +21,14 @@ from watchtower.topics.catalogue import catalogue
 
 @contextmanager
 def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
-                projections: int = 1, gateway: bool = False) -> Iterator[ServiceSet]:
+                projections: int = 1, gateway: bool = False, replay: bool = True) -> Iterator[ServiceSet]:
     """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
 
     Projection ``pN`` serves on its own free port (``services.urls["projection-pN"]``); the first
     on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
     projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
-    ``services.urls["gateway-g1"]``. Returns once every projection (and the gateway) reports ready.
+    ``services.urls["gateway-g1"]``. With `replay`, a replay worker ``replay-r1`` runs too. Returns
+    once every projection (and the gateway) reports ready.
     On a secure broker the prefix gets its ACLs and the processes connect as the service principal.
     """
     prefix = f"t{uuid.uuid4().hex[:8]}"
@@ -42,6 +43,8 @@ def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: 
             services.start_projection(f"p{i}", port=port, gateway=not gateway)
         if gateway:
             services.start_gateway("g1", ports[-1])
+        if replay:
+            services.start_replay("r1")
         services.wait_ready()
         yield services
     finally:

@@ -78,6 +78,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     fresh = record is None
     record = _new_record(options) if record is None else _reconcile(record, options, explicit)
     _plan_keymgr(record)
+    _plan_replay(record)
     if record.projections > record.partitions:
         raise LocalStackError(f"--projections {record.projections} is more than --partitions {record.partitions}; "
                               "each projection worker needs a partition")
@@ -106,6 +107,8 @@ def up(ctx: click.Context, **options: Any) -> None:
             services.start_worker(s.worker_id)
         elif s.kind == "keymgr":
             services.start_keymgr(s.port or 0, genesis.kek_path, instance=s.worker_id)
+        elif s.kind == "replay":
+            services.start_replay(s.worker_id)
         else:
             services.start_projection(s.worker_id, port=s.port)
         s.pid = services.procs[s.name].pid
@@ -183,6 +186,12 @@ def _plan_keymgr(record: StackRecord) -> None:
     avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
     (port,) = next_free_ports(record.api_port + KEYMGR_PORT_OFFSET, 1, record.bind, avoid)
     record.services[KEYMGR_NAME] = ServiceRecord(KEYMGR_NAME, "keymgr", "k1", port)
+
+
+def _plan_replay(record: StackRecord) -> None:
+    """Add the replay worker to the planned services (a record from before it existed gets one too)."""
+    if not any(s.kind == "replay" for s in record.services.values()):
+        record.services["replay-r1"] = ServiceRecord("replay-r1", "replay", "r1")
 
 
 def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:

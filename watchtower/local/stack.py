@@ -6,7 +6,8 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
 
 - its log is ``<log_dir>/<name>.log`` and its Faust data directory ``<log_dir>/<name>.data``;
 - a stream-actor worker gets ``WATCHTOWER_HEALTH_FILE=<log_dir>/<name>.health.json`` (the worker
-  writes its health there; a file left by an earlier process is removed before the start);
+  writes its health there; a file left by an earlier process is removed before the start); so
+  does the replay worker (`start_replay`, process ``replay-<id>``);
 - a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set;
 - a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind;
 - the Stream Key Manager (`start_keymgr`) gets ``WATCHTOWER_KEYMGR_KEK_FILE`` and the same bind;
@@ -34,6 +35,7 @@ WORKER_MODULE = "watchtower.agents.worker_main"
 PROJECTION_MODULE = "watchtower.projections.main"
 GATEWAY_MODULE = "watchtower.gateway.main"
 KEYMGR_MODULE = "watchtower.keymgr.main"
+REPLAY_MODULE = "watchtower.replay.main"
 KEYMGR_NAME = "keymgr"
 LOOPBACK = "127.0.0.1"
 
@@ -103,6 +105,18 @@ class ServiceSet:
         self._spawn(
             name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix], {"WATCHTOWER_HEALTH_FILE": str(health)}
         )
+
+    def start_replay(self, worker_id: str = "r1", extra_env: dict[str, str] | None = None) -> str:
+        """A replay worker (:mod:`watchtower.replay`); returns its process name (``replay-<id>``).
+
+        `extra_env` sets e.g. ``WATCHTOWER_REPLAY_SLICE`` or ``WATCHTOWER_REPLAY_RATE`` for it alone.
+        """
+        name = f"replay-{worker_id}"
+        health = self.health_file(name)
+        health.unlink(missing_ok=True)
+        self._spawn(name, [REPLAY_MODULE, self.bootstrap, worker_id, self.prefix],
+                    {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})})
+        return name
 
     def start_projection(
         self, worker_id: str, port: int | None = None, generation: int = 1, *, gateway: bool = True

@@ -1,0 +1,161 @@
+"""Helpers of the replay worker's integration tests: publish through the real stack, register a
+replay on the ``replay`` topic (as the stream's writer does), read deliveries and replay status."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import nacl.signing
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from watchtower.gateway.transport import CommandClient
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, plan_replay
+from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
+from watchtower.schemas.replay_records import ReplayRegistered, decode_replay_record, encode_replay_record
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import read_committed
+
+KINDS = ("trade", "quote", "news")
+
+
+@dataclass
+class Stream:
+    stream_id: str
+    owner: nacl.signing.SigningKey
+    publisher: nacl.signing.SigningKey
+    head: int = 0
+
+    @property
+    def publisher_key(self) -> bytes:
+        return bytes(self.publisher.verify_key)
+
+
+def kind_of(sequence: int) -> str:
+    return KINDS[sequence % len(KINDS)]
+
+
+def create_and_publish(client: CommandClient, count: int, *, capacity: int = 100, batch: int = 5000) -> Stream:
+    """A new stream (ring window `capacity`) with `count` messages published through the stack and
+    acknowledged; message s has kind ``kind_of(s)`` and tag ``n = s``."""
+    stream = Stream("s-" + secrets.token_hex(8), nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate())
+    body = {"publisher_key_hex": stream.publisher_key.hex(), "ring_buffer_capacity": capacity}
+    client.submit(sign_command(stream.owner, "create_stream", stream.stream_id, 1, body)).result(120)
+    for start in range(1, count + 1, batch):
+        futures = []
+        for seq in range(start, min(count, start + batch - 1) + 1):
+            msg = sign_message(stream_id=stream.stream_id, sequence=seq, timestamp_unix_ms=1_700_000_000_000 + seq,
+                               kind=kind_of(seq), payload=seq.to_bytes(8, "big"), signing_key=stream.publisher,
+                               content_type="application/octet-stream", tags={"n": seq})
+            futures.append(client.submit(sign_command(stream.owner, "publish", stream.stream_id, seq + 1,
+                                                      msg.to_json_dict())))
+        client.flush()
+        for f in futures:
+            f.result(600)
+    stream.head = count
+    return stream
+
+
+def register(bootstrap: str, prefix: str, stream: Stream, *, start: int = 1, to: int | None = None,
+             flt: Any = None, skip: list[int] | None = None, requester: str | None = None,
+             replay_id: int | None = None) -> ReplayRegistered:
+    """Write a ``registered`` record for a replay of `stream` to its partition of ``replay``."""
+    rid = replay_id or int.from_bytes(secrets.token_bytes(8), "big") >> 2 or 1
+    plan = plan_replay(replay_id=rid, from_sequence=start, to_sequence=to, head=stream.head)
+    who = requester or address_from_public_key(nacl.signing.SigningKey.generate().verify_key.encode())
+    record = ReplayRegistered(
+        v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id, requester=who,
+        from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive, end_id=plan.end_id,
+        filter=canonical_filter(parse_replay_filter(flt)), skip=skip, memo_hex="", price_cby=0, block_height=1,
+        caller=who, nonce=1, digest_hex=secrets.token_hex(32))
+    produce_replay(bootstrap, prefix, stream.stream_id, encode_replay_record(record))
+    return record
+
+
+def produce_replay(bootstrap: str, prefix: str, key: str, value: bytes, partition: int | None = None) -> None:
+    """Any bytes on the ``replay`` topic, keyed (and so partitioned) like the stream's records."""
+    producer = Producer(kafka_config(bootstrap, **{"partitioner": "murmur2_random", "enable.idempotence": True,
+                                                   "log_level": 3}))
+    kwargs: dict[str, Any] = {} if partition is None else {"partition": partition}
+    producer.produce(topic_name("replay", prefix), key=key.encode(), value=value, **kwargs)
+    assert producer.flush(30) == 0
+
+
+def replay_views(bootstrap: str, prefix: str) -> dict[int, ReplayView]:
+    """Fold the whole ``replay`` topic (committed records) as every reader does."""
+    views: dict[int, ReplayView] = {}
+    for msg in read_committed(bootstrap, [topic_name("replay", prefix)], timeout_s=120):
+        try:
+            views.update(apply_replay_record(views, decode_replay_record(msg.value())) or {})
+        except (ReplayRuleError, Exception):  # noqa: S112 (hostile records are part of some tests)
+            continue
+    return views
+
+
+def wait_status(bootstrap: str, prefix: str, replay_id: int, statuses: set[str], timeout_s: float = 600) -> ReplayView:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = replay_views(bootstrap, prefix).get(replay_id)
+        if view is not None and view.status in statuses:
+            return view
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"replay {replay_id} is {view and view.status} after {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+class DeliveryReader:
+    """Reads ``deliveries`` (read_committed) from the beginning; keeps the records of the replays asked for."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.topic = topic_name("deliveries", prefix)
+        self.consumer = Consumer(kafka_config(bootstrap, **{
+            "group.id": f"wt-test-{uuid.uuid4().hex}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "log_level": 3}))
+        parts = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic].partitions
+        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        self.by_replay: dict[int, list[Any]] = {}
+
+    def poll(self, timeout: float = 0.5) -> int:
+        got = 0
+        for m in self.consumer.consume(5000, timeout):
+            err = m.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                continue
+            raw = dict(m.headers() or []).get("icrc77:replay:id")
+            rid = int(raw) if isinstance(raw, bytes) else 0
+            self.by_replay.setdefault(rid, []).append(m)
+            got += 1
+        return got
+
+    def until(self, cond: Callable[[], bool], timeout_s: float = 600, what: str = "deliveries") -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not arrive within {timeout_s:.0f}s")
+            self.poll()
+
+    def count(self, replay_id: int) -> int:
+        return len(self.by_replay.get(replay_id, []))
+
+    def drain(self, quiet_s: float = 2.0) -> None:
+        """Read until nothing new arrives for `quiet_s`."""
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_s:
+            if self.poll(0.3):
+                last = time.monotonic()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def header_map(msg: Any) -> Mapping[str, bytes]:
+    return dict(msg.headers() or [])

@@ -1,0 +1,138 @@
+"""The replay worker on a real broker and stack: selection, cancel, hostile replay records."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay_helpers import (
+    DeliveryReader,
+    Stream,
+    create_and_publish,
+    header_map,
+    kind_of,
+    produce_replay,
+    register,
+    replay_views,
+    wait_status,
+)
+from stack_fixture import start_stack
+
+from watchtower.gateway.transport import CommandClient
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.replay_rules import selector_for
+from watchtower.protocol.signing import sign_message
+from watchtower.schemas.records import decode_message
+from watchtower.schemas.replay_records import ReplayCancelRequested, ReplayProgress, encode_replay_record
+
+COUNT = 3000
+
+
+@pytest.fixture(scope="module")
+def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, Stream]]:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-logs")) as services:
+        # Slow, small slices so a cancel lands mid-replay.
+        services.kill9("replay-r1")
+        services.start_replay("r1", {"WATCHTOWER_REPLAY_SLICE": "100", "WATCHTOWER_REPLAY_RATE": "400"})
+        client = CommandClient(services.bootstrap, prefix=services.prefix)
+        try:
+            yield services, create_and_publish(client, COUNT, capacity=50)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def reader(env: tuple[ServiceSet, Stream]) -> Iterator[DeliveryReader]:
+    r = DeliveryReader(env[0].bootstrap, env[0].prefix)
+    yield r
+    r.close()
+
+
+def health(services: ServiceSet) -> dict[str, Any]:
+    return json.loads(Path(services.health_file("replay-r1")).read_text())
+
+
+def wait_health(services: ServiceSet, cond: Callable[[dict[str, Any]], bool], timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while not cond(body := health(services)):
+        assert time.monotonic() < deadline, f"the health file never satisfied the check: {body}"
+        time.sleep(0.3)
+    return body
+
+
+def test_filter_and_skip_select_exactly_what_the_selector_says(env: tuple[ServiceSet, Stream],
+                                                               reader: DeliveryReader) -> None:
+    services, stream = env
+    flt = {"any": [{"field": "kind", "op": "eq", "value": "trade"}, {"field": "tags.n", "op": "lte", "value": 40}]}
+    reg = register(services.bootstrap, services.prefix, stream, start=10, to=700, flt=flt, skip=[2, 1])
+    view = wait_status(services.bootstrap, services.prefix, reg.replay_id, {"completed"}, timeout_s=300)
+    reader.until(lambda: reader.count(reg.replay_id) >= view.delivered, what="the filtered replay")
+    reader.drain(1.0)
+    got = [decode_message(m.value()).sequence for m in reader.by_replay[reg.replay_id]]
+    selector = selector_for(reg)
+    expected = [s for s in range(10, 700) if selector.verdict(_msg(stream, s)) == "deliver"]
+    assert got == expected
+    assert view.delivered == len(expected)
+    assert view.delivered + view.filtered + view.skipped == 690
+    assert view.skipped == len([s for s in range(10, 700) if s % 2 != 1])
+    assert all(header_map(m)["icrc77:replay"] == b"true" for m in reader.by_replay[reg.replay_id])
+    assert all("icrc77:replay:end_id" not in header_map(m) for m in reader.by_replay[reg.replay_id])
+
+
+def _msg(stream: Stream, seq: int) -> StreamMessage:
+    return sign_message(stream_id=stream.stream_id, sequence=seq, timestamp_unix_ms=1_700_000_000_000 + seq,
+                        kind=kind_of(seq), payload=seq.to_bytes(8, "big"), signing_key=stream.publisher,
+                        content_type="application/octet-stream", tags={"n": seq})
+
+
+def test_cancel_mid_replay_stops_deliveries(env: tuple[ServiceSet, Stream], reader: DeliveryReader) -> None:
+    services, stream = env
+    reg = register(services.bootstrap, services.prefix, stream)
+    reader.until(lambda: reader.count(reg.replay_id) >= 200, what="the first deliveries")
+    stranger = ReplayCancelRequested(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester="0xnobody",
+                                     block_height=2, nonce=5, digest_hex="00" * 32)
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id, encode_replay_record(stranger))
+    mine = ReplayCancelRequested(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester=reg.requester,
+                                 block_height=2, nonce=6, digest_hex="01" * 32)
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id, encode_replay_record(mine))
+    view = wait_status(services.bootstrap, services.prefix, reg.replay_id, {"canceled", "completed"})
+    assert view.status == "canceled"
+    reader.drain(3.0)
+    delivered = reader.count(reg.replay_id)
+    assert delivered == view.delivered < COUNT
+    seqs = [decode_message(m.value()).sequence for m in reader.by_replay[reg.replay_id]]
+    assert seqs == list(range(1, delivered + 1))
+    assert all(header_map(m)["icrc77:replay:end_id"] == str(COUNT).encode() for m in reader.by_replay[reg.replay_id])
+
+
+def test_hostile_replay_records_are_quarantined_and_the_worker_keeps_serving(
+        env: tuple[ServiceSet, Stream], reader: DeliveryReader) -> None:
+    services, stream = env
+    before = health(services)["quarantined"]
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id, b"\x00garbage{")
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id,
+                   encode_replay_record(ReplayProgress(v=1, replay_id=424242, stream_id=stream.stream_id,
+                                                       engine="service", partition=0, next_offset=5, next_sequence=5,
+                                                       delivered=4, filtered=0, skipped=0, at_ms=1)))
+    victim = register(services.bootstrap, services.prefix, stream, start=1, to=50)
+    wait_status(services.bootstrap, services.prefix, victim.replay_id, {"completed"})
+    # progress for another stream of a finished replay, and a registration on the wrong partition
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id,
+                   encode_replay_record(ReplayProgress(v=1, replay_id=victim.replay_id, stream_id="s-other",
+                                                       engine="service", partition=0, next_offset=1, next_sequence=2,
+                                                       delivered=1, filtered=0, skipped=0, at_ms=1)))
+    after = register(services.bootstrap, services.prefix, stream, start=100, to=160)
+    view = wait_status(services.bootstrap, services.prefix, after.replay_id, {"completed"})
+    assert view.delivered == 60
+    reader.until(lambda: reader.count(after.replay_id) >= 60, what="deliveries after the hostile records")
+    assert services.procs["replay-r1"].poll() is None
+    body = wait_health(services, lambda h: h["quarantined"] >= before + 3)
+    reasons = " | ".join(q["reason"] for q in body["last_quarantined"])
+    assert "never registered" in reasons
+    assert "not a replay record" in reasons
+    assert replay_views(services.bootstrap, services.prefix)[victim.replay_id].status == "completed"

@@ -1,0 +1,324 @@
+"""The replay worker: fulfils the ICRC-77 replays of the ``replay`` partitions it owns.
+
+It joins the consumer group ``<prefix>.replay-worker`` on ``replay`` (read_committed). On the
+assignment of partition *p* it folds *p* from the beginning with `protocol.replay_status` (a
+record that breaks a rule is quarantined: logged with topic/partition/offset and reason, counted,
+skipped) and then keeps consuming it. Its view of every replay comes from the log alone, its own
+records included: after a slice it waits to read its checkpoint back before the next slice of that
+replay, so an aborted transaction never needs an undo in memory.
+
+The unfinished replays of the owned partitions are served round-robin, one slice at a time
+(``WATCHTOWER_REPLAY_SLICE`` records of ``messages``, default 1000), at most
+``WATCHTOWER_REPLAY_RATE`` records/s (0 = no cap). A slice reads ``messages`` partition *p* from the
+checkpoint and writes, in ONE Kafka transaction, the deliveries, one replay record (the new
+checkpoint or the terminal record) and the group's consumed offsets (``send_offsets_to_transaction``):
+so a zombie (an evicted worker) is fenced, and ``kill -9`` anywhere leaves exactly the last
+committed checkpoint with exactly its deliveries. A fenced or fatally failed producer makes the
+worker exit (code 3) for its supervisor to restart it; any other failed transaction is aborted and
+the slice is done again from the checkpoint.
+
+A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
+above the Spark threshold is handed off (`handoff`). The worker writes ``deliveries`` and
+``replay`` only, never ``messages``, ``events`` or ``commands``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.replay_rules import ReplaySelector, selector_for
+from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
+from watchtower.replay.archive import ArchiveReader
+from watchtower.replay.fulfil import SliceResult, cancel_record, fulfil_slice, start_offset
+from watchtower.replay.handoff import SparkLauncher, spark_progress, spark_threshold, wants_spark
+from watchtower.replay.health import ReplayHealth
+from watchtower.schemas.replay_records import (
+    ReplayCancelRequested,
+    ReplayRecord,
+    ReplayRegistered,
+    decode_replay_record,
+    encode_replay_record,
+)
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.partitioning import partition_for_key
+
+log = logging.getLogger("watchtower.replay")
+
+ENV_SLICE: Final = "WATCHTOWER_REPLAY_SLICE"
+ENV_RATE: Final = "WATCHTOWER_REPLAY_RATE"
+DEFAULT_SLICE: Final = 1000
+TXN_TIMEOUT_S: Final = 10.0
+EXIT_FENCED: Final = 3
+_FATAL: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+                           KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+
+
+class FencedError(RuntimeError):
+    """Another process took over this worker's transactional id (or the producer failed fatally)."""
+
+
+def group_id(prefix: str | None = None) -> str:
+    """The replay workers' consumer group of one deployment: ``wt-<prefix>.replay-worker``.
+
+    The ``wt-`` in front is what a secure broker's ACLs grant the service principal (every group
+    and transactional id of Watchtower's own processes starts with it, `local.security`)."""
+    return f"wt-{topic_name('replay', prefix).rsplit('.', 1)[0]}.replay-worker"
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"{name} must be a whole number ≥ 0, got {raw!r}")
+    return int(raw)
+
+
+class ReplayWorker:
+    """Call `run` (blocking) and `stop` from elsewhere (a signal handler)."""
+
+    def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None, slice_size: int | None = None,
+                 rate: float | None = None, threshold: int | None = None,
+                 clock_ms: Callable[[], int] | None = None, health: ReplayHealth | None = None) -> None:
+        self.bootstrap, self.worker_id, self.prefix = bootstrap, worker_id, prefix
+        self.t_replay, self.t_messages = topic_name("replay", prefix), topic_name("messages", prefix)
+        self.t_deliveries = topic_name("deliveries", prefix)
+        self.group = group_id(prefix)
+        self.slice_size = max(1, slice_size if slice_size is not None else env_int(ENV_SLICE, DEFAULT_SLICE))
+        self.rate = float(rate if rate is not None else env_int(ENV_RATE, 0))
+        self.threshold = threshold if threshold is not None else spark_threshold()
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.health = health or ReplayHealth(worker_id)
+        self._stop = threading.Event()
+        self.views: dict[int, dict[int, ReplayView]] = {}  # replay partition -> replay id -> view
+        self._consumed: dict[int, int] = {}  # replay partition -> next offset to consume
+        self._awaiting: set[int] = set()  # replays whose last committed record was not read back yet
+        self._selectors: dict[int, ReplaySelector] = {}
+        self._last_served = 0
+        self._next_allowed = 0.0
+        self._partitions = 0
+        self.consumer = Consumer({
+            **kafka_config(bootstrap),
+            "group.id": self.group,
+            "client.id": f"wt-replay-{worker_id}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "max.poll.interval.ms": 900_000,  # the fold of a long replay partition runs in the callback
+            "fetch.wait.max.ms": 20,
+            "log_level": 3,
+        })
+        self.producer = Producer({
+            **kafka_config(bootstrap),
+            "client.id": f"wt-replay-{worker_id}",
+            # Stable per worker id: a restarted worker fences its own zombie at init_transactions.
+            "transactional.id": f"{self.group}-{worker_id}",
+            "transaction.timeout.ms": int(TXN_TIMEOUT_S * 1000),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            # Deliveries are keyed by the requester; every client must agree on its partition.
+            "partitioner": "murmur2_random",
+            "retry.backoff.ms": 5,
+            "retry.backoff.max.ms": 200,
+            "log_level": 3,
+        })
+        self.archive = ArchiveReader(bootstrap, self.t_messages, client_id=f"wt-replay-{worker_id}-archive")
+        self.spark = SparkLauncher(bootstrap, prefix)
+
+    # ------------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Serve until `stop`; raises FencedError when this worker must exit for a restart."""
+        self.health.write()
+        try:
+            self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S))
+            self.consumer.subscribe([self.t_replay], on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self.health.set_state("serving")
+            while not self._stop.is_set():
+                view = self._pick()
+                wait = 0.0 if view is not None else 0.2
+                if view is not None and self.rate > 0:
+                    wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
+                for msg in self.consumer.consume(num_messages=500, timeout=wait):
+                    self._consume(msg)
+                view = self._pick()
+                if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
+                    self._serve(view)
+                self.spark.reap()
+                self.health.count(v for views in self.views.values() for v in views.values())
+                self.health.tick()
+        finally:
+            self.health.set_state("exiting")
+            self.spark.stop()
+            for close in (self.consumer.close, self.archive.close):
+                try:
+                    close()
+                except (KafkaException, RuntimeError) as exc:
+                    log.warning("closing a client failed: %s", exc)
+
+    # ------------------------------------------------------------------ the replay topic
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._partitions = self._partitions or len(consumer.list_topics(self.t_replay, timeout=30)
+                                                   .topics[self.t_replay].partitions)
+        for tp in partitions:
+            self.views[tp.partition] = {}
+            tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
+            log.info("replay partition %d folded: %d replays", tp.partition, len(self.views[tp.partition]))
+        consumer.assign(partitions)
+        self.health.partitions = sorted(self.views)
+        self.health.write()
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            for rid in self.views.pop(tp.partition, {}):
+                self._awaiting.discard(rid)
+                self._selectors.pop(rid, None)
+            self._consumed.pop(tp.partition, None)
+        self.health.partitions = sorted(self.views)
+
+    def _fold(self, partition: int) -> int:
+        """Fold `partition` of ``replay`` from the beginning; the offset the fold reached."""
+        scan = Consumer({**kafka_config(self.bootstrap), "group.id": f"{self.group}-scan", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3})
+        try:
+            tp = TopicPartition(self.t_replay, partition)
+            low, high = scan.get_watermark_offsets(tp, timeout=30)
+            if high <= low:
+                return int(high)
+            scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
+            while True:
+                for msg in scan.consume(num_messages=1000, timeout=1.0):
+                    err = msg.error()
+                    if err is None:
+                        self._apply(msg)
+                    elif err.code() == KafkaError._PARTITION_EOF:
+                        return int(msg.offset() or 0)
+        finally:
+            scan.close()
+
+    def _consume(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("replay consumer error: %s", err)
+            return
+        partition = int(msg.partition() or 0)
+        if partition not in self.views:
+            return
+        self._consumed[partition] = int(msg.offset() or 0) + 1
+        self._apply(msg)
+
+    def _apply(self, msg: Message) -> None:
+        partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+        views = self.views.setdefault(partition, {})
+        try:
+            record = decode_replay_record(msg.value())
+        except (MalformedRecordError, SchemaMismatchError) as exc:
+            self.health.quarantine(self.t_replay, partition, offset, exc.message)
+            return
+        if not isinstance(record, (ReplayRegistered, ReplayCancelRequested)):
+            self._awaiting.discard(record.replay_id)  # a worker record: the checkpoint is read back
+        try:
+            if self._partitions and partition_for_key(record.stream_id.encode(), self._partitions) != partition:
+                raise ReplayRuleError(f"stream {record.stream_id!r} does not belong to replay partition {partition}")
+            changes = apply_replay_record(views, record)
+        except ReplayRuleError as exc:
+            self.health.quarantine(self.t_replay, partition, offset, str(exc))
+            return
+        views.update(changes or {})
+
+    # ------------------------------------------------------------------ serving
+    def _pick(self) -> tuple[int, ReplayView] | None:
+        """The next replay to serve, round-robin by id (with its replay partition)."""
+        ready = sorted(((p, v) for p, views in self.views.items() for v in views.values()
+                        if not v.terminal and v.replay_id not in self._awaiting and v.engine == "service"),
+                       key=lambda pv: pv[1].replay_id)
+        if not ready:
+            return None
+        return next((pv for pv in ready if pv[1].replay_id > self._last_served), ready[0])
+
+    def _serve(self, picked: tuple[int, ReplayView]) -> None:
+        partition, view = picked
+        self._last_served = view.replay_id
+        now = self._clock_ms()
+        if view.cancel_requested:
+            self._commit(partition, view, SliceResult(record=cancel_record(view, now)))
+            return
+        if wants_spark(view, self.threshold):
+            if self._commit(partition, view, SliceResult(record=spark_progress(view, partition, now))):
+                self.spark.launch(view)
+            return
+        selector = self._selectors.get(view.replay_id)
+        if selector is None:
+            try:
+                selector = self._selectors[view.replay_id] = selector_for(view)
+            except WatchtowerError as exc:  # a registration the writer should have refused
+                log.error("replay %d has an unusable selection (%s)", view.replay_id, exc)
+                return
+        records, at_end = self.archive.read(partition, start_offset(view), self.slice_size)
+        result = fulfil_slice(view, selector, partition, records, at_end=at_end, now_ms=now)
+        for offset, reason in result.quarantined:
+            self.health.quarantine(self.t_messages, partition, offset, reason)
+        if not records and not at_end and view.next_sequence < view.end_exclusive:
+            return  # nothing read (the archive is slow to answer): try again later
+        if self.rate > 0:
+            self._next_allowed = max(self._next_allowed, time.monotonic()) + max(1, result.examined) / self.rate
+        self._commit(partition, view, result)
+
+    def _commit(self, partition: int, view: ReplayView, result: SliceResult) -> bool:
+        """Deliveries + the replay record + the group's offsets in one transaction; whether it committed."""
+        record: ReplayRecord | None = result.record
+        assert record is not None
+        try:
+            self.producer.begin_transaction()
+            for d in result.deliveries:
+                self.producer.produce(self.t_deliveries, key=d.key, value=d.value, headers=d.headers)
+            self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=encode_replay_record(record),
+                                  partition=partition)
+            offsets = [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
+            self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
+                                   self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
+            self._call_txn(partial(self.producer.commit_transaction, TXN_TIMEOUT_S))
+        except (KafkaException, BufferError) as exc:
+            self._abort(exc)
+            return False
+        self._awaiting.add(view.replay_id)
+        self.health.slices += 1
+        self.health.reemitted += len(result.deliveries)
+        return True
+
+    def _abort(self, exc: Exception) -> None:
+        self.health.aborted += 1
+        self.archive.forget_position()
+        log.warning("replay slice failed (%s); aborting, the slice is done again from its checkpoint", exc)
+        try:
+            self._call_txn(partial(self.producer.abort_transaction, TXN_TIMEOUT_S))
+        except KafkaException as abort_exc:
+            raise FencedError(f"the transaction could not be aborted ({abort_exc})") from None
+
+    def _call_txn(self, fn: Callable[[], Any]) -> Any:
+        """A transactional call; a fenced or fatal producer becomes FencedError (exit for a restart)."""
+        try:
+            return fn()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FATAL):
+                raise FencedError(f"worker {self.worker_id} was fenced or its producer failed fatally ({err})") \
+                    from None
+            raise
