@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from confluent_kafka import Producer
 from kafka_fixture import grant
 from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message, publish_script
-from stack_fixture import stack  # noqa: F401 (the fixture)
+from stack_fixture import start_stack
 
 from watchtower.client.http import ApiClient
 from watchtower.local.stack import ServiceSet
@@ -52,7 +52,13 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def api(stack: ServiceSet) -> ApiClient:  # noqa: F811
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-audit-logs"), replay=False) as services:
+        yield services
+
+
+@pytest.fixture(scope="module")
+def api(stack: ServiceSet) -> ApiClient:
     client = ApiClient(stack.api_url)
     publish_script(client, SID)
     return client
@@ -66,7 +72,7 @@ def schedule(api: ApiClient) -> KeySchedule:
 
 
 @pytest.fixture(scope="module")
-def tampered(stack: ServiceSet, api: ApiClient) -> str:  # noqa: F811
+def tampered(stack: ServiceSet, api: ApiClient) -> str:
     """A prefix whose messages topic holds the stream's records with a gap, a forgery, an altered payload
     and a non-message record."""
     prefix = f"c{uuid.uuid4().hex[:8]}"
@@ -96,7 +102,7 @@ def tampered(stack: ServiceSet, api: ApiClient) -> str:  # noqa: F811
 
 
 def test_verify_passes_a_genuine_archive_across_a_key_rotation(
-        spark: Any, stack: ServiceSet, schedule: KeySchedule) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, schedule: KeySchedule) -> None:
     from watchtower.spark.verify import verify_stream
 
     report = verify_stream(spark, stack.bootstrap, SID, schedule, prefix=stack.prefix)
@@ -108,7 +114,7 @@ def test_verify_passes_a_genuine_archive_across_a_key_rotation(
 
 
 def test_verify_reports_a_forged_signature_an_altered_payload_a_gap_and_a_malformed_record(
-        spark: Any, stack: ServiceSet, schedule: KeySchedule, tampered: str) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, schedule: KeySchedule, tampered: str) -> None:
     from watchtower.spark.verify import verify_stream
 
     report = verify_stream(spark, stack.bootstrap, SID, schedule, prefix=tampered)
@@ -123,7 +129,7 @@ def test_verify_reports_a_forged_signature_an_altered_payload_a_gap_and_a_malfor
 
 
 def test_export_writes_parquet_by_stream_and_date_with_key_id_and_verification(
-        spark: Any, stack: ServiceSet, schedule: KeySchedule, tampered: str, tmp_path: Path) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, schedule: KeySchedule, tampered: str, tmp_path: Path) -> None:
     import pyarrow.dataset as ds
 
     from watchtower.spark.export import export_stream
@@ -153,7 +159,7 @@ def test_export_writes_parquet_by_stream_and_date_with_key_id_and_verification(
 
 
 def test_the_cli_verifies_a_stream_and_prints_the_json_report(
-        spark: Any, stack: ServiceSet, api: ApiClient, tampered: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, api: ApiClient, tampered: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from watchtower.cli.spark_cmd import spark as group
 
     monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", stack.prefix)

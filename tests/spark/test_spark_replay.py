@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from spark_script import BTC, LENGTH, OWNER, READER, publish_script
-from stack_fixture import stack  # noqa: F401 (the fixture)
+from stack_fixture import start_stack
 
 from watchtower.client.http import ApiClient
 from watchtower.local.stack import ServiceSet
@@ -52,13 +52,20 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def api(stack: ServiceSet) -> ApiClient:  # noqa: F811
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    """No replay worker: the job alone fulfils the replays this module registers."""
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-replay-logs"), replay=False) as services:
+        yield services
+
+
+@pytest.fixture(scope="module")
+def api(stack: ServiceSet) -> ApiClient:
     client = ApiClient(stack.api_url)
     publish_script(client, SID)
     return client
 
 
-def register(stack: ServiceSet, replay_id: int, *, first: int, end_exclusive: int, end_id: int | None,  # noqa: F811
+def register(stack: ServiceSet, replay_id: int, *, first: int, end_exclusive: int, end_id: int | None,
              filter_spec: Any = None, skip: list[int] | None = None) -> int:
     """Write the `registered` record the stream's writer would write; the replay partition."""
     topic = topic_name("replay", stack.prefix)
@@ -74,13 +81,13 @@ def register(stack: ServiceSet, replay_id: int, *, first: int, end_exclusive: in
     return partition
 
 
-def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:  # noqa: F811
+def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:
     topic = topic_name("replay", stack.prefix)
     records = (decode_replay_record(m.value()) for m in read_committed(stack.bootstrap, [topic]))
     return [r for r in records if r.replay_id == replay_id]
 
 
-def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:  # noqa: F811
+def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:
     out = []
     for m in read_committed(stack.bootstrap, [topic_name("deliveries", stack.prefix)]):
         marker = read_replay_headers(m.headers())
@@ -90,7 +97,7 @@ def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:  # noqa: F811
 
 
 def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_headers(
-        spark: Any, stack: ServiceSet, api: ApiClient) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, api: ApiClient) -> None:
     from watchtower.spark.replay_job import run_replay
 
     replay_id = 7001
@@ -133,7 +140,7 @@ def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_header
 
 
 def test_a_plan_past_the_archive_errors_with_the_missing_sequence_and_delivers_nothing(
-        spark: Any, stack: ServiceSet, api: ApiClient) -> None:  # noqa: F811
+        spark: Any, stack: ServiceSet, api: ApiClient) -> None:
     from watchtower.spark.replay_job import run_replay
 
     replay_id = 7002
@@ -147,7 +154,7 @@ def test_a_plan_past_the_archive_errors_with_the_missing_sequence_and_delivers_n
     assert last.reason == result.reason
 
 
-def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, api: ApiClient) -> None:  # noqa: F811
+def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, api: ApiClient) -> None:
     from watchtower.spark.replay_job import run_replay
 
     with pytest.raises(ReplayNotFoundError, match="not registered"):
