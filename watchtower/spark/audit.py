@@ -39,29 +39,33 @@ AUDIT_TYPE = "status string, sequence long, signing_key_id long, key_in_force lo
 Checked = tuple[str, int | None, int | None, int | None, str | None]
 
 
-def check_value(value: bytes, schedule: KeySchedule) -> Checked:
-    """(status, sequence, signing_key_id, key id in force, tags as canonical JSON) of one value."""
+def check_value(value: bytes, schedule: KeySchedule, *, with_tags: bool = False) -> Checked:
+    """(status, sequence, signing_key_id, key id in force, tags as canonical JSON or None) of one value.
+
+    The common case costs one decode and one `verify_with_schedule` (which checks the payload hash
+    itself); only a failure pays for telling a bad hash from a bad signature."""
     try:
         msg = decode_message(bytes(value))
     except WatchtowerError:
         return "malformed", None, None, None, None
-    tags = json.dumps(dict(msg.tags), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    tags = json.dumps(dict(msg.tags), sort_keys=True, ensure_ascii=False, separators=(",", ":")) if with_tags else None
     try:
-        in_force = schedule.key_at_sequence(msg.sequence).signing_key_id
+        in_force: int | None = schedule.key_at_sequence(msg.sequence).signing_key_id
     except WatchtowerError:
         in_force = None
-    if hashlib.sha256(msg.payload_inline).digest() != msg.payload_hash:
-        return "bad_hash", msg.sequence, msg.signing_key_id, in_force, tags
-    ok = in_force is not None and verify_with_schedule(msg, schedule)
-    return ("verified" if ok else "bad_signature"), msg.sequence, msg.signing_key_id, in_force, tags
+    if in_force is not None and verify_with_schedule(msg, schedule):
+        return "verified", msg.sequence, msg.signing_key_id, in_force, tags
+    status = "bad_hash" if hashlib.sha256(msg.payload_inline).digest() != msg.payload_hash else "bad_signature"
+    return status, msg.sequence, msg.signing_key_id, in_force, tags
 
 
-def audit_udf(schedule: KeySchedule) -> Any:
-    """The pandas UDF: binary values -> struct<status, sequence, signing_key_id, key_in_force, tags_json>."""
+def audit_udf(schedule: KeySchedule, *, with_tags: bool = False) -> Any:
+    """The pandas UDF: binary values -> struct<status, sequence, signing_key_id, key_in_force, tags_json>
+    (tags_json only `with_tags`: the export needs it, verification does not)."""
 
     @sf.pandas_udf(AUDIT_TYPE)  # type: ignore[call-overload]
     def audit(values: pd.Series) -> pd.DataFrame:
-        rows = [check_value(v, schedule) for v in values]
+        rows = [check_value(v, schedule, with_tags=with_tags) for v in values]
         frame = pd.DataFrame(rows, columns=["status", "sequence", "signing_key_id", "key_in_force", "tags_json"])
         for name in ("sequence", "signing_key_id", "key_in_force"):
             frame[name] = frame[name].astype("Int64")  # nullable: a malformed record has none
@@ -71,7 +75,7 @@ def audit_udf(schedule: KeySchedule) -> Any:
 
 
 def audited(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *, prefix: str | None = None,
-            partitions: int | None = None) -> Any:
+            partitions: int | None = None, with_tags: bool = False) -> Any:
     """The stream's records of ``messages`` (its partition, read_committed, to the end at the start)
     with the decoded message ``m`` and the verification result ``a`` (see the module docstring)."""
     from watchtower.spark.replay_job import partitions_of
@@ -84,4 +88,4 @@ def audited(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *
                            min_partitions=spark.sparkContext.defaultParallelism)
     # Select the stream by its key, so a record whose value does not decode still counts as malformed.
     ours = decoded(records.where(sf.col("key") == sf.lit(bytearray(stream_id.encode()))), keep_all=True)
-    return ours.withColumn("a", audit_udf(schedule)(sf.col("value")))
+    return ours.withColumn("a", audit_udf(schedule, with_tags=with_tags)(sf.col("value")))

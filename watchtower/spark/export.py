@@ -41,7 +41,7 @@ class ExportResult:
 def export_stream(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, to: str | Path, *,
                   prefix: str | None = None, report: Report = lambda _line: None) -> ExportResult:
     """Write `stream_id`'s archive under `to` (see the module docstring)."""
-    df = audited(spark, bootstrap, stream_id, schedule, prefix=prefix).where(sf.col("m").isNotNull())
+    df = audited(spark, bootstrap, stream_id, schedule, prefix=prefix, with_tags=True).where(sf.col("m").isNotNull())
     m = "m."
     rows = df.select(
         sf.col(m + "stream_id").alias("stream_id"), sf.col(m + "sequence").alias("sequence"),
