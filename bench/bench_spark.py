@@ -14,7 +14,10 @@ payloads, three tags) written to the ``messages`` topic of a fresh prefix. Cases
   the key schedule), the gap and per-key aggregations;
 - ``spark_read``: Spark's Kafka source alone over the same records (count and total value bytes).
 
-Target: spark_verify ≥ 70% of cores × raw_verify. A script, not a test.
+Each round times raw, Spark verify, raw again, so the ceiling of a round is measured under the
+same machine load as its Spark run (the machine is shared); ``ratio`` per round is
+spark_verify / (cores × the mean of the two raw runs), and the report keeps every round, the best
+and the median. Target: ratio ≥ 70%. A script, not a test.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def timed(fn: Any, n: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default=None, help="Spark master [default: local, at most 2 cores]")
     parser.add_argument("--json", metavar="PATH", default="artifacts/bench_spark.json")
     args = parser.parse_args(argv)
@@ -92,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
                               "loadavg_before": os.getloadavg()}
     print(f"signing {n} messages ...", flush=True)
     msgs = messages(n)
-    report["raw_verify"] = [raw_verify(msgs), raw_verify(msgs)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     lk = LocalKafka(embedded_spec(tmp / "kafka"))
     spark = None
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             producer.produce(topic, key=SID.encode(), value=encode_message(m), partition=0)
             producer.poll(0)
         assert producer.flush(120) == 0
+        del producer  # closed before the broker stops
         schedule = KeySchedule((KeyScheduleEntry(1, bytes(KEY.verify_key), 1),))
         spark = local_session("bench-spark", master=master)
         cores = spark.sparkContext.defaultParallelism
@@ -121,22 +125,34 @@ def main(argv: list[str] | None = None) -> int:
             assert result.ok, result
             assert result.verified == n, result
 
-        report["spark_read"] = [timed(read, n), timed(read, n)]
-        report["spark_verify"] = [timed(verify, n), timed(verify, n)]
+        verify()  # warm-up: starts the Python workers, loads the jars
+        read()
+        report["rounds"] = []
+        for _ in range(args.rounds):
+            before = raw_verify(msgs)
+            spark_run = timed(verify, n)
+            after = raw_verify(msgs)
+            read_run = timed(read, n)
+            raw = (before["per_s"] + after["per_s"]) / 2
+            report["rounds"].append({"raw_verify_before": before, "spark_verify": spark_run, "raw_verify_after": after,
+                                     "spark_read": read_run, "ratio": spark_run["per_s"] / (cores * raw),
+                                     "loadavg": os.getloadavg()})
     finally:
         if spark is not None:
             spark.stop()
         lk.down()
         shutil.rmtree(tmp, ignore_errors=True)
-    raw = max(r["per_s"] for r in report["raw_verify"])
-    best = max(r["per_s"] for r in report["spark_verify"])
-    report["ceiling_per_s"] = report["cores"] * raw
-    report["verify_ratio"] = best / report["ceiling_per_s"]
+    rounds = report["rounds"]
+    ratios = sorted(r["ratio"] for r in rounds)
+    report["ratio_best"], report["ratio_median"] = ratios[-1], ratios[len(ratios) // 2]
     report["loadavg_after"] = os.getloadavg()
-    print(f"raw libsodium verify, 1 core: {raw:,.0f}/s; ceiling {report['cores']} cores: "
-          f"{report['ceiling_per_s']:,.0f}/s")
-    print(f"spark verify ({master}): {best:,.0f}/s = {report['verify_ratio']:.0%} of the ceiling (target 70%)")
-    print(f"spark raw Kafka read: {max(r['per_s'] for r in report['spark_read']):,.0f} records/s")
+    for i, r in enumerate(rounds, start=1):
+        raw = (r["raw_verify_before"]["per_s"] + r["raw_verify_after"]["per_s"]) / 2
+        print(f"round {i}: raw libsodium verify 1 core {raw:,.0f}/s, ceiling x{report['cores']} "
+              f"{raw * report['cores']:,.0f}/s; spark verify {r['spark_verify']['per_s']:,.0f}/s = {r['ratio']:.0%}; "
+              f"spark raw Kafka read {r['spark_read']['per_s']:,.0f} records/s; load {r['loadavg'][0]:.1f}")
+    print(f"spark verify ({master}): best {report['ratio_best']:.0%}, median {report['ratio_median']:.0%} "
+          f"of cores x raw (target 70%)")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")

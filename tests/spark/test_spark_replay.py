@@ -7,10 +7,12 @@ with confluent-kafka. One local Spark session and one stack serve the module.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Producer
 from spark_script import BTC, LENGTH, OWNER, READER, publish_script
 from stack_fixture import start_stack
@@ -159,3 +161,19 @@ def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, ap
 
     with pytest.raises(ReplayNotFoundError, match="not registered"):
         run_replay(spark, stack.bootstrap, SID, 999_999, prefix=stack.prefix)
+
+
+def test_the_cli_runs_a_registered_replay_and_prints_the_result(
+        spark: Any, stack: ServiceSet, api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchtower.cli.spark_cmd import spark as group
+
+    replay_id = 7003
+    register(stack, replay_id, first=1, end_exclusive=11, end_id=None, filter_spec={"field": "kind", "op": "eq",
+                                                                                   "value": "trade"})
+    monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", stack.prefix)
+    result = CliRunner().invoke(group, ["replay", str(replay_id), "--stream", SID, "--bootstrap", stack.bootstrap,
+                                        "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"replay_id": replay_id, "stream_id": SID, "status": "completed",
+                                         "delivered": 5, "filtered": 5, "skipped": 0, "reason": None}
+    assert [decode_message(m.value()).sequence for m in deliveries(stack, replay_id)] == [1, 3, 5, 7, 9]
