@@ -161,6 +161,12 @@ def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, ap
 
     with pytest.raises(ReplayNotFoundError, match="not registered"):
         run_replay(spark, stack.bootstrap, SID, 999_999, prefix=stack.prefix)
+    register(stack, 7004, first=1, end_exclusive=3, end_id=None)
+    # Another stream on the same partition does not own SID's replay.
+    neighbour = next(f"s-other-{i}" for i in range(1000)
+                     if partition_for_key(f"s-other-{i}".encode(), 3) == partition_for_key(SID.encode(), 3))
+    with pytest.raises(ReplayNotFoundError, match="not registered"):
+        run_replay(spark, stack.bootstrap, neighbour, 7004, prefix=stack.prefix)
 
 
 def test_the_cli_runs_a_registered_replay_and_prints_the_result(

@@ -88,7 +88,7 @@ def partitions_of(bootstrap: str, topic: str) -> int:
     return len(meta.partitions)
 
 
-def _read_replay_log(bootstrap: str, topic: str, partition: int, replay_id: int) -> _ReplayLog:
+def _read_replay_log(bootstrap: str, topic: str, partition: int, stream_id: str, replay_id: int) -> _ReplayLog:
     log = _ReplayLog()
     for m in read_committed(bootstrap, [topic], partition=partition):
         try:
@@ -98,7 +98,7 @@ def _read_replay_log(bootstrap: str, topic: str, partition: int, replay_id: int)
             continue
         if record.replay_id != replay_id:
             continue
-        if isinstance(record, ReplayRegistered) and log.registration is None:
+        if isinstance(record, ReplayRegistered) and log.registration is None and record.stream_id == stream_id:
             log.registration = record
         elif isinstance(record, ReplayProgress):
             log.engines.add(record.engine)
@@ -130,7 +130,7 @@ def run_replay(spark: Any, bootstrap: str, stream_id: str, replay_id: int, *, pr
     replay_topic, messages_topic = topic_name("replay", prefix), topic_name("messages", prefix)
     deliveries_topic = topic_name("deliveries", prefix)
     partition = partition_for_key(stream_id.encode(), partitions_of(bootstrap, messages_topic))
-    log = _read_replay_log(bootstrap, replay_topic, partition, replay_id)
+    log = _read_replay_log(bootstrap, replay_topic, partition, stream_id, replay_id)
     reg = log.registration
     if reg is None:
         raise ReplayNotFoundError(f"replay {replay_id} of stream {stream_id} is not registered on {replay_topic}; "
@@ -207,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_replay(spark, args.bootstrap, args.stream_id, args.replay_id,
                             report=lambda line: print(line, file=sys.stderr, flush=True))
+    except WatchtowerError as exc:  # a refusal a person can act on: one line, not a traceback
+        print(f"error [{exc.code}]: {exc.message}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
     print(json.dumps(result.as_json()))
