@@ -45,6 +45,7 @@ def _register() -> None:
     cli.add_command(demo_cmd.demo)
     cli.add_command(gateway_cmd.gateway)
     cli.add_command(keymgr_cmd.keymgr)
+    cli.add_command(__import__("watchtower.cli.spark_cmd", fromlist=["spark"]).spark)  # spark replay|verify|export
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,

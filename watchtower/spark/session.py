@@ -33,3 +33,8 @@ def local_session(app_name: str, master: str = "local[1]", extra: dict[str, str]
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def default_master() -> str:
+    """``local[n]`` with n = the machine's cores, at most 2 (the jobs share a small machine)."""
+    return f"local[{max(1, min(2, os.cpu_count() or 1))}]"

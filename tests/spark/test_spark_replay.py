@@ -1,0 +1,185 @@
+"""`spark/replay_job` fulfils a registered replay over a real stack's archive, with real Spark.
+
+The test acts as the stream's writer: it writes the ``registered`` record itself, as the stream
+aggregate does after its checks, then runs the job and reads ``deliveries`` and ``replay`` back
+with confluent-kafka. One local Spark session and one stack serve the module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Producer
+from spark_script import BTC, LENGTH, OWNER, READER, publish_script
+from stack_fixture import start_stack
+
+from watchtower.client.http import ApiClient
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.errors import ReplayNotFoundError
+from watchtower.protocol.key_chain import verify_key_chain
+from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_headers
+from watchtower.protocol.signing import verify_with_schedule
+from watchtower.schemas.records import decode_message
+from watchtower.schemas.replay_records import (
+    ReplayCompleted,
+    ReplayErrored,
+    ReplayProgress,
+    ReplayRegistered,
+    decode_replay_record,
+    encode_replay_record,
+)
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.reader import read_committed
+
+pytest.importorskip("pyspark")
+pytestmark = pytest.mark.integration
+
+SID = "s-spark-replay"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from watchtower.spark.session import local_session
+
+    session = local_session("replay-job-test", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    """No replay worker: the job alone fulfils the replays this module registers."""
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-replay-logs"), replay=False) as services:
+        yield services
+
+
+@pytest.fixture(scope="module")
+def api(stack: ServiceSet) -> ApiClient:
+    client = ApiClient(stack.api_url)
+    publish_script(client, SID)
+    return client
+
+
+def register(stack: ServiceSet, replay_id: int, *, first: int, end_exclusive: int, end_id: int | None,
+             filter_spec: Any = None, skip: list[int] | None = None) -> int:
+    """Write the `registered` record the stream's writer would write; the replay partition."""
+    topic = topic_name("replay", stack.prefix)
+    partition = partition_for_key(SID.encode(), 3)
+    record = ReplayRegistered(
+        v=1, replay_id=replay_id, stream_id=SID, namespace=SID, requester=READER, from_sequence=first,
+        to_sequence=None if end_id is not None else end_exclusive, first=first, end_exclusive=end_exclusive,
+        end_id=end_id, filter=canonical_filter(parse_replay_filter(filter_spec)), skip=skip, memo_hex="",
+        price_cby=0, block_height=1, caller=READER, nonce=replay_id, digest_hex="00" * 32)
+    producer = Producer(kafka_config(stack.bootstrap))
+    producer.produce(topic, key=SID.encode(), value=encode_replay_record(record), partition=partition)
+    assert producer.flush(60) == 0
+    return partition
+
+
+def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:
+    topic = topic_name("replay", stack.prefix)
+    records = (decode_replay_record(m.value()) for m in read_committed(stack.bootstrap, [topic]))
+    return [r for r in records if r.replay_id == replay_id]
+
+
+def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:
+    out = []
+    for m in read_committed(stack.bootstrap, [topic_name("deliveries", stack.prefix)]):
+        marker = read_replay_headers(m.headers())
+        if marker is not None and marker.replay_id == replay_id:
+            out.append(m)
+    return out
+
+
+def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_headers(
+        spark: Any, stack: ServiceSet, api: ApiClient) -> None:
+    from watchtower.spark.replay_job import run_replay
+
+    replay_id = 7001
+    # Open-ended [2, head]: even sequences only (skip [2, 0]) that are BTC (every third).
+    partition = register(stack, replay_id, first=2, end_exclusive=LENGTH + 1, end_id=LENGTH, filter_spec=BTC,
+                         skip=[2, 0])
+    lines: list[str] = []
+    result = run_replay(spark, stack.bootstrap, SID, replay_id, prefix=stack.prefix, report=lines.append)
+    expected = [s for s in range(2, LENGTH + 1) if s % 2 == 0 and s % 3 == 0]
+    skipped = len([s for s in range(2, LENGTH + 1) if s % 2])
+    assert (result.status, result.delivered, result.skipped) == ("completed", len(expected), skipped)
+    assert result.filtered == LENGTH - 1 - skipped - len(expected)
+    assert any("to deliver" in line for line in lines)
+
+    originals = {decode_message(m.value()).sequence: m
+                 for m in read_committed(stack.bootstrap, [topic_name("messages", stack.prefix)], partition=partition)
+                 if m.key() == SID.encode()}
+    got = deliveries(stack, replay_id)
+    assert [decode_message(m.value()).sequence for m in got] == expected  # in ascending order
+    schedule = verify_key_chain(SID, api.key_schedule(SID), address_from_public_key(bytes(OWNER.verify_key)))
+    for m in got:
+        msg = decode_message(m.value())
+        original = originals[msg.sequence]
+        assert m.key() == READER.encode()
+        assert m.partition() == partition_for_key(READER.encode(), 3)
+        assert m.value() == original.value()  # byte for byte
+        assert m.headers() == list(original.headers() or []) + replay_headers(replay_id, LENGTH)
+        assert verify_with_schedule(msg, schedule)
+
+    records = replay_records(stack, replay_id)
+    assert [type(r) for r in records] == [ReplayRegistered, ReplayProgress, ReplayCompleted]
+    assert records[1].engine == "spark"
+    done = records[2]
+    assert (done.engine, done.delivered, done.skipped, done.filtered) == (
+        "spark", result.delivered, result.skipped, result.filtered)
+
+    again = run_replay(spark, stack.bootstrap, SID, replay_id, prefix=stack.prefix)
+    assert again.status == "already-completed"
+    assert len(deliveries(stack, replay_id)) == len(expected)  # a relaunch after the end delivers nothing
+
+
+def test_a_plan_past_the_archive_errors_with_the_missing_sequence_and_delivers_nothing(
+        spark: Any, stack: ServiceSet, api: ApiClient) -> None:
+    from watchtower.spark.replay_job import run_replay
+
+    replay_id = 7002
+    register(stack, replay_id, first=LENGTH - 1, end_exclusive=LENGTH + 3, end_id=None)
+    result = run_replay(spark, stack.bootstrap, SID, replay_id, prefix=stack.prefix)
+    assert result.status == "errored"
+    assert f"missing sequence {LENGTH + 1}" in (result.reason or "")
+    assert deliveries(stack, replay_id) == []
+    last = replay_records(stack, replay_id)[-1]
+    assert isinstance(last, ReplayErrored)
+    assert last.reason == result.reason
+
+
+def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, api: ApiClient) -> None:
+    from watchtower.spark.replay_job import run_replay
+
+    with pytest.raises(ReplayNotFoundError, match="not registered"):
+        run_replay(spark, stack.bootstrap, SID, 999_999, prefix=stack.prefix)
+    register(stack, 7004, first=1, end_exclusive=3, end_id=None)
+    # Another stream on the same partition does not own SID's replay.
+    neighbour = next(f"s-other-{i}" for i in range(1000)
+                     if partition_for_key(f"s-other-{i}".encode(), 3) == partition_for_key(SID.encode(), 3))
+    with pytest.raises(ReplayNotFoundError, match="not registered"):
+        run_replay(spark, stack.bootstrap, neighbour, 7004, prefix=stack.prefix)
+
+
+def test_the_cli_runs_a_registered_replay_and_prints_the_result(
+        spark: Any, stack: ServiceSet, api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchtower.cli.spark_cmd import spark as group
+
+    replay_id = 7003
+    register(stack, replay_id, first=1, end_exclusive=11, end_id=None, filter_spec={"field": "kind", "op": "eq",
+                                                                                   "value": "trade"})
+    monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", stack.prefix)
+    result = CliRunner().invoke(group, ["replay", str(replay_id), "--stream", SID, "--bootstrap", stack.bootstrap,
+                                        "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"replay_id": replay_id, "stream_id": SID, "status": "completed",
+                                         "delivered": 5, "filtered": 5, "skipped": 0, "reason": None}
+    assert [decode_message(m.value()).sequence for m in deliveries(stack, replay_id)] == [1, 3, 5, 7, 9]
