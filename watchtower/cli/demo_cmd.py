@@ -46,7 +46,7 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
         three_client_roundtrip(spec.bootstrap, show)
 
         _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring), "
-              "then a paid feed")
+              "then a paid feed, then replays beyond the window (service and Spark)")
         from watchtower.cli.demo_stream import run_stream_demo
 
         run_stream_demo(spec.bootstrap)

@@ -14,15 +14,17 @@ from pathlib import Path
 import click
 import nacl.signing
 
-from watchtower.agents.deployment import ENV_CBY_MINTER, ENV_KEYMGR_PUBLIC_KEY, ENV_PROTOCOL_TREASURY
+from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
 from watchtower.cli.demo_paid import show_paid_feed
+from watchtower.cli.demo_replay import show_replay
 from watchtower.cli.demo_trust import show_client_side_trust
-from watchtower.client.account import Account
+from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
 from watchtower.gateway.archive import read_committed_messages
-from watchtower.keymgr.kek import Kek, new_kek_text
+from watchtower.local.genesis import ensure_genesis
+from watchtower.local.paths import watchtower_home
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signing import verify_with_schedule
@@ -53,19 +55,17 @@ def run_stream_demo(bootstrap: str) -> None:
     """Start a stream worker and the projection/API worker, drive feeds through them, stop them."""
     home = Path(tempfile.mkdtemp(prefix="wt-demo-"))
     services = ServiceSet(bootstrap, topic_prefix(), home / "logs", api_port=_free_port(8470))
-    # The demo deployment's protocol treasury (docs/deployment.md): the workers' setting, never a creator's.
-    treasury = Account(nacl.signing.SigningKey.generate(), name="demo-treasury", home=home)
-    os.environ.setdefault(ENV_PROTOCOL_TREASURY, treasury.address)
-    # Genesis of the paid-feed half: the CBY minter and the key manager's KEK (its receipt key follows).
-    minter = Account(nacl.signing.SigningKey.generate(), name="demo-minter", home=home)
-    kek_file = home / "kek.key"
-    kek_file.write_text(new_kek_text())
-    kek_file.chmod(0o600)
-    os.environ[ENV_CBY_MINTER] = minter.address
-    os.environ[ENV_KEYMGR_PUBLIC_KEY] = Kek(bytes.fromhex(kek_file.read_text())).receipt_public_key().hex()
+    # The demo deployment's genesis (docs/deployment.md): the protocol treasury, the CBY minter and the
+    # key manager's KEK, created once beside the demo broker's data and reused by every later run, so a
+    # second demo opens the master seeds the first one wrapped (the topics outlive one run).
+    genesis = ensure_genesis(watchtower_home() / "local" / "demo")
+    os.environ.update(genesis.worker_env())
+    minter = Account(read_key_file(genesis.minter_key_path), name="demo-minter", home=home)
+    kek_file = genesis.kek_path
     services.start_worker("demo-w1")
     services.start_projection("demo-p1")
     services.start_keymgr(_free_port(8472), kek_file)
+    replay_worker = services.start_replay("demo-r1")
     try:
         t0 = time.monotonic()
         services.wait_ready()
@@ -75,6 +75,7 @@ def run_stream_demo(bootstrap: str) -> None:
         api = ApiClient(services.api_url)
         _drive(api, services, home)
         show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
+        show_replay(api, services, minter, replay_worker)
     finally:
         services.stop()
 
