@@ -167,8 +167,9 @@ class ReplayWorker:
                 if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
                     self._serve(view)
                 self.spark.reap()
-                self.health.count(v for views in self.views.values() for v in views.values())
-                self.health.tick()
+                if self.health.due():
+                    self.health.count(v for views in self.views.values() for v in views.values())
+                    self.health.write()
         finally:
             self.health.set_state("exiting")
             self.spark.stop()
@@ -186,6 +187,11 @@ class ReplayWorker:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
             log.info("replay partition %d folded: %d replays", tp.partition, len(self.views[tp.partition]))
+            # A Spark replay without a terminal record: its job died with the previous owner (or is
+            # still running; the deliveries are deduplicated by readers): launch it again.
+            for view in self.views[tp.partition].values():
+                if view.engine == "spark" and not view.terminal:
+                    self.spark.launch(view)
         consumer.assign(partitions)
         self.health.partitions = sorted(self.views)
         self.health.write()
