@@ -11,8 +11,9 @@ worker (as `watchtower up` does), publishes `--messages` client-signed messages 
    transaction per `--slice` records: the same work and guarantees without the protocol). The
    ratio replay/raw is judged against the target (>= 0.5).
 2. back-pressure: publish acknowledgement latency (submit -> committed reply) at a fixed offered
-   load (`--publish-rate` for `--seconds`) on a second stream, without a replay and then while
-   replays of the big stream run back to back: p50/p90/p99 of each and the p99 ratio.
+   load (`--publish-rate` for `--seconds`) on a second stream, without a replay, then while
+   replays of the big stream run back to back (uncapped, then with the worker capped at
+   `--capped-rate` records/s): p50/p90/p99 of each and the p99 ratios.
 
     .venv/bin/python bench/bench_replay.py --quick                 # smoke run
     .venv/bin/python bench/bench_replay.py [--json out.json] [--plot out.png]
@@ -307,11 +308,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         during, replays = with_replays(bootstrap, prefix, big, watch,
                                        lambda: paced_publish(client, small, args.publish_rate, args.seconds,
                                                              args.payload))
+        # The back-pressure knob: the same load beside a replay worker capped at --capped-rate records/s.
+        services.kill9("replay-r1")
+        services.start_replay("r1", {"WATCHTOWER_REPLAY_SLICE": str(args.slice),
+                                     "WATCHTOWER_REPLAY_RATE": str(int(args.capped_rate))})
+        capped, capped_replays = with_replays(bootstrap, prefix, big, watch,
+                                              lambda: paced_publish(client, small, args.publish_rate, args.seconds,
+                                                                    args.payload))
         report["publish_latency"] = {"offered_msg_per_s": args.publish_rate, "alone": dist_ms(alone),
                                      "during_replay": dist_ms(during), "replays_completed_meanwhile": replays,
+                                     "during_capped_replay": dist_ms(capped), "capped_rate": args.capped_rate,
+                                     "capped_replays_completed_meanwhile": capped_replays,
                                      "p99_ratio": pct(during, 99) / pct(alone, 99),
+                                     "p99_ratio_capped": pct(capped, 99) / pct(alone, 99),
                                      "alone_samples_ms": [x * 1000 for x in alone],
-                                     "during_samples_ms": [x * 1000 for x in during]}
+                                     "during_samples_ms": [x * 1000 for x in during],
+                                     "capped_samples_ms": [x * 1000 for x in capped]}
         return report
     finally:
         if watch is not None:
@@ -346,13 +358,13 @@ def tables(r: dict[str, Any]) -> str:
         f"   replay worker:                             {e['replay_median']:>10,.0f} rec/s",
         f"   ratio replay/raw: {e['ratio']:.2f} ({verdict} the >= {e['target_ratio']:.0%} target)",
         f"2. publish ack latency at {p['offered_msg_per_s']:g} msg/s (ms):",
-        "                 n      p50      p90      p99      max",
+        "                         n      p50      p90      p99      max",
     ]
-    for name in ("alone", "during_replay"):
+    for name in ("alone", "during_replay", "during_capped_replay"):
         d = p[name]
-        lines.append(f"   {name:<13}{d['n']:>5} {d['p50']:>8.1f} {d['p90']:>8.1f} {d['p99']:>8.1f} {d['max']:>8.1f}")
-    lines.append(f"   p99 during/alone: {p['p99_ratio']:.2f}x ({p['replays_completed_meanwhile']} replays completed "
-                 "meanwhile)")
+        lines.append(f"   {name:<21}{d['n']:>5} {d['p50']:>8.1f} {d['p90']:>8.1f} {d['p99']:>8.1f} {d['max']:>8.1f}")
+    lines.append(f"   p99 during/alone: {p['p99_ratio']:.2f}x uncapped ({p['replays_completed_meanwhile']} replays "
+                 f"completed meanwhile), {p['p99_ratio_capped']:.2f}x capped at {p['capped_rate']:g} rec/s")
     return "\n".join(lines)
 
 
@@ -367,7 +379,8 @@ def plot(r: dict[str, Any], path: str) -> None:
     a.bar(["raw copy", "replay"], [e["raw_median"], e["replay_median"]], color=["grey", "tab:blue"])
     a.set_ylabel("records/s")
     a.set_title(f"1. re-emit rate (ratio {e['ratio']:.2f}, target >= {e['target_ratio']})")
-    for label, samples in (("alone", p["alone_samples_ms"]), ("during replay", p["during_samples_ms"])):
+    for label, samples in (("alone", p["alone_samples_ms"]), ("during replay", p["during_samples_ms"]),
+                           (f"during replay capped at {p['capped_rate']:g}/s", p["capped_samples_ms"])):
         xs = sorted(samples)
         b.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=f"{label} (p99 {pct(xs, 99):.1f} ms)")
     b.set_xscale("log")
@@ -389,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="alternated raw/replay rounds (default 3)")
     parser.add_argument("--publish-rate", type=float, default=200.0, help="phase 2 offered load, msg/s (default 200)")
     parser.add_argument("--seconds", type=float, help="phase 2 duration of each leg (default 15)")
+    parser.add_argument("--capped-rate", type=float, default=2000.0,
+                        help="WATCHTOWER_REPLAY_RATE of the capped leg of phase 2 (default 2000)")
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic (default 3)")
     parser.add_argument("--json", metavar="PATH", help="write every result as JSON to PATH")
     parser.add_argument("--plot", metavar="PATH", help="write the rates and latency CDFs as a PNG to PATH")

@@ -288,5 +288,5 @@ def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_do
 
     down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    assert "stopped 4 service process(es)" in down.stdout  # 1 worker, 2 projections, the key manager
+    assert "stopped 5 service process(es)" in down.stdout  # 1 worker, 2 projections, key manager, replay
     assert all(_gone(s["pid"]) for s in projections.values())

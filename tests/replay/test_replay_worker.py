@@ -136,3 +136,20 @@ def test_hostile_replay_records_are_quarantined_and_the_worker_keeps_serving(
     assert "never registered" in reasons
     assert "not a replay record" in reasons
     assert replay_views(services.bootstrap, services.prefix)[victim.replay_id].status == "completed"
+
+
+def test_a_plan_above_the_spark_threshold_is_handed_off_not_served(env: tuple[ServiceSet, Stream],
+                                                                   reader: DeliveryReader) -> None:
+    services, stream = env
+    services.kill9("replay-r1")
+    services.start_replay("r1", {"WATCHTOWER_SPARK_REPLAY_THRESHOLD": "100"})
+    big = register(services.bootstrap, services.prefix, stream, start=1, to=1001)
+    small = register(services.bootstrap, services.prefix, stream, start=1, to=101)
+    assert wait_status(services.bootstrap, services.prefix, small.replay_id, {"completed"}).delivered == 100
+    deadline = time.monotonic() + 120
+    while (view := replay_views(services.bootstrap, services.prefix)[big.replay_id]).engine != "spark":
+        assert time.monotonic() < deadline, f"replay {big.replay_id} was not handed to Spark: {view}"
+        time.sleep(0.5)
+    assert view.next_offset == 0
+    assert view.delivered == 0
+    reader.until(lambda: reader.count(small.replay_id) >= 100, what="the small replay's deliveries")

@@ -55,10 +55,12 @@ class SparkLauncher:
     def __init__(self, bootstrap: str, prefix: str | None) -> None:
         self.bootstrap, self.prefix = bootstrap, prefix
         self.jobs: dict[int, subprocess.Popen[bytes]] = {}
+        self.launched: set[int] = set()
 
     def launch(self, view: ReplayView) -> None:
-        if view.replay_id in self.jobs:
+        if view.replay_id in self.launched:
             return
+        self.launched.add(view.replay_id)
         cmd = [sys.executable, "-m", JOB_MODULE, "--bootstrap", self.bootstrap, "--stream-id", view.stream_id,
                "--replay-id", str(view.replay_id)]
         env = dict(os.environ)
@@ -71,8 +73,12 @@ class SparkLauncher:
         """Forget finished jobs (a failed one is logged; its replay stays unfinished until a restart)."""
         for rid, proc in list(self.jobs.items()):
             code = proc.poll()
-            if code is not None and code != 0:
-                log.error("the Spark job of replay %d exited with code %d", rid, code)
+            if code is None:
+                continue
+            del self.jobs[rid]
+            if code != 0:
+                log.error("the Spark job of replay %d exited with code %d; it is launched again when the "
+                          "worker restarts", rid, code)
 
     def stop(self) -> None:
         for proc in self.jobs.values():

@@ -52,9 +52,9 @@ class ReplayHealth:
             self.state = state
             self.write()
 
-    def tick(self) -> None:
-        if time.monotonic() - self._last_write >= 1.0:
-            self.write()
+    def due(self) -> bool:
+        """Whether a periodic write is due (at most one a second)."""
+        return time.monotonic() - self._last_write >= 1.0
 
     def as_json(self) -> dict[str, Any]:
         return {"worker": self.worker, "pid": os.getpid(), "state": self.state, "partitions": self.partitions,

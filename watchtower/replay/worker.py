@@ -1,11 +1,11 @@
 """The replay worker: fulfils the ICRC-77 replays of the ``replay`` partitions it owns.
 
-It joins the consumer group ``<prefix>.replay-worker`` on ``replay`` (read_committed). On the
+It joins the consumer group ``wt-<prefix>.replay-worker`` on ``replay`` (read_committed). On the
 assignment of partition *p* it folds *p* from the beginning with `protocol.replay_status` (a
 record that breaks a rule is quarantined: logged with topic/partition/offset and reason, counted,
-skipped) and then keeps consuming it. Its view of every replay comes from the log alone, its own
-records included: after a slice it waits to read its checkpoint back before the next slice of that
-replay, so an aborted transaction never needs an undo in memory.
+skipped) and then keeps consuming it. A record it wrote itself is applied to its view only once
+its transaction committed (and skipped when read back), so an aborted transaction never needs an
+undo in memory, and the next slice does not wait for the round trip.
 
 The unfinished replays of the owned partitions are served round-robin, one slice at a time
 (``WATCHTOWER_REPLAY_SLICE`` records of ``messages``, default 1000), at most
@@ -28,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -102,7 +103,8 @@ class ReplayWorker:
         self._stop = threading.Event()
         self.views: dict[int, dict[int, ReplayView]] = {}  # replay partition -> replay id -> view
         self._consumed: dict[int, int] = {}  # replay partition -> next offset to consume
-        self._awaiting: set[int] = set()  # replays whose last committed record was not read back yet
+        self._awaiting: set[int] = set()  # replays whose last committed record must be read back first
+        self._echo: dict[int, deque[bytes]] = {}  # committed records applied already, to skip when read back
         self._selectors: dict[int, ReplaySelector] = {}
         self._last_served = 0
         self._next_allowed = 0.0
@@ -167,8 +169,9 @@ class ReplayWorker:
                 if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
                     self._serve(view)
                 self.spark.reap()
-                self.health.count(v for views in self.views.values() for v in views.values())
-                self.health.tick()
+                if self.health.due():
+                    self.health.count(v for views in self.views.values() for v in views.values())
+                    self.health.write()
         finally:
             self.health.set_state("exiting")
             self.spark.stop()
@@ -186,6 +189,11 @@ class ReplayWorker:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
             log.info("replay partition %d folded: %d replays", tp.partition, len(self.views[tp.partition]))
+            # A Spark replay without a terminal record: its job died with the previous owner (or is
+            # still running; the deliveries are deduplicated by readers): launch it again.
+            for view in self.views[tp.partition].values():
+                if view.engine == "spark" and not view.terminal:
+                    self.spark.launch(view)
         consumer.assign(partitions)
         self.health.partitions = sorted(self.views)
         self.health.write()
@@ -194,6 +202,7 @@ class ReplayWorker:
         for tp in partitions:
             for rid in self.views.pop(tp.partition, {}):
                 self._awaiting.discard(rid)
+                self._echo.pop(rid, None)
                 self._selectors.pop(rid, None)
             self._consumed.pop(tp.partition, None)
         self.health.partitions = sorted(self.views)
@@ -240,6 +249,11 @@ class ReplayWorker:
             return
         if not isinstance(record, (ReplayRegistered, ReplayCancelRequested)):
             self._awaiting.discard(record.replay_id)  # a worker record: the checkpoint is read back
+            echo = self._echo.get(record.replay_id)
+            if echo and msg.value() in echo:
+                while echo.popleft() != msg.value():  # our own commit, applied when it committed
+                    pass
+                return
         try:
             if self._partitions and partition_for_key(record.stream_id.encode(), self._partitions) != partition:
                 raise ReplayRuleError(f"stream {record.stream_id!r} does not belong to replay partition {partition}")
@@ -295,8 +309,8 @@ class ReplayWorker:
             self.producer.begin_transaction()
             for d in result.deliveries:
                 self.producer.produce(self.t_deliveries, key=d.key, value=d.value, headers=d.headers)
-            self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=encode_replay_record(record),
-                                  partition=partition)
+            value = encode_replay_record(record)
+            self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=value, partition=partition)
             offsets = [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
             self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
                                    self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
@@ -304,10 +318,25 @@ class ReplayWorker:
         except (KafkaException, BufferError) as exc:
             self._abort(exc)
             return False
-        self._awaiting.add(view.replay_id)
+        self._applied_own(partition, record, value)
         self.health.slices += 1
         self.health.reemitted += len(result.deliveries)
         return True
+
+    def _applied_own(self, partition: int, record: ReplayRecord, value: bytes) -> None:
+        """Apply a record this worker just committed, so the next slice need not wait to read it back
+        (it is skipped when it is). Folding it cannot fail (it was built from the current view); if it
+        does anyway, the replay waits for the log's verdict instead."""
+        views = self.views.get(partition)
+        try:
+            if views is None:
+                raise ReplayRuleError("the partition is no longer owned")
+            views.update(apply_replay_record(views, record) or {})
+        except ReplayRuleError as exc:
+            log.warning("replay %d: own record not applied (%s); waiting to read it back", record.replay_id, exc)
+            self._awaiting.add(record.replay_id)
+            return
+        self._echo.setdefault(record.replay_id, deque()).append(value)
 
     def _abort(self, exc: Exception) -> None:
         self.health.aborted += 1
