@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
+from confluent_kafka import Producer
 from kafka_fixture import grant
 
-from watchtower.keymgr.kek import Kek, KekError
-from watchtower.keymgr.vault import Vault, VaultFencedError
+from watchtower.keymgr.kek import Kek
+from watchtower.keymgr.vault import SeedSealedError, Vault, VaultFencedError
 from watchtower.topics.admin import ensure_topics
-from watchtower.topics.catalogue import catalogue
+from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.connection import kafka_config
 
 KEK = Kek(b"\x51" * 32)
 
@@ -49,13 +52,46 @@ def test_a_newer_instance_fences_the_older_and_continues_above_its_nonces(kafka_
     new.close()
 
 
-def test_a_different_kek_cannot_open_the_stored_seeds(kafka_bootstrap: str, prefix: str) -> None:
+def test_a_different_kek_starts_but_refuses_the_seeds_it_cannot_open_and_never_replaces_them(
+        kafka_bootstrap: str, prefix: str) -> None:
     first = Vault(kafka_bootstrap, prefix, KEK)
     first.open()
-    first.seed_for("s1")
+    seed = first.seed_for("s1")
     first.close()
-    with pytest.raises(KekError, match="does not open under KEK"):
-        Vault(kafka_bootstrap, prefix, Kek(b"\x52" * 32)).open()
+    other = Kek(b"\x52" * 32)
+    wrong = Vault(kafka_bootstrap, prefix, other)
+    wrong.open()  # a log never makes the key manager unstartable
+    assert wrong.sealed_streams == {"s1": KEK.kek_id}
+    for call in (wrong.seed_for, wrong.existing_seed):
+        with pytest.raises(SeedSealedError, match=f"wrapped under KEK {KEK.kek_id}") as refused:
+            call("s1")
+        assert refused.value.code == "NOT_READY"
+    assert len(wrong.seed_for("s2")) == 32  # other streams are served
+    wrong.close()
+    again = Vault(kafka_bootstrap, prefix, KEK)
+    again.open()
+    assert again.existing_seed("s1") == seed  # the sealed seed was not replaced
+    again.close()
+
+
+def test_a_forged_seed_record_neither_stops_the_start_nor_replaces_the_genuine_seed(
+        kafka_bootstrap: str, prefix: str) -> None:
+    vault = Vault(kafka_bootstrap, prefix, KEK)
+    vault.open()
+    seed = vault.seed_for("s1")
+    vault.close()
+    forged = {"v": 1, "kek_id": KEK.kek_id, "wrapped_hex": "00" * 60}
+    producer = Producer(kafka_config(kafka_bootstrap))
+    for key, value in ((b"seed/s1", json.dumps(forged).encode()), (b"seed/s9", json.dumps(forged).encode()),
+                       (b"seed/s2", b"\xff not json")):
+        producer.produce(topic_name("keymgr-state", prefix), key=key, value=value, partition=0)
+    producer.flush(10)
+    reopened = Vault(kafka_bootstrap, prefix, KEK)
+    reopened.open()
+    assert reopened.existing_seed("s1") == seed  # the newest record does not open; the genuine one does
+    assert reopened.sealed_streams == {"s9": KEK.kek_id}
+    assert reopened.existing_seed("s2") is None
+    reopened.close()
 
 
 def test_rewrap_moves_every_seed_to_the_new_kek(kafka_bootstrap: str, prefix: str) -> None:
@@ -69,5 +105,8 @@ def test_rewrap_moves_every_seed_to_the_new_kek(kafka_bootstrap: str, prefix: st
     rotated.open()
     assert {sid: rotated.existing_seed(sid) for sid in seeds} == seeds
     rotated.close()
-    with pytest.raises(KekError):
-        Vault(kafka_bootstrap, prefix, KEK).open()
+    stranger = Vault(kafka_bootstrap, prefix, Kek(b"\x54" * 32))
+    stranger.open()
+    # The newest record of each stream names the new KEK (older ones go with compaction).
+    assert stranger.sealed_streams == dict.fromkeys(seeds, new_kek.kek_id)
+    stranger.close()

@@ -11,6 +11,13 @@ Records (partition 0, latest per key kept by compaction; defined in `schemas.key
   actor_nonce is ever issued twice for any content key, across kill -9 too. (One counter for the
   whole service: unique per content key follows, and a crash wastes at most one block.)
 
+A ``seed/`` record that does not open under this instance's KEK (wrapped under another KEK, altered,
+or forged: on a broker without ACLs anyone can write the topic) never stops the key manager from
+starting: the candidates of a stream are tried newest first and the first that opens is the seed; a
+stream none of whose records opens is *sealed*. It is logged with its topic, partition and offset
+and the KEK id it names, counted in health, and every request for it is refused with NOT_READY
+naming that KEK, and the vault never makes a new seed for it (that would orphan its ciphertext).
+
 Every write is a transaction of a producer with one fixed ``transactional.id`` per deployment:
 ``init_transactions`` at start fences any older instance (its next write fails and it stops
 serving encryption), and the state is read *after* it, so the new instance sees everything the
@@ -66,6 +73,10 @@ class VaultFencedError(NotReadyError):
     """Another key-manager instance took over the writer id; this one must stop encrypting."""
 
 
+class SeedSealedError(NotReadyError):
+    """The stream's master seed is stored, but not under this instance's KEK (see the module docstring)."""
+
+
 class Vault:
     """Wrapped master seeds and actor-nonce reservations; thread-safe."""
 
@@ -76,6 +87,7 @@ class Vault:
         self._block = nonce_block
         self._lock = threading.Lock()
         self._seeds: dict[str, bytes] = {}
+        self._sealed: dict[str, str] = {}  # stream id -> the KEK id its newest seed record names
         self._next_nonce = 1
         self._reserved_through = 0
         self._fenced = False
@@ -97,31 +109,56 @@ class Vault:
         """Fence older instances, load what they committed, and reserve the first nonce block."""
         self._producer.init_transactions(_TXN_TIMEOUT_S)
         reserved = 0
-        wrapped: dict[str, bytes] = {}
+        wrapped: dict[str, list[tuple[str, bytes, str]]] = {}  # stream id -> (kek id, blob, where), oldest first
         for record in read_committed(self._bootstrap, [self.topic], partition=STATE_PARTITION):
             key = (record.key() or b"").decode("utf-8", "replace")
+            where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
             try:
                 if key == NONCE_KEY:
                     reserved = max(reserved, decode_nonce_reservation(record.value()).reserved_through)
                 elif key.startswith("seed/"):
-                    wrapped[key[len("seed/") :]] = bytes.fromhex(decode_wrapped_seed(record.value()).wrapped_hex)
+                    seed_record = decode_wrapped_seed(record.value())
+                    wrapped.setdefault(key[len("seed/") :], []).append(
+                        (seed_record.kek_id, bytes.fromhex(seed_record.wrapped_hex), where))
             except (WatchtowerError, ValueError) as exc:
-                log.warning(
-                    "quarantined %s[%d]@%d (%s): not a key-manager state record: %s",
-                    record.topic(),
-                    record.partition(),
-                    record.offset(),
-                    key,
-                    type(exc).__name__,
-                )
-        for stream_id, blob in wrapped.items():
-            # Opened at start so a wrong KEK is a clear start-up error, not a failed request later.
-            self._seeds[stream_id] = self._kek.unwrap(SEED_PURPOSE, stream_id, blob)
+                log.warning("quarantined %s (%s): not a key-manager state record: %s", where, key, type(exc).__name__)
+        for stream_id, candidates in wrapped.items():
+            self._open_seed(stream_id, candidates)
+        if self._sealed:
+            log.warning("%d stream seed(s) do not open under KEK %s (they name KEK %s); those streams are refused "
+                        "until the key manager runs with the KEK they were wrapped under (docs/keymgr.md)",
+                        len(self._sealed), self._kek.kek_id, ", ".join(sorted(set(self._sealed.values()))))
         with self._lock:
             self._reserved_through = reserved
             self._next_nonce = reserved + 1
             self._reserve_locked()
         log.info("key-manager state loaded: %d stream seeds, actor nonces from %d", len(self._seeds), self._next_nonce)
+
+    def _open_seed(self, stream_id: str, candidates: list[tuple[str, bytes, str]]) -> None:
+        """The newest candidate that opens is the seed; a record that does not is quarantined."""
+        for kek_id, blob, where in reversed(candidates):
+            try:
+                self._seeds[stream_id] = self._kek.unwrap(SEED_PURPOSE, stream_id, blob)
+                return
+            except KekError:
+                log.warning("quarantined %s (seed/%s): it names KEK %s and does not open under KEK %s "
+                            "(another KEK, altered or forged)", where, stream_id, kek_id, self._kek.kek_id)
+        self._sealed[stream_id] = candidates[-1][0]
+
+    @property
+    def sealed_streams(self) -> dict[str, str]:
+        """Streams whose stored seed this instance cannot open, with the KEK id their record names."""
+        with self._lock:
+            return dict(self._sealed)
+
+    def _refuse_sealed(self, stream_id: str) -> None:
+        kek_id = self._sealed.get(stream_id)
+        if kek_id is not None:
+            raise SeedSealedError(
+                f"the master seed of stream {stream_id!r} is stored wrapped under KEK {kek_id}, not under this key "
+                f"manager's KEK {self._kek.kek_id}; its operator restarts the key manager with that KEK "
+                f"(docs/keymgr.md)"
+            )
 
     def close(self) -> None:
         self._producer.flush(5)
@@ -160,7 +197,8 @@ class Vault:
         """KEK rotation: every stored seed wrapped again under `new_kek`, in one transaction.
 
         The records keep their keys, so compaction drops the old wrapped forms; from the commit on,
-        only `new_kek` opens the state. Returns the number of seeds re-wrapped.
+        only `new_kek` opens the state. Returns the number of seeds re-wrapped (a sealed seed, which
+        this instance cannot open, is left as it is).
         """
         with self._lock:
             records = [
@@ -192,13 +230,15 @@ class Vault:
         return self._reserved_through
 
     def existing_seed(self, stream_id: str) -> bytes | None:
-        """The stream's master seed if one was created (never creates one)."""
+        """The stream's master seed if one was created (never creates one); NOT_READY when it is sealed."""
         with self._lock:
+            self._refuse_sealed(stream_id)
             return self._seeds.get(stream_id)
 
     def seed_for(self, stream_id: str) -> bytes:
-        """The stream's master seed, created (and committed wrapped) on first need."""
+        """The stream's master seed, created (and committed wrapped) on first need; NOT_READY when sealed."""
         with self._lock:
+            self._refuse_sealed(stream_id)
             seed = self._seeds.get(stream_id)
             if seed is None:
                 seed = secrets.token_bytes(SEED_BYTES)
@@ -211,4 +251,4 @@ def _wrapped(kek: Kek, stream_id: str, seed: bytes) -> WrappedSeedRecord:
     return WrappedSeedRecord(KEYMGR_RECORD_VERSION, kek.kek_id, kek.wrap(SEED_PURPOSE, stream_id, seed).hex())
 
 
-__all__ = ["KekError", "Vault", "VaultFencedError", "transactional_id"]
+__all__ = ["KekError", "SeedSealedError", "Vault", "VaultFencedError", "transactional_id"]
