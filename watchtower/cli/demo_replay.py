@@ -1,12 +1,12 @@
 """The demo's replay story: a range that left the ring window comes back, verified, through the
 replay service and through Spark, and a priced replay is paid through the CBY ledger.
 
-1. A feed with a ring of 100 takes 300 publishes; a new reader's cursor 0 is CURSOR_TOO_OLD,
+1. A feed with a ring of 50 takes 150 publishes; a new reader's cursor 0 is CURSOR_TOO_OLD,
    and the error carries the ready ICRC-77 request for the pruned range.
-2. The reader registers ``[1, 301)``; the replay worker re-emits the archive to its deliveries
+2. The reader registers ``[1, 151)``; the replay worker re-emits the archive to its deliveries
    with the ``icrc77:*`` headers, and the SDK verifies every message against the owner's key chain.
 3. An open-ended replay with a filter and a skip rule (``end_id`` tells the reader where it ends).
-4. A subscriber that opts in crosses CURSOR_TOO_OLD by replaying the gap: 1..300, no hole.
+4. A subscriber that opts in crosses CURSOR_TOO_OLD by replaying the gap: 1..150, no hole.
 5. The owner prices replays; a request without payment is PAYMENT_REQUIRED with the price, a paid
    one moves the price from the reader to the owner once.
 6. The replay worker is killed (kill -9); a replay registered meanwhile is fulfilled by Spark from
@@ -32,8 +32,8 @@ from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.message import StreamMessage
 
-RING = 100
-PUBLISHED = 300
+RING = 50
+PUBLISHED = 150
 PRICE_PER_EVENT = 2
 
 
@@ -76,7 +76,7 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
         click.echo(f"  its details carry the ready replay request: {ready['body']['from']}..{ready['body']['to']} "
                    f"(exclusive), price {ready['price_cby']} CBY")
 
-    click.secho("  -- ICRC-77 replay of [1, 301) by the replay service, every message verified", bold=True)
+    click.secho(f"  -- ICRC-77 replay of [1, {PUBLISHED + 1}) by the replay service, every message verified", bold=True)
     client = ReplayClient(reader, api, services.bootstrap, prefix=services.prefix, expected_owner=owner.address)
     ticket = client.register(feed_id, 1, PUBLISHED + 1)
     service_set = _read(client, ticket)
@@ -87,7 +87,8 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
                f"engine {status['stats']['engine']}")
 
     click.secho("  -- open-ended, with a filter (side = buy) and a skip rule (every 5th)", bold=True)
-    open_ended = client.register(feed_id, 201, filter={"field": "tags.side", "op": "eq", "value": "buy"}, skip=[5, 1])
+    buys = {"field": "tags.side", "op": "eq", "value": "buy"}
+    open_ended = client.register(feed_id, PUBLISHED - 49, filter=buys, skip=[5, 1])
     picked = [m.sequence for m in _read(client, open_ended)]
     click.echo(f"  end_id {open_ended.end_id} (the head when it was registered): delivered {picked[:6]}… "
                f"({len(picked)} messages)")
@@ -102,12 +103,12 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
 
     click.secho(f"  -- a priced replay: {PRICE_PER_EVENT} CBY an event, paid through the ledger", bold=True)
     api.command(owner.sign("set_replay_price", sid, {"price_per_event_cby": PRICE_PER_EVENT}))
-    _refused("a replay of 100 events without payment", lambda: client.register(feed_id, 1, 101))
+    _refused("a replay of 50 events without payment", lambda: client.register(feed_id, 1, 51))
     ledger = Ledger(api, reader)
     Ledger(api, minter).mint_cby(reader.address, 1_000)
     ledger.wait_for_balance(reader.address, 1_000)
-    paid = client.register(feed_id, 1, 101, max_payment_cby=200)
-    owner_balance = ledger.wait_for_balance(owner.address, 200)
+    paid = client.register(feed_id, 1, 51, max_payment_cby=50 * PRICE_PER_EVENT)
+    owner_balance = ledger.wait_for_balance(owner.address, 50 * PRICE_PER_EVENT)
     click.echo(f"  replay {paid.replay_id} charged {paid.price_cby} CBY: reader 1000 -> {ledger.balance()}, "
                f"owner 0 -> {owner_balance}; {len(_read(client, paid))} messages delivered")
     api.command(owner.sign("set_replay_price", sid, {"price_per_event_cby": 0}))
