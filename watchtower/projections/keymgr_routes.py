@@ -16,17 +16,14 @@ partition of the instance holding the fact, as the stream reads are (`routing`):
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 from faust.web import Request, Response
-from yarl import URL
 
 from watchtower.projections.keymgr_tables import account_view, balance_totals, entitlement_key
-from watchtower.projections.routing import FORWARD_TIMEOUT, ROUTED_HEADER
+from watchtower.projections.routing import peer_shares
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.errors import NotPlatformManagedStreamError, NotReadyError
@@ -76,7 +73,7 @@ def install(projection: Any, page: Callable[..., Any]) -> None:
         shares = [local_share(projection)]
         covered = set(shares[0]["partitions"])
         if len(covered) < projection.partitions:
-            shares += await _remote_shares(projection, covered)
+            shares += await peer_shares(projection, covered, LOCAL_SUPPLY_PATH, "the balances")
         if {p for s in shares for p in s["partitions"]} != set(range(projection.partitions)):
             raise NotReadyError("the CBY supply needs every partition's balances and some partition does not "
                                 "serve right now (a rebalance or a worker catching up); retry in a moment")
@@ -100,25 +97,3 @@ def local_share(projection: Any) -> dict[str, Any]:
                     else 0 if supply_partition in partitions else None)
     return {"partitions": partitions, "sum_of_balances_cby": total, "accounts": accounts,
             "total_supply_cby": supply_total}
-
-
-async def _remote_shares(projection: Any, covered: set[int]) -> list[dict[str, Any]]:
-    """The other workers' shares, from the owners the group's assignment names (marked: no forwarding)."""
-    app = projection.app
-    own = URL(str(app.conf.canonical_url))
-    urls = [URL(str(url)) for url, topics in app.assignor.external_topics_metadata().items()
-            if set(topics.get(projection.t_events, ())) - covered]
-    urls = [u for u in urls if (u.host, u.port) != (own.host, own.port)]
-
-    async def one(url: URL) -> dict[str, Any]:
-        try:
-            async with app.http_client.get(url.with_path(LOCAL_SUPPLY_PATH), headers={ROUTED_HEADER: "1"},
-                                           timeout=FORWARD_TIMEOUT) as response:
-                if response.status != 200:
-                    raise NotReadyError(f"worker {url} could not give its share of the balances; retry")
-                share: dict[str, Any] = await response.json()
-                return share
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise NotReadyError(f"worker {url} did not answer for its share of the balances ({type(exc).__name__}); "
-                                "retry in a moment") from None
-    return list(await asyncio.gather(*(one(u) for u in urls)))

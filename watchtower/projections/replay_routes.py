@@ -17,17 +17,14 @@ needs nobody else.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 from faust.web import Request, Response
-from yarl import URL
 
 from watchtower.projections import http_params as params
 from watchtower.projections.replay_tables import digest_of, parse_page_query, replay_page
-from watchtower.projections.routing import FORWARD_TIMEOUT, ROUTED_HEADER
+from watchtower.projections.routing import peer_shares
 from watchtower.protocol.errors import NotReadyError, ReplayNotFoundError
 from watchtower.protocol.replay_status import ReplayView, replay_status_json, view_from_dict, view_to_dict
 
@@ -77,7 +74,7 @@ async def all_views(projection: Any) -> list[ReplayView]:
     partitions, views = local_share(projection)
     covered = set(partitions)
     if len(covered) < projection.partitions:
-        for share in await _remote_shares(projection, covered):
+        for share in await peer_shares(projection, covered, LOCAL_REPLAYS_PATH, "the replays"):
             fresh = set(share["partitions"]) - covered
             covered |= fresh
             # Only the partitions not seen yet: in a rebalance two workers may both claim one.
@@ -87,25 +84,3 @@ async def all_views(projection: Any) -> list[ReplayView]:
         raise NotReadyError("the replays are spread over every partition and some partition does not serve right "
                             "now (a rebalance or a worker catching up); retry in a moment")
     return views
-
-
-async def _remote_shares(projection: Any, covered: set[int]) -> list[dict[str, Any]]:
-    """The other workers' shares, from the owners the group's assignment names (marked: no forwarding)."""
-    app = projection.app
-    own = URL(str(app.conf.canonical_url))
-    urls = [URL(str(url)) for url, topics in app.assignor.external_topics_metadata().items()
-            if set(topics.get(projection.t_events, ())) - covered]
-    urls = [u for u in urls if (u.host, u.port) != (own.host, own.port)]
-
-    async def one(url: URL) -> dict[str, Any]:
-        try:
-            async with app.http_client.get(url.with_path(LOCAL_REPLAYS_PATH), headers={ROUTED_HEADER: "1"},
-                                           timeout=FORWARD_TIMEOUT) as response:
-                if response.status != 200:
-                    raise NotReadyError(f"worker {url} could not give its share of the replays; retry")
-                share: dict[str, Any] = await response.json()
-                return share
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise NotReadyError(f"worker {url} did not answer for its share of the replays "
-                                f"({type(exc).__name__}); retry in a moment") from None
-    return list(await asyncio.gather(*(one(u) for u in urls)))

@@ -13,6 +13,7 @@ never a 500: the group moves its partitions within the session timeout.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -90,3 +91,28 @@ async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
         err = NotReadyError(f"the worker that owns this key's partition ({owner}) did not answer; it may be "
                             "restarting or leaving the group, which then moves its partitions; retry in a moment")
         return view.web.json(error_body(err), status=http_status(err.code))
+
+
+async def peer_shares(projection: Any, covered: set[int], path: str, what: str) -> list[dict[str, Any]]:
+    """Every other worker's share of a read that needs all partitions (e.g. the CBY supply, the replay
+    list): ``GET path`` on each worker that the group's assignment says owns an ``events`` partition
+    not in `covered`, marked routed so it answers for itself. NOT_READY (retry) when one cannot answer.
+    `what` names the share in the error (``"the balances"``)."""
+    app = projection.app
+    own = URL(str(app.conf.canonical_url))
+    urls = [URL(str(url)) for url, topics in app.assignor.external_topics_metadata().items()
+            if set(topics.get(projection.t_events, ())) - covered]
+    urls = [u for u in urls if (u.host, u.port) != (own.host, own.port)]
+
+    async def one(url: URL) -> dict[str, Any]:
+        try:
+            async with app.http_client.get(url.with_path(path), headers={ROUTED_HEADER: "1"},
+                                           timeout=FORWARD_TIMEOUT) as response:
+                if response.status != 200:
+                    raise NotReadyError(f"worker {url} could not give its share of {what}; retry")
+                share: dict[str, Any] = await response.json()
+                return share
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise NotReadyError(f"worker {url} did not answer for its share of {what} ({type(exc).__name__}); "
+                                "retry in a moment") from None
+    return list(await asyncio.gather(*(one(u) for u in urls)))
