@@ -753,6 +753,8 @@ def test_get_head_describes_the_stream() -> None:
         "max_subscribers": 10_000,
         "active_subscribers": 1,
         "last_key_epoch": None,
+        "replay_price_per_event_cby": 0,
+        "icrc77_pricing": {"perEvent": 0, "currency": "CBY"},
     }
 
 

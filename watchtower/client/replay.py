@@ -151,6 +151,10 @@ class ReplayClient:
         except (KeyError, TypeError, ValueError):
             raise MalformedRecordError(f"register_replay answered {sorted(reply)}, not a replay ticket") from None
 
+    def recover_gap(self, subscriber: Subscriber, err: CursorTooOldError, max_payment_cby: int | None) -> Page:
+        """`recover_gap` as this client (the `sdk.GapReplayer` a Subscriber calls)."""
+        return recover_gap(subscriber, err, self, max_payment_cby)
+
     def cancel(self, replay_id: int, *, stream_id: str | None = None) -> dict[str, Any]:
         """Ask to cancel `replay_id` (only its requester can; delivered messages are not recalled).
         The replay's stream is looked up unless given."""

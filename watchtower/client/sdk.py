@@ -12,7 +12,7 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import nacl.signing
 
@@ -43,9 +43,6 @@ from watchtower.protocol.page_proof import ProofEntry, schedule_check, verify_pa
 from watchtower.protocol.page_rules import check_page_sequences
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
-
-if TYPE_CHECKING:
-    from watchtower.client.replay import ReplayClient
 
 DEFAULT_WAIT_MS = 2000
 
@@ -360,6 +357,15 @@ class EpochKeySource(Protocol):
     def content_key(self, stream_id: str, key_epoch: int) -> bytes: ...
 
 
+class GapReplayer(Protocol):
+    """What crosses a CURSOR_TOO_OLD by replaying the gap (`client.replay.ReplayClient`, which reads
+    Kafka; the SDK core itself never imports a Kafka client)."""
+
+    def recover_gap(self, subscriber: Subscriber, err: CursorTooOldError, max_payment_cby: int | None) -> Page:
+        """The gap below the window as one verified page ending at the floor − 1."""
+        ...
+
+
 class Subscriber:
     """Reads `stream_id` from `cursor` (the last consumed sequence), verified and deduplicated.
 
@@ -409,7 +415,7 @@ class Subscriber:
         epoch_keys: EpochKeySource | None = None,
         replay_on_cursor_too_old: bool = False,
         replay_max_payment_cby: int | None = None,
-        replay_client: ReplayClient | None = None,
+        replay_client: GapReplayer | None = None,
     ) -> None:
         if type(cursor) is not int or cursor < 0:
             raise InvalidArgumentError(f"cursor must be an integer ≥ 0, got {cursor!r}")
@@ -523,11 +529,9 @@ class Subscriber:
         self._cursor = max(self._cursor, next_cursor)
         return Page(self.stream_id, tuple(fresh), head, _floor_of(raw, "get_since"), self._cursor, plaintexts)
 
-    def _replayed(self, err: CursorTooOldError, client: ReplayClient) -> Page:
-        """The gap below the window, replayed (`client.replay.recover_gap`); the cursor moves past it."""
-        from watchtower.client.replay import recover_gap
-
-        page = recover_gap(self, err, client, self.replay_max_payment_cby)
+    def _replayed(self, err: CursorTooOldError, client: GapReplayer) -> Page:
+        """The gap below the window, replayed (`ReplayClient.recover_gap`); the cursor moves past it."""
+        page = client.recover_gap(self, err, self.replay_max_payment_cby)
         if page.messages:
             self._delivered_through = page.messages[-1].sequence
         self._cursor = max(self._cursor, page.next_cursor)
