@@ -21,13 +21,15 @@ from watchtower.topics.catalogue import catalogue
 
 @contextmanager
 def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
-                projections: int = 1, gateway: bool = False, replay: bool = True) -> Iterator[ServiceSet]:
+                projections: int = 1, gateway: bool = False, replay: bool = True,
+                delivery: bool = True) -> Iterator[ServiceSet]:
     """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
 
     Projection ``pN`` serves on its own free port (``services.urls["projection-pN"]``); the first
     on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
     projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
-    ``services.urls["gateway-g1"]``. With `replay`, a replay worker ``replay-r1`` runs too. Returns
+    ``services.urls["gateway-g1"]``. With `replay`, a replay worker ``replay-r1`` runs too; with
+    `delivery`, a push delivery worker ``delivery-d1``. Returns
     once every projection (and the gateway) reports ready.
     On a secure broker the prefix gets its ACLs and the processes connect as the service principal.
     """
@@ -45,6 +47,8 @@ def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: 
             services.start_gateway("g1", ports[-1])
         if replay:
             services.start_replay("r1")
+        if delivery:
+            services.start_delivery("d1")
         services.wait_ready()
         yield services
     finally:

@@ -126,13 +126,19 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert code == 0
     assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
     assert {name: s["running"] for name, s in status["services"].items()} == {
-        "worker-w1": True, "projection-p1": True, "keymgr": True, "replay-r1": True}
+        "worker-w1": True, "projection-p1": True, "keymgr": True, "replay-r1": True,
+        "delivery-d1": True}
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is True
     # The projection is told where to listen; the worker where to write its health.
     assert _environ(status["services"]["projection-p1"]["pid"])["WATCHTOWER_WEB_BIND"] == "127.0.0.1"
     health_file = Path(status["logs"]) / "worker-w1.health.json"
     assert _environ(status["services"]["worker-w1"]["pid"])["WATCHTOWER_HEALTH_FILE"] == str(health_file)
+    # The delivery worker's fan-out yields the CPU to the publish path: it runs niced (docs/push.md).
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if "WATCHTOWER_DELIVERY_NICE" not in os.environ:
+        assert os.getpriority(os.PRIO_PROCESS, status["services"]["delivery-d1"]["pid"]) == min(19, own + 10)
+    assert os.getpriority(os.PRIO_PROCESS, status["services"]["worker-w1"]["pid"]) == own
     # The CLI finds the recorded API without flags: create a feed and read it back.
     assert fresh.wt("account", "new").returncode == 0
     created = fresh.wt("new", "feed", "--name", "up-test", "--json")
@@ -288,5 +294,6 @@ def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_do
 
     down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    assert "stopped 5 service process(es)" in down.stdout  # 1 worker, 2 projections, key manager, replay
+    # 1 worker, 2 projections, key manager, replay, delivery
+    assert "stopped 6 service process(es)" in down.stdout
     assert all(_gone(s["pid"]) for s in projections.values())

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 SDK_MODULES = ("watchtower.client", "watchtower.client.sdk", "watchtower.client.account", "watchtower.client.http",
-               "watchtower.client.home", "watchtower.client.fake")
+               "watchtower.client.home", "watchtower.client.fake", "watchtower.client.stream_modes")
 ALLOWED_PREFIXES = ("watchtower.protocol", "watchtower.schemas")
 # Third-party packages that belong to the server side.
 SERVER_ONLY = ("confluent_kafka", "faust", "mode", "aiohttp", "fastavro")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import secrets
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import nacl.signing
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
+from deliveries_reader import CommittedDeliveries
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
@@ -111,25 +111,16 @@ def wait_status(bootstrap: str, prefix: str, replay_id: int, statuses: set[str],
         time.sleep(0.5)
 
 
-class DeliveryReader:
+class DeliveryReader(CommittedDeliveries):
     """Reads ``deliveries`` (read_committed) from the beginning; keeps the records of the replays asked for."""
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
-        self.topic = topic_name("deliveries", prefix)
-        self.consumer = Consumer(kafka_config(bootstrap, **{
-            "group.id": f"wt-test-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "log_level": 3}))
-        parts = self.consumer.list_topics(self.topic, timeout=30).topics[self.topic].partitions
-        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        super().__init__(bootstrap, prefix)
         self.by_replay: dict[int, list[Any]] = {}
 
     def poll(self, timeout: float = 0.5) -> int:
         got = 0
-        for m in self.consumer.consume(5000, timeout):
-            err = m.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, err
-                continue
+        for m in self.records(timeout):
             raw = dict(m.headers() or []).get("icrc77:replay:id")
             rid = int(raw) if isinstance(raw, bytes) else 0
             self.by_replay.setdefault(rid, []).append(m)
@@ -152,9 +143,6 @@ class DeliveryReader:
         while time.monotonic() - last < quiet_s:
             if self.poll(0.3):
                 last = time.monotonic()
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 def header_map(msg: Any) -> Mapping[str, bytes]:

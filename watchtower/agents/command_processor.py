@@ -63,9 +63,9 @@ from watchtower.agents.decider import Touched
 from watchtower.agents.health import HealthFile
 from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
 from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
+from watchtower.agents.tx_worker import consumer_config, producer_config
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import end_offsets
 
 log = logging.getLogger("watchtower.worker")
@@ -115,16 +115,7 @@ class CommandProcessor(PartitionOwner):
         self._next_probe = 0.0
         self._fences: list[float] = []
         self._calls = BoundedCaller("wt-txn-call")
-        self._consumer_conf: dict[str, Any] = {
-            **kafka_config(bootstrap),
-            "group.id": self.group,
-            "client.id": f"wt-worker-{worker_id}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "partition.assignment.strategy": "range",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
+        self._consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
             # minutes (200,000 events: about 3 on the shared benchmark machine); a shorter bound
@@ -132,26 +123,15 @@ class CommandProcessor(PartitionOwner):
             "max.poll.interval.ms": 900_000,
             "error_cb": self._on_client_error,
             "logger": kafka_logger(),
-            "log_level": 3,
-        }
-        self._producer_conf: dict[str, Any] = {
-            **kafka_config(bootstrap),
-            "client.id": f"wt-worker-{worker_id}",
-            # Stable per worker: a restarted worker fences its own zombie transaction immediately.
-            "transactional.id": f"{group_id(prefix)}-{worker_id}",
-            "transaction.timeout.ms": transaction_timeout_ms,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 2,
-            # Right after a commit the coordinator answers the next AddOffsetsToTxn with
-            # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms (100 ms by
-            # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
-            "retry.backoff.ms": 5,
-            "retry.backoff.max.ms": 200,
-            "error_cb": self._on_client_error,
-            "logger": kafka_logger(),
-            "log_level": 3,
-        }
+        })
+        # Stable per worker: a restarted worker fences its own zombie transaction immediately.
+        self._producer_conf: dict[str, Any] = producer_config(
+            bootstrap, f"{group_id(prefix)}-{worker_id}", f"wt-worker-{worker_id}", **{
+                "transaction.timeout.ms": transaction_timeout_ms,
+                "linger.ms": 2,
+                "error_cb": self._on_client_error,
+                "logger": kafka_logger(),
+            })
         self.consumer = Consumer(self._consumer_conf)
         self.producer = Producer(self._producer_conf)
 

@@ -50,6 +50,12 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
         from watchtower.cli.demo_stream import run_stream_demo
 
         run_stream_demo(spec.bootstrap)
+
+        _step("5. push delivery: a push and a push-with-pull-fallback subscriber over SSE, the gateway "
+              "killed mid-stream, and the per-block bound")
+        from watchtower.cli.demo_push import run_push_demo
+
+        run_push_demo(spec.bootstrap)
     finally:
         if started_here and not keep_running:
             _step("stopping")

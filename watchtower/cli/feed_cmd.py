@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ import nacl.signing
 
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
 from watchtower.cli.feed_config import POLICIES, stream_config_fields
+from watchtower.cli.follow_cmd import feed_id_of, follow_feed, follow_options
 from watchtower.client import account as keys
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
 from watchtower.client.sdk import (
@@ -37,7 +39,10 @@ from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, 
 from watchtower.protocol.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
-MODES = {"push": "PUSH", "pull": "PULL", "push-fallback": "PUSH_WITH_PULL_FALLBACK"}
+MODES = {"push": "PUSH", "pull": "PULL", "push-with-pull-fallback": "PUSH_WITH_PULL_FALLBACK",
+         "push-fallback": "PUSH_WITH_PULL_FALLBACK"}  # (the last: the 0.1 name, kept for one release)
+#: `Subscriber.stream`'s mode for each subscription mode.
+STREAM_MODES = {"PUSH": "push", "PULL": "pull", "PUSH_WITH_PULL_FALLBACK": "push-with-pull-fallback"}
 
 
 def api_option(func: F) -> F:
@@ -444,28 +449,90 @@ def feed_rotate_publisher_key(ref: FeedRef, new_key_file: Path | None, api_url: 
 
 
 @feed.command("subscribe")
-@click.option("--mode", type=click.Choice(list(MODES)), required=True, help="Delivery mode.")
+@click.option("--mode", type=click.Choice(list(MODES)), required=True,
+              help="Delivery mode (push-fallback is the old name of push-with-pull-fallback).")
 @click.option("--filter", "filter_json", default=None, metavar="JSON", help="CIP-7 filter DSL over headers.")
 @click.option("--cursor", type=click.IntRange(min=0), default=None, help="Start after this sequence (default: head).")
-@click.option("--follow", is_flag=True, help="Then print verified messages as they arrive (Ctrl-C stops).")
+@click.option("--follow", is_flag=True,
+              help="Then print verified messages as they arrive, in the subscription's mode (Ctrl-C stops).")
+@follow_options
 @write_options
 @pass_feed
 def feed_subscribe(ref: FeedRef, mode: str, filter_json: str | None, cursor: int | None, follow: bool,
-                   api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
-    """Subscribe your account (or update its subscription)."""
+                   gateway_url: str | None, count: int | None, idle_timeout: float | None, pull_interval: float,
+                   heartbeat: int | None, api_url: str | None, account: str | None, key_file: Path | None,
+                   as_json: bool) -> None:
+    """Subscribe your account (or update its subscription).
+
+    With --follow: pull mode long-polls get_since; push mode prints the account's pushes as they
+    arrive through the event stream (/v1/feeds/ID/events?subscriber=…); push-with-pull-fallback
+    prints them too and catches up with get_since, so nothing is missed if pushes stall.
+    """
     flt = parse_json(filter_json, "--filter") if filter_json else None
     body: dict[str, Any] = {"mode": MODES[mode]}
     if flt is not None:
         body["filter"] = flt
     if cursor is not None:
         body["start_cursor"] = cursor
-    stream_id, reply = _signed(ref, api_url, account, key_file, "subscribe", body)
-    _done(reply, as_json, f"{reply.get('status', 'ACTIVE').lower()} {MODES[mode]} subscription to {stream_id} "
-                          f"from cursor {reply.get('start_cursor')}")
+    api = ApiClient(api_url)
+    stream_id, entry = ref.resolve(api)
+    me = load_account(account, key_file)
+    reply = api.command(me.sign("subscribe", stream_id, body))
+    if follow and as_json:
+        click.echo(json.dumps(reply, separators=(",", ":")))  # JSON lines: the reply, then one per message
+    else:
+        _done(reply, as_json, f"{reply.get('status', 'ACTIVE').lower()} {MODES[mode]} subscription to {stream_id} "
+                              f"from cursor {reply.get('start_cursor')}")
     if follow:
-        subscriber = Subscriber(ApiClient(api_url), stream_id, int(reply.get("start_cursor") or 0), flt)
-        for msg in subscriber.follow():
-            click.echo(json.dumps(msg.to_json_dict()) if as_json else message_line(msg))
+        stream_mode = STREAM_MODES[MODES[mode]]
+        subscriber = Subscriber(api, stream_id, int(reply.get("start_cursor") or 0), flt)
+        feed_id = feed_id_of(api, stream_id, entry) if stream_mode != "pull" else None
+        if stream_mode != "pull":
+            _wait_subscribed(api, stream_id, me.address)  # the event stream checks the subscription
+        follow_feed(api, subscriber, feed_id, mode=stream_mode, gateway_url=gateway_url, subscriber_address=me.address,
+                    as_json=as_json, count=count, idle_timeout_s=idle_timeout, pull_interval_s=pull_interval,
+                    heartbeat_s=heartbeat)
+
+
+def _wait_subscribed(api: ApiClient, stream_id: str, address: str, timeout_s: float = 10.0) -> None:
+    """Wait until the read side shows `address`'s active subscription (it trails the writer a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(s.get("subscriber") == address for s in api.subscribers(stream_id, active_only=True)):
+        if time.monotonic() >= deadline:
+            click.echo("note: the subscription is not visible on the read side yet; following anyway", err=True)
+            return
+        time.sleep(0.1)
+
+
+@feed.command("follow")
+@click.option("--cursor", type=click.IntRange(min=0), default=None,
+              help="Print everything after this sequence first (default: only new messages).")
+@click.option("--filter", "filter_json", default=None, metavar="JSON", help="CIP-7 filter DSL over headers.")
+@click.option("--owner", default=None, metavar="ADDRESS",
+              help="Refuse the stream unless its key chain starts at this owner's signed create command.")
+@click.option("--no-pull", is_flag=True, help="Events only: no get_since catch-up (gaps are not filled).")
+@follow_options
+@read_options
+@pass_feed
+def feed_follow(ref: FeedRef, cursor: int | None, filter_json: str | None, owner: str | None, no_pull: bool,
+                gateway_url: str | None, count: int | None, idle_timeout: float | None, pull_interval: float,
+                heartbeat: int | None, api_url: str | None, as_json: bool) -> None:
+    """Print the feed's verified messages live, through Server-Sent Events, falling back to pull.
+
+    Events come from /v1/feeds/ID/events on the API (or --gateway); get_since catches up from
+    --cursor at once, every --pull-interval seconds, whenever the events skip a sequence, and
+    continuously while the event stream is down, so each message is printed once, in order,
+    without gaps. --json prints one StreamMessage JSON per line. A summary goes to stderr.
+    """
+    api = ApiClient(api_url)
+    stream_id, entry = ref.resolve(api)
+    flt = parse_json(filter_json, "--filter") if filter_json else None
+    start = cursor if cursor is not None else int(with_spec_names(api.get_head(stream_id))["head_sequence"])
+    subscriber = Subscriber(api, stream_id, start, flt, expected_owner=owner)
+    follow_feed(api, subscriber, feed_id_of(api, stream_id, entry),
+                mode="push" if no_pull else "push-with-pull-fallback", gateway_url=gateway_url,
+                subscriber_address=None, as_json=as_json, count=count, idle_timeout_s=idle_timeout,
+                pull_interval_s=pull_interval, heartbeat_s=heartbeat)
 
 
 @feed.command("unsubscribe")

@@ -79,6 +79,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     record = _new_record(options) if record is None else _reconcile(record, options, explicit)
     _plan_keymgr(record)
     _plan_replay(record)
+    _plan_delivery(record)
     if record.projections > record.partitions:
         raise LocalStackError(f"--projections {record.projections} is more than --partitions {record.partitions}; "
                               "each projection worker needs a partition")
@@ -109,6 +110,8 @@ def up(ctx: click.Context, **options: Any) -> None:
             services.start_keymgr(s.port or 0, genesis.kek_path, instance=s.worker_id)
         elif s.kind == "replay":
             services.start_replay(s.worker_id)
+        elif s.kind == "delivery":
+            services.start_delivery(s.worker_id)
         else:
             services.start_projection(s.worker_id, port=s.port)
         s.pid = services.procs[s.name].pid
@@ -192,6 +195,12 @@ def _plan_replay(record: StackRecord) -> None:
     """Add the replay worker to the planned services (a record from before it existed gets one too)."""
     if not any(s.kind == "replay" for s in record.services.values()):
         record.services["replay-r1"] = ServiceRecord("replay-r1", "replay", "r1")
+
+
+def _plan_delivery(record: StackRecord) -> None:
+    """Add the push delivery worker to the planned services (a record from before it existed gets one too)."""
+    if not any(s.kind == "delivery" for s in record.services.values()):
+        record.services["delivery-d1"] = ServiceRecord("delivery-d1", "delivery", "d1")
 
 
 def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:

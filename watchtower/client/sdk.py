@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import nacl.signing
 
 from watchtower.client.account import Account
+from watchtower.client.stream_modes import PushSource, StreamStats, check_stream_args, run_stream
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
@@ -45,6 +46,8 @@ from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
 
 DEFAULT_WAIT_MS = 2000
+#: How often `Subscriber.stream` in push-with-pull-fallback mode pulls, pushes or not.
+DEFAULT_PULL_INTERVAL_S = 5.0
 
 
 class StreamApi(Protocol):
@@ -437,6 +440,7 @@ class Subscriber:
         self._cursor = cursor
         self._delivered_through = cursor
         self._schedule: KeySchedule | None = None
+        self.stream_stats: StreamStats | None = None  # the counters of the last `stream`
         self._owner = None if expected_owner is None else require_address(expected_owner, "expected_owner")
 
     @property
@@ -552,6 +556,13 @@ class Subscriber:
         """A proof entry's signature against the schedule (refreshed once, as `verify` does)."""
         return schedule_check(self.key_schedule())(entry) or schedule_check(self.key_schedule(refresh=True))(entry)
 
+    def advance_to(self, sequence: int) -> None:
+        """Record that every message up to `sequence` was handed out (a push path delivered it)."""
+        if sequence > self._cursor:
+            self._cursor = sequence
+        if sequence > self._delivered_through:
+            self._delivered_through = sequence
+
     def poll(self, limit: int = 100) -> list[StreamMessage]:
         """The next verified messages after the cursor (at most `limit`, possibly none)."""
         return list(self.poll_page(limit).messages)
@@ -581,3 +592,31 @@ class Subscriber:
             if page.next_cursor >= page.head_sequence and now - started < wait_ms / 2000:
                 # The API answered an unreached min_head early; do not spin on it.
                 time.sleep(min(0.2, wait_ms / 1000))
+
+    def stream(
+        self,
+        mode: str = "pull",
+        source: PushSource | None = None,
+        *,
+        pull_interval_s: float = DEFAULT_PULL_INTERVAL_S,
+        idle_timeout_s: float | None = None,
+        limit: int = MAX_GET_SINCE_LIMIT,
+        wait_ms: int = DEFAULT_WAIT_MS,
+        poll_s: float = 0.2,
+    ) -> Iterator[StreamMessage]:
+        """Yield verified messages live in `mode`: ``pull``, ``push`` or ``push-with-pull-fallback``.
+
+        ``pull`` is `follow`. The push modes read `source` (a `client.push.PushConsumer` or a
+        `client.sse.SseSource`, which the caller creates and closes), verify every message with
+        `verify`, deduplicate by (stream_id, sequence) and hand each out once, ascending.
+        ``push-with-pull-fallback`` also catches up with get_since from the cursor at once, every
+        `pull_interval_s`, and whenever a pushed message shows a gap below it (with a filter: the
+        filtered get_since decides), so the application sees every message even when pushes stall
+        or the delivery path dies. ``push`` hands out only what is pushed. Stops when the caller
+        stops iterating, or after `idle_timeout_s` without a message; `stream_stats` counts what
+        happened (docs/subscribing.md).
+        """
+        check_stream_args(mode, source, pull_interval_s)
+        self.stream_stats = StreamStats()
+        return run_stream(self, mode, source, limit=limit, wait_ms=wait_ms, pull_interval_s=pull_interval_s,
+                          idle_timeout_s=idle_timeout_s, poll_s=poll_s, stats=self.stream_stats)

@@ -11,4 +11,9 @@ ready as soon as it reaches the broker.
   worker mounts it when ``WATCHTOWER_GATEWAY`` is not ``0``, as `watchtower up` runs it).
 - `server`: the gateway as a process of its own (``watchtower gateway``, a compose service).
 - `archive`: reading the committed messages straight from the messages topic (tools and tests).
+- `sse` and `tail`: ``GET /v1/feeds/{id}/events``, the live feeds as Server-Sent Events (one live
+  tail per topic per process, catch-up through the API), served by the gateway and the API
+  (docs/sse.md).
+- `page` and ``static/``: the feed pages (``/feeds``, ``/feeds/{id}``), verifying every message in
+  the browser.
 """

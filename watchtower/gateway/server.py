@@ -1,4 +1,6 @@
-"""The command gateway as a process of its own: ``POST /v1/commands``, ``/v1/health``, ``/openapi.json``.
+"""The command gateway as a process of its own: ``POST /v1/commands``, ``/v1/health``, ``/openapi.json``,
+and the live feeds as Server-Sent Events (``GET /v1/feeds/{id}/events``, `watchtower.gateway.sse`,
+reading from the API named by ``WATCHTOWER_API_URL``).
 
 It serves the same HTTP contract as the combined API process (same JSON errors, same body limit,
 same prompt shutdown: `watchtower.projections.web_server`), and nothing of the read side. Health is
@@ -17,6 +19,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from watchtower.gateway.routes import COMMANDS_PATH, CommandGateway
+from watchtower.gateway.sse import EVENTS_PATH, SseHub
 from watchtower.projections import web_server
 from watchtower.projections.health import BrokerProbe
 from watchtower.projections.openapi import OPENAPI
@@ -32,20 +35,25 @@ def gateway_openapi() -> dict[str, Any]:
     health = copy.deepcopy(OPENAPI["paths"]["/v1/health"])
     schema = health["get"]["responses"]["200"]["content"]["application/json"]["schema"]
     schema["required"] = ["broker", "ok", "ready", "worker"]
-    schema["properties"] = {**{k: schema["properties"][k] for k in schema["required"]}, "role": {"type": "string"}}
-    return {**OPENAPI, "paths": {COMMANDS_PATH: OPENAPI["paths"][COMMANDS_PATH], "/v1/health": health}}
+    schema["properties"] = {**{k: schema["properties"][k] for k in schema["required"]}, "role": {"type": "string"},
+                            "sse": {"type": "object", "description": "open SSE connections, lagged closes, "
+                                                                     "the largest connection buffer seen"}}
+    return {**OPENAPI, "paths": {COMMANDS_PATH: OPENAPI["paths"][COMMANDS_PATH], "/v1/health": health,
+                                 EVENTS_PATH: OPENAPI["paths"][EVENTS_PATH]}}
 
 
-def build_app(gateway: CommandGateway, *, name: str = "gateway") -> web.Application:
-    """An aiohttp app serving `gateway`, its health and its OpenAPI document."""
+def build_app(gateway: CommandGateway, *, name: str = "gateway", sse: SseHub | None = None) -> web.Application:
+    """An aiohttp app serving `gateway`, the SSE route, its health and its OpenAPI document."""
     app = web.Application(**web_server.application_options())
     probe = BrokerProbe(gateway.bootstrap, topic_name("commands", gateway.prefix))
     gateway.mount(app)
+    hub = sse or SseHub(gateway.bootstrap, prefix=gateway.prefix)
+    hub.mount(app)
 
     async def health(_request: web.Request) -> web.Response:
         broker = await probe.status()
         return web.json_response({"ok": True, "ready": gateway.connected and bool(broker["reachable"]),
-                                  "worker": name, "role": "gateway", "broker": broker})
+                                  "worker": name, "role": "gateway", "broker": broker, "sse": hub.stats()})
 
     async def openapi(_request: web.Request) -> web.Response:
         return web.json_response(gateway_openapi())

@@ -7,25 +7,33 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
 - its log is ``<log_dir>/<name>.log`` and its Faust data directory ``<log_dir>/<name>.data``;
 - a stream-actor worker gets ``WATCHTOWER_HEALTH_FILE=<log_dir>/<name>.health.json`` (the worker
   writes its health there; a file left by an earlier process is removed before the start); so
-  does the replay worker (`start_replay`, process ``replay-<id>``);
+  does the replay worker (`start_replay`, process ``replay-<id>``) and the push delivery worker
+  (`start_delivery`, process ``delivery-<id>``);
 - a projection gets ``WATCHTOWER_WEB_BIND`` (the address its HTTP API listens on) when `bind` is set;
-- a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind;
+- a command gateway (`start_gateway`, ``POST /v1/commands`` alone) gets the same bind, and
+  ``WATCHTOWER_API_URL`` (the stack's API URL, which its SSE route reads from);
 - the Stream Key Manager (`start_keymgr`) gets ``WATCHTOWER_KEYMGR_KEK_FILE`` and the same bind;
+- the push delivery worker runs at a lower CPU priority, ``nice`` ``WATCHTOWER_DELIVERY_NICE`` (default
+  10, 0 = off; `delivery_nice`): its fan-out is background work and must not take the CPU from the
+  publish path on a shared host (docs/push.md);
 - with `credentials` (a secure broker) every process gets ``WATCHTOWER_KAFKA_CREDENTIALS`` pointing
   at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,8 +44,25 @@ PROJECTION_MODULE = "watchtower.projections.main"
 GATEWAY_MODULE = "watchtower.gateway.main"
 KEYMGR_MODULE = "watchtower.keymgr.main"
 REPLAY_MODULE = "watchtower.replay.main"
+DELIVERY_MODULE = "watchtower.delivery.main"
 KEYMGR_NAME = "keymgr"
 LOOPBACK = "127.0.0.1"
+#: How much lower the delivery worker's CPU priority is, unless WATCHTOWER_DELIVERY_NICE says otherwise.
+DEFAULT_DELIVERY_NICE = 10
+
+
+def delivery_nice(env: Mapping[str, str] | None = None) -> int:
+    """The niceness increment of the push delivery worker: ``WATCHTOWER_DELIVERY_NICE`` (0 = off), 0..19.
+
+    Fan-out is background work paced by the block bounds; the publish path (stream actor, API) is
+    not. On a shared host the scheduler then gives the CPU to a publish first, and the worker uses
+    what is left (docs/push.md).
+    """
+    try:
+        value = int((os.environ if env is None else env).get("WATCHTOWER_DELIVERY_NICE", DEFAULT_DELIVERY_NICE))
+    except ValueError:
+        value = DEFAULT_DELIVERY_NICE
+    return min(19, max(0, value))  # 19 is the lowest priority; a negative one would need privileges
 
 
 def is_loopback(bind: str) -> bool:
@@ -85,16 +110,25 @@ class ServiceSet:
     def health_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.health.json"
 
-    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> None:
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None, nice: int = 0) -> None:
+        """Start ``python -m args...`` as process `name`; `nice` > 0 lowers its CPU priority by that much."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"), **(extra_env or {})}
         if self.credentials is not None:
             env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(self.credentials)
             env.pop("WATCHTOWER_KAFKA_PRINCIPAL", None)  # the file holds one principal
+        argv = [sys.executable, "-m", *args]
+        nice_bin = shutil.which("nice") if nice > 0 else None
+        if nice_bin is not None:
+            # `nice` sets the priority before it execs Python (same pid), so every thread the process
+            # ever starts (librdkafka's included) inherits it; no preexec_fn in a threaded parent.
+            argv = [nice_bin, "-n", str(nice), *argv]
         with (self.log_dir / f"{name}.log").open("ab") as out:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
-            )
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        self.procs[name] = proc
+        if nice > 0 and nice_bin is None:  # no `nice` binary: the main thread, before Python starts others
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, proc.pid) + nice)
 
     def start_worker(self, worker_id: str) -> None:
         """A stream-actor worker (the single writer of the partitions it owns)."""
@@ -118,6 +152,20 @@ class ServiceSet:
                     {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})})
         return name
 
+    def start_delivery(self, worker_id: str = "d1", extra_env: dict[str, str] | None = None) -> str:
+        """A push delivery worker (:mod:`watchtower.delivery`); returns its process name (``delivery-<id>``).
+
+        `extra_env` sets e.g. ``WATCHTOWER_PUSH_BACKLOG`` for it alone. It runs ``nice`` by
+        `delivery_nice` (``WATCHTOWER_DELIVERY_NICE``, read from `extra_env` first, then the environment).
+        """
+        name = f"delivery-{worker_id}"
+        health = self.health_file(name)
+        health.unlink(missing_ok=True)
+        env = {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})}
+        nice = delivery_nice({**os.environ, **env})
+        self._spawn(name, [DELIVERY_MODULE, self.bootstrap, worker_id, self.prefix], env, nice=nice)
+        return name
+
     def start_projection(
         self, worker_id: str, port: int | None = None, generation: int = 1, *, gateway: bool = True
     ) -> None:
@@ -138,7 +186,9 @@ class ServiceSet:
     def start_gateway(self, name: str, port: int) -> str:
         """A command gateway process (no read side) on `port`; returns its URL (also in `urls`)."""
         name = f"gateway-{name}"
-        env = {} if self.bind is None else {"WATCHTOWER_WEB_BIND": self.bind}
+        env = {"WATCHTOWER_API_URL": self.api_url}
+        if self.bind is not None:
+            env["WATCHTOWER_WEB_BIND"] = self.bind
         self._spawn(name, [GATEWAY_MODULE, self.bootstrap, str(port), self.prefix], env)
         self.urls[name] = self.url_for(port)
         return self.urls[name]

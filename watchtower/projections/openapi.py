@@ -92,6 +92,29 @@ _HEALTH: Final = _object({
 _FEED: Final = _object({"feed_id": _SEQ, "stream_id": _STR, "name": _STR, "description": _STR, "owner": _STR,
                         "registered_at_block": _INT})
 
+# Server-Sent Events (watchtower.gateway.sse, docs/sse.md): a stream, not a JSON answer. The fuzz run
+# skips operations marked x-streaming (an open stream never ends); tests/gateway/test_sse_*.py cover them.
+_EVENTS: Final = {"get": {
+    "summary": "the feed's messages (or, with subscriber, that subscriber's pushes) live as Server-Sent Events",
+    "x-streaming": True,
+    "parameters": [
+        _path("feed_id", _SEQ),
+        _query("subscriber", _STR, "stream this subscriber's push deliveries instead of the feed's messages"),
+        _query("filter", _STR, "filter DSL as JSON (without subscriber only)"),
+        _query("cursor", _INT, "resume after this sequence (the Last-Event-ID header wins)"),
+        _query("heartbeat_s", {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+               "seconds between keep-alive comments (lowers the server's default only)"),
+        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _STR,
+         "description": "the last sequence received: the stream resumes after it"},
+    ],
+    "responses": {
+        "200": {"description": "id: <sequence>, event: message, data: {feed_id, stream_id, sequence, message}; "
+                               "event: lagged closes a reader that fell too far behind",
+                "content": {"text/event-stream": {"schema": _STR}}},
+        **dict.fromkeys(("400", "404", "410", "503"), _ERROR),
+    },
+}}
+
 # The key manager's reads (keymgr_routes).
 _AMOUNT: Final = {"type": "integer", "minimum": 0, "description": "CBY wei"}
 _ADDRESS: Final = {"type": "string", "pattern": "^0x[0-9a-f]{64}$"}
@@ -213,6 +236,7 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/feeds": _get("WatchtowerRegistry listings", _object({"feeds": {"type": "array", "items": _FEED}}),
                           [_query("owner", _STR)], errors=("503",)),
         "/v1/feeds/{feed_id}": _get("one listing", _FEED, [_path("feed_id", _SEQ)]),
+        "/v1/feeds/{feed_id}/events": _EVENTS,
         "/v1/admin/digest": _get("digest of this worker's projection tables", _object(
             {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),
         **_KEYMGR_PATHS,

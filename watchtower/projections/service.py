@@ -148,6 +148,11 @@ class Projection:
             from watchtower.gateway.routes import CommandGateway
             faust_web: Any = self.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
             CommandGateway(bootstrap, prefix=prefix).mount(faust_web.web_app)
+        # The live feeds (SSE) and the feed pages; their catch-up reads go through this API's own URL.
+        from watchtower.gateway.page import mount_live_feeds
+        driver: Any = self.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
+        mount_live_feeds(driver.web_app, bootstrap, prefix=prefix,
+                         api_url=os.environ.get("WATCHTOWER_CANONICAL_URL", f"http://127.0.0.1:{port}"))
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:

@@ -10,31 +10,15 @@ restart it.
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 import sys
 
-from watchtower.replay.worker import EXIT_FENCED, FencedError, ReplayWorker
+from watchtower.agents.tx_worker import worker_main
+from watchtower.replay.worker import ReplayWorker
 
 
 def main(argv: list[str]) -> int:
-    level = os.environ.get("WATCHTOWER_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(level=getattr(logging, level, logging.WARNING),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if len(argv) not in (2, 3):
-        print(__doc__.strip().splitlines()[0], file=sys.stderr)
-        return 2
-    bootstrap, worker_id, *rest = argv
-    worker = ReplayWorker(bootstrap, worker_id, prefix=rest[0] if rest else None)
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
-    signal.signal(signal.SIGINT, lambda *_: worker.stop())
-    try:
-        worker.run()
-    except FencedError as exc:
-        logging.getLogger("watchtower.replay").error("%s; exiting for a restart", exc)
-        return EXIT_FENCED
-    return 0
+    return worker_main(argv, __doc__ or "", lambda bootstrap, worker_id, prefix: ReplayWorker(
+        bootstrap, worker_id, prefix=prefix), "watchtower.replay")
 
 
 if __name__ == "__main__":

@@ -25,16 +25,20 @@ above the Spark threshold is handed off (`handoff`). The worker writes ``deliver
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final
+from typing import ClassVar, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from watchtower.agents.tx_worker import (
+    TXN_TIMEOUT_S,
+    TransactionalWorker,
+    env_int,
+    worker_group,
+)
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
@@ -58,49 +62,33 @@ log = logging.getLogger("watchtower.replay")
 ENV_SLICE: Final = "WATCHTOWER_REPLAY_SLICE"
 ENV_RATE: Final = "WATCHTOWER_REPLAY_RATE"
 DEFAULT_SLICE: Final = 1000
-TXN_TIMEOUT_S: Final = 10.0
-EXIT_FENCED: Final = 3
-_FATAL: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                           KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
-
-
-class FencedError(RuntimeError):
-    """Another process took over this worker's transactional id (or the producer failed fatally)."""
 
 
 def group_id(prefix: str | None = None) -> str:
-    """The replay workers' consumer group of one deployment: ``wt-<prefix>.replay-worker``.
-
-    The ``wt-`` in front is what a secure broker's ACLs grant the service principal (every group
-    and transactional id of Watchtower's own processes starts with it, `local.security`)."""
-    return f"wt-{topic_name('replay', prefix).rsplit('.', 1)[0]}.replay-worker"
+    """The replay workers' consumer group of one deployment: ``wt-<prefix>.replay-worker``."""
+    return worker_group("replay", prefix)
 
 
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit():
-        raise ValueError(f"{name} must be a whole number ≥ 0, got {raw!r}")
-    return int(raw)
-
-
-class ReplayWorker:
+class ReplayWorker(TransactionalWorker):
     """Call `run` (blocking) and `stop` from elsewhere (a signal handler)."""
+
+    kind: ClassVar[str] = "replay"
+    log: ClassVar[logging.Logger] = log
+    health: ReplayHealth
+    # A broker that just started answers NOT_COORDINATOR for a while: retry what is transient.
+    transient_init: ClassVar[frozenset[int]] = frozenset({KafkaError.NOT_COORDINATOR,
+                                                          KafkaError.COORDINATOR_NOT_AVAILABLE})
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None, slice_size: int | None = None,
                  rate: float | None = None, threshold: int | None = None,
                  clock_ms: Callable[[], int] | None = None, health: ReplayHealth | None = None) -> None:
-        self.bootstrap, self.worker_id, self.prefix = bootstrap, worker_id, prefix
+        self.prefix = prefix
         self.t_replay, self.t_messages = topic_name("replay", prefix), topic_name("messages", prefix)
         self.t_deliveries = topic_name("deliveries", prefix)
-        self.group = group_id(prefix)
         self.slice_size = max(1, slice_size if slice_size is not None else env_int(ENV_SLICE, DEFAULT_SLICE))
         self.rate = float(rate if rate is not None else env_int(ENV_RATE, 0))
         self.threshold = threshold if threshold is not None else spark_threshold()
-        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.health = health or ReplayHealth(worker_id)
-        self._stop = threading.Event()
         self.views: dict[int, dict[int, ReplayView]] = {}  # replay partition -> replay id -> view
         self._consumed: dict[int, int] = {}  # replay partition -> next offset to consume
         self._awaiting: set[int] = set()  # replays whose last committed record must be read back first
@@ -109,80 +97,45 @@ class ReplayWorker:
         self._last_served = 0
         self._next_allowed = 0.0
         self._partitions = 0
-        self.consumer = Consumer({
-            **kafka_config(bootstrap),
-            "group.id": self.group,
-            "client.id": f"wt-replay-{worker_id}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "partition.assignment.strategy": "range",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
-            "max.poll.interval.ms": 900_000,  # the fold of a long replay partition runs in the callback
-            "fetch.wait.max.ms": 20,
-            "log_level": 3,
-        })
-        self.producer = Producer({
-            **kafka_config(bootstrap),
-            "client.id": f"wt-replay-{worker_id}",
-            # Stable per worker id: a restarted worker fences its own zombie at init_transactions.
-            "transactional.id": f"{self.group}-{worker_id}",
-            "transaction.timeout.ms": int(TXN_TIMEOUT_S * 1000),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            # Deliveries are keyed by the requester; every client must agree on its partition.
-            "partitioner": "murmur2_random",
-            "retry.backoff.ms": 5,
-            "retry.backoff.max.ms": 200,
-            "log_level": 3,
-        })
+        # Deliveries are keyed by the requester; every client must agree on its partition (murmur2).
+        super().__init__(bootstrap, worker_id, prefix, clock_ms)
         self.archive = ArchiveReader(bootstrap, self.t_messages, client_id=f"wt-replay-{worker_id}-archive")
         self.spark = SparkLauncher(bootstrap, prefix)
 
     # ------------------------------------------------------------------ lifecycle
-    def stop(self) -> None:
-        self._stop.set()
+    def _subscriptions(self) -> list[str]:
+        return [self.t_replay]
 
-    def run(self) -> None:
-        """Serve until `stop`; raises FencedError when this worker must exit for a restart."""
-        self.health.write()
-        try:
-            self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S))
-            self.consumer.subscribe([self.t_replay], on_assign=self._on_assign, on_revoke=self._on_revoke)
-            self.health.set_state("serving")
-            while not self._stop.is_set():
-                view = self._pick()
-                wait = 0.0 if view is not None else 0.2
-                if view is not None and self.rate > 0:
-                    wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
-                # consume() with a timeout waits for a FULL batch, which would hold a lone record (our
-                # own checkpoint read back) for the whole wait: take what is fetched, else poll for one.
-                batch = self.consumer.consume(num_messages=500, timeout=0)
-                if not batch and wait > 0:
-                    first = self.consumer.poll(wait)
-                    batch = [first] if first is not None else []
-                for msg in batch:
-                    self._consume(msg)
-                view = self._pick()
-                if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
-                    self._serve(view)
-                self.spark.reap()
-                if self.health.due():
-                    self.health.count(v for views in self.views.values() for v in views.values())
-                    self.health.write()
-        finally:
-            self.health.set_state("exiting")
-            self.spark.stop()
-            for close in (self.consumer.close, self.archive.close):
-                try:
-                    close()
-                except (KafkaException, RuntimeError) as exc:
-                    log.warning("closing a client failed: %s", exc)
+    def _step(self) -> None:
+        view = self._pick()
+        wait = 0.0 if view is not None else 0.2
+        if view is not None and self.rate > 0:
+            wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
+        # consume() with a timeout waits for a FULL batch, which would hold a lone record (our
+        # own checkpoint read back) for the whole wait: take what is fetched, else poll for one.
+        batch = self.consumer.consume(num_messages=500, timeout=0)
+        if not batch and wait > 0:
+            first = self.consumer.poll(wait)
+            batch = [first] if first is not None else []
+        for msg in batch:
+            self._consume(msg)
+        view = self._pick()
+        if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
+            self._serve(view)
+        self.spark.reap()
+
+    def _count(self) -> None:
+        self.health.count(v for views in self.views.values() for v in views.values())
+
+    def _close(self) -> None:
+        self.spark.stop()
+        super()._close()
+
+    def _closers(self) -> list[Callable[[], None]]:
+        return [self.consumer.close, self.archive.close]
 
     # ------------------------------------------------------------------ the replay topic
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
         self._partitions = self._partitions or len(consumer.list_topics(self.t_replay, timeout=30)
                                                    .topics[self.t_replay].partitions)
         for tp in partitions:
@@ -190,11 +143,11 @@ class ReplayWorker:
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
             log.info("replay partition %d folded: %d replays", tp.partition, len(self.views[tp.partition]))
             # A Spark replay without a terminal record: its job died with the previous owner (or is
-            # still running; the deliveries are deduplicated by readers): launch it again.
+            # still running; the deliveries are deduplicated by readers): launch it again. Not after
+            # this process's own producer failed: its launches are still running.
             for view in self.views[tp.partition].values():
-                if view.engine == "spark" and not view.terminal:
+                if view.engine == "spark" and not view.terminal and not recovering:
                     self.spark.launch(view)
-        consumer.assign(partitions)
         self.health.partitions = sorted(self.views)
         self.health.write()
 
@@ -228,10 +181,7 @@ class ReplayWorker:
             scan.close()
 
     def _consume(self, msg: Message) -> None:
-        err = msg.error()
-        if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("replay consumer error: %s", err)
+        if not self._is_record(msg):
             return
         partition = int(msg.partition() or 0)
         if partition not in self.views:
@@ -342,18 +292,4 @@ class ReplayWorker:
         self.health.aborted += 1
         self.archive.forget_position()
         log.warning("replay slice failed (%s); aborting, the slice is done again from its checkpoint", exc)
-        try:
-            self._call_txn(partial(self.producer.abort_transaction, TXN_TIMEOUT_S))
-        except KafkaException as abort_exc:
-            raise FencedError(f"the transaction could not be aborted ({abort_exc})") from None
-
-    def _call_txn(self, fn: Callable[[], Any]) -> Any:
-        """A transactional call; a fenced or fatal producer becomes FencedError (exit for a restart)."""
-        try:
-            return fn()
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FATAL):
-                raise FencedError(f"worker {self.worker_id} was fenced or its producer failed fatally ({err})") \
-                    from None
-            raise
+        self._abort_txn()

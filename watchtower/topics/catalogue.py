@@ -75,6 +75,11 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
         TopicSpec("keymgr-state", f"{p}.keymgr.state", partitions, FOREVER, cleanup_policy="compact",
                   purpose="master seeds wrapped under the KEK and actor-nonce reservations, latest value per key",
                   extra={"min.cleanable.dirty.ratio": "0.1"}),
+        TopicSpec("delivery-state", f"{p}.delivery.state", partitions, FOREVER, cleanup_policy="compact",
+                  purpose="push checkpoints, latest per stream: low watermark, cursors, round-robin pointer and "
+                          "the block budget used, written with the deliveries they account for",
+                  # A checkpoint lists the cursors of up to max_subscribers subscribers.
+                  extra={"min.cleanable.dirty.ratio": "0.1", "max.message.bytes": str(8 * 1024 * 1024)}),
     ]
 
 

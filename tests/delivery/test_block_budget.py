@@ -1,0 +1,190 @@
+"""A block's push budget survives a worker restart within that block (real broker, real stack).
+
+The workers run in this process with a clock the test moves, so "a restart within the block" is
+certain instead of a race with the wall clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from push_helpers import PushReader, create_push_feed, publish
+from stack_fixture import start_stack
+
+from watchtower.delivery.health import DeliveryHealth
+from watchtower.delivery.worker import DeliveryWorker
+from watchtower.gateway.transport import CommandClient
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
+
+pytestmark = pytest.mark.integration
+
+BLOCK = 30_000_000
+
+
+class Clock:
+    def __init__(self, block: int) -> None:
+        self.block = block
+
+    def __call__(self) -> int:
+        return GENESIS_UNIX_MS + self.block * BLOCK_INTERVAL_MS + BLOCK_INTERVAL_MS // 2
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("budget-logs"), replay=False,
+                     delivery=False) as services:
+        yield services
+
+
+class Running:
+    """A DeliveryWorker serving in a thread."""
+
+    def __init__(self, stack: ServiceSet, clock: Clock) -> None:
+        self.worker = DeliveryWorker(stack.bootstrap, "budget", prefix=stack.prefix, clock_ms=clock,
+                                     health=DeliveryHealth("budget", path=""))
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.worker.run()
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        assert not self.errors, self.errors
+
+
+def wait(cond: Callable[[], bool], what: str, timeout_s: float = 300) -> None:
+    # A safety net, not a timing claim: on a loaded 2-core machine a rejoin and restore can take minutes.
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def settled(worker: DeliveryWorker, stream_id: str, next_sequence: int) -> Callable[[], bool]:
+    """True once the worker has ingested up to ``next_sequence - 1`` and committed that plan.
+
+    The worker runs in another thread: ingesting moves ``next_sequence`` a moment before the key is
+    marked dirty, so one reading could fall between the two. Two readings 0.2 s apart cannot (the
+    worker thread runs in between). Counting transactions instead would race: the new message may be
+    committed before ``publish`` even returns.
+    """
+    def once() -> bool:
+        keys = [k for k in list(worker.schedules) if k[1] == stream_id]
+        return bool(keys) and all(worker.schedules[k].next_sequence >= next_sequence and k not in worker.dirty
+                                  for k in keys)
+
+    def check() -> bool:
+        if not once():
+            return False
+        time.sleep(0.2)
+        return once()
+    return check
+
+
+def test_a_restart_within_a_block_spends_only_what_the_block_has_left(stack: ServiceSet) -> None:
+    client = CommandClient(stack.bootstrap, prefix=stack.prefix)
+    reader = PushReader(stack.bootstrap, stack.prefix)
+    clock = Clock(BLOCK)
+    try:
+        feed = create_push_feed(client, 50, per_block=10)
+        publish(client, feed, 1)
+        first = Running(stack, clock)
+        reader.until(lambda: len(reader.of(feed)) >= 10, timeout_s=180, what="the first block's pushes")
+        first.stop()
+        second = Running(stack, clock)
+        try:
+            wait(lambda: any(sid == feed.stream_id for _, sid in second.worker.schedules)
+                 and second.worker._owing_block == BLOCK, "the restarted worker to plan the block")
+            publish(client, feed, 1)  # a new message in the spent block: planned, checkpointed, not pushed
+            wait(settled(second.worker, feed.stream_id, 3),
+                 "the new message's checkpoint")
+            reader.poll(2.0)
+            assert Counter(p.block for p in reader.of(feed)) == {BLOCK: 10}
+            for n in range(1, 10):  # 50 subscribers × 2 messages at 10 a block: 9 more blocks
+                clock.block = BLOCK + n
+                reader.until(lambda n=n: len(reader.of(feed)) >= 10 * (n + 1), timeout_s=120,
+                             what=f"block {BLOCK + n}")
+            reader.poll(2.0)
+        finally:
+            second.stop()
+        pushes = reader.of(feed)
+        assert Counter(p.block for p in pushes) == {BLOCK + n: 10 for n in range(10)}
+        assert {(p.subscriber, p.sequence) for p in pushes} == {(s, q) for s in feed.subscribers for q in (1, 2)}
+    finally:
+        reader.close()
+        client.close()
+
+
+class FailsOnce:
+    """The worker's producer, but its first ``send_offsets_to_transaction`` times out and its
+    ``abort_transaction`` then fails fatally: what a broker killed under an open transaction does."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.failed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def send_offsets_to_transaction(self, *args: object, **kwargs: object) -> object:
+        if not self.failed:
+            self.failed = True
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: the coordinator went away"))
+        return self.real.send_offsets_to_transaction(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def abort_transaction(self, *_args: object, **_kwargs: object) -> None:
+        raise KafkaException(KafkaError(KafkaError.INVALID_TXN_STATE, "injected: invalid state", fatal=True))
+
+
+def test_a_producer_that_fails_fatally_is_replaced_in_process_and_nothing_is_lost(stack: ServiceSet) -> None:
+    client = CommandClient(stack.bootstrap, prefix=stack.prefix)
+    reader = PushReader(stack.bootstrap, stack.prefix)
+    clock = Clock(BLOCK + 100)
+    worker = DeliveryWorker(stack.bootstrap, "recover", prefix=stack.prefix, clock_ms=clock,
+                            health=DeliveryHealth("recover", path=""))
+    broken = FailsOnce(worker.producer)
+    worker.producer = broken  # type: ignore[assignment]
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        feed = create_push_feed(client, 20, per_block=10)
+        publish(client, feed, 1)
+        wait(lambda: broken.failed and worker.recoveries >= 1, "the injected failure and the recovery")
+        reader.until(lambda: len(reader.of(feed)) >= 10, timeout_s=180, what="the first block's pushes")
+        clock.block += 1
+        reader.until(lambda: len(reader.of(feed)) >= 20, timeout_s=180, what="the second block's pushes")
+        reader.poll(2.0)
+        assert not errors, f"the worker exited: {errors}"
+        assert thread.is_alive(), "the worker stopped serving"
+        assert worker.producer is not broken, "the failed producer was not replaced"
+    finally:
+        worker.stop()
+        thread.join(60)
+        reader.close()
+        client.close()
+    pushes = reader.of(feed)
+    assert {(p.subscriber, p.sequence) for p in pushes} == {(s, 1) for s in feed.subscribers}
+    assert all(n <= 10 for n in Counter(p.block for p in pushes).values())
+    assert not errors, errors

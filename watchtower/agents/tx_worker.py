@@ -1,0 +1,322 @@
+"""What every transactional side worker (push delivery, replay) shares: its group and transactional
+ids, its Kafka client configs, its serving loop and health writes, the fenced exit, and the process
+entry point (`worker_main`).
+
+Contracts:
+
+- A worker of kind *k* joins the consumer group ``wt-<prefix>.<k>-worker`` and produces with the
+  transactional id ``<group>-<worker id>``: stable per worker id, so a restarted worker fences its
+  own zombie at ``init_transactions``.
+- Every transactional call goes through `TransactionalWorker._call_txn`. A producer fenced by
+  another instance of the same worker id raises `FencedError`, and the process exits with
+  `EXIT_FENCED` (the newer instance serves). A producer that failed fatally otherwise, or that
+  cannot even abort its transaction (a broker killed under an open transaction leaves librdkafka
+  in INVALID_TXN_STATE), raises `ProducerFailedError`, and the worker *starts over from the log*
+  in process: a new producer with the same transactional id (``init_transactions`` fences the old
+  one and settles its last transaction, committed or aborted), then every assigned partition is
+  rebuilt from what is committed (`_restore`) and the consumer seeks there. Whatever happened,
+  state and positions are again exactly what the log says. Any other failure is the worker's to
+  handle (abort and do it again).
+- ``init_transactions`` is retried for up to `INIT_TIMEOUT_S` while the transaction coordinator is
+  not ready (a broker that just started answers NOT_COORDINATOR for a while).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar, Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from watchtower.agents.tx_health import TxWorkerHealth
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+
+TXN_TIMEOUT_S: Final = 10.0
+INIT_TIMEOUT_S: Final = 120.0
+EXIT_FENCED: Final = 3
+EXIT_USAGE: Final = 2
+# Errors of init_transactions worth retrying (besides the ones librdkafka marks retriable).
+TRANSIENT_INIT: Final = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                   KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
+                                   KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD})
+# Errors after which this producer can never commit again: exit and let a fresh process take over.
+FATAL: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+                          KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+
+
+class FencedError(RuntimeError):
+    """Another process took over this worker's transactional id: this one must exit."""
+
+
+class ProducerFailedError(RuntimeError):
+    """The producer can never commit again, but nobody took over: replace it and start over from the log."""
+
+
+def worker_group(kind: str, prefix: str | None = None) -> str:
+    """The consumer group of one deployment's workers of `kind`: ``wt-<prefix>.<kind>-worker``.
+
+    The ``wt-`` in front is what a secure broker's ACLs grant the service principal (every group
+    and transactional id of Watchtower's own processes starts with it, `local.security`)."""
+    # topic_name resolves the prefix as every topic does (None: $WATCHTOWER_TOPIC_PREFIX or "wt").
+    return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.{kind}-worker"
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    """The whole number in environment variable `name` (`default` when unset or blank); a value that
+    is not a whole number ≥ `minimum` is a ValueError naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < minimum:
+        raise ValueError(f"{name} must be a whole number ≥ {minimum}, got {raw!r}")
+    return int(raw)
+
+
+def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    """A group member that reads committed records only and commits its offsets in its own
+    transactions (never automatically); `extra` adds or overrides settings."""
+    return {
+        **kafka_config(bootstrap),
+        "group.id": group,
+        "client.id": client_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        # Co-partitioned topics: the range assignor gives partition p of each to the same member.
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "log_level": 3,
+        **extra,
+    }
+
+
+def producer_config(bootstrap: str, transactional_id: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    """An idempotent transactional producer; `extra` adds or overrides settings."""
+    return {
+        **kafka_config(bootstrap),
+        "client.id": client_id,
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        # Right after a commit the coordinator answers the next AddOffsetsToTxn with
+        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms (100 ms by
+        # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
+        "retry.backoff.ms": 5,
+        "retry.backoff.max.ms": 200,
+        "log_level": 3,
+        **extra,
+    }
+
+
+def tx_consumer_config(bootstrap: str, group: str, client_id: str) -> dict[str, Any]:
+    """`consumer_config` of a side worker: it rebuilds a partition inside the assignment callback."""
+    return consumer_config(bootstrap, group, client_id, **{
+        "max.poll.interval.ms": 900_000,  # the rebuild of a long partition runs in the callback
+        "fetch.wait.max.ms": 20,
+    })
+
+
+def tx_producer_config(bootstrap: str, group: str, worker_id: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    """`producer_config` of a side worker: transactional id ``<group>-<worker id>`` (stable per worker
+    id: a restarted worker fences its own zombie at init_transactions), `TXN_TIMEOUT_S`, and the
+    default partitioner of every Kafka client (records keyed by an account must land where readers
+    in any language look for them)."""
+    return producer_config(bootstrap, f"{group}-{worker_id}", client_id, **{
+        "transaction.timeout.ms": int(TXN_TIMEOUT_S * 1000),
+        "linger.ms": 5,
+        "partitioner": "murmur2_random",
+        **extra,
+    })
+
+
+class TransactionalWorker(ABC):
+    """The lifecycle a side worker shares. A subclass names its `kind` (``delivery``, ``replay``: the
+    group is ``wt-<prefix>.<kind>-worker``, the client id ``wt-<kind>-<worker id>``), sets `health`,
+    reads its own settings, then calls ``super().__init__`` (which builds the consumer and the
+    transactional producer), and implements the steps `run` calls. Call `run` (blocking) and `stop`
+    from elsewhere (a signal handler)."""
+
+    kind: ClassVar[str]
+    # Retried at init besides librdkafka's retriable errors (a subclass may narrow it).
+    transient_init: ClassVar[frozenset[int]] = TRANSIENT_INIT
+    log: ClassVar[logging.Logger] = logging.getLogger("watchtower.agents.tx_worker")
+    health: TxWorkerHealth
+
+    def __init__(self, bootstrap: str, worker_id: str, prefix: str | None, clock_ms: Callable[[], int] | None,
+                 **producer_extra: Any) -> None:
+        self.bootstrap, self.worker_id = bootstrap, worker_id
+        self.group = worker_group(self.kind, prefix)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._stop = threading.Event()
+        client_id = f"wt-{self.kind}-{worker_id}"
+        self.consumer = Consumer(tx_consumer_config(bootstrap, self.group, client_id))
+        self._producer_config = tx_producer_config(bootstrap, self.group, worker_id, client_id, **producer_extra)
+        self.producer = Producer(self._producer_config)
+        # Replaced producers are kept, never destroyed: destroying a client under a call that did
+        # not return can block (see agents.bounded); one is left per recovery, which is rare.
+        self._retired: list[Producer] = []
+        self.recoveries = 0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        """Serve until `stop`; raises FencedError when this worker must exit for a restart."""
+        self.health.write()
+        try:
+            self._init_transactions()
+            self.consumer.subscribe(self._subscriptions(), on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self.health.set_state("serving")
+            while not self._stop.is_set():
+                try:
+                    self._step()
+                except ProducerFailedError as exc:
+                    self._recover(exc)
+                if self.health.due():
+                    self._count()
+                    self.health.write()
+        finally:
+            self.health.set_state("exiting")
+            self._close()
+
+    # ------------------------------------------------------------------ what a worker implements
+    @abstractmethod
+    def _subscriptions(self) -> list[str]:
+        """The topics the group consumes."""
+
+    @abstractmethod
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
+        """Rebuild the state of `partitions` from what the log holds committed and set each one's
+        ``offset`` to where consuming resumes (`recovering`: after a producer failure, not a rebalance)."""
+
+    @abstractmethod
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Forget the state of the revoked partitions."""
+
+    @abstractmethod
+    def _step(self) -> None:
+        """One turn of the serving loop: consume what arrived, commit what is due."""
+
+    @abstractmethod
+    def _count(self) -> None:
+        """Refresh the health counters before a periodic write."""
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._restore(consumer, partitions)
+        consumer.assign(partitions)
+
+    def _recover(self, why: Exception) -> None:
+        """Start over from the log (module docstring): new producer, settled transaction, rebuilt
+        partitions, consumer positions at what was committed. FencedError if another instance took over."""
+        while not self._stop.is_set():
+            self.recoveries += 1
+            self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
+            self._retired.append(self.producer)
+            self.producer = Producer(self._producer_config)
+            try:
+                self._init_transactions()
+            except ProducerFailedError as again:  # the new producer failed too: back off, then again
+                why = again
+                self._stop.wait(1.0)
+                continue
+            break
+        else:
+            return
+        partitions = [TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        self._on_revoke(self.consumer, partitions)
+        self._restore(self.consumer, partitions, recovering=True)
+        for tp in partitions:
+            self.consumer.seek(tp)
+        self.log.warning("worker %s serves again: partitions of %s rebuilt from the log", self.worker_id,
+                         sorted({tp.topic for tp in partitions}))
+
+    def _closers(self) -> list[Callable[[], None]]:
+        """The clients to close when the worker exits."""
+        return [self.consumer.close]
+
+    # ------------------------------------------------------------------ shared plumbing
+    def _is_record(self, msg: Message) -> bool:
+        """Whether a consumed `msg` is a record: an end of partition is skipped, another error logged."""
+        err = msg.error()
+        if err is None:
+            return True
+        if err.code() != KafkaError._PARTITION_EOF:
+            self.log.warning("consumer error: %s", err)
+        return False
+
+    def _close(self) -> None:
+        for close in self._closers():
+            try:
+                close()
+            except (KafkaException, RuntimeError) as exc:
+                self.log.warning("closing a client failed: %s", exc)
+
+    def _init_transactions(self) -> None:
+        """Initialise transactions, retrying while the transaction coordinator is not ready yet (a
+        broker that just started answers NOT_COORDINATOR for a while); fenced or fatal: FencedError."""
+        deadline = time.monotonic() + INIT_TIMEOUT_S
+        while True:
+            try:
+                self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S))
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in self.transient_init)
+                if not transient or time.monotonic() > deadline or self._stop.is_set():
+                    raise
+                self.log.warning("initialising transactions failed (%s); retrying", err)
+                self._stop.wait(1.0)
+
+    def _abort_txn(self) -> None:
+        """Abort the open transaction; a producer that cannot even abort must be replaced: ProducerFailedError."""
+        try:
+            self._call_txn(partial(self.producer.abort_transaction, TXN_TIMEOUT_S))
+        except (KafkaException, ProducerFailedError) as abort_exc:
+            raise ProducerFailedError(f"the transaction could not be aborted ({abort_exc})") from None
+
+    def _call_txn(self, fn: Callable[[], Any]) -> Any:
+        """A transactional call: fenced by another instance is FencedError (exit), any other fatal
+        producer error ProducerFailedError (start over from the log); the rest is raised as is."""
+        try:
+            return fn()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() in FATAL:
+                raise FencedError(f"worker {self.worker_id} was fenced ({err})") from None
+            if isinstance(err, KafkaError) and err.fatal():
+                raise ProducerFailedError(f"worker {self.worker_id}'s producer failed fatally ({err})") from None
+            raise
+
+
+def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | None], TransactionalWorker],
+                logger: str) -> int:
+    """The body of ``python -m <worker>.main BOOTSTRAP WORKER_ID [PREFIX]``: logs to stderr at
+    ``$WATCHTOWER_LOG_LEVEL`` (default WARNING), stops on SIGTERM/SIGINT. Returns the exit code:
+    0 after a stop, `EXIT_USAGE` (printing `usage`'s first line) for wrong arguments,
+    `EXIT_FENCED` when fenced."""
+    level = os.environ.get("WATCHTOWER_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(level=getattr(logging, level, logging.WARNING),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if len(argv) not in (2, 3):
+        print(usage.strip().splitlines()[0], file=sys.stderr)
+        return EXIT_USAGE
+    bootstrap, worker_id, *rest = argv
+    worker = make(bootstrap, worker_id, rest[0] if rest else None)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop())
+    try:
+        worker.run()
+    except FencedError as exc:
+        logging.getLogger(logger).error("%s; exiting for a restart", exc)
+        return EXIT_FENCED
+    return 0

@@ -1,0 +1,284 @@
+"""The push delivery worker: fans new messages out to push subscribers on ``deliveries``, per block.
+
+It joins the consumer group ``wt-<prefix>.delivery-worker`` on ``events`` and ``messages``
+(read_committed, range assignment: the two topics are co-partitioned and have the same partition
+count, so a worker owns the same partition numbers of both). On the assignment of partition *p* it
+rebuilds the streams' states and their push schedules (`restore`), then consumes both topics:
+
+- ``events`` records are folded (the stream's subscriptions, config and head); a record that breaks
+  a rule is quarantined (logged with topic, partition, offset and reason, counted, skipped);
+- ``messages`` records are added to their stream's schedule (a value that does not decode, or a
+  message on another partition than its stream's, is quarantined).
+
+It wakes at least every block (`protocol.billing.block_height_at`, 1,000 ms blocks) and whenever
+records arrived, and plans each stream that changed or still owes pushes (`push_schedule.plan_block`:
+round-robin under ``max_push_deliveries_per_block`` / ``max_push_cycles_per_block``). Everything one
+wake-up planned goes in ONE Kafka transaction: the deliveries (key = subscriber, value = the
+``messages`` record value byte for byte, headers = the original ones then ``wt:push*``), the new
+checkpoint of every planned stream on ``delivery.state`` *p*, and the group's consumed offsets
+(``send_offsets_to_transaction``, which fences an evicted zombie). A plan is applied to memory
+only once its transaction committed; an aborted one is planned again. ``kill -9`` anywhere leaves
+the last committed checkpoints with exactly their deliveries, and each checkpoint carries the
+budget its block used, so a restart within the block never exceeds the bound. A fenced or fatally
+failed producer makes the worker exit (code 3) for its supervisor to restart it.
+
+Nothing here touches the publish path: the stream actor writes ``messages`` and ``events`` and
+never waits for this worker. It writes ``deliveries`` and ``delivery.state`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import Any, ClassVar, Final
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from watchtower.agents.event_fold import EventFold
+from watchtower.agents.tx_worker import (
+    TXN_TIMEOUT_S,
+    TransactionalWorker,
+    env_int,
+)
+from watchtower.delivery.health import DeliveryHealth
+from watchtower.delivery.restore import messages_start, restore_partition
+from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
+from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
+from watchtower.protocol.push_schedule import (
+    DEFAULT_BACKLOG_BYTES,
+    DEFAULT_BACKLOG_MESSAGES,
+    BlockPlan,
+    PushLimits,
+    PushMessage,
+    StreamSchedule,
+    plan_block,
+    push_headers,
+    push_limits,
+    push_subscribers,
+)
+from watchtower.protocol.stream_state import StreamState
+from watchtower.schemas.delivery_records import encode_checkpoint
+from watchtower.schemas.records import decode_message
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.partitioning import partition_for_key
+
+log = logging.getLogger("watchtower.delivery")
+
+ENV_BACKLOG: Final = "WATCHTOWER_PUSH_BACKLOG"
+ENV_BACKLOG_BYTES: Final = "WATCHTOWER_PUSH_BACKLOG_BYTES"
+_NO_LIMITS: Final = PushLimits(1, 1)  # a stream not created yet: nobody to push to
+
+
+Key = tuple[int, str]  # (partition, stream id)
+
+
+class DeliveryWorker(TransactionalWorker):
+    """Call `run` (blocking) and `stop` from elsewhere (a signal handler)."""
+
+    kind: ClassVar[str] = "delivery"
+    log: ClassVar[logging.Logger] = log
+    health: DeliveryHealth
+
+    def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
+                 clock_ms: Callable[[], int] | None = None, health: DeliveryHealth | None = None) -> None:
+        self.topics = {role: topic_name(role, prefix) for role in ("events", "messages", "deliveries",
+                                                                   "delivery-state", "snapshots")}
+        self.backlog_messages = env_int(ENV_BACKLOG, DEFAULT_BACKLOG_MESSAGES, minimum=1)
+        self.backlog_bytes = env_int(ENV_BACKLOG_BYTES, DEFAULT_BACKLOG_BYTES, minimum=1)
+        self.health = health or DeliveryHealth(worker_id)
+        self.folds: dict[int, EventFold] = {}
+        self.schedules: dict[Key, StreamSchedule] = {}
+        self.positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset to consume
+        self.dirty: set[Key] = set()  # changed since the last commit: plan and checkpoint them
+        self.owing: set[Key] = set()  # pushes left for a later block
+        self._owing_block = -1
+        self._partitions = 0
+        # Deliveries are keyed by the subscriber; every reader must agree on its partition (murmur2).
+        super().__init__(bootstrap, worker_id, prefix, clock_ms,
+                         **{"message.max.bytes": 8 * 1024 * 1024})  # a checkpoint lists up to max_subscribers cursors
+
+    # ------------------------------------------------------------------ lifecycle
+    def _subscriptions(self) -> list[str]:
+        return [self.topics["events"], self.topics["messages"]]
+
+    def _step(self) -> None:
+        batch = self.consumer.consume(num_messages=1000, timeout=0)
+        if not batch:
+            first = self.consumer.poll(self._until_next_block())
+            batch = [first] if first is not None else []
+        for msg in batch:
+            self._consume(msg)
+        self._tick()
+
+    def _now_block(self) -> int:
+        return block_height_at(max(self._clock_ms(), GENESIS_UNIX_MS))
+
+    def _until_next_block(self) -> float:
+        ms = max(self._clock_ms(), GENESIS_UNIX_MS) - GENESIS_UNIX_MS
+        return min(0.1, (BLOCK_INTERVAL_MS - ms % BLOCK_INTERVAL_MS) / 1000 + 0.001)
+
+    # ------------------------------------------------------------------ assignment
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,
+                 recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
+        events = self.topics["events"]
+        self._partitions = self._partitions or len(consumer.list_topics(events, timeout=30).topics[events].partitions)
+        numbers = sorted({tp.partition for tp in partitions})
+        committed = {tp.partition: tp.offset for tp in consumer.committed(
+            [TopicPartition(self.topics["messages"], p) for p in numbers], timeout=30)}
+        for p in numbers:
+            restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine)
+            self.folds[p] = restored.fold
+            for sid, cp in restored.checkpoints.items():
+                self.schedules[(p, sid)] = StreamSchedule.restore(
+                    cp, max_messages=self.backlog_messages, max_bytes=self.backlog_bytes)
+                self.owing.add((p, sid))
+            self.positions[(events, p)] = restored.events_offset
+            start = committed.get(p)
+            self.positions[(self.topics["messages"], p)] = messages_start(
+                start if start is not None and start >= 0 else None, restored.checkpoints)
+            log.info("partition %d restored (events from offset %s): %d streams, %d checkpoints", p,
+                     restored.fold.state.snapshot_offset or 0, len(restored.fold.state.streams),
+                     len(restored.checkpoints))
+        for tp in partitions:
+            tp.offset = self.positions[(tp.topic, tp.partition)]
+        self.health.partitions = sorted(self.folds)
+        self.health.write()
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        for p in gone:
+            self.folds.pop(p, None)
+        for key in [k for k in self.schedules if k[0] in gone]:
+            del self.schedules[key]
+        self.dirty = {k for k in self.dirty if k[0] not in gone}
+        self.owing = {k for k in self.owing if k[0] not in gone}
+        self.positions = {tp: o for tp, o in self.positions.items() if tp[1] not in gone}
+        self.health.partitions = sorted(self.folds)
+
+    # ------------------------------------------------------------------ consuming
+    def _consume(self, msg: Message) -> None:
+        if not self._is_record(msg):
+            return
+        topic, p, offset = msg.topic() or "", int(msg.partition() or 0), int(msg.offset() or 0)
+        if p not in self.folds:
+            return
+        self.positions[(topic, p)] = offset + 1
+        if topic == self.topics["events"]:
+            key = msg.key()
+            if self.folds[p].apply(key, msg.value(), offset) is None and key:
+                sid = key.decode("utf-8", "replace")
+                if sid in self.folds[p].state.streams:  # its head or subscriptions may have moved
+                    self.dirty.add((p, sid))
+            return
+        self._ingest(p, offset, msg)
+
+    def _ingest(self, p: int, offset: int, msg: Message) -> None:
+        value = msg.value() or b""
+        try:
+            message = decode_message(value)
+        except (MalformedRecordError, SchemaMismatchError, ValueError, TypeError) as exc:
+            reason = exc.message if isinstance(exc, (MalformedRecordError, SchemaMismatchError)) else str(exc)
+            self.health.quarantine(self.topics["messages"], p, offset, f"not a StreamMessage: {reason}"[:300])
+            return
+        sid = message.stream_id
+        if msg.key() != sid.encode() or partition_for_key(sid.encode(), self._partitions) != p:
+            self.health.quarantine(self.topics["messages"], p, offset,
+                                   f"a message of stream {sid!r:.80} keyed {msg.key()!r:.80} does not belong on "
+                                   f"partition {p}")
+            return
+        schedule = self.schedules.get((p, sid))
+        if schedule is None:
+            schedule = self.schedules[(p, sid)] = StreamSchedule(
+                sid, max_messages=self.backlog_messages, max_bytes=self.backlog_bytes)
+        got = msg.headers() or []
+        raw = list(got.items()) if isinstance(got, dict) else list(got)
+        headers = tuple((k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in raw)
+        if schedule.ingest(PushMessage(message.sequence, offset, value, headers, message.headers())):
+            self.dirty.add((p, sid))
+
+    # ------------------------------------------------------------------ planning and committing
+    def _tick(self) -> None:
+        block = self._now_block()
+        keys = set(self.dirty)
+        if block != self._owing_block:
+            keys |= self.owing  # a new block: a new budget for the streams that still owe pushes
+            self._owing_block = block
+        if not keys:
+            return
+        plans: list[tuple[Key, BlockPlan, bytes]] = []
+        for key in sorted(keys):
+            planned = self._plan(key, block)
+            if planned is not None:
+                plans.append((key, planned[0], planned[1]))
+        if plans:
+            self._commit(plans, block)
+
+    def _plan(self, key: Key, block: int) -> tuple[BlockPlan, bytes] | None:
+        p, sid = key
+        schedule = self.schedules.get(key)
+        fold = self.folds.get(p)
+        if schedule is None or fold is None:
+            return None
+        state: StreamState | None = fold.state.streams.get(sid)
+        if state is not None and state.config is not None:
+            schedule.max_messages = min(self.backlog_messages, state.config.ring_buffer_capacity)
+        subscribers = push_subscribers(state) if state is not None else {}
+        head = state.head if state is not None else 0
+        limits = (push_limits(state) if state is not None else None) or _NO_LIMITS
+        plan = plan_block(schedule, block, subscribers=subscribers, limits=limits, head=head)
+        if not plan.deliveries and key not in self.dirty:
+            return None  # an owing stream whose block budget is spent: nothing new to record
+        return plan, encode_checkpoint(plan.schedule.checkpoint(subscribers, head))
+
+    def _commit(self, plans: list[tuple[Key, BlockPlan, bytes]], block: int) -> None:
+        """Deliveries + checkpoints + the group's offsets in one transaction; memory follows only on commit."""
+        delivered = 0
+        try:
+            self.producer.begin_transaction()
+            for (p, sid), plan, checkpoint in plans:
+                for d in plan.deliveries:
+                    headers = push_headers(d.message.headers, sid, d.message.sequence, d.block, d.cycles)
+                    self._produce(self.topics["deliveries"], key=d.subscriber.encode(), value=d.message.value,
+                                  headers=headers)
+                delivered += len(plan.deliveries)
+                self._produce(self.topics["delivery-state"], key=sid.encode(), value=checkpoint, partition=p)
+            offsets = [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
+            self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
+                                   self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
+            self._call_txn(partial(self.producer.commit_transaction, TXN_TIMEOUT_S))
+        except (KafkaException, BufferError) as exc:
+            self._abort(exc)
+            return
+        for key, plan, _ in plans:
+            self.schedules[key] = plan.schedule
+            self.dirty.discard(key)
+            state = self.folds[key[0]].state.streams.get(key[1])
+            if plan.schedule.pending(state.head if state is not None else 0):
+                self.owing.add(key)
+            else:
+                self.owing.discard(key)
+        self.health.committed(delivered, block)
+
+    def _produce(self, topic: str, **kwargs: Any) -> None:
+        try:
+            self.producer.produce(topic, **kwargs)
+        except BufferError:
+            self.producer.poll(0.5)  # the local queue is full: let it drain once, then retry
+            self.producer.produce(topic, **kwargs)
+
+    def _abort(self, exc: Exception) -> None:
+        self.health.aborted += 1
+        self._owing_block = -1  # the owing streams' plans were lost with the transaction: plan them again
+        log.warning("push transaction failed (%s); aborting, the block is planned again", exc)
+        self._abort_txn()
+
+    def _count(self) -> None:
+        pending = dropped = 0
+        for (p, sid), schedule in self.schedules.items():
+            fold = self.folds.get(p)
+            state = fold.state.streams.get(sid) if fold is not None else None
+            pending += schedule.pending(state.head if state is not None else 0)
+            dropped += schedule.dropped
+        self.health.pending, self.health.dropped, self.health.streams = pending, dropped, len(self.schedules)
