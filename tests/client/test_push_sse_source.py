@@ -49,12 +49,18 @@ class Script:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.silent = False  # every connection: one event, then nothing at all (no ping) until cancelled
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["feed_id"] != "1":
             return error(404, "FEED_NOT_FOUND", "feed 2 does not exist; list feeds with `watchtower list`")
         n = len(self.requests)
         self.requests.append({"last_event_id": request.headers.get("Last-Event-ID"), "query": dict(request.query)})
+        if self.silent:
+            async with sse_response(request, ping_interval=3600) as resp:
+                await resp.send(event_data(1), id="1", event="message")
+                await asyncio.sleep(3600)
+            return resp
         if n == 3:
             return error(503, "LIMIT_EXCEEDED", "too many SSE connections; retry later or use pull")
         if n == 4:
@@ -151,3 +157,21 @@ def test_sse_source_raises_a_permanent_error_and_stops(server: tuple[str, Script
         assert not source.healthy
         with pytest.raises(FeedNotFoundError):
             source.poll(0.1)
+
+
+def test_close_ends_the_reader_at_once_while_the_server_is_silent(server: tuple[str, Script]) -> None:
+    """`close` must not wait for the server's next write: `feed follow --count N` exits after the Nth
+    message, and an application closing a source gets its thread back. The server here never writes
+    again and the stall timeout is far away, so only `close` can end the reader's blocked read."""
+    url, script = server
+    script.silent = True
+    source = SseSource(url, 1, stall_timeout_s=3000)
+    assert collect(source, 1) == [1]
+    reader = source._thread
+    closer = threading.Thread(target=source.close, daemon=True)
+    closer.start()
+    reader.join(60)  # a safety net: unfixed, the reader stays blocked for the whole stall timeout
+    assert not reader.is_alive(), "close() left the reader blocked on a silent connection"
+    closer.join(60)
+    assert not closer.is_alive()
+    assert len(script.requests) == 1  # closed, not reconnected

@@ -25,10 +25,12 @@ Messages are not verified, ordered or deduplicated here: ``Subscriber.stream`` d
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import queue
+import socket
 import threading
 import time
 from typing import Any, Final
@@ -140,8 +142,11 @@ class SseSource:
         self._stop.set()
         response = self._response
         if response is not None:
+            # Closing the response does not wake a read blocked in another thread (it would wait for
+            # the next heartbeat); shutting the socket down does, so close() returns at once.
+            _shutdown_socket(response)
             try:
-                response.close()  # unblocks the reader thread's read
+                response.close()
             except Exception:  # closing from another thread may race the reader; either way it ends
                 log.debug("closing the SSE response raced its reader")
         self._thread.join(timeout=self.stall_timeout_s + 5)
@@ -266,3 +271,13 @@ def _error_of(response: httpx.Response) -> WatchtowerError:
     return WatchtowerError(f"{response.request.url} answered HTTP {response.status_code} ({text or 'no body'}), "
                            "not an event stream; check the URL (an API or gateway that serves "
                            "/v1/feeds/{id}/events)", code=f"HTTP_{response.status_code}")
+
+
+def _shutdown_socket(response: httpx.Response) -> None:
+    """Shut down the connection's socket (httpx's ``network_stream`` extension), if it has one."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):  # already closed by the reader or the server
+        sock.shutdown(socket.SHUT_RDWR)
