@@ -22,14 +22,14 @@ from watchtower.topics.catalogue import catalogue
 @contextmanager
 def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
                 projections: int = 1, gateway: bool = False, replay: bool = True,
-                delivery: bool = True) -> Iterator[ServiceSet]:
+                delivery: bool = False) -> Iterator[ServiceSet]:
     """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
 
     Projection ``pN`` serves on its own free port (``services.urls["projection-pN"]``); the first
     on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
     projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
     ``services.urls["gateway-g1"]``. With `replay`, a replay worker ``replay-r1`` runs too; with
-    `delivery`, a push delivery worker ``delivery-d1``. Returns
+    `delivery`, a push delivery worker ``delivery-d1`` (only the push tests need one). Returns
     once every projection (and the gateway) reports ready.
     On a secure broker the prefix gets its ACLs and the processes connect as the service principal.
     """

@@ -14,17 +14,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import nacl.signing
 import pytest
 from kafka_fixture import free_ports
-from stack_fixture import stack  # noqa: F401 (the fixture)
+from stack_fixture import start_stack
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.local.stack import ServiceSet
 from watchtower.protocol.message import StreamMessage
 
 pytestmark = pytest.mark.integration
@@ -71,8 +73,16 @@ class Cli:
         self.proc.communicate(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    """The module's stack, with the push delivery worker (`subscribe --mode push` needs it)."""
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("follow-logs"), replay=False,
+                     delivery=True) as services:
+        yield services
+
+
 @pytest.fixture
-def feed(stack: Any, tmp_path: Path) -> dict[str, Any]:  # noqa: F811
+def feed(stack: ServiceSet, tmp_path: Path) -> dict[str, Any]:
     api = ApiClient(stack.api_url)
     owner = Account(nacl.signing.SigningKey.generate(), name="owner", home=tmp_path)
     key = nacl.signing.SigningKey.generate()

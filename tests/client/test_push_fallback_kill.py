@@ -48,7 +48,8 @@ IDLE_S = 20.0  # after the last message, the stream must stay silent this long (
 @pytest.fixture(scope="module")
 def services(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
     """A stack with the delivery worker, plus the standalone SSE gateway ``gateway-g1``."""
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("push-kill-logs"), replay=False) as stack:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("push-kill-logs"), replay=False,
+                     delivery=True) as stack:
         port = free_ports(1)[0]
         start_gateway(stack, port)
         stack.gateway_port = port  # type: ignore[attr-defined]

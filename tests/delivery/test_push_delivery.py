@@ -32,7 +32,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("push-logs"), replay=False) as services:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("push-logs"), replay=False,
+                     delivery=True) as services:
         yield services
 
 

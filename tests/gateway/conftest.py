@@ -15,6 +15,7 @@ from watchtower.local.stack import ServiceSet
 @pytest.fixture(scope="module")
 def sse_stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
     """A stack (API with the SSE route and pages) plus the standalone gateway at ``urls["gateway-g1"]``."""
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("sse-logs"), replay=False) as services:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("sse-logs"), replay=False,
+                     delivery=True) as services:
         start_sse_gateway(services, free_ports(1)[0])
         yield services
