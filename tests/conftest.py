@@ -32,3 +32,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     return SHARED
+
+
+# A broker test without the `integration` marker fails collection (tests/broker_markers.py).
+from broker_markers import pytest_collection_modifyitems  # noqa: E402, F401

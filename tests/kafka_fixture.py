@@ -32,6 +32,14 @@ from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL, read_cr
 
 SECURE = os.environ.get("WATCHTOWER_TEST_SECURE", "") == "1"
 
+# Failure detection in the suite: every group member the tests start (workers, projections, side
+# workers) uses this session timeout, so a kill -9 hands partitions over in seconds. Embedded
+# brokers accept it (their group.min.session.timeout.ms is lowered, `ClusterSpec`); an external
+# cluster keeps Kafka's 6 s floor.
+TEST_MIN_SESSION_TIMEOUT_MS = ClusterSpec(Path("/unused")).min_session_timeout_ms or 6_000
+TEST_SESSION_TIMEOUT_MS = 6_000 if os.environ.get("WATCHTOWER_TEST_BOOTSTRAP") else 4_000
+os.environ.setdefault("WATCHTOWER_SESSION_TIMEOUT_MS", str(TEST_SESSION_TIMEOUT_MS))
+
 
 def _seed_credentials() -> Path:
     """The credentials every secure test cluster is formatted with (drawn once per test process).
@@ -142,7 +150,9 @@ def session_broker(tmp: Path) -> Iterator[str]:
     if docker_answers():
         from testcontainers.kafka import KafkaContainer
 
-        with KafkaContainer("apache/kafka:4.3.1").with_kraft() as kafka:
+        container = KafkaContainer("apache/kafka:4.3.1").with_kraft().with_env(
+            "KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", str(TEST_MIN_SESSION_TIMEOUT_MS))
+        with container as kafka:
             yield kafka.get_bootstrap_server()
         return
     lk = LocalKafka(embedded_spec(tmp / "session-kafka"))

@@ -26,6 +26,8 @@ from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
+pytestmark = pytest.mark.integration
+
 OWNER = nacl.signing.SigningKey(b"\x21" * 32)
 PUBLISHER = nacl.signing.SigningKey(b"\x22" * 32)
 STRANGER = nacl.signing.SigningKey(b"\x23" * 32)

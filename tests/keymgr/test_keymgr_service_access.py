@@ -24,6 +24,8 @@ from watchtower.protocol.envelope import decrypt_with_content_key, envelope_aad,
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed
 
+pytestmark = pytest.mark.integration
+
 OWNER = nacl.signing.SigningKey(b"\x31" * 32)
 MINTER = nacl.signing.SigningKey(b"\x32" * 32)
 ALICE = nacl.signing.SigningKey(b"\x33" * 32)  # the entitled beneficiary

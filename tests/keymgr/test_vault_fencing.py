@@ -15,6 +15,8 @@ from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.connection import kafka_config
 
+pytestmark = pytest.mark.integration
+
 KEK = Kek(b"\x51" * 32)
 
 

@@ -52,6 +52,7 @@ def test_foreign_data_dir(tmp_path: Path) -> None:
     _assert_one_line(proc, "not made by Watchtower", "--data-dir")
 
 
+@pytest.mark.no_broker
 def test_corrupt_marker(tmp_path: Path) -> None:
     spec = embedded_spec(tmp_path / "k")
     spec.data_dir.mkdir()
@@ -60,6 +61,7 @@ def test_corrupt_marker(tmp_path: Path) -> None:
         LocalKafka(spec).up()
 
 
+@pytest.mark.no_broker
 def test_storage_of_another_cluster_is_refused(tmp_path: Path) -> None:
     spec = embedded_spec(tmp_path / "k")
     node = spec.node_specs[0]

@@ -40,6 +40,7 @@ def priority_once_running(services: ServiceSet, name: str, module: str) -> int:
     raise AssertionError(f"{name} did not start {module} within 60 s")
 
 
+@pytest.mark.no_broker
 def test_the_delivery_worker_runs_niced_by_default_and_other_services_do_not(
         services: ServiceSet, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WATCHTOWER_DELIVERY_NICE", raising=False)
@@ -49,6 +50,7 @@ def test_the_delivery_worker_runs_niced_by_default_and_other_services_do_not(
     assert priority_once_running(services, "worker-w1", WORKER_MODULE) == 0
 
 
+@pytest.mark.no_broker
 def test_the_delivery_nice_is_configurable_and_zero_turns_it_off(
         services: ServiceSet, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WATCHTOWER_DELIVERY_NICE", "0")

@@ -284,3 +284,159 @@ def test_local_up_secure_on_a_running_cluster_says_so_and_keeps_its_acls(secure:
     # `status` knows from the data directory that the cluster is secure, and reaches it.
     status = _local("status", *where)
     assert status.exit_code == 0, status.output
+
+
+# --- The ACL matrix -------------------------------------------------------------------------------
+# What each principal may do with each topic of a deployment (docs/security.md), written out by hand
+# so that it is checked against the ACLs the product creates (`acl_bindings`), not derived from them.
+# A topic the catalogue gains without a row here fails `test_every_catalogue_topic_has_a_row`.
+R, W = "read", "write"
+SERVICE_ONLY: dict[str, frozenset[str]] = {SERVICE_PRINCIPAL: frozenset({R, W})}
+ACL_MATRIX: dict[str, dict[str, frozenset[str]]] = {
+    "commands": {**SERVICE_ONLY, CLIENT_PRINCIPAL: frozenset({W})},
+    "events": SERVICE_ONLY,
+    "messages": {**SERVICE_ONLY, CLIENT_PRINCIPAL: frozenset({R})},
+    "internal": SERVICE_ONLY,
+    "replies": {**SERVICE_ONLY, CLIENT_PRINCIPAL: frozenset({R})},
+    "snapshots": SERVICE_ONLY,
+    "deliveries": {**SERVICE_ONLY, CLIENT_PRINCIPAL: frozenset({R})},
+    "replay": SERVICE_ONLY,
+    "keymgr": SERVICE_ONLY,
+    "keymgr-state": SERVICE_ONLY,
+    "delivery-state": SERVICE_ONLY,
+}
+# Faust's own topics (changelogs, the assignor's) live under this prefix: the service's alone.
+FAUST_ROW = "faust"
+# Consumer groups and transactional ids: (name pattern, principals allowed to use it).
+GROUP_MATRIX = {
+    "{prefix}.client.probe": {CLIENT_PRINCIPAL},  # the service has ALL on wt-* groups only
+    "wt-client-probe": {CLIENT_PRINCIPAL, SERVICE_PRINCIPAL},
+    "wt-projections-{prefix}-g1": {SERVICE_PRINCIPAL},
+    "wt-{prefix}.stream-worker": {SERVICE_PRINCIPAL},
+}
+TXN_MATRIX = {"wt-{prefix}.worker-w1": {SERVICE_PRINCIPAL}, "{prefix}.client-txn": set[str]()}
+
+
+def test_every_catalogue_topic_has_a_row() -> None:
+    assert set(ACL_MATRIX) == {spec.role for spec in catalogue("p")}, (
+        "a topic was added to (or removed from) the catalogue without its row in ACL_MATRIX: decide which "
+        "principal may read and write it, grant that in watchtower/local/security.py, and add the row")
+
+
+@pytest.fixture(scope="module")
+def matrix_topics(secure: SecureStack) -> dict[str, str]:
+    """A deployment of its own on the secure broker (its ACLs, one partition a topic), each topic
+    holding one record written by the admin, so an allowed read has something to return."""
+    prefix = f"m{uuid.uuid4().hex[:8]}"
+    names = {spec.role: spec.name for spec in catalogue(prefix, partitions=1)}
+    names[FAUST_ROW] = f"wt-projections-{prefix}-probe-changelog"
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient(secure.settings(ADMIN_PRINCIPAL))
+    for future in admin.create_topics([NewTopic(n, 1, 1) for n in names.values()]).values():
+        future.result(TIMEOUT_S)
+    secure.kafka.grant(prefix)
+    for name in names.values():
+        assert _produce_error(secure.settings(ADMIN_PRINCIPAL), name) is None, name
+    return {**names, "prefix": prefix}
+
+
+def _expected(principal: str, role: str, op: str) -> bool:
+    if principal == ADMIN_PRINCIPAL:
+        return True  # the brokers' identity, the one super user
+    row = SERVICE_ONLY if role == FAUST_ROW else ACL_MATRIX[role]
+    return op in row.get(principal, frozenset())
+
+
+def _write_outcomes(settings: dict[str, Any], topics: dict[str, str]) -> dict[str, bool]:
+    """role -> whether one record produced to its topic was acknowledged."""
+    outcome: dict[str, KafkaError | None] = {}
+    producer = Producer({**settings, "message.timeout.ms": 20000, "log_level": 0})
+    for role, topic in topics.items():
+        producer.produce(topic, key=b"k", value=b"probe",
+                         on_delivery=lambda err, _msg, role=role: outcome.__setitem__(role, err))
+    producer.flush(60)
+    assert set(outcome) == set(topics), f"no delivery report for {set(topics) - set(outcome)}"
+    for role, err in outcome.items():
+        assert err is None or err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (role, err)
+    return {role: err is None for role, err in outcome.items()}
+
+
+def _read_outcomes(settings: dict[str, Any], topics: dict[str, str]) -> dict[str, bool]:
+    """role -> whether the first record of its topic could be fetched (assign(): no group offsets)."""
+    from confluent_kafka import OFFSET_BEGINNING
+
+    consumer = Consumer({**settings, "group.id": f"wt-client-acl-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "log_level": 0})
+    outcome: dict[str, bool] = {}
+    try:
+        # READ implies DESCRIBE in Kafka: a topic whose metadata is refused cannot be read, and
+        # librdkafka reports nothing for an assigned partition it cannot even describe.
+        for role, topic in topics.items():
+            error = consumer.list_topics(topic, timeout=TIMEOUT_S).topics[topic].error
+            if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                outcome[role] = False
+        by_topic = {topic: role for role, topic in topics.items() if role not in outcome}
+        consumer.assign([TopicPartition(t, 0, OFFSET_BEGINNING) for t in by_topic])
+        polls = 600
+        while polls and set(outcome) != set(topics):
+            polls -= 1
+            record = consumer.poll(0.2)
+            if record is None:
+                continue
+            topic = record.topic()
+            err = record.error()
+            if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and topic in by_topic:
+                outcome[by_topic[topic]] = False
+            elif err is None and topic in by_topic:
+                outcome.setdefault(by_topic[topic], True)
+        assert set(outcome) == set(topics), f"no answer for {set(topics) - set(outcome)}"
+        return outcome
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("principal", [ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL])
+def test_the_acl_matrix_holds_for_every_topic(secure: SecureStack, matrix_topics: dict[str, str],
+                                               principal: str) -> None:
+    topics = {role: name for role, name in matrix_topics.items() if role != "prefix"}
+    settings = secure.settings(principal)
+    wrote, read = _write_outcomes(settings, topics), _read_outcomes(settings, topics)
+    wrong = [(role, op, got) for role in topics for op, got in ((W, wrote[role]), (R, read[role]))
+             if got != _expected(principal, role, op)]
+    assert not wrong, f"{principal}: (topic role, operation, allowed) that break the matrix: {wrong}"
+
+
+def _group_allowed(settings: dict[str, Any], group: str) -> bool:
+    """Whether the principal may use consumer group ``group`` (DESCRIBE, which its READ implies)."""
+    admin = AdminClient({**settings, "log_level": 0})
+    try:
+        admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group].result(TIMEOUT_S)
+    except KafkaException as exc:
+        assert exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED, exc
+        return False
+    return True
+
+
+def _txn_allowed(settings: dict[str, Any], txn_id: str) -> bool:
+    producer = Producer({**settings, "transactional.id": txn_id, "log_level": 0})
+    try:
+        producer.init_transactions(TIMEOUT_S)
+    except KafkaException as exc:
+        err = exc.args[0]
+        assert err.code() in (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                              KafkaError.CLUSTER_AUTHORIZATION_FAILED), err
+        return False
+    return True
+
+
+@pytest.mark.parametrize("principal", [SERVICE_PRINCIPAL, CLIENT_PRINCIPAL])
+def test_consumer_groups_and_transactional_ids_follow_the_matrix(secure: SecureStack,
+                                                                  matrix_topics: dict[str, str],
+                                                                  principal: str) -> None:
+    prefix, settings = matrix_topics["prefix"], secure.settings(principal)
+    groups = {g.format(prefix=prefix): principal in allowed for g, allowed in GROUP_MATRIX.items()}
+    got = {g: _group_allowed(settings, g) for g in groups}
+    assert got == groups, f"{principal}: consumer groups allowed (got vs matrix)"
+    txns = {t.format(prefix=prefix): principal in allowed for t, allowed in TXN_MATRIX.items()}
+    assert {t: _txn_allowed(settings, t) for t in txns} == txns, f"{principal}: transactional ids"

@@ -20,6 +20,8 @@ from watchtower.protocol.replay_rules import read_replay_headers
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.schemas.records import decode_message
 
+pytestmark = pytest.mark.integration
+
 COUNT = 100_000
 WINDOW = 100
 

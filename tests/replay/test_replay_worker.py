@@ -30,6 +30,8 @@ from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.replay_records import ReplayCancelRequested, ReplayProgress, encode_replay_record
 
+pytestmark = pytest.mark.integration
+
 COUNT = 3000
 
 

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
 
 TXN_TIMEOUT_S: Final = 10.0
 INIT_TIMEOUT_S: Final = 120.0
@@ -84,6 +84,7 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
 def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) -> dict[str, Any]:
     """A group member that reads committed records only and commits its offsets in its own
     transactions (never automatically); `extra` adds or overrides settings."""
+    timeouts = GroupTimeouts.from_env()
     return {
         **kafka_config(bootstrap),
         "group.id": group,
@@ -93,8 +94,8 @@ def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) ->
         "isolation.level": "read_committed",
         # Co-partitioned topics: the range assignor gives partition p of each to the same member.
         "partition.assignment.strategy": "range",
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 1_000,
+        "session.timeout.ms": timeouts.session_ms,
+        "heartbeat.interval.ms": timeouts.heartbeat_ms,
         "log_level": 3,
         **extra,
     }

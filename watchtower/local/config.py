@@ -60,6 +60,11 @@ class ClusterSpec:
     heap_mb: int = 768
     # SASL/SCRAM-SHA-512 on the client listener, the standard authorizer and ACLs (docs/security.md).
     secure: bool = False
+    # The broker's group.min.session.timeout.ms (None: Kafka's default, 6 s). The embedded broker
+    # lowers the floor so that a deployment (and the test suite, WATCHTOWER_SESSION_TIMEOUT_MS) may
+    # choose a session timeout of a few seconds: a worker killed with kill -9 then loses its
+    # partitions in seconds. The floor changes nothing for a client that does not ask for less.
+    min_session_timeout_ms: int | None = 1_000
 
     @property
     def credentials_dir(self) -> Path:
@@ -115,6 +120,8 @@ class ClusterSpec:
             "log.retention.check.interval.ms": "60000",
             "unclean.leader.election.enable": "false",
         }
+        if self.min_session_timeout_ms is not None:
+            props["group.min.session.timeout.ms"] = str(self.min_session_timeout_ms)
         if self.secure:
             if not admin_password:
                 raise ValueError("a secure cluster needs the admin password to write its broker config")

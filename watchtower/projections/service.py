@@ -65,7 +65,7 @@ from watchtower.protocol.views import (
     views_digest,
 )
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import faust_broker_settings, kafka_config
+from watchtower.topics.connection import GroupTimeouts, faust_broker_settings, kafka_config
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections")
@@ -92,6 +92,7 @@ class Projection:
         self.partitions, replication = _topic_layout(bootstrap, self.t_events)
         # A new generation is a new consumer group: its workers fold the log from scratch.
         generation = os.environ.get("WATCHTOWER_PROJECTION_GENERATION", "1")
+        timeouts = GroupTimeouts.from_env()
         self.app = ProjectionApp(
             f"wt-projections-{topic_name('events', prefix).rsplit('.', 1)[0]}-g{generation}",
             broker=f"kafka://{bootstrap}",
@@ -113,9 +114,10 @@ class Projection:
             topic_replication_factor=replication,
             consumer_auto_offset_reset="earliest",
             broker_commit_interval=1.0,
-            # A killed projection worker's partitions move on after 10 s, not Faust's default 60 s.
-            broker_session_timeout=10.0,
-            broker_heartbeat_interval=1.0,
+            # A killed projection worker's partitions move on after the group session timeout
+            # (10 s by default, WATCHTOWER_SESSION_TIMEOUT_MS), not Faust's default 60 s.
+            broker_session_timeout=timeouts.session_ms / 1000,
+            broker_heartbeat_interval=timeouts.heartbeat_ms / 1000,
             stream_wait_empty=False,
         )
         # Each worker keeps its partitions' share of every table, with the offsets folded

@@ -149,6 +149,40 @@ def kafka_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, **security, **extra}
 
 
+ENV_SESSION_TIMEOUT = "WATCHTOWER_SESSION_TIMEOUT_MS"
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+# Kafka's own floor for group.min.session.timeout.ms is not ours to lower on a real cluster; a value
+# below the broker's group.min.session.timeout.ms is refused by the broker with a clear error.
+MIN_SESSION_TIMEOUT_MS = 500
+
+
+@dataclass(frozen=True)
+class GroupTimeouts:
+    """How fast a group notices a dead member: its session timeout and heartbeat interval.
+
+    A worker killed with ``kill -9`` keeps its partitions until the session times out; the next
+    member takes them over then. ``WATCHTOWER_SESSION_TIMEOUT_MS`` (default 10,000) sets it for
+    every group member Watchtower runs; it must lie within the broker's
+    ``group.min.session.timeout.ms``/``group.max.session.timeout.ms`` (Kafka's defaults 6 s and 30 min;
+    the embedded test broker lowers the minimum). The heartbeat is a third of it, at most 1 s.
+    """
+
+    session_ms: int
+    heartbeat_ms: int
+
+    @classmethod
+    def from_env(cls) -> GroupTimeouts:
+        raw = os.environ.get(ENV_SESSION_TIMEOUT, "").strip()
+        if not raw:
+            session = DEFAULT_SESSION_TIMEOUT_MS
+        elif not raw.isdigit() or int(raw) < MIN_SESSION_TIMEOUT_MS:
+            raise ValueError(f"{ENV_SESSION_TIMEOUT} must be a whole number of milliseconds ≥ "
+                             f"{MIN_SESSION_TIMEOUT_MS}, got {raw!r}")
+        else:
+            session = int(raw)
+        return cls(session, max(100, min(1_000, session // 3)))
+
+
 def faust_broker_settings() -> dict[str, Any]:
     """Keyword arguments for ``faust.App`` that authenticate it (empty for plaintext)."""
     principal = current_principal()
