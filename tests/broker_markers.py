@@ -3,8 +3,9 @@
 The secure pass and the tiers (docs/testing.md) select tests by marker, so a broker test without
 its marker silently drops out of them. A test talks to a broker when its fixture closure holds
 ``kafka_bootstrap`` (the session's broker), or when the test function or one of its fixtures
-calls a helper that starts a broker or a stack (:data:`BROKER_HELPERS`). Such a test without the marker fails collection,
-naming every offender and what to add.
+calls a helper that starts a broker or a stack (:data:`BROKER_HELPERS`). Such a test without the
+marker fails collection, naming every offender and what to add. So does a test marked ``secure``
+(CI's secure pass) that is not a broker test.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def unmarked_broker_tests(items: list[pytest.Item]) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    not_broker = [i.nodeid for i in items if i.get_closest_marker("secure") and not i.get_closest_marker("integration")]
+    if not_broker:
+        raise pytest.UsageError(f"tests marked `secure` must be broker tests (`integration`): {not_broker}")
     offenders = unmarked_broker_tests(items)
     if offenders:
         shown = "\n  ".join(offenders[:200]) + ("\n  ..." if len(offenders) > 200 else "")

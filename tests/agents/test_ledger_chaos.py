@@ -1,7 +1,8 @@
 """CBY is conserved and no purchase is charged twice while workers are killed with kill -9.
 
 Two workers, one projection, a real broker. 50 accounts (ten of them poor, so some purchases and
-transfers are refused) run 2,000 purchases, transfers and burns, one command in flight per account,
+transfers are refused) run 800 purchases, transfers and burns (2,000 in the soak tier), one command
+in flight per account,
 while a worker is killed with kill -9 and restarted three times (at a quarter, half and three
 quarters of the work). A command that times out is resent as the same signed command, and at the
 end every account's last accepted command on each instance is resent once more: each gets its
@@ -32,17 +33,18 @@ import pytest
 from api_calls import http, wait_for
 from ledger_load import Account, Answer, Sender, paid_stream_body
 from stack_fixture import start_stack
+from tiers import scale
 from worker_harness import read_committed_events
 
 from watchtower.client.transport import CommandClient
 from watchtower.projections.rebuild import rebuild_keymgr_digest
 from watchtower.protocol.billing import key_epoch_at
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 
 ACCOUNTS = 50
 POOR = 10  # accounts minted too little for many purchases: some refusals on the log
-OPS_PER_ACCOUNT = 40  # 50 x 40 = 2,000 purchases, transfers and burns
+OPS_PER_ACCOUNT = scale(16, 40)  # 50 x 16 = 800 (soak: 2,000) purchases, transfers and burns
 KILLS = 3
 RICH_MINT, POOR_MINT = 1_000_000, 300
 FEE, BPS, EPOCH_BLOCKS = 100, 250, 3600

@@ -30,7 +30,9 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
 STREAMS = 6
-PHASE_S = 3.0  # how long publishes flow in each phase; the phases' boundaries are the rebalances
+# Publishes acknowledged in each phase before it ends; the phases' boundaries are the rebalances.
+PHASE_ACKS = 20 * STREAMS
+PHASE_TIMEOUT_S = 300.0
 
 
 def spread_streams(prefix: str) -> list[str]:
@@ -78,6 +80,14 @@ class Publisher(threading.Thread):
         except BaseException as exc:
             self.error = exc
 
+    def wait_acked(self, phase: str, count: int = PHASE_ACKS) -> None:
+        """Until `count` publishes submitted in `phase` are answered (or the publisher failed)."""
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while sum(1 for p, _s, _q, f in list(self.futures) if p == phase and f.done()) < count:
+            assert self.error is None, f"the publisher failed: {self.error!r}"
+            assert time.monotonic() < deadline, f"fewer than {count} publishes answered in phase {phase}"
+            time.sleep(0.05)
+
 
 def test_publishes_survive_a_worker_leaving_and_rejoining(kafka_bootstrap: str, tmp_path: Path) -> None:
     owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
@@ -99,7 +109,7 @@ def test_publishes_survive_a_worker_leaving_and_rejoining(kafka_bootstrap: str, 
 
             pub = Publisher(client, owner, publisher, stream_ids)
             pub.start()
-            time.sleep(PHASE_S)
+            pub.wait_acked("both")
 
             # First rebalance: B leaves gracefully mid-run; A takes every partition.
             pub.phase = "b-leaving"
@@ -107,14 +117,14 @@ def test_publishes_survive_a_worker_leaving_and_rejoining(kafka_bootstrap: str, 
             alone = wait_for_assignment(kafka_bootstrap, commands, members=1, partitions=PARTITIONS)
             assert set(alone) == {f"wt-worker-{a}"}
             pub.phase = "a-alone"
-            time.sleep(PHASE_S)
+            pub.wait_acked("a-alone")
 
             # Second rebalance: B comes back and takes its share again.
             pub.phase = "b-joining"
             w.start(b)
             splits.append(wait_for_assignment(kafka_bootstrap, commands, members=2, partitions=PARTITIONS))
             pub.phase = "both-again"
-            time.sleep(PHASE_S)
+            pub.wait_acked("both-again")
 
             pub.halt.set()
             pub.join(30)

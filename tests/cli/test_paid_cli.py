@@ -127,6 +127,7 @@ def _page(page: dict[str, Any], count: int) -> dict[str, Any]:
     return page
 
 
+@pytest.mark.secure
 def test_a_purchase_splits_the_fee_between_the_treasuries(paid_stack: dict[str, Any]) -> None:
     reader, publisher, feed, epoch = STATE["reader"], STATE["publisher"], STATE["feed"], STATE["epoch"]
     run("cby", "mint", reader, "10000")
@@ -152,6 +153,7 @@ def _equal(got: Any, expected: Any) -> None:
     assert got == expected
 
 
+@pytest.mark.secure
 def test_the_entitled_reader_decrypts_with_get_since(paid_stack: dict[str, Any]) -> None:
     feed = STATE["feed"]
     page = eventually(lambda: run_json("feed", feed, "get-since", "--cursor", "0", "--decrypt", "--account", "reader"),
@@ -194,6 +196,7 @@ def test_a_subscriber_who_did_not_pay_sees_ciphertext_but_gets_no_key(paid_stack
             "--until-epoch", str(STATE["epoch"]))
 
 
+@pytest.mark.secure
 def test_a_sponsor_pays_for_a_friend_and_gets_no_key(paid_stack: dict[str, Any]) -> None:
     feed, epoch, friend = STATE["feed"], STATE["epoch"], STATE["friend"]
     receipt = run_json("feed", feed, "acquire-access", "--account", "sponsor", "--until-epoch", str(epoch),

@@ -155,6 +155,7 @@ def test_the_scenario_exercises_answers_and_errors_alike() -> None:
     assert answers["SDK key chain of another owner"] == {"error": "INVALID_SIGNATURE"}
 
 
+@pytest.mark.secure
 def test_the_fake_and_a_real_stack_give_the_same_answers(real_stack: ServiceSet) -> None:
     api = ApiClient(real_stack.api_url)
 

@@ -113,17 +113,16 @@ def test_a_poll_wakes_each_loop_once_and_every_sink_shares_the_same_items() -> N
 # ----------------------------------------------------------------------------- the route, in-process
 @pytest.fixture
 def no_kafka_tail(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The tail "starts" without a broker: its thread only waits; records come from `_fan_out`."""
-    stop = threading.Event()
+    """The tail "starts" without a broker: its thread only waits for the tail's own stop flag (so
+    `Tailer.stop` returns at once); records come from `_fan_out`."""
 
     def start(self: Tailer) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=stop.wait, daemon=True)
+            self._thread = threading.Thread(target=self._stop.wait, daemon=True)
             self._thread.start()
 
     monkeypatch.setattr(Tailer, "start", start)
     yield
-    stop.set()
 
 
 async def serve_feed(hub: SseHub, port: int) -> web.AppRunner:

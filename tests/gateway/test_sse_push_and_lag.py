@@ -82,6 +82,7 @@ def subscriber_path(feed: Feed, subscriber: str) -> str:
     return f"/v1/feeds/{feed.feed_id}/events?subscriber={subscriber}"
 
 
+@pytest.mark.secure
 def test_subscriber_mode_streams_only_that_subscribers_pushes_of_that_stream(sse_stack: ServiceSet,
                                                                             home: Path) -> None:
     feed, other = Feed(sse_stack, home), Feed(sse_stack, home, name="other")

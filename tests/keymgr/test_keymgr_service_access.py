@@ -154,6 +154,7 @@ def test_a_sponsor_who_paid_gets_no_key(world: World) -> None:
     assert _code(world.decrypt(SPONSOR, ALICE)) == "ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT"
 
 
+@pytest.mark.secure
 def test_an_authorized_actor_of_an_entitled_account_decrypts_and_fetches_keys_that_open(world: World) -> None:
     status, reply = world.decrypt(ACTOR, ALICE)
     assert status == 200, reply

@@ -1,7 +1,9 @@
-"""100,000 messages on a stream whose ring window holds 100: replays read the archive, beyond the
-window, exactly, and survive ``kill -9`` of the replay worker mid-replay without a gap.
+"""10,000 messages (100,000 in the soak tier) on a stream whose ring window holds 100: replays read
+the archive, beyond the window, exactly, and survive ``kill -9`` of the replay worker mid-replay
+without a gap.
 
-One publish of 100k messages (through the real stack) is shared by both tests.
+One publish (through the real stack) is shared by both tests. The ring window is 1% of the archive
+at either scale, so both read almost everything from beyond it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from replay_helpers import DeliveryReader, Stream, create_and_publish, register, replay_views, wait_status
 from stack_fixture import start_stack
+from tiers import scale
 
 from watchtower.client.http import ApiClient
 from watchtower.gateway.transport import CommandClient
@@ -20,15 +23,18 @@ from watchtower.protocol.replay_rules import read_replay_headers
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.schemas.records import decode_message
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
-COUNT = 100_000
+COUNT = scale(10_000, 100_000)
 WINDOW = 100
+# The replay worker's cap in the kill test: the replay lasts 10-20 s, so both kills land while it
+# runs (the cap is not what is tested).
+KILL_RATE = scale(1_000, 5_000)
 
 
 @pytest.fixture(scope="module")
 def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, Stream]]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-100k-logs")) as services:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-archive-logs")) as services:
         client = CommandClient(services.bootstrap, prefix=services.prefix)
         try:
             yield services, create_and_publish(client, COUNT, capacity=WINDOW)
@@ -46,7 +52,7 @@ def test_replay_beyond_the_window_delivers_exactly_the_archive(env: tuple[Servic
     assert view.delivered == COUNT
     reader = DeliveryReader(services.bootstrap, services.prefix)
     try:
-        reader.until(lambda: reader.count(reg.replay_id) >= COUNT, what="100k deliveries")
+        reader.until(lambda: reader.count(reg.replay_id) >= COUNT, what=f"{COUNT} deliveries")
         reader.drain(2.0)
         records = reader.by_replay[reg.replay_id]
     finally:
@@ -70,7 +76,7 @@ def test_kill_9_twice_mid_replay_loses_nothing(env: tuple[ServiceSet, Stream]) -
     services, stream = env
     # Capped, so the two kills land while the replay runs (the cap is not what is tested).
     services.kill9("replay-r1")
-    slow = {"WATCHTOWER_REPLAY_RATE": "5000"}
+    slow = {"WATCHTOWER_REPLAY_RATE": str(KILL_RATE)}
     services.start_replay("r1", slow)
     reg = register(services.bootstrap, services.prefix, stream, start=1, to=COUNT + 1)
     reader = DeliveryReader(services.bootstrap, services.prefix)

@@ -67,6 +67,7 @@ def wait_health(services: ServiceSet, cond: Callable[[dict[str, Any]], bool], ti
     return body
 
 
+@pytest.mark.secure
 def test_filter_and_skip_select_exactly_what_the_selector_says(env: tuple[ServiceSet, Stream],
                                                                reader: DeliveryReader) -> None:
     services, stream = env

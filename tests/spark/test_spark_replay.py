@@ -98,6 +98,7 @@ def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:
     return out
 
 
+@pytest.mark.secure
 def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_headers(
         spark: Any, stack: ServiceSet, api: ApiClient) -> None:
     from watchtower.spark.replay_job import run_replay
