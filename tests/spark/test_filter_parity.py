@@ -8,12 +8,12 @@ single Spark job, so one local session checks many filters per job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiers import scale
 
 from watchtower.protocol.filters import evaluate, parse_filter
 from watchtower.protocol.message import StreamMessage
@@ -70,13 +70,6 @@ def messages(draw: Any) -> list[StreamMessage]:
     return out
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from watchtower.spark.session import local_session
-
-    session = local_session("filter-parity")
-    yield session
-    session.stop()
 
 
 def valid(spec: dict[str, Any]) -> Any:
@@ -102,7 +95,10 @@ def spark_selection(spark: Any, msgs: list[StreamMessage], nodes: list[Any]) -> 
     return [sorted(r["sequence"] for r in rows if r[f"f{i}"]) for i in range(len(nodes))]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# Each example is one Spark job of up to 25 filters: 12 jobs (~300 filters) in CI, 100 in the soak tier.
+@pytest.mark.soak
+@settings(max_examples=scale(12, 100), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(msgs=messages(), specs=st.lists(filters(), min_size=1, max_size=25))
 def test_spark_compiled_filters_select_the_same_sequences_as_the_live_evaluator(
         spark: Any, msgs: list[StreamMessage], specs: list[dict[str, Any]]) -> None:

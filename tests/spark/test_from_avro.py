@@ -10,7 +10,6 @@ import hashlib
 import struct
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,6 @@ def header_filter(name: str) -> str:
     return f"substring(value, 1, 5) = X'{struct.pack('>BHH', 0x57, CATALOG[name].schema_id, version).hex().upper()}'"
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from watchtower.spark.session import local_session
-
-    session = local_session("from-avro-test")
-    yield session
-    session.stop()
 
 
 def read(spark: Any, values: list[bytes], name: str) -> list[Any]:

@@ -42,13 +42,6 @@ GAP, FORGED, ALTERED = 8, 20, 5
 FORGER = nacl.signing.SigningKey(bytes(range(90, 122)))
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from watchtower.spark.session import local_session
-
-    session = local_session("audit-test", master="local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -44,13 +44,6 @@ pytestmark = pytest.mark.integration
 SID = "s-spark-replay"
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from watchtower.spark.session import local_session
-
-    session = local_session("replay-job-test", master="local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")
