@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -112,7 +112,7 @@ def test_a_poll_wakes_each_loop_once_and_every_sink_shares_the_same_items() -> N
 
 # ----------------------------------------------------------------------------- the route, in-process
 @pytest.fixture
-def no_kafka_tail(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_kafka_tail(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tail "starts" without a broker: its thread only waits for the tail's own stop flag (so
     `Tailer.stop` returns at once); records come from `_fan_out`."""
 
@@ -122,7 +122,6 @@ def no_kafka_tail(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             self._thread.start()
 
     monkeypatch.setattr(Tailer, "start", start)
-    yield
 
 
 async def serve_feed(hub: SseHub, port: int) -> web.AppRunner:
