@@ -21,7 +21,7 @@ from watchtower.topics.catalogue import catalogue
 
 @contextmanager
 def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: int = 3,
-                projections: int = 1, gateway: bool = False, replay: bool = True,
+                projections: int = 1, gateway: bool = False, replay: bool = False,
                 delivery: bool = False) -> Iterator[ServiceSet]:
     """Topics under a fresh prefix, `workers` stream-actor workers and `projections` projection/API workers.
 
@@ -29,7 +29,8 @@ def start_stack(bootstrap: str, log_dir: Path, *, workers: int = 1, partitions: 
     on ``services.api_url``. Each projection also takes commands, unless `gateway`: then the
     projections answer reads only and a command gateway process serves ``POST /v1/commands`` at
     ``services.urls["gateway-g1"]``. With `replay`, a replay worker ``replay-r1`` runs too; with
-    `delivery`, a push delivery worker ``delivery-d1`` (only the push tests need one). Returns
+    `delivery`, a push delivery worker ``delivery-d1`` (only the replay and push tests need them:
+    every process a stack starts costs the 2-core CI machine start-up time and CPU). Returns
     once every projection (and the gateway) reports ready.
     On a secure broker the prefix gets its ACLs and the processes connect as the service principal.
     """

@@ -29,7 +29,7 @@ STATE: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     logs, home = tmp_path_factory.mktemp("replay-cli-logs"), tmp_path_factory.mktemp("replay-cli-home")
-    with start_stack(kafka_bootstrap, logs) as stack, pytest.MonkeyPatch.context() as patch:
+    with start_stack(kafka_bootstrap, logs, replay=True) as stack, pytest.MonkeyPatch.context() as patch:
         patch.setenv("WATCHTOWER_HOME", str(home))
         patch.setenv("WATCHTOWER_API", stack.api_url)
         patch.setenv("WATCHTOWER_BOOTSTRAP", stack.bootstrap)

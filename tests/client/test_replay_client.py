@@ -38,7 +38,7 @@ def feed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     minter = Account(MINTER, home=home)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WATCHTOWER_CBY_MINTER", minter.address)
-        with start_stack(kafka_bootstrap, logs) as stack:  # with its replay worker
+        with start_stack(kafka_bootstrap, logs, replay=True) as stack:  # with its replay worker
             api = ApiClient(stack.api_url)
             owner = Account(nacl.signing.SigningKey.generate(), home=home)
             key = nacl.signing.SigningKey.generate()

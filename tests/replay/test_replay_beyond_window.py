@@ -34,7 +34,7 @@ KILL_RATE = scale(1_000, 5_000)
 
 @pytest.fixture(scope="module")
 def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, Stream]]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-archive-logs")) as services:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-archive-logs"), replay=True) as services:
         client = CommandClient(services.bootstrap, prefix=services.prefix)
         try:
             yield services, create_and_publish(client, COUNT, capacity=WINDOW)

@@ -37,7 +37,7 @@ COUNT = 3000
 
 @pytest.fixture(scope="module")
 def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, Stream]]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-logs")) as services:
+    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("replay-logs"), replay=True) as services:
         # Slow, small slices so a cancel lands mid-replay.
         services.kill9("replay-r1")
         services.start_replay("r1", {"WATCHTOWER_REPLAY_SLICE": "100", "WATCHTOWER_REPLAY_RATE": "400"})
