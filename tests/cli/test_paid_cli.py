@@ -102,6 +102,7 @@ def balances(*who: str) -> dict[str, int]:
     return {r["account"]: r["balance_cby"] for r in rows}
 
 
+@pytest.mark.secure
 def test_a_paid_feed_is_published_encrypted_through_the_key_manager(paid_stack: dict[str, Any]) -> None:
     for name in ("publisher", "reader", "stranger", "sponsor", "friend"):
         STATE[name] = run_json("account", "new", name)["address"]
@@ -196,7 +197,6 @@ def test_a_subscriber_who_did_not_pay_sees_ciphertext_but_gets_no_key(paid_stack
             "--until-epoch", str(STATE["epoch"]))
 
 
-@pytest.mark.secure
 def test_a_sponsor_pays_for_a_friend_and_gets_no_key(paid_stack: dict[str, Any]) -> None:
     feed, epoch, friend = STATE["feed"], STATE["epoch"], STATE["friend"]
     receipt = run_json("feed", feed, "acquire-access", "--account", "sponsor", "--until-epoch", str(epoch),
