@@ -86,7 +86,7 @@ def test_an_open_ended_replay_by_feed_id_ends_at_the_head_and_skip_and_filter_se
     stats = client.status(chosen.replay_id)["stats"]
     assert (stats["delivered"], stats["skipped"], stats["filtered"]) == (6, 10, 4)
     mine = client.list(mine=True)["replays"]
-    assert sorted(r["replayId"] for r in mine) == sorted([open_ended.replay_id, chosen.replay_id])
+    assert sorted(int(r["replayId"]) for r in mine) == sorted([open_ended.replay_id, chosen.replay_id])
 
 
 def test_a_subscriber_that_opts_in_crosses_cursor_too_old_without_a_gap(feed: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from watchtower.protocol.errors import (
     RequestTimeoutError,
     WatchtowerError,
 )
+from watchtower.protocol.json_ints import as_int
 from watchtower.protocol.signed_command import Command
 
 SUPPLY_KEY: Final = "cby:supply"
@@ -69,7 +70,7 @@ def _amount(value: object, name: str = "amount_cby") -> int:
 def receipt_of(reply: dict[str, Any]) -> KeyAccessReceipt:
     """The KeyAccessReceipt in a purchase or renewal reply (MALFORMED_RECORD if it is not one)."""
     try:
-        return KeyAccessReceipt(**{k: v for k, v in reply.items() if k in _RECEIPT_FIELDS})
+        return KeyAccessReceipt(**{k: as_int(v) for k, v in reply.items() if k in _RECEIPT_FIELDS})
     except TypeError:
         raise MalformedRecordError(f"the reply is not a KeyAccessReceipt; it has {sorted(reply)}") from None
 
@@ -176,7 +177,7 @@ class Ledger:
     def balance(self, address: str | None = None) -> int:
         """The CBY balance of `address` (default: this account) as the projections show it."""
         info = self.api.account_info(address or self.account.address)
-        value = info.get("balance_cby")
+        value = as_int(info.get("balance_cby"))  # a number, or its decimal string past 2**53 - 1
         if type(value) is not int:
             raise MalformedRecordError(f"the account answer has no integer balance_cby: {sorted(info)}")
         return value

@@ -26,6 +26,7 @@ from watchtower.keymgr.service import KeyManager
 from watchtower.projections import web_server
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.protocol.errors import InvalidArgumentError, PayloadTooLargeError, WatchtowerError
+from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.signed_command import Method
 
 log = logging.getLogger("watchtower.keymgr.http")
@@ -74,7 +75,7 @@ def _route(
         def work() -> dict[str, Any]:
             return op(manager.authenticate(payload, method))
 
-        return web.json_response(await asyncio.to_thread(work))
+        return web.json_response(json_safe(await asyncio.to_thread(work)))
 
     return handle
 
