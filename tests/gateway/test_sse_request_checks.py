@@ -47,5 +47,5 @@ def test_a_last_event_id_that_is_not_plain_digits_is_invalid_argument(value: str
 
 
 def test_a_well_formed_request_passes_the_checks_and_reaches_the_api() -> None:
-    status, body = answer(f"/v1/feeds/1/events?subscriber={ALICE}", {"Last-Event-ID": "5"})
+    _, body = answer(f"/v1/feeds/1/events?subscriber={ALICE}", {"Last-Event-ID": "5"})
     assert body["error"]["code"] == "NOT_READY"  # type: ignore[index]  # the (absent) API, not a check

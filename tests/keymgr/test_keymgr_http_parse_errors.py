@@ -20,7 +20,7 @@ class _NoManager:
     public_key = b"\x00" * 32
 
     def __getattr__(self, name: str) -> Any:  # the routes are bound, never called, by these requests
-        return lambda *a, **k: None
+        return lambda *_a, **_k: None
 
 
 def _free_port() -> int:

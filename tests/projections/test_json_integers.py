@@ -25,7 +25,7 @@ from watchtower.projections.keymgr_tables import account_view
 from watchtower.projections.openapi import OPENAPI
 from watchtower.projections.web_server import SafeJsonWeb
 from watchtower.protocol.errors import CursorTooOldError, InsufficientCbyBalanceError
-from watchtower.protocol.json_ints import MAX_SAFE_INT, as_int, json_safe
+from watchtower.protocol.json_ints import MAX_SAFE_INT, as_int
 from watchtower.protocol.replay_status import ReplayView, replay_status_json, view_from_dict, view_to_dict
 
 BIG_ID = 2**62 + 5  # a replay id as a digest gives it: far past 2**53
@@ -83,7 +83,8 @@ def test_no_json_number_past_2_53_leaves_a_server_and_replay_ids_are_strings(nam
         if isinstance(node, dict):
             for key, value in node.items():
                 if key in ("replay_id", "replayId"):
-                    assert isinstance(value, str) and value.isdigit(), (key, value)
+                    assert isinstance(value, str), (key, value)
+                    assert value.isdigit(), (key, value)
                 walk(value)
         elif isinstance(node, list):
             for item in node:

@@ -213,8 +213,9 @@ class Vault:
             raise NotReadyError(f"the key manager could not persist its state ({error.name()}); retry") from None
 
     def _reserve_locked(self) -> None:
-        target = max(self._reserved_through, self._next_nonce - 1) + self._block
-        if target > MAX_ACTOR_NONCE:  # unreachable by counting; refused, never written or wrapped around
+        current = max(self._reserved_through, self._next_nonce - 1)
+        target = min(current + self._block, MAX_ACTOR_NONCE)
+        if target <= current:  # unreachable by counting; refused, never written or wrapped around
             raise NoncesExhaustedError(f"the key manager's actor nonces reached {MAX_ACTOR_NONCE}; its operator must "
                                 "rotate the streams' keys (docs/keymgr.md)")
         self._write_locked(NONCE_KEY, NonceReservationRecord(KEYMGR_RECORD_VERSION, target))
