@@ -104,7 +104,7 @@ def test_the_decoder_refuses_a_reservation_outside_its_bound() -> None:
 def test_the_vault_never_reserves_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     vault = _vault(monkeypatch, _reservation(MAX_ACTOR_NONCE - 5))
     # The reservation at open would pass the bound: refused with NOT_READY, not written.
-    assert vault.reserved_through == MAX_ACTOR_NONCE - 5  # opened all the same: decrypts still serve
+    assert vault.reserved_through == MAX_ACTOR_NONCE  # the last block is cut at the bound
     issued = [vault.next_actor_nonce() for _ in range(5)]  # what is left below the reservation
     assert issued[-1] == MAX_ACTOR_NONCE
     with pytest.raises(NotReadyError):
