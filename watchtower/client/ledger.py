@@ -75,6 +75,14 @@ def receipt_of(reply: dict[str, Any]) -> KeyAccessReceipt:
         raise MalformedRecordError(f"the reply is not a KeyAccessReceipt; it has {sorted(reply)}") from None
 
 
+def _actor_body(actor: str, stream_id: str | None, all_streams: bool) -> dict[str, Any]:
+    if (stream_id is None) != all_streams:
+        raise InvalidArgumentError("name one stream, or all_streams=True for the account's own actor")
+    body: dict[str, Any] = {"actor": require_address(actor, "actor")}
+    body.update({"all_streams": True} if all_streams else {"stream_id": stream_id})
+    return body
+
+
 class Ledger:
     """The paid-feed commands of one `account` over `api` (not thread-safe only in its `last_command`)."""
 
@@ -117,15 +125,19 @@ class Ledger:
         """Revoke one of this account's keys; epoch keys are never sealed to it again."""
         return self.send("revoke_account_key", account_key(self.account.address), {"account_key_id": account_key_id})
 
-    def authorize_actor(self, actor: str, stream_id: str) -> dict[str, Any]:
-        """Let `actor` decrypt `stream_id` on this account's entitlement."""
-        return self.send("authorize_actor", account_key(self.account.address),
-                         {"actor": require_address(actor, "actor"), "stream_id": stream_id})
+    def authorize_actor(self, actor: str, stream_id: str | None = None, *,
+                        all_streams: bool = False) -> dict[str, Any]:
+        """Let `actor` decrypt `stream_id` on this account's entitlement; with `all_streams`, make it one
+        of the account's own actors (CIP-7: authorized on every stream until revoked there)."""
+        body = _actor_body(actor, stream_id, all_streams)
+        return self.send("authorize_actor", account_key(self.account.address), body)
 
-    def revoke_actor(self, actor: str, stream_id: str) -> dict[str, Any]:
-        """Withdraw `actor`'s authorization for `stream_id` (effective from the next block)."""
-        return self.send("revoke_actor", account_key(self.account.address),
-                         {"actor": require_address(actor, "actor"), "stream_id": stream_id})
+    def revoke_actor(self, actor: str, stream_id: str | None = None, *,
+                     all_streams: bool = False) -> dict[str, Any]:
+        """Withdraw `actor`'s authorization for `stream_id` (an own actor too), or with `all_streams` its
+        own-actor standing (effective from the next block)."""
+        body = _actor_body(actor, stream_id, all_streams)
+        return self.send("revoke_actor", account_key(self.account.address), body)
 
     # --- CBY -------------------------------------------------------------------------------------
 
