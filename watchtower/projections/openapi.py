@@ -210,6 +210,12 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/health": _get("this worker: readiness, broker, partitions, quarantined records", _HEALTH, errors=()),
         "/v1/commands": {"post": {
             "summary": "submit a signed command and wait for its committed reply",
+            "description": ("publish answers CIP-7's INVALID_SIGNATURE, PAYLOAD_TOO_LARGE and UNAUTHORIZED, and "
+                            "these extensions, each for a case CIP-7's list has no code for (docs/publish-auth.md): "
+                            "STREAM_NOT_FOUND (the stream was never created), STALE_SEQUENCE (sequence is not "
+                            "head + 1: re-read the head and re-sign), INVALID_ARGUMENT (a command or message that "
+                            "cannot be read as a publish), NOT_READY and TIMEOUT (transport: send the same command "
+                            "again)."),
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["command"],
                 "properties": {"command": _ref("Command"),
