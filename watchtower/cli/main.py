@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 import click
 
@@ -68,7 +69,7 @@ def _wants_json(argv: list[str]) -> bool:
     return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
 
 
-def _echo_json_error(code: str, message: str, details: object = None) -> None:
+def _echo_json_error(code: str, message: str, details: Mapping[str, object] | None = None) -> None:
     """The spec error object, as the HTTP API answers it: ``{"error": {"code", "message", "details"}}``
     on stdout (where the command's JSON goes), so a script reads its details (e.g. CURSOR_TOO_OLD's
     ready register_replay request) the same way it reads a success."""
