@@ -258,3 +258,22 @@ def cby_burn(amount: int, api_url: str | None, account: str | None, key_file: Pa
         echo_json(reply)
         return
     click.echo(f"burned {amount} CBY wei")
+
+
+# --- the public CLI's names (shared/spec/cowboy-watchtower-cli.md), beside ours ------------------
+
+
+@account.command("register-key")
+@click.option("--scheme", type=click.Choice(["x25519"], case_sensitive=False), default="x25519", show_default=True,
+              help="The account key scheme (CIP-7 v1 has X25519 only).")
+@write_options
+@click.pass_context
+def account_register_key(ctx: click.Context, scheme: str, api_url: str | None, account: str | None,
+                         key_file: Path | None, as_json: bool) -> None:
+    """Register a new X25519 account key (the same as `account keys add`)."""
+    del scheme  # X25519 is the only scheme
+    ctx.invoke(account_keys_add, api_url=api_url, account=account, key_file=key_file, as_json=as_json)
+
+
+account.add_command(account_keys_list, "list-keys")  # `account keys list`
+account.add_command(account_keys_revoke, "revoke-key")  # `account keys revoke ID`
