@@ -36,6 +36,9 @@ def parsed(*args: str) -> tuple[click.Command, dict[str, object]]:
     "feed 3 subscribe --mode push-fallback",
     "feed 3 get-since --cursor 0 --limit 10",
     "feed 3 announce-key-epoch 4",
+    "feed 3 pre-wrap-epochs --from 10 --to 12",
+    "feed 3 wrap-daemon --depth 2",
+    "feed 3 rewrap-epochs",
 ])
 def test_a_public_cli_line_parses(line: str) -> None:
     command, _ = parsed(*line.split())
