@@ -202,6 +202,13 @@ def test_an_accounts_own_actor_decrypts_every_feed_without_a_grant_per_feed(paid
     page = eventually(lambda: run_json("feed", feed, "consume", "--cursor", "0", *as_bot),
                       retry=("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT",))
     assert [json.loads(m["plaintext"])["n"] for m in page["messages"]] == [1, 2]
+    # Created as the account's own actor in one step (DESIGN §4: auto-authorized for its creator).
+    run_json("account", "new-actor", "own-bot2", "--own", "--account", "reader")
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")
+    as_bot2 = ("--key-file", str(paid_stack["home"] / "actors" / "own-bot2.key"), "--for-account", "reader")
+    page = eventually(lambda: run_json("feed", feed, "consume", "--cursor", "0", *as_bot2),
+                      retry=("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT",))
+    assert [json.loads(m["plaintext"])["n"] for m in page["messages"]] == [1, 2]
     refused("UNAUTHORIZED", "account", "actors", "authorize", "0x" + "ab" * 32, "--feed", feed, "--account",
             "reader")  # an actor that cannot exist
 
@@ -320,9 +327,9 @@ def test_every_paid_read_answers_json_from_the_projections(paid_stack: dict[str,
     assert terms["paid_stream_config"]["protocol_treasury"] == TEST_PROTOCOL_TREASURY
     info = run_json("account", "info", "reader")
     assert info["balance_cby"] == 10_000 - 2_100 - 1_050
-    # bot's grant on the feed, revoked; own-bot's all-streams standing ("": every stream), active
+    # bot's grant on the feed, revoked; own-bot's and own-bot2's all-streams standing ("": every stream)
     assert sorted((a["stream_id"], a["status"]) for a in info["authorizations"]) == [
-        ("", "ACTIVE"), (terms["stream_id"], "REVOKED")]
+        ("", "ACTIVE"), ("", "ACTIVE"), (terms["stream_id"], "REVOKED")]
     supply = eventually(lambda: _supply(run_json("cby", "supply"), 20_000), retry=("NOT_READY",))
     assert supply["sum_of_balances_cby"] == supply["total_supply_cby"]
     assert run_json("cby", "digest")
