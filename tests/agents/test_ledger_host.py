@@ -230,11 +230,11 @@ def test_the_ninth_key_and_the_sixty_fifth_authorization_get_their_limit_codes(l
         assert reply["account_key_id"] == n
     refused(ledger.send(ledger.sign(holder, "register_account_key", acct,
                                     {"scheme": "X25519", "public_key": b"\x09" * 32})), "ACCOUNT_KEY_LIMIT_REACHED")
-    for n in range(1, 65):
-        ok(ledger.send(ledger.sign(holder, "authorize_actor", acct,
-                                   {"actor": "0x" + n.to_bytes(32, "big").hex(), "stream_id": ledger.stream_id})))
+    actors = [addr(nacl.signing.SigningKey(n.to_bytes(32, "big"))) for n in range(1, 66)]  # real key pairs
+    for actor in actors[:64]:
+        ok(ledger.send(ledger.sign(holder, "authorize_actor", acct, {"actor": actor, "stream_id": ledger.stream_id})))
     refused(ledger.send(ledger.sign(holder, "authorize_actor", acct,
-                                    {"actor": "0x" + (65).to_bytes(32, "big").hex(), "stream_id": ledger.stream_id})),
+                                    {"actor": actors[64], "stream_id": ledger.stream_id})),
             "AUTHORIZATION_LIMIT_REACHED")
 
 

@@ -166,6 +166,56 @@ def test_the_entitled_reader_decrypts_with_get_since(paid_stack: dict[str, Any])
     assert "sealed_key_hex" in sealed
 
 
+def test_the_public_clis_command_lines_buy_fetch_and_consume(paid_stack: dict[str, Any]) -> None:
+    """shared/spec/cowboy-watchtower-cli.md, as written (failed before: unknown commands and options)."""
+    feed, epoch = STATE["feed"], STATE["epoch"]
+    keys = run_json("account", "list-keys", "--account", "reader")["keys"]
+    key_id = str(next(k["account_key_id"] for k in keys if k["status"] == "ACTIVE"))
+    receipt = run_json("feed", feed, "acquire-access", "--account", "reader", "--to-epoch", str(epoch + 1),
+                       "--account-key-id", key_id)
+    assert receipt["epochs_charged"] == 0  # already bought: idempotent
+    refused("INVALID_ACCOUNT_KEY", "feed", feed, "acquire-access", "--account", "reader", "--to-epoch",
+            str(epoch + 1), "--account-key-id", "7")
+    fetched = run_json("feed", feed, "fetch-keys", "--account", "reader", "--account-key-id", key_id,
+                       "--epochs", f"{epoch},{epoch + 1}")
+    assert fetched["key_epochs"] == [epoch, epoch + 1]
+    page = run_json("feed", feed, "consume", "--account", "reader", "--account-key-id", key_id, "--cursor", "0",
+                    "--limit", "10")
+    assert [json.loads(m["plaintext"]) for m in page["messages"]] == [{"side": "buy", "n": 1}, {"side": "buy", "n": 2}]
+    # Sealed ahead: all already here; the daemon's step stays within the entitlement (epoch + 1).
+    wrapped = run_json("feed", feed, "pre-wrap-epochs", "--account", "reader", "--from", str(epoch),
+                       "--to", str(epoch + 1))
+    assert (wrapped["fetched"], wrapped["already"]) == ([], [epoch, epoch + 1])
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")
+    ahead = run_json("feed", feed, "wrap-daemon", "--account", "reader", "--depth", "5", "--once")
+    assert ahead["fetched"] == [epoch, epoch + 1]
+    again = run_json("feed", feed, "wrap-daemon", "--account", "reader", "--depth", "5", "--once")
+    assert (again["fetched"], again["already"]) == ([], [epoch, epoch + 1])
+    assert run_json("feed", feed, "rewrap-epochs", "--account", "reader")["fetched"] == []  # one key: nothing to do
+
+
+def test_an_accounts_own_actor_decrypts_every_feed_without_a_grant_per_feed(paid_stack: dict[str, Any]) -> None:
+    """CIP-7: the account's own actors are authorized unless revoked (failed before: no such standing)."""
+    feed = STATE["feed"]
+    run_json("account", "new-actor", "own-bot", "--account", "reader")
+    as_bot = ("--key-file", str(paid_stack["home"] / "actors" / "own-bot.key"), "--for-account", "reader")
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")  # the keys must come from the key manager, for the actor
+    refused("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT", "feed", feed, "consume", "--cursor", "0", *as_bot)
+    run_json("account", "actors", "authorize", "own-bot", "--all-streams", "--account", "reader")
+    page = eventually(lambda: run_json("feed", feed, "consume", "--cursor", "0", *as_bot),
+                      retry=("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT",))
+    assert [json.loads(m["plaintext"])["n"] for m in page["messages"]] == [1, 2]
+    # Created as the account's own actor in one step (DESIGN §4: auto-authorized for its creator).
+    run_json("account", "new-actor", "own-bot2", "--own", "--account", "reader")
+    shutil.rmtree(paid_stack["home"] / "epoch-keys")
+    as_bot2 = ("--key-file", str(paid_stack["home"] / "actors" / "own-bot2.key"), "--for-account", "reader")
+    page = eventually(lambda: run_json("feed", feed, "consume", "--cursor", "0", *as_bot2),
+                      retry=("ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT",))
+    assert [json.loads(m["plaintext"])["n"] for m in page["messages"]] == [1, 2]
+    refused("UNAUTHORIZED", "account", "actors", "authorize", "0x" + "ab" * 32, "--feed", feed, "--account",
+            "reader")  # an actor that cannot exist
+
+
 def test_the_key_manager_also_decrypts_one_message_for_the_entitled_account_only(paid_stack: dict[str, Any]) -> None:
     api, keymgr = ApiClient(), KeyManagerClient()
     stream_id = api.feed(int(STATE["feed"]))["stream_id"]
@@ -280,7 +330,9 @@ def test_every_paid_read_answers_json_from_the_projections(paid_stack: dict[str,
     assert terms["paid_stream_config"]["protocol_treasury"] == TEST_PROTOCOL_TREASURY
     info = run_json("account", "info", "reader")
     assert info["balance_cby"] == 10_000 - 2_100 - 1_050
-    assert [(a["stream_id"], a["status"]) for a in info["authorizations"]] == [(terms["stream_id"], "REVOKED")]
+    # bot's grant on the feed, revoked; own-bot's and own-bot2's all-streams standing ("": every stream)
+    assert sorted((a["stream_id"], a["status"]) for a in info["authorizations"]) == [
+        ("", "ACTIVE"), ("", "ACTIVE"), (terms["stream_id"], "REVOKED")]
     supply = eventually(lambda: _supply(run_json("cby", "supply"), 20_000), retry=("NOT_READY",))
     assert supply["sum_of_balances_cby"] == supply["total_supply_cby"]
     assert run_json("cby", "digest")

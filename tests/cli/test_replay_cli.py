@@ -91,7 +91,7 @@ def test_status_and_list_show_the_replays(env: Path) -> None:
     assert status["range"] == [2, 6]
     assert "completed; 4 delivered" in run("replay", "status", str(STATE["rid"]), "--watch").stdout
     mine = run_json("replay", "list", "--mine", "--account", "reader")["replays"]
-    assert STATE["rid"] in [r["replayId"] for r in mine]
+    assert STATE["rid"] in [int(r["replayId"]) for r in mine]
     assert len(mine) == 2
     assert run_json("replay", "list", "--mine")["replays"] == []  # the owner asked for none
     table = run("replay", "list", "--stream", STATE["sid"], "--status", "completed").stdout

@@ -80,13 +80,13 @@ def test_an_open_ended_replay_by_feed_id_ends_at_the_head_and_skip_and_filter_se
     open_ended = client.register(feed["feed_id"], 45)
     assert (open_ended.stream_id, open_ended.end_id, open_ended.end_exclusive) == (sid, 50, 51)
     assert [m.sequence for m in client.messages(open_ended, timeout_s=300)] == [45, 46, 47, 48, 49, 50]
-    assert client.status(open_ended.replay_id)["namespace"] == f"feed:{feed['feed_id']}"
+    assert client.status(open_ended.replay_id)["namespace"] == sid  # the stream id, whatever the caller named
     chosen = client.register(sid, 1, 21, skip=[2], filter={"field": "tags.n", "op": "gte", "value": 10})
     assert [m.sequence for m in client.messages(chosen, timeout_s=300)] == [10, 12, 14, 16, 18, 20]
     stats = client.status(chosen.replay_id)["stats"]
     assert (stats["delivered"], stats["skipped"], stats["filtered"]) == (6, 10, 4)
     mine = client.list(mine=True)["replays"]
-    assert sorted(r["replayId"] for r in mine) == sorted([open_ended.replay_id, chosen.replay_id])
+    assert sorted(int(r["replayId"]) for r in mine) == sorted([open_ended.replay_id, chosen.replay_id])
 
 
 def test_a_subscriber_that_opts_in_crosses_cursor_too_old_without_a_gap(feed: dict[str, Any]) -> None:

@@ -435,3 +435,22 @@ def test_api_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert ApiClient("http://h:1").base_url == "http://h:1"
     with pytest.raises(WatchtowerError):
         ApiClient("ftp://h")
+
+
+def test_announce_key_epoch_is_an_sdk_call_of_the_owner_with_or_without_the_publisher_key(
+        api: InProcessApi, owner: Account, publisher_key: nacl.signing.SigningKey) -> None:
+    """Failed before the fix: no SDK method; the command could be sent only as a raw signed command."""
+    from watchtower.client.sdk import announce_key_epoch
+
+    reply = Publisher(api, owner, "s-test", publisher_key).announce_key_epoch(3)
+    assert reply["key_epoch"] == 3
+    assert api.states["s-test"].last_key_epoch == 3
+    assert announce_key_epoch(api, owner, "s-test", 5)["key_epoch"] == 5
+    with pytest.raises(WatchtowerError) as back:
+        announce_key_epoch(api, owner, "s-test", 4)  # epochs never go back
+    assert back.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(WatchtowerError) as stranger:
+        announce_key_epoch(api, Account(nacl.signing.SigningKey.generate()), "s-test", 9)
+    assert stranger.value.code == "UNAUTHORIZED"
+    with pytest.raises(WatchtowerError):
+        announce_key_epoch(api, owner, "s-test", -1)

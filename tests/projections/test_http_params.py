@@ -11,7 +11,7 @@ from watchtower.protocol.errors import InvalidArgumentError, InvalidFilterError,
 
 
 @pytest.mark.parametrize("text", ["9223372036854775808", str(10**21), str(10**400), "-1", "abc", "+5", "5_000",
-                                  " 5", "٥", "", "1e3"])
+                                  " 5", "٥", "", "1e3", "-0", "-00", "-01", "\u00a05", "5 "])
 def test_integers_beyond_int64_or_not_plain_digits_are_invalid_argument(text: str) -> None:
     with pytest.raises(InvalidArgumentError, match=r"must be an integer in 0\.\.9223372036854775807"):
         params.int_text(text, "sequence")

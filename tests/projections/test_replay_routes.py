@@ -144,7 +144,7 @@ def test_each_replay_is_found_by_id_on_every_worker_with_its_icrc77_status(repla
         assert completed["status"] == {"completed": 10}
         assert completed["stats"] == {"delivered": 10, "filtered": 0, "skipped": 0, "next_sequence": 11, "total": 10,
                                       "engine": "service"}
-        assert (completed["replayId"], completed["range"], completed["percent"]) == (1, [1, 11], 100.0)
+        assert (completed["replayId"], completed["range"], completed["percent"]) == ("1", [1, 11], 100.0)
         running = _json(f"{url}/v1/replays/2")
         assert running["status"] == {"running": None}
         assert (running["range"], running["end_id"], running["percent"]) == ([1, None], 10, 30.0)
@@ -166,15 +166,15 @@ def test_an_unknown_replay_is_replay_not_found_and_a_bad_id_is_invalid(replays: 
 def test_the_list_pages_by_id_and_filters_by_requester_stream_and_status(replays: ServiceSet) -> None:
     api = replays.api_url
     first = _json(f"{api}/v1/replays?take=4")
-    assert [r["replayId"] for r in first["replays"]] == [1, 2, 3, 4]
-    assert first["next"] == 4
+    assert [r["replayId"] for r in first["replays"]] == ["1", "2", "3", "4"]  # replay ids: decimal strings
+    assert first["next"] == "4"
     rest = _json(f"{api}/v1/replays?take=500&prev=4")
-    assert [r["replayId"] for r in rest["replays"]] == [5, 6, 7, 8, 9, 10]
+    assert [int(r["replayId"]) for r in rest["replays"]] == [5, 6, 7, 8, 9, 10]
     assert rest["next"] is None
-    assert [r["replayId"] for r in _json(f"{api}/v1/replays?requester={ALICE}")["replays"]] == [1, 2, 3, 4]
-    assert [r["replayId"] for r in _json(f"{api}/v1/replays?requester={BOB}&status=pending")["replays"]] == [
+    assert [int(r["replayId"]) for r in _json(f"{api}/v1/replays?requester={ALICE}")["replays"]] == [1, 2, 3, 4]
+    assert [int(r["replayId"]) for r in _json(f"{api}/v1/replays?requester={BOB}&status=pending")["replays"]] == [
         6, 7, 8, 9, 10]
-    assert [r["replayId"] for r in _json(f"{api}/v1/replays?stream_id={STREAMS[0]}")["replays"]] == [1, 6]
+    assert [int(r["replayId"]) for r in _json(f"{api}/v1/replays?stream_id={STREAMS[0]}")["replays"]] == [1, 6]
     assert _json(f"{api}/v1/replays?requester={MALLORY}") == {"replays": [], "next": None}
     status, err = http("GET", f"{api}/v1/replays?take=501")
     assert (status, err["error"]["code"]) == (400, "LIMIT_EXCEEDED")

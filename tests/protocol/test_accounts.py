@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import nacl.signing
 import pytest
 from ledger_world import ALICE, BOB, SID, World, addr
 
@@ -83,7 +84,8 @@ def test_a_forged_signature_is_invalid_signature() -> None:
 
 
 def actor(n: int) -> str:
-    return "0x" + n.to_bytes(32, "big").hex()
+    """The address of the n-th actor: a real key pair's (an authorized actor must exist)."""
+    return addr(nacl.signing.SigningKey(n.to_bytes(32, "big")))
 
 
 def test_the_sixty_fifth_authorization_on_a_stream_is_refused_but_another_stream_is_fine() -> None:
@@ -198,3 +200,69 @@ def test_evolve_refuses_a_debit_below_zero_a_bad_credit_and_key_ids_out_of_order
     forged(world, "AccountKeyRevoked", {"account": a, "account_key_id": 1})
     forged(world, "ActorAuthorizationRevoked", {"account": a, "actor": actor(1), "stream_id": SID})
     forged(world, "FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": a, "name": "n", "description": ""})
+
+
+# --- CIP-7 ActorAuthorization: scope, own actors, existence ----------------------------------------
+
+
+def grant(world: World, body: dict, signer=ALICE) -> dict:
+    return world.send(world.sign(signer, "authorize_actor", account_instance(addr(signer)), body))
+
+
+def revoke(world: World, body: dict, signer=ALICE) -> dict:
+    return world.send(world.sign(signer, "revoke_actor", account_instance(addr(signer)), body))
+
+
+def test_a_grant_records_the_spec_scope_stream_decrypt_and_the_legacy_scope_still_folds() -> None:
+    """Failed before the fix: the reply and the event said DECRYPT, and a STREAM_DECRYPT event was refused."""
+    world = World()
+    answer = grant(world, {"actor": actor(1), "stream_id": SID})
+    assert answer["result"]["scope"] == "STREAM_DECRYPT"
+    event = world.events[-1]
+    assert event.body["scope"] == "STREAM_DECRYPT"
+    state = AccountState.initial(account_instance(addr(ALICE)))
+    for scope, who in (("STREAM_DECRYPT", actor(2)), ("DECRYPT", actor(3))):  # another implementation; an old record
+        state = evolve_account(state, dataclasses.replace(event, body={**event.body, "actor": who, "scope": scope}))
+        assert state.actor_authorized(who, SID)
+    with pytest.raises(MalformedRecordError):
+        evolve_account(state, dataclasses.replace(event, body={**event.body, "actor": actor(4), "scope": "ALL"}))
+
+
+def test_an_accounts_own_actor_is_authorized_on_every_stream_until_revoked_there() -> None:
+    """Failed before the fix: no actor was ever authorized without a grant on the stream."""
+    world = World()
+    assert not world.view().actor_authorized(addr(ALICE), actor(1), "s1")
+    assert grant(world, {"actor": actor(1), "all_streams": True})["ok"]
+    view = world.view()
+    assert view.actor_authorized(addr(ALICE), actor(1), "s1")
+    assert view.actor_authorized(addr(ALICE), actor(1), "any-other-stream")
+    assert not view.actor_authorized(addr(BOB), actor(1), "s1")  # Alice's actor, not Bob's
+    assert revoke(world, {"actor": actor(1), "stream_id": "s1"})["ok"]  # explicitly revoked on one stream
+    view = world.view()
+    assert not view.actor_authorized(addr(ALICE), actor(1), "s1")
+    assert view.actor_authorized(addr(ALICE), actor(1), "s2")
+    assert code(revoke(world, {"actor": actor(1), "stream_id": "s1"})) == "INVALID_ARGUMENT"  # already revoked
+    assert grant(world, {"actor": actor(1), "stream_id": "s1"})["ok"]  # granted again there
+    assert world.view().actor_authorized(addr(ALICE), actor(1), "s1")
+    assert revoke(world, {"actor": actor(1), "all_streams": True})["ok"]  # no longer the account's actor
+    view = world.view()
+    assert not view.actor_authorized(addr(ALICE), actor(1), "s2")
+    assert view.actor_authorized(addr(ALICE), actor(1), "s1")  # its own grant on s1 stands
+
+
+@pytest.mark.parametrize("body", [{"actor": actor(1)}, {"actor": actor(1), "stream_id": SID, "all_streams": True},
+                                  {"actor": actor(1), "all_streams": "yes"}, {"actor": actor(1), "all_streams": False}])
+def test_a_grant_names_one_stream_or_all_streams(body: dict) -> None:
+    assert code(grant(World(), body)) == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("who", ["0x" + "00" * 32, "0x" + (1).to_bytes(32, "big").hex(), "0x" + "ab" * 32,
+                                 "0x" + "ff" * 32])
+def test_authorizing_an_actor_that_cannot_exist_is_unauthorized(who: str) -> None:
+    """Failed before the fix: any 32 bytes were authorized (CIP-7 step 2: validate the actor exists)."""
+    world = World()
+    answer = grant(world, {"actor": who, "stream_id": SID})
+    assert code(answer) == "UNAUTHORIZED"
+    assert answer["error"].details == {"actor": who}
+    assert code(grant(world, {"actor": who, "all_streams": True})) == "UNAUTHORIZED"
+    assert grant(world, {"actor": addr(BOB), "stream_id": SID})["ok"]  # a real key pair's address

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import nacl.signing
@@ -20,7 +21,7 @@ from watchtower.protocol.ciphertext_receipt import (
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import PayloadFormat
 from watchtower.protocol.envelope import encrypt_for_epoch
-from watchtower.protocol.errors import DecryptionFailedError, WatchtowerError
+from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
@@ -79,7 +80,7 @@ def test_receipt_signs_the_domain_stream_epoch_and_payload_hash() -> None:
     ],
     ids=["other-stream", "other-epoch", "other-hash", "other-key", "missing", "zeros", "short", "no-deployment-key"],
 )
-def test_a_receipt_for_anything_else_is_decryption_failed(change: dict[str, Any]) -> None:
+def test_a_receipt_for_anything_else_is_refused_with_a_publish_code(change: dict[str, Any]) -> None:
     h = envelope_hash(b"envelope")
     args: dict[str, Any] = {
         "public_key": bytes(KEYMGR.verify_key),
@@ -89,9 +90,12 @@ def test_a_receipt_for_anything_else_is_decryption_failed(change: dict[str, Any]
         "payload_hash": h,
         **change,
     }
-    with pytest.raises(DecryptionFailedError) as err:
+    missing = args["receipt"] is None or not isinstance(args["receipt"], bytes) or len(args["receipt"]) != 64 \
+        or args["public_key"] is None
+    with pytest.raises(WatchtowerError) as err:
         verify_receipt(args.pop("public_key"), args.pop("receipt"), **args)
-    assert err.value.code == "DECRYPTION_FAILED"
+    # CIP-7's publish codes: no receipt to check is UNAUTHORIZED, one that does not verify INVALID_SIGNATURE.
+    assert err.value.code == ("UNAUTHORIZED" if missing else "INVALID_SIGNATURE")
     assert "key manager" in err.value.message
 
 
@@ -174,12 +178,14 @@ def _tamper_tag(envelope: bytes) -> bytes:
         ("receipt that is not bytes", lambda env: (env, "00" * 64, 3)),
     ],
 )
-def test_a_paid_publish_without_a_valid_receipt_is_decryption_failed(why: str, make: Any) -> None:
+def test_a_paid_publish_without_a_valid_receipt_answers_a_cip7_publish_code(why: str, make: Any) -> None:
+    """Failed before the fix: DECRYPTION_FAILED, which CIP-7 does not list for publish."""
     stream = _Stream(paid=True)
     envelope, receipt, key_epoch = make(_envelope(1))
     with pytest.raises(WatchtowerError) as err:
         stream.publish(envelope, receipt, key_epoch=key_epoch)
-    assert err.value.code == "DECRYPTION_FAILED", why
+    assert err.value.code == ("UNAUTHORIZED" if why in ("missing receipt", "receipt that is not bytes")
+                              else "INVALID_SIGNATURE"), why
     assert stream.state.head == 0
     # The stream still takes the genuine envelope afterwards.
     genuine = _envelope(1)
@@ -189,7 +195,7 @@ def test_a_paid_publish_without_a_valid_receipt_is_decryption_failed(why: str, m
 def test_a_paid_publish_is_refused_when_the_deployment_has_no_keymgr_key() -> None:
     stream = _Stream(paid=True, deployment=dataclasses.replace(DEPLOYMENT, keymgr_public_key=None))
     envelope = _envelope(1)
-    with pytest.raises(DecryptionFailedError, match="WATCHTOWER_KEYMGR_PUBLIC_KEY"):
+    with pytest.raises(UnauthorizedError, match="WATCHTOWER_KEYMGR_PUBLIC_KEY"):
         stream.publish(envelope, _receipt(envelope))
 
 
@@ -204,3 +210,34 @@ def test_an_open_stream_never_checks_receipts(monkeypatch: pytest.MonkeyPatch) -
     assert stream.publish(b"plain", ciphertext=False)["sequence"] == 1
     # An OPEN stream accepts ciphertext the publisher sealed itself, with no receipt.
     assert stream.publish(_envelope(2))["sequence"] == 2
+
+
+CIP7_PUBLISH_CODES = {"INVALID_SIGNATURE", "PAYLOAD_TOO_LARGE", "UNAUTHORIZED"}
+# Documented in docs/publish-auth.md and the OpenAPI document, each with its reason.
+PUBLISH_EXTENSIONS = {"STREAM_NOT_FOUND", "STALE_SEQUENCE", "INVALID_ARGUMENT", "NOT_READY", "TIMEOUT"}
+
+
+def test_plaintext_on_a_paid_stream_is_unauthorized() -> None:
+    """Failed before the fix: INVALID_ARGUMENT."""
+    stream = _Stream(paid=True)
+    with pytest.raises(WatchtowerError) as err:
+        stream.publish(b"plain", ciphertext=False)
+    assert err.value.code == "UNAUTHORIZED"
+    assert "CIPHERTEXT only" in err.value.message
+
+
+def test_every_code_publish_answers_is_cip7s_or_a_documented_extension() -> None:
+    from watchtower.projections.openapi import OPENAPI
+
+    documented = OPENAPI["paths"]["/v1/commands"]["post"]["description"]
+    assert all(code in documented for code in PUBLISH_EXTENSIONS | CIP7_PUBLISH_CODES)
+    doc = (Path(__file__).parents[2] / "docs" / "publish-auth.md").read_text()
+    assert all(f"`{code}`" in doc for code in PUBLISH_EXTENSIONS)
+    paid, envelope = _Stream(paid=True), _envelope(1)
+    refusals = []
+    for attempt in (lambda: paid.publish(envelope, None), lambda: paid.publish(envelope, b"\x00" * 64),
+                    lambda: paid.publish(b"plain", ciphertext=False)):
+        with pytest.raises(WatchtowerError) as err:
+            attempt()
+        refusals.append(err.value.code)
+    assert set(refusals) <= CIP7_PUBLISH_CODES | PUBLISH_EXTENSIONS, refusals

@@ -193,3 +193,25 @@ def test_renew_records_a_new_account_key_hint_and_nothing_otherwise() -> None:
     assert renew(world, state).events == ()
     decision = renew(world, state, account_key_id=2)
     assert [(e.type, e.body["account_key_id"]) for e in decision.events] == [("SubscriberUpdated", 2)]
+
+
+def test_a_purchase_no_account_could_pay_never_states_a_balance_the_stream_does_not_know() -> None:
+    """Failed before the fix: "the payer holds 9223372036854775807" (the placeholder), for a payer holding 0."""
+    world = World()
+    world.register_paid_stream()  # BOB holds no CBY at all
+    answer = world.acquire(BOB, 2**63 - 1)
+    err = answer["error"]
+    assert err.code == "INSUFFICIENT_CBY_BALANCE"
+    assert "holds" not in err.message
+    assert "balance_cby" not in (err.details or {})
+    assert int(err.details["required_cby"]) > int(err.details["max_balance_cby"]) == 2**63 - 1
+    assert world.balance(BOB) == 0
+
+
+def test_an_affordable_looking_purchase_is_refused_by_the_payers_account_with_its_real_balance() -> None:
+    world = World()
+    world.register_paid_stream()
+    world.mint(BOB, 7)
+    err = world.acquire(BOB, 12)["error"]
+    assert err.code == "INSUFFICIENT_CBY_BALANCE"
+    assert err.details["balance_cby"] == "7"

@@ -155,6 +155,8 @@ def test_the_owner_and_anyone_on_a_public_stream_may_request_a_replay() -> None:
     ({**request(), "memo_hex": "xyz"}, "memo_hex"),
     ({**request(), "memo_hex": "ab" * 33}, "memo_hex"),
     ({**request(), "namespace": "other-stream"}, "namespace"),
+    ({**request(), "namespace": "feed:99999"}, "namespace"),  # accepted (and recorded) before the fix
+    ({**request(), "namespace": "feed:1"}, "namespace"),  # the stream cannot tell its feed id: name the stream
     ({**request(), "config": {"priority": 1}}, "config"),
     (request(max_payment_cby=-1), "max_payment_cby"),
     ({**request(), "colour": "red"}, "colour"),
@@ -406,3 +408,10 @@ def test_a_forged_replay_event_is_quarantined_by_the_writer_and_the_projection(
     assert json.dumps(tables["streams"], sort_keys=True, default=str) == before
     # The genuine registration of the same shape folds.
     evolve(s.state, _forge(s, "ReplayRegistered", _registration(s)))
+
+
+def test_a_replay_recorded_under_feed_namespace_by_an_earlier_release_still_folds() -> None:
+    s = stream(10)
+    evolve(s.state, _forge(s, "ReplayRegistered", _registration(s, namespace="feed:3")))
+    with pytest.raises(MalformedRecordError):
+        evolve(s.state, _forge(s, "ReplayRegistered", _registration(s, namespace="other-stream")))

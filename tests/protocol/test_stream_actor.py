@@ -408,7 +408,7 @@ def test_a_message_for_another_stream_is_refused() -> None:
 
 def test_a_platform_managed_stream_accepts_only_ciphertext() -> None:
     stream = created(**PAID)
-    stream.rejects("INVALID_ARGUMENT", OWNER, "publish", message(1))
+    stream.rejects("UNAUTHORIZED", OWNER, "publish", message(1))
     (event,) = stream.publish(message(1, ciphertext=True)).events
     assert (event.body["payload_format"], event.body["key_epoch"]) == ("CIPHERTEXT", 7)
 

@@ -124,13 +124,24 @@ def account_list(as_json: bool) -> None:
 
 @account.command("new-actor")
 @click.argument("name")
+@click.option("--own", is_flag=True,
+              help="Also make it the account's own actor on the deployment (CIP-7 actor.creator: authorized "
+                   "on every stream of the account until revoked; `account actors revoke NAME --feed ID`).")
+@click.option("--api", "api_url", default=None, metavar="URL", help="With --own: the Watchtower HTTP API.")
 @identity_options
 @json_option
-def account_new_actor(name: str, account: str | None, key_file: Path | None, as_json: bool) -> None:
+def account_new_actor(name: str, own: bool, api_url: str | None, account: str | None, key_file: Path | None,
+                      as_json: bool) -> None:
     """Create actor NAME: a program identity with its own key, created by the current account."""
-    actor = load_account(account, key_file).create_actor(name)
+    creator = load_account(account, key_file)
+    actor = creator.create_actor(name)
+    if own:
+        from watchtower.client.http import ApiClient
+        from watchtower.client.ledger import Ledger
+
+        Ledger(ApiClient(api_url), creator).authorize_actor(actor.address, all_streams=True)
     if as_json:
-        echo_json(actor.describe())
+        echo_json({**actor.describe(), **({"own_actor_of": creator.address} if own else {})})
         return
     for line in _account_lines(actor.describe()):
         click.echo(line)

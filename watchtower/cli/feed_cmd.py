@@ -557,6 +557,26 @@ def feed_set_policy(ref: FeedRef, policy: str, api_url: str | None, account: str
     _done(reply, as_json, f"{stream_id} policy is now {reply.get('policy', POLICIES[policy])}")
 
 
+@feed.command("announce-key-epoch")
+@click.argument("key_epoch", type=click.IntRange(min=0))
+@write_options
+@pass_feed
+def feed_announce_key_epoch(ref: FeedRef, key_epoch: int, api_url: str | None, account: str | None,
+                            key_file: Path | None, as_json: bool) -> None:
+    """Announce that the feed's content keys move to KEY_EPOCH from this block on (owner only).
+
+    CIP-7 announce_key_epoch: a KeyEpochRotated event; epochs never go back (INVALID_ARGUMENT below
+    the last one announced). `feed ID get-head` and GET /v1/streams/{id}/key-epochs show it.
+    """
+    from watchtower.client.sdk import announce_key_epoch
+
+    api = ApiClient(api_url)
+    stream_id, _ = ref.resolve(api)
+    reply = announce_key_epoch(api, load_account(account, key_file), stream_id, key_epoch)
+    _done(reply, as_json, f"{stream_id} key epoch {reply.get('key_epoch', key_epoch)} from block "
+                          f"{reply.get('effective_block_height')}")
+
+
 @feed.group("allowlist")
 def feed_allowlist() -> None:
     """Add or remove subscribers of a private-allowlist feed (owner only)."""

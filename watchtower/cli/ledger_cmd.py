@@ -124,19 +124,26 @@ def account_keys_revoke(account_key_id: int, api_url: str | None, account: str |
 def _actor_command(action: str) -> None:
     @account_actors_list.command(action)
     @click.argument("actor")
-    @click.option("--feed", "feed_ref", required=True, metavar="ID", help="The paid feed (feed id or stream id).")
+    @click.option("--feed", "feed_ref", metavar="ID", help="The paid feed (feed id or stream id).")
+    @click.option("--all-streams", is_flag=True,
+                  help="Every stream of the account: the account's own actor (CIP-7 actor.creator), authorized "
+                       "everywhere until revoked on one feed (--feed) or everywhere (--all-streams).")
     @write_options
-    def command(actor: str, feed_ref: str, api_url: str | None, account: str | None, key_file: Path | None,
-                as_json: bool) -> None:
+    def command(actor: str, feed_ref: str | None, all_streams: bool, api_url: str | None, account: str | None,
+                key_file: Path | None, as_json: bool) -> None:
+        if (feed_ref is None) != all_streams:
+            raise click.UsageError("name one feed with --feed, or every stream with --all-streams")
         api = ApiClient(api_url)
-        stream_id, who = _stream_id(api, feed_ref), address_of(actor, "ACTOR")
+        stream_id, who = (None if feed_ref is None else _stream_id(api, feed_ref)), address_of(actor, "ACTOR")
         ledger = Ledger(api, load_account(account, key_file))
-        reply = (ledger.authorize_actor if action == "authorize" else ledger.revoke_actor)(who, stream_id)
+        act = ledger.authorize_actor if action == "authorize" else ledger.revoke_actor
+        reply = act(who, stream_id, all_streams=all_streams)
         if as_json:
             echo_json(reply)
             return
+        where = "every stream" if all_streams else stream_id
         click.echo(f"actor {who} {'may now decrypt' if action == 'authorize' else 'may no longer decrypt'} "
-                   f"{stream_id} for {ledger.account.address}"
+                   f"{where} for {ledger.account.address}"
                    f"{'' if action == 'authorize' else ' (from the next block)'}")
 
     command.help = (f"{'Let' if action == 'authorize' else 'Stop'} ACTOR (address or actor name) "
@@ -251,3 +258,22 @@ def cby_burn(amount: int, api_url: str | None, account: str | None, key_file: Pa
         echo_json(reply)
         return
     click.echo(f"burned {amount} CBY wei")
+
+
+# --- the public CLI's names (shared/spec/cowboy-watchtower-cli.md), beside ours ------------------
+
+
+@account.command("register-key")
+@click.option("--scheme", type=click.Choice(["x25519"], case_sensitive=False), default="x25519", show_default=True,
+              help="The account key scheme (CIP-7 v1 has X25519 only).")
+@write_options
+@click.pass_context
+def account_register_key(ctx: click.Context, scheme: str, api_url: str | None, account: str | None,
+                         key_file: Path | None, as_json: bool) -> None:
+    """Register a new X25519 account key (the same as `account keys add`)."""
+    del scheme  # X25519 is the only scheme
+    ctx.invoke(account_keys_add, api_url=api_url, account=account, key_file=key_file, as_json=as_json)
+
+
+account.add_command(account_keys_list, "list-keys")  # `account keys list`
+account.add_command(account_keys_revoke, "revoke-key")  # `account keys revoke ID`

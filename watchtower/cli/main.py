@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 import click
 
@@ -63,19 +64,51 @@ def _one_line_errors() -> tuple[type[BaseException], ...]:
     return (LocalStackError, WatchtowerError, TopicMismatchError)
 
 
+def _wants_json(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON output (``--json`` before any ``--``)."""
+    return "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
+
+
+def _echo_json_error(code: str, message: str, details: Mapping[str, object] | None = None) -> None:
+    """The spec error object, as the HTTP API answers it: ``{"error": {"code", "message", "details"}}``
+    on stdout (where the command's JSON goes), so a script reads its details (e.g. CURSOR_TOO_OLD's
+    ready register_replay request) the same way it reads a success."""
+    import json
+
+    from watchtower.protocol.json_ints import json_safe
+
+    body = {"error": {"code": code, "message": message, "details": dict(details) if details else {}}}
+    click.echo(json.dumps(json_safe(body)))
+
+
 def main() -> None:
-    """Console-script entry point: user-fixable errors print one line, never a traceback."""
+    """Console-script entry point: user-fixable errors print one line, never a traceback.
+
+    Under ``--json`` every refusal (a spec error, a usage error, a local-stack problem) is the spec
+    error object on stdout instead, and the exit status is non-zero as always.
+    """
     _register()
+    as_json = _wants_json(sys.argv[1:])
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        if as_json:
+            _echo_json_error("INVALID_ARGUMENT", exc.format_message(), {"usage": True})
+        else:
+            exc.show()
         sys.exit(exc.exit_code)
     except _one_line_errors() as exc:
         from watchtower.protocol.errors import WatchtowerError
 
+        if as_json:
+            if isinstance(exc, WatchtowerError):
+                _echo_json_error(exc.code, exc.message, exc.details)
+            else:
+                code_ = getattr(exc, "code", None)
+                _echo_json_error(code_ if isinstance(code_, str) else "WATCHTOWER_ERROR", str(exc))
+            sys.exit(1)
         code = getattr(exc, "code", None)
         prefix = f"error [{code}]" if isinstance(code, str) else "error"
         # A WatchtowerError's str() already starts with its code; print the sentence once.

@@ -9,6 +9,7 @@ epochs it holds, and keeps them sealed to the account's X25519 key on disk.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,9 +25,10 @@ from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import DEFAULT_KEYMGR_URL, ENV_KEYMGR, KeyManagerClient
 from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, current_key_epoch, paid_config
-from watchtower.client.sdk import Page, with_spec_names
+from watchtower.client.prewrap import WrapReport, pre_wrap, rewrap, wrap_ahead
+from watchtower.client.sdk import Page, Subscriber, with_spec_names
 from watchtower.protocol.billing import KeyAccessReceipt
-from watchtower.protocol.errors import EntitlementRequiredError
+from watchtower.protocol.errors import EntitlementRequiredError, InvalidAccountKeyError
 from watchtower.protocol.message import StreamMessage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,13 +85,18 @@ def _receipt_text(receipt: KeyAccessReceipt) -> str:
 
 
 @feed.command("acquire-access")
-@click.option("--until-epoch", type=click.IntRange(min=0), required=True, help="Last key epoch to be entitled to.")
+@click.option("--until-epoch", "--to-epoch", "until_epoch", type=click.IntRange(min=0), required=True,
+              help="Last key epoch to be entitled to (--to-epoch: the public CLI's name).")
 @click.option("--beneficiary", default=None, metavar="ACCOUNT", help="Who gets the access (default: you).")
 @click.option("--payer", default=None, metavar="ACCOUNT", help="Who pays; must be the signer (default: you).")
+@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
+              help="The account key the epoch keys will be sealed to (checked: one of yours, ACTIVE); "
+                   "a hint only, as in CIP-7: the purchase itself does not depend on it.")
 @write_options
 @pass_feed
 def feed_acquire_access(ref: FeedRef, until_epoch: int, beneficiary: str | None, payer: str | None,
-                        api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
+                        account_key_id: int | None, api_url: str | None, account: str | None, key_file: Path | None,
+                        as_json: bool) -> None:
     """Buy key epochs of a paid feed up to --until-epoch; prints the KeyAccessReceipt.
 
     A sponsor paying for another --beneficiary gets no access itself. A repeat within the
@@ -97,7 +104,11 @@ def feed_acquire_access(ref: FeedRef, until_epoch: int, beneficiary: str | None,
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    receipt = Ledger(api, load_account(account, key_file)).acquire_epoch_access(
+    signer = load_account(account, key_file)
+    if account_key_id is not None:
+        _require_active_key(api, address_of(beneficiary, "--beneficiary") if beneficiary else signer.address,
+                            account_key_id)
+    receipt = Ledger(api, signer).acquire_epoch_access(
         stream_id, until_epoch, beneficiary_account=address_of(beneficiary, "--beneficiary") if beneficiary else None,
         payer_account=address_of(payer, "--payer") if payer else None)
     if as_json:
@@ -130,6 +141,30 @@ def feed_renew(ref: FeedRef, until_epoch: int | None, account_key_id: int | None
     click.echo(_receipt_text(receipt))
 
 
+def _require_active_key(api: ApiClient, address: str, account_key_id: int) -> None:
+    """INVALID_ACCOUNT_KEY unless `account_key_id` is an ACTIVE key of `address`."""
+    keys = api.account_info(address).get("keys", [])
+    if not any(k.get("account_key_id") == account_key_id and k.get("status") == "ACTIVE" for k in keys):
+        raise InvalidAccountKeyError(f"{address} has no ACTIVE account key {account_key_id}; "
+                                     "`watchtower account list-keys` lists them",
+                                     details={"account_key_id": account_key_id})
+
+
+def parse_epochs(text: str) -> list[int]:
+    """``--epochs``: "3,4,9" or "3-6" (or both, "3-5,9"), as a sorted list without repeats."""
+    epochs: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            lo, hi = int(first), int(last or first)
+            if lo < 0 or hi < lo or hi - lo > 10_000:
+                raise ValueError
+            epochs.update(range(lo, hi + 1))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: epochs as 3,4,9 or 3-6", param_hint="--epochs") from None
+    return sorted(epochs)
+
+
 def for_account_option(func: F) -> F:
     """Add ``--for-account NAME`` (received as `for_account`)."""
     return click.option("--for-account", "for_account", default=None, metavar="NAME",
@@ -137,24 +172,30 @@ def for_account_option(func: F) -> F:
                              "actor (default: your own account).")(func)
 
 
-def epoch_key_ring(keymgr_url: str | None, signer: Account, for_account: str | None = None) -> EpochKeyRing:
+def epoch_key_ring(keymgr_url: str | None, signer: Account, for_account: str | None = None,
+                   account_key_id: int | None = None) -> EpochKeyRing:
     """The epoch keys of `for_account` (default: `signer` itself), fetched by `signer`, through the
-    key manager at `keymgr_url`. An actor signing for its account must be authorized for the feed."""
+    key manager at `keymgr_url`, sealed to `account_key_id` (default: the holder's ACTIVE key). An
+    actor signing for its account must be authorized for the feed."""
     holder = Account.load(for_account) if for_account else signer
-    return EpochKeyRing(KeyManagerClient(keymgr_url), holder, caller=signer)
+    return EpochKeyRing(KeyManagerClient(keymgr_url), holder, caller=signer, account_key_id=account_key_id)
 
 
 @feed.command("fetch-keys")
 @click.option("--from-epoch", type=click.IntRange(min=0), default=None, help="First epoch (default: the current).")
-@click.option("--until-epoch", type=click.IntRange(min=0), default=None,
+@click.option("--until-epoch", "--to-epoch", "until_epoch", type=click.IntRange(min=0), default=None,
               help="Last epoch (default: the end of your entitlement).")
+@click.option("--epochs", "epochs_text", default=None, metavar="LIST",
+              help="Exactly these epochs: 3,4,9 or 3-6 (the public CLI's form; instead of --from/--until-epoch).")
+@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
+              help="Seal the keys to this account key (default: your ACTIVE one).")
 @for_account_option
 @keymgr_option
 @write_options
 @pass_feed
-def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | None, for_account: str | None,
-                    keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
-                    as_json: bool) -> None:
+def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | None, epochs_text: str | None,
+                    account_key_id: int | None, for_account: str | None, keymgr_url: str | None,
+                    api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
     """Fetch your epoch keys of a paid feed, sealed to your account key, and keep them for --decrypt.
 
     ENTITLEMENT_REQUIRED for an epoch you have not bought (a sponsor of someone else gets none);
@@ -162,8 +203,14 @@ def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | Non
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
     holder = ring.holder
+    if epochs_text is not None:
+        if from_epoch is not None or until_epoch is not None:
+            raise click.UsageError("--epochs names the epochs itself; drop --from-epoch/--until-epoch")
+        fetched = [e for epoch in parse_epochs(epochs_text) for e in ring.fetch(stream_id, epoch, epoch)]
+        _echo_fetched(stream_id, holder, fetched, as_json)
+        return
     config = paid_config({"stream_id": stream_id, **api.stream_info(stream_id)})
     first = current_key_epoch(config) if from_epoch is None else from_epoch
     last = until_epoch
@@ -172,7 +219,10 @@ def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | Non
         if last is None:
             raise EntitlementRequiredError(f"{holder.address} holds no entitlement to {stream_id}; buy epochs with "
                                            f"`watchtower feed {ref.ref} acquire-access --until-epoch N` first")
-    epochs = ring.fetch(stream_id, first, max(first, last))
+    _echo_fetched(stream_id, holder, ring.fetch(stream_id, first, max(first, last)), as_json)
+
+
+def _echo_fetched(stream_id: str, holder: Account, epochs: list[int], as_json: bool) -> None:
     answer = {"stream_id": stream_id, "account": holder.address, "key_epochs": epochs,
               "sealed_keys_file": str(sealed_keys_path(holder, stream_id))}
     if as_json:
@@ -201,3 +251,126 @@ def feed_entitlement(ref: FeedRef, beneficiary: str | None, account: str | None,
     until = answer.get("active_until_key_epoch")
     click.echo(f"{who} on {stream_id}: {'no entitlement' if until is None else f'entitled through epoch {until}'}; "
                f"current key epoch {answer.get('current_key_epoch')}")
+
+
+@feed.command("consume")
+@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
+              help="The account key epoch keys are sealed to (default: your ACTIVE one).")
+@click.option("--cursor", type=click.IntRange(min=0), default=0, show_default=True, help="Last sequence read.")
+@click.option("--limit", type=click.IntRange(min=1, max=500), default=100, show_default=True)
+@for_account_option
+@keymgr_option
+@write_options
+@pass_feed
+def feed_consume(ref: FeedRef, account_key_id: int | None, cursor: int, limit: int, for_account: str | None,
+                 keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
+                 as_json: bool) -> None:
+    """Pull, verify, decrypt and print a paid feed's messages after --cursor (the public CLI's
+    ``consume``; the same as ``get-since --decrypt``). Epoch keys missing here are fetched sealed
+    to the account key; ENTITLEMENT_REQUIRED for an epoch not bought."""
+    api = ApiClient(api_url)
+    stream_id = ref.resolve(api)[0]
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
+    subscriber = Subscriber(api, stream_id, cursor, None, decrypt=True, epoch_keys=ring)
+    subscriber.key_schedule()  # the chain verifies before any message is trusted
+    echo_decrypted_page(subscriber.poll_page(limit), as_json)
+
+
+# --- epoch keys sealed ahead of time (the public CLI's pre-wrap-epochs, wrap-daemon, rewrap-epochs) ---
+
+
+def _active_key_id(api: ApiClient, address: str) -> int:
+    """The account's newest ACTIVE account key (INVALID_ACCOUNT_KEY without one)."""
+    keys = api.account_info(address).get("keys", [])
+    active = [int(k["account_key_id"]) for k in keys if k.get("status") == "ACTIVE"]
+    if not active:
+        raise InvalidAccountKeyError(f"{address} has no ACTIVE account key; register one with "
+                                     "`watchtower account register-key --scheme x25519`")
+    return max(active)
+
+
+def _echo_wrap(report: WrapReport, as_json: bool, what: str) -> None:
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    click.echo(f"{report.stream_id}: {what} {len(report.fetched)} epoch key(s) {report.fetched or ''}".rstrip()
+               + (f"; {len(report.already)} already sealed here" if report.already else ""))
+
+
+@feed.command("pre-wrap-epochs")
+@click.option("--from", "from_epoch", type=click.IntRange(min=0), required=True, help="First key epoch.")
+@click.option("--to", "to_epoch", type=click.IntRange(min=0), required=True, help="Last key epoch (inclusive).")
+@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
+              help="Seal to this account key (default: your ACTIVE one).")
+@for_account_option
+@keymgr_option
+@write_options
+@pass_feed
+def feed_pre_wrap_epochs(ref: FeedRef, from_epoch: int, to_epoch: int, account_key_id: int | None,
+                         for_account: str | None, keymgr_url: str | None, api_url: str | None, account: str | None,
+                         key_file: Path | None, as_json: bool) -> None:
+    """Seal the epoch keys --from..--to to your account key now, so reading them later needs no key
+    manager round trip (epochs already sealed here are skipped). Only epochs you bought."""
+    if to_epoch < from_epoch:
+        raise click.UsageError("--to must not be below --from")
+    api = ApiClient(api_url)
+    stream_id = ref.resolve(api)[0]
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
+    if ring.account_key_id is None:
+        ring.account_key_id = _active_key_id(api, ring.holder.address)
+    _echo_wrap(pre_wrap(ring, stream_id, from_epoch, to_epoch), as_json, "sealed")
+
+
+@feed.command("wrap-daemon")
+@click.option("--depth", type=click.IntRange(min=0, max=1024), required=True,
+              help="Keep the current key epoch and this many after it sealed here.")
+@click.option("--interval-s", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds between checks (default: a tenth of a key epoch, at most 60).")
+@click.option("--once", is_flag=True, help="One step, then exit (for cron, and tests).")
+@for_account_option
+@keymgr_option
+@write_options
+@pass_feed
+def feed_wrap_daemon(ref: FeedRef, depth: int, interval_s: float | None, once: bool, for_account: str | None,
+                     keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
+                     as_json: bool) -> None:
+    """Keep --depth epochs ahead sealed to your account key, within your entitlement, until stopped.
+
+    Each step seals what is missing of current..current+depth (capped at the entitlement's end)
+    and nothing else; two daemons for the same account and feed are safe (the store is locked).
+    """
+    api = ApiClient(api_url)
+    stream_id = ref.resolve(api)[0]
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    config = paid_config({"stream_id": stream_id, **api.stream_info(stream_id)})
+    ledger = Ledger(api, ring.holder)
+    pause = interval_s if interval_s is not None else min(60.0, max(0.1, config.key_epoch_blocks / 10))
+    while True:
+        ring.account_key_id = _active_key_id(api, ring.holder.address)  # follows a rotated account key
+        report = wrap_ahead(ring, stream_id, current_epoch=current_key_epoch(config), depth=depth,
+                            entitled_until=ledger.active_until(stream_id))
+        _echo_wrap(report, as_json, "sealed ahead")
+        if once:
+            return
+        time.sleep(pause)
+
+
+@feed.command("rewrap-epochs")
+@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
+              help="Seal to this account key (default: your newest ACTIVE one).")
+@click.option("--from", "from_epoch", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Only epochs from this one on.")
+@for_account_option
+@keymgr_option
+@write_options
+@pass_feed
+def feed_rewrap_epochs(ref: FeedRef, account_key_id: int | None, from_epoch: int, for_account: str | None,
+                       keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
+                       as_json: bool) -> None:
+    """After an account-key rotation: seal every epoch key kept here again to the new key (the ones
+    already sealed to it are left as they are)."""
+    api = ApiClient(api_url)
+    stream_id = ref.resolve(api)[0]
+    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    target = account_key_id if account_key_id is not None else _active_key_id(api, ring.holder.address)
+    _echo_wrap(rewrap(ring, stream_id, target, from_epoch=from_epoch), as_json, "re-sealed")

@@ -142,7 +142,7 @@ def replay_request(namespace: str, from_sequence: int, to_sequence: int | None, 
     except WatchtowerError as err:
         raise explained(err) from None
     if as_json and not follow:
-        echo_json({"replay_id": ticket.replay_id, "stream_id": ticket.stream_id, "first": ticket.first,
+        echo_json({"replay_id": str(ticket.replay_id), "stream_id": ticket.stream_id, "first": ticket.first,
                    "end_exclusive": ticket.end_exclusive, "end_id": ticket.end_id, "price_cby": ticket.price_cby})
         return
     if not as_json:
@@ -155,7 +155,7 @@ def replay_request(namespace: str, from_sequence: int, to_sequence: int | None, 
     try:
         for msg in client.messages(ticket, timeout_s=timeout_s, on_status=progress):
             count += 1
-            click.echo(json.dumps({"replay_id": ticket.replay_id, **msg.to_json_dict()}) if as_json
+            click.echo(json.dumps({"replay_id": str(ticket.replay_id), **msg.to_json_dict()}) if as_json
                        else message_line(msg))
     except WatchtowerError as err:
         raise explained(err) from None

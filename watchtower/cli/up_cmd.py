@@ -313,16 +313,16 @@ def _print_status(body: dict[str, Any]) -> None:
     click.echo(f"api      {body['api_url']}")
     for name, s in sorted(body["services"].items()):
         line = f"  {name:16} pid {s['pid'] or '-':>7}  {s['state'].upper() if s['state'] == 'dead' else s['state']}"
-        if s["kind"] == "projection":
-            ready = {True: "ready", False: "not ready", None: "no answer"}[s["ready"]]
+        if "url" in s:  # an HTTP service (projection, key manager): its URL and what /v1/health says
+            ready = {True: "ready", False: "not ready", None: "no answer"}[s.get("ready")]
             line += f"  {s['url']}  {ready if s['running'] else ''}".rstrip()
-        elif s["health"] is not None:
+        elif s.get("health") is not None:  # a Kafka worker: what its health file says
             health = s["health"]
             if "error" in health:
                 line += f"  health: {health['error']}"
             else:
                 line += (f"  state {health.get('state', '?')}, quarantined {health.get('quarantined', '?')}"
-                         f"{' (stale: written by an earlier process)' if health['stale'] else ''}")
+                         f"{' (stale: written by an earlier process)' if health.get('stale') else ''}")
         click.echo(line)
     if body["state"] != "running":
         click.echo("some parts are down; `watchtower up` restarts them")

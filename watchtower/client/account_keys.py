@@ -15,6 +15,7 @@ ever contains a private key or an epoch key.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -142,12 +143,19 @@ def load_sealed_keys(account: Account, stream_id: str) -> dict[int, tuple[int, b
 
 
 def store_sealed_keys(account: Account, stream_id: str, sealed: dict[int, tuple[int, bytes]]) -> Path:
-    """Merge `sealed` (key_epoch -> (account_key_id, sealed box)) into the stored sealed keys."""
-    merged = {**load_sealed_keys(account, stream_id), **sealed}
-    body: dict[str, Any] = {"stream_id": stream_id, "account": account.address,
-                            "keys": {str(e): {"account_key_id": k, "sealed_key_hex": box.hex()}
-                                     for e, (k, box) in sorted(merged.items())}}
-    return write_private_file(sealed_keys_path(account, stream_id), (json.dumps(body, indent=1) + "\n").encode())
+    """Merge `sealed` (key_epoch -> (account_key_id, sealed box)) into the stored sealed keys.
+
+    Under an exclusive lock on the store, so two processes filling it at once (two `wrap-daemon`s,
+    a daemon and a reader) never lose each other's keys or trip over each other's temporary file."""
+    path = sealed_keys_path(account, stream_id)
+    _private_dir(path.parent)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = {**load_sealed_keys(account, stream_id), **sealed}
+        body: dict[str, Any] = {"stream_id": stream_id, "account": account.address,
+                                "keys": {str(e): {"account_key_id": k, "sealed_key_hex": box.hex()}
+                                         for e, (k, box) in sorted(merged.items())}}
+        return write_private_file(path, (json.dumps(body, indent=1) + "\n").encode())
 
 
 def open_sealed_key(account: Account, account_key_id: int, sealed: bytes) -> bytes:

@@ -25,6 +25,7 @@ from typing import Any, Final
 from watchtower.client.home import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.json_ints import as_int
 from watchtower.protocol.key_chain import key_chain_from_json
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.signed_command import Command
@@ -255,7 +256,7 @@ class ApiClient:
             page = self.key_history(stream_id, start, DEFAULT_KEY_HISTORY_LIMIT)
             raw = _field(page, "entries", list, "key history")
             entries.extend(key_chain_from_json(raw))
-            following = page.get("next_from")
+            following = as_int(page.get("next_from"))
             if following is not None and (not isinstance(following, int) or following <= start or not raw):
                 raise MalformedRecordError(f"key history of {stream_id} pages backwards (next_from {following!r})")
             start = following

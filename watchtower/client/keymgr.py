@@ -30,6 +30,7 @@ from watchtower.client.account import Account
 from watchtower.client.home import watchtower_home
 from watchtower.client.http import ApiClient, ApiUnavailableError
 from watchtower.protocol.errors import MalformedRecordError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.json_ints import as_int
 
 DEFAULT_KEYMGR_URL: Final = "http://127.0.0.1:8472"
 ENV_KEYMGR: Final = "WATCHTOWER_KEYMGR"
@@ -142,7 +143,7 @@ class KeyManagerClient:
 
 
 def _int(data: Mapping[str, Any], name: str) -> int:
-    value = data.get(name)
+    value = as_int(data.get(name))  # a number, or its decimal string past 2**53 - 1
     if type(value) is not int:
         raise MalformedRecordError(f"the key manager's answer has no integer {name!r}; is --keymgr a key manager?")
     return value

@@ -31,6 +31,7 @@ from watchtower.protocol.errors import (
     RequestTimeoutError,
     WatchtowerError,
 )
+from watchtower.protocol.json_ints import as_int
 from watchtower.protocol.signed_command import Command
 
 SUPPLY_KEY: Final = "cby:supply"
@@ -69,9 +70,17 @@ def _amount(value: object, name: str = "amount_cby") -> int:
 def receipt_of(reply: dict[str, Any]) -> KeyAccessReceipt:
     """The KeyAccessReceipt in a purchase or renewal reply (MALFORMED_RECORD if it is not one)."""
     try:
-        return KeyAccessReceipt(**{k: v for k, v in reply.items() if k in _RECEIPT_FIELDS})
+        return KeyAccessReceipt(**{k: as_int(v) for k, v in reply.items() if k in _RECEIPT_FIELDS})
     except TypeError:
         raise MalformedRecordError(f"the reply is not a KeyAccessReceipt; it has {sorted(reply)}") from None
+
+
+def _actor_body(actor: str, stream_id: str | None, all_streams: bool) -> dict[str, Any]:
+    if (stream_id is None) != all_streams:
+        raise InvalidArgumentError("name one stream, or all_streams=True for the account's own actor")
+    body: dict[str, Any] = {"actor": require_address(actor, "actor")}
+    body.update({"all_streams": True} if all_streams else {"stream_id": stream_id})
+    return body
 
 
 class Ledger:
@@ -116,15 +125,19 @@ class Ledger:
         """Revoke one of this account's keys; epoch keys are never sealed to it again."""
         return self.send("revoke_account_key", account_key(self.account.address), {"account_key_id": account_key_id})
 
-    def authorize_actor(self, actor: str, stream_id: str) -> dict[str, Any]:
-        """Let `actor` decrypt `stream_id` on this account's entitlement."""
-        return self.send("authorize_actor", account_key(self.account.address),
-                         {"actor": require_address(actor, "actor"), "stream_id": stream_id})
+    def authorize_actor(self, actor: str, stream_id: str | None = None, *,
+                        all_streams: bool = False) -> dict[str, Any]:
+        """Let `actor` decrypt `stream_id` on this account's entitlement; with `all_streams`, make it one
+        of the account's own actors (CIP-7: authorized on every stream until revoked there)."""
+        body = _actor_body(actor, stream_id, all_streams)
+        return self.send("authorize_actor", account_key(self.account.address), body)
 
-    def revoke_actor(self, actor: str, stream_id: str) -> dict[str, Any]:
-        """Withdraw `actor`'s authorization for `stream_id` (effective from the next block)."""
-        return self.send("revoke_actor", account_key(self.account.address),
-                         {"actor": require_address(actor, "actor"), "stream_id": stream_id})
+    def revoke_actor(self, actor: str, stream_id: str | None = None, *,
+                     all_streams: bool = False) -> dict[str, Any]:
+        """Withdraw `actor`'s authorization for `stream_id` (an own actor too), or with `all_streams` its
+        own-actor standing (effective from the next block)."""
+        body = _actor_body(actor, stream_id, all_streams)
+        return self.send("revoke_actor", account_key(self.account.address), body)
 
     # --- CBY -------------------------------------------------------------------------------------
 
@@ -176,7 +189,7 @@ class Ledger:
     def balance(self, address: str | None = None) -> int:
         """The CBY balance of `address` (default: this account) as the projections show it."""
         info = self.api.account_info(address or self.account.address)
-        value = info.get("balance_cby")
+        value = as_int(info.get("balance_cby"))  # a number, or its decimal string past 2**53 - 1
         if type(value) is not int:
             raise MalformedRecordError(f"the account answer has no integer balance_cby: {sorted(info)}")
         return value

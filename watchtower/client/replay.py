@@ -114,11 +114,13 @@ class ReplayClient:
     # ------------------------------------------------------------------ control
     def resolve(self, namespace: str | int) -> tuple[str, str]:
         """(stream id, namespace as recorded): a feed id (``12``, ``"12"`` or ``"feed:12"``) goes
-        through the registry; anything else is a stream id."""
+        through the registry; anything else is a stream id. The namespace recorded is always the
+        stream id: the stream's writer refuses one that does not name it."""
         text = str(namespace)
         digits = text.removeprefix("feed:")
         if digits.isascii() and digits.isdigit():
-            return str(self.api.feed(int(digits))["stream_id"]), f"feed:{int(digits)}"
+            stream_id = str(self.api.feed(int(digits))["stream_id"])
+            return stream_id, stream_id
         return text, text
 
     def register(self, namespace: str | int, from_sequence: int, to_sequence: int | None = None, *,

@@ -20,7 +20,12 @@ from watchtower.client.account import Account
 from watchtower.client.stream_modes import PushSource, StreamStats, check_stream_args, run_stream
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE, MAX_GET_SINCE_LIMIT, MIN_GET_SINCE_LIMIT
+from watchtower.protocol.constants import (
+    DEFAULT_CONTENT_TYPE,
+    MAX_GET_SINCE_LIMIT,
+    MAX_WIRE_UINT64,
+    MIN_GET_SINCE_LIMIT,
+)
 from watchtower.protocol.enums import PayloadFormat
 from watchtower.protocol.envelope import decrypt_with_content_key
 from watchtower.protocol.errors import (
@@ -325,6 +330,31 @@ class Publisher:
         self._key = new_key
         self._key_id = _int_field(reply, "signing_key_id", "the rotate reply")
         return reply
+
+    def announce_key_epoch(self, key_epoch: int) -> dict[str, Any]:
+        """CIP-7 ``announce_key_epoch`` (owner only): record that the stream's content keys move to
+        `key_epoch` from the current block on (a ``KeyEpochRotated`` event; key epochs never go back).
+
+        Returns ``{"key_epoch", "effective_block_height"}``. UNAUTHORIZED for anyone but the owner,
+        INVALID_ARGUMENT for an epoch below the last one announced.
+        """
+        self.last_command = announce_key_epoch_command(self.owner, self.stream_id, key_epoch)
+        return self.api.command(self.last_command, timeout_s=self.timeout_s)
+
+
+def announce_key_epoch_command(owner: Account, stream_id: str, key_epoch: int) -> Command:
+    """The owner's signed ``announce_key_epoch`` for `stream_id` (`announce_key_epoch` sends it)."""
+    if isinstance(key_epoch, bool) or not isinstance(key_epoch, int) or not 0 <= key_epoch <= MAX_WIRE_UINT64:
+        raise InvalidArgumentError(f"key_epoch must be an integer in 0..{MAX_WIRE_UINT64}, got {key_epoch!r}")
+    return owner.sign("announce_key_epoch", stream_id, {"key_epoch": key_epoch})
+
+
+def announce_key_epoch(api: StreamApi, owner: Account, stream_id: str, key_epoch: int, *,
+                       timeout_s: float = 30.0) -> dict[str, Any]:
+    """CIP-7 ``announce_key_epoch`` without a publisher key (owner only): the stream's content keys
+    move to `key_epoch` from the current block on. Returns ``{"key_epoch", "effective_block_height"}``;
+    UNAUTHORIZED for anyone but the owner, INVALID_ARGUMENT below the last epoch announced."""
+    return api.command(announce_key_epoch_command(owner, stream_id, key_epoch), timeout_s=timeout_s)
 
 
 # --- Subscriber ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from watchtower.gateway.transport import CommandClient
 from watchtower.projections import http_params as params
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.protocol.errors import InvalidArgumentError, RequestTimeoutError, WatchtowerError
+from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.signed_command import Command
 
 log = logging.getLogger("watchtower.gateway")
@@ -65,7 +66,7 @@ class CommandGateway:
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler of ``POST /v1/commands``."""
         try:
-            return web.json_response({"result": await self.submit(*await _parse(request))})
+            return web.json_response({"result": json_safe(await self.submit(*await _parse(request)))})
         except WatchtowerError as err:
             return web.json_response(error_body(err), status=http_status(err.code))
 

@@ -43,6 +43,7 @@ from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route, push_route
 from watchtower.projections import http_params as params
 from watchtower.projections.web_server import error_response
+from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -214,6 +215,8 @@ class SseHub:
         feed_id = params.int_text(request.match_info["feed_id"], "feed_id", minimum=1)
         q = request.query
         subscriber = q.get("subscriber") or None
+        if subscriber is not None:  # an address, or the request is malformed (not an empty stream)
+            require_address(subscriber, "subscriber")
         filter_spec = params.filter_param(q)
         if subscriber is not None and filter_spec is not None:
             raise InvalidArgumentError("filter applies to a feed's messages only; a subscriber's pushes are "
@@ -262,8 +265,10 @@ class SseHub:
 def _cursor(request: web.Request) -> int | None:
     """``Last-Event-ID`` (it wins) or the ``cursor`` query parameter; None for a live start."""
     header = request.headers.get("Last-Event-ID")
-    if header is not None and header.strip():
-        return params.int_text(header.strip(), "Last-Event-ID")
+    # The value exactly as HTTP delivers it (the parser already dropped the optional SP/HTAB
+    # around it): no further stripping, so other spaces, signs and "-0" are refused by `int_text`.
+    if header is not None and header != "":
+        return params.int_text(header, "Last-Event-ID")
     text = request.query.get("cursor")
     return None if text is None or text == "" else params.int_text(text, "cursor")
 

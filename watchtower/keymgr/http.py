@@ -23,8 +23,10 @@ from aiohttp import web
 
 from watchtower.keymgr.openapi import OPENAPI
 from watchtower.keymgr.service import KeyManager
+from watchtower.projections import web_server
 from watchtower.projections.http_errors import error_body, http_status
 from watchtower.protocol.errors import InvalidArgumentError, PayloadTooLargeError, WatchtowerError
+from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.signed_command import Method
 
 log = logging.getLogger("watchtower.keymgr.http")
@@ -73,7 +75,7 @@ def _route(
         def work() -> dict[str, Any]:
             return op(manager.authenticate(payload, method))
 
-        return web.json_response(await asyncio.to_thread(work))
+        return web.json_response(json_safe(await asyncio.to_thread(work)))
 
     return handle
 
@@ -100,3 +102,19 @@ def build_app(manager: KeyManager) -> web.Application:
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/v1/health", health)
     return app
+
+
+async def serve_app(app: web.Application, host: str, port: int, stop: asyncio.Event) -> None:
+    """Serve `app` on ``host:port`` until `stop` is set.
+
+    The connections use the projections' `JsonErrorRequestHandler`, so a request aiohttp cannot
+    parse (an over-long request line or header) is answered with spec JSON INVALID_ARGUMENT, as
+    the API and the gateway answer it, never with aiohttp's text/plain 400 and a logged traceback.
+    """
+    runner = web_server.JsonErrorRunner(app, access_log=None, shutdown_timeout=2)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await stop.wait()
+    finally:
+        await runner.cleanup()

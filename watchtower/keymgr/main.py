@@ -8,8 +8,11 @@ A KEK problem exits with status 2 and one line saying what to fix; secrets are n
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import signal
 import sys
 from typing import Final
 
@@ -17,7 +20,7 @@ from aiohttp import web
 
 from watchtower.keymgr.audit import KafkaAudit
 from watchtower.keymgr.follower import EventFollower
-from watchtower.keymgr.http import build_app
+from watchtower.keymgr.http import build_app, serve_app
 from watchtower.keymgr.kek import KekError, load_kek
 from watchtower.keymgr.service import KeyManager
 from watchtower.keymgr.vault import Vault
@@ -48,19 +51,21 @@ def serve(bootstrap: str, port: int = DEFAULT_PORT, prefix: str | None = None, b
     try:
         follower.catch_up(timeout_s=300)
         log.info("key manager %s serving on %s:%d", kek, bind or "127.0.0.1", port)
-        web.run_app(
-            build_app(manager),
-            host=bind or os.environ.get(ENV_BIND, "127.0.0.1"),
-            port=port,
-            access_log=None,
-            print=None,
-            shutdown_timeout=2,
-        )
+        asyncio.run(_serve_until_signalled(build_app(manager), bind or os.environ.get(ENV_BIND, "127.0.0.1"), port))
     finally:
         follower.stop()
         audit.close()
         vault.close()
     return 0
+
+
+async def _serve_until_signalled(app: web.Application, host: str, port: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # not on every platform
+            loop.add_signal_handler(sig, stop.set)
+    await serve_app(app, host, port, stop)
 
 
 def main(argv: list[str]) -> None:

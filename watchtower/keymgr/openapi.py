@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from watchtower.projections.http_errors import STATUS_BY_CODE
+from watchtower.protocol.json_ints import openapi_int
 
 _STR: Final = {"type": "string"}
 _HEX: Final = {"type": "string", "pattern": "^([0-9a-f]{2})*$"}
-_INT: Final = {"type": "integer", "minimum": 0}
+_INT: Final = openapi_int(0)  # the JSON integer rule (docs/http-api.md "Integers in JSON")
 _ERROR_REF: Final = {"$ref": "#/components/schemas/Error"}
 
 

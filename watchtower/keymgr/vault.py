@@ -30,12 +30,14 @@ import contextlib
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Sequence
 from typing import Final
 
 from confluent_kafka import KafkaException, Producer
 
 from watchtower.keymgr.kek import Kek, KekError
+from watchtower.protocol.constants import MAX_ACTOR_NONCE
 from watchtower.protocol.errors import NotReadyError, WatchtowerError
 from watchtower.schemas.keymgr_records import (
     KEYMGR_RECORD_VERSION,
@@ -60,6 +62,13 @@ _TXN_TIMEOUT_S: Final = 30.0
 Record = WrappedSeedRecord | NonceReservationRecord
 
 
+def clock_floor() -> int:
+    """Microseconds since the epoch: above every actor nonce a deployment counted to (it would take
+    an encryption per microsecond since 1970 to pass it), so a safe restart point when the last
+    reservation cannot be read."""
+    return time.time_ns() // 1_000
+
+
 def transactional_id(prefix: str | None) -> str:
     """The one writer id of a deployment's key manager (``wt-`` like every Watchtower id)."""
     return f"wt-keymgr-{topic_name('keymgr-state', prefix)}"
@@ -71,6 +80,10 @@ def seed_key(stream_id: str) -> str:
 
 class VaultFencedError(NotReadyError):
     """Another key-manager instance took over the writer id; this one must stop encrypting."""
+
+
+class NoncesExhaustedError(NotReadyError):
+    """The next reservation would pass MAX_ACTOR_NONCE: encrypting stops, everything else serves."""
 
 
 class SeedSealedError(NotReadyError):
@@ -109,6 +122,7 @@ class Vault:
         """Fence older instances, load what they committed, and reserve the first nonce block."""
         self._producer.init_transactions(_TXN_TIMEOUT_S)
         reserved = 0
+        unreadable_reservation = False
         wrapped: dict[str, list[tuple[str, bytes, str]]] = {}  # stream id -> (kek id, blob, where), oldest first
         for record in read_committed(self._bootstrap, [self.topic], partition=STATE_PARTITION):
             key = (record.key() or b"").decode("utf-8", "replace")
@@ -122,6 +136,13 @@ class Vault:
                         (seed_record.kek_id, bytes.fromhex(seed_record.wrapped_hex), where))
             except (WatchtowerError, ValueError) as exc:
                 log.warning("quarantined %s (%s): not a key-manager state record: %s", where, key, type(exc).__name__)
+                unreadable_reservation = unreadable_reservation or key == NONCE_KEY
+        if unreadable_reservation:
+            # Compaction may have dropped every good reservation behind the bad one, so the highest
+            # readable one is no proof that no nonce above it was handed out: start above the clock.
+            reserved = max(reserved, clock_floor())
+            log.warning("an actor-nonce reservation was quarantined; actor nonces continue above the clock (%d)",
+                        reserved)
         for stream_id, candidates in wrapped.items():
             self._open_seed(stream_id, candidates)
         if self._sealed:
@@ -131,7 +152,10 @@ class Vault:
         with self._lock:
             self._reserved_through = reserved
             self._next_nonce = reserved + 1
-            self._reserve_locked()
+            try:
+                self._reserve_locked()
+            except NoncesExhaustedError as exc:  # decrypts and key fetches still serve
+                log.error("%s", exc.message)
         log.info("key-manager state loaded: %d stream seeds, actor nonces from %d", len(self._seeds), self._next_nonce)
 
     def _open_seed(self, stream_id: str, candidates: list[tuple[str, bytes, str]]) -> None:
@@ -189,7 +213,11 @@ class Vault:
             raise NotReadyError(f"the key manager could not persist its state ({error.name()}); retry") from None
 
     def _reserve_locked(self) -> None:
-        target = max(self._reserved_through, self._next_nonce - 1) + self._block
+        current = max(self._reserved_through, self._next_nonce - 1)
+        target = min(current + self._block, MAX_ACTOR_NONCE)
+        if target <= current:  # unreachable by counting; refused, never written or wrapped around
+            raise NoncesExhaustedError(f"the key manager's actor nonces reached {MAX_ACTOR_NONCE}; its operator must "
+                                "rotate the streams' keys (docs/keymgr.md)")
         self._write_locked(NONCE_KEY, NonceReservationRecord(KEYMGR_RECORD_VERSION, target))
         self._reserved_through = target
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.json_ints import json_safe
 
 _STATUS: Final = {
     400: ("INVALID_ARGUMENT", "INVALID_FILTER", "LIMIT_EXCEEDED", "MALFORMED_RECORD", "SCHEMA_MISMATCH",
@@ -32,5 +33,5 @@ def http_status(code: str) -> int:
 
 
 def error_body(err: WatchtowerError) -> dict[str, Any]:
-    """``{"error": {"code", "message"[, "details"]}}``."""
-    return {"error": err.to_dict()}
+    """``{"error": {"code", "message"[, "details"]}}``, integers written by the JSON rule (`json_ints`)."""
+    return {"error": json_safe(err.to_dict())}

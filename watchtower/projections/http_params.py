@@ -37,7 +37,8 @@ DEFAULT_LIMIT: Final = 100
 # any valid one, and caps the work a hostile filter can cause before it is refused.
 MAX_FILTER_CHARS: Final = 16_384
 
-_DIGITS = re.compile(r"-?[0-9]{1,19}")
+# Plain ASCII digits; a minus sign only before a non-zero digit (never "-0", "-007", "+5" or " 5").
+_DIGITS = re.compile(r"[0-9]{1,19}|-[1-9][0-9]{0,18}")
 
 
 def int_text(text: str, name: str, *, minimum: int = 0, maximum: int = MAX_INT,

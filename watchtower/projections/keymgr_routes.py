@@ -77,7 +77,7 @@ def install(projection: Any, page: Callable[..., Any]) -> None:
         if {p for s in shares for p in s["partitions"]} != set(range(projection.partitions)):
             raise NotReadyError("the CBY supply needs every partition's balances and some partition does not "
                                 "serve right now (a rebalance or a worker catching up); retry in a moment")
-        totals = [s["total_supply_cby"] for s in shares if s["total_supply_cby"] is not None]
+        totals = [int(s["total_supply_cby"]) for s in shares if s["total_supply_cby"] is not None]
         return web.json({"total_supply_cby": totals[0] if totals else 0,
                          "sum_of_balances_cby": sum(int(s["sum_of_balances_cby"]) for s in shares),
                          "accounts": sum(int(s["accounts"]) for s in shares)})

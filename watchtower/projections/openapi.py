@@ -12,12 +12,19 @@ from typing import Any, Final
 from watchtower.projections.http_errors import STATUS_BY_CODE
 from watchtower.projections.http_params import MAX_INT, MAX_TIMEOUT_S, MAX_WAIT_MS
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
+from watchtower.protocol.json_ints import openapi_id, openapi_int
 
-_INT: Final = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
-_SEQ: Final = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+# Parameters (text in the URL): plain digits up to 2**63 - 1 (http_params).
+_P_INT: Final = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+_P_SEQ: Final = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
+# Integers in answers follow the JSON integer rule (json_ints, docs/http-api.md "Integers in JSON"):
+# a number up to 2**53 - 1, its decimal string beyond; replay ids are always strings.
+_INT: Final = openapi_int(0)
+_SEQ: Final = openapi_int(1)
 _STR: Final = {"type": "string"}
 _OBJ: Final = {"type": "object"}
-_NULLABLE_INT: Final = {"type": ["integer", "null"]}
+_NULLABLE_INT: Final = openapi_int(0, nullable=True)
+_REPLAY_ID: Final = openapi_id(description="a replay id: always its decimal string (a 63-bit hash)")
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -98,10 +105,10 @@ _EVENTS: Final = {"get": {
     "summary": "the feed's messages (or, with subscriber, that subscriber's pushes) live as Server-Sent Events",
     "x-streaming": True,
     "parameters": [
-        _path("feed_id", _SEQ),
+        _path("feed_id", _P_SEQ),
         _query("subscriber", _STR, "stream this subscriber's push deliveries instead of the feed's messages"),
         _query("filter", _STR, "filter DSL as JSON (without subscriber only)"),
-        _query("cursor", _INT, "resume after this sequence (the Last-Event-ID header wins)"),
+        _query("cursor", _P_INT, "resume after this sequence (the Last-Event-ID header wins)"),
         _query("heartbeat_s", {"type": "integer", "minimum": 1, "maximum": MAX_INT},
                "seconds between keep-alive comments (lowers the server's default only)"),
         {"name": "Last-Event-ID", "in": "header", "required": False, "schema": _STR,
@@ -116,10 +123,10 @@ _EVENTS: Final = {"get": {
 }}
 
 # The key manager's reads (keymgr_routes).
-_AMOUNT: Final = {"type": "integer", "minimum": 0, "description": "CBY wei"}
+_AMOUNT: Final = openapi_int(0, description="CBY wei")
 _ADDRESS: Final = {"type": "string", "pattern": "^0x[0-9a-f]{64}$"}
-_BLOCK: Final = {"type": "integer", "minimum": 0}
-_NULLABLE_BLOCK: Final = {"type": ["integer", "null"], "minimum": 0}
+_BLOCK: Final = openapi_int(0)
+_NULLABLE_BLOCK: Final = openapi_int(0, nullable=True)
 _ACCOUNT: Final = _object({
     "account": _STR, "balance_cby": _AMOUNT,
     "keys": {"type": "array", "items": _object({
@@ -140,7 +147,8 @@ _KEY_EPOCHS: Final = _object({
         "announced_at_block": _BLOCK})}})
 _SUPPLY: Final = _object({"total_supply_cby": _AMOUNT, "sum_of_balances_cby": _AMOUNT, "accounts": _BLOCK})
 _SUPPLY_SHARE: Final = _object({"partitions": {"type": "array", "items": _BLOCK}, "sum_of_balances_cby": _AMOUNT,
-                                "accounts": _BLOCK, "total_supply_cby": {**_AMOUNT, "type": ["integer", "null"]}})
+                                "accounts": _BLOCK,
+                                "total_supply_cby": openapi_int(0, nullable=True, description="CBY wei")})
 _KEYMGR_PATHS: Final = {
     "/v1/accounts/{address}": _get(
         "an account: CBY balance, account keys, actor authorizations (an unknown account: 0 and empty lists)",
@@ -159,13 +167,13 @@ _KEYMGR_PATHS: Final = {
 }
 
 # The replay reads (replay_routes): ICRC-77 ReplayStatus and get_replays.
-_NULLABLE_SEQ: Final = {"type": ["integer", "null"], "minimum": 1}
+_NULLABLE_SEQ: Final = openapi_int(1, nullable=True)
 _REPLAY_STATE: Final = {"type": "object", "minProperties": 1, "maxProperties": 1, "properties": {
     "pending": {"type": "null"}, "running": {"type": "null"}, "completed": _INT, "canceled": _INT,
     "errored": _STR}, "additionalProperties": False,
     "description": "ICRC-77 ReplayState: one key, the status"}
 _REPLAY: Final = _object({
-    "replayId": _SEQ, "namespace": _STR,
+    "replayId": _REPLAY_ID, "namespace": _STR,
     "config": _object({"filter": {"type": ["object", "null"]}, "skip": {"type": ["array", "null"], "items": _INT},
                        "memo_hex": _STR}),
     "stats": _object({"delivered": _INT, "filtered": _INT, "skipped": _INT, "next_sequence": _SEQ, "total": _INT,
@@ -177,15 +185,16 @@ _REPLAY: Final = _object({
 _REPLAY_PATHS: Final = {
     "/v1/replays": _get(
         "ICRC-77 get_replays: replays ordered by id after `prev`, filtered; `next` is the next page's prev",
-        _object({"replays": {"type": "array", "items": _REPLAY}, "next": _NULLABLE_SEQ}),
+        _object({"replays": {"type": "array", "items": _REPLAY},
+                 "next": openapi_id(nullable=True, description="the next page's prev (a replay id), or null")}),
         [_query("requester", _STR, "only this requester's replays"), _query("stream_id", _STR),
          _query("status", {"type": "string", "enum": ["pending", "running", "completed", "canceled", "errored"]}),
-         _query("prev", _INT, "exclusive: replays with a greater id"),
+         _query("prev", _P_INT, "exclusive: replays with a greater id (a replay id's decimal digits)"),
          _query("take", {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
                 "1..500, else LIMIT_EXCEEDED")],
         errors=("400", "503")),
     "/v1/replays/{replay_id}": _get("ICRC-77 replay_status (REPLAY_NOT_FOUND: 404)", _REPLAY,
-                                    [_path("replay_id", _SEQ)]),
+                                    [_path("replay_id", _P_SEQ)]),
     "/v1/replays/digest": _get("digest of every partition's replay table, comparable with an offline rebuild",
                                _object({"digest": _STR, "replays": _INT}), errors=("503",)),
     "/v1/replays/local": _get("this worker's share of the replay table (what the replay reads gather)",
@@ -201,6 +210,12 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/health": _get("this worker: readiness, broker, partitions, quarantined records", _HEALTH, errors=()),
         "/v1/commands": {"post": {
             "summary": "submit a signed command and wait for its committed reply",
+            "description": ("publish answers CIP-7's INVALID_SIGNATURE, PAYLOAD_TOO_LARGE and UNAUTHORIZED, and "
+                            "these extensions, each for a case CIP-7's list has no code for (docs/publish-auth.md): "
+                            "STREAM_NOT_FOUND (the stream was never created), STALE_SEQUENCE (sequence is not "
+                            "head + 1: re-read the head and re-sign), INVALID_ARGUMENT (a command or message that "
+                            "cannot be read as a publish), NOT_READY and TIMEOUT (transport: send the same command "
+                            "again)."),
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["command"],
                 "properties": {"command": _ref("Command"),
@@ -215,27 +230,27 @@ OPENAPI: Final[dict[str, Any]] = {
         "/v1/streams/{stream_id}/head": _get("CIP-7 get_head", _object(_HEAD_FIELDS), [_SID]),
         "/v1/streams/{stream_id}/messages": _get(
             "CIP-7 get_since", _PAGE,
-            [_SID, _query("cursor", _INT),
+            [_SID, _query("cursor", _P_INT),
              _query("limit", {"type": "integer", "minimum": 1, "maximum": MAX_GET_SINCE_LIMIT, "default": 100},
                     "1..500, else LIMIT_EXCEEDED (checked first)"),
              _query("filter", _STR, "filter DSL as JSON"),
              _query("proof", {"type": "boolean"}, "also answer the completeness proof of the filtered page"),
-             _query("min_head", _INT, "wait until the projection reaches this head (a long poll)"),
+             _query("min_head", _P_INT, "wait until the projection reaches this head (a long poll)"),
              _query("wait_ms", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "default": 2000},
                     f"how long min_head waits, at most {MAX_WAIT_MS} ms")],
             errors=(*_TABLE, "410")),
         "/v1/streams/{stream_id}/keys/at/{sequence}": _get("CIP-7 get_key_at_sequence", _KEY_ENTRY,
-                                                           [_SID, _path("sequence", _SEQ)]),
+                                                           [_SID, _path("sequence", _P_SEQ)]),
         "/v1/streams/{stream_id}/keys": _get(
             "CIP-7 get_key_history (paged); each entry carries its owner-signed command (the key chain)",
             _object({"entries": {"type": "array", "items": _KEY_ENTRY}, "next_from": _NULLABLE_INT}),
-            [_SID, _query("from", _SEQ), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})]),
+            [_SID, _query("from", _P_SEQ), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})]),
         "/v1/streams/{stream_id}/subscribers": _get(
             "subscriptions by address", _object({"stream_id": _STR, "subscribers": {"type": "array", "items": _OBJ}}),
             [_SID, _query("active_only", {"type": "boolean"})]),
         "/v1/feeds": _get("WatchtowerRegistry listings", _object({"feeds": {"type": "array", "items": _FEED}}),
                           [_query("owner", _STR)], errors=("503",)),
-        "/v1/feeds/{feed_id}": _get("one listing", _FEED, [_path("feed_id", _SEQ)]),
+        "/v1/feeds/{feed_id}": _get("one listing", _FEED, [_path("feed_id", _P_SEQ)]),
         "/v1/feeds/{feed_id}/events": _EVENTS,
         "/v1/admin/digest": _get("digest of this worker's projection tables", _object(
             {"digest": _STR, "counts": _OBJ, "tables": _OBJ, "quarantined": _QUARANTINE}), errors=()),

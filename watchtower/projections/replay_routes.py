@@ -59,7 +59,9 @@ def install(projection: Any, page: Callable[..., Any]) -> None:
     @page("/v1/replays")
     async def replays(web: Any, request: Request) -> Response:
         query = parse_page_query(request.query)
-        return web.json(replay_page(await all_views(projection), **query))
+        page_ = replay_page(await all_views(projection), **query)
+        # `next` is the next page's `prev`: a replay id, so a decimal string (json_ints).
+        return web.json({**page_, "next": None if page_["next"] is None else str(page_["next"])})
 
 
 def local_share(projection: Any) -> tuple[list[int], list[ReplayView]]:

@@ -42,6 +42,7 @@ from watchtower.projections.openapi import OPENAPI
 from watchtower.projections.partitions import OwnedPartitions
 from watchtower.projections.replay_tables import REPLAY_TABLE, fold_replay, replay_price_of
 from watchtower.projections.routing import route_to_owner
+from watchtower.projections.web_server import SafeJsonWeb
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
@@ -294,8 +295,8 @@ class Projection:
                         if routing_key is not None:
                             # Only from a partition that serves here for the whole read.
                             async with projection.owned.reading(projection.partition_of(routing_key)):
-                                return await fun(web, request, **kw)
-                        return await fun(web, request, **kw)
+                                return await fun(SafeJsonWeb(web), request, **kw)
+                        return await fun(SafeJsonWeb(web), request, **kw)
                     except WatchtowerError as err:
                         return web.json(error_body(err), status=http_status(err.code))
                 guarded.__name__ = fun.__name__
@@ -321,7 +322,7 @@ class Projection:
 
         @page("/openapi.json")
         async def openapi(web: Any, _request: Request) -> Response:
-            return web.json(OPENAPI)
+            return web.schema_json(OPENAPI)  # a schema, not data: its bounds are written as they are
 
         @page("/v1/streams/{stream_id}/head", key="stream_id")
         async def get_head(web: Any, _request: Request, stream_id: str) -> Response:

@@ -39,6 +39,7 @@ from watchtower.protocol.errors import (
     PayloadTooLargeError,
     WatchtowerError,
 )
+from watchtower.protocol.json_ints import json_safe
 
 log = logging.getLogger("watchtower.projections.web")
 
@@ -151,3 +152,23 @@ def install(faust_web: Any, *, on_shutdown: Callable[[], None]) -> None:
     faust_web.web_app.on_shutdown.append(shutting_down)
     faust_web._runner = JsonErrorRunner(faust_web.web_app, access_log=None, handler_cancellation=True,
                                         shutdown_timeout=SHUTDOWN_GRACE_S)
+
+
+class SafeJsonWeb:
+    """A Faust web driver whose ``json()`` writes the body by the rule (every other attribute is the
+    driver's): what the projection's route decorator hands each handler."""
+
+    __slots__ = ("_web",)
+
+    def __init__(self, web: Any) -> None:
+        self._web = web
+
+    def json(self, value: Any, **kwargs: Any) -> Any:
+        return self._web.json(json_safe(value), **kwargs)
+
+    def schema_json(self, value: Any, **kwargs: Any) -> Any:
+        """A JSON Schema / OpenAPI document, written as it is (its bounds are schema, not data)."""
+        return self._web.json(value, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._web, name)

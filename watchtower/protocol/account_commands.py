@@ -27,7 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.protocol.accounts import ACTIVE, AUTHORIZATION_SCOPE, REVOKED, AccountState
+from nacl.bindings import crypto_core_ed25519_is_valid_point
+
+from watchtower.protocol.accounts import ACTIVE, ALL_STREAMS, AUTHORIZATION_SCOPE, REVOKED, AccountState
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import (
     ACCOUNT_KEY_SCHEME_X25519,
@@ -148,16 +150,41 @@ def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) 
 
 
 def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
-    body = body_fields(cmd, frozenset({"actor", "stream_id"}))
+    """(actor, stream id); the stream id is ALL_STREAMS for ``"all_streams": true`` (an own actor)."""
+    body = body_fields(cmd, frozenset({"actor"}), frozenset({"stream_id", "all_streams"}))
     actor = require_address(body["actor"], "actor")
-    stream_id = require_text(body["stream_id"], "stream_id")
+    all_streams = body.get("all_streams", False)
+    if all_streams is not True and all_streams is not False:
+        raise InvalidArgumentError("all_streams must be true or false")
+    if all_streams == ("stream_id" in body):
+        raise InvalidArgumentError('name one stream ("stream_id") or every stream of the account '
+                                   '("all_streams": true: the account\'s own actor), not both or neither')
+    stream_id = ALL_STREAMS if all_streams else require_text(body["stream_id"], "stream_id")
     if actor == state.account:
         raise InvalidArgumentError("an account is always authorized for itself; name another actor")
     return actor, stream_id
 
 
+def require_actor_exists(actor: str) -> None:
+    """CIP-7 authorize_actor step 2, "validate actor address exists": UNAUTHORIZED unless `actor` is an
+    ed25519 public key some key pair holds (a valid curve point of prime order).
+
+    In this deployment an address exists exactly when a key pair can sign for it: only such an
+    address can ever sign a command, register an account key or ask the key manager for anything.
+    Any other 32 bytes (a typo, a hash, a made-up or small-order point) can never act, so
+    authorizing it is refused. (The account's writer sees only its own account, one aggregate per
+    account, so it cannot look up another address's history; this check needs none.)
+    """
+    if not crypto_core_ed25519_is_valid_point(bytes.fromhex(actor[2:])):
+        raise UnauthorizedError(
+            f"actor {actor} does not exist: it is not an ed25519 public key any key pair holds, so it can never "
+            "sign a request; check the address (`watchtower account show` prints an account's own)",
+            details={"actor": actor})
+
+
 def _authorize(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
     actor, stream_id = _actor_and_stream(state, cmd)
+    require_actor_exists(actor)
     existing = state.authorization(actor, stream_id)
     already = existing is not None and existing.status == ACTIVE
     count = state.active_per_stream.get(stream_id, 0)
@@ -177,7 +204,8 @@ def _authorize(state: AccountState, cmd: Command, origin: Origin, height: int) -
 def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
     actor, stream_id = _actor_and_stream(state, cmd)
     existing = state.authorization(actor, stream_id)
-    if existing is None or existing.status != ACTIVE:
+    own_here = existing is None and stream_id != ALL_STREAMS and state.own_actor(actor)
+    if not own_here and (existing is None or existing.status != ACTIVE):
         raise InvalidArgumentError(f"actor {actor} holds no ACTIVE authorization on stream {stream_id!r} of "
                                    f"account {state.account}; nothing to revoke")
     reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "status": REVOKED,

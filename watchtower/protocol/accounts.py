@@ -20,6 +20,7 @@ from typing import Any, Final
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import (
     ACCOUNT_KEY_SCHEME_X25519,
+    AUTHORIZATION_SCOPE_STREAM_DECRYPT,
     MAX_ACCOUNT_KEYS_PER_ACCOUNT,
     MAX_ACTOR_AUTHORIZATIONS_PER_STREAM,
     X25519_PUBLIC_KEY_BYTES,
@@ -54,7 +55,16 @@ from watchtower.protocol.validation import require_text
 
 ACTIVE: Final = "ACTIVE"
 REVOKED: Final = "REVOKED"
-AUTHORIZATION_SCOPE: Final = "DECRYPT"
+AUTHORIZATION_SCOPE: Final = AUTHORIZATION_SCOPE_STREAM_DECRYPT
+"""CIP-7 ActorAuthorization.scope: what every new grant records."""
+LEGACY_AUTHORIZATION_SCOPES: Final = frozenset({"DECRYPT"})
+"""What earlier releases recorded for the same scope: still folded, never written."""
+ALL_STREAMS: Final = ""
+"""The stream_id of an own-actor grant: CIP-7's "the account owner's own actors (actor.creator ==
+account) are auto-authorized unless explicitly revoked". In this deployment an account makes an
+actor its own once (``authorize_actor`` with ``"all_streams": true``); that actor is then authorized
+on every stream of the account without a grant per stream, until it is revoked on one stream
+(``revoke_actor`` naming the stream) or everywhere (``revoke_actor`` with ``all_streams``)."""
 ACCOUNT_EVENTS: Final = frozenset(
     {ACCOUNT_KEY_REGISTERED, ACCOUNT_KEY_REVOKED, ACTOR_AUTHORIZATION_GRANTED, ACTOR_AUTHORIZATION_REVOKED,
      CBY_CREDITED, CBY_DEBITED}
@@ -128,6 +138,22 @@ class AccountState:
         """The authorization of `actor` on `stream_id`, if any."""
         return self.authorizations.get(authorization_key(actor, stream_id))
 
+    def own_actor(self, actor: str) -> bool:
+        """Whether `actor` is one of the account's own actors (an ACTIVE all-streams grant)."""
+        grant = self.authorization(actor, ALL_STREAMS)
+        return grant is not None and grant.status == ACTIVE
+
+    def actor_authorized(self, actor: str, stream_id: str) -> bool:
+        """CIP-7 ActorAuthorization: the account itself; an actor with an ACTIVE grant on the stream;
+        or one of the account's own actors, unless revoked on that stream (a grant or revocation on
+        the stream decides before the own-actor rule)."""
+        if actor == self.account:
+            return True
+        grant = self.authorization(actor, stream_id)
+        if grant is not None:
+            return grant.status == ACTIVE
+        return self.own_actor(actor)
+
 
 # --- evolve --------------------------------------------------------------------------------------
 
@@ -179,9 +205,10 @@ def _key_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]
 def _granted(state: AccountState, event: Event) -> tuple[AccountState, bool]:
     body = event.body
     actor = require_address(body["actor"], "actor")
-    stream_id = require_text(body["stream_id"], "stream_id")
-    if body["scope"] != AUTHORIZATION_SCOPE or actor == state.account:
-        raise InvalidArgumentError("an authorization has scope DECRYPT and names another account")
+    stream_id = body["stream_id"] if body["stream_id"] == ALL_STREAMS else require_text(body["stream_id"], "stream_id")
+    if (body["scope"] != AUTHORIZATION_SCOPE and body["scope"] not in LEGACY_AUTHORIZATION_SCOPES) \
+            or actor == state.account:
+        raise InvalidArgumentError(f"an authorization has scope {AUTHORIZATION_SCOPE} and names another account")
     existing = state.authorization(actor, stream_id)
     if existing is not None and existing.status == ACTIVE:
         return state, True  # a repeated grant: recorded, nothing changes
@@ -199,6 +226,11 @@ def _granted(state: AccountState, event: Event) -> tuple[AccountState, bool]:
 def _actor_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]:
     actor, stream_id = str(event.body["actor"]), str(event.body["stream_id"])
     existing = state.authorization(actor, stream_id)
+    if existing is None and stream_id != ALL_STREAMS and state.own_actor(actor):
+        # An own actor revoked on one stream: the revocation is recorded there; no grant slot was taken.
+        record = AuthorizationRecord(actor, stream_id, REVOKED, event.block_height, event.block_height)
+        return dataclasses.replace(
+            state, authorizations=state.authorizations.set(authorization_key(actor, stream_id), record)), True
     if existing is None or existing.status != ACTIVE:
         raise InvalidArgumentError(f"actor {actor} holds no ACTIVE authorization on {stream_id!r}")
     record = dataclasses.replace(existing, status=REVOKED, revoked_at_block=event.block_height)

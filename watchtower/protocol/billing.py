@@ -144,14 +144,16 @@ def acquire_epoch_access(
     current_key_epoch: int,
     target_key_epoch: int,
     active_until_key_epoch: int | None,
-    payer_balance_cby: int,
+    payer_balance_cby: int | None,
     stream_id: str = "",
     beneficiary_account: str = "",
     payer_account: str = "",
 ) -> EpochAccessDecision:
     """Decide an `acquire_epoch_access` call in exactly the DESIGN §7.6 order.
 
-    `active_until_key_epoch` is None when the beneficiary has no entitlement on this stream.
+    `active_until_key_epoch` is None when the beneficiary has no entitlement on this stream;
+    `payer_balance_cby` is None when the balance is checked elsewhere (the paid-stream saga: the
+    payer's account checks it, and only it knows it), so no error ever states a balance it guessed.
     Raises the spec errors named in the module docstring, or `InvalidArgumentError` for malformed
     inputs (negative numbers, a PLATFORM_MANAGED stream without pricing).
     """
@@ -163,7 +165,7 @@ def acquire_epoch_access(
         raise InvalidArgumentError("a PLATFORM_MANAGED stream needs its pricing (paid_stream_config)")
     current = require_int(current_key_epoch, "current_key_epoch")
     target = require_int(target_key_epoch, "target_key_epoch")
-    balance = require_int(payer_balance_cby, "payer_balance_cby")
+    balance = None if payer_balance_cby is None else require_int(payer_balance_cby, "payer_balance_cby")
     active_until = (
         None if active_until_key_epoch is None else require_int(active_until_key_epoch, "active_until_key_epoch")
     )
@@ -202,7 +204,7 @@ def acquire_epoch_access(
             f"{covered_until + pricing.min_purchase_epochs} or later."
         )
     price = price_epochs(charged, pricing)
-    if balance < price.total_amount_cby:
+    if balance is not None and balance < price.total_amount_cby:
         raise InsufficientCbyBalanceError(
             f"the payer holds {balance} CBY wei but epochs {covered_until + 1}..{target} cost "
             f"{price.total_amount_cby} ({price.publisher_amount_cby} + {price.protocol_fee_cby} protocol "

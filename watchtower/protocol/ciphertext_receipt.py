@@ -9,7 +9,8 @@ signs, with its ed25519 receipt key, the deterministic CBOR of
 and returns the 64-byte signature beside the envelope. A publish carries it in its command body as
 ``"keymgr_receipt"``; every worker checks it with the deployment's `keymgr_public_key` (genesis
 configuration), so no worker needs a secret and a forged envelope, a tampered tag, or a receipt
-for another stream, epoch or envelope is refused with DECRYPTION_FAILED at publish time.
+for another stream, epoch or envelope is refused at publish time with one of the codes CIP-7 maps
+for ``publish``: UNAUTHORIZED without a receipt, INVALID_SIGNATURE with one that does not verify.
 
 Pure: no I/O, no clock. Receipts carry no key material (only a hash of the ciphertext).
 """
@@ -24,7 +25,7 @@ import nacl.signing
 
 from watchtower.protocol import cbor
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, MAX_UINT64
-from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError
+from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, UnauthorizedError
 from watchtower.protocol.validation import require_int, require_text
 
 RECEIPT_DOMAIN: Final = "watchtower-keymgr-receipt-v1"
@@ -64,14 +65,17 @@ def sign_receipt(signing_key: nacl.signing.SigningKey, *, stream_id: str, key_ep
 def verify_receipt(
     public_key: bytes | None, receipt: object, *, stream_id: str, key_epoch: int, payload_hash: bytes
 ) -> None:
-    """Return if `receipt` is the key manager's signature over this envelope, else DECRYPTION_FAILED."""
+    """Return if `receipt` is the key manager's signature over this envelope, else the code CIP-7 maps
+    for ``publish``: UNAUTHORIZED when there is no receipt to check (none, not 64 bytes, or no key
+    manager key in this deployment: this publisher may not put that ciphertext on the stream), and
+    INVALID_SIGNATURE when the receipt does not verify (docs/publish-auth.md)."""
     if public_key is None:
-        raise DecryptionFailedError(
+        raise UnauthorizedError(
             "this deployment has no key manager public key, so it cannot accept ciphertext for a "
             "PLATFORM_MANAGED stream; its operator sets WATCHTOWER_KEYMGR_PUBLIC_KEY for the stream workers"
         )
     if not isinstance(receipt, bytes) or len(receipt) != RECEIPT_BYTES:
-        raise DecryptionFailedError(
+        raise UnauthorizedError(
             f"the ciphertext was not produced by stream_encrypt: a PLATFORM_MANAGED publish carries the key "
             f"manager's {RECEIPT_BYTES}-byte receipt as {RECEIPT_FIELD!r}; encrypt the payload through the key manager"
         )
@@ -81,7 +85,7 @@ def verify_receipt(
             raise ValueError("bad key length")
         nacl.signing.VerifyKey(public_key).verify(message, receipt)
     except (nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError, nacl.exceptions.TypeError, ValueError):
-        raise DecryptionFailedError(
+        raise InvalidSignatureError(
             "the ciphertext was not produced by stream_encrypt for this stream, key epoch and envelope: its "
             "receipt does not verify under the key manager's public key; encrypt the payload through the key "
             "manager and publish its envelope unchanged"

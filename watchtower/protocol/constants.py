@@ -75,6 +75,10 @@ MAX_UINT64: Final = 2**64 - 1
 # Every uint64 field (sequences, epochs, ids, CBY amounts) is therefore bounded by this value, so
 # anything the protocol accepts can always be written to the log.
 MAX_WIRE_UINT64: Final = 2**63 - 1
+# The key manager's actor nonces count its encryptions (reserved in blocks, docs/keymgr.md): no
+# deployment comes near 2**53 of them, so a reservation past this bound is not one it committed (a
+# forged or corrupt ``keymgr.state`` record) and is quarantined; every nonce also stays exact in JSON.
+MAX_ACTOR_NONCE: Final = 2**53 - 1
 
 # --- Paging (project constants; CIP-7 leaves get_key_history's limit open) ------------------------
 DEFAULT_KEY_HISTORY_LIMIT: Final = 100

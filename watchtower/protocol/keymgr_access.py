@@ -147,8 +147,7 @@ class KeymgrState:
         if actor == account:
             return True
         state = self.account(account)
-        grant = None if state is None else state.authorization(actor, stream_id)
-        return grant is not None and grant.status == ACTIVE
+        return state is not None and state.actor_authorized(actor, stream_id)
 
     def account_keys(self, account: str) -> list[AccountKey]:
         state = self.account(account)

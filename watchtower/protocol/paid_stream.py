@@ -31,6 +31,7 @@ from watchtower.protocol.billing import acquire_epoch_access, key_epoch_of_heigh
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import (
+    InsufficientCbyBalanceError,
     InvalidArgumentError,
     MalformedRecordError,
     NotPlatformManagedStreamError,
@@ -188,7 +189,7 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
     decision = acquire_epoch_access(
         access_mode="PLATFORM_MANAGED", pricing=config.pricing, current_key_epoch=current,
         target_key_epoch=target, active_until_key_epoch=state.entitlements.get(beneficiary),
-        payer_balance_cby=MAX_CBY,  # the payer's account checks its balance (saga step 2)
+        payer_balance_cby=None,  # the payer's account checks its balance (saga step 2)
         stream_id=state.stream_id, beneficiary_account=beneficiary, payer_account=payer,
     )
     receipt = decision.receipt.to_dict()
@@ -198,7 +199,14 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
         return LedgerDecision((make_event(EPOCH_ACCESS_IDEMPOTENT, state.instance, height, origin, receipt,
                                           event_body),), receipt)
     if receipt["total_amount_cby"] > MAX_CBY:
-        raise InvalidArgumentError(f"this purchase would cost more than {MAX_CBY} CBY wei; buy fewer epochs")
+        # No account can hold that much (the supply bound), so no balance can pay it: refused here,
+        # without sending the debit, and without stating a balance this instance does not know.
+        raise InsufficientCbyBalanceError(
+            f"epochs {receipt['from_key_epoch']}..{target} cost {receipt['total_amount_cby']} CBY wei, more than "
+            f"any account can hold ({MAX_CBY}); target an earlier key epoch",
+            details={"account": payer, "required_cby": str(receipt["total_amount_cby"]),
+                     "max_balance_cby": str(MAX_CBY)},
+        )
     requested = {"purchase_id": purchase_id, **{k: receipt[k] for k in PURCHASE_FIELDS if k != "purchase_id"}}
     debit = PurchaseDebit(purchase_id, state.stream_id, payer, beneficiary, config.publisher_treasury,
                           config.protocol_treasury, receipt["publisher_amount_cby"], receipt["protocol_fee_cby"],

@@ -102,7 +102,7 @@ def check_registration(state: StreamState, event: Event) -> int:
         raise InvalidArgumentError("a replay is requested by the command's signer")
     if body["replay_id"] != replay_id_for(event.digest):
         raise InvalidArgumentError(f"replay id {body['replay_id']!r} is not derived from the command's digest")
-    check_namespace(body["namespace"], state.stream_id)
+    check_namespace(body["namespace"], state.stream_id, recorded=True)
     start, to = body["from_sequence"], body["to_sequence"]
     first, end, end_id = body["first"], body["end_exclusive"], body["end_id"]
     if not all(is_int(v) for v in (start, first, end)) or start < 1 or first != start or end < first:
@@ -130,11 +130,19 @@ def check_registration(state: StreamState, event: Event) -> int:
     return expected
 
 
-def check_namespace(value: object, stream_id: str) -> str:
-    """The requested namespace: the stream id, or ``feed:<id>``; InvalidArgumentError otherwise."""
-    if not isinstance(value, str) or not (value == stream_id or _FEED_NAMESPACE.fullmatch(value)):
-        raise InvalidArgumentError(f"namespace must be the stream id {stream_id!r} or feed:<feed id>, got {value!r}")
-    return value
+def check_namespace(value: object, stream_id: str, *, recorded: bool = False) -> str:
+    """The requested namespace: the stream id; InvalidArgumentError otherwise.
+
+    A namespace must name the stream it is requested on, and the stream's writer can check only its
+    own id (a feed id is assigned later, by the registry, and the stream never learns it), so a new
+    request names the stream id (the SDK resolves a feed id to it first). `recorded`: the fold of
+    an event already decided, which also accepts the ``feed:<id>`` of events earlier releases
+    recorded (never for a new request).
+    """
+    if isinstance(value, str) and (value == stream_id or (recorded and _FEED_NAMESPACE.fullmatch(value))):
+        return value
+    raise InvalidArgumentError(f"namespace must be the stream id {stream_id!r} (a replay's namespace names the "
+                               f"stream it is requested on), got {value!r}")
 
 
 def check_memo(value: object) -> str:

@@ -228,9 +228,17 @@ def view_to_dict(view: ReplayView) -> dict[str, Any]:
     return out
 
 
+_INT_FIELDS: Final = ("replay_id", "from_sequence", "to_sequence", "first", "end_exclusive", "end_id", "price_cby",
+                      "block_height", "partition", "next_offset", "next_sequence", "delivered", "filtered",
+                      "skipped", "updated_at_ms")
+
+
 def view_from_dict(data: Mapping[str, Any]) -> ReplayView:
     """Inverse of `view_to_dict`."""
     fields = {f.name: data[f.name] for f in dataclasses.fields(ReplayView)}
+    for name in _INT_FIELDS:  # a peer's share went through the JSON integer rule: ids are strings
+        if isinstance(fields[name], str):
+            fields[name] = int(fields[name])
     fields["skip"] = None if fields["skip"] is None else (int(fields["skip"][0]), int(fields["skip"][1]))
     return ReplayView(**fields)
 

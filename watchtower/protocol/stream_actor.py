@@ -216,8 +216,10 @@ def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: D
     (the original reply with ``"duplicate": True``); CIPHERTEXT on a paid stream; sequence ==
     head+1 (STALE_SEQUENCE, never renumbered); the signature under the key in force at head+1,
     which also refuses an older signing_key_id after a rotation; on a PLATFORM_MANAGED stream
-    only, the key manager's receipt over (stream, key_epoch, payload_hash), DECRYPTION_FAILED if
-    it is missing or does not verify (`ciphertext_receipt`). One ed25519 verify for an OPEN
+    only, the key manager's receipt over (stream, key_epoch, payload_hash): UNAUTHORIZED if it is
+    missing, INVALID_SIGNATURE if it does not verify (`ciphertext_receipt`), and UNAUTHORIZED for
+    PLAINTEXT on a paid stream, so publish answers only CIP-7's publish codes plus the extensions
+    docs/publish-auth.md lists. One ed25519 verify for an OPEN
     stream, two for a paid one.
     """
     _require_this_stream(state, cmd)
@@ -245,7 +247,8 @@ def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: D
         # The very message already at head (the log verified it then): a retry, not a replay.
         return Decision((), {**_publish_reply(state.head, config), "duplicate": True})
     if config.is_paid and msg.payload_format is not PayloadFormat.CIPHERTEXT:
-        raise InvalidArgumentError(
+        # UNAUTHORIZED (CIP-7's publish codes): the stream's access mode does not let anyone publish plaintext.
+        raise UnauthorizedError(
             "a PLATFORM_MANAGED stream publishes CIPHERTEXT only; encrypt the payload with stream_encrypt"
         )
     if msg.sequence != state.head + 1:

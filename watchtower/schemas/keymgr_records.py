@@ -20,6 +20,7 @@ from typing import Final
 
 import msgspec
 
+from watchtower.protocol.constants import MAX_ACTOR_NONCE
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 
 KEYMGR_RECORD_VERSION: Final = 1
@@ -86,8 +87,14 @@ def decode_wrapped_seed(data: bytes | None) -> WrappedSeedRecord:
 
 
 def decode_nonce_reservation(data: bytes | None) -> NonceReservationRecord:
+    """An ``actor-nonces`` record; MalformedRecordError for a high-water mark outside
+    ``0..MAX_ACTOR_NONCE`` (no key manager commits one: forged or corrupt)."""
     record = _decode(_NONCES, data, "actor-nonce reservation")
     assert isinstance(record, NonceReservationRecord)
+    value = record.reserved_through
+    if isinstance(value, bool) or not 0 <= value <= MAX_ACTOR_NONCE:
+        raise MalformedRecordError(f"an actor-nonce reservation of {value} is outside 0..{MAX_ACTOR_NONCE}; no key "
+                                   "manager commits one (forged or corrupt)")
     return record
 
 
