@@ -40,6 +40,7 @@ from watchtower.agents.tx_worker import (
     worker_group,
 )
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.placement import misplacement
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.replay.archive import ArchiveReader
@@ -55,7 +56,6 @@ from watchtower.schemas.replay_records import (
 )
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.replay")
 
@@ -205,8 +205,12 @@ class ReplayWorker(TransactionalWorker):
                     pass
                 return
         try:
-            if self._partitions and partition_for_key(record.stream_id.encode(), self._partitions) != partition:
-                raise ReplayRuleError(f"stream {record.stream_id!r} does not belong to replay partition {partition}")
+            if msg.key() != record.stream_id.encode():
+                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream {record.stream_id!r:.80}")
+            misplaced = self._partitions and misplacement(msg.key(), partition, self._partitions)
+            if misplaced:
+                raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
+                                      f"{partition}: {misplaced}")
             changes = apply_replay_record(views, record)
         except ReplayRuleError as exc:
             self.health.quarantine(self.t_replay, partition, offset, str(exc))
