@@ -135,9 +135,14 @@ class ReplayWorker(TransactionalWorker):
         return [self.consumer.close, self.archive.close]
 
     # ------------------------------------------------------------------ the replay topic
+    def _prepare(self) -> None:
+        # Before subscribing: list_topics inside the assignment callback would abort the process at
+        # the next callback of the same consume() (agents.tx_worker).
+        self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
+
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
-        self._partitions = self._partitions or len(consumer.list_topics(self.t_replay, timeout=30)
-                                                   .topics[self.t_replay].partitions)
+        if not self._partitions:
+            raise RuntimeError("the partition count of replay is read before subscribing (_prepare)")
         for tp in partitions:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
