@@ -6,8 +6,10 @@
    does not grow with the log) or from the beginning without one; a record that breaks a rule
    (or a refused snapshot) is quarantined and the fold goes on.
 2. ``delivery.state`` *p* (compacted) is read to its end: the latest valid checkpoint of each
-   stream wins. A record that does not decode, is keyed by another stream than it names, or sits
-   on another partition than its stream's is quarantined.
+   stream wins. A record that does not decode, is keyed by another stream than it names, sits
+   on another partition than its stream's, or is for a block beyond the worker's block clock
+   (`push_checkpoint.checkpoint_block_refusal`: it would stall the stream's pushes until that
+   block) is quarantined; the stream's latest checkpoint that passes is used.
 3. ``messages`` *p* is consumed again from the lowest ``resume_offset`` of those checkpoints (the
    oldest message some subscriber still needs), or from the group's committed position when it is
    lower or no checkpoint needs anything (the beginning when the group never committed). Every
@@ -30,7 +32,7 @@ from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
 from watchtower.agents.snapshots import latest_snapshots
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.push_checkpoint import PushCheckpoint
+from watchtower.protocol.push_checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -94,8 +96,9 @@ def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Messag
 
 
 def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, partitions: int,
-                      quarantine: Quarantine) -> Restored:
-    """Steps 1 and 2 of the module docstring for `partition` (of `partitions`)."""
+                      quarantine: Quarantine, now_block: int | None = None) -> Restored:
+    """Steps 1 and 2 of the module docstring for `partition` (of `partitions`); `now_block` is the
+    worker's block clock (None: no clock, checkpoints are not bounded by it)."""
 
     def fold_quarantine(entry: Quarantined) -> None:
         quarantine(entry.topic, entry.partition, entry.offset, entry.reason)
@@ -121,6 +124,8 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
             quarantine(topics["delivery-state"], partition, offset, exc.message)
             return
         reason = check_checkpoint_placement(cp, msg.key(), partition, partitions)
+        if reason is None and now_block is not None:
+            reason = checkpoint_block_refusal(cp, now_block)
         if reason is not None:
             quarantine(topics["delivery-state"], partition, offset, reason)
             return

@@ -135,7 +135,8 @@ class DeliveryWorker(TransactionalWorker):
         committed = {tp.partition: tp.offset for tp in consumer.committed(
             [TopicPartition(self.topics["messages"], p) for p in numbers], timeout=30)}
         for p in numbers:
-            restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine)
+            restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine,
+                                         now_block=self._now_block())
             self.folds[p] = restored.fold
             for sid, cp in restored.checkpoints.items():
                 self.schedules[(p, sid)] = StreamSchedule.restore(
