@@ -182,7 +182,7 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
     if price == 0:
         reply = registration_reply(fields)
         return ReplayDecision((make_event(REPLAY_REGISTERED, state.stream_id, height, origin, reply, fields),), reply)
-    charge = ReplayCharge(replay_id, state.stream_id, cmd.caller, _owner(state), price, origin)
+    charge = ReplayCharge(replay_id, state.stream_id, cmd.caller, _owner(state), price, origin, cmd)
     event = make_event(REPLAY_ORDERED, state.stream_id, height, origin, {}, fields)
     return ReplayDecision((event,), None, (Routed(account_instance(cmd.caller), charge, True),))
 

@@ -17,7 +17,9 @@ committed checkpoint with exactly its deliveries. A fenced or fatally failed pro
 worker exit (code 3) for its supervisor to restart it; any other failed transaction is aborted and
 the slice is done again from the checkpoint.
 
-A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
+A ``registered`` record is fulfilled only when it carries its requester's signed register_replay
+and matches it (`protocol.replay_registration`); any other is quarantined like a record that breaks
+a rule. A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
 above the Spark threshold is handed off (`handoff`). The worker writes ``deliveries`` and
 ``replay`` only, never ``messages``, ``events`` or ``commands``.
 """
@@ -41,6 +43,7 @@ from watchtower.agents.tx_worker import (
 )
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.placement import misplacement
+from watchtower.protocol.replay_registration import check_registration_command
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.replay.archive import ArchiveReader
@@ -216,6 +219,9 @@ class ReplayWorker(TransactionalWorker):
             if misplaced:
                 raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
                                       f"{partition}: {misplaced}")
+            if isinstance(record, ReplayRegistered):
+                # Only a registration its requester signed is fulfilled (a forged one is quarantined).
+                check_registration_command(record)
             changes = apply_replay_record(views, record)
         except ReplayRuleError as exc:
             self.health.quarantine(self.t_replay, partition, offset, str(exc))
