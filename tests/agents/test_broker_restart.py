@@ -33,8 +33,8 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Message
-from kafka_fixture import embedded_spec
 from deliveries_reader import CommittedDeliveries
+from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
 from worker_harness import partition_for, read_all_messages, wait_for_health
 

@@ -42,7 +42,8 @@ def test_a_record_written_before_commands_were_carried_still_decodes_but_is_refu
     raw = msgspec.json.decode(encode_replay_record(rec))
     raw.pop("command", None)
     old = decode_replay_record(msgspec.json.encode(raw))
-    assert isinstance(old, ReplayRegistered) and old.command is None
+    assert isinstance(old, ReplayRegistered)
+    assert old.command is None
     with pytest.raises(ReplayRuleError, match="carries no signed register_replay"):
         check_registration_command(old)
 

@@ -9,8 +9,9 @@ transaction, the consumer and recovery.
 
 Every command gets an answer carrying a spec error code when it is refused; a record on a partition
 its key does not hash to is refused (MALFORMED_RECORD, :mod:`watchtower.protocol.placement`) before
-it is decoded, so nothing is ever written for it but the refusal. Nothing a record contains raises out of :meth:`CommandDecider._handle` except a Kafka error from producing, which
-fails the whole transaction.
+it is decoded, so nothing is ever written for it but the refusal. Nothing a record contains raises
+out of :meth:`CommandDecider._handle` except a Kafka error from producing, which fails the whole
+transaction.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.placement import check_command_placement, check_instance_placement
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply
 from watchtower.topics.catalogue import topic_name
-from watchtower.protocol.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.worker")
 

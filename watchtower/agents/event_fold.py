@@ -31,8 +31,8 @@ from typing import Any, Final
 from watchtower.agents.aggregate import Aggregate, BrokenRuleError
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.registry import REGISTRY_KEY, RegistryState
 from watchtower.protocol.placement import misplacement
+from watchtower.protocol.registry import REGISTRY_KEY, RegistryState
 
 #: The longest reason kept for a quarantined record (a hostile record must not bloat logs or health).
 MAX_REASON_CHARS: Final = 300

@@ -208,7 +208,7 @@ class TransactionalWorker(ABC):
             self._close()
 
     # ------------------------------------------------------------------ what a worker implements
-    def _prepare(self) -> None:
+    def _prepare(self) -> None:  # noqa: B027 (optional hook: a worker that needs nothing keeps it)
         """Read what `_restore` needs from the cluster (partition counts), before subscribing: never
         from inside a rebalance callback (module docstring). Called once the brokers answer."""
 

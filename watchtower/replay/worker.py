@@ -143,7 +143,8 @@ class ReplayWorker(TransactionalWorker):
         # the next callback of the same consume() (agents.tx_worker).
         self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
 
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
+                 recovering: bool = False) -> None:
         if not self._partitions:
             raise RuntimeError("the partition count of replay is read before subscribing (_prepare)")
         for tp in partitions:
@@ -214,7 +215,8 @@ class ReplayWorker(TransactionalWorker):
                 return
         try:
             if msg.key() != record.stream_id.encode():
-                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream {record.stream_id!r:.80}")
+                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream "
+                                      f"{record.stream_id!r:.80}")
             misplaced = self._partitions and misplacement(msg.key(), partition, self._partitions)
             if misplaced:
                 raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
