@@ -65,6 +65,8 @@ log = logging.getLogger("watchtower.replay")
 ENV_SLICE: Final = "WATCHTOWER_REPLAY_SLICE"
 ENV_RATE: Final = "WATCHTOWER_REPLAY_RATE"
 DEFAULT_SLICE: Final = 1000
+#: A fold of a replay partition that reads nothing for this long gives up; the rebuild is retried.
+FOLD_STALL_S: Final = 60.0
 
 
 def group_id(prefix: str | None = None) -> str:
@@ -170,7 +172,12 @@ class ReplayWorker(TransactionalWorker):
         self.health.partitions = sorted(self.views)
 
     def _fold(self, partition: int) -> int:
-        """Fold `partition` of ``replay`` from the beginning; the offset the fold reached."""
+        """Fold `partition` of ``replay`` from the beginning; the offset the fold reached.
+
+        It stops at the partition's end, or once past what the partition held when the fold began
+        (stream workers keep writing registrations, so a read_committed reader may never see the end
+        event; the live consumer goes on from the offset returned). A fold that reads nothing for
+        `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
         scan = Consumer({**kafka_config(self.bootstrap), "group.id": f"{self.group}-scan", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3})
         try:
@@ -179,13 +186,24 @@ class ReplayWorker(TransactionalWorker):
             if high <= low:
                 return int(high)
             scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
+            target, reached = high - 1, low  # the last offset may be a transaction marker, never delivered
+            stalled_at = time.monotonic() + FOLD_STALL_S
             while True:
-                for msg in scan.consume(num_messages=1000, timeout=1.0):
+                batch = scan.consume(num_messages=1000, timeout=1.0)
+                for msg in batch:
                     err = msg.error()
                     if err is None:
                         self._apply(msg)
+                        reached = int(msg.offset() or 0) + 1
                     elif err.code() == KafkaError._PARTITION_EOF:
                         return int(msg.offset() or 0)
+                if reached >= target:
+                    return int(reached)
+                if batch:
+                    stalled_at = time.monotonic() + FOLD_STALL_S
+                elif time.monotonic() > stalled_at:
+                    raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
+                                       f"at offset {reached} (end {high})")
         finally:
             scan.close()
 
