@@ -1,13 +1,17 @@
-"""kill -9 the broker under load and start it again: the worker serves again by itself.
+"""kill -9 the broker under load and start it again: every long-running service serves again by itself.
 
-The test runs its own single-node broker (it kills it), one worker process and a publisher that
-keeps a window of signed publishes in flight to a few streams. Once the worker's health file says
+The test runs its own single-node broker (it kills it) and a whole stack on it: a stream worker, a
+projection (the HTTP API), a replay worker and a push delivery worker, plus a publisher that keeps
+a window of signed publishes in flight to a few streams. Once the worker's health file says
 ``broker_unreachable``, the broker is started again on the same ports and data directory. Then:
 
 - publishes are answered again (a probe publish sent right after the broker's return is answered,
   and the publisher makes progress), with a generous deadline as a safety net only;
+- the projection answers a read with the probe it did not have before the kill;
+- the delivery worker pushes a message published after the restart to its push subscriber;
+- the replay worker completes a replay registered after the restart;
 - every acknowledged publish is in the messages log, and each stream's log is exactly 1..N;
-- the worker is the same process the whole time, and its health file says ``serving`` again.
+- every service is the same process the whole time, and the worker's health file says ``serving``.
 
 The time from the broker's return to the probe's answer is printed (run with ``-s``), not asserted.
 """
@@ -18,6 +22,8 @@ import json
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -26,11 +32,15 @@ from typing import Any
 
 import nacl.signing
 import pytest
+from confluent_kafka import Message
+from deliveries_reader import CommittedDeliveries
 from kafka_fixture import embedded_spec
-from worker_harness import partition_for, read_all_messages, wait_for_health, workers
+from stack_fixture import start_stack
+from worker_harness import partition_for, read_all_messages, wait_for_health
 
 from watchtower.client.transport import CommandClient
 from watchtower.local.broker import LocalKafka
+from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
@@ -42,6 +52,7 @@ PARTITIONS = 3
 STREAMS = 4
 WINDOW = 4  # rounds of publishes in flight at once
 DEADLINE_S = 60.0  # safety net for "answered again"; the measured time is reported, not asserted
+SERVICES = ("worker-w1", "projection-p1", "replay-r1", "delivery-d1")
 
 
 @pytest.fixture
@@ -129,24 +140,48 @@ def spread_streams(prefix: str) -> list[str]:
     return chosen
 
 
-def test_worker_serves_again_after_the_broker_is_killed_and_restarted(own_broker: LocalKafka,
-                                                                      tmp_path: Path) -> None:
+def http_json(url: str) -> tuple[int, Any]:
+    """GET `url`: (status, JSON body); (0, reason) while nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (the local API over http)
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return 0, str(exc)
+
+
+def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own_broker: LocalKafka,
+                                                                             tmp_path: Path) -> None:
+    """The stream worker under publish load, and the projection, the replay worker and the push
+    delivery worker beside it: after ``kill -9`` of the broker and its restart every one is the
+    same process, and each does its job again (publishes acknowledged, reads answered with what was
+    published after the restart, a replay registered after the restart completed, a message
+    published after the restart pushed)."""
     bootstrap = own_broker.spec.bootstrap
     owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
-    health = tmp_path / "worker-health.json"
-    with workers(bootstrap, partitions=PARTITIONS, log_dir=tmp_path) as w:
-        worker = "restart"
-        w.start(worker, env={"WATCHTOWER_HEALTH_FILE": str(health), "WATCHTOWER_LOG_LEVEL": "INFO"})
-        pid = w.pid(worker)
-        client = CommandClient(bootstrap, prefix=w.prefix)
-        stream_ids = spread_streams(w.prefix)
-        probe_sid = f"restart.{w.prefix}.probe"
+    with start_stack(bootstrap, tmp_path / "logs", workers=1, partitions=PARTITIONS, projections=1,
+                     replay=True, delivery=True) as stack:
+        health = stack.health_file("worker-w1")
+        pids = stack.pids()
+        assert set(pids) == set(SERVICES), pids
+        client = CommandClient(bootstrap, prefix=stack.prefix)
+        stream_ids = spread_streams(stack.prefix)
+        probe_sid = f"restart.{stack.prefix}.probe"
         try:
             for sid in [*stream_ids, probe_sid]:
                 cfg = {"stream_id": sid, "owner": address_from_public_key(bytes(owner.verify_key)),
                        "publisher_key_hex": bytes(publisher.verify_key).hex(), "ring_buffer_capacity": 100_000}
                 client.call(sign_command(owner, "create_stream", sid, 1, cfg), timeout=120)
+            # A stream with one PUSH subscriber, for the delivery worker.
+            push_sid = f"restart.{stack.prefix}.push"
+            client.call(sign_command(owner, "create_stream", push_sid, 1, {
+                "publisher_key_hex": bytes(publisher.verify_key).hex(), "max_push_deliveries_per_block": 10}),
+                timeout=120)
+            client.call(sign_command(nacl.signing.SigningKey.generate(), "subscribe", push_sid, 1, {"mode": "PUSH"}),
+                        timeout=120)
             wait_for_health(health, lambda h: h["state"] == "serving", timeout=30)
+            push_and_wait(client, stack, owner, publisher, push_sid, 1)
 
             pub = Publisher(client, owner, publisher, stream_ids)
             pub.start()
@@ -156,7 +191,7 @@ def test_worker_serves_again_after_the_broker_is_killed_and_restarted(own_broker
             own_broker.kill_node(1, signal.SIGKILL)
             killed = time.monotonic()
             down = wait_for_health(health, lambda h: h["state"] == "broker_unreachable", timeout=30)
-            assert down["pid"] == pid
+            assert down["pid"] == pids["worker-w1"]
             noticed = time.monotonic() - killed
             own_broker.up()
             returned = time.monotonic()
@@ -170,11 +205,24 @@ def test_worker_serves_again_after_the_broker_is_killed_and_restarted(own_broker
                 assert probe_reply.result(timeout=DEADLINE_S)["sequence"] == 1
             except TimeoutError:
                 pytest.fail(f"no answer {DEADLINE_S:g}s after the broker returned; worker log tail:\n"
-                            f"{''.join(w.log(worker).splitlines(True)[-20:])}")
+                            f"{tail(stack, 'worker-w1')}")
             served_after = time.monotonic() - returned
             print(f"\nworker reported broker_unreachable {noticed:.2f}s after the kill; the broker was back "
                   f"{returned - killed:.1f}s after the kill; the probe publish was answered {served_after:.2f}s "
                   "after the broker's return")
+
+            # The projection reads what was published after the restart.
+            wait_until("the projection to show the probe", lambda: head_of(stack, probe_sid) == 1, timeout=DEADLINE_S)
+            # The delivery worker pushes a message published after the restart.
+            push_and_wait(client, stack, owner, publisher, push_sid, 2)
+            # The replay worker fulfils a replay registered after the restart (its status is read
+            # through the projection, which folds the replay topic).
+            registered = client.call(sign_command(owner, "register_replay", probe_sid, 3,
+                                                  {"namespace": probe_sid, "from": 1, "to": 2}), timeout=DEADLINE_S)
+            replay_url = f"{stack.api_url}/v1/replays/{registered['replay_id']}"
+            wait_until("the replay registered after the restart to complete",
+                       lambda: (http_json(replay_url)[1] or {}).get("status") == {"completed": 1},
+                       timeout=DEADLINE_S)
 
             wait_until("100 more answered publishes", lambda: pub.answered_since(returned) >= 100, timeout=DEADLINE_S)
             pub.halt.set()
@@ -189,15 +237,19 @@ def test_worker_serves_again_after_the_broker_is_killed_and_restarted(own_broker
         finally:
             client.close()
 
-        assert w.alive(worker), f"the worker died:\n{w.log(worker)}"
-        assert w.pid(worker) == pid, "the worker was restarted"
+        # Every service is the process it was before the kill.
+        for name in SERVICES:
+            assert stack.procs[name].poll() is None, f"{name} died:\n{tail(stack, name)}"
+        assert stack.pids() == pids, "a service was restarted"
         final = json.loads(health.read_text())
         assert final["state"] == "serving", final
-        assert final["pid"] == pid
+        assert final["pid"] == pids["worker-w1"]
 
         schedule = KeySchedule.initial(bytes(publisher.verify_key))
         by_stream: dict[str, list[int]] = defaultdict(list)
-        for m in read_all_messages(bootstrap, w.prefix):
+        for m in read_all_messages(bootstrap, stack.prefix):
+            if m.stream_id == push_sid:
+                continue
             assert verify_with_schedule(m, schedule), f"bad signature at {m.stream_id}#{m.sequence}"
             by_stream[m.stream_id].append(m.sequence)
         assert by_stream[probe_sid] == [1]
@@ -205,3 +257,44 @@ def test_worker_serves_again_after_the_broker_is_killed_and_restarted(own_broker
             seqs = by_stream[sid]
             assert seqs == list(range(1, len(seqs) + 1)), f"{sid}: gap or duplicate in {seqs}"
             assert set(seqs) == acked[sid], f"{sid}: the log differs from what was acknowledged"
+
+
+def push_and_wait(client: CommandClient, stack: ServiceSet, owner: nacl.signing.SigningKey,
+                  publisher: nacl.signing.SigningKey, stream_id: str, sequence: int) -> None:
+    """Publish `sequence` to the push stream and wait for its push to the stream's subscriber."""
+    msg = sign_message(stream_id=stream_id, sequence=sequence, timestamp_unix_ms=1_790_000_000_000 + sequence,
+                       kind="tick", payload=b'{"push":1}', signing_key=publisher)
+    assert client.call(sign_command(owner, "publish", stream_id, sequence + 1, msg.to_json_dict()),
+                       timeout=DEADLINE_S)["sequence"] == sequence
+    reader = CommittedDeliveries(stack.bootstrap, stack.prefix)  # a fresh one: it never saw the outage
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not any(push_of(m) == (stream_id, sequence) for m in reader.records(0.5)):
+            if time.monotonic() > deadline:
+                pytest.fail(f"no push of {stream_id}#{sequence} within {DEADLINE_S:g}s; delivery worker log tail:\n"
+                            f"{tail(stack, 'delivery-d1', 40)}")
+    finally:
+        reader.close()
+
+
+def push_of(m: Message) -> tuple[str, int] | None:
+    """(stream, sequence) of a push delivery record, None for any other record (a replay's)."""
+    headers = {k: (v or b"").decode() for k, v in (m.headers() or [])}
+    if headers.get("wt:push") != "1":
+        return None
+    return headers["wt:push:stream"], int(headers["wt:push:sequence"])
+
+
+def head_of(stack: ServiceSet, stream_id: str) -> int | None:
+    status, body = http_json(f"{stack.api_url}/v1/streams/{stream_id}/head")
+    return int(body["head"]) if status == 200 and isinstance(body, dict) and "head" in body else None
+
+
+def tail(stack: ServiceSet, name: str, lines: int = 20) -> str:
+    try:
+        text = (stack.log_dir / f"{name}.log").read_text(errors="replace")
+    except OSError as exc:
+        return f"(no log: {exc})"
+    # librdkafka's own reconnect lines (``%3|...``) would bury what the service said.
+    return "".join([line for line in text.splitlines(True) if not line.startswith("%")][-lines:])
+

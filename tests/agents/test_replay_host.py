@@ -227,6 +227,21 @@ def test_a_cancel_writes_cancel_requested(host: Host) -> None:
     assert [(c.requester, c.stream_id) for c in cancels] == [(addr(reader), host.stream_id)]
 
 
+def test_a_cancel_answers_icrc77_errors_and_a_refused_one_writes_nothing(host: Host) -> None:
+    reader, stranger = key(), key()
+    replay_id = ok(host.send(host.sign(reader, "register_replay", request(host, 1, None))))["replay_id"]
+    refused(host.send(host.sign(reader, "cancel_replay", {"replay_id": 4243})), "REPLAY_NOT_FOUND")
+    refused(host.send(host.sign(stranger, "cancel_replay", {"replay_id": replay_id})), "UNAUTHORIZED")
+    ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})))
+    refused(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})), "CANNOT_CANCEL")
+    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequested)]
+    assert [c.requester for c in cancels] == [addr(reader)]
+    assert host.records_of(4243) == []
+    logged = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)
+              if e.event.type == "ReplayCancelRequested" and e.event.body["replay_id"] in (replay_id, 4243)]
+    assert [(e.body["replay_id"], e.caller) for e in logged] == [(replay_id, addr(reader))]
+
+
 def test_a_replay_settlement_written_to_the_commands_topic_is_refused(host: Host) -> None:
     thief = key()
     forged = ReplaySettled(4242, host.stream_id, addr(thief), None, Origin(addr(thief), 1, b"\x01" * 32))

@@ -17,7 +17,7 @@ from typing import Any
 
 import nacl.signing
 import pytest
-from worker_harness import RawCommandChannel, Workers, workers
+from worker_harness import RawCommandChannel, Workers, partition_for, workers
 
 from watchtower.client.archive import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
@@ -27,10 +27,13 @@ from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
 from watchtower.schemas.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.reader import read_committed
 
 pytestmark = pytest.mark.integration
 
 WORKER = "bad-input"
+PARTITIONS = 3
 
 
 @dataclass
@@ -111,7 +114,7 @@ def refused(reply: dict[str, Any], code: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def feed(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Feed]:
     log_dir: Path = tmp_path_factory.mktemp("bad-input-worker")
-    with workers(kafka_bootstrap, partitions=3, log_dir=log_dir) as w:
+    with workers(kafka_bootstrap, partitions=PARTITIONS, log_dir=log_dir) as w:
         w.start(WORKER)
         channel = RawCommandChannel(kafka_bootstrap, w.prefix, reply_partition=1)
         try:
@@ -282,6 +285,34 @@ def test_stale_sequence_leaves_the_head_alone(feed: Feed, offset: int) -> None:
     assert error["details"] == {"expected_sequence": head + offset, "head": head}
     assert feed.head == head
     feed.assert_still_flowing()  # acknowledged as head+1: the head did not move
+
+
+def test_a_signed_command_on_another_partition_than_its_key_is_refused_and_writes_nothing(feed: Feed) -> None:
+    """A valid create_stream, keyed by its stream but produced to another partition (as a client that
+    took it from the public key history could), is refused before it is decided: no event anywhere.
+    The same bytes sent where the key puts them are then accepted, so only the placement was wrong."""
+    sid = f"misplaced.{feed.workers.prefix}"
+    home = partition_for(sid, PARTITIONS)
+    wrong = (home + 1) % PARTITIONS
+    owner = nacl.signing.SigningKey.generate()
+    cfg = {"stream_id": sid, "owner": address_from_public_key(bytes(owner.verify_key)),
+           "publisher_key_hex": bytes(owner.verify_key).hex()}
+    value = encode_command(sign_command(owner, "create_stream", sid, 1, cfg))
+    corr, landed = feed.channel.send(value, key=sid, partition=wrong)
+    assert landed == wrong
+    error = refused(feed.channel.reply(corr, timeout=60), "MALFORMED_RECORD")
+    assert error["details"] == {"partition": wrong, "home_partition": home}
+    # The refusal's transaction is committed, so any event it had written would be readable now.
+    assert [m for m in read_committed(feed.workers.bootstrap, [topic_name("events", feed.workers.prefix)])
+            if m.key() == sid.encode()] == []
+    landed, created = feed.channel.request(value, key=sid, timeout=60)
+    assert landed == home
+    ok(created)
+    events = [m for m in read_committed(feed.workers.bootstrap, [topic_name("events", feed.workers.prefix)])
+              if m.key() == sid.encode()]
+    assert events
+    assert {int(m.partition() or 0) for m in events} == {home}
+    feed.assert_still_flowing()
 
 
 def test_log_holds_exactly_the_accepted_messages(feed: Feed) -> None:

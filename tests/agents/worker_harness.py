@@ -157,8 +157,10 @@ class RawCommandChannel:
         self.consumer.assign([TopicPartition(self.t_replies, reply_partition, high)])
         self._early: dict[str, dict[str, Any]] = {}
 
-    def send(self, value: bytes | None, *, key: str, headers: dict[str, str] | None = None) -> tuple[str, int]:
-        """Produce one record; return its correlation id and the commands partition it landed on."""
+    def send(self, value: bytes | None, *, key: str, headers: dict[str, str] | None = None,
+             partition: int | None = None) -> tuple[str, int]:
+        """Produce one record (to `partition` when given, else where its key hashes); return its
+        correlation id and the commands partition it landed on."""
         corr = uuid.uuid4().hex
         hdrs: dict[str, str | bytes | None] = {H_CORRELATION: corr, H_REPLY_PARTITION: str(self.reply_partition)}
         hdrs.update(headers or {})
@@ -171,7 +173,9 @@ class RawCommandChannel:
             else:
                 delivered.append(int(msg.partition()))
 
-        self.producer.produce(self.t_commands, key=key.encode(), value=value, headers=hdrs, on_delivery=on_delivery)
+        placed = {} if partition is None else {"partition": partition}
+        self.producer.produce(self.t_commands, key=key.encode(), value=value, headers=hdrs, on_delivery=on_delivery,
+                              **placed)
         self.producer.flush(30)
         assert not failed, f"producing the command failed: {failed}"
         assert delivered, "the command was not delivered within 30 s"

@@ -23,6 +23,8 @@ from stack_fixture import start_stack
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.push_checkpoint import PushCheckpoint
+from watchtower.schemas.delivery_records import encode_checkpoint
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -138,8 +140,14 @@ def test_hostile_records_on_events_messages_and_delivery_state_are_quarantined(
     assert live["quarantined"] >= 4, live
     assert {q["topic"] for q in live["last_quarantined"]} >= {topic_name("events", stack.prefix),
                                                                topic_name("messages", stack.prefix)}
-    # The hostile checkpoints are read when a worker restores the partition: restart it.
+    # The hostile checkpoints are read when a worker restores the partition: restart it. Meanwhile
+    # the stream's latest checkpoint becomes a well-formed one whose block is far beyond the block
+    # clock, with that block's budget spent: honoured, it would stall the stream's pushes forever.
     stack.kill9("delivery-d1")
+    future = PushCheckpoint(feed.stream_id, low_watermark=1, ahead={}, pointer=None, block=2**62,
+                            used_deliveries=100, used_cycles=0, resume_offset=None, dropped=0)
+    producer.produce(topic_name("delivery-state", stack.prefix), key=key, value=encode_checkpoint(future), partition=p)
+    assert producer.flush(30) == 0
     stack.start_delivery("d1")
     publish(client, feed, 1)
     reader.until(served_everything(reader, feed), timeout_s=180, what="the push after the restart")
@@ -151,5 +159,7 @@ def test_hostile_records_on_events_messages_and_delivery_state_are_quarantined(
             break
         time.sleep(0.3)
     assert any(q["topic"] == state_topic for q in restored["last_quarantined"]), restored
+    assert any(q["topic"] == state_topic and "beyond the current block" in q["reason"]
+               for q in restored["last_quarantined"]), restored
     assert restored["state"] == "serving"
     assert_every_subscriber_got_every_message(reader, feed)

@@ -213,6 +213,7 @@ def test_only_the_owner_sets_the_replay_price() -> None:
     s.rejects("INVALID_ARGUMENT", s.command(OWNER, "set_replay_price", {"price_per_event_cby": 2**63}))
     reply = s.do(OWNER, "set_replay_price", {"price_per_event_cby": 4}).reply
     assert reply["icrc77_pricing"] == {"perEvent": 4, "currency": "CBY"}
+    assert reply["icrc77_capable"] is True
     assert s.state.replay_price_per_event_cby == 4
 
 
@@ -224,6 +225,7 @@ def test_the_stream_view_shows_the_icrc77_pricing() -> None:
     view = head_view(tables["streams"][SID], None)
     assert view["replay_price_per_event_cby"] == 9
     assert view["icrc77_pricing"] == {"perEvent": 9, "currency": "CBY"}
+    assert view["icrc77_capable"] is True
 
 
 @pytest.mark.parametrize("to", [7, None, 500])
@@ -254,16 +256,37 @@ def test_the_record_of_a_free_replay_decodes_and_follows_its_plan(to: int | None
     assert retry.reply == {**decision.reply, "duplicate": True}
 
 
-def test_a_cancel_is_recorded_for_the_replay_fold() -> None:
-    s = stream()
-    decision = s.do(BOB, "cancel_replay", {"replay_id": 77})
-    assert decision.reply == {"replay_id": 77, "cancel": "requested"}
+def test_a_cancel_by_the_requester_is_recorded_for_the_replay_fold() -> None:
+    s = stream(20)
+    replay_id = s.do(BOB, "register_replay", request(1, 10)).reply["replay_id"]
+    decision = s.do(BOB, "cancel_replay", {"replay_id": replay_id})
+    assert decision.reply == {"replay_id": replay_id, "cancel": "requested"}
     record = decode_replay_record(replay_record_for(decision.events[0]))
     assert isinstance(record, ReplayCancelRequested)
-    assert (record.replay_id, record.requester, record.stream_id) == (77, addr(BOB), SID)
+    assert (record.replay_id, record.requester, record.stream_id) == (replay_id, addr(BOB), SID)
     s.rejects("INVALID_ARGUMENT", s.command(BOB, "cancel_replay", {"replay_id": 0}))
     unknown = Stream()
     unknown.rejects("REPLAY_NOT_FOUND", unknown.command(BOB, "cancel_replay", {"replay_id": 77}))
+
+
+def test_a_cancel_answers_icrc77_cancel_replay_errors_and_writes_nothing_when_refused() -> None:
+    s = stream(20)
+    mine = s.do(BOB, "register_replay", request(1, 10)).reply["replay_id"]
+    empty = s.do(ALICE, "register_replay", request(5, 5)).reply["replay_id"]  # nothing to deliver: finished
+    err = s.rejects("REPLAY_NOT_FOUND", s.command(BOB, "cancel_replay", {"replay_id": 77}))
+    assert err.ICRC77_VARIANT == "NotFound"
+    assert err.details == {"replay_id": 77}
+    err = s.rejects("UNAUTHORIZED", s.command(ALICE, "cancel_replay", {"replay_id": mine}))
+    assert err.ICRC77_VARIANT == "Unauthorized"
+    assert "only its requester" in err.message
+    err = s.rejects("CANNOT_CANCEL", s.command(ALICE, "cancel_replay", {"replay_id": empty}))
+    assert err.ICRC77_VARIANT == "CannotCancel"
+    assert s.do(BOB, "cancel_replay", {"replay_id": mine}).reply == {"replay_id": mine, "cancel": "requested"}
+    err = s.rejects("CANNOT_CANCEL", s.command(BOB, "cancel_replay", {"replay_id": mine}))
+    assert err.details["status"] == "cancel_requested"
+    # The replays survive a snapshot and are part of the state's digest.
+    assert decode_streams(encode_streams({SID: s.state}))[SID] == s.state
+    assert state_digest(s.state) != state_digest(dataclasses.replace(s.state, replays=type(s.state.replays)()))
 
 
 # --- The priced path ------------------------------------------------------------------------------

@@ -14,10 +14,9 @@ from confluent_kafka import Producer
 from deliveries_reader import CommittedDeliveries
 
 from watchtower.gateway.transport import CommandClient
-from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, plan_replay
+from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, plan_replay, replay_id_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
-from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.replay_records import ReplayRegistered, decode_replay_record, encode_replay_record
 from watchtower.topics.catalogue import topic_name
@@ -67,15 +66,24 @@ def create_and_publish(client: CommandClient, count: int, *, capacity: int = 100
 def register(bootstrap: str, prefix: str, stream: Stream, *, start: int = 1, to: int | None = None,
              flt: Any = None, skip: list[int] | None = None, requester: str | None = None,
              replay_id: int | None = None) -> ReplayRegistered:
-    """Write a ``registered`` record for a replay of `stream` to its partition of ``replay``."""
-    rid = replay_id or int.from_bytes(secrets.token_bytes(8), "big") >> 2 or 1
+    """Write a ``registered`` record for a replay of `stream` to its partition of ``replay``, as the
+    stream's writer does: with the signed register_replay of a fresh requester it was decided from
+    (the replay worker fulfils nothing else). `requester` or `replay_id` make the record disagree
+    with its command (a forgery)."""
+    key = nacl.signing.SigningKey.generate()
+    config = {name: value for name, value in (("filter", flt), ("skip", skip)) if value is not None}
+    body: dict[str, Any] = {"namespace": stream.stream_id, "from": start, **({} if to is None else {"to": to}),
+                            **({"config": config} if config else {})}
+    cmd = sign_command(key, "register_replay", stream.stream_id, 1, body)
+    digest = command_digest(cmd)
+    rid = replay_id or replay_id_for(digest)
     plan = plan_replay(replay_id=rid, from_sequence=start, to_sequence=to, head=stream.head)
-    who = requester or address_from_public_key(nacl.signing.SigningKey.generate().verify_key.encode())
+    who = requester or cmd.caller
     record = ReplayRegistered(
         v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id, requester=who,
         from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive, end_id=plan.end_id,
         filter=canonical_filter(parse_replay_filter(flt)), skip=skip, memo_hex="", price_cby=0, block_height=1,
-        caller=who, nonce=1, digest_hex=secrets.token_hex(32))
+        caller=cmd.caller, nonce=cmd.nonce, digest_hex=digest.hex(), command=cmd.to_dict())
     produce_replay(bootstrap, prefix, stream.stream_id, encode_replay_record(record))
     return record
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from replay_helpers import (
     DeliveryReader,
@@ -111,6 +112,30 @@ def test_cancel_mid_replay_stops_deliveries(env: tuple[ServiceSet, Stream], read
     seqs = [decode_message(m.value()).sequence for m in reader.by_replay[reg.replay_id]]
     assert seqs == list(range(1, delivered + 1))
     assert all(header_map(m)["icrc77:replay:end_id"] == str(COUNT).encode() for m in reader.by_replay[reg.replay_id])
+
+
+def test_a_registered_record_its_requester_did_not_sign_is_quarantined_and_never_fulfilled(
+        env: tuple[ServiceSet, Stream], reader: DeliveryReader) -> None:
+    """The replay topic is not trusted: a ``registered`` record without the requester's signed
+    register_replay, or naming another requester than the command's signer, is never fulfilled."""
+    services, stream = env
+    before = health(services)["quarantined"]
+    other = "0x" + "ab" * 32
+    forged = register(services.bootstrap, services.prefix, stream, start=1, to=30, requester=other)
+    unsigned = msgspec.structs.replace(forged, replay_id=forged.replay_id ^ 1, requester=other, caller=other,
+                                       command=None)
+    produce_replay(services.bootstrap, services.prefix, stream.stream_id, encode_replay_record(unsigned))
+    legit = register(services.bootstrap, services.prefix, stream, start=1, to=20)
+    wait_status(services.bootstrap, services.prefix, legit.replay_id, {"completed"})
+    # Records of one stream are folded in log order: the two forgeries were judged before the legit one.
+    body = wait_health(services, lambda h: h["quarantined"] >= before + 2)
+    reasons = [q["reason"] for q in body["last_quarantined"]]
+    assert any(f"replay {forged.replay_id} does not match" in r and "requester" in r for r in reasons), reasons
+    assert any(f"replay {unsigned.replay_id} carries no signed register_replay" in r for r in reasons), reasons
+    reader.until(lambda: reader.count(legit.replay_id) >= 19, what="the legit replay")
+    reader.drain(2.0)
+    assert reader.count(forged.replay_id) == 0
+    assert reader.count(unsigned.replay_id) == 0
 
 
 def test_hostile_replay_records_are_quarantined_and_the_worker_keeps_serving(

@@ -7,9 +7,11 @@ contract of :mod:`watchtower.agents.aggregate`; it never commits or aborts:
 :class:`~watchtower.agents.command_processor.CommandProcessor` (its subclass) owns the
 transaction, the consumer and recovery.
 
-Every command gets an answer carrying a spec error code when it is refused; nothing a record
-contains raises out of :meth:`CommandDecider._handle` except a Kafka error from producing, which
-fails the whole transaction.
+Every command gets an answer carrying a spec error code when it is refused; a record on a partition
+its key does not hash to is refused (MALFORMED_RECORD, :mod:`watchtower.protocol.placement`) before
+it is decoded, so nothing is ever written for it but the refusal. Nothing a record contains raises
+out of :meth:`CommandDecider._handle` except a Kafka error from producing, which fails the whole
+transaction.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.partitioning import partition_for_key
+from watchtower.protocol.placement import check_command_placement, check_instance_placement
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.worker")
 
@@ -111,9 +114,17 @@ class CommandDecider:
         self.stats.commands += 1
         partition = int(msg.partition() or 0)
         headers = dict(msg.headers() or [])
+        internal = msg.topic() == self.t_internal
+        # Known once a partition was rebuilt; outside the try, so a Kafka error fails the batch.
+        partitions = self._partition_count()
         try:
-            aggregate, command = self._route(msg.value(), msg.topic() == self.t_internal)
+            # Where the record sits first: a command on a partition its key does not hash to would be
+            # decided against state this partition does not hold, and its events written where no
+            # fold expects them (protocol.placement).
+            check_command_placement(msg.key(), partition, partitions, topic=str(msg.topic()))
+            aggregate, command = self._route(msg.value(), internal)
             key = aggregate.key(command)
+            check_instance_placement(key, msg.key(), partition, partitions, internal=internal)
             states = self._states[partition][aggregate.name]  # _ready_only kept rebuilt partitions only
             before = states.get(key)
             state = aggregate.initial(key) if before is None else before

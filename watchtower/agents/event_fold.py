@@ -31,8 +31,8 @@ from typing import Any, Final
 from watchtower.agents.aggregate import Aggregate, BrokenRuleError
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.placement import misplacement
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState
-from watchtower.topics.partitioning import partition_for_key
 
 #: The longest reason kept for a quarantined record (a hostile record must not bloat logs or health).
 MAX_REASON_CHARS: Final = 300
@@ -147,13 +147,14 @@ class EventFold:
 
 
 def check_placement(instance: str, key: bytes | None, partition: int, partitions: int) -> None:
-    """The record is keyed by its aggregate instance's id and sits on that key's partition."""
+    """The record is keyed by its aggregate instance's id and sits on that key's partition
+    (the rule of :mod:`watchtower.protocol.placement`, stricter for events: the key is the instance)."""
     expected_key = instance.encode()
     if key != expected_key:
         raise BrokenRuleError(f"the record key {_show(key)} is not the event's aggregate id {instance!r}")
-    home = partition_for_key(expected_key, partitions)
-    if home != partition:
-        raise BrokenRuleError(f"events of {instance!r} belong on partition {home}, not {partition}")
+    reason = misplacement(key, partition, partitions)
+    if reason is not None:
+        raise BrokenRuleError(f"events of {instance!r} are misplaced: {reason}")
 
 
 def _show(value: object) -> str:

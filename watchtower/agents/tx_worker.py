@@ -19,6 +19,16 @@ Contracts:
   handle (abort and do it again).
 - ``init_transactions`` is retried for up to `INIT_TIMEOUT_S` while the transaction coordinator is
   not ready (a broker that just started answers NOT_COORDINATOR for a while).
+- Inside a rebalance callback the group consumer is only assigned, paused and resumed, never asked
+  anything that enters librdkafka through confluent-kafka's call state (``list_topics``, ``poll``,
+  ``consume``, ``close``): such a call ends by clearing the calling thread's call state, which the
+  ``consume`` still serving the callback needs for the next callback it serves (a second rebalance
+  event, an error or statistics event), and the process then aborts with
+  ``CallState_get: Assertion 'cs != NULL' failed`` (seen after broker restarts, when revocations
+  and assignments queue up). Whatever the rebuild needs from the cluster is read before subscribing
+  (`_prepare`) or through clients of its own. A rebuild that fails inside the callback (the brokers
+  are away) never raises out of it: the partitions are assigned paused, and the serving loop
+  rebuilds them outside any callback, seeks them to what it rebuilt and resumes them.
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ from watchtower.topics.connection import GroupTimeouts, kafka_config
 
 TXN_TIMEOUT_S: Final = 10.0
 INIT_TIMEOUT_S: Final = 120.0
+#: Pause between attempts to rebuild partitions whose rebuild failed in the assignment callback.
+RESTORE_RETRY_S: Final = 1.0
 EXIT_FENCED: Final = 3
 EXIT_USAGE: Final = 2
 # Errors of init_transactions worth retrying (besides the ones librdkafka marks retriable).
@@ -167,6 +179,9 @@ class TransactionalWorker(ABC):
         # not return can block (see agents.bounded); one is left per recovery, which is rare.
         self._retired: list[Producer] = []
         self.recoveries = 0
+        # (topic, partition) assigned paused because their rebuild failed in the callback.
+        self._unrestored: list[tuple[str, int]] = []
+        self._next_restore = 0.0
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,10 +191,13 @@ class TransactionalWorker(ABC):
         self.health.write()
         try:
             self._init_transactions()
-            self.consumer.subscribe(self._subscriptions(), on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self._prepare()
+            self.consumer.subscribe(self._subscriptions(), on_assign=self._on_assign, on_revoke=self._revoked)
             self.health.set_state("serving")
             while not self._stop.is_set():
                 try:
+                    if self._unrestored and time.monotonic() >= self._next_restore:
+                        self._restore_deferred()
                     self._step()
                 except ProducerFailedError as exc:
                     self._recover(exc)
@@ -191,6 +209,10 @@ class TransactionalWorker(ABC):
             self._close()
 
     # ------------------------------------------------------------------ what a worker implements
+    def _prepare(self) -> None:  # noqa: B027 (optional hook: a worker that needs nothing keeps it)
+        """Read what `_restore` needs from the cluster (partition counts), before subscribing: never
+        from inside a rebalance callback (module docstring). Called once the brokers answer."""
+
     @abstractmethod
     def _subscriptions(self) -> list[str]:
         """The topics the group consumes."""
@@ -213,8 +235,47 @@ class TransactionalWorker(ABC):
         """Refresh the health counters before a periodic write."""
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._restore(consumer, partitions)
+        # Never raise out of a rebalance callback: librdkafka would surface it from consume() and
+        # the worker would die on whatever the cluster did (the brokers away mid-rebalance).
+        try:
+            self._restore(consumer, partitions)
+        except Exception as exc:
+            self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
+                             "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
+            waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+            self._on_revoke(consumer, waiting)  # drop whatever the failed rebuild left half done
+            self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting} | set(self._unrestored))
+            self._next_restore = time.monotonic() + RESTORE_RETRY_S
+            consumer.assign(waiting)
+            consumer.pause(waiting)
+            return
         consumer.assign(partitions)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._unrestored = [tp for tp in self._unrestored if tp not in gone]
+        self._on_revoke(consumer, partitions)
+
+    def _restore_deferred(self) -> None:
+        """Rebuild the partitions whose rebuild failed inside the assignment callback, outside any
+        callback: seek each to what was rebuilt and resume it. Retried later when it fails again."""
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        pending = [TopicPartition(t, p) for t, p in self._unrestored if (t, p) in assigned]
+        try:
+            if pending:
+                self._restore(self.consumer, pending)
+                for tp in pending:
+                    self.consumer.seek(tp)
+                self.consumer.resume(pending)
+        except Exception as exc:  # as in the callback: retried, never fatal
+            self.log.warning("worker %s: rebuilding partitions %s failed again (%s); retrying in %gs", self.worker_id,
+                             sorted({tp.partition for tp in pending}), exc, RESTORE_RETRY_S)
+            self._next_restore = time.monotonic() + RESTORE_RETRY_S
+            return
+        self._unrestored = []
+        if pending:
+            self.log.info("worker %s rebuilt partitions %s and serves them", self.worker_id,
+                          sorted({tp.partition for tp in pending}))
 
     def _recover(self, why: Exception) -> None:
         """Start over from the log (module docstring): new producer, settled transaction, rebuilt
@@ -238,6 +299,9 @@ class TransactionalWorker(ABC):
         self._restore(self.consumer, partitions, recovering=True)
         for tp in partitions:
             self.consumer.seek(tp)
+        if self._unrestored:  # rebuilt just now with the others
+            self.consumer.resume([TopicPartition(t, p) for t, p in self._unrestored])
+            self._unrestored = []
         self.log.warning("worker %s serves again: partitions of %s rebuilt from the log", self.worker_id,
                          sorted({tp.topic for tp in partitions}))
 

@@ -6,8 +6,10 @@
    does not grow with the log) or from the beginning without one; a record that breaks a rule
    (or a refused snapshot) is quarantined and the fold goes on.
 2. ``delivery.state`` *p* (compacted) is read to its end: the latest valid checkpoint of each
-   stream wins. A record that does not decode, is keyed by another stream than it names, or sits
-   on another partition than its stream's is quarantined.
+   stream wins. A record that does not decode, is keyed by another stream than it names, sits
+   on another partition than its stream's, or is for a block beyond the worker's block clock
+   (`push_checkpoint.checkpoint_block_refusal`: it would stall the stream's pushes until that
+   block) is quarantined; the stream's latest checkpoint that passes is used.
 3. ``messages`` *p* is consumed again from the lowest ``resume_offset`` of those checkpoints (the
    oldest message some subscriber still needs), or from the group's committed position when it is
    lower or no checkpoint needs anything (the beginning when the group never committed). Every
@@ -19,6 +21,7 @@ Everything is read ``read_committed``: an aborted transaction never reaches a fo
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,13 +32,15 @@ from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
 from watchtower.agents.snapshots import latest_snapshots
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.push_checkpoint import PushCheckpoint
+from watchtower.protocol.push_checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets
 
 Quarantine = Callable[[str, int, int, str], None]
+#: A scan that reads nothing for this long gives up (TimeoutError): the rebuild is retried later.
+SCAN_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -47,8 +52,16 @@ class Restored:
     checkpoints: dict[str, PushCheckpoint] = field(default_factory=dict)
 
 
-def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Message], object], start: int = 0) -> int:
-    """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached."""
+def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Message], object], start: int = 0, *,
+         catch_up: bool = False, timeout_s: float = SCAN_TIMEOUT_S) -> int:
+    """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
+
+    Without `catch_up` it reads to the partition's end (its end-of-partition event): for a topic
+    nobody else writes meanwhile. With `catch_up` it stops once it has read past what the partition
+    held when the scan began (the caller goes on consuming from the offset returned): a partition
+    that is written all the time holds an open transaction nearly always, so a read_committed
+    reader may never see its end event. A scan that makes no progress for `timeout_s` raises
+    TimeoutError (the caller retries the rebuild later), so it can never hang the worker."""
     consumer = Consumer({**kafka_config(bootstrap), "group.id": f"wt-delivery-scan-{uuid.uuid4().hex[:12]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "enable.partition.eof": True, "log_level": 3})
@@ -58,20 +71,34 @@ def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Messag
         if high <= max(low, start):
             return int(max(high, start))
         consumer.assign([TopicPartition(topic, partition, start if start > low else OFFSET_BEGINNING)])
+        # The last offset at the start may be a transaction marker, which is never delivered.
+        target = high - 1
+        reached = start
+        stalled_at = time.monotonic() + timeout_s
         while True:
-            for msg in consumer.consume(num_messages=1000, timeout=1.0):
+            batch = consumer.consume(num_messages=1000, timeout=1.0)
+            for msg in batch:
                 err = msg.error()
                 if err is None:
                     on_record(msg)
+                    reached = int(msg.offset() or 0) + 1
                 elif err.code() == KafkaError._PARTITION_EOF:
                     return int(msg.offset() or 0)
+            if catch_up and reached >= target:
+                return reached
+            if batch:
+                stalled_at = time.monotonic() + timeout_s
+            elif time.monotonic() > stalled_at:
+                raise TimeoutError(f"reading {topic}[{partition}] made no progress for {timeout_s:g}s at offset "
+                                   f"{reached} (end {high}); the rebuild is tried again")
     finally:
         consumer.close()
 
 
 def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, partitions: int,
-                      quarantine: Quarantine) -> Restored:
-    """Steps 1 and 2 of the module docstring for `partition` (of `partitions`)."""
+                      quarantine: Quarantine, now_block: int | None = None) -> Restored:
+    """Steps 1 and 2 of the module docstring for `partition` (of `partitions`); `now_block` is the
+    worker's block clock (None: no clock, checkpoints are not bounded by it)."""
 
     def fold_quarantine(entry: Quarantined) -> None:
         quarantine(entry.topic, entry.partition, entry.offset, entry.reason)
@@ -83,9 +110,10 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
     start = found if isinstance(found, PartitionState) else None
     fold = EventFold(topics["events"], partition, partitions, on_quarantine=fold_quarantine, aggregates=aggregates,
                      state=start)
+    # events keep coming while the stream worker serves: read what was there, the worker folds the rest live.
     events_offset = scan(bootstrap, topics["events"], partition,
                          lambda m: fold.apply(m.key(), m.value(), int(m.offset() or 0)),
-                         start=(start.snapshot_offset or 0) if start is not None else 0)
+                         start=(start.snapshot_offset or 0) if start is not None else 0, catch_up=True)
     restored = Restored(fold, events_offset)
 
     def checkpoint(msg: Message) -> None:
@@ -96,6 +124,8 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
             quarantine(topics["delivery-state"], partition, offset, exc.message)
             return
         reason = check_checkpoint_placement(cp, msg.key(), partition, partitions)
+        if reason is None and now_block is not None:
+            reason = checkpoint_block_refusal(cp, now_block)
         if reason is not None:
             quarantine(topics["delivery-state"], partition, offset, reason)
             return

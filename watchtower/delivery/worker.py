@@ -120,15 +120,23 @@ class DeliveryWorker(TransactionalWorker):
         return min(0.1, (BLOCK_INTERVAL_MS - ms % BLOCK_INTERVAL_MS) / 1000 + 0.001)
 
     # ------------------------------------------------------------------ assignment
+    def _prepare(self) -> None:
+        # Before subscribing: list_topics inside the assignment callback would abort the process at
+        # the next callback of the same consume() (agents.tx_worker).
+        events = self.topics["events"]
+        self._partitions = len(self.consumer.list_topics(events, timeout=30).topics[events].partitions)
+
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,
                  recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
+        if not self._partitions:
+            raise RuntimeError("the partition count of events is read before subscribing (_prepare)")
         events = self.topics["events"]
-        self._partitions = self._partitions or len(consumer.list_topics(events, timeout=30).topics[events].partitions)
         numbers = sorted({tp.partition for tp in partitions})
         committed = {tp.partition: tp.offset for tp in consumer.committed(
             [TopicPartition(self.topics["messages"], p) for p in numbers], timeout=30)}
         for p in numbers:
-            restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine)
+            restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine,
+                                         now_block=self._now_block())
             self.folds[p] = restored.fold
             for sid, cp in restored.checkpoints.items():
                 self.schedules[(p, sid)] = StreamSchedule.restore(

@@ -307,12 +307,13 @@ def _replay_charge(state: AccountState, charge: ReplayCharge, height: int) -> Le
     ref = str(charge.replay_id)
     if charge.price_cby > state.balance_cby:
         err = insufficient(state, charge.price_cby, f"replay {ref}")
-        refused = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, err.to_dict(), charge.origin)
+        refused = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, err.to_dict(), charge.origin,
+                                charge.command)
         return LedgerDecision((), None, (Routed(charge.stream_id, refused, True),))
     body = {"account": state.account, "amount_cby": charge.price_cby, "reason": "replay", "ref": ref,
             "counterparty": charge.owner}
     event = make_event(CBY_DEBITED, state.instance, height, charge.origin, {}, body)
     credit = CbyCredit(charge.owner, charge.price_cby, "replay", ref, state.account, charge.origin)
-    paid = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, None, charge.origin)
+    paid = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, None, charge.origin, charge.command)
     return LedgerDecision((event,), None, (Routed(account_instance(charge.owner), credit, False),
                                            Routed(charge.stream_id, paid, True)))

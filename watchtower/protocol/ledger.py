@@ -197,6 +197,8 @@ class ReplayCharge:
     owner: str
     price_cby: int
     origin: Origin
+    #: The requester's signed register_replay, carried to the ``registered`` replay record.
+    command: Command | None = None
 
     def __post_init__(self) -> None:
         _require_replay_id(self.replay_id)
@@ -217,6 +219,8 @@ class ReplaySettled:
     requester: str
     error: Mapping[str, Any] | None
     origin: Origin
+    #: The requester's signed register_replay (from the ReplayCharge), carried to the replay record.
+    command: Command | None = None
 
     def __post_init__(self) -> None:
         _require_replay_id(self.replay_id)

@@ -13,6 +13,9 @@ from typing import Any, Final
 from watchtower.protocol.errors import InvalidArgumentError
 
 CHECKPOINT_VERSION: Final = 1
+#: How far ahead of the reader's block clock a checkpoint's block may be: clock skew between the
+#: hosts of two delivery workers, one minute of 1,000 ms blocks.
+FUTURE_BLOCK_TOLERANCE: Final = 60
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,6 +73,21 @@ class PushCheckpoint:
                    used_cycles=_uint(data["used_cycles"], "used_cycles"),
                    resume_offset=None if resume is None else _uint(resume, "resume_offset"),
                    dropped=_uint(data["dropped"], "dropped"))
+
+
+def checkpoint_block_refusal(checkpoint: PushCheckpoint, now_block: int,
+                             tolerance: int = FUTURE_BLOCK_TOLERANCE) -> str | None:
+    """Why a restore must not trust `checkpoint` at block `now_block` (None: it may).
+
+    A checkpoint carries the block whose budget it has used; a schedule restored from it spends that
+    block's budget until the clock reaches it (so a bound is never exceeded after a clock went
+    back). A block beyond the clock by more than `tolerance` (clock skew) was never written by a
+    delivery worker: honouring it would stall the stream's pushes until that block (forever, for a
+    forged 2**62). It is refused, and the stream restarts from an earlier checkpoint or from none."""
+    if checkpoint.block > now_block + tolerance:
+        return (f"the checkpoint of stream {checkpoint.stream_id!r:.80} is for block {checkpoint.block}, beyond the "
+                f"current block {now_block} by more than {tolerance} blocks")
+    return None
 
 
 def _uint(value: object, name: str, minimum: int = 0) -> int:

@@ -20,8 +20,13 @@ Unauthorized, `as_unauthorized`). Then, for register_replay (first failure wins)
    an order settles, the requester's commands on this stream are NOT_READY, so its replay
    protection record stays the order's and a retry gets the final answer exactly once.
 
-cancel_replay records ReplayCancelRequested (the replay fold decides whether it is honoured);
-set_replay_price is the owner's (UNAUTHORIZED otherwise) and records ReplayPricingSet.
+cancel_replay (ICRC-77 CancelReplayError) is decided against the stream's registered replays
+(`StreamState.replays`): an id the stream never registered is REPLAY_NOT_FOUND (NotFound), another
+requester's replay UNAUTHORIZED (Unauthorized), a replay whose cancel was already requested or
+that finished at registration (an empty plan) CANNOT_CANCEL (CannotCancel); a refused cancel writes
+nothing. An accepted one records ReplayCancelRequested, which the replay fold honours at the
+replay's next slice (a replay the worker completed meanwhile stays completed). set_replay_price
+is the owner's (UNAUTHORIZED otherwise) and records ReplayPricingSet.
 
 Pure: no I/O, no clock (block heights are arguments).
 """
@@ -33,10 +38,12 @@ from typing import Any, Final, NamedTuple
 
 from watchtower.protocol.enums import SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
+    CannotCancelError,
     ImproperConfigError,
     InvalidArgumentError,
     PaymentRequiredError,
     RangeTooLargeError,
+    ReplayNotFoundError,
     SubscriptionNotFoundError,
     UnauthorizedError,
     UnauthorizedSubscriberError,
@@ -52,10 +59,18 @@ from watchtower.protocol.ledger import (
     account_instance,
     make_event,
 )
-from watchtower.protocol.replay_fold import MAX_REPLAY_PRICE, check_memo, check_namespace
+from watchtower.protocol.replay_fold import (
+    CANCEL_REQUESTED,
+    MAX_REPLAY_PRICE,
+    REGISTERED,
+    check_memo,
+    check_namespace,
+)
 from watchtower.protocol.replay_rules import (
+    ICRC77_CAPABLE,
     canonical_filter,
     charged_events,
+    icrc77_pricing,
     parse_replay_filter,
     parse_skip,
     plan_replay,
@@ -182,7 +197,7 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
     if price == 0:
         reply = registration_reply(fields)
         return ReplayDecision((make_event(REPLAY_REGISTERED, state.stream_id, height, origin, reply, fields),), reply)
-    charge = ReplayCharge(replay_id, state.stream_id, cmd.caller, _owner(state), price, origin)
+    charge = ReplayCharge(replay_id, state.stream_id, cmd.caller, _owner(state), price, origin, cmd)
     event = make_event(REPLAY_ORDERED, state.stream_id, height, origin, {}, fields)
     return ReplayDecision((event,), None, (Routed(account_instance(cmd.caller), charge, True),))
 
@@ -211,8 +226,21 @@ def settle_replay(state: StreamState, settled: ReplaySettled, *, height: int) ->
 
 
 def cancel_replay(state: StreamState, cmd: Command, *, height: int, digest: bytes) -> ReplayDecision:
-    """Body: replay_id. Recorded for the replay fold, which honours it from the requester only."""
+    """Body: replay_id. Refused per ICRC-77 CancelReplayError (module docstring), else recorded for
+    the replay fold."""
     replay_id = require_int(body_fields(cmd, frozenset({"replay_id"}))["replay_id"], "replay_id", minimum=1)
+    known = state.replays.get(str(replay_id))
+    if known is None:
+        raise ReplayNotFoundError(f"stream {state.stream_id!r} has no replay {replay_id}; list your replays "
+                                  "(GET /v1/replays?requester=...) to find its id", details={"replay_id": replay_id})
+    requester, status = known
+    if requester != cmd.caller:
+        raise UnauthorizedError(f"replay {replay_id} was requested by {requester}; only its requester may cancel it",
+                                details={"replay_id": replay_id})
+    if status != REGISTERED:
+        why = "its cancel was already requested" if status == CANCEL_REQUESTED else "it finished when it was registered"
+        raise CannotCancelError(f"replay {replay_id} can no longer be cancelled: {why}",
+                                details={"replay_id": replay_id, "status": status})
     reply = {"replay_id": replay_id, "cancel": "requested"}
     body = {"stream_id": state.stream_id, "replay_id": replay_id, "requester": cmd.caller}
     origin = Origin(cmd.caller, cmd.nonce, digest)
@@ -233,8 +261,8 @@ def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: b
 
 
 def pricing(per_event_cby: int) -> dict[str, Any]:
-    """ICRC-77 ``icrc77:pricing`` of a stream, as the stream's JSON shows it."""
-    return {"icrc77_pricing": {"perEvent": per_event_cby, "currency": "CBY"}}
+    """ICRC-77 ``icrc77:capable`` and ``icrc77:pricing`` of a stream, as the stream's JSON shows them."""
+    return {"icrc77_capable": ICRC77_CAPABLE, "icrc77_pricing": icrc77_pricing(per_event_cby)}
 
 
 def decide_replay(state: StreamState, cmd: Command, *, height: int, digest: bytes,

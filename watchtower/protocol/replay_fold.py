@@ -8,7 +8,15 @@ The events and what they change:
 - ``ReplayRegistered``: an accepted replay; a priced one settles the requester's order (same body),
   a free one must be free at the stream's current price;
 - ``ReplayPaymentFailed``: the requester's account refused the order, which is dropped;
-- ``ReplayCancelRequested``: recorded only (the replay fold decides whether it is honoured).
+- ``ReplayCancelRequested``: the replay's cancel was requested by its requester (the replay fold
+  on the ``replay`` topic stops it at its next slice).
+
+Every registered replay is kept in `StreamState.replays` as (requester, status), status one of
+`REPLAY_STATUSES`: ``registered``; ``cancel_requested``; ``finished`` for a replay whose plan was
+empty, which completes at once. A cancel_replay is decided against it (`replay_control`).
+A cancel event that decide would now refuse (an unknown replay, another account's, a second one:
+logs written before cancels were answered per ICRC-77 hold such events) folds as before: recorded,
+changing nothing.
 
 The log is not trusted: a body that could not come from `replay_control` (another stream, a
 requester other than the signer, a replay id not derived from the command digest, a plan that is
@@ -42,6 +50,11 @@ from watchtower.protocol.validation import is_int
 if TYPE_CHECKING:
     from watchtower.protocol.stream_state import Event, StreamState
 
+REGISTERED: Final = "registered"
+CANCEL_REQUESTED: Final = "cancel_requested"
+FINISHED: Final = "finished"
+REPLAY_STATUSES: Final = (REGISTERED, CANCEL_REQUESTED, FINISHED)
+
 MAX_REPLAY_PRICE: Final = MAX_WIRE_UINT64
 """The highest per-event price and the highest replay price (an Avro long, a CBY amount)."""
 MAX_MEMO_HEX: Final = 64
@@ -62,8 +75,11 @@ def apply_replay_event(state: StreamState, event: Event) -> StreamState:
     if event.type == "ReplayCancelRequested":
         if body["requester"] != event.caller:
             raise InvalidArgumentError("a cancel is requested by its signer")
-        _replay_id(body["replay_id"])
-        return state
+        key = str(_replay_id(body["replay_id"]))
+        known = state.replays.get(key)
+        if known is None or known[0] != body["requester"] or known[1] != REGISTERED:
+            return state  # a log written before cancels were refused may hold such a cancel: it changes nothing
+        return dataclasses.replace(state, replays=state.replays.set(key, (known[0], CANCEL_REQUESTED)))
     if event.type == "ReplayPaymentFailed":
         order = state.replay_orders.get(str(body["requester"]))
         if order is None or order["replay_id"] != body["replay_id"] or order["price_cby"] != body["price_cby"]:
@@ -82,15 +98,19 @@ def apply_replay_event(state: StreamState, event: Event) -> StreamState:
             raise InvalidArgumentError("a free replay is registered, never ordered")
         return dataclasses.replace(state, replay_orders=state.replay_orders.set(requester, dict(body)))
     # ReplayRegistered: it settles the requester's order, or it is free.
+    if str(body["replay_id"]) in state.replays:
+        raise InvalidArgumentError(f"replay {body['replay_id']} is already registered")
+    status = FINISHED if body["end_exclusive"] == body["first"] else REGISTERED
+    replays = state.replays.set(str(body["replay_id"]), (requester, status))
     if order is not None and order["replay_id"] == body["replay_id"]:
         if dict(order) != dict(body):
             raise InvalidArgumentError(f"replay {body['replay_id']} is registered with another plan or price "
                                        "than it was ordered with")
-        return dataclasses.replace(state, replay_orders=state.replay_orders.without(requester))
+        return dataclasses.replace(state, replay_orders=state.replay_orders.without(requester), replays=replays)
     if body["price_cby"] != 0 or expected != 0:
         raise InvalidArgumentError(f"replay {body['replay_id']} is registered free, but no order paid its price "
                                    f"of {expected}")
-    return state
+    return dataclasses.replace(state, replays=replays)
 
 
 def check_registration(state: StreamState, event: Event) -> int:

@@ -71,6 +71,11 @@ def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, 
     return ReplayPlan(rid, from_sequence, max(from_sequence, min(to_sequence, top + 1)), None)
 
 
+#: ICRC-77's ``icrc77:capable``: every stream of this service takes replay requests. Shown beside
+#: ``icrc77:pricing`` wherever a stream's replay price is (JSON names ``icrc77_capable`` / ``icrc77_pricing``).
+ICRC77_CAPABLE: Final = True
+
+
 def icrc77_pricing(price_per_event_cby: int) -> dict[str, Any]:
     """ICRC-77's ``icrc77:pricing`` advertisement of a stream's per-event replay price."""
     return {"perEvent": price_per_event_cby, "currency": "CBY"}

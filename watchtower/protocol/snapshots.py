@@ -37,6 +37,7 @@ from watchtower.protocol.ledger import ACCOUNT_PREFIX, MAX_CBY, PAID_PREFIX
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.paid_stream import PaidState
 from watchtower.protocol.registry import RegistryState
+from watchtower.protocol.replay_fold import REPLAY_STATUSES
 from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
 from watchtower.protocol.stream_state import CallerRecord, FrozenMap, StreamState, Subscription
 from watchtower.protocol.supply import SupplyState
@@ -138,6 +139,7 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "last_publish_digest": s.last_publish_digest,
         "replay_price": s.replay_price_per_event_cby,
         "replay_orders": [[k, json_safe(v)] for k, v in sorted(s.replay_orders.items())],
+        "replays": [[k, *v] for k, v in sorted(s.replays.items())],
     }
 
 
@@ -191,6 +193,10 @@ def _stream_from(d: Any) -> StreamState:
                        for row in (_row(r, 2, "replay order") for r in _rows(d.get("replay_orders", []),
                                                                               "replay_orders")))
     _require(all(isinstance(o, Mapping) for o in orders.values()), "a replay order must be a map")
+    # Snapshots written before replays were kept lack them.
+    replays = FrozenMap((_key(row, "replay"), (str(row[1]), str(row[2])))
+                        for row in (_row(r, 3, "replay") for r in _rows(d.get("replays", []), "replays")))
+    _require(all(status in REPLAY_STATUSES for _, status in replays.values()), "a replay status is unknown")
     return StreamState(
         stream_id=StreamState.initial(d["stream_id"]).stream_id,
         created=d["created"],
@@ -206,6 +212,7 @@ def _stream_from(d: Any) -> StreamState:
         last_publish_digest=publish_digest,
         replay_price_per_event_cby=replay_price,
         replay_orders=orders,
+        replays=replays,
     )
 
 

@@ -191,6 +191,9 @@ class StreamState:
     """ICRC-77 ``icrc77:pricing`` perEvent: what one replayed event costs, in CBY wei (0: free)."""
     replay_orders: FrozenMap[Mapping[str, Any]] = dataclasses.field(default_factory=FrozenMap)
     """requester -> the ReplayOrdered body of its priced replay still settling (at most one each)."""
+    replays: FrozenMap[tuple[str, str]] = dataclasses.field(default_factory=FrozenMap)
+    """replay id (decimal text) -> (requester, status) of every replay registered on the stream, so a
+    cancel_replay is answered per ICRC-77 (`replay_fold.REPLAY_STATUSES`)."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -663,4 +666,6 @@ def state_digest(state: StreamState) -> str:
         "replay_price_per_event_cby": state.replay_price_per_event_cby,
         "replay_orders": {k: dict(v) for k, v in state.replay_orders.items()},
     }
+    if state.replays:  # absent while empty: the digest of a stream without replays is what it always was
+        canonical["replays"] = {k: list(v) for k, v in state.replays.items()}
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()

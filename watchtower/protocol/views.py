@@ -41,7 +41,7 @@ from watchtower.protocol import cbor
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import InvalidArgumentError, StreamNotFoundError, WatchtowerError
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
-from watchtower.protocol.replay_rules import icrc77_pricing
+from watchtower.protocol.replay_rules import ICRC77_CAPABLE, icrc77_pricing
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import json_safe
@@ -386,8 +386,9 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
         "max_subscribers": config["max_subscribers"],
         "active_subscribers": view["active_subscribers"],
         "last_key_epoch": view["last_key_epoch"],
-        # ICRC-77 icrc77:pricing (a view projected before replay pricing existed is free).
+        # ICRC-77 icrc77:capable and icrc77:pricing (a view projected before replay pricing existed is free).
         "replay_price_per_event_cby": view.get("replay_price_per_event_cby", 0),
+        "icrc77_capable": ICRC77_CAPABLE,
         "icrc77_pricing": icrc77_pricing(view.get("replay_price_per_event_cby", 0)),
     }
 

@@ -17,7 +17,9 @@ committed checkpoint with exactly its deliveries. A fenced or fatally failed pro
 worker exit (code 3) for its supervisor to restart it; any other failed transaction is aborted and
 the slice is done again from the checkpoint.
 
-A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
+A ``registered`` record is fulfilled only when it carries its requester's signed register_replay
+and matches it (`protocol.replay_registration`); any other is quarantined like a record that breaks
+a rule. A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
 above the Spark threshold is handed off (`handoff`). The worker writes ``deliveries`` and
 ``replay`` only, never ``messages``, ``events`` or ``commands``.
 """
@@ -40,6 +42,8 @@ from watchtower.agents.tx_worker import (
     worker_group,
 )
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.placement import misplacement
+from watchtower.protocol.replay_registration import check_registration_command
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.replay.archive import ArchiveReader
@@ -55,13 +59,14 @@ from watchtower.schemas.replay_records import (
 )
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.replay")
 
 ENV_SLICE: Final = "WATCHTOWER_REPLAY_SLICE"
 ENV_RATE: Final = "WATCHTOWER_REPLAY_RATE"
 DEFAULT_SLICE: Final = 1000
+#: A fold of a replay partition that reads nothing for this long gives up; the rebuild is retried.
+FOLD_STALL_S: Final = 60.0
 
 
 def group_id(prefix: str | None = None) -> str:
@@ -135,9 +140,15 @@ class ReplayWorker(TransactionalWorker):
         return [self.consumer.close, self.archive.close]
 
     # ------------------------------------------------------------------ the replay topic
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
-        self._partitions = self._partitions or len(consumer.list_topics(self.t_replay, timeout=30)
-                                                   .topics[self.t_replay].partitions)
+    def _prepare(self) -> None:
+        # Before subscribing: list_topics inside the assignment callback would abort the process at
+        # the next callback of the same consume() (agents.tx_worker).
+        self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
+
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
+                 recovering: bool = False) -> None:
+        if not self._partitions:
+            raise RuntimeError("the partition count of replay is read before subscribing (_prepare)")
         for tp in partitions:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
@@ -161,7 +172,12 @@ class ReplayWorker(TransactionalWorker):
         self.health.partitions = sorted(self.views)
 
     def _fold(self, partition: int) -> int:
-        """Fold `partition` of ``replay`` from the beginning; the offset the fold reached."""
+        """Fold `partition` of ``replay`` from the beginning; the offset the fold reached.
+
+        It stops at the partition's end, or once past what the partition held when the fold began
+        (stream workers keep writing registrations, so a read_committed reader may never see the end
+        event; the live consumer goes on from the offset returned). A fold that reads nothing for
+        `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
         scan = Consumer({**kafka_config(self.bootstrap), "group.id": f"{self.group}-scan", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3})
         try:
@@ -170,13 +186,24 @@ class ReplayWorker(TransactionalWorker):
             if high <= low:
                 return int(high)
             scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
+            target, reached = high - 1, low  # the last offset may be a transaction marker, never delivered
+            stalled_at = time.monotonic() + FOLD_STALL_S
             while True:
-                for msg in scan.consume(num_messages=1000, timeout=1.0):
+                batch = scan.consume(num_messages=1000, timeout=1.0)
+                for msg in batch:
                     err = msg.error()
                     if err is None:
                         self._apply(msg)
+                        reached = int(msg.offset() or 0) + 1
                     elif err.code() == KafkaError._PARTITION_EOF:
                         return int(msg.offset() or 0)
+                if reached >= target:
+                    return int(reached)
+                if batch:
+                    stalled_at = time.monotonic() + FOLD_STALL_S
+                elif time.monotonic() > stalled_at:
+                    raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
+                                       f"at offset {reached} (end {high})")
         finally:
             scan.close()
 
@@ -205,8 +232,16 @@ class ReplayWorker(TransactionalWorker):
                     pass
                 return
         try:
-            if self._partitions and partition_for_key(record.stream_id.encode(), self._partitions) != partition:
-                raise ReplayRuleError(f"stream {record.stream_id!r} does not belong to replay partition {partition}")
+            if msg.key() != record.stream_id.encode():
+                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream "
+                                      f"{record.stream_id!r:.80}")
+            misplaced = self._partitions and misplacement(msg.key(), partition, self._partitions)
+            if misplaced:
+                raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
+                                      f"{partition}: {misplaced}")
+            if isinstance(record, ReplayRegistered):
+                # Only a registration its requester signed is fulfilled (a forged one is quarantined).
+                check_registration_command(record)
             changes = apply_replay_record(views, record)
         except ReplayRuleError as exc:
             self.health.quarantine(self.t_replay, partition, offset, str(exc))

@@ -110,6 +110,7 @@ class ReplayChargeJson(msgspec.Struct, tag="replay_charge", tag_field="kind", fo
     owner: str
     price_cby: int
     origin: OriginJson
+    command: SignedCommandJson | None = None
 
 
 class ReplaySettledJson(msgspec.Struct, tag="replay_settled", tag_field="kind", forbid_unknown_fields=True):
@@ -120,6 +121,7 @@ class ReplaySettledJson(msgspec.Struct, tag="replay_settled", tag_field="kind", 
     requester: str
     error: ErrorJson | None
     origin: OriginJson
+    command: SignedCommandJson | None = None
 
 
 KeymgrForwardJson = (CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson

@@ -21,7 +21,7 @@ this build does not read), so a hostile record is quarantined, never a crash.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -39,7 +39,8 @@ class ReplayRegistered(msgspec.Struct, tag="registered", tag_field="kind", forbi
     as canonical JSON text (or None), ``skip`` is ``[modulus, offset]`` (or None). ``price_cby``
     is what the requester was charged (0: free). ``namespace`` is the requested namespace as given
     (``feed:<id>`` or the stream id). ``caller``/``nonce``/``digest_hex`` identify the signed
-    register_replay command; the replay id is derived from its digest (`replay_id_for`).
+    register_replay command; the replay id is derived from its digest (`replay_id_for`), and
+    ``command`` is that command itself.
     """
 
     v: int
@@ -60,6 +61,10 @@ class ReplayRegistered(msgspec.Struct, tag="registered", tag_field="kind", forbi
     caller: str
     nonce: int
     digest_hex: str
+    #: The requester's signed register_replay (`Command.to_dict()`), which the replay worker checks
+    #: before it fulfils the replay. Absent from records written before it was carried (they still
+    #: decode; the replay worker refuses to fulfil them).
+    command: dict[str, Any] | None = None
 
 
 class ReplayCancelRequested(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):

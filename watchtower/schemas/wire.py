@@ -123,10 +123,11 @@ def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
         return PurchaseSettledJson(forward.purchase_id, forward.stream_id, forward.beneficiary, error, origin)
     if isinstance(forward, ReplayCharge):
         return ReplayChargeJson(forward.replay_id, forward.stream_id, forward.requester, forward.owner,
-                                forward.price_cby, origin)
+                                forward.price_cby, origin, _signed_or_none(forward.command))
     if isinstance(forward, ReplaySettled):
         error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
-        return ReplaySettledJson(forward.replay_id, forward.stream_id, forward.requester, error, origin)
+        return ReplaySettledJson(forward.replay_id, forward.stream_id, forward.requester, error, origin,
+                                 _signed_or_none(forward.command))
     return BurnJson(forward.account, forward.amount_cby, origin)
 
 
@@ -149,10 +150,19 @@ def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
         return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary, _error(record.error), origin)
     if isinstance(record, ReplayChargeJson):
         return ReplayCharge(record.replay_id, record.stream_id, record.requester, record.owner, record.price_cby,
-                            origin)
+                            origin, _command_or_none(record.command))
     if isinstance(record, ReplaySettledJson):
-        return ReplaySettled(record.replay_id, record.stream_id, record.requester, _error(record.error), origin)
+        return ReplaySettled(record.replay_id, record.stream_id, record.requester, _error(record.error), origin,
+                             _command_or_none(record.command))
     return CbyBurn(record.account, record.amount_cby, origin)
+
+
+def _signed_or_none(command: Command | None) -> SignedCommandJson | None:
+    return None if command is None else _signed(command)
+
+
+def _command_or_none(record: SignedCommandJson | None) -> Command | None:
+    return None if record is None else Command.from_dict(msgspec.structs.asdict(record))
 
 
 def _error(record: ErrorJson | None) -> dict[str, Any] | None:
@@ -259,10 +269,13 @@ def decode_event(data: bytes | None) -> Event:
 # --- replay records written with stream events ---------------------------------------------------
 
 
-def replay_record_for(event: Event) -> bytes | None:
+def replay_record_for(event: Event, command: Command | None = None) -> bytes | None:
     """The ``replay``-topic record a stream event implies (a ReplayRegistered or a
     ReplayCancelRequested event: `replay_records`), or None for any other event. The writer
-    produces it in the transaction that writes the event, keyed by the stream id."""
+    produces it in the transaction that writes the event, keyed by the stream id. A ``registered``
+    record carries `command`, the requester's signed register_replay the event was decided from:
+    the replay worker fulfils only a registration that its requester signed
+    (`replay_status.check_registration_command`)."""
     body = event.body
     record: ReplayRecord
     if event.type == REPLAY_REGISTERED:
@@ -273,7 +286,8 @@ def replay_record_for(event: Event) -> bytes | None:
             to_sequence=body["to_sequence"], first=body["first"], end_exclusive=body["end_exclusive"],
             end_id=body["end_id"], filter=body["filter"], skip=None if skip is None else list(skip),
             memo_hex=body["memo_hex"], price_cby=body["price_cby"], block_height=event.block_height,
-            caller=event.caller, nonce=event.nonce, digest_hex=event.digest.hex())
+            caller=event.caller, nonce=event.nonce, digest_hex=event.digest.hex(),
+            command=None if command is None else command.to_dict())
     elif event.type == REPLAY_CANCEL_REQUESTED:
         record = ReplayCancelRequestedRecord(
             v=REPLAY_RECORD_VERSION, replay_id=body["replay_id"], stream_id=body["stream_id"],

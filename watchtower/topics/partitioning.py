@@ -1,45 +1,12 @@
-"""Kafka's default key partitioner (murmur2), so Python code can name a key's partition itself.
+"""Kafka's default key partitioner (murmur2): re-exported from the pure core.
 
-Every producer that feeds Watchtower uses it: the Java clients and Faust by default, and
-confluent-kafka with ``partitioner=murmur2_random``. A worker that forwards a record to another
-aggregate (the registry) must pick the same partition those clients would.
+The function lives in :mod:`watchtower.protocol.partitioning`, because where a record belongs is a
+protocol rule (:mod:`watchtower.protocol.placement`); this module keeps the name every Kafka-facing
+caller imports.
 """
 
 from __future__ import annotations
 
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
+from watchtower.protocol.partitioning import murmur2, partition_for_key
 
-
-def murmur2(data: bytes) -> int:
-    """Kafka's 32-bit murmur2 of `data` (as an unsigned int), bit for bit `Utils.murmur2`."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    rounded = length & ~3
-    for i in range(0, rounded, 4):
-        k = data[i] | (data[i + 1] << 8) | (data[i + 2] << 16) | (data[i + 3] << 24)
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = (h * _M) & _MASK
-        h ^= k
-    rest = length & 3
-    if rest == 3:
-        h ^= data[rounded + 2] << 16
-    if rest >= 2:
-        h ^= data[rounded + 1] << 8
-    if rest >= 1:
-        h ^= data[rounded]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h
-
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner gives `key` among `partitions`."""
-    if partitions < 1:
-        raise ValueError("a topic has at least one partition")
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+__all__ = ["murmur2", "partition_for_key"]

@@ -48,10 +48,10 @@ from watchtower.schemas.wire import (
 )
 
 
-def _replay_records(events: Sequence[Event]) -> list[Record]:
+def _replay_records(events: Sequence[Event], command: Command | None) -> list[Record]:
     records = []
     for event in events:
-        value = replay_record_for(event)
+        value = replay_record_for(event, command)
         if value is not None:
             records.append(Record("replay", event.stream_id.encode(), value))
     return records
@@ -102,13 +102,14 @@ class StreamAggregate:
     def decide(self, state: StreamState, command: Command | ReplaySettled, ctx: Context) -> Outcome:
         if isinstance(command, ReplaySettled):
             settled = settle_replay(state, command, height=ctx.block_height)
-            return Outcome(settled.events, settled.reply, _replay_records(settled.events), (), settled.error)
+            return Outcome(settled.events, settled.reply, _replay_records(settled.events, command.command), (),
+                           settled.error)
         decision = decide(state, command, block_height=ctx.block_height, deployment=ctx.deployment)
         if command.method in REPLAY_METHODS:
             # The replay topic's records are derived from the events, in the same transaction.
             charges = [Forward(r.key, encode_keymgr_forward(r.forward), r.answers) for r in decision.forwards]
             return Outcome(decision.events, dict(decision.reply) if decision.answers else None,
-                           _replay_records(decision.events), charges, decision.error)
+                           _replay_records(decision.events, command), charges, decision.error)
         records: list[Record] = []
         if decision.messages:
             # Only publishes carry messages, and a publish never changes the capacity.
