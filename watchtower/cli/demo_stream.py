@@ -18,7 +18,7 @@ from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
 from watchtower.cli.demo_paid import show_paid_feed
 from watchtower.cli.demo_replay import show_replay
 from watchtower.cli.demo_trust import show_client_side_trust
-from watchtower.cli.demo_wait import STEP_TIMEOUT_S, demo_step
+from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, demo_step
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
@@ -170,8 +170,12 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     click.secho("  -- the same system from the `watchtower` CLI", bold=True)
     env = {**os.environ, "WATCHTOWER_API": services.api_url, "WATCHTOWER_HOME": str(home)}
     for args in (["list"], ["feed", str(feed_id), "get-head"], ["feed", str(feed_id), "subscribers"]):
-        out = subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
-                             text=True, timeout=60, check=False)
+        try:
+            out = subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
+                                 text=True, timeout=STEP_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise DemoStepError(f"stream: `watchtower {' '.join(args)}`",
+                                f"the CLI did not answer within {STEP_TIMEOUT_S:.0f}s") from None
         click.echo(f"  $ watchtower {' '.join(args)}")
         for line in (out.stdout or out.stderr).rstrip().splitlines():
             click.echo(f"    {line}")
