@@ -13,6 +13,8 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import nacl.signing
@@ -21,6 +23,9 @@ from aiohttp import web
 from aiohttp_sse import sse_response
 from kafka_fixture import free_ports
 
+from watchtower.client.account import Account
+from watchtower.client.fake import FakeApi
+from watchtower.client.sdk import Subscriber
 from watchtower.client.sse import SseSource
 from watchtower.protocol.errors import FeedNotFoundError
 from watchtower.protocol.message import StreamMessage
@@ -50,12 +55,25 @@ class Script:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.silent = False  # every connection: one event, then nothing at all (no ping) until cancelled
+        # The first connection ends before any event (a gateway killed before the first push); later
+        # ones send 1..3 to a resume from 0 (what was pushed meanwhile) and nothing to a live start.
+        self.dies_before_first_event = False
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["feed_id"] != "1":
             return error(404, "FEED_NOT_FOUND", "feed 2 does not exist; list feeds with `watchtower list`")
         n = len(self.requests)
         self.requests.append({"last_event_id": request.headers.get("Last-Event-ID"), "query": dict(request.query)})
+        if self.dies_before_first_event:
+            async with sse_response(request, ping_interval=0.2) as resp:
+                if n == 0:
+                    await asyncio.sleep(0.3)  # a heartbeat or so, then the connection is gone
+                    return resp
+                if request.headers.get("Last-Event-ID") == "0":
+                    for seq in (1, 2, 3):
+                        await resp.send(event_data(seq), id=str(seq), event="message")
+                await asyncio.sleep(3600)  # live from here: nothing more is pushed
+            return resp
         if self.silent:
             async with sse_response(request, ping_interval=3600) as resp:
                 await resp.send(event_data(1), id="1", event="message")
@@ -175,3 +193,46 @@ def test_close_ends_the_reader_at_once_while_the_server_is_silent(server: tuple[
     closer.join(60)
     assert not closer.is_alive()
     assert len(script.requests) == 1  # closed, not reconnected
+
+
+def test_a_connection_lost_before_its_first_event_resumes_from_the_readers_cursor(
+        server: tuple[str, Script]) -> None:
+    """A live connection that drops before any event has no Last-Event-ID of its own. Resuming live
+    would lose every push made while it was down (the demo's PUSH subscriber got 0 of 40 when its
+    gateway was killed before the first delivery reached it): it resumes after the reader's cursor."""
+    url, script = server
+    script.dies_before_first_event = True
+    with SseSource(url, 1, subscriber="0xab", heartbeat_s=1, reconnect_delay_s=0.05) as source:
+        assert source.wait_connected(30)
+        source.resume_after(0)
+        assert collect(source, 3) == [1, 2, 3]
+    assert [r["last_event_id"] for r in script.requests][:2] == [None, "0"]
+
+
+def test_push_mode_over_sse_gets_what_was_pushed_while_its_first_connection_was_down(
+        server: tuple[str, Script], tmp_path: Path) -> None:
+    """The same through `Subscriber.stream("push", SseSource(...))`, which tells the source its cursor."""
+    url, script = server
+    script.dies_before_first_event = True
+    api = FakeApi()
+    owner = Account(nacl.signing.SigningKey.generate(), name="owner", home=tmp_path)
+    api.command(owner.sign("create_stream", STREAM, {"publisher_key_hex": bytes(KEY.verify_key).hex()}))
+    sub = Subscriber(api, STREAM)
+    with SseSource(url, 1, subscriber="0xab", heartbeat_s=1, reconnect_delay_s=0.05) as source:
+        assert source.wait_connected(30)
+        got = [m.sequence for m in islice(sub.stream("push", source, idle_timeout_s=30), 3)]
+    assert got == [1, 2, 3]
+    assert script.requests[1]["last_event_id"] == "0"
+
+
+def test_a_resume_point_refused_as_too_old_is_not_retried(server: tuple[str, Script]) -> None:
+    """CURSOR_TOO_OLD for the reader's cursor: the source resumes live and never sends that cursor again."""
+    url, script = server
+    with SseSource(url, 1, heartbeat_s=1, stall_timeout_s=1.5, reconnect_delay_s=0.05) as source:
+        source.resume_after(5)  # before any connection streamed: the first one still starts live
+        assert collect(source, 6)[-1] == 6
+        source.resume_after(5)  # the cursor that was refused: ignored
+        assert source.resume_point() == 6
+    # live; after the drop from 5 (the reader's cursor, above the 3 received); from 5 after `lagged`
+    # and the stall; 503; CURSOR_TOO_OLD for 5; then live, and 5 is never sent again
+    assert [r["last_event_id"] for r in script.requests][:6] == [None, "5", "5", "5", "5", None]

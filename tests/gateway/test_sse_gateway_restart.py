@@ -1,16 +1,25 @@
 """A gateway killed with kill -9 mid-stream and restarted: a client that resumes with
 Last-Event-ID gets every message exactly once, in order, including those published while the
-gateway was down."""
+gateway was down; a push subscriber whose gateway died before its first push gets what was pushed
+meanwhile."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import threading
+import time
+from itertools import islice
 
+import nacl.signing
 import pytest
 from sse_reader import SseClient
 from sse_stack import Feed, start_sse_gateway
 
+from watchtower.client.account import Account
+from watchtower.client.push import PushConsumer
+from watchtower.client.sdk import Subscriber
+from watchtower.client.sse import SseSource
 from watchtower.local.stack import ServiceSet
 
 pytestmark = pytest.mark.integration
@@ -43,3 +52,38 @@ def test_a_client_resuming_after_a_gateway_kill9_gets_everything_exactly_once(
         rest += client.messages(5)
     received += [int(e.id or 0) for e in rest]
     assert received == list(range(1, 51))
+
+
+def test_a_push_subscriber_whose_gateway_dies_before_its_first_push_gets_what_was_pushed_meanwhile(
+        sse_stack: ServiceSet, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The demo's failure: the gateway was killed before the first delivery reached the PUSH
+    subscriber, so its SSE connection had no Last-Event-ID, resumed live, and received 0 of 40.
+    `Subscriber.stream` tells the source its cursor: the reconnect resumes from it, and the gateway
+    resends what the delivery worker pushed while it was down."""
+    home = tmp_path_factory.mktemp("push-restart-home")
+    feed = Feed(sse_stack, home)
+    url = sse_stack.urls["gateway-g1"]
+    port = int(url.rsplit(":", 1)[1])
+    account = Account(nacl.signing.SigningKey.generate(), home=home)
+    feed.api.command(account.sign("subscribe", feed.stream_id, {"mode": "PUSH"}))
+    sub = Subscriber(feed.api, feed.stream_id, expected_owner=feed.owner.address)
+    got: list[int] = []
+    with SseSource(url, feed.feed_id, subscriber=account.address, heartbeat_s=1, reconnect_delay_s=0.1) as source:
+        assert source.wait_connected(60)
+        # The application's loop runs throughout, as it would: the stream tells the source its cursor.
+        reader = threading.Thread(target=lambda: got.extend(
+            m.sequence for m in islice(sub.stream("push", source, idle_timeout_s=60), 5)), daemon=True)
+        reader.start()
+        # Pushes are made while the gateway is down: the Kafka view of the same subscriber shows them committed.
+        with PushConsumer(sse_stack.bootstrap, account.address, feed.stream_id, prefix=sse_stack.prefix) as pushes:
+            sse_stack.kill9("gateway-g1")
+            feed.publish(5)
+            seen: list[int] = []
+            deadline = time.monotonic() + 120
+            while len(seen) < 5:
+                assert time.monotonic() < deadline, f"the delivery worker pushed only {seen}"
+                seen += [m.sequence for m in pushes.poll(1.0)]
+        start_sse_gateway(sse_stack, port)
+        reader.join(90)
+    assert got == [1, 2, 3, 4, 5], f"the push subscriber got {got} after the gateway restart (SSE {source.stats})"
+    assert source.stats.connects >= 2

@@ -6,6 +6,7 @@ import time
 
 import click
 
+from watchtower.cli.demo_wait import demo_step
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
 from watchtower.local.paths import watchtower_home
@@ -29,13 +30,16 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
     started_here = broker.status()["state"] != "running"
     t0 = time.monotonic()
     _step("1. embedded Apache Kafka (KRaft, single node)")
-    waited = broker.up()
+    with demo_step("start the embedded Kafka broker", logs=spec.data_dir):
+        waited = broker.up()
     st = broker.status()
     click.echo(f"kafka {st['kafka_version']} answering at {st['bootstrap']} after {waited:.1f}s "
                f"(data {st['data_dir']})")
     try:
         _step("2. topic catalogue (`watchtower init`)")
-        for r in ensure_topics(spec.bootstrap):
+        with demo_step("create the topic catalogue", logs=spec.data_dir):
+            created = ensure_topics(spec.bootstrap)
+        for r in created:
             click.echo(f"  {r.action:8} {r.name:22} partitions={r.partitions} rf={r.replication_factor}")
 
         _step("3. one record through confluent-kafka, Faust (aiokafka) and Spark")
@@ -43,7 +47,8 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
         def show(h: Hop) -> None:
             click.echo(f"  [{h.seconds:5.1f}s] {h.client:16} {h.action}: {h.value!r}")
 
-        three_client_roundtrip(spec.bootstrap, show)
+        with demo_step("one record through confluent-kafka, Faust and Spark"):
+            three_client_roundtrip(spec.bootstrap, show)
 
         _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring), "
               "then a paid feed, then replays beyond the window (service and Spark)")

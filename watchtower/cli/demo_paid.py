@@ -12,6 +12,7 @@ from collections.abc import Callable
 import click
 import nacl.signing
 
+from watchtower.cli.demo_wait import STEP_TIMEOUT_S
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
@@ -48,7 +49,7 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
                                               PROTOCOL_FEE_BPS, "publisher_treasury": owner.address,
                                               "key_epoch_blocks": EPOCH_BLOCKS})
     sid = created["stream_id"]
-    wait_until_visible(api, sid, feed_id=created["feed_id"])
+    wait_until_visible(api, sid, feed_id=created["feed_id"], timeout_s=STEP_TIMEOUT_S)
     config = paid_config(api.stream_info(sid))
     epoch = current_key_epoch(config)
     publisher = PaidPublisher(api, owner, sid, key, keymgr, config=config)
@@ -62,15 +63,17 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
     for who in (reader, sponsor):
         mint.mint_cby(who.address, 10_000)
     ledger = Ledger(api, reader)
-    ledger.wait_for_balance(reader.address, 10_000)
+    ledger.wait_for_balance(reader.address, 10_000, timeout_s=STEP_TIMEOUT_S)
     for who in (reader, stranger, sponsor):
         Ledger(api, who).add_account_key()  # the X25519 key epoch keys are sealed to
     parties = (("payer (reader)", reader.address), ("publisher treasury", owner.address),
                ("protocol treasury", protocol_treasury))
     before = {a: ledger.balance(a) for _, a in parties}
     receipt = ledger.acquire_epoch_access(sid, epoch + 1)
-    ledger.wait_for_balance(owner.address, before[owner.address] + receipt.publisher_amount_cby)
-    ledger.wait_for_balance(protocol_treasury, before[protocol_treasury] + receipt.protocol_fee_cby)
+    ledger.wait_for_balance(owner.address, before[owner.address] + receipt.publisher_amount_cby,
+                            timeout_s=STEP_TIMEOUT_S)
+    ledger.wait_for_balance(protocol_treasury, before[protocol_treasury] + receipt.protocol_fee_cby,
+                            timeout_s=STEP_TIMEOUT_S)
     click.echo(f"  reader bought epochs {receipt.from_key_epoch}..{receipt.to_key_epoch}: "
                f"{receipt.publisher_amount_cby} to the publisher + {receipt.protocol_fee_cby} protocol fee "
                f"= {receipt.total_amount_cby} CBY wei")
@@ -78,8 +81,10 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
         click.echo(f"    {label:19} {before[address]:>7} -> {ledger.balance(address):>7}")
 
     click.secho("  -- who can read it", bold=True)
-    ledger.wait_for_entitlement(sid, reader.address, epoch + 1)
-    entitled = Subscriber(api, sid, decrypt=True, epoch_keys=EpochKeyRing(keymgr, reader, settle_s=15))
+    ledger.wait_for_entitlement(sid, reader.address, epoch + 1, timeout_s=STEP_TIMEOUT_S)
+    # The key manager learns of the purchase from the log a moment later: retry within the step's bound.
+    entitled = Subscriber(api, sid, decrypt=True, epoch_keys=EpochKeyRing(keymgr, reader, settle_s=STEP_TIMEOUT_S))
+    wait_until_visible(api, sid, min_head=3, timeout_s=STEP_TIMEOUT_S)
     page = entitled.poll_page(100, min_head=3, wait_ms=5000)
     click.echo(f"  the reader verifies, then decrypts locally: {[p.decode() for p in page.plaintexts]}")
     seen = Subscriber(api, sid).poll(100)
@@ -87,6 +92,6 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
                f"{', '.join(sorted({str(m.payload_format) for m in seen}))}, but no key:")
     _refused("    its epoch keys", lambda: EpochKeyRing(keymgr, stranger).fetch(sid, epoch, epoch))
     Ledger(api, sponsor).acquire_epoch_access(sid, epoch + 1, beneficiary_account=friend.address)
-    click.echo(f"  a sponsor paid for a friend: the friend is entitled through epoch "
-               f"{Ledger(api, friend).wait_for_entitlement(sid, friend.address, epoch + 1)}, the sponsor is not:")
+    through = Ledger(api, friend).wait_for_entitlement(sid, friend.address, epoch + 1, timeout_s=STEP_TIMEOUT_S)
+    click.echo(f"  a sponsor paid for a friend: the friend is entitled through epoch {through}, the sponsor is not:")
     _refused("    the sponsor's epoch keys", lambda: EpochKeyRing(keymgr, sponsor).fetch(sid, epoch, epoch))

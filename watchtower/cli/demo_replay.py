@@ -23,6 +23,7 @@ from collections.abc import Callable
 import click
 import nacl.signing
 
+from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, topic_partitions, wait_worker_serving
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.ledger import Ledger
@@ -31,6 +32,7 @@ from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.message import StreamMessage
+from watchtower.topics.catalogue import topic_name
 
 RING = 50
 PUBLISHED = 150
@@ -47,7 +49,7 @@ def _refused(label: str, call: Callable[[], object]) -> WatchtowerError:
 
 
 def _read(client: ReplayClient, ticket: ReplayTicket) -> list[StreamMessage]:
-    return list(client.messages(ticket, timeout_s=300))
+    return list(client.messages(ticket, timeout_s=max(300.0, STEP_TIMEOUT_S)))
 
 
 def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_worker: str) -> None:
@@ -61,12 +63,12 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
     created = create_feed(api, owner, name="replayed-ticks", publisher_key_hex=bytes(key.verify_key).hex(),
                           ring_buffer_capacity=RING)
     sid, feed_id = created["stream_id"], created["feed_id"]
-    wait_until_visible(api, sid, feed_id=feed_id)
+    wait_until_visible(api, sid, feed_id=feed_id, timeout_s=STEP_TIMEOUT_S)
     publisher = Publisher(api, owner, sid, key)
     t0 = time.monotonic()
     for i in range(1, PUBLISHED + 1):
         publisher.publish("tick", json.dumps({"i": i}).encode(), {"side": "buy" if i % 2 else "sell", "n": float(i)})
-    wait_until_visible(api, sid, min_head=PUBLISHED)
+    wait_until_visible(api, sid, min_head=PUBLISHED, timeout_s=STEP_TIMEOUT_S)
     head = api.get_head(sid)
     click.echo(f"  feed {feed_id}: {PUBLISHED} publishes in {time.monotonic() - t0:.1f}s; window "
                f"{head['floor_sequence']}..{head['head_sequence']}")
@@ -96,8 +98,12 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
     click.secho("  -- CURSOR_TOO_OLD crossed by a subscriber that opts in to replay the gap", bold=True)
     follower = Subscriber(api, sid, expected_owner=owner.address, replay_on_cursor_too_old=True, replay_client=client)
     got: list[int] = []
+    deadline = time.monotonic() + STEP_TIMEOUT_S
     while follower.cursor < PUBLISHED:
-        got.extend(m.sequence for m in follower.poll(limit=100))
+        if time.monotonic() > deadline:
+            raise DemoStepError("replay: a subscriber crosses CURSOR_TOO_OLD", f"its cursor is at {follower.cursor} "
+                                f"of {PUBLISHED} after {STEP_TIMEOUT_S:.0f}s", logs=services.log_dir)
+        got.extend(m.sequence for m in follower.poll_page(100, min_head=PUBLISHED, wait_ms=2000).messages)
     click.echo(f"  the subscriber read {len(got)} messages, 1..{got[-1]} without a gap: "
                f"{got == list(range(1, PUBLISHED + 1))}")
 
@@ -106,9 +112,9 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
     _refused("a replay of 50 events without payment", lambda: client.register(feed_id, 1, 51))
     ledger = Ledger(api, reader)
     Ledger(api, minter).mint_cby(reader.address, 1_000)
-    ledger.wait_for_balance(reader.address, 1_000)
+    ledger.wait_for_balance(reader.address, 1_000, timeout_s=STEP_TIMEOUT_S)
     paid = client.register(feed_id, 1, 51, max_payment_cby=50 * PRICE_PER_EVENT)
-    owner_balance = ledger.wait_for_balance(owner.address, 50 * PRICE_PER_EVENT)
+    owner_balance = ledger.wait_for_balance(owner.address, 50 * PRICE_PER_EVENT, timeout_s=STEP_TIMEOUT_S)
     click.echo(f"  replay {paid.replay_id} charged {paid.price_cby} CBY: reader 1000 -> {ledger.balance()}, "
                f"owner 0 -> {owner_balance}; {len(_read(client, paid))} messages delivered")
     api.command(owner.sign("set_replay_price", sid, {"price_per_event_cby": 0}))
@@ -139,7 +145,10 @@ def _spark_part(api: ApiClient, services: ServiceSet, client: ReplayClient, feed
                    f"gaps {report.gaps or 'none'}, first bad sequence {report.first_bad_sequence}")
     finally:
         spark.stop()
-    services.start_replay("demo-r2")
-    time.sleep(1.0)
-    click.echo(f"  replay worker restarted; replay {spark_ticket.replay_id} stays "
-               f"{client.status(spark_ticket.replay_id)['status']} (Spark's), nothing delivered twice")
+    restarted = services.start_replay("demo-r2")
+    # It has looked at every replay once it holds its partitions (restored from the log): wait for that.
+    partitions = topic_partitions(services.bootstrap, topic_name("replay", services.prefix))
+    health = wait_worker_serving("replay: the restarted replay worker takes its partitions",
+                                 services.health_file(restarted), partitions, logs=services.log_dir)
+    click.echo(f"  replay worker restarted (partitions {health['partitions']}); replay {spark_ticket.replay_id} "
+               f"stays {client.status(spark_ticket.replay_id)['status']} (Spark's), nothing delivered twice")

@@ -18,6 +18,7 @@ from watchtower.agents.deployment import ENV_PROTOCOL_TREASURY
 from watchtower.cli.demo_paid import show_paid_feed
 from watchtower.cli.demo_replay import show_replay
 from watchtower.cli.demo_trust import show_client_side_trust
+from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, demo_step
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
@@ -66,16 +67,21 @@ def run_stream_demo(bootstrap: str) -> None:
     services.start_projection("demo-p1")
     services.start_keymgr(_free_port(8472), kek_file)
     replay_worker = services.start_replay("demo-r1")
+    logs = services.log_dir
     try:
         t0 = time.monotonic()
-        services.wait_ready()
-        services.wait_keymgr()
+        with demo_step("stream: start the stream worker, the HTTP API and the key manager", logs=logs):
+            services.wait_ready(STEP_TIMEOUT_S)
+            services.wait_keymgr(STEP_TIMEOUT_S)
         click.echo(f"  stream worker + projection worker up; HTTP API {services.api_url} "
                    f"(OpenAPI at /openapi.json), key manager {services.keymgr_url} after {time.monotonic() - t0:.1f}s")
         api = ApiClient(services.api_url)
-        _drive(api, services, home)
-        show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
-        show_replay(api, services, minter, replay_worker)
+        with demo_step("stream: feeds, rotation, filters, allowlist, ring and the CLI", logs=logs):
+            _drive(api, services, home)
+        with demo_step("paid feed: encrypt, purchase, decrypt", logs=logs):
+            show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
+        with demo_step("replay: beyond the window, by the service and by Spark", logs=logs):
+            show_replay(api, services, minter, replay_worker)
     finally:
         services.stop()
 
@@ -89,7 +95,7 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     created = create_feed(api, owner, name="btc-usd", description="demo prices",
                           publisher_key_hex=bytes(key1.verify_key).hex())
     sid, feed_id = created["stream_id"], created["feed_id"]
-    wait_until_visible(api, sid, feed_id=feed_id)
+    wait_until_visible(api, sid, feed_id=feed_id, timeout_s=STEP_TIMEOUT_S)
     click.echo(f"  feed {feed_id} = stream {sid}, owner {owner.address[:14]}…")
 
     click.secho("  -- signed messages published, then pulled and verified", bold=True)
@@ -100,15 +106,17 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
         pub.publish("price", json.dumps({"symbol": symbol, "p": 97000 + i}).encode(), tags={"symbol": symbol})
     click.echo(f"  6 publishes acknowledged in {time.monotonic() - t0:.2f}s (head {pub.head})")
     sub = Subscriber(api, sid)
+    wait_until_visible(api, sid, min_head=6, timeout_s=STEP_TIMEOUT_S)
     got = sub.poll_page(100, min_head=6, wait_ms=5000).messages
     click.echo(f"  pulled sequences {[m.sequence for m in got]}, each verified against the key schedule")
 
     click.secho("  -- a key rotation, with messages on both sides of it verified", bold=True)
     key2 = nacl.signing.SigningKey.generate()
     rotated = pub.rotate_key(key2)
-    wait_until_visible(api, sid, signing_key_id=rotated["signing_key_id"])
+    wait_until_visible(api, sid, signing_key_id=rotated["signing_key_id"], timeout_s=STEP_TIMEOUT_S)
     for i in range(7, 10):
         pub.publish("price", json.dumps({"symbol": "BTC", "p": 97000 + i}).encode(), tags={"symbol": "BTC"})
+    wait_until_visible(api, sid, min_head=9, timeout_s=STEP_TIMEOUT_S)
     after = sub.poll_page(100, min_head=9, wait_ms=5000).messages
     schedule = sub.key_schedule(refresh=True)
     click.echo(f"  key {rotated['signing_key_id']} signs from sequence {rotated['effective_sequence']}; "
@@ -138,11 +146,11 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     small_key = nacl.signing.SigningKey.generate()
     small = create_feed(api, owner, name="small-ring", publisher_key_hex=bytes(small_key.verify_key).hex(),
                         ring_buffer_capacity=5)
-    wait_until_visible(api, small["stream_id"], feed_id=small["feed_id"])
+    wait_until_visible(api, small["stream_id"], feed_id=small["feed_id"], timeout_s=STEP_TIMEOUT_S)
     small_pub = Publisher(api, owner, small["stream_id"], small_key)
     for i in range(12):
         small_pub.publish("tick", json.dumps({"i": i}).encode())
-    head = with_spec_names(wait_until_visible(api, small["stream_id"], min_head=12))
+    head = with_spec_names(wait_until_visible(api, small["stream_id"], min_head=12, timeout_s=STEP_TIMEOUT_S))
     click.echo(f"  feed {small['feed_id']}: 12 published into a ring of 5 -> "
                f"floor_sequence {head['floor_sequence']}, head_sequence {head['head_sequence']}")
     _refused("get_since(cursor=0)", lambda: api.get_since(small["stream_id"], 0, 10))
@@ -151,7 +159,7 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     paid = {"fee_per_key_epoch_cby": 10, "protocol_fee_bps": 250, "publisher_treasury": owner.address}
     paid_feed = create_feed(api, owner, name="paid-prices", publisher_key_hex=bytes(key1.verify_key).hex(),
                             access_mode="SUBSCRIBER_PAID", paid_stream_config=paid)
-    wait_until_visible(api, paid_feed["stream_id"], feed_id=paid_feed["feed_id"])
+    wait_until_visible(api, paid_feed["stream_id"], feed_id=paid_feed["feed_id"], timeout_s=STEP_TIMEOUT_S)
     terms = api.stream_info(paid_feed["stream_id"])["config"]["paid_stream_config"]
     click.echo(f"  feed {paid_feed['feed_id']}: protocol_treasury {terms['protocol_treasury'][:14]}… "
                f"(set by the deployment), publisher_treasury {terms['publisher_treasury'][:14]}…")
@@ -162,8 +170,12 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
     click.secho("  -- the same system from the `watchtower` CLI", bold=True)
     env = {**os.environ, "WATCHTOWER_API": services.api_url, "WATCHTOWER_HOME": str(home)}
     for args in (["list"], ["feed", str(feed_id), "get-head"], ["feed", str(feed_id), "subscribers"]):
-        out = subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
-                             text=True, timeout=60, check=False)
+        try:
+            out = subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
+                                 text=True, timeout=STEP_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise DemoStepError(f"stream: `watchtower {' '.join(args)}`",
+                                f"the CLI did not answer within {STEP_TIMEOUT_S:.0f}s") from None
         click.echo(f"  $ watchtower {' '.join(args)}")
         for line in (out.stdout or out.stderr).rstrip().splitlines():
             click.echo(f"    {line}")

@@ -10,12 +10,18 @@ The connection is kept alive across failures:
 - a dropped connection, a refused connect, a 5xx or a 503 LIMIT_EXCEEDED (too many connections)
   is retried after a back-off (`reconnect_delay_s`, doubling up to `max_reconnect_delay_s`), with
   ``Last-Event-ID`` = the highest sequence received, so the server resends only what came after;
+- the reader may say what it already holds (`resume_after`, which ``Subscriber.stream`` calls with
+  its cursor): a reconnect then resumes after the higher of that and the last event received. A
+  connection that started live and dropped before its first event (a gateway killed before the
+  first push reached this subscriber) so resumes from the reader's cursor, and the server resends
+  what was pushed while it was down, instead of starting live again and losing it;
 - a ``lagged`` event (this client fell behind the server's per-connection queue) closes the
   connection and reconnects at once with ``Last-Event-ID``;
 - silence (no event and no heartbeat) for `stall_timeout_s` counts as a stalled connection and is
   reconnected the same way (heartbeats are SSE comments: they only reset the read timer);
 - CURSOR_TOO_OLD (the resume point fell out of the ring window) reconnects live, without
-  ``Last-Event-ID``: the skipped range is the pull side's to recover (``Subscriber.stream``);
+  ``Last-Event-ID``: the skipped range is the pull side's to recover (``Subscriber.stream``); a
+  `resume_after` point at or below the refused one is ignored from then on;
 - any other error answer (FEED_NOT_FOUND, INVALID_FILTER, INVALID_ARGUMENT, 404 of a server
   without the route) is permanent: `poll` raises it and the source stops.
 
@@ -90,6 +96,9 @@ class SseSource:
         self.max_reconnect_delay_s = max_reconnect_delay_s
         self.stats = SseStats()
         self.last_event_id = last_event_id
+        # What the reader holds (`resume_after`), and the highest resume point refused as too old.
+        self._reader_cursor: int | None = None
+        self._too_old_at: int | None = None
         self._queue: queue.Queue[StreamMessage] = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._connected = threading.Event()
@@ -118,6 +127,29 @@ class SseSource:
             if time.monotonic() >= deadline:
                 return False
         return True
+
+    def resume_after(self, sequence: int) -> None:
+        """The reader holds every message up to `sequence` (its cursor): a reconnect resumes after the
+        higher of it and the last event received, even when no event was received yet.
+
+        Call it again as the cursor moves (``Subscriber.stream`` does, every round); a lower value
+        than before, or one at or below a resume point the server refused as CURSOR_TOO_OLD, is ignored.
+        """
+        if sequence < 0 or (self._too_old_at is not None and sequence <= self._too_old_at):
+            return
+        if self._reader_cursor is None or sequence > self._reader_cursor:
+            self._reader_cursor = sequence
+
+    def resume_point(self) -> int | None:
+        """The ``Last-Event-ID`` the next connection sends (None: it starts live).
+
+        The first connection starts where it was asked to (`last_event_id`); once one has streamed,
+        a reconnect resumes after the last event received or the reader's cursor, whichever is higher.
+        """
+        last, cursor = self.last_event_id, self._reader_cursor
+        if cursor is None or (last is None and self.stats.connects == 0):
+            return last
+        return cursor if last is None else max(last, cursor)
 
     def poll(self, timeout_s: float = 0.5) -> list[StreamMessage]:
         """The messages received within `timeout_s` (possibly none), in arrival order.
@@ -180,12 +212,13 @@ class SseSource:
 
     def _connect_once(self, client: httpx.Client) -> bool:
         """One connection, read until it ends; True when it streamed at all."""
-        headers = {} if self.last_event_id is None else {"Last-Event-ID": str(self.last_event_id)}
+        resume = self.resume_point()
+        headers = {} if resume is None else {"Last-Event-ID": str(resume)}
         try:
             with connect_sse(client, "GET", self.url, params=self.params, headers=headers) as source:
                 self._response = source.response
                 if source.response.status_code != 200:
-                    self._refused(source.response)
+                    self._refused(source.response, resume)
                     return False
                 self._connected.set()
                 self.stats.connects += 1
@@ -204,14 +237,19 @@ class SseSource:
         finally:
             self._response = None
 
-    def _refused(self, response: httpx.Response) -> None:
+    def _refused(self, response: httpx.Response, resume: int | None) -> None:
         """An answer that is not a stream: decide whether to retry (return) or stop (_PermanentError)."""
         response.read()
         error = _error_of(response)
         if isinstance(error, CursorTooOldError):
             self.stats.cursor_too_old += 1
-            log.warning("SSE %s: resume point %s is out of the window; resuming live", self.url, self.last_event_id)
+            log.warning("SSE %s: resume point %s is out of the window; resuming live", self.url, resume)
             self.last_event_id = None
+            if resume is not None:
+                # The reader's cursor is as old: never resume from it (or below) again.
+                self._too_old_at = max(resume, self._too_old_at or 0)
+                if self._reader_cursor is not None and self._reader_cursor <= self._too_old_at:
+                    self._reader_cursor = None
             return
         if isinstance(error, LimitExceededError) or response.status_code >= 500:
             log.info("SSE %s refused (%s): retrying later", self.url, error)

@@ -18,7 +18,11 @@ merged with the Subscriber's own verified pull path so the application receives 
   `pull_interval_s`, and continuously (long polls) while the source reports itself unhealthy
   (``source.healthy`` False: an SSE connection down or stalled), or after it failed for good;
 - push mode hands out what is pushed, verified, ascending and once: a message below the last one
-  handed out is dropped, and a gap is not filled (that is what fallback is for).
+  handed out is dropped, and a gap is not filled (that is what fallback is for);
+- both modes tell a source that can resume (``source.resume_after``, `SseSource`) the cursor every
+  round, so a connection that drops before its first event resumes from what the application
+  holds rather than live: a gateway killed before the first push reached this subscriber costs it
+  nothing once it is back (the gateway resends what was pushed meanwhile).
 
 `StreamStats` counts what happened, for monitoring and tests.
 """
@@ -128,10 +132,17 @@ class _Merger:
         out: list[StreamMessage] = []
         if self.fallback:
             out += self._pull_if_due()
+        self._tell_cursor()
         out += self._receive()
         if self.fallback:
             out += self._release()
         return out
+
+    def _tell_cursor(self) -> None:
+        """Tell a source that can resume what the application holds (see the module docstring)."""
+        resume_after = getattr(self.source, "resume_after", None)
+        if callable(resume_after):
+            resume_after(self.sub.cursor)
 
     # ------------------------------------------------------------------ pull side
     def _pull_if_due(self) -> list[StreamMessage]:
