@@ -10,7 +10,6 @@ projection worker killed with kill -9 and restarted folds its partitions back to
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
+from group_offsets import wait_group_committed
 from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
@@ -122,8 +122,9 @@ def test_a_ledger_run_reads_back_as_it_happened_and_rebuilds_to_the_live_digest(
     assert offline["quarantined"]["count"] == 0
     wait_for(lambda: _json(f"{api}/v1/keymgr/digest") == offline, what="live keymgr digest == rebuild")
 
-    # kill -9 and restart (past Faust's 1 s commit interval): the partitions are folded back the same.
-    time.sleep(2.5)
+    # kill -9 and restart, once the group has committed what it folded: the partitions are folded
+    # back the same.
+    wait_group_committed(services.bootstrap, f"wt-projections-{services.prefix}-g1")
     services.kill9("projection-p1")
     services.start_projection("p1b")
     services.wait_ready(api_url=api)

@@ -7,7 +7,6 @@ a restart that folds its partitions from the log again (with more traffic after 
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
+from group_offsets import wait_group_committed
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
@@ -90,10 +90,9 @@ def test_live_projection_equals_rebuild_from_the_log(kafka_bootstrap: str, tmp_p
         wait_for(lambda: _live(api2)["digest"] == offline["digest"], what="rebuilt generation == rebuild")
 
         # kill -9 and restart, then keep writing: still equal to the log.
-        # (Wait past Faust's 1 s commit interval first, so the fold above is committed state.)
-        time.sleep(2.5)
+        # (Once the group has committed what it folded, so the restart starts from committed state.)
+        wait_group_committed(stack.bootstrap, f"wt-projections-{stack.prefix}-g2")
         stack.kill9("projection-p2")
-        time.sleep(0.5)
         stack.start_projection("p2b", port=port, generation=2)
         stack.wait_ready(api_url=api2)
         # Ready means every assigned partition is folded from the log to its end: the first answer
