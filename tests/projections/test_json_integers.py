@@ -158,3 +158,20 @@ def test_every_integer_a_document_promises_in_an_answer_fits_a_double(doc_name: 
 
     for where, schema in _response_schemas(doc):
         walk(where, schema)
+
+
+def test_a_signed_message_is_written_exactly_as_signed_and_reads_back() -> None:
+    """A publisher may sign a timestamp or key epoch past 2**53 (publish accepts up to 2**63 - 1):
+    the message is a signed document, so it leaves the server as signed and still decodes and verifies."""
+    import nacl.signing
+
+    from watchtower.protocol.key_schedule import KeySchedule
+    from watchtower.protocol.message import StreamMessage
+    from watchtower.protocol.signing import sign_message, verify_with_schedule
+
+    key = nacl.signing.SigningKey(b"\x07" * 32)
+    msg = sign_message(stream_id="s1", sequence=1, timestamp_unix_ms=HUGE, kind="t", payload=b"{}", signing_key=key)
+    page = {"messages": [msg.to_json_dict()], "head_sequence": 1}
+    back = StreamMessage.from_json_dict(json.loads(_written(page))["messages"][0])
+    assert back == msg
+    assert verify_with_schedule(back, KeySchedule.initial(bytes(key.verify_key)))

@@ -13,10 +13,11 @@ beyond 2**53 - 1, so an id or an amount past it silently changes on the way (a r
   client can choose (a nonce or a target epoch near 2**63) or a balance that really grows that large.
   The OpenAPI documents type these fields ``integer | string`` (`openapi_int`).
 
-One exception: a **signed command** inside an answer (the key chain's ``command``) is written exactly
-as it was signed, integers as JSON numbers whatever their size: it is a signed document, and its
-reader verifies the signature over those very integers (a JavaScript reader needs a JSON parser that
-keeps big integers for that, as it does to build a command).
+One exception: a **signed document** inside an answer (a signed command, such as the key chain's
+``command``, or a signed StreamMessage, whose ``timestamp_unix_ms`` and ``key_epoch`` the publisher
+chose and signed) is written exactly as it was signed, integers as JSON numbers whatever their
+size: its reader verifies the signature over those very integers (a JavaScript reader needs a JSON
+parser that keeps big integers for that, as it does to build a command).
 
 `json_safe` applies the rule to a body just before it is written (the projections hand their routes a
 `web_server.SafeJsonWeb`); readers of our own answers (the
@@ -32,6 +33,7 @@ MAX_SAFE_INT: Final = 2**53 - 1
 ID_FIELDS: Final = frozenset({"replay_id", "replayId"})
 """Integer fields written as decimal strings whatever their value."""
 _SIGNED_COMMAND_KEYS: Final = frozenset({"caller_public_key_hex", "signature_hex", "nonce", "body"})
+_SIGNED_MESSAGE_KEY: Final = "publisher_sig_hex"
 
 
 def json_safe(value: Any, *, as_id: bool = False) -> Any:
@@ -41,8 +43,8 @@ def json_safe(value: Any, *, as_id: bool = False) -> Any:
     if isinstance(value, int):
         return str(value) if as_id or not -MAX_SAFE_INT <= value <= MAX_SAFE_INT else value
     if isinstance(value, Mapping):
-        if value.keys() >= _SIGNED_COMMAND_KEYS:
-            return value  # a signed command is written exactly as signed (module docstring)
+        if value.keys() >= _SIGNED_COMMAND_KEYS or _SIGNED_MESSAGE_KEY in value:
+            return value  # a signed document is written exactly as signed (module docstring)
         return {k: json_safe(v, as_id=k in ID_FIELDS) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
