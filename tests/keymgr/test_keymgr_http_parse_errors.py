@@ -46,13 +46,14 @@ async def _probe(requests: list[bytes]) -> list[tuple[int, str, bytes]]:
     port, stop = _free_port(), asyncio.Event()
     server = asyncio.create_task(serve_app(build_app(_NoManager()), "127.0.0.1", port, stop))  # type: ignore[arg-type]
     try:
-        for _ in range(200):  # until it listens
-            try:
-                _, w = await asyncio.open_connection("127.0.0.1", port)
-                w.close()
-                break
-            except OSError:
-                await asyncio.sleep(0.01)
+        async with asyncio.timeout(30):  # until it listens (a loaded machine may take a while)
+            while True:
+                try:
+                    _, w = await asyncio.open_connection("127.0.0.1", port)
+                    w.close()
+                    break
+                except OSError:
+                    await asyncio.sleep(0.01)
         return [await _raw(port, r) for r in requests]
     finally:
         stop.set()

@@ -65,3 +65,28 @@ def test_a_command_whose_signature_does_not_verify_is_refused() -> None:
     forged["body"] = {**forged["body"], "to": 99}
     with pytest.raises(ReplayRuleError, match="INVALID_SIGNATURE"):
         check_registration_command(msgspec.structs.replace(rec, command=forged))
+
+
+@pytest.mark.parametrize(("changes", "named"), [
+    ({"first": 1, "end_exclusive": 1_000_000}, "plan"),  # the plan starts before what was asked
+    ({"end_exclusive": 10}, "plan"),  # past `to`
+    ({"end_exclusive": 2}, "plan"),  # ends before it starts
+    ({"end_id": 8}, "plan"),  # a closed range has no end_id
+])
+def test_a_plan_outside_the_signed_range_is_refused(changes: dict[str, int], named: str) -> None:
+    """A forger who copies a genuine command cannot widen the plan it backs."""
+    rec = msgspec.structs.replace(registration(), **changes)
+    with pytest.raises(ReplayRuleError, match=f"differs in: .*{named}"):
+        check_registration_command(rec)
+
+
+def test_an_open_ended_plan_must_end_at_its_end_id() -> None:
+    key = nacl.signing.SigningKey(b"\x01" * 32)
+    body = {"namespace": SID, "from": 3, "to": None, "config": {"filter": FLT, "skip": [2, 1]}, "memo_hex": "AB"}
+    cmd = sign_command(key, "register_replay", SID, 7, body)
+    digest = command_digest(cmd)
+    rec = msgspec.structs.replace(registration(), to_sequence=None, end_exclusive=9, end_id=8, nonce=7,
+                                  replay_id=replay_id_for(digest), digest_hex=digest.hex(), command=cmd.to_dict())
+    assert check_registration_command(rec).caller == rec.requester
+    with pytest.raises(ReplayRuleError, match="end_id"):
+        check_registration_command(msgspec.structs.replace(rec, end_id=1_000))

@@ -19,7 +19,8 @@ from watchtower.protocol.signing import sign_message
 OWNER = nacl.signing.SigningKey(bytes(range(60, 92)))
 KEY_1 = nacl.signing.SigningKey(bytes(range(61, 93)))
 KEY_2 = nacl.signing.SigningKey(bytes(range(62, 94)))
-READER = address_from_public_key(bytes(nacl.signing.SigningKey(bytes(range(63, 95))).verify_key))
+READER_KEY = nacl.signing.SigningKey(bytes(range(63, 95)))
+READER = address_from_public_key(bytes(READER_KEY.verify_key))
 ROTATED_AFTER = 12
 LENGTH = 30
 BTC = {"field": "tags.symbol", "op": "eq", "value": "BTC"}

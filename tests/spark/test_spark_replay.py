@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
-from spark_script import BTC, LENGTH, OWNER, READER, publish_script
+from spark_script import BTC, LENGTH, OWNER, READER, READER_KEY, publish_script
 from stack_fixture import start_stack
 
 from watchtower.client.http import ApiClient
@@ -22,7 +22,14 @@ from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import ReplayNotFoundError
 from watchtower.protocol.key_chain import verify_key_chain
-from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_headers
+from watchtower.protocol.replay_rules import (
+    canonical_filter,
+    parse_replay_filter,
+    read_replay_headers,
+    replay_headers,
+    replay_id_for,
+)
+from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.replay_records import (
@@ -60,20 +67,28 @@ def api(stack: ServiceSet) -> ApiClient:
     return client
 
 
-def register(stack: ServiceSet, replay_id: int, *, first: int, end_exclusive: int, end_id: int | None,
-             filter_spec: Any = None, skip: list[int] | None = None) -> int:
-    """Write the `registered` record the stream's writer would write; the replay partition."""
+def register(stack: ServiceSet, nonce: int, *, first: int, end_exclusive: int, end_id: int | None,
+             filter_spec: Any = None, skip: list[int] | None = None) -> tuple[int, int]:
+    """Write the `registered` record the stream's writer would write, with the reader's signed
+    register_replay (nonce `nonce`) it was decided from; (its replay id, the replay partition)."""
     topic = topic_name("replay", stack.prefix)
     partition = partition_for_key(SID.encode(), 3)
+    to = None if end_id is not None else end_exclusive
+    config = {name: value for name, value in (("filter", filter_spec), ("skip", skip)) if value is not None}
+    body: dict[str, Any] = {"namespace": SID, "from": first, **({} if to is None else {"to": to}),
+                            **({"config": config} if config else {})}
+    cmd = sign_command(READER_KEY, "register_replay", SID, nonce, body)
+    digest = command_digest(cmd)
+    replay_id = replay_id_for(digest)
     record = ReplayRegistered(
         v=1, replay_id=replay_id, stream_id=SID, namespace=SID, requester=READER, from_sequence=first,
-        to_sequence=None if end_id is not None else end_exclusive, first=first, end_exclusive=end_exclusive,
+        to_sequence=to, first=first, end_exclusive=end_exclusive,
         end_id=end_id, filter=canonical_filter(parse_replay_filter(filter_spec)), skip=skip, memo_hex="",
-        price_cby=0, block_height=1, caller=READER, nonce=replay_id, digest_hex="00" * 32)
+        price_cby=0, block_height=1, caller=READER, nonce=nonce, digest_hex=digest.hex(), command=cmd.to_dict())
     producer = Producer(kafka_config(stack.bootstrap))
     producer.produce(topic, key=SID.encode(), value=encode_replay_record(record), partition=partition)
     assert producer.flush(60) == 0
-    return partition
+    return replay_id, partition
 
 
 def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:
@@ -98,7 +113,7 @@ def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_header
 
     replay_id = 7001
     # Open-ended [2, head]: even sequences only (skip [2, 0]) that are BTC (every third).
-    partition = register(stack, replay_id, first=2, end_exclusive=LENGTH + 1, end_id=LENGTH, filter_spec=BTC,
+    replay_id, partition = register(stack, 1, first=2, end_exclusive=LENGTH + 1, end_id=LENGTH, filter_spec=BTC,
                          skip=[2, 0])
     lines: list[str] = []
     result = run_replay(spark, stack.bootstrap, SID, replay_id, prefix=stack.prefix, report=lines.append)
@@ -139,8 +154,7 @@ def test_a_plan_past_the_archive_errors_with_the_missing_sequence_and_delivers_n
         spark: Any, stack: ServiceSet, api: ApiClient) -> None:
     from watchtower.spark.replay_job import run_replay
 
-    replay_id = 7002
-    register(stack, replay_id, first=LENGTH - 1, end_exclusive=LENGTH + 3, end_id=None)
+    replay_id, _ = register(stack, 2, first=LENGTH - 1, end_exclusive=LENGTH + 3, end_id=None)
     result = run_replay(spark, stack.bootstrap, SID, replay_id, prefix=stack.prefix)
     assert result.status == "errored"
     assert f"missing sequence {LENGTH + 1}" in (result.reason or "")
@@ -155,20 +169,30 @@ def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, ap
 
     with pytest.raises(ReplayNotFoundError, match="not registered"):
         run_replay(spark, stack.bootstrap, SID, 999_999, prefix=stack.prefix)
-    register(stack, 7004, first=1, end_exclusive=3, end_id=None)
+    # A registration its requester did not sign (no command) is not one the job fulfils.
+    forged = ReplayRegistered(
+        v=1, replay_id=7005, stream_id=SID, namespace=SID, requester=READER, from_sequence=1, to_sequence=3,
+        first=1, end_exclusive=3, end_id=None, filter=None, skip=None, memo_hex="", price_cby=0, block_height=1,
+        caller=READER, nonce=5, digest_hex="00" * 32)
+    producer = Producer(kafka_config(stack.bootstrap))
+    producer.produce(topic_name("replay", stack.prefix), key=SID.encode(), value=encode_replay_record(forged),
+                     partition=partition_for_key(SID.encode(), 3))
+    assert producer.flush(60) == 0
+    with pytest.raises(ReplayNotFoundError, match="not registered"):
+        run_replay(spark, stack.bootstrap, SID, 7005, prefix=stack.prefix)
+    replay_id, _ = register(stack, 4, first=1, end_exclusive=3, end_id=None)
     # Another stream on the same partition does not own SID's replay.
     neighbour = next(f"s-other-{i}" for i in range(1000)
                      if partition_for_key(f"s-other-{i}".encode(), 3) == partition_for_key(SID.encode(), 3))
     with pytest.raises(ReplayNotFoundError, match="not registered"):
-        run_replay(spark, stack.bootstrap, neighbour, 7004, prefix=stack.prefix)
+        run_replay(spark, stack.bootstrap, neighbour, replay_id, prefix=stack.prefix)
 
 
 def test_the_cli_runs_a_registered_replay_and_prints_the_result(
         spark: Any, stack: ServiceSet, api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
     from watchtower.cli.spark_cmd import spark as group
 
-    replay_id = 7003
-    register(stack, replay_id, first=1, end_exclusive=11, end_id=None, filter_spec={"field": "kind", "op": "eq",
+    replay_id, _ = register(stack, 3, first=1, end_exclusive=11, end_id=None, filter_spec={"field": "kind", "op": "eq",
                                                                                    "value": "trade"})
     monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", stack.prefix)
     result = CliRunner().invoke(group, ["replay", str(replay_id), "--stream", SID, "--bootstrap", stack.bootstrap,

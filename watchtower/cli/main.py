@@ -95,7 +95,12 @@ def main() -> None:
         sys.exit(130)
     except click.ClickException as exc:
         if as_json:
-            _echo_json_error("INVALID_ARGUMENT", exc.format_message(), {"usage": True})
+            # A usage error names the argument to fix; any other refusal a command raises as a
+            # ClickException (a missing file, a step of the demo) keeps its own code when it has one.
+            usage = isinstance(exc, click.UsageError)
+            own = getattr(exc, "code", None)
+            spec_code = own if isinstance(own, str) else ("INVALID_ARGUMENT" if usage else "WATCHTOWER_ERROR")
+            _echo_json_error(spec_code, exc.format_message(), {"usage": True} if usage else None)
         else:
             exc.show()
         sys.exit(exc.exit_code)

@@ -12,7 +12,9 @@ it carries, as a key rotation is checked against the owner's signed command:
    (and caller), with the record's nonce and digest; the replay id is the one derived from that
    digest (`replay_rules.replay_id_for`), so a command registers exactly one replay;
 3. what the command asked for is what the record plans: namespace, ``from``/``to``, memo, the
-   filter (canonical) and skip of its config.
+   filter (canonical) and skip of its config; and the plan lies inside the request: it starts at
+   ``from``, ends at or before ``to`` (an open-ended request: its ``end_id`` is the plan's last
+   sequence), and no stream holds a sequence below 1.
 
 The writer's other checks (the requester may read the stream, the plan fits the head, the price
 was paid) are decided against the stream's state, which a replay worker does not hold; a forger
@@ -77,11 +79,21 @@ def _request_mismatches(body: Mapping[str, Any], record: ReplayRegistered) -> li
         skip = parse_skip(config.get("skip"))
     except WatchtowerError:
         return ["config"]
-    return [name for name, ok in (
+    return [*_plan_mismatches(record), *(name for name, ok in (
         ("namespace", body.get("namespace") == record.namespace),
         ("from", body.get("from") == record.from_sequence),
         ("to", body.get("to") == record.to_sequence),
         ("memo_hex", (memo.lower() if isinstance(memo, str) else memo) == record.memo_hex),
         ("filter", flt == record.filter),
         ("skip", (None if skip is None else list(skip)) == record.skip),
-    ) if not ok]
+    ) if not ok)]
+
+
+def _plan_mismatches(record: ReplayRegistered) -> list[str]:
+    """Whether the record's plan ``[first, end_exclusive)`` (and ``end_id``) fits the range it asked for."""
+    first, end, to, end_id = record.first, record.end_exclusive, record.to_sequence, record.end_id
+    if record.from_sequence < 1 or first != record.from_sequence or end < first:
+        return ["plan"]
+    if to is None:
+        return [] if end_id is not None and end_id >= 0 and (end == first or end_id == end - 1) else ["end_id"]
+    return [] if end <= to and end_id is None else ["plan"]

@@ -35,7 +35,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from watchtower.protocol.errors import GenericReplayError, ReplayNotFoundError, WatchtowerError
+from watchtower.protocol.replay_registration import check_registration_command
 from watchtower.protocol.replay_rules import parse_replay_filter, parse_skip, replay_headers
+from watchtower.protocol.replay_status import ReplayRuleError
 from watchtower.schemas.replay_records import (
     ReplayCanceled,
     ReplayCompleted,
@@ -99,6 +101,11 @@ def _read_replay_log(bootstrap: str, topic: str, partition: int, stream_id: str,
         if record.replay_id != replay_id:
             continue
         if isinstance(record, ReplayRegistered) and log.registration is None and record.stream_id == stream_id:
+            try:  # the same check as the replay worker's: only a registration its requester signed
+                check_registration_command(record)
+            except ReplayRuleError as exc:
+                _LOG.warning("skipping %s[%d]@%d: %s", topic, partition, m.offset(), exc)
+                continue
             log.registration = record
         elif isinstance(record, ReplayProgress):
             log.engines.add(record.engine)

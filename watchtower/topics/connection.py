@@ -153,7 +153,7 @@ ENV_SESSION_TIMEOUT = "WATCHTOWER_SESSION_TIMEOUT_MS"
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 # Kafka's own floor for group.min.session.timeout.ms is not ours to lower on a real cluster; a value
 # below the broker's group.min.session.timeout.ms is refused by the broker with a clear error.
-MIN_SESSION_TIMEOUT_MS = 500
+MIN_SESSION_TIMEOUT_MS = 1_000
 
 
 @dataclass(frozen=True)
