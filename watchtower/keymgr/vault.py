@@ -58,6 +58,11 @@ SEED_PURPOSE: Final = "master_seed"
 SEED_BYTES: Final = 32
 NONCE_KEY: Final = "actor-nonces"
 DEFAULT_NONCE_BLOCK: Final = 1_000
+# How far above the clock floor an honest reservation can be: nonces start at 1 (or at the clock
+# after a quarantine) and grow by one an encryption, so passing the clock by 2**40 (a million million
+# encryptions ahead of one a microsecond) is a record no key manager committed. Such a record would
+# otherwise exhaust the nonces (MAX_ACTOR_NONCE) and stop encryption for good.
+PLAUSIBLE_ABOVE_CLOCK: Final = 2**40
 _TXN_TIMEOUT_S: Final = 30.0
 Record = WrappedSeedRecord | NonceReservationRecord
 
@@ -129,7 +134,10 @@ class Vault:
             where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
             try:
                 if key == NONCE_KEY:
-                    reserved = max(reserved, decode_nonce_reservation(record.value()).reserved_through)
+                    value = decode_nonce_reservation(record.value()).reserved_through
+                    if value > clock_floor() + PLAUSIBLE_ABOVE_CLOCK:
+                        raise ValueError(f"a reservation of {value} is past any nonce a key manager handed out")
+                    reserved = max(reserved, value)
                 elif key.startswith("seed/"):
                     seed_record = decode_wrapped_seed(record.value())
                     wrapped.setdefault(key[len("seed/") :], []).append(
