@@ -49,8 +49,8 @@ from kafka_fixture import embedded_spec, free_ports
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.replay_rules import plan_replay
-from watchtower.protocol.signed_command import Command, sign_command
+from watchtower.protocol.replay_rules import plan_replay, replay_id_for
+from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.replay.worker import group_id
 from watchtower.schemas.replay_records import (
@@ -146,13 +146,18 @@ def raw_copy(bootstrap: str, source: str, partition: int, target: str, slice_siz
 
 
 def register(bootstrap: str, prefix: str, stream: Stream) -> ReplayRegistered:
-    rid = int.from_bytes(secrets.token_bytes(8), "big") >> 2 or 1
+    """The ``registered`` record a stream's writer writes for a fresh requester's signed
+    register_replay of the whole stream (the replay worker fulfils nothing else)."""
+    key = nacl.signing.SigningKey.generate()
+    cmd = sign_command(key, "register_replay", stream.stream_id, 1, {"namespace": stream.stream_id, "from": 1})
+    digest = command_digest(cmd)
+    rid = replay_id_for(digest)
     plan = plan_replay(replay_id=rid, from_sequence=1, to_sequence=None, head=stream.head)
-    who = "0x" + secrets.token_hex(32)
-    rec = ReplayRegistered(v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id, requester=who,
-                           from_sequence=1, to_sequence=None, first=plan.first, end_exclusive=plan.end_exclusive,
-                           end_id=plan.end_id, filter=None, skip=None, memo_hex="", price_cby=0, block_height=1,
-                           caller=who, nonce=1, digest_hex=secrets.token_hex(32))
+    rec = ReplayRegistered(v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id,
+                           requester=cmd.caller, from_sequence=1, to_sequence=None, first=plan.first,
+                           end_exclusive=plan.end_exclusive, end_id=plan.end_id, filter=None, skip=None, memo_hex="",
+                           price_cby=0, block_height=1, caller=cmd.caller, nonce=cmd.nonce, digest_hex=digest.hex(),
+                           command=cmd.to_dict())
     producer = Producer(kafka_config(bootstrap, **{"partitioner": "murmur2_random", "log_level": 3}))
     producer.produce(topic_name("replay", prefix), key=stream.stream_id.encode(), value=encode_replay_record(rec))
     producer.flush(30)
