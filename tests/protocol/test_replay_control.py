@@ -438,3 +438,32 @@ def test_a_replay_recorded_under_feed_namespace_by_an_earlier_release_still_fold
     evolve(s.state, _forge(s, "ReplayRegistered", _registration(s, namespace="feed:3")))
     with pytest.raises(MalformedRecordError):
         evolve(s.state, _forge(s, "ReplayRegistered", _registration(s, namespace="other-stream")))
+
+
+def test_a_stream_tracks_a_bounded_number_of_replays_and_forgets_by_content(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registrations are free on a public feed and the tracked replays go into every snapshot: past
+    the bound one entry is forgotten, chosen by content alone (a settled one first, then the smallest
+    id), so the live state, a restored snapshot and a rebuild forget the same one."""
+    from watchtower.protocol import replay_fold
+
+    monkeypatch.setattr(replay_fold, "MAX_TRACKED_REPLAYS", 5)
+    s = stream()
+    ids = [int(s.do(ALICE, "register_replay", request(1, 3)).reply["replay_id"]) for _ in range(5)]
+    assert len(s.state.replays) == 5
+    cancelled = ids[3]
+    s.do(ALICE, "cancel_replay", {"replay_id": cancelled})
+    restored = decode_streams(encode_streams({SID: s.state}))[SID]
+    assert state_digest(restored) == state_digest(s.state)
+    newest = int(s.do(BOB, "register_replay", request(1, 3)).reply["replay_id"])
+    assert set(s.state.replays) == {str(i) for i in [*ids, newest] if i != cancelled}  # the settled one went
+    for _ in range(2):
+        s.do(BOB, "register_replay", request(1, 3))
+    assert len(s.state.replays) == 5
+    # Replaying the same events from the restored snapshot forgets exactly the same entries.
+    again = restored
+    for event in s.events[s.events.index(next(e for e in s.events if e.type == "ReplayCancelRequested")) + 1:]:
+        again = evolve(again, event)
+    assert set(again.replays) == set(s.state.replays)
+    assert state_digest(again) == state_digest(s.state)
+    forgotten = next(i for i in ids if str(i) not in s.state.replays and i != cancelled)
+    s.rejects("REPLAY_NOT_FOUND", s.command(ALICE, "cancel_replay", {"replay_id": forgotten}))

@@ -13,7 +13,11 @@ The events and what they change:
 
 Every registered replay is kept in `StreamState.replays` as (requester, status), status one of
 `REPLAY_STATUSES`: ``registered``; ``cancel_requested``; ``finished`` for a replay whose plan was
-empty, which completes at once. A cancel_replay is decided against it (`replay_control`).
+empty, which completes at once. A cancel_replay is decided against it (`replay_control`). The map is
+bounded (`MAX_TRACKED_REPLAYS` a stream): registrations are free on a public feed, and the state
+goes into every snapshot. Past the bound the entry chosen by content alone is forgotten (a cancel
+requested or finished one first, then any; the smallest replay id), so the live writer, a rebuild
+and a restored snapshot forget the same one; a cancel of a forgotten replay is REPLAY_NOT_FOUND.
 A cancel event that decide would now refuse (an unknown replay, another account's, a second one:
 logs written before cancels were answered per ICRC-77 hold such events) folds as before: recorded,
 changing nothing.
@@ -48,12 +52,13 @@ from watchtower.protocol.replay_rules import (
 from watchtower.protocol.validation import is_int
 
 if TYPE_CHECKING:
-    from watchtower.protocol.stream_state import Event, StreamState
+    from watchtower.protocol.stream_state import Event, FrozenMap, StreamState
 
 REGISTERED: Final = "registered"
 CANCEL_REQUESTED: Final = "cancel_requested"
 FINISHED: Final = "finished"
 REPLAY_STATUSES: Final = (REGISTERED, CANCEL_REQUESTED, FINISHED)
+MAX_TRACKED_REPLAYS: Final = 1_000
 
 MAX_REPLAY_PRICE: Final = MAX_WIRE_UINT64
 """The highest per-event price and the highest replay price (an Avro long, a CBY amount)."""
@@ -101,7 +106,7 @@ def apply_replay_event(state: StreamState, event: Event) -> StreamState:
     if str(body["replay_id"]) in state.replays:
         raise InvalidArgumentError(f"replay {body['replay_id']} is already registered")
     status = FINISHED if body["end_exclusive"] == body["first"] else REGISTERED
-    replays = state.replays.set(str(body["replay_id"]), (requester, status))
+    replays = _bounded(state.replays.set(str(body["replay_id"]), (requester, status)))
     if order is not None and order["replay_id"] == body["replay_id"]:
         if dict(order) != dict(body):
             raise InvalidArgumentError(f"replay {body['replay_id']} is registered with another plan or price "
@@ -185,3 +190,12 @@ def _replay_id(value: object) -> int:
         raise InvalidArgumentError(f"replay_id must be a positive 63-bit integer, got {value!r}")
     return int(value)  # type: ignore[call-overload]
 
+
+
+def _bounded(replays: FrozenMap[tuple[str, str]]) -> FrozenMap[tuple[str, str]]:
+    """`replays` within `MAX_TRACKED_REPLAYS`, forgetting by content alone (module docstring)."""
+    if len(replays) <= MAX_TRACKED_REPLAYS:
+        return replays
+    settled = [k for k, (_who, status) in replays.items() if status != REGISTERED]
+    victim = min(settled or replays, key=int)
+    return replays.without(victim)
