@@ -9,7 +9,10 @@ sponsor pays for a friend and gets no key itself.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -354,3 +357,30 @@ def test_cby_moves_by_transfer_and_burn_and_only_the_minter_mints(paid_stack: di
     err = refused("UNAUTHORIZED", "cby", "mint", "reader", "5", "--account", "reader")
     assert "minter" in err.message
     refused("INSUFFICIENT_CBY_BALANCE", "cby", "transfer", "reader", "1000000", "--account", "stranger")
+
+
+# --- the public CLI's command lines, as a script (issue 21, "must show") -----------------------------
+
+SMOKE_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "public_cli_smoke.sh"
+
+
+def test_the_public_cli_smoke_script_runs_against_the_stack(paid_stack: dict[str, Any], tmp_path: Path) -> None:
+    """scripts/public_cli_smoke.sh, written only against the public `cowboy watchtower` CLI's lines,
+    runs as its own processes against this module's stack and key manager. Its publisher and reader
+    live in two fresh homes (their `default` accounts: the public CLI's key auto-discovery); the
+    reader is funded by the genesis minter first. Last in the module: it mints, which moves the
+    supply the story above counts."""
+    homes = {}
+    for role in ("publisher", "reader"):
+        homes[role] = tmp_path / role
+        write_key_file(homes[role] / "accounts" / "default.key", nacl.signing.SigningKey.generate())
+    reader = Account.load("default", home=homes["reader"]).address
+    run("cby", "mint", reader, "3000")
+    eventually(lambda: _equal(balances(reader)[reader], 3_000))
+    env = {**os.environ, "PUBLISHER_HOME": str(homes["publisher"]), "READER_HOME": str(homes["reader"]),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", str(SMOKE_SCRIPT)], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert done.stdout.strip().endswith("public CLI smoke: ok"), done.stdout
+    eventually(lambda: _equal(balances(reader)[reader], 3_000 - 2_100))  # two epochs and the fee, charged once

@@ -9,7 +9,9 @@ docs/security.md says.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,8 +94,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         kafka.down()
 
 
-def _publish_and_read(stack: SecureStack) -> None:
-    """Create a stream, publish one message through the stack's API, and read it back."""
+def _publish_and_read(stack: SecureStack) -> str:
+    """Create a stream, publish one message through the stack's API, and read it back; its stream id."""
     owner, publisher = Caller(stack.services.api_url), nacl.signing.SigningKey.generate()
     sid = f"sec-{uuid.uuid4().hex[:10]}"
     owner.ok("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex()})
@@ -101,6 +103,7 @@ def _publish_and_read(stack: SecureStack) -> None:
     assert owner.ok("publish", sid, msg.to_json_dict())["sequence"] == 1
     wait_for(lambda: http("GET", f"{stack.services.api_url}/v1/streams/{sid}/head")[1].get("head") == 1,
              TIMEOUT_S, "the published message to be visible")
+    return sid
 
 
 def _produce_error(settings: dict[str, Any], topic: str) -> KafkaError | None:
@@ -441,3 +444,35 @@ def test_consumer_groups_and_transactional_ids_follow_the_matrix(secure: SecureS
     assert got == groups, f"{principal}: consumer groups allowed (got vs matrix)"
     txns = {t.format(prefix=prefix): principal in allowed for t, allowed in TXN_MATRIX.items()}
     assert {t: _txn_allowed(settings, t) for t in txns} == txns, f"{principal}: transactional ids"
+
+
+# --- interop: the documented kcat recipe -----------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+KCAT_DOC_CREDENTIALS = "C=~/.watchtower/local/kafka-9092/credentials/client.json"
+
+
+def _kcat_recipe() -> str:
+    """The ``sh`` block under docs/security.md's ``### kcat``, as written."""
+    text = (REPO / "docs" / "security.md").read_text()
+    section = text.split("### kcat", 1)[1]
+    return section.split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_documented_kcat_recipe_reads_messages_as_the_client_principal(secure: SecureStack) -> None:
+    """Debian's kcat 1.7.1 on its librdkafka 2.0.2 fails SCRAM against Kafka 4 (kcat #462); the
+    recipe runs it on the venv's bundled librdkafka. Only the credentials path and the topic prefix
+    (this broker's, not the default deployment's) are substituted."""
+    if shutil.which("kcat") is None or shutil.which("jq") is None:
+        pytest.fail("kcat or jq is not installed: `./run test` installs Debian's kcat and jq")
+    recipe = _kcat_recipe()
+    assert KCAT_DOC_CREDENTIALS in recipe, recipe
+    assert "-t wt.messages" in recipe, recipe
+    client_file = credentials_file(secure.kafka.spec, CLIENT_PRINCIPAL)
+    script = recipe.replace(KCAT_DOC_CREDENTIALS, f"C={client_file}").replace(
+        "-t wt.messages", f"-t {secure.topic('messages')}")
+    sid = _publish_and_read(secure)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=REPO, capture_output=True,
+                          timeout=TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert sid.encode() in done.stdout, done.stderr.decode(errors="replace")

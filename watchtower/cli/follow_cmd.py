@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
-from watchtower.client.sse import SseSource
 from watchtower.client.stream_modes import StreamStats
+
+if TYPE_CHECKING:  # httpx, which the event stream reads with, costs every CLI command a second to import
+    from watchtower.client.sse import SseSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,6 +66,8 @@ def follow_feed(api: ApiClient, subscriber: Subscriber, feed_id: int | None, *, 
             click.echo(f"note: stream {subscriber.stream_id} is not listed as a feed; following by pull", err=True)
             mode = "pull"
         else:
+            from watchtower.client.sse import SseSource
+
             # With pulls, live from now: what lies between the cursor and the live tail is pulled (a
             # gap pull). Push alone resumes from the cursor, so nothing pushed before the connection
             # opened is lost.
