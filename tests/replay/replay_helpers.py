@@ -65,16 +65,17 @@ def create_and_publish(client: CommandClient, count: int, *, capacity: int = 100
 
 def register(bootstrap: str, prefix: str, stream: Stream, *, start: int = 1, to: int | None = None,
              flt: Any = None, skip: list[int] | None = None, requester: str | None = None,
-             replay_id: int | None = None) -> ReplayRegistered:
+             replay_id: int | None = None, key: nacl.signing.SigningKey | None = None,
+             nonce: int = 1) -> ReplayRegistered:
     """Write a ``registered`` record for a replay of `stream` to its partition of ``replay``, as the
     stream's writer does: with the signed register_replay of a fresh requester it was decided from
     (the replay worker fulfils nothing else). `requester` or `replay_id` make the record disagree
-    with its command (a forgery)."""
-    key = nacl.signing.SigningKey.generate()
+    with its command (a forgery). `key` and `nonce` sign it as a given requester (default: a fresh one)."""
+    key = key or nacl.signing.SigningKey.generate()
     config = {name: value for name, value in (("filter", flt), ("skip", skip)) if value is not None}
     body: dict[str, Any] = {"namespace": stream.stream_id, "from": start, **({} if to is None else {"to": to}),
                             **({"config": config} if config else {})}
-    cmd = sign_command(key, "register_replay", stream.stream_id, 1, body)
+    cmd = sign_command(key, "register_replay", stream.stream_id, nonce, body)
     digest = command_digest(cmd)
     rid = replay_id or replay_id_for(digest)
     plan = plan_replay(replay_id=rid, from_sequence=start, to_sequence=to, head=stream.head)

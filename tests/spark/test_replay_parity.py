@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nacl.signing
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
@@ -56,10 +57,11 @@ def without_replay_id(headers: list[tuple[str, bytes]] | None) -> list[tuple[str
 
 def test_the_spark_replay_and_the_service_replay_deliver_the_same_records(env: tuple[ServiceSet, Stream]) -> None:
     services, stream = env
-    requester = "0x" + "ab" * 32
-    request = {"start": 7, "to": None, "flt": FILTER, "skip": [3, 1], "requester": requester}
+    requester_key = nacl.signing.SigningKey(b"\xab" * 32)  # one requester signs both requests
+    request = {"start": 7, "to": None, "flt": FILTER, "skip": [3, 1], "key": requester_key}
 
-    by_spark = register(services.bootstrap, services.prefix, stream, **request)  # type: ignore[arg-type]
+    by_spark = register(services.bootstrap, services.prefix, stream, nonce=1, **request)  # type: ignore[arg-type]
+    requester = by_spark.requester
     job = subprocess.run(
         [sys.executable, "-m", "watchtower.spark.replay_job", "--bootstrap", services.bootstrap,
          "--stream-id", stream.stream_id, "--replay-id", str(by_spark.replay_id)],
@@ -70,7 +72,8 @@ def test_the_spark_replay_and_the_service_replay_deliver_the_same_records(env: t
     assert spark_view.engine == "spark"
 
     services.start_replay("r1", {"WATCHTOWER_SPARK_REPLAY_THRESHOLD": "0"})
-    by_service = register(services.bootstrap, services.prefix, stream, **request)  # type: ignore[arg-type]
+    by_service = register(services.bootstrap, services.prefix, stream, nonce=2,
+                          **request)  # type: ignore[arg-type]
     service_view = wait_status(services.bootstrap, services.prefix, by_service.replay_id, {"completed"},
                                timeout_s=600)
     assert service_view.engine == "service"
