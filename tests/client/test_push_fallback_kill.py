@@ -31,6 +31,7 @@ from kafka_fixture import free_ports
 from stack_fixture import start_stack
 from tiers import SOAK, scale
 
+from watchtower.cli.demo_wait import topic_partitions, wait_worker_serving
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.push import PushConsumer
@@ -40,6 +41,7 @@ from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
+from watchtower.topics.catalogue import topic_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
@@ -62,6 +64,13 @@ def services(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         yield stack
 
 
+def wait_delivery_serving(stack: ServiceSet) -> None:
+    """Until the delivery worker has restored and serves every partition (its health file says so):
+    a scenario that starts while a restarted worker still restores would see its pushes late."""
+    parts = topic_partitions(stack.bootstrap, topic_name("events", stack.prefix))
+    wait_worker_serving("the delivery worker serving", stack.health_file("delivery-d1"), parts)
+
+
 def start_gateway(stack: ServiceSet, port: int) -> str:
     url = stack.start_gateway("g1", port)  # it reads older messages from the stack's API
     stack.wait_ready(api_url=url)
@@ -72,6 +81,7 @@ class Scenario:
     """A listed feed, a PUSH_WITH_PULL_FALLBACK subscriber, and a publisher pipelining through Kafka."""
 
     def __init__(self, stack: ServiceSet, home: Path) -> None:
+        wait_delivery_serving(stack)
         self.stack = stack
         self.api = ApiClient(stack.api_url)
         self.owner = Account(nacl.signing.SigningKey.generate(), name="owner", home=home)
