@@ -47,3 +47,42 @@ def test_shutdown_answers_every_open_poll_at_once() -> None:
         await asyncio.wait_for(waiters.wait("late", 1, 30_000, lambda: 0), 10)  # later polls answer at once
 
     asyncio.run(run())
+
+
+def test_wake_ups_in_one_turn_of_the_loop_answer_each_poll_once_with_the_highest_head() -> None:
+    async def run() -> None:
+        waiters, head = HeadWaiters(), [0]
+        answered: list[int] = []
+
+        async def poll(target: int) -> None:
+            await waiters.wait("s", target, 30_000, lambda: head[0])
+            answered.append(head[0])
+
+        low, high = asyncio.create_task(poll(2)), asyncio.create_task(poll(4))
+        other = asyncio.create_task(waiters.wait("t", 1, 30_000, lambda: 0))
+        await asyncio.sleep(0)
+        for sequence in range(1, 6):  # a fetch's worth of records folded without yielding
+            head[0] = sequence
+            waiters.wake("s", sequence)
+        assert answered == []  # nothing is answered inside the fold's turn
+        assert waiters._flush_scheduled  # one flush for all five wake-ups
+        await asyncio.wait_for(asyncio.gather(low, high), 10)
+        assert answered == [5, 5]  # each poll answered once, seeing every record folded in that turn
+        assert not other.done()  # a poll on another stream is not woken
+        other.cancel()
+        await asyncio.gather(other, return_exceptions=True)
+        assert len(waiters) == 0
+
+    asyncio.run(run())
+
+
+def test_outside_an_event_loop_a_wake_up_answers_at_once() -> None:
+    waiters = HeadWaiters()
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        waiters._waiters["s"] = {future: 3}
+        waiters.wake("s", 3)  # an offline fold: no loop runs
+        assert future.done()
+    finally:
+        loop.close()

@@ -6,6 +6,11 @@ or W ms pass (W is capped by `http_params.MAX_WAIT_MS`). Every way out of `HeadW
 or the worker is shutting down) removes the waiter, so the registry holds exactly the polls
 that are still open. On shutdown `release_all` answers every open poll at once, so a SIGTERM
 does not wait for the longest poll.
+
+Wake-ups are coalesced: the fold reports every message it indexes (`wake`), and the polls are
+answered once per turn of the event loop with the highest head reported in it (`_flush`), so a
+fold that indexes a fetch's worth of records in one go answers each poll once, with all of them,
+instead of once per record. It adds no delay: the flush runs as soon as the fold yields.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ class HeadWaiters:
     def __init__(self) -> None:
         self._waiters: dict[str, dict[asyncio.Future[None], int]] = {}
         self._released = False
+        self._pending: dict[str, int] = {}  # stream -> highest head reported since the last flush
+        self._flush_scheduled = False
 
     def __len__(self) -> int:
         """How many polls are waiting right now."""
@@ -50,10 +57,31 @@ class HeadWaiters:
                 del self._waiters[stream_id]
 
     def wake(self, stream_id: str, head: int) -> None:
-        """Answer the polls on `stream_id` whose target `head` reached."""
-        for future, target in list(self._waiters.get(stream_id, {}).items()):
-            if target <= head and not future.done():
-                future.set_result(None)
+        """Answer, at the next turn of the event loop, the polls on `stream_id` whose target `head` reached.
+
+        Outside a running event loop (offline folds) the polls are answered at once.
+        """
+        if stream_id not in self._waiters:
+            return  # nobody waits on this stream: the common case costs one lookup
+        if head > self._pending.get(stream_id, -1):
+            self._pending[stream_id] = head
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._flush()
+            return
+        self._flush_scheduled = True
+        loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, {}
+        for stream_id, head in pending.items():
+            for future, target in list(self._waiters.get(stream_id, {}).items()):
+                if target <= head and not future.done():
+                    future.set_result(None)
 
     def release_all(self) -> None:
         """Answer every open poll now and every later one at once (the worker is stopping)."""

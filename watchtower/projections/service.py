@@ -20,6 +20,7 @@ record never stops a partition and never changes the views.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
@@ -51,6 +52,7 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.filters import compile_filter, parse_filter
+from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.page_proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.ring_window import get_since_range
@@ -208,12 +210,23 @@ class Projection:
 
     async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
                         proof: bool = False) -> dict[str, Any]:
-        """A get_since page; with `proof`, also the completeness proof of what the filter skipped
-        (`page_proof`: every skipped message's signed headers, payload hash and signature)."""
-        node = parse_filter(filter_spec)
-        if proof:
-            require_provable(node)
-        match = compile_filter(node)
+        """A get_since page as a dict; with `proof`, also the completeness proof of what the filter
+        skipped (`page_proof`: every skipped message's signed headers, payload hash and signature)."""
+        envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
+        return {"stream_id": stream_id, "messages": [json.loads(m) for m in messages], **envelope}
+
+    async def get_since_bytes(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
+                              proof: bool = False) -> bytes:
+        """`get_since`, as the JSON body the route writes: the cached messages' JSON bytes joined
+        (signed documents, written as signed) around the envelope, which takes the integer rule."""
+        envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
+        head = json.dumps(json_safe({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
+        return b"".join((head[:-1], b',"messages":[', b",".join(messages), b"]}"))
+
+    async def _page(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
+                    proof: bool) -> tuple[dict[str, Any], list[bytes]]:
+        """The page's envelope (window, next cursor, proof) and its messages' JSON bytes."""
+        match = _compiled_filter(filter_spec, proof)
         view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
         # A cursor below the window gets CURSOR_TOO_OLD with the ready replay request of the gap.
@@ -221,33 +234,35 @@ class Projection:
                                  cursor, limit, stream_id=stream_id,
                                  replay_price_per_event_cby=replay_price_of(view))
         raws: dict[int, bytes] = {}
+        missing = []
         for seq in wanted:
             raw = self.cache.get(stream_id, seq)
-            if raw is not None:
+            if raw is None:
+                missing.append(seq)
+            else:
                 raws[seq] = raw
-        missing = [seq for seq in wanted if seq not in raws]
         if missing:
             raws.update(await asyncio.get_running_loop().run_in_executor(
                 None, self._read_missing, stream_id, view, missing))
-        messages = []
+        messages: list[bytes] = []
         skipped = []
         for seq in wanted:
             raw = raws.get(seq)
             if raw is None:
                 raise NotReadyError(f"sequence {seq} of {stream_id!r} could not be read from the log yet; retry")
-            headers, served = self.cache.served(stream_id, seq, raw)
-            if match(headers):
-                messages.append(served)
+            headers, encoded = self.cache.encoded(stream_id, seq, raw)
+            if match is None or match(headers):
+                messages.append(encoded)
             elif proof:
-                skipped.append(entry_json(served))
+                skipped.append(entry_json(self.cache.served(stream_id, seq, raw)[1]))
         window = head_view(view, head)
-        page = {"stream_id": stream_id, "messages": messages,
-                "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],
-                "head": window["head_sequence"], "floor": window["floor_sequence"],  # deprecated names
-                "next_cursor": wanted[-1] if len(wanted) else cursor}
+        envelope: dict[str, Any] = {
+            "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],
+            "head": window["head_sequence"], "floor": window["floor_sequence"],  # deprecated names
+            "next_cursor": wanted[-1] if len(wanted) else cursor}
         if proof:
-            page["proof"] = proof_of(skipped)
-        return page
+            envelope["proof"] = proof_of(skipped)
+        return envelope, messages
 
     def _read_missing(self, stream_id: str, view: Mapping[str, Any], missing: list[int]) -> dict[int, bytes]:
         """Payloads the cache lacks, from the messages topic: by indexed offset, else by a verifying scan."""
@@ -347,7 +362,8 @@ class Projection:
             proof = params.bool_param(q, "proof")
             if min_head:
                 await projection.waiters.wait(stream_id, min_head, wait_ms, lambda: projection.head_of(stream_id))
-            return web.json(await projection.get_since(stream_id, cursor, limit, filter_spec, proof))
+            body = await projection.get_since_bytes(stream_id, cursor, limit, filter_spec, proof)
+            return web.bytes(body, content_type="application/json")
 
         @page("/v1/streams/{stream_id}/keys/at/{sequence}", key="stream_id")
         async def key_at_sequence(web: Any, _request: Request, stream_id: str, sequence: str) -> Response:
@@ -388,6 +404,32 @@ class Projection:
 
         keymgr_routes.install(projection, page)
         replay_routes.install(projection, page)
+
+
+def _compiled_filter(filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool] | None:
+    """The filter's predicate (None: no filter, every message matches); INVALID_FILTER as the spec
+    says, and with `proof` also for a filter a proof cannot cover. Compiled once per distinct filter."""
+    if filter_spec is None and not proof:
+        return None
+    key = filter_spec if isinstance(filter_spec, str) else json.dumps(filter_spec, sort_keys=True)
+    return _compile_cached(key, filter_spec, proof)
+
+
+def _compile_cached(key: str, filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool]:
+    cached = _FILTERS.get((key, proof))
+    if cached is None:
+        node = parse_filter(filter_spec)
+        if proof:
+            require_provable(node)
+        cached = compile_filter(node)
+        if len(_FILTERS) >= _MAX_FILTERS:
+            _FILTERS.pop(next(iter(_FILTERS)))
+        _FILTERS[(key, proof)] = cached
+    return cached
+
+
+_MAX_FILTERS = 1024
+_FILTERS: dict[tuple[str, bool], Callable[[Mapping[str, Any]], bool]] = {}
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:
