@@ -21,6 +21,23 @@ confluent-kafka baseline on the same broker:
    messages; VmRSS/VmHWM of the worker and of the projection after loading, beside the payload
    bytes those windows hold (the ratio shows whether memory grows with payload x window).
 
+Where the cost goes, for phase 1 and each rate of phase 2, ours beside the raw baseline's own leg:
+
+- CPU µs per acknowledged message of the worker, the projection, the broker and this client, and
+  their total (a raw leg totals the broker and this client: its consumer and producer live here);
+- the broker's requests per acknowledged message by type (Produce, Fetch, AddPartitionsToTxn,
+  EndTxn, TxnOffsetCommit, WriteTxnMarkers, Heartbeat, ...), read from the broker itself: it runs
+  with the Jolokia JVM agent (``ClusterSpec.metrics_port``), and the JMX Meters
+  ``kafka.network:type=RequestMetrics,name=RequestsPerSec,request=<Type>`` (their ``Count``) are
+  sampled before and after each leg (bench/broker_requests.py). A quiet window before phase 1
+  gives the background per second (group heartbeats, idle fetch long-polls) beside them.
+- ``--profile DIR``: py-spy samples the worker and the projection (100 Hz) during phase 2's first
+  rate; DIR gets per process the collapsed stacks (``*.raw.txt``), a speedscope file, an SVG flame
+  graph and a top-frames summary by self and total samples (``*.top.txt``; bench/profiles.py).
+  py-spy pauses a process for each sample, so that leg's latencies carry the profiler's cost.
+
+Both are in the printed tables and under ``costs`` (and ``profiles``) in ``--json``.
+
 Commands are signed before each timed phase (the signing rate is reported on its own line); the
 phase-4 load signs in a process pool while submitting, since it is not timed against a target.
 Per-phase CPU seconds of the worker, projection, broker and this process show where time goes;
@@ -29,6 +46,7 @@ before each phase the worker and projection are let go idle ("settle"), so no ba
     .venv/bin/python bench/bench_stream_actor.py --quick            # smoke run, about 2-3 minutes
     .venv/bin/python bench/bench_stream_actor.py [--json out.json] [--plot out.png]
     .venv/bin/python bench/bench_stream_actor.py --quick --security  # plaintext beside secure
+    .venv/bin/python bench/bench_stream_actor.py --quick --profile artifacts/profile  # + flame graphs
 
 ``--security`` measures phases 1 and 2 only, on a plaintext broker and then on a secure one
 (SASL/SCRAM-SHA-512 and ACLs; services as the service principal, this client as the client
@@ -815,11 +833,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             recorder = None
             if args.profile and rate == args.rates[0] and spy_problem is None:
                 recorder = SpyRecorder(Path(args.profile), {n: procs[n] for n in ("worker", "projection")},
-                                       len(items) / rate + 1.0)
+                                       len(items) / rate + 1.0, nonblocking=args.profile_nonblocking)
             ours2 = meter.measure(f"2. paced publish @{rate:g}/s", profiled(publish_paced, recorder), client,
                                   http, items, rate, args.wait_ms)
             if recorder is not None:
                 report["profiles"] = {"phase": f"2. paced publish @{rate:g}/s", "rate_hz": recorder.rate_hz,
+                                      "nonblocking": recorder.nonblocking,
                                       "duration_s": recorder.duration_s, "dir": args.profile,
                                       "processes": recorder.finish()}
                 ours2["profiled"] = True
@@ -1026,8 +1045,9 @@ def cost_tables(r: dict[str, Any]) -> list[str]:
         out.append("(no broker request counts: the broker ran without the metrics agent)")
     prof = r.get("profiles")
     if prof:
+        cost = "no pauses (--nonblocking)" if prof.get("nonblocking") else "that leg's latencies include its pauses"
         out += ["", f"Profiles ({prof['phase']}, py-spy {prof['rate_hz']} Hz for {prof['duration_s']} s; "
-                    f"that leg's latencies include the sampling's pauses): {prof['dir']}"]
+                    f"{cost}): {prof['dir']} (*.svg flame graphs, *.speedscope.json, *.top.txt)"]
         for name, p in prof["processes"].items():
             top = ", ".join(f"{f['frame']} {f['self_pct']:.1f}%" for f in p["by_self"][:5])
             out.append(f"- {name}: {p['samples']:,} samples; top self: {top or 'none'}")
@@ -1168,6 +1188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", metavar="DIR",
                         help="py-spy the worker and projection during phase 2's first rate: collapsed stacks, "
                              "speedscope JSON, SVG flame graph and a top-frames summary per process in DIR")
+    parser.add_argument("--profile-nonblocking", action="store_true",
+                        help="py-spy --nonblocking: do not pause the services per sample (less perturbation)")
     parser.add_argument("--no-broker-requests", dest="broker_requests", action="store_false",
                         help="start the broker without its metrics agent (no request counts per publish)")
     parser.add_argument("--idle-seconds", type=float, default=5.0,

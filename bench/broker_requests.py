@@ -133,7 +133,7 @@ def requests_table(legs: list[dict[str, Any]], idle_per_s: Mapping[str, float] |
 
     out = [head, "-" * len(head)]
     for t in types:
-        name = f"  of which {t.removeprefix(SUB_METERS[t])}" if t in SUB_METERS else t
+        name = f"  of which {t}" if t in SUB_METERS else t
         out.append(f"{name:<30} " + " ".join(f"{leg['per_message'].get(t, 0.0):>{width}.4f}" for leg in legs)
                    + idle_cell((idle_per_s or {}).get(t, 0.0)))
     out.append(f"{'all types':<30} " + " ".join(f"{total_requests(leg['per_message']):>{width}.4f}" for leg in legs)

@@ -58,7 +58,8 @@ def summary(stacks: dict[Stack, int], title: str, top: int = 25) -> str:
     own, total, n = frame_times(stacks)
     if n == 0:
         return f"{title}: no samples (the process was idle or could not be read)\n"
-    lines = [f"{title}: {n:,} samples"]
+    lines = [f"{title}: {n:,} samples of the threads py-spy saw active; a Python frame blocked inside a C call",
+             "(select/epoll, a librdkafka wait, a queue get) counts that wait as the frame's self time"]
     for label, table in (("self", own), ("total", total)):
         lines += ["", f"top {top} frames by {label} samples", f"{'self %':>7} {'total %':>7}  frame"]
         for frame, _ in sorted(table.items(), key=lambda kv: (-kv[1], kv[0]))[:top]:
@@ -189,8 +190,10 @@ def write_outputs(raw: Path, name: str, rate_hz: int) -> dict[str, Any]:
 class SpyRecorder:
     """py-spy samplers attached to several processes for a fixed duration."""
 
-    def __init__(self, out_dir: Path, pids: dict[str, int], duration_s: float, rate_hz: int = 100) -> None:
+    def __init__(self, out_dir: Path, pids: dict[str, int], duration_s: float, rate_hz: int = 100,
+                 nonblocking: bool = False) -> None:
         self.out_dir = out_dir
+        self.nonblocking = nonblocking
         self.pids = pids
         self.duration_s = max(1, round(duration_s))
         self.rate_hz = rate_hz
@@ -208,6 +211,8 @@ class SpyRecorder:
             log = (self.out_dir / f"{name}.py-spy.log").open("wb")
             argv = [spy, "record", "--pid", str(pid), "--duration", str(self.duration_s), "--rate",
                     str(self.rate_hz), "--format", "raw", "--function", "-o", str(self.raw_path(name))]
+            if self.nonblocking:  # no pause per sample: less perturbation, a stack may be torn now and then
+                argv.append("--nonblocking")
             self.procs[name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL), self.out_dir / f"{name}.py-spy.log")
             log.close()

@@ -112,7 +112,7 @@ def test_tables_show_every_leg_and_the_idle_background() -> None:
     assert lines["Produce"] == ["1.0000", "0.0100", "0.00"]
     assert lines["EndTxn"] == ["0.1000", "0.0000", "0.00"]
     assert lines["Fetch"] == ["0.0000", "0.0300", "2.50"]
-    assert lines["of"] == ["which", "Consumer", "0.0000", "0.0300", "2.50"]
+    assert lines["of"] == ["which", "FetchConsumer", "0.0000", "0.0300", "2.50"]
     # Every fetch also ticks FetchConsumer: the totals count it once.
     assert lines["all"] == ["types", "1.1000", "0.0400", "3.00"]
     assert legs[1]["requests_per_message"] == pytest.approx(0.04)
