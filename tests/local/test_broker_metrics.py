@@ -15,6 +15,7 @@ from kafka_fixture import embedded_spec, free_ports
 
 from watchtower.local.broker import LocalKafka, metrics_agent_args
 from watchtower.local.config import ClusterSpec
+from watchtower.local.jars import JOLOKIA_BUNDLE, KAFKA_BUNDLE, _pom
 from watchtower.topics.connection import kafka_config
 
 PRODUCE_COUNT = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=Produce,*/Count"
@@ -31,6 +32,13 @@ def test_no_agent_unless_the_spec_asks(tmp_path: Path) -> None:
     assert with_metrics.metrics_url(second) == "http://127.0.0.1:20001/jolokia/"
     assert metrics_agent_args(with_metrics, second, tmp_path / "agent.jar") == [
         f"-javaagent:{tmp_path / 'agent.jar'}=port=20001,host=127.0.0.1,discoveryEnabled=false"]
+
+
+def test_the_agent_jar_is_fetched_by_its_classifier() -> None:
+    version = JOLOKIA_BUNDLE.version
+    assert (f"<artifactId>jolokia-agent-jvm</artifactId><version>{version}</version><classifier>javaagent</classifier>"
+            in _pom(JOLOKIA_BUNDLE))
+    assert "<classifier>" not in _pom(KAFKA_BUNDLE)
 
 
 def _produce_count(url: str) -> int:
