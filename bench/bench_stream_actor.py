@@ -21,6 +21,23 @@ confluent-kafka baseline on the same broker:
    messages; VmRSS/VmHWM of the worker and of the projection after loading, beside the payload
    bytes those windows hold (the ratio shows whether memory grows with payload x window).
 
+Where the cost goes, for phase 1 and each rate of phase 2, ours beside the raw baseline's own leg:
+
+- CPU µs per acknowledged message of the worker, the projection, the broker and this client, and
+  their total (a raw leg totals the broker and this client: its consumer and producer live here);
+- the broker's requests per acknowledged message by type (Produce, Fetch, AddPartitionsToTxn,
+  EndTxn, TxnOffsetCommit, WriteTxnMarkers, Heartbeat, ...), read from the broker itself: it runs
+  with the Jolokia JVM agent (``ClusterSpec.metrics_port``), and the JMX Meters
+  ``kafka.network:type=RequestMetrics,name=RequestsPerSec,request=<Type>`` (their ``Count``) are
+  sampled before and after each leg (bench/broker_requests.py). A quiet window before phase 1
+  gives the background per second (group heartbeats, idle fetch long-polls) beside them.
+- ``--profile DIR``: py-spy samples the worker and the projection (100 Hz) during phase 2's first
+  rate; DIR gets per process the collapsed stacks (``*.raw.txt``), a speedscope file, an SVG flame
+  graph and a top-frames summary by self and total samples (``*.top.txt``; bench/profiles.py).
+  py-spy pauses a process for each sample, so that leg's latencies carry the profiler's cost.
+
+Both are in the printed tables and under ``costs`` (and ``profiles``) in ``--json``.
+
 Commands are signed before each timed phase (the signing rate is reported on its own line); the
 phase-4 load signs in a process pool while submitting, since it is not timed against a target.
 Per-phase CPU seconds of the worker, projection, broker and this process show where time goes;
@@ -29,6 +46,7 @@ before each phase the worker and projection are let go idle ("settle"), so no ba
     .venv/bin/python bench/bench_stream_actor.py --quick            # smoke run, about 2-3 minutes
     .venv/bin/python bench/bench_stream_actor.py [--json out.json] [--plot out.png]
     .venv/bin/python bench/bench_stream_actor.py --quick --security  # plaintext beside secure
+    .venv/bin/python bench/bench_stream_actor.py --quick --profile artifacts/profile  # + flame graphs
 
 ``--security`` measures phases 1 and 2 only, on a plaintext broker and then on a secure one
 (SASL/SCRAM-SHA-512 and ACLs; services as the service principal, this client as the client
@@ -41,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import multiprocessing as mp
@@ -62,14 +81,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import aiohttp
 import nacl.signing
+from broker_requests import (
+    PROJECT_PARTS,
+    count_delta,
+    cpu_table,
+    leg_cost,
+    read_request_counts,
+    requests_table,
+    transactions_note,
+)
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec, free_ports
+from profiles import SpyRecorder, ptrace_problem
 from tqdm import tqdm
 
 from watchtower.client.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL
+from watchtower.local.errors import LocalStackError
+from watchtower.local.jars import jolokia_agent_jar
 from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signed_command import Command, sign_command
@@ -150,14 +181,29 @@ def quiesce(pids: dict[str, int], cores: float = 0.1, window_s: float = 1.0, tim
 
 @dataclass
 class CpuMeter:
-    """CPU seconds and CPU-wait seconds per process over named phases, to show where time goes."""
+    """CPU seconds and CPU-wait seconds per process over named phases, to show where time goes.
+
+    With `requests` (a reader of the broker's request counters by type), each phase also records
+    the requests the broker handled during it (``broker_requests``).
+    """
 
     pids: dict[str, int]
     phases: list[dict[str, Any]] = field(default_factory=list)
+    requests: Callable[[], dict[str, int]] | None = None
+
+    def _requests(self) -> dict[str, int] | None:
+        if self.requests is None:
+            return None
+        try:
+            return self.requests()
+        except (OSError, ValueError) as exc:  # a missed sample leaves the phase without request counts
+            print(f"reading the broker's request counters failed: {exc}", file=sys.stderr)
+            return None
 
     def measure(self, phase: str, fn: Callable[..., T], *args: Any, settle: bool = True) -> T:
         idle = {n: p for n, p in self.pids.items() if n in ("worker", "projection")}
         settled = quiesce(idle) if settle else 0.0
+        requests_before = self._requests()
         before = {n: cpu_seconds(p) for n, p in self.pids.items()}
         waited = {n: runqueue_wait_seconds(p) for n, p in self.pids.items()}
         t0 = time.perf_counter()
@@ -165,9 +211,33 @@ class CpuMeter:
         wall = time.perf_counter() - t0
         used = {n: cpu_seconds(p) - before[n] for n, p in self.pids.items()}
         wait = {n: runqueue_wait_seconds(p) - waited[n] for n, p in self.pids.items()}
-        self.phases.append({"phase": phase, "wall_s": wall, "settle_s": settled, "cpu_s": used, "runqueue_wait_s": wait,
-                            "cores": {n: u / wall for n, u in used.items()}})
+        requests_after = self._requests()
+        entry = {"phase": phase, "wall_s": wall, "settle_s": settled, "cpu_s": used, "runqueue_wait_s": wait,
+                 "cores": {n: u / wall for n, u in used.items()}}
+        if requests_before is not None and requests_after is not None:
+            entry["broker_requests"] = count_delta(requests_before, requests_after)
+        self.phases.append(entry)
         return result
+
+    def phase(self, name: str) -> dict[str, Any]:
+        """The last measured phase called `name`."""
+        return next(ph for ph in reversed(self.phases) if ph["phase"] == name)
+
+    def idle(self, seconds: float) -> dict[str, Any]:
+        """CPU seconds per process and broker requests by type per second over `seconds` of quiet."""
+        quiesce({n: p for n, p in self.pids.items() if n in ("worker", "projection")})
+        requests_before = self._requests()
+        before = {n: cpu_seconds(p) for n, p in self.pids.items()}
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        wall = time.perf_counter() - t0
+        used = {n: cpu_seconds(p) - before[n] for n, p in self.pids.items()}
+        requests_after = self._requests()
+        out: dict[str, Any] = {"wall_s": wall, "cpu_cores": {n: u / wall for n, u in used.items()}}
+        if requests_before is not None and requests_after is not None:
+            out["broker_requests_per_s"] = {t: v / wall for t, v in
+                                            count_delta(requests_before, requests_after).items()}
+        return out
 
 
 # ----------------------------------------------------------------------------- signing
@@ -643,6 +713,36 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         consumer.close()
 
 
+# ----------------------------------------------------------------------------- costs per publish
+def profiled(fn: Callable[..., T], recorder: SpyRecorder | None) -> Callable[..., T]:
+    """`fn`, with py-spy attached to the services just before it starts (when `recorder`)."""
+    if recorder is None:
+        return fn
+
+    def run_profiled(*args: Any) -> T:
+        recorder.start()
+        return fn(*args)
+
+    return run_profiled
+
+
+def costs(meter: CpuMeter, report: dict[str, Any], idle: dict[str, Any]) -> dict[str, Any]:
+    """CPU µs and broker requests per acknowledged message for phase 1 and each rate of phase 2,
+    ours and the raw baseline's, each in its own leg."""
+    tp = report["throughput"]
+    legs = [leg_cost(meter.phase("1. publish burst"), "1. burst", "project", tp["project"]["n"]),
+            leg_cost(meter.phase("1. raw produce->consume"), "1. burst raw", "raw", tp["raw"]["n"])]
+    for v in report["visibility_by_rate"]:
+        rate = v["project"]["offered_msg_per_s"]
+        legs += [leg_cost(meter.phase(f"2. paced publish @{rate:g}/s"), f"2. @{rate:g}", "project",
+                          v["project"]["n"]),
+                 leg_cost(meter.phase(f"2. raw paced @{rate:g}/s"), f"2. @{rate:g} raw", "raw", v["raw"]["n"])]
+    return {"legs": legs, "idle": idle, "broker_requests": all("per_message" in leg for leg in legs),
+            "note": "cpu totals: worker+projection+broker+bench client for our pipeline, broker+bench client "
+                    "for raw legs; requests: the broker's RequestMetrics RequestsPerSec Count, all API versions, "
+                    "before/after each leg, divided by the messages acknowledged (raw: consumed) in the leg"}
+
+
 # ----------------------------------------------------------------------------- the run
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(args.seed)
@@ -650,7 +750,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cache_mb = args.cache_mb
     os.environ["WATCHTOWER_PAYLOAD_CACHE_MB"] = str(cache_mb)  # inherited by the services
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-"))
-    lk = LocalKafka(embedded_spec(tmp / "kafka"))
+    spec = embedded_spec(tmp / "kafka")
+    if args.broker_requests:
+        try:
+            jolokia_agent_jar()  # fetched once; without it the run goes on without request counts
+            spec = dataclasses.replace(spec, metrics_port=free_ports(1)[0])
+        except LocalStackError as exc:
+            print(f"no broker request counts (the Jolokia agent is unavailable: {exc})", file=sys.stderr)
+    lk = LocalKafka(spec)
     report: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
                               "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     services: ServiceSet | None = None
@@ -676,7 +783,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         broker_pid = lk.status()["nodes"][0]["pid"]
         procs = {"worker": pids["worker-w1"], "projection": pids["projection-p1"], "broker": int(broker_pid),
                  "bench client": os.getpid()}
-        meter = CpuMeter(procs)
+        metrics_url = lk.metrics_url()
+        meter = CpuMeter(procs, requests=(lambda: read_request_counts(metrics_url)) if metrics_url else None)
+        spy_problem = ptrace_problem(procs["worker"]) if args.profile else None
+        if spy_problem is not None:
+            print(f"--profile: py-spy cannot read the services, no profiles ({spy_problem})", file=sys.stderr)
         rss: dict[str, Any] = {"idle": {n: proc_status(procs[n]) for n in ("worker", "projection")}}
         tag = uuid.uuid4().hex[:6]
 
@@ -689,6 +800,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         items, _ = presign(keys, warm, 50, args.payload, "warm-up signing")
         publish_burst(client, items)
         http.wait_heads(dict.fromkeys(warm, 50), desc="warm-up")
+        idle = meter.idle(args.idle_seconds)  # the background every leg below also pays
 
         # ---- 1. sustained publish throughput
         p1 = names("tput", args.streams)
@@ -719,8 +831,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             per_stream = max(1, round(rate * args.seconds / len(p2)))
             create_streams(client, keys, p2, max(per_stream, 1))
             items, _ = presign(keys, p2, per_stream, args.payload, "2. signing (untimed)")
-            ours2 = meter.measure(f"2. paced publish @{rate:g}/s", publish_paced, client, http, items, rate,
-                                  args.wait_ms)
+            recorder = None
+            if args.profile and rate == args.rates[0] and spy_problem is None:
+                recorder = SpyRecorder(Path(args.profile), {n: procs[n] for n in ("worker", "projection")},
+                                       len(items) / rate + 1.0, nonblocking=args.profile_nonblocking)
+            ours2 = meter.measure(f"2. paced publish @{rate:g}/s", profiled(publish_paced, recorder), client,
+                                  http, items, rate, args.wait_ms)
+            if recorder is not None:
+                report["profiles"] = {"phase": f"2. paced publish @{rate:g}/s", "rate_hz": recorder.rate_hz,
+                                      "nonblocking": recorder.nonblocking,
+                                      "duration_s": recorder.duration_s, "dir": args.profile,
+                                      "processes": recorder.finish()}
+                ours2["profiled"] = True
             items = []
             raw_lat = f"{prefix}.bench.raw-latency-{rate:g}"
             create_plain_topic(bootstrap, raw_lat, args.partitions)
@@ -771,6 +893,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                "streams_per_partition_in_cold_region": args.streams / args.partitions}
         rss["end"] = {n: proc_status(procs[n]) for n in ("worker", "projection")}
         report["cpu"] = meter.phases
+        report["costs"] = costs(meter, report, idle)
         return report
     except BaseException:
         for log in sorted((tmp / "logs").glob("*.log")):
@@ -878,6 +1001,8 @@ def tables(r: dict[str, Any]) -> str:
         out.append(f"{ph['phase']:<28} {ph['wall_s']:>7.1f} "
                    + " ".join(f"{ph['runqueue_wait_s'][p] / ph['wall_s']:>12.2f}" for p in procs))
 
+    out += ["", *cost_tables(r)]
+
     out += ["", "Notes",
             f"- client signing (sign_message + sign_command, {r['config']['payload']} B, one process, untimed): "
             f"{tp['signing_msg_per_s']:,.0f} msg/s",
@@ -897,6 +1022,37 @@ def tables(r: dict[str, Any]) -> str:
             f"- machine: {r['machine']['cpus']} CPUs; broker, worker, projection and this client share them; "
             f"stack start-up {r['startup_s']:.1f}s"]
     return "\n".join(out)
+
+
+def cost_tables(r: dict[str, Any]) -> list[str]:
+    """CPU µs per acknowledged message by process, and the broker's requests per message by type."""
+    c = r.get("costs")
+    if not c:
+        return []
+    legs = c["legs"]
+    procs = list(PROJECT_PARTS) + [p for p in legs[0]["us_per_msg"] if p not in PROJECT_PARTS and p != "total"]
+    out = [cpu_table([{**leg, "label": f"{leg['label']} ({leg['leg']})"} for leg in legs], procs),
+           "(parentheses: an idle service beside a raw leg, not in its total; idle CPU cores: "
+           + ", ".join(f"{p} {v:.3f}" for p, v in c["idle"]["cpu_cores"].items()) + ")"]
+    if c["broker_requests"]:
+        out += ["", requests_table(legs, c["idle"].get("broker_requests_per_s"))]
+        out += [f"- {note}" for note in (transactions_note(leg) for leg in legs if leg["leg"] == "project") if note]
+        for leg in legs:
+            if leg["leg"] == "raw":
+                produces = leg["requests"].get("Produce", 0)
+                out.append(f"- {leg['label']}: {produces:,} Produce requests for {leg['messages']:,} records "
+                           f"({leg['messages'] / max(1, produces):.1f} records per request)")
+    else:
+        out.append("(no broker request counts: the broker ran without the metrics agent)")
+    prof = r.get("profiles")
+    if prof:
+        cost = "no pauses (--nonblocking)" if prof.get("nonblocking") else "that leg's latencies include its pauses"
+        out += ["", f"Profiles ({prof['phase']}, py-spy {prof['rate_hz']} Hz for {prof['duration_s']} s; "
+                    f"{cost}): {prof['dir']} (*.svg flame graphs, *.speedscope.json, *.top.txt)"]
+        for name, p in prof["processes"].items():
+            top = ", ".join(f"{f['frame']} {f['self_pct']:.1f}%" for f in p["by_self"][:5])
+            out.append(f"- {name}: {p['samples']:,} samples; top self: {top or 'none'}")
+    return out
 
 
 def plot(r: dict[str, Any], path: str) -> None:
@@ -1030,6 +1186,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the broker data and service logs")
     parser.add_argument("--json", metavar="PATH", help="write every result as JSON to PATH")
     parser.add_argument("--plot", metavar="PATH", help="write latency CDFs (phases 2 and 3) as a PNG to PATH")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="py-spy the worker and projection during phase 2's first rate: collapsed stacks, "
+                             "speedscope JSON, SVG flame graph and a top-frames summary per process in DIR")
+    parser.add_argument("--profile-nonblocking", action="store_true",
+                        help="py-spy --nonblocking: do not pause the services per sample (less perturbation)")
+    parser.add_argument("--no-broker-requests", dest="broker_requests", action="store_false",
+                        help="start the broker without its metrics agent (no request counts per publish)")
+    parser.add_argument("--idle-seconds", type=float, default=5.0,
+                        help="quiet seconds measured before phase 1 for the idle CPU and request background")
     parser.add_argument("--security", action="store_true",
                         help="phases 1-2 on a plaintext broker, then on a secure one, side by side")
     args = parser.parse_args(argv)

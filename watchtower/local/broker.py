@@ -25,7 +25,7 @@ from typing import Any
 
 from watchtower.local.config import ADMIN_PRINCIPAL, HOST, ClusterSpec, NodeSpec
 from watchtower.local.errors import LocalStackError
-from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, require_tool
+from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, jolokia_agent_jar, require_tool
 from watchtower.local.security import admin_settings, ensure_acls, ensure_credentials, scram_format_args
 from watchtower.topics.catalogue import topic_prefix
 from watchtower.topics.connection import Principal
@@ -81,6 +81,7 @@ class LocalKafka:
     def _up(self, timeout: float) -> float:
         require_tool("java", "to run the embedded Kafka broker")
         cp = classpath(KAFKA_BUNDLE)
+        agent = jolokia_agent_jar() if self.spec.metrics_port is not None else None
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
             cluster_id = self._check_or_claim_data_dir()
@@ -93,7 +94,7 @@ class LocalKafka:
             started = time.monotonic()
             for node in to_start:
                 self._prepare_node(node, cluster_id, cp)
-                self._launch(node, cp)
+                self._launch(node, cp, agent)
             self._wait_ready(to_start, timeout)
             return time.monotonic() - started
 
@@ -163,6 +164,10 @@ class LocalKafka:
             return self.client_settings()
         except LocalStackError:
             return {}  # unreadable credentials: the metadata check then reports why it cannot connect
+
+    def metrics_url(self, node_id: int = 1) -> str | None:
+        """The Jolokia base URL of a node started with ``ClusterSpec.metrics_port`` (else None)."""
+        return self.spec.metrics_url(self.spec.node_specs[node_id - 1])
 
     def log_path(self, node_id: int = 1) -> Path:
         """Path of a node's broker log."""
@@ -250,10 +255,11 @@ class LocalKafka:
                 f"remove {node.directory} and run `watchtower local up` again"
             )
 
-    def _launch(self, node: NodeSpec, cp: str) -> None:
+    def _launch(self, node: NodeSpec, cp: str, agent: Path | None = None) -> None:
         heap = f"-Xmx{self.spec.heap_mb}m"
         cmd = [
             "java", heap, f"-Xms{min(256, self.spec.heap_mb)}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            *metrics_agent_args(self.spec, node, agent),
             f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", cp,
             "kafka.Kafka", str(node.properties_file),
         ]
@@ -289,7 +295,8 @@ class LocalKafka:
         # A node that was just SIGKILLed can hold its listener for a moment while the kernel
         # tears the process down, so a busy port is re-tried for a short grace period.
         deadline = time.monotonic() + grace_s
-        for port in (node.port, node.controller_port):
+        metrics = () if self.spec.metrics_port is None else (self.spec.metrics_port + node.node_id - 1,)
+        for port in (node.port, node.controller_port, *metrics):
             while not _port_bindable(port):
                 if time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -356,6 +363,20 @@ def random_cluster_id() -> str:
         text = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
         if raw not in _RESERVED_IDS and not text.startswith("-"):
             return text
+
+
+def metrics_agent_args(spec: ClusterSpec, node: NodeSpec, agent: Path | None) -> list[str]:
+    """The JVM option attaching the Jolokia agent to ``node`` (none unless ``spec.metrics_port``).
+
+    The agent listens on loopback only and serves reads of the broker's MBeans (e.g. the request
+    counters ``kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*``).
+    """
+    if spec.metrics_port is None:
+        return []
+    if agent is None:
+        raise LocalStackError("a broker with metrics_port needs the Jolokia agent jar")
+    port = spec.metrics_port + node.node_id - 1
+    return [f"-javaagent:{agent}=port={port},host={HOST},discoveryEnabled=false"]
 
 
 def storage_format_argv(cp: str, node: NodeSpec, cluster_id: str) -> list[str]:

@@ -65,6 +65,9 @@ class ClusterSpec:
     # choose a session timeout of a few seconds: a worker killed with kill -9 then loses its
     # partitions in seconds. The floor changes nothing for a client that does not ask for less.
     min_session_timeout_ms: int | None = 1_000
+    # Opt-in broker metrics: node *i* serves its JMX MBeans as JSON over HTTP (the Jolokia JVM
+    # agent) on ``HOST:metrics_port + i - 1``. None (the default): no agent, nothing else changes.
+    metrics_port: int | None = None
 
     @property
     def credentials_dir(self) -> Path:
@@ -77,6 +80,12 @@ class ClusterSpec:
             NodeSpec(i, self.port + i - 1, self.controller_port + i - 1, self.data_dir / f"node-{i}")
             for i in range(1, self.nodes + 1)
         ]
+
+    def metrics_url(self, node: NodeSpec) -> str | None:
+        """The Jolokia base URL of ``node`` (ends in ``/jolokia/``), or None without metrics."""
+        if self.metrics_port is None:
+            return None
+        return f"http://{HOST}:{self.metrics_port + node.node_id - 1}/jolokia/"
 
     @property
     def bootstrap(self) -> str:

@@ -23,11 +23,14 @@ KAFKA_VERSION = "4.3.1"
 #: newest Spark whose connector, token provider and Avro jars are all on Maven Central.
 SPARK_VERSION = "4.0.0"
 LOG4J_VERSION = "2.24.3"
+#: The Jolokia JVM agent (JMX over HTTP/JSON), attached to the embedded broker only when its spec asks
+#: for metrics (``ClusterSpec.metrics_port``), e.g. by the benchmarks that read request counters.
+JOLOKIA_VERSION = "2.5.1"
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """A named, versioned set of Maven artifacts (group:artifact:version)."""
+    """A named, versioned set of Maven artifacts (group:artifact:version[:classifier])."""
 
     name: str
     version: str
@@ -47,6 +50,14 @@ KAFKA_BUNDLE = Bundle(
         f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
         f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
     ),
+)
+
+#: The agent is one self-contained jar (classifier ``javaagent``), attached with ``-javaagent:``.
+JOLOKIA_BUNDLE = Bundle(
+    "jolokia",
+    JOLOKIA_VERSION,
+    (f"org.jolokia:jolokia-agent-jvm:{JOLOKIA_VERSION}:javaagent",),
+    transitive=False,
 )
 
 SPARK_KAFKA_BUNDLE = Bundle(
@@ -80,10 +91,11 @@ def _pom(bundle: Bundle) -> str:
     exclusions = ("" if bundle.transitive else
                   "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>")
     for coord in bundle.artifacts:
-        group, artifact, version = coord.split(":")
+        group, artifact, version, *rest = coord.split(":")
+        classifier = f"<classifier>{rest[0]}</classifier>" if rest else ""
         deps.append(
             f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-            f"<version>{version}</version>{exclusions}</dependency>"
+            f"<version>{version}</version>{classifier}{exclusions}</dependency>"
         )
     return _POM.format(name=bundle.name, deps="\n".join(deps))
 
@@ -153,3 +165,12 @@ def classpath(bundle: Bundle) -> str:
     """A Java classpath string for every jar in the bundle (fetching it if needed)."""
     lib = ensure_bundle(bundle)
     return ":".join(str(p) for p in sorted(lib.glob("*.jar")))
+
+
+def jolokia_agent_jar() -> Path:
+    """The Jolokia JVM agent jar (fetched once, like the broker's jars)."""
+    jars = sorted(ensure_bundle(JOLOKIA_BUNDLE).glob("jolokia-agent-jvm-*.jar"))
+    if not jars:
+        raise LocalStackError(f"the Jolokia bundle in {bundle_dir(JOLOKIA_BUNDLE)} holds no agent jar; "
+                              "remove that folder and retry")
+    return jars[0]
