@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import nacl.signing
 import pytest
 
 from watchtower.projections import log_reader
 from watchtower.projections.log_reader import PayloadCache
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import sign_message
-from watchtower.schemas.records import decode_message, encode_message
+from watchtower.schemas.records import decode_message, decode_message_record, encode_message
 
 KEY = nacl.signing.SigningKey(b"\x05" * 32)
 
@@ -18,10 +19,10 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Count the records the cache decodes."""
     decodes: list[bytes] = []
 
-    def decode(raw: bytes) -> StreamMessage:
+    def decode(raw: bytes) -> dict[str, Any]:
         decodes.append(raw)
-        return decode_message(raw)
-    monkeypatch.setattr(log_reader, "decode_message", decode)
+        return decode_message_record(raw)
+    monkeypatch.setattr(log_reader, "decode_message_record", decode)
     return decodes
 
 

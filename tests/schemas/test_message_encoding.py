@@ -26,3 +26,19 @@ def test_the_written_record_is_the_checked_encoders_bytes(sequence: int, timesta
     written = encode_message(message)
     assert written == codec.encode("StreamMessage", message.to_record())
     assert decode_message(written) == message
+
+
+@settings(max_examples=60, deadline=None)
+@given(sequence=st.integers(1, 2**62), timestamp=st.integers(0, 2**62), payload=st.binary(max_size=2048), tags=tags)
+def test_a_record_read_back_is_served_exactly_as_its_checked_message(sequence: int, timestamp: int, payload: bytes,
+                                                                     tags: dict[str, object]) -> None:
+    """The read path serves a verified record from its Avro record (`json_dict_of_record`), not from a
+    rebuilt StreamMessage: its JSON and its filter headers must be the checked message's."""
+    from watchtower.protocol.message import headers_of_record, json_dict_of_record
+    from watchtower.schemas.records import decode_message_record
+
+    message = sign_message(stream_id="stream-1", sequence=sequence, timestamp_unix_ms=timestamp, kind="price",
+                           payload=payload, signing_key=KEY, tags=tags)
+    record = decode_message_record(encode_message(message))
+    assert json_dict_of_record(record) == message.to_json_dict()
+    assert headers_of_record(record) == message.headers()

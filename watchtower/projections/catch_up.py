@@ -1,11 +1,18 @@
-"""Fold an assigned partition's committed log up to its end before the partition serves reads.
+"""Fold each assigned partition's committed log: up to its end before it serves reads, then live.
 
 After every rebalance, each partition this worker owns is brought up to date from the log itself:
-``events[p]`` and ``messages[p]`` are read ``read_committed`` from the offset after the last one
-its state has folded (from the beginning for a partition new to this worker) up to the end they
-have when the reading starts, and folded with the same function as the live agent. Then the
-partition serves reads. The live agent waits for this (`OwnedPartitions.admit`) and skips what was
-folded here, so every record is folded exactly once, in log order.
+``events[p]``, ``messages[p]`` and ``replay[p]`` are read ``read_committed`` from the offset after
+the last one its state has folded (from the beginning for a partition new to this worker). When a
+partition reaches the end it had when the reading started, it serves reads; the same reader then
+goes on folding what is committed after that (the live fold), until the next rebalance. One reader
+per assignment, folding in log order per partition, so every record is folded exactly once.
+
+Why this reader and not the Faust agent's stream for the live fold: the agent's path costs about
+2.5x as much CPU per record (aiokafka's fetcher thread, Faust's per-event stream machinery) as
+confluent-kafka's C client handing over whole batches, and on the live path that was the
+projection's largest cost (README, "Publish to visible"). Faust still runs the group: it
+subscribes to the topics, so its assignor co-partitions them and publishes the owners' URLs, and
+this reader follows its assignment (`consumer.ProjectionApp` never fetches their records itself).
 
 Why not Faust's changelog recovery: with several workers it loses and corrupts state. A table
 write in a rebalance window goes to an aborted transaction while the writer keeps it in memory; a
@@ -26,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -51,14 +59,18 @@ class LogRecord:
 
 
 class PartitionReader:
-    """Committed records of some topic partitions, each from a start offset to the end it had at open.
+    """Committed records of some topic partitions, each from a start offset on.
 
-    Blocking (confluent-kafka); run it in a worker thread. A partition is finished at its
-    end-of-partition event, which ``read_committed`` places at the last stable offset, so a
-    transaction still open at that moment is left to the live agent.
+    Blocking (confluent-kafka); run it in a worker thread. `pending` holds the partitions that have
+    not yet reached the end they had at open: a partition leaves it at its first end-of-partition
+    event, which ``read_committed`` places at the last stable offset. Without `tail` the reader
+    returns records of pending partitions only (a catch-up to the end); with `tail` it reads every
+    partition on, for as long as it is polled (the live fold).
     """
 
-    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None], *,
+                 tail: bool = False) -> None:
+        self.tail = tail
         self._consumer = Consumer({
             **kafka_config(bootstrap),
             "group.id": f"wt-catch-up-{uuid.uuid4().hex}",  # never commits; assign() only
@@ -73,21 +85,29 @@ class PartitionReader:
         for (topic, partition), start in starts.items():
             low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
             begin = low if start is None else max(start, low)
-            if begin >= high:
+            if begin < high:
+                self.pending.add((topic, partition))
+            elif not tail:
                 continue  # nothing past what the state has folded
-            self.pending.add((topic, partition))
             assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
         if assignment:
             self._consumer.assign(assignment)
 
-    def poll(self, max_records: int = 500, timeout_s: float = 0.5) -> list[LogRecord]:
-        """The next records of unfinished partitions, in log order per partition."""
+    def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[LogRecord]:
+        """The next records (of unfinished partitions unless tailing), in log order per partition.
+
+        Waits up to `timeout_s` for the first record only, then takes what is already fetched: a
+        batch never waits to fill, so a live record is folded as soon as it is committed.
+        """
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
         records = []
-        for m in self._consumer.consume(num_messages=max_records, timeout=timeout_s):
+        for m in [first, *self._consumer.consume(num_messages=max_records - 1, timeout=0)]:
             tp = (str(m.topic()), int(m.partition() or 0))
             err = m.error()
             if err is None:
-                if tp in self.pending:
+                if self.tail or tp in self.pending:
                     raw = m.headers() or []
                     pairs = raw.items() if isinstance(raw, dict) else raw
                     records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
@@ -146,24 +166,26 @@ class CatchUp:
         started = time.monotonic()
         while generation == self.owned.generation:
             try:
-                folded = await self._fold_to_end(generation, partitions)
+                await self._fold_and_tail(generation, partitions, started)
             except Exception:  # the broker is away, say: retry from what is folded so far
-                log.exception("catching up partitions %s failed; retrying in 1 s", partitions)
+                log.exception("folding partitions %s failed; retrying in 1 s from what is folded", partitions)
                 await asyncio.sleep(1.0)
                 continue
-            if generation == self.owned.generation:
-                log.info("partitions %s serve after folding %d records in %.2f s", partitions, folded,
-                         time.monotonic() - started)
             return
 
-    async def _fold_to_end(self, generation: int, partitions: list[int]) -> int:
+    async def _fold_and_tail(self, generation: int, partitions: list[int], started: float) -> None:
+        """Fold `partitions` to their ends (then they serve), then live, until the generation changes."""
         loop = asyncio.get_running_loop()
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
-        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts)
-        folded = 0
+        reader = await loop.run_in_executor(None, partial(PartitionReader, self.bootstrap, starts, tail=True))
+        folded, serving = 0, False
         try:
             self._settle(generation, partitions, reader.pending)
-            while reader.pending and generation == self.owned.generation:
+            while generation == self.owned.generation:
+                if not serving and not reader.pending:
+                    serving = True
+                    log.info("partitions %s serve after folding %d records in %.2f s", partitions, folded,
+                             time.monotonic() - started)
                 records = await loop.run_in_executor(None, reader.poll)
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
@@ -175,7 +197,6 @@ class CatchUp:
                 self._settle(generation, partitions, reader.pending)
         finally:
             await loop.run_in_executor(None, reader.close)
-        return folded
 
     def _settle(self, generation: int, partitions: list[int], pending: set[TopicPartitionKey]) -> None:
         for p in partitions:

@@ -30,8 +30,33 @@ class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class _ReadCommittedConsumer(faust_aiokafka.Consumer):
+    """Faust's consumer, which fetches no record of the topics the app folds with its own reader.
+
+    Those topics stay subscribed, so the group assigns them (co-partitioned, owners' URLs
+    published), but their partitions are never active here: Faust's `getmany` asks for none of
+    their records, and its stalled-stream checks skip them.
+    """
+
     def _new_consumer_thread(self) -> _ReadCommittedThread:
         return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+    def _folded_elsewhere(self) -> frozenset[str]:
+        return frozenset(getattr(self.app, "folded_elsewhere", ()))
+
+    def _set_active_tps(self, tps: Any) -> Any:
+        active = super()._set_active_tps(tps)
+        elsewhere = self._folded_elsewhere()
+        active.difference_update({tp for tp in active if tp.topic in elsewhere})
+        return active
+
+    def resume_partitions(self, tps: Any) -> None:
+        elsewhere = self._folded_elsewhere()
+        super().resume_partitions({tp for tp in tps if tp.topic not in elsewhere})
+
+    def verify_event_path(self, now: float, tp: Any) -> None:
+        if tp.topic in self._folded_elsewhere():
+            return None  # no stream reads it here, by design
+        return super().verify_event_path(now, tp)
 
 
 class _ReadCommittedTransport(faust_aiokafka.Transport):
@@ -41,8 +66,11 @@ class _ReadCommittedTransport(faust_aiokafka.Transport):
 class ProjectionApp(faust.App):
     """A Faust app whose worker consumer reads only committed records, at least once."""
 
-    def __init__(self, app_id: str, **settings: Any) -> None:
+    def __init__(self, app_id: str, *, folded_elsewhere: frozenset[str] = frozenset(), **settings: Any) -> None:
         super().__init__(app_id, processing_guarantee="at_least_once", **settings)
+        #: Topics assigned through this app whose records its consumer never fetches (`catch_up`
+        #: folds them with its own reader).
+        self.folded_elsewhere = folded_elsewhere
 
     def on_init_dependencies(self) -> Any:
         dependencies = super().on_init_dependencies()

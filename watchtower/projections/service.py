@@ -55,7 +55,7 @@ from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.page_proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.ring_window import get_since_range
+from watchtower.protocol.ring_window import floor_for, get_since_range
 from watchtower.protocol.views import (
     TABLE_NAMES,
     feeds,
@@ -122,6 +122,7 @@ class Projection:
             broker_session_timeout=timeouts.session_ms / 1000,
             broker_heartbeat_interval=timeouts.heartbeat_ms / 1000,
             stream_wait_empty=False,
+            folded_elsewhere=frozenset((self.t_events, self.t_messages, self.t_replay)),
         )
         # Each worker keeps its partitions' share of every table, with the offsets folded
         # (`partitions`); the quarantine counts and the offset indexes are per partition too, so a
@@ -161,12 +162,11 @@ class Projection:
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:
-        async for event in stream.events():
-            record = event.message
-            if not await self.owned.admit(record.topic, record.partition, record.offset):
-                continue  # folded already (a redelivery), or no longer this worker's partition
-            with self.owned.folding(record.topic, record.partition, record.offset):
-                self._fold(record)
+        """The Faust agent of the source topics. It subscribes them, so the group assigns them, but
+        receives no record: `catch_up` folds them (ProjectionApp's consumer never fetches them).
+        Should one arrive anyway, it is dropped: that reader folds every record, in log order."""
+        async for _event in stream.events():
+            pass
 
     def _fold(self, record: Any) -> None:
         """Fold one committed record, live or while its partition catches up (inside `owned.folding`).
@@ -229,9 +229,9 @@ class Projection:
         match = _compiled_filter(filter_spec, proof)
         view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
+        head_seq, capacity = 0 if head is None else int(head["head"]), int(view["config"]["ring_buffer_capacity"])
         # A cursor below the window gets CURSOR_TOO_OLD with the ready replay request of the gap.
-        wanted = get_since_range(0 if head is None else int(head["head"]), int(view["config"]["ring_buffer_capacity"]),
-                                 cursor, limit, stream_id=stream_id,
+        wanted = get_since_range(head_seq, capacity, cursor, limit, stream_id=stream_id,
                                  replay_price_per_event_cby=replay_price_of(view))
         raws: dict[int, bytes] = {}
         missing = []
@@ -255,10 +255,10 @@ class Projection:
                 messages.append(encoded)
             elif proof:
                 skipped.append(entry_json(self.cache.served(stream_id, seq, raw)[1]))
-        window = head_view(view, head)
+        floor_seq = floor_for(head_seq, capacity)  # as head_view, without its key-schedule parse
         envelope: dict[str, Any] = {
-            "head_sequence": window["head_sequence"], "floor_sequence": window["floor_sequence"],
-            "head": window["head_sequence"], "floor": window["floor_sequence"],  # deprecated names
+            "head_sequence": head_seq, "floor_sequence": floor_seq,
+            "head": head_seq, "floor": floor_seq,  # deprecated names
             "next_cursor": wanted[-1] if len(wanted) else cursor}
         if proof:
             envelope["proof"] = proof_of(skipped)

@@ -212,12 +212,7 @@ class StreamMessage:
 
     def headers(self) -> dict[str, Any]:
         """The header view the filter DSL evaluates: kind, sequence, timestamp_unix_ms, tags."""
-        return {
-            "kind": self.kind,
-            "sequence": self.sequence,
-            "timestamp_unix_ms": self.timestamp_unix_ms,
-            "tags": self.tags,
-        }
+        return headers_of_record(self.to_record())
 
     def to_record(self) -> dict[str, Any]:
         """Plain dict with every field (bytes stay bytes, enums become text): the Avro record."""
@@ -244,10 +239,7 @@ class StreamMessage:
 
     def to_json_dict(self) -> dict[str, Any]:
         """JSON-safe dict: byte fields become lowercase hex under `*_hex` names."""
-        out = self.to_record()
-        for name in _BYTE_FIELDS:
-            out[f"{name}_hex"] = out.pop(name).hex()
-        return out
+        return json_dict_of_record(self.to_record())
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any]) -> StreamMessage:
@@ -277,6 +269,25 @@ class StreamMessage:
 
 
 _BYTE_FIELDS = ("payload_inline", "payload_hash", "publisher_sig")
+
+
+def json_dict_of_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON form (`StreamMessage.to_json_dict`) of a message given as its record (`to_record`).
+
+    The read path serves a record it has already decoded, checked and verified once (when it was
+    folded, or by the verifying scan) straight from its Avro record with this, instead of building
+    the `StreamMessage` again: the same function makes both forms, so they cannot differ.
+    """
+    out = dict(record)
+    for name in _BYTE_FIELDS:
+        out[f"{name}_hex"] = out.pop(name).hex()
+    return out
+
+
+def headers_of_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter headers (`StreamMessage.headers`) of a message given as its record."""
+    return {"kind": record["kind"], "sequence": record["sequence"],
+            "timestamp_unix_ms": record["timestamp_unix_ms"], "tags": record["tags"]}
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(StreamMessage))
 _JSON_KEY_COUNT = len(_FIELD_NAMES)
 

@@ -45,6 +45,12 @@ def message_from_record(record: Mapping[str, Any]) -> StreamMessage:
         raise MalformedRecordError(f"StreamMessage record breaks a CIP-7 rule ({exc.code}): {exc.message}") from None
 
 
+def decode_message_record(data: bytes) -> dict[str, Any]:
+    """The Avro record of a framed StreamMessage, not checked against CIP-7's rules: only for a
+    record known to hold a valid message (one already decoded with `decode_message` and verified)."""
+    return dict(codec.decode_as("StreamMessage", data))
+
+
 def decode_message(data: bytes) -> StreamMessage:
     """The StreamMessage in a framed record (integrity is checked by `verify_message`, not here)."""
     return message_from_record(codec.decode_as("StreamMessage", data))
