@@ -174,7 +174,7 @@ class ReplayWorker(TransactionalWorker):
     def _fold(self, partition: int) -> int:
         """Fold `partition` of ``replay`` from the beginning; the offset the fold reached.
 
-        It stops at the partition's end, or once past what the partition held when the fold began
+        It stops at the partition's end, or once its position reaches what the partition held when the fold began
         (stream workers keep writing registrations, so a read_committed reader may never see the end
         event; the live consumer goes on from the offset returned). A fold that reads nothing for
         `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
@@ -186,7 +186,9 @@ class ReplayWorker(TransactionalWorker):
             if high <= low:
                 return int(high)
             scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
-            target, reached = high - 1, low  # the last offset may be a transaction marker, never delivered
+            # Done when the position reaches `high` (it steps over transaction markers and aborted
+            # records, which are never delivered), not when a record at high-1 was seen.
+            reached = low
             stalled_at = time.monotonic() + FOLD_STALL_S
             while True:
                 batch = scan.consume(num_messages=1000, timeout=1.0)
@@ -194,12 +196,15 @@ class ReplayWorker(TransactionalWorker):
                     err = msg.error()
                     if err is None:
                         self._apply(msg)
-                        reached = int(msg.offset() or 0) + 1
+                        reached = max(reached, int(msg.offset() or 0) + 1)
                     elif err.code() == KafkaError._PARTITION_EOF:
-                        return int(msg.offset() or 0)
-                if reached >= target:
+                        return max(reached, int(msg.offset() or 0))
+                position = scan.position([tp])[0].offset
+                moved = position > reached
+                reached = max(reached, position)
+                if reached >= high:
                     return int(reached)
-                if batch:
+                if batch or moved:
                     stalled_at = time.monotonic() + FOLD_STALL_S
                 elif time.monotonic() > stalled_at:
                     raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
