@@ -10,9 +10,9 @@ a window of signed publishes in flight to a few streams. Once the worker's healt
 - the projection answers a read with the probe it did not have before the kill;
 - the delivery worker, which pushed to its subscriber before the kill, is still the same process
   afterwards (before the fix it died on a confluent-kafka assertion, `CallState_get`, from a client
-  call inside a rebalance callback). That it pushes again after the restart is not asserted: on this
-  machine it can stall inside a transactional call after the restart (a known gap, in the issue's
-  closing note), so this test pins only that it survives;
+  call inside a rebalance callback); that it and the replay worker also keep serving (health file,
+  a push and a replay requested after the restart) is pinned, cheaper, by
+  `test_the_delivery_and_replay_workers_serve_again_after_the_broker_is_killed_and_restarted`;
 - the replay worker completes a replay registered after the restart;
 - every acknowledged publish is in the messages log, and each stream's log is exactly 1..N;
 - every service is the same process the whole time, and the worker's health file says ``serving``.
