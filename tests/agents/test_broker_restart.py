@@ -10,9 +10,9 @@ a window of signed publishes in flight to a few streams. Once the worker's healt
 - the projection answers a read with the probe it did not have before the kill;
 - the delivery worker, which pushed to its subscriber before the kill, is still the same process
   afterwards (before the fix it died on a confluent-kafka assertion, `CallState_get`, from a client
-  call inside a rebalance callback). That it pushes again after the restart is not asserted: on this
-  machine it can stall inside a transactional call after the restart (a known gap, in the issue's
-  closing note), so this test pins only that it survives;
+  call inside a rebalance callback); that it and the replay worker also keep serving (health file,
+  a push and a replay requested after the restart) is pinned, cheaper, by
+  `test_the_delivery_and_replay_workers_serve_again_after_the_broker_is_killed_and_restarted`;
 - the replay worker completes a replay registered after the restart;
 - every acknowledged publish is in the messages log, and each stream's log is exactly 1..N;
 - every service is the same process the whole time, and the worker's health file says ``serving``.
@@ -50,7 +50,7 @@ from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 PARTITIONS = 3
 STREAMS = 4
@@ -73,9 +73,11 @@ class Publisher(threading.Thread):
     """Publishes head+1 to every stream, round after round, with WINDOW rounds in flight."""
 
     def __init__(self, client: CommandClient, owner: nacl.signing.SigningKey,
-                 publisher: nacl.signing.SigningKey, stream_ids: list[str]) -> None:
+                 publisher: nacl.signing.SigningKey, stream_ids: list[str], first: int = 0) -> None:
+        """Publishes sequences from `first` + 1 on (nonce = sequence + 1)."""
         super().__init__(name="publisher", daemon=True)
         self.client, self.owner, self.publisher, self.stream_ids = client, owner, publisher, stream_ids
+        self.first = first
         self.futures: list[tuple[str, int, Future[dict[str, Any]]]] = []
         self.answered_at: list[float] = []  # monotonic time of every answer, in arrival order
         self.halt = threading.Event()
@@ -97,7 +99,7 @@ class Publisher(threading.Thread):
     def run(self) -> None:
         try:
             rounds: list[list[Future[dict[str, Any]]]] = []
-            seq = 0
+            seq = self.first
             while not self.halt.is_set():
                 if len(rounds) >= WINDOW:
                     # Wait for the oldest round; the broker may be away for a while, so no timeout
@@ -155,6 +157,7 @@ def http_json(url: str) -> tuple[int, Any]:
         return 0, str(exc)
 
 
+@pytest.mark.slow
 def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own_broker: LocalKafka,
                                                                              tmp_path: Path) -> None:
     """The stream worker under publish load, and the projection, the replay worker and the push
@@ -301,3 +304,85 @@ def tail(stack: ServiceSet, name: str, lines: int = 20) -> str:
     # librdkafka's own reconnect lines (``%3|...``) would bury what the service said.
     return "".join([line for line in text.splitlines(True) if not line.startswith("%")][-lines:])
 
+
+
+def test_the_delivery_and_replay_workers_serve_again_after_the_broker_is_killed_and_restarted(
+        own_broker: LocalKafka, tmp_path: Path) -> None:
+    """The push delivery worker and the replay worker, each with transactions behind it and pushes
+    flowing when the broker is killed (``kill -9``) and started again: afterwards each one's health
+    file keeps being written, a message published after the restart is pushed to its subscriber,
+    and a replay registered after the restart completes. Before the fix the delivery worker hung
+    in ``send_offsets_to_transaction`` for minutes after the restart (its health file stopped)."""
+    bootstrap = own_broker.spec.bootstrap
+    owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
+    with start_stack(bootstrap, tmp_path / "logs", workers=1, partitions=PARTITIONS, projections=1,
+                     replay=True, delivery=True) as stack:
+        pids = stack.pids()
+        client = CommandClient(bootstrap, prefix=stack.prefix)
+        push_sid = f"restart.{stack.prefix}.push"
+        try:
+            client.call(sign_command(owner, "create_stream", push_sid, 1, {
+                "publisher_key_hex": bytes(publisher.verify_key).hex(), "ring_buffer_capacity": 100_000,
+                "max_push_deliveries_per_block": 1000}), timeout=120)
+            client.call(sign_command(nacl.signing.SigningKey.generate(), "subscribe", push_sid, 1, {"mode": "PUSH"}),
+                        timeout=120)
+            wait_for_health(stack.health_file("worker-w1"), lambda h: h["state"] == "serving", timeout=30)
+            push_and_wait(client, stack, owner, publisher, push_sid, 1)
+            # A replay completed before the kill: the replay worker has committed transactions too.
+            replay_sid = f"restart.{stack.prefix}.replay"
+            client.call(sign_command(owner, "create_stream", replay_sid, 1, {
+                "publisher_key_hex": bytes(publisher.verify_key).hex()}), timeout=120)
+            first = sign_message(stream_id=replay_sid, sequence=1, timestamp_unix_ms=1_790_000_000_001,
+                                 kind="tick", payload=b'{"n":1}', signing_key=publisher)
+            client.call(sign_command(owner, "publish", replay_sid, 2, first.to_json_dict()), timeout=DEADLINE_S)
+            replay_and_wait(client, stack, owner, replay_sid, 3)
+
+            # Publishes keep coming (so the delivery worker commits a transaction every block) when
+            # the broker is killed.
+            pub = Publisher(client, owner, publisher, [push_sid], first=1)
+            pub.start()
+            wait_until("20 answered publishes", lambda: pub.answered() >= 20, timeout=60)
+            own_broker.kill_node(1, signal.SIGKILL)
+            wait_for_health(stack.health_file("worker-w1"), lambda h: h["state"] == "broker_unreachable",
+                            timeout=30)
+            own_broker.up()
+            returned = time.monotonic()
+            wait_until("10 publishes answered after the restart", lambda: pub.answered_since(returned) >= 10,
+                       timeout=DEADLINE_S)
+            pub.halt.set()
+            pub.join(30)
+            assert pub.error is None, f"the publisher failed: {pub.error!r}"
+            client.flush()
+            last = max(fut.result(timeout=DEADLINE_S)["sequence"] for _sid, _seq, fut in pub.futures)
+
+            # Requested after the restart, both are carried out.
+            push_and_wait(client, stack, owner, publisher, push_sid, last + 1)
+            replay_and_wait(client, stack, owner, replay_sid, 4)
+            # And each health file is still being written (at most once a second while serving).
+            for name in ("delivery-d1", "replay-r1"):
+                path = stack.health_file(name)
+                seen = json.loads(path.read_text())
+                for _ in range(2):
+                    seen = wait_for_health(path, lambda h, before=seen["updated_ms"]: h["updated_ms"] > before,
+                                           timeout=30)
+                assert seen["state"] == "serving", seen
+                assert seen["pid"] == pids[name]
+        finally:
+            client.close()
+        for name in ("delivery-d1", "replay-r1"):
+            assert stack.procs[name].poll() is None, f"{name} died:\n{tail(stack, name)}"
+        assert stack.pids() == pids, "a service was restarted"
+
+
+def replay_and_wait(client: CommandClient, stack: ServiceSet, owner: nacl.signing.SigningKey, stream_id: str,
+                    nonce: int) -> None:
+    """Register a replay of the stream's first message (with `nonce`) and wait for it to complete."""
+    registered = client.call(sign_command(owner, "register_replay", stream_id, nonce,
+                                          {"namespace": stream_id, "from": 1, "to": 2}), timeout=DEADLINE_S)
+    replay_url = f"{stack.api_url}/v1/replays/{registered['replay_id']}"
+    deadline = time.monotonic() + DEADLINE_S
+    while (http_json(replay_url)[1] or {}).get("status") != {"completed": 1}:
+        if time.monotonic() > deadline:
+            pytest.fail(f"replay {registered['replay_id']} did not complete within {DEADLINE_S:g}s; replay worker "
+                        f"log tail:\n{tail(stack, 'replay-r1', 40)}")
+        time.sleep(0.2)

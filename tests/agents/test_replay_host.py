@@ -32,7 +32,7 @@ from worker_harness import (
 
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.ledger import SUPPLY_KEY, Origin, ReplaySettled
+from watchtower.protocol.ledger import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
 from watchtower.protocol.replay_rules import replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -43,7 +43,7 @@ from watchtower.schemas.replay_records import (
     ReplayRegistered,
     decode_replay_record,
 )
-from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward
+from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward, encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
@@ -249,6 +249,19 @@ def test_a_replay_settlement_written_to_the_commands_topic_is_refused(host: Host
     assert "register_replay" in error["message"]
     assert host.records_of(4242) == []
     assert host.workers.alive(WORKER)
+
+
+def test_a_replay_finish_written_to_the_commands_topic_is_refused_and_changes_nothing(host: Host) -> None:
+    reader = key()
+    register = host.sign(reader, "register_replay", request(host, 1, None))
+    replay_id = ok(host.send(register))["replay_id"]
+    finished = ReplayFinished(replay_id, host.stream_id, addr(reader), "completed", Origin.of(register))
+    error = refused(host.raw(encode_replay_finished(finished), host.stream_id), "UNAUTHORIZED")
+    assert "cancel_replay" in error["message"]
+    # The replay is still cancellable.
+    assert ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})))["cancel"] == "requested"
+    assert not [e for e in read_committed_events(host.bootstrap, host.workers.prefix)
+                if e.event.type == "ReplayFinished" and e.event.body["replay_id"] == replay_id]
 
 
 def test_forged_replay_events_are_quarantined_and_the_restarted_worker_serves(host: Host, tmp_path: Path) -> None:

@@ -6,10 +6,12 @@ certain instead of a race with the wall clock.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -187,4 +189,69 @@ def test_a_producer_that_fails_fatally_is_replaced_in_process_and_nothing_is_los
     pushes = reader.of(feed)
     assert {(p.subscriber, p.sequence) for p in pushes} == {(s, 1) for s in feed.subscribers}
     assert all(n <= 10 for n in Counter(p.block for p in pushes).values())
+    assert not errors, errors
+
+
+class HangsOnce:
+    """The worker's producer, but its first ``send_offsets_to_transaction`` does not return (until the
+    test releases it) although it was given a timeout: librdkafka #5511, a stale coordinator after a
+    broker outage."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.hanging = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def send_offsets_to_transaction(self, *args: object, **kwargs: object) -> object:
+        if not self.hanging.is_set():
+            self.hanging.set()
+            self.release.wait(600)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "injected: released by the test"))
+        return self.real.send_offsets_to_transaction(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+def test_a_transactional_call_that_never_returns_is_given_up_and_the_worker_starts_over(
+        stack: ServiceSet, tmp_path: Path) -> None:
+    """While the call hangs the health file is still written; once its deadline passed the producer
+    is replaced, the partitions are rebuilt from the log, and the pushes go out."""
+    client = CommandClient(stack.bootstrap, prefix=stack.prefix)
+    reader = PushReader(stack.bootstrap, stack.prefix)
+    health_path = tmp_path / "health.json"
+    worker = DeliveryWorker(stack.bootstrap, "hangs", prefix=stack.prefix, clock_ms=Clock(BLOCK + 200),
+                            health=DeliveryHealth("hangs", path=str(health_path)))
+    stuck = HangsOnce(worker.producer)
+    worker.producer = stuck  # type: ignore[assignment]
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        feed = create_push_feed(client, 5, per_block=10)
+        publish(client, feed, 1)
+        wait(stuck.hanging.is_set, "the hanging call")
+        # Written while the call hangs (at most once a second; the call's deadline is 12 s).
+        first = json.loads(health_path.read_text())["updated_ms"]
+        wait(lambda: json.loads(health_path.read_text())["updated_ms"] > first, "a health write while the call hangs",
+             timeout_s=60)
+        wait(lambda: worker.recoveries >= 1, "the recovery after the call's deadline")
+        reader.until(lambda: len(reader.of(feed)) >= 5, timeout_s=180, what="the pushes after the recovery")
+        assert not errors, f"the worker exited: {errors}"
+        assert thread.is_alive(), "the worker stopped serving"
+        assert worker.producer is not stuck, "the stuck producer was not replaced"
+    finally:
+        stuck.release.set()
+        worker.stop()
+        thread.join(60)
+        reader.close()
+        client.close()
+    assert {(p.subscriber, p.sequence) for p in reader.of(feed)} == {(s, 1) for s in feed.subscribers}
     assert not errors, errors

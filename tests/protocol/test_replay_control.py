@@ -22,8 +22,15 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     WatchtowerError,
 )
-from watchtower.protocol.ledger import CbyCredit, Origin, ReplayCharge, ReplaySettled, account_instance
-from watchtower.protocol.replay_control import settle_replay
+from watchtower.protocol.ledger import (
+    CbyCredit,
+    Origin,
+    ReplayCharge,
+    ReplayFinished,
+    ReplaySettled,
+    account_instance,
+)
+from watchtower.protocol.replay_control import finish_replay, settle_replay
 from watchtower.protocol.replay_rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.snapshots import decode_streams, encode_streams
@@ -287,6 +294,107 @@ def test_a_cancel_answers_icrc77_cancel_replay_errors_and_writes_nothing_when_re
     # The replays survive a snapshot and are part of the state's digest.
     assert decode_streams(encode_streams({SID: s.state}))[SID] == s.state
     assert state_digest(s.state) != state_digest(dataclasses.replace(s.state, replays=type(s.state.replays)()))
+
+
+# --- The replay worker's word that a replay finished ------------------------------------------------
+
+
+def registered(s: Stream, key: nacl.signing.SigningKey = BOB, frm: int = 1, to: int = 10) -> tuple[int, Origin]:
+    """Register a replay signed by `key`: its id and origin (what the worker's ReplayFinished names)."""
+    cmd = s.command(key, "register_replay", request(frm, to))
+    replay_id = s.submit(cmd).reply["replay_id"]
+    return replay_id, Origin.of(cmd)
+
+
+def finish(s: Stream, finished: ReplayFinished) -> tuple[Event, ...]:
+    events = finish_replay(s.state, finished, height=HEIGHT + 1).events
+    s.fold(events)
+    return events
+
+
+def test_a_replay_the_worker_finished_cannot_be_cancelled() -> None:
+    s = stream(20)
+    replay_id, origin = registered(s)
+    assert s.state.replays[str(replay_id)] == (addr(BOB), "registered")
+    bob_before = s.state.callers[addr(BOB)]
+    (event,) = finish(s, ReplayFinished(replay_id, SID, addr(BOB), "completed", origin))
+    assert event.type == "ReplayFinished"
+    assert event.body == {"stream_id": SID, "replay_id": replay_id, "requester": addr(BOB), "outcome": "completed"}
+    assert s.state.replays[str(replay_id)] == (addr(BOB), "finished")
+    assert s.state.callers[addr(BOB)] == bob_before  # the requester's replay protection does not move
+    err = s.rejects("CANNOT_CANCEL", s.command(BOB, "cancel_replay", {"replay_id": replay_id}))
+    assert err.ICRC77_VARIANT == "CannotCancel"
+    assert err.details == {"replay_id": replay_id, "status": "finished"}
+    assert "it has finished" in err.message
+    assert f"watchtower replay status {replay_id}" in err.message  # what to do instead
+    # A repeat of the finish changes nothing and writes nothing.
+    assert finish(s, ReplayFinished(replay_id, SID, addr(BOB), "completed", origin)) == ()
+    # It survives a snapshot.
+    assert decode_streams(encode_streams({SID: s.state}))[SID] == s.state
+
+
+def test_a_replay_canceled_by_the_worker_is_finished_too() -> None:
+    s = stream(20)
+    replay_id, origin = registered(s)
+    s.do(BOB, "cancel_replay", {"replay_id": replay_id})
+    finish(s, ReplayFinished(replay_id, SID, addr(BOB), "canceled", origin))
+    assert s.state.replays[str(replay_id)] == (addr(BOB), "finished")
+    err = s.rejects("CANNOT_CANCEL", s.command(BOB, "cancel_replay", {"replay_id": replay_id}))
+    assert err.details["status"] == "finished"
+
+
+def test_a_finish_must_name_a_registered_replay_of_its_requester_with_its_registration_as_origin() -> None:
+    s = stream(20)
+    replay_id, origin = registered(s)
+    other_id, other_origin = registered(s, ALICE, 2, 5)
+    unknown = ReplayFinished(77, SID, addr(BOB), "completed", origin)
+    with pytest.raises(WatchtowerError) as info:
+        finish_replay(s.state, unknown, height=HEIGHT)
+    assert info.value.code == "REPLAY_NOT_FOUND"
+    for forged in (
+        ReplayFinished(replay_id, SID, addr(ALICE), "completed", origin),  # another requester
+        ReplayFinished(replay_id, SID, addr(BOB), "completed", other_origin),  # another registration's origin
+        ReplayFinished(replay_id, SID, addr(BOB), "completed", Origin(addr(BOB), origin.nonce, b"\x01" * 32)),
+        ReplayFinished(other_id, SID, addr(ALICE), "completed", origin),  # Bob's origin for Alice's replay
+        ReplayFinished(replay_id, "other", addr(BOB), "completed", origin),
+    ):
+        with pytest.raises(WatchtowerError) as info:
+            finish_replay(s.state, forged, height=HEIGHT)
+        assert info.value.code == "INVALID_ARGUMENT", forged
+    with pytest.raises(WatchtowerError):
+        ReplayFinished(replay_id, SID, addr(BOB), "done", origin)  # not a terminal outcome
+    # Nothing changed: both replays can still be cancelled.
+    assert s.do(BOB, "cancel_replay", {"replay_id": replay_id}).reply == {"replay_id": replay_id,
+                                                                         "cancel": "requested"}
+    assert s.do(ALICE, "cancel_replay", {"replay_id": other_id}).reply["cancel"] == "requested"
+
+
+def _finished_event(replay_id: int, requester: str, origin: Origin, **body: Any) -> Event:
+    return Event(type="ReplayFinished", stream_id=SID, block_height=HEIGHT, caller=origin.caller, nonce=origin.nonce,
+                 digest=origin.digest, reply={},
+                 body={"stream_id": SID, "replay_id": replay_id, "requester": requester, "outcome": "completed",
+                       **body})
+
+
+def test_a_forged_replay_finished_event_is_quarantined_and_changes_nothing() -> None:
+    s = stream(20)
+    replay_id, origin = registered(s)
+    _other_id, alice_origin = registered(s, ALICE, 2, 5)
+    forged = [
+        _finished_event(77, addr(BOB), origin),  # never registered
+        _finished_event(replay_id, addr(ALICE), alice_origin),  # not Alice's replay
+        _finished_event(replay_id, addr(BOB), Origin(addr(BOB), origin.nonce, b"\x02" * 32)),  # not its registration
+        _finished_event(replay_id, addr(BOB), alice_origin),  # caller is not the requester
+        _finished_event(replay_id, addr(BOB), origin, outcome="done"),
+        _finished_event(replay_id, addr(BOB), origin, stream_id="other"),
+    ]
+    for event in forged:
+        with pytest.raises(MalformedRecordError):
+            evolve(s.state, event)
+    # The genuine one folds once; a second is quarantined.
+    s.fold([_finished_event(replay_id, addr(BOB), origin)])
+    with pytest.raises(MalformedRecordError):
+        evolve(s.state, _finished_event(replay_id, addr(BOB), origin))
 
 
 # --- The priced path ------------------------------------------------------------------------------

@@ -115,4 +115,6 @@ def replay_events() -> list[Event]:
         event("ReplayPaymentFailed", {"stream_id": SID, "replay_id": 7, "requester": OWNER, "price_cby": 21,
                                       "code": "INSUFFICIENT_CBY_BALANCE", "message": "fund it"}),
         event("ReplayCancelRequested", {"stream_id": SID, "replay_id": 7, "requester": OTHER}),
+        event("ReplayFinished", {"stream_id": SID, "replay_id": 7, "requester": OTHER, "outcome": "completed"},
+              reply={}),
     ]

@@ -47,6 +47,7 @@ EVENTS = {
     "ReplayRegistered",
     "ReplayPaymentFailed",
     "ReplayCancelRequested",
+    "ReplayFinished",
 }
 ORIGIN = {"aggregate_id": "s", "caller": "0x" + "ab" * 32, "nonce": 3, "digest": b"\x01" * 32, "reply_json": "{}"}
 POLICY = {"stream_id": "s", "policy": "PUBLIC", "block_height": 9, "caused_by": ORIGIN}

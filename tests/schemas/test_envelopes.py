@@ -14,6 +14,7 @@ from watchtower.protocol.errors import (
     SchemaMismatchError,
     StreamNotFoundError,
 )
+from watchtower.protocol.ledger import Origin, ReplayFinished
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.envelopes import CommandRecord, ErrorJson, ReplyRecord, SignedCommandJson
 from watchtower.schemas.wire import (
@@ -22,6 +23,7 @@ from watchtower.schemas.wire import (
     decode_reply,
     encode_command,
     encode_registry_forward,
+    encode_replay_finished,
     encode_reply,
 )
 
@@ -46,6 +48,20 @@ def test_commands_and_forwards_hold_exactly_their_envelope() -> None:
     assert set(forward) == {"v", "register_feed"}
     assert decode_command(encode_command(CREATE)) == CREATE
     assert decode_command(encode_registry_forward(CREATE)) == RegistryForward(CREATE)
+
+
+def test_the_replay_workers_finish_is_a_tagged_forward_and_decodes_to_itself() -> None:
+    origin = Origin.of(CREATE)
+    finished = ReplayFinished(42, "s-1", origin.caller, "errored", origin)
+    record = json.loads(encode_replay_finished(finished))
+    assert record == {"v": 1, "keymgr": {"kind": "replay_finished", "replay_id": 42, "stream_id": "s-1",
+                                         "requester": origin.caller, "outcome": "errored",
+                                         "origin": {"caller": origin.caller, "nonce": 7,
+                                                    "digest_hex": origin.digest.hex()}}}
+    assert decode_command(encode_replay_finished(finished)) == finished
+    bad = dict(record, keymgr=dict(record["keymgr"], outcome="done"))
+    with pytest.raises(InvalidArgumentError, match="outcome"):
+        decode_command(json.dumps(bad).encode())
 
 
 def test_replies_hold_exactly_their_envelope() -> None:

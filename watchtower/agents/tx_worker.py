@@ -7,7 +7,11 @@ Contracts:
 - A worker of kind *k* joins the consumer group ``wt-<prefix>.<k>-worker`` and produces with the
   transactional id ``<group>-<worker id>``: stable per worker id, so a restarted worker fences its
   own zombie at ``init_transactions``.
-- Every transactional call goes through `TransactionalWorker._call_txn`. A producer fenced by
+- Every transactional call goes through `TransactionalWorker._call_txn`, which runs it on a bounded
+  caller thread (`agents.bounded`): the worker waits at most the call's timeout plus
+  `CALL_GRACE_S`, writing its health file meanwhile. librdkafka does not always honour the timeout
+  (after a broker outage ``send_offsets_to_transaction`` can hang on a stale coordinator for
+  minutes, librdkafka #5511); a call that overruns counts as a failed producer (below). A producer fenced by
   another instance of the same worker id raises `FencedError`, and the process exits with
   `EXIT_FENCED` (the newer instance serves). A producer that failed fatally otherwise, or that
   cannot even abort its transaction (a broker killed under an open transaction leaves librdkafka
@@ -16,7 +20,13 @@ Contracts:
   one and settles its last transaction, committed or aborted), then every assigned partition is
   rebuilt from what is committed (`_restore`) and the consumer seeks there. Whatever happened,
   state and positions are again exactly what the log says. Any other failure is the worker's to
-  handle (abort and do it again).
+  handle (abort and do it again). A start over that cannot rebuild a partition (the brokers went
+  away again) leaves it paused, and the serving loop rebuilds it later (as after a failed
+  assignment callback, below).
+- After every broker connection was lost (an ``_ALL_BROKERS_DOWN`` error from either client), the
+  producer is replaced between two steps (no transaction is open then, so nothing needs rebuilding)
+  once the brokers answer again: a producer that lived through the outage can keep a stale
+  coordinator and hang in its next transactional call.
 - ``init_transactions`` is retried for up to `INIT_TIMEOUT_S` while the transaction coordinator is
   not ready (a broker that just started answers NOT_COORDINATOR for a while).
 - Inside a rebalance callback the group consumer is only assigned, paused and resumed, never asked
@@ -46,11 +56,16 @@ from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 
 TXN_TIMEOUT_S: Final = 10.0
+#: A transactional call is given up (the producer replaced) this long after its own timeout.
+CALL_GRACE_S: Final = 2.0
+#: After a broker outage, how often to ask whether the brokers answer again.
+PROBE_INTERVAL_S: Final = 1.0
 INIT_TIMEOUT_S: Final = 120.0
 #: Pause between attempts to rebuild partitions whose rebuild failed in the assignment callback.
 RESTORE_RETRY_S: Final = 1.0
@@ -172,13 +187,16 @@ class TransactionalWorker(ABC):
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._stop = threading.Event()
         client_id = f"wt-{self.kind}-{worker_id}"
-        self.consumer = Consumer(tx_consumer_config(bootstrap, self.group, client_id))
-        self._producer_config = tx_producer_config(bootstrap, self.group, worker_id, client_id, **producer_extra)
+        self.consumer = Consumer({**tx_consumer_config(bootstrap, self.group, client_id),
+                                  "error_cb": self._on_client_error})
+        self._producer_config = tx_producer_config(bootstrap, self.group, worker_id, client_id,
+                                                   **{"error_cb": self._on_client_error, **producer_extra})
         self.producer = Producer(self._producer_config)
-        # Replaced producers are kept, never destroyed: destroying a client under a call that did
-        # not return can block (see agents.bounded); one is left per recovery, which is rare.
-        self._retired: list[Producer] = []
+        self._calls = BoundedCaller(f"wt-{self.kind}-txn-call")
         self.recoveries = 0
+        # Set when every broker connection was lost: the producer is replaced once they answer again.
+        self._outage = False
+        self._next_probe = 0.0
         # (topic, partition) assigned paused because their rebuild failed in the callback.
         self._unrestored: list[tuple[str, int]] = []
         self._next_restore = 0.0
@@ -196,14 +214,14 @@ class TransactionalWorker(ABC):
             self.health.set_state("serving")
             while not self._stop.is_set():
                 try:
+                    self._refresh_producer_after_outage()
                     if self._unrestored and time.monotonic() >= self._next_restore:
                         self._restore_deferred()
                     self._step()
                 except ProducerFailedError as exc:
                     self._recover(exc)
-                if self.health.due():
-                    self._count()
-                    self.health.write()
+                self.producer.poll(0)  # serves the producer's error_cb
+                self._tick_health()
         finally:
             self.health.set_state("exiting")
             self._close()
@@ -280,15 +298,15 @@ class TransactionalWorker(ABC):
     def _recover(self, why: Exception) -> None:
         """Start over from the log (module docstring): new producer, settled transaction, rebuilt
         partitions, consumer positions at what was committed. FencedError if another instance took over."""
+        self.recoveries += 1
+        self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
         while not self._stop.is_set():
-            self.recoveries += 1
-            self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
-            self._retired.append(self.producer)
-            self.producer = Producer(self._producer_config)
+            self._replace_producer()
             try:
                 self._init_transactions()
-            except ProducerFailedError as again:  # the new producer failed too: back off, then again
-                why = again
+            except (ProducerFailedError, KafkaException) as again:  # the new producer failed too: again
+                self.log.warning("worker %s: initialising transactions failed (%s); retrying", self.worker_id, again)
+                self._tick_health()
                 self._stop.wait(1.0)
                 continue
             break
@@ -296,7 +314,18 @@ class TransactionalWorker(ABC):
             return
         partitions = [TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
         self._on_revoke(self.consumer, partitions)
-        self._restore(self.consumer, partitions, recovering=True)
+        try:
+            self._restore(self.consumer, partitions, recovering=True)
+        except Exception as exc:  # the brokers went away again: rebuilt later by the serving loop
+            self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
+                             "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
+            waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+            self._on_revoke(self.consumer, waiting)
+            self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting})
+            self._next_restore = time.monotonic() + RESTORE_RETRY_S
+            if waiting:
+                self.consumer.pause(waiting)
+            return
         for tp in partitions:
             self.consumer.seek(tp)
         if self._unrestored:  # rebuilt just now with the others
@@ -304,6 +333,44 @@ class TransactionalWorker(ABC):
             self._unrestored = []
         self.log.warning("worker %s serves again: partitions of %s rebuilt from the log", self.worker_id,
                          sorted({tp.topic for tp in partitions}))
+
+    def _replace_producer(self) -> None:
+        """A new producer with the same transactional id (its ``init_transactions`` fences the old one)."""
+        old = [self.producer]
+        self.producer = Producer(self._producer_config)
+        # Destroying a producer can block on its broker threads: let a daemon thread drop the last
+        # reference (a call still stuck on it keeps it alive on its own thread until it returns).
+        threading.Thread(target=old.clear, name=f"wt-{self.kind}-dispose", daemon=True).start()
+
+    def _refresh_producer_after_outage(self) -> None:
+        """After every broker connection was lost, once the brokers answer again, start a fresh
+        producer (called between steps: no transaction is open, nothing needs rebuilding)."""
+        if not self._outage or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + PROBE_INTERVAL_S
+        try:
+            self.consumer.list_topics(self._subscriptions()[0], timeout=PROBE_INTERVAL_S)
+        except KafkaException:
+            return  # still away
+        self.log.warning("worker %s: the brokers answer again; starting a fresh producer", self.worker_id)
+        self._outage = False
+        self._replace_producer()
+        try:
+            self._init_transactions()
+        except KafkaException as exc:  # failed for good: start over from the log (retried there)
+            raise ProducerFailedError(f"the fresh producer after an outage failed ({exc})") from None
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # Called from poll/consume of either client (possibly on the call thread): only notes.
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._outage = True
+        elif err.fatal():
+            self.log.error("fatal client error: %s", err)
+
+    def _tick_health(self) -> None:
+        if self.health.due():
+            self._count()
+            self.health.write()
 
     def _closers(self) -> list[Callable[[], None]]:
         """The clients to close when the worker exits."""
@@ -328,19 +395,28 @@ class TransactionalWorker(ABC):
 
     def _init_transactions(self) -> None:
         """Initialise transactions, retrying while the transaction coordinator is not ready yet (a
-        broker that just started answers NOT_COORDINATOR for a while); fenced or fatal: FencedError."""
+        broker that just started answers NOT_COORDINATOR for a while) and replacing a producer whose
+        call overran; fenced: FencedError; failed for good, or still failing after `INIT_TIMEOUT_S`:
+        raised."""
         deadline = time.monotonic() + INIT_TIMEOUT_S
         while True:
             try:
-                self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S))
+                self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S), what="init_transactions")
+                self._outage = False
                 return
+            except ProducerFailedError as exc:  # stuck or failed fatally: a new producer, then again
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise
+                self.log.warning("initialising transactions failed (%s); retrying with a new producer", exc)
+                self._replace_producer()
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in self.transient_init)
                 if not transient or time.monotonic() > deadline or self._stop.is_set():
                     raise
                 self.log.warning("initialising transactions failed (%s); retrying", err)
-                self._stop.wait(1.0)
+            self._tick_health()
+            self._stop.wait(1.0)
 
     def _abort_txn(self) -> None:
         """Abort the open transaction; a producer that cannot even abort must be replaced: ProducerFailedError."""
@@ -349,11 +425,16 @@ class TransactionalWorker(ABC):
         except (KafkaException, ProducerFailedError) as abort_exc:
             raise ProducerFailedError(f"the transaction could not be aborted ({abort_exc})") from None
 
-    def _call_txn(self, fn: Callable[[], Any]) -> Any:
-        """A transactional call: fenced by another instance is FencedError (exit), any other fatal
-        producer error ProducerFailedError (start over from the log); the rest is raised as is."""
+    def _call_txn(self, fn: Callable[[], Any], what: str | None = None) -> Any:
+        """A transactional call, bounded (module docstring): fenced by another instance is FencedError
+        (exit); any other fatal producer error, or a call that overran its deadline, ProducerFailedError
+        (start over from the log); the rest is raised as is."""
+        name = what or getattr(getattr(fn, "func", fn), "__name__", "transactional call")
         try:
-            return fn()
+            return self._calls.call(fn, TXN_TIMEOUT_S + CALL_GRACE_S, what=f"worker {self.worker_id}: {name}",
+                                    while_waiting=self._while_waiting)
+        except CallStuckError as exc:
+            raise ProducerFailedError(f"{exc}; the producer is replaced") from None
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() in FATAL:
@@ -361,6 +442,11 @@ class TransactionalWorker(ABC):
             if isinstance(err, KafkaError) and err.fatal():
                 raise ProducerFailedError(f"worker {self.worker_id}'s producer failed fatally ({err})") from None
             raise
+
+    def _while_waiting(self) -> None:
+        """While a transactional call runs: serve the producer's error_cb and keep the health file current."""
+        self.producer.poll(0)
+        self._tick_health()
 
 
 def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | None], TransactionalWorker],

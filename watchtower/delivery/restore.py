@@ -57,10 +57,11 @@ def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Messag
     """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
 
     Without `catch_up` it reads to the partition's end (its end-of-partition event): for a topic
-    nobody else writes meanwhile. With `catch_up` it stops once it has read past what the partition
-    held when the scan began (the caller goes on consuming from the offset returned): a partition
-    that is written all the time holds an open transaction nearly always, so a read_committed
-    reader may never see its end event. A scan that makes no progress for `timeout_s` raises
+    nobody else writes meanwhile. With `catch_up` it stops once its position reaches the end offset
+    the partition had when the scan began (the caller goes on consuming from the offset returned;
+    the position also steps over transaction markers and aborted records, which are never
+    delivered): a partition that is written all the time holds an open transaction nearly always,
+    so a read_committed reader may never see its end event. A scan that makes no progress for `timeout_s` raises
     TimeoutError (the caller retries the rebuild later), so it can never hang the worker."""
     consumer = Consumer({**kafka_config(bootstrap), "group.id": f"wt-delivery-scan-{uuid.uuid4().hex[:12]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -71,8 +72,9 @@ def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Messag
         if high <= max(low, start):
             return int(max(high, start))
         consumer.assign([TopicPartition(topic, partition, start if start > low else OFFSET_BEGINNING)])
-        # The last offset at the start may be a transaction marker, which is never delivered.
-        target = high - 1
+        # Done when the reader's position reaches `high`, not when a record at high-1 was seen: the
+        # offsets before `high` may be transaction markers and aborted records, which are never
+        # delivered but which the position steps over.
         reached = start
         stalled_at = time.monotonic() + timeout_s
         while True:
@@ -81,12 +83,15 @@ def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Messag
                 err = msg.error()
                 if err is None:
                     on_record(msg)
-                    reached = int(msg.offset() or 0) + 1
+                    reached = max(reached, int(msg.offset() or 0) + 1)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    return int(msg.offset() or 0)
-            if catch_up and reached >= target:
-                return reached
-            if batch:
+                    return max(reached, int(msg.offset() or 0))
+            position = consumer.position([tp])[0].offset
+            moved = position > reached
+            reached = max(reached, position)
+            if catch_up and reached >= high:
+                return int(reached)
+            if batch or moved:
                 stalled_at = time.monotonic() + timeout_s
             elif time.monotonic() > stalled_at:
                 raise TimeoutError(f"reading {topic}[{partition}] made no progress for {timeout_s:g}s at offset "

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Final
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from watchtower.agents.event_fold import EventFold
+from watchtower.agents.state_loader import committed_offsets
 from watchtower.agents.tx_worker import (
     TXN_TIMEOUT_S,
     TransactionalWorker,
@@ -126,14 +127,16 @@ class DeliveryWorker(TransactionalWorker):
         events = self.topics["events"]
         self._partitions = len(self.consumer.list_topics(events, timeout=30).topics[events].partitions)
 
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (its own clients)
                  recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
         if not self._partitions:
             raise RuntimeError("the partition count of events is read before subscribing (_prepare)")
         events = self.topics["events"]
         numbers = sorted({tp.partition for tp in partitions})
-        committed = {tp.partition: tp.offset for tp in consumer.committed(
-            [TopicPartition(self.topics["messages"], p) for p in numbers], timeout=30)}
+        # Asked by a client of its own: the group consumer's committed() blocks while its group state
+        # waits for a rebalance it has not served yet (after a broker restart: for good).
+        committed = {tp.partition: tp.offset for tp in committed_offsets(
+            self.bootstrap, self.group, [TopicPartition(self.topics["messages"], p) for p in numbers], 30)}
         for p in numbers:
             restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine,
                                          now_block=self._now_block())

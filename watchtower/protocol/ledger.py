@@ -29,6 +29,7 @@ from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce, nonce_ceiling
 from watchtower.protocol.constants import MAX_WIRE_UINT64
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.replay_fold import REPLAY_OUTCOMES
 from watchtower.protocol.signed_command import Command, Method, command_digest
 from watchtower.protocol.stream_state import CallerRecord, Event, FrozenMap
 
@@ -227,6 +228,28 @@ class ReplaySettled:
         require_address(self.requester, "requester")
         if not isinstance(self.stream_id, str) or not self.stream_id:
             raise InvalidArgumentError("stream_id must be a non-empty text")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayFinished:
+    """To the stream `stream_id`: the replay worker fulfilled replay `replay_id` to its end
+    (`outcome`, one of `replay_fold.REPLAY_OUTCOMES`; ICRC-77 icrc77_replay_status), written in the transaction
+    of the replay's terminal record. `origin` is the requester's register_replay (the replay id
+    derives from its digest). Accepted from ``internal`` only."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    outcome: str
+    origin: Origin
+
+    def __post_init__(self) -> None:
+        _require_replay_id(self.replay_id)
+        require_address(self.requester, "requester")
+        if not isinstance(self.stream_id, str) or not self.stream_id:
+            raise InvalidArgumentError("stream_id must be a non-empty text")
+        if self.outcome not in REPLAY_OUTCOMES:
+            raise InvalidArgumentError(f"outcome must be one of {', '.join(REPLAY_OUTCOMES)}, got {self.outcome!r}")
 
 
 def _require_replay_id(value: object) -> None:

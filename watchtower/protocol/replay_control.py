@@ -22,11 +22,19 @@ Unauthorized, `as_unauthorized`). Then, for register_replay (first failure wins)
 
 cancel_replay (ICRC-77 CancelReplayError) is decided against the stream's registered replays
 (`StreamState.replays`): an id the stream never registered is REPLAY_NOT_FOUND (NotFound), another
-requester's replay UNAUTHORIZED (Unauthorized), a replay whose cancel was already requested or
-that finished at registration (an empty plan) CANNOT_CANCEL (CannotCancel); a refused cancel writes
-nothing. An accepted one records ReplayCancelRequested, which the replay fold honours at the
-replay's next slice (a replay the worker completed meanwhile stays completed). set_replay_price
-is the owner's (UNAUTHORIZED otherwise) and records ReplayPricingSet.
+requester's replay UNAUTHORIZED (Unauthorized), a replay whose cancel was already requested, that
+finished at registration (an empty plan) or that the replay worker finished CANNOT_CANCEL
+(CannotCancel); a refused cancel writes nothing. An accepted one records ReplayCancelRequested,
+which the replay fold honours at the replay's next slice (a replay the worker completed meanwhile
+stays completed). set_replay_price is the owner's (UNAUTHORIZED otherwise) and records
+ReplayPricingSet.
+
+The replay worker tells the stream that a replay finished with a `ReplayFinished` forward on
+``internal`` (accepted from there only), written in the transaction of the replay's terminal
+record; `finish_replay` records it as the ReplayFinished event, which marks the replay finished.
+The forward carries no signature of its own (anyone who can write ``internal`` on a plaintext
+broker can forge one), so it must name a replay the stream registered, for its requester, with the
+registration as its origin (`replay_fold.check_finish`); a repeat changes nothing.
 
 Pure: no I/O, no clock (block heights are arguments).
 """
@@ -54,6 +62,7 @@ from watchtower.protocol.ledger import (
     REPLAY_METHODS,
     Origin,
     ReplayCharge,
+    ReplayFinished,
     ReplaySettled,
     Routed,
     account_instance,
@@ -61,8 +70,10 @@ from watchtower.protocol.ledger import (
 )
 from watchtower.protocol.replay_fold import (
     CANCEL_REQUESTED,
+    FINISHED,
     MAX_REPLAY_PRICE,
     REGISTERED,
+    check_finish,
     check_memo,
     check_namespace,
 )
@@ -79,6 +90,7 @@ from watchtower.protocol.replay_rules import (
 from watchtower.protocol.signed_command import Command, Method, body_fields
 from watchtower.protocol.stream_state import (
     REPLAY_CANCEL_REQUESTED,
+    REPLAY_FINISHED,
     REPLAY_ORDERED,
     REPLAY_PAYMENT_FAILED,
     REPLAY_PRICING_SET,
@@ -238,13 +250,35 @@ def cancel_replay(state: StreamState, cmd: Command, *, height: int, digest: byte
         raise UnauthorizedError(f"replay {replay_id} was requested by {requester}; only its requester may cancel it",
                                 details={"replay_id": replay_id})
     if status != REGISTERED:
-        why = "its cancel was already requested" if status == CANCEL_REQUESTED else "it finished when it was registered"
-        raise CannotCancelError(f"replay {replay_id} can no longer be cancelled: {why}",
+        why = ("its cancel was already requested and it stops at its next slice" if status == CANCEL_REQUESTED
+               else "it has finished and delivers nothing more")
+        raise CannotCancelError(f"replay {replay_id} can no longer be cancelled: {why}; read its outcome with "
+                                f"`watchtower replay status {replay_id}` (GET /v1/replays/{replay_id})",
                                 details={"replay_id": replay_id, "status": status})
     reply = {"replay_id": replay_id, "cancel": "requested"}
     body = {"stream_id": state.stream_id, "replay_id": replay_id, "requester": cmd.caller}
     origin = Origin(cmd.caller, cmd.nonce, digest)
     return ReplayDecision((make_event(REPLAY_CANCEL_REQUESTED, state.stream_id, height, origin, reply, body),), reply)
+
+
+def finish_replay(state: StreamState, finished: ReplayFinished, *, height: int) -> ReplayDecision:
+    """The replay worker's ReplayFinished forward (module docstring): the ReplayFinished event, or
+    nothing for a replay already finished; REPLAY_NOT_FOUND for a replay the stream does not track,
+    INVALID_ARGUMENT for a finish that is not the registered replay's."""
+    if finished.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"the finish of replay {finished.replay_id} names stream {finished.stream_id!r}, "
+                                   f"not {state.stream_id!r}")
+    known = state.replays.get(str(finished.replay_id))
+    if known is None:
+        raise ReplayNotFoundError(f"stream {state.stream_id!r} has no replay {finished.replay_id} to finish; only the "
+                                  "replay worker reports a replay's end", details={"replay_id": finished.replay_id})
+    if known[1] == FINISHED:
+        return ReplayDecision((), None)  # a repeat changes nothing
+    check_finish(state, finished.replay_id, finished.requester, finished.origin.caller, finished.origin.digest,
+                 finished.outcome)
+    body = {"stream_id": state.stream_id, "replay_id": finished.replay_id, "requester": finished.requester,
+            "outcome": finished.outcome}
+    return ReplayDecision((make_event(REPLAY_FINISHED, state.stream_id, height, finished.origin, {}, body),), None)
 
 
 def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: bytes) -> ReplayDecision:

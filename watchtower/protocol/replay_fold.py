@@ -9,22 +9,27 @@ The events and what they change:
   a free one must be free at the stream's current price;
 - ``ReplayPaymentFailed``: the requester's account refused the order, which is dropped;
 - ``ReplayCancelRequested``: the replay's cancel was requested by its requester (the replay fold
-  on the ``replay`` topic stops it at its next slice).
+  on the ``replay`` topic stops it at its next slice);
+- ``ReplayFinished``: the replay worker fulfilled the replay to its end (completed, canceled or
+  errored; decided from its forward on ``internal``, `replay_control.finish_replay`).
 
 Every registered replay is kept in `StreamState.replays` as (requester, status), status one of
 `REPLAY_STATUSES`: ``registered``; ``cancel_requested``; ``finished`` for a replay whose plan was
-empty, which completes at once. A cancel_replay is decided against it (`replay_control`). The map is
-bounded (`MAX_TRACKED_REPLAYS` a stream): registrations are free on a public feed, and the state
-goes into every snapshot. Past the bound the entry chosen by content alone is forgotten (a cancel
-requested or finished one first, then any; the smallest replay id), so the live writer, a rebuild
-and a restored snapshot forget the same one; a cancel of a forgotten replay is REPLAY_NOT_FOUND.
+empty, which completes at once, or that the replay worker finished. A cancel_replay is decided
+against it (`replay_control`). The map is bounded (`MAX_TRACKED_REPLAYS` a stream): registrations
+are free on a public feed, and the state goes into every snapshot. Past the bound the entry chosen
+by content alone is forgotten (a cancel requested or finished one first, then any; the smallest
+replay id), so the live writer, a rebuild and a restored snapshot forget the same one; a cancel
+of a forgotten replay is REPLAY_NOT_FOUND.
 A cancel event that decide would now refuse (an unknown replay, another account's, a second one:
 logs written before cancels were answered per ICRC-77 hold such events) folds as before: recorded,
 changing nothing.
 
 The log is not trusted: a body that could not come from `replay_control` (another stream, a
 requester other than the signer, a replay id not derived from the command digest, a plan that is
-not a plan, a price that is not per-event × charged events, a settlement of no order) raises, and
+not a plan, a price that is not per-event × charged events, a settlement of no order, a finish of
+a replay the stream never registered, of another requester's, whose origin is not the replay's
+registration, or of a replay already finished) raises, and
 `evolve` turns that into MALFORMED_RECORD so the record is quarantined. Every event records its
 caller like the other stream events (`evolve` does that).
 
@@ -59,6 +64,8 @@ CANCEL_REQUESTED: Final = "cancel_requested"
 FINISHED: Final = "finished"
 REPLAY_STATUSES: Final = (REGISTERED, CANCEL_REQUESTED, FINISHED)
 MAX_TRACKED_REPLAYS: Final = 1_000
+#: How a replay ended (ICRC-77 ReplayState's terminal variants), as a ReplayFinished names it.
+REPLAY_OUTCOMES: Final = ("completed", "canceled", "errored")
 
 MAX_REPLAY_PRICE: Final = MAX_WIRE_UINT64
 """The highest per-event price and the highest replay price (an Avro long, a CBY amount)."""
@@ -85,6 +92,8 @@ def apply_replay_event(state: StreamState, event: Event) -> StreamState:
         if known is None or known[0] != body["requester"] or known[1] != REGISTERED:
             return state  # a log written before cancels were refused may hold such a cancel: it changes nothing
         return dataclasses.replace(state, replays=state.replays.set(key, (known[0], CANCEL_REQUESTED)))
+    if event.type == "ReplayFinished":
+        return _finished(state, event)
     if event.type == "ReplayPaymentFailed":
         order = state.replay_orders.get(str(body["requester"]))
         if order is None or order["replay_id"] != body["replay_id"] or order["price_cby"] != body["price_cby"]:
@@ -116,6 +125,36 @@ def apply_replay_event(state: StreamState, event: Event) -> StreamState:
         raise InvalidArgumentError(f"replay {body['replay_id']} is registered free, but no order paid its price "
                                    f"of {expected}")
     return dataclasses.replace(state, replays=replays)
+
+
+def check_finish(state: StreamState, replay_id: object, requester: object, caller: str, digest: bytes,
+                 outcome: object) -> tuple[str, str]:
+    """The rules a replay's finish obeys (decided and folded alike): the stream registered the
+    replay (for `requester`), the origin is its registration (`caller` the requester, the replay id
+    derived from `digest`), the outcome is a terminal one, and it is not finished yet. Returns the
+    replay's key in `StreamState.replays` and its status; InvalidArgumentError otherwise."""
+    rid = _replay_id(replay_id)
+    if outcome not in REPLAY_OUTCOMES:
+        raise InvalidArgumentError(f"outcome must be one of {', '.join(REPLAY_OUTCOMES)}, got {outcome!r}")
+    key = str(rid)
+    known = state.replays.get(key)
+    if known is None:
+        raise InvalidArgumentError(f"stream {state.stream_id!r} has no replay {rid} to finish")
+    if known[0] != requester or caller != requester:
+        raise InvalidArgumentError(f"replay {rid} was requested by {known[0]}, not {requester!r}")
+    if replay_id_for(digest) != rid:
+        raise InvalidArgumentError(f"replay id {rid} is not derived from the origin's digest: the origin is not the "
+                                   "replay's registration")
+    if known[1] == FINISHED:
+        raise InvalidArgumentError(f"replay {rid} is already finished")
+    return key, known[1]
+
+
+def _finished(state: StreamState, event: Event) -> StreamState:
+    body = event.body
+    key, _status = check_finish(state, body["replay_id"], body["requester"], event.caller, event.digest,
+                                body["outcome"])
+    return dataclasses.replace(state, replays=state.replays.set(key, (str(body["requester"]), FINISHED)))
 
 
 def check_registration(state: StreamState, event: Event) -> int:

@@ -15,7 +15,8 @@ or rotate_publisher_key, `key_chain`) does not verify, was not signed by the own
 the event's key, or is not the command the event's caller, nonce and digest say caused it. Those
 two events are the only ones that put a publisher key in force, so a forged one on the log cannot
 take over a stream; the command lands in the key schedule entry, where readers verify it again.
-Every event but a publish also records its caller's (nonce, digest, reply), so replay protection
+Every event but a publish and a ReplayFinished (written for the replay worker; its origin is the
+replay's registration) also records its caller's (nonce, digest, reply), so replay protection
 is rebuilt from the log like everything else. A publish is authorised by its message signature,
 not by a caller signature (docs/publish-auth.md): its nonce is not authenticated, so it never
 touches a caller record; the state keeps the digest of the last published message instead, so an
@@ -230,6 +231,7 @@ REPLAY_ORDERED: Final = "ReplayOrdered"
 REPLAY_REGISTERED: Final = "ReplayRegistered"
 REPLAY_PAYMENT_FAILED: Final = "ReplayPaymentFailed"
 REPLAY_CANCEL_REQUESTED: Final = "ReplayCancelRequested"
+REPLAY_FINISHED: Final = "ReplayFinished"
 FEED_REGISTERED: Final = "FeedRegistered"
 """The registry's event (see `registry`); it lives on the registry key, never on a stream."""
 
@@ -329,6 +331,7 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     REPLAY_REGISTERED: frozenset(REPLAY_FIELDS),
     REPLAY_PAYMENT_FAILED: frozenset({"stream_id", "replay_id", "requester", "price_cby", "code", "message"}),
     REPLAY_CANCEL_REQUESTED: frozenset({"stream_id", "replay_id", "requester"}),
+    REPLAY_FINISHED: frozenset({"stream_id", "replay_id", "requester", "outcome"}),
     FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
     ACCOUNT_KEY_REGISTERED: frozenset({"account", "account_key_id", "scheme", "public_key"}),
     ACCOUNT_KEY_REVOKED: frozenset({"account", "account_key_id"}),
@@ -364,12 +367,14 @@ STREAM_EVENT_TYPES: Final = frozenset(
         REPLAY_REGISTERED,
         REPLAY_PAYMENT_FAILED,
         REPLAY_CANCEL_REQUESTED,
+        REPLAY_FINISHED,
     }
 )
 """The events a stream's own log holds (the stream actor folds exactly these)."""
 
 REPLAY_EVENT_TYPES: Final = frozenset(
-    {REPLAY_PRICING_SET, REPLAY_ORDERED, REPLAY_REGISTERED, REPLAY_PAYMENT_FAILED, REPLAY_CANCEL_REQUESTED}
+    {REPLAY_PRICING_SET, REPLAY_ORDERED, REPLAY_REGISTERED, REPLAY_PAYMENT_FAILED, REPLAY_CANCEL_REQUESTED,
+     REPLAY_FINISHED}
 )
 """The ICRC-77 replay control events of a stream (folded by `replay_fold`)."""
 
@@ -489,6 +494,10 @@ def evolve(state: StreamState, event: Event) -> StreamState:
     if event.type == STREAM_MESSAGE_PUBLISHED:
         # A publish's nonce is not authenticated, so it must not move anyone's replay protection.
         return dataclasses.replace(changed, last_publish_digest=event.digest)
+    if event.type == REPLAY_FINISHED:
+        # Written for the replay worker, not caused by a new command: its origin is the replay's
+        # registration, so it must not move the requester's replay protection back.
+        return changed
     record = CallerRecord(event.nonce, event.digest, event.reply)
     return dataclasses.replace(changed, callers=changed.callers.set(event.caller, record))
 

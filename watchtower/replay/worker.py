@@ -17,6 +17,12 @@ committed checkpoint with exactly its deliveries. A fenced or fatally failed pro
 worker exit (code 3) for its supervisor to restart it; any other failed transaction is aborted and
 the slice is done again from the checkpoint.
 
+When a replay ends (the terminal record: completed, canceled or errored), the same transaction also
+writes a ``ReplayFinished`` forward to the stream on ``internal`` (keyed by the stream id, on the
+stream's partition), so the stream answers a later cancel of it CANNOT_CANCEL
+(`protocol.replay_control.finish_replay`). Its origin is the replay's registration (caller, nonce,
+digest of the signed register_replay).
+
 A ``registered`` record is fulfilled only when it carries its requester's signed register_replay
 and matches it (`protocol.replay_registration`); any other is quarantined like a record that breaks
 a rule. A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
@@ -42,6 +48,7 @@ from watchtower.agents.tx_worker import (
     worker_group,
 )
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.ledger import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
 from watchtower.protocol.replay_registration import check_registration_command
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
@@ -51,14 +58,19 @@ from watchtower.replay.fulfil import SliceResult, cancel_record, fulfil_slice, s
 from watchtower.replay.handoff import SparkLauncher, spark_progress, spark_threshold, wants_spark
 from watchtower.replay.health import ReplayHealth
 from watchtower.schemas.replay_records import (
+    ReplayCanceled,
     ReplayCancelRequested,
+    ReplayCompleted,
+    ReplayErrored,
     ReplayRecord,
     ReplayRegistered,
     decode_replay_record,
     encode_replay_record,
 )
+from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.replay")
 
@@ -90,6 +102,7 @@ class ReplayWorker(TransactionalWorker):
         self.prefix = prefix
         self.t_replay, self.t_messages = topic_name("replay", prefix), topic_name("messages", prefix)
         self.t_deliveries = topic_name("deliveries", prefix)
+        self.t_internal = topic_name("internal", prefix)
         self.slice_size = max(1, slice_size if slice_size is not None else env_int(ENV_SLICE, DEFAULT_SLICE))
         self.rate = float(rate if rate is not None else env_int(ENV_RATE, 0))
         self.threshold = threshold if threshold is not None else spark_threshold()
@@ -102,6 +115,9 @@ class ReplayWorker(TransactionalWorker):
         self._last_served = 0
         self._next_allowed = 0.0
         self._partitions = 0
+        self._internal_partitions = 0
+        # replay id -> its registration (the signed register_replay): the origin of its ReplayFinished.
+        self._origins: dict[int, Origin] = {}
         # Deliveries are keyed by the requester; every client must agree on its partition (murmur2).
         super().__init__(bootstrap, worker_id, prefix, clock_ms)
         self.archive = ArchiveReader(bootstrap, self.t_messages, client_id=f"wt-replay-{worker_id}-archive")
@@ -144,6 +160,8 @@ class ReplayWorker(TransactionalWorker):
         # Before subscribing: list_topics inside the assignment callback would abort the process at
         # the next callback of the same consume() (agents.tx_worker).
         self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
+        internal = self.consumer.list_topics(self.t_internal, timeout=30).topics[self.t_internal]
+        self._internal_partitions = len(internal.partitions)
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
                  recovering: bool = False) -> None:
@@ -168,13 +186,14 @@ class ReplayWorker(TransactionalWorker):
                 self._awaiting.discard(rid)
                 self._echo.pop(rid, None)
                 self._selectors.pop(rid, None)
+                self._origins.pop(rid, None)
             self._consumed.pop(tp.partition, None)
         self.health.partitions = sorted(self.views)
 
     def _fold(self, partition: int) -> int:
         """Fold `partition` of ``replay`` from the beginning; the offset the fold reached.
 
-        It stops at the partition's end, or once past what the partition held when the fold began
+        It stops at the partition's end, or once its position reaches what the partition held when the fold began
         (stream workers keep writing registrations, so a read_committed reader may never see the end
         event; the live consumer goes on from the offset returned). A fold that reads nothing for
         `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
@@ -186,7 +205,9 @@ class ReplayWorker(TransactionalWorker):
             if high <= low:
                 return int(high)
             scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
-            target, reached = high - 1, low  # the last offset may be a transaction marker, never delivered
+            # Done when the position reaches `high` (it steps over transaction markers and aborted
+            # records, which are never delivered), not when a record at high-1 was seen.
+            reached = low
             stalled_at = time.monotonic() + FOLD_STALL_S
             while True:
                 batch = scan.consume(num_messages=1000, timeout=1.0)
@@ -194,12 +215,15 @@ class ReplayWorker(TransactionalWorker):
                     err = msg.error()
                     if err is None:
                         self._apply(msg)
-                        reached = int(msg.offset() or 0) + 1
+                        reached = max(reached, int(msg.offset() or 0) + 1)
                     elif err.code() == KafkaError._PARTITION_EOF:
-                        return int(msg.offset() or 0)
-                if reached >= target:
+                        return max(reached, int(msg.offset() or 0))
+                position = scan.position([tp])[0].offset
+                moved = position > reached
+                reached = max(reached, position)
+                if reached >= high:
                     return int(reached)
-                if batch:
+                if batch or moved:
                     stalled_at = time.monotonic() + FOLD_STALL_S
                 elif time.monotonic() > stalled_at:
                     raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
@@ -243,9 +267,16 @@ class ReplayWorker(TransactionalWorker):
                 # Only a registration its requester signed is fulfilled (a forged one is quarantined).
                 check_registration_command(record)
             changes = apply_replay_record(views, record)
+            if isinstance(record, ReplayRegistered):
+                origin = Origin(record.caller, record.nonce, bytes.fromhex(record.digest_hex))
         except ReplayRuleError as exc:
             self.health.quarantine(self.t_replay, partition, offset, str(exc))
             return
+        except (WatchtowerError, ValueError) as exc:  # an origin that is not one (checked with the command)
+            self.health.quarantine(self.t_replay, partition, offset, f"the registration's origin is invalid: {exc}")
+            return
+        if isinstance(record, ReplayRegistered):
+            self._origins[record.replay_id] = origin
         views.update(changes or {})
 
     # ------------------------------------------------------------------ serving
@@ -296,6 +327,11 @@ class ReplayWorker(TransactionalWorker):
                 self.producer.produce(self.t_deliveries, key=d.key, value=d.value, headers=d.headers)
             value = encode_replay_record(record)
             self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=value, partition=partition)
+            finished = self._finished(view, record)
+            if finished is not None:
+                key = view.stream_id.encode()
+                self.producer.produce(self.t_internal, key=key, value=encode_replay_finished(finished),
+                                      partition=partition_for_key(key, self._internal_partitions))
             offsets = [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
             self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
                                    self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
@@ -307,6 +343,16 @@ class ReplayWorker(TransactionalWorker):
         self.health.slices += 1
         self.health.reemitted += len(result.deliveries)
         return True
+
+    def _finished(self, view: ReplayView, record: ReplayRecord) -> ReplayFinished | None:
+        """The ReplayFinished forward to the stream when `record` ends the replay (None otherwise, or
+        when the registration's origin is unknown: the stream then keeps the replay cancellable)."""
+        outcome = {ReplayCompleted: "completed", ReplayCanceled: "canceled", ReplayErrored: "errored"}.get(
+            type(record))
+        origin = self._origins.get(view.replay_id)
+        if outcome is None or origin is None or not self._internal_partitions:
+            return None
+        return ReplayFinished(view.replay_id, view.stream_id, view.requester, outcome, origin)
 
     def _applied_own(self, partition: int, record: ReplayRecord, value: bytes) -> None:
         """Apply a record this worker just committed, so the next slice need not wait to read it back

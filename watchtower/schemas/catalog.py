@@ -65,6 +65,7 @@ _ENTRIES: Final = (
     ("ReplayRegistered", 28, SchemaKind.EVENT),
     ("ReplayPaymentFailed", 29, SchemaKind.EVENT),
     ("ReplayCancelRequested", 38, SchemaKind.EVENT),
+    ("ReplayFinished", 39, SchemaKind.EVENT),
 )
 
 RETIRED_IDS: Final[dict[str, int]] = {

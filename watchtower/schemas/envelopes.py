@@ -10,7 +10,8 @@ definitions (a typed decode, several times faster than ``json.loads`` plus hand 
 - internal topic: ``{"v": 1, "register_feed": SignedCommandJson}`` (a stream's writer forwards the
   signed create_stream to the registry), or ``{"v": 1, "keymgr": KeymgrForwardJson}`` (one of the
   key manager's forwards, tagged by ``kind``; docs/ledger.md, including the ICRC-77 replay
-  charge to the requester's account and its settlement back to the stream)
+  charge to the requester's account and its settlement back to the stream, and the replay
+  worker's ``replay_finished`` to the stream)
 - replies topic: ``{"v": 1, "ok": true, "result": {...}}`` or ``{"v": 1, "ok": false, "error": ErrorJson}``
 """
 
@@ -124,8 +125,18 @@ class ReplaySettledJson(msgspec.Struct, tag="replay_settled", tag_field="kind", 
     command: SignedCommandJson | None = None
 
 
+class ReplayFinishedJson(msgspec.Struct, tag="replay_finished", tag_field="kind", forbid_unknown_fields=True):
+    """`protocol.ledger.ReplayFinished`, from the replay worker to the stream ``stream_id``."""
+
+    replay_id: int
+    stream_id: str
+    requester: str
+    outcome: str
+    origin: OriginJson
+
+
 KeymgrForwardJson = (CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson
-                     | ReplayChargeJson | ReplaySettledJson)
+                     | ReplayChargeJson | ReplaySettledJson | ReplayFinishedJson)
 
 
 class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

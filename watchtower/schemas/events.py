@@ -426,6 +426,19 @@ class ReplayCancelRequestedV1:
     caused_by: EventOrigin
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayFinishedV1:
+    """The replay worker fulfilled a replay to its end (completed, canceled or errored)."""
+
+    TYPE: ClassVar[str] = "ReplayFinished"
+    stream_id: str
+    replay_id: int
+    requester: str
+    outcome: str
+    block_height: int
+    caused_by: EventOrigin
+
+
 TypedEvent = (
     StreamCreatedV2
     | StreamMessagePublishedV1
@@ -453,6 +466,7 @@ TypedEvent = (
     | ReplayRegisteredV1
     | ReplayPaymentFailedV1
     | ReplayCancelRequestedV1
+    | ReplayFinishedV1
 )
 
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
@@ -484,6 +498,7 @@ EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
         ReplayRegisteredV1,
         ReplayPaymentFailedV1,
         ReplayCancelRequestedV1,
+        ReplayFinishedV1,
     )
 }
 """The latest typed class of each event type, by type name (= Avro record name)."""

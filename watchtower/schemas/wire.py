@@ -39,6 +39,7 @@ from watchtower.protocol.ledger import (
     PurchaseDebit,
     PurchaseSettled,
     ReplayCharge,
+    ReplayFinished,
     ReplaySettled,
 )
 from watchtower.protocol.signed_command import Command
@@ -61,6 +62,7 @@ from watchtower.schemas.envelopes import (
     PurchaseDebitJson,
     PurchaseSettledJson,
     ReplayChargeJson,
+    ReplayFinishedJson,
     ReplaySettledJson,
     SignedCommandJson,
 )
@@ -107,6 +109,13 @@ def encode_keymgr_forward(forward: KeymgrForward) -> bytes:
     return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=_forward_json(forward)))
 
 
+def encode_replay_finished(finished: ReplayFinished) -> bytes:
+    """The internal-topic record of the replay worker's `ReplayFinished` to the stream."""
+    origin = OriginJson(finished.origin.caller, finished.origin.nonce, finished.origin.digest.hex())
+    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=ReplayFinishedJson(
+        finished.replay_id, finished.stream_id, finished.requester, finished.outcome, origin)))
+
+
 def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
     if isinstance(forward, PaidCommand):
         return PaidCommandJson(_signed(forward.command))
@@ -131,7 +140,7 @@ def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
     return BurnJson(forward.account, forward.amount_cby, origin)
 
 
-def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
+def _forward_from(record: KeymgrForwardJson) -> KeymgrForward | ReplayFinished:
     # The dataclasses state the forward's rules (InvalidArgumentError naming the field).
     if isinstance(record, PaidCommandJson):
         return PaidCommand(Command.from_dict(msgspec.structs.asdict(record.command)))
@@ -154,6 +163,8 @@ def _forward_from(record: KeymgrForwardJson) -> KeymgrForward:
     if isinstance(record, ReplaySettledJson):
         return ReplaySettled(record.replay_id, record.stream_id, record.requester, _error(record.error), origin,
                              _command_or_none(record.command))
+    if isinstance(record, ReplayFinishedJson):
+        return ReplayFinished(record.replay_id, record.stream_id, record.requester, record.outcome, origin)
     return CbyBurn(record.account, record.amount_cby, origin)
 
 
@@ -173,7 +184,7 @@ def _error(record: ErrorJson | None) -> dict[str, Any] | None:
     return WatchtowerError.from_dict(fields).to_dict()
 
 
-def decode_command(data: bytes | None) -> Command | RegistryForward | KeymgrForward:
+def decode_command(data: bytes | None) -> Command | RegistryForward | KeymgrForward | ReplayFinished:
     """The command, registry forward or key-manager forward in a commands/internal record."""
     if data is None:
         raise MalformedRecordError("the command record has no value; send a JSON command envelope")

@@ -9,7 +9,9 @@ answers), and a renew_subscription to that instance, which decides the purchase 
 ICRC-77 replay control (`protocol.replay_control`): an accepted register_replay or cancel_replay
 also writes its ``replay``-topic record, derived from its event, in the same transaction; a priced
 register_replay forwards its charge to the requester's account, whose `ReplaySettled` (accepted
-from ``internal`` only) registers the replay and answers the caller.
+from ``internal`` only) registers the replay and answers the caller. The replay worker's
+`ReplayFinished` (accepted from ``internal`` only) marks a replay finished, so a later cancel of it
+is CANNOT_CANCEL (`replay_control.finish_replay`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from watchtower.protocol.ledger import (
     SERVICE_METHODS,
     STREAM_METHODS,
     PaidCommand,
+    ReplayFinished,
     ReplaySettled,
     paid_instance,
 )
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.replay_control import settle_replay
+from watchtower.protocol.replay_control import finish_replay, settle_replay
 from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.snapshots import decode_streams, encode_streams
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
@@ -63,6 +66,8 @@ def _is_paid(created: Event) -> bool:
 
 REPLAY_FORWARDS_ONLY = ("replay settlements are written by workers only; send a signed register_replay to the "
                         "commands topic and its price is charged to your account")
+REPLAY_FINISH_FORWARDS_ONLY = ("a replay's end is reported by the replay worker only; to stop a replay send a signed "
+                               "cancel_replay to the commands topic")
 FORWARDS_ONLY = ("feed registrations are forwarded by stream workers only; create the stream with a `feed` "
                  "listing in its create_stream body instead")
 
@@ -72,11 +77,15 @@ class StreamAggregate:
 
     name = "stream"
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command | ReplaySettled:
+    def decode_command(self, value: bytes | None, *, internal: bool) -> Command | ReplaySettled | ReplayFinished:
         record = decode_command(value)
         if isinstance(record, ReplaySettled):
             if not internal:  # only a worker can say an account paid; a client would replay for free
                 raise UnauthorizedError(REPLAY_FORWARDS_ONLY)
+            return record
+        if isinstance(record, ReplayFinished):
+            if not internal:  # only the replay worker can say a replay ended
+                raise UnauthorizedError(REPLAY_FINISH_FORWARDS_ONLY)
             return record
         if not isinstance(record, Command):
             if internal:
@@ -93,13 +102,16 @@ class StreamAggregate:
             raise MalformedRecordError(f"{record.method} is not a stream command")  # a key-manager aggregate's
         return record
 
-    def key(self, command: Command | ReplaySettled) -> str:
+    def key(self, command: Command | ReplaySettled | ReplayFinished) -> str:
         return command.stream_id
 
     def initial(self, key: str) -> StreamState:
         return StreamState.initial(key)
 
-    def decide(self, state: StreamState, command: Command | ReplaySettled, ctx: Context) -> Outcome:
+    def decide(self, state: StreamState, command: Command | ReplaySettled | ReplayFinished, ctx: Context) -> Outcome:
+        if isinstance(command, ReplayFinished):
+            # Nobody waits for an answer: the worker's forward carries no reply headers.
+            return Outcome(finish_replay(state, command, height=ctx.block_height).events, None)
         if isinstance(command, ReplaySettled):
             settled = settle_replay(state, command, height=ctx.block_height)
             return Outcome(settled.events, settled.reply, _replay_records(settled.events, command.command), (),
