@@ -78,6 +78,9 @@ class PartitionReader:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            # The reader lives as long as the assignment: bound what librdkafka prefetches for a fold
+            # that lags (64 MiB by default) so the projection's memory stays within its budget.
+            "queued.max.messages.kbytes": 16384,
             "log_level": 3,
         })
         self.pending: set[TopicPartitionKey] = set()
