@@ -1,5 +1,9 @@
-"""ICRC-77 replays from the command line: ``replay request | status | cancel | list`` and
+"""ICRC-77 replays from the command line: ``replay request | register | status | cancel | list`` and
 ``feed ID replay-price CBY``.
+
+``replay register`` registers several replays in one call (ICRC-77 icrc77_register_replay, the
+gateway's ``POST /v1/commands/batch``): ranges ``FROM:TO`` of one feed or stream, or a ``--batch``
+JSON file, and prints one result per registration, in order.
 
 ``replay request`` signs a register_replay for a feed (its id, looked up in the registry) or a
 stream id; ``--follow`` then reads the replayed messages from Kafka (``--bootstrap``, the
@@ -23,7 +27,7 @@ from watchtower.cli import settings
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
 from watchtower.cli.feed_cmd import FeedRef, api_option, feed, message_line, parse_json, pass_feed, write_options
 from watchtower.client.http import ApiClient
-from watchtower.client.replay import TERMINAL, ReplayClient, state_of
+from watchtower.client.replay import TERMINAL, ReplayClient, ReplayRequest, ReplayTicket, state_of
 from watchtower.protocol.errors import PaymentRequiredError, WatchtowerError
 from watchtower.protocol.replay_status import STATUSES
 from watchtower.topics.catalogue import topic_prefix
@@ -163,6 +167,96 @@ def replay_request(namespace: str, from_sequence: int, to_sequence: int | None, 
         progress.close()
     if not as_json:
         click.echo(f"{count} verified message(s) replayed")
+
+
+def parse_range(text: str) -> tuple[int, int | None]:
+    """``FROM:TO`` (TO exclusive) or ``FROM:`` (up to the head) as (from, to)."""
+    first, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(first), (int(end) if end.strip() else None)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not FROM:TO or FROM: (integers; TO is exclusive)",
+                                 param_hint="RANGE") from None
+
+
+_BATCH_FIELDS = frozenset({"namespace", "from", "to", "filter", "skip", "max_payment_cby", "memo"})
+
+
+def parse_batch_file(path: Path, default_namespace: str | None) -> list[ReplayRequest]:
+    """A ``--batch`` file: a JSON list of ``{"namespace", "from", "to", "filter", "skip",
+    "max_payment_cby", "memo"}`` (``namespace`` defaults to FEED_OR_STREAM, ``to`` to open)."""
+    items = parse_json(path.read_text(encoding="utf-8"), "--batch")
+    if not isinstance(items, list):
+        raise click.BadParameter("must be a JSON list of registrations", param_hint="--batch")
+    requests = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not set(item) <= _BATCH_FIELDS or not isinstance(item.get("from"), int):
+            raise click.BadParameter(f"item {index} must be an object with an integer \"from\" and only "
+                                     f"{sorted(_BATCH_FIELDS)}", param_hint="--batch")
+        namespace = item.get("namespace", default_namespace)
+        if namespace is None:
+            raise click.BadParameter(f"item {index} names no namespace; add one or pass FEED_OR_STREAM",
+                                     param_hint="--batch")
+        skip = item.get("skip")
+        requests.append(ReplayRequest(namespace, item["from"], item.get("to"), item.get("filter"),
+                                      parse_skip(skip) if isinstance(skip, str) else skip,
+                                      item.get("max_payment_cby"), str(item.get("memo", "")).encode()))
+    return requests
+
+
+def _ticket_json(ticket: ReplayTicket) -> dict[str, Any]:
+    return {"replay_id": str(ticket.replay_id), "stream_id": ticket.stream_id, "first": ticket.first,
+            "end_exclusive": ticket.end_exclusive, "end_id": ticket.end_id, "price_cby": ticket.price_cby}
+
+
+@replay.command("register")
+@click.argument("args", nargs=-1, metavar="[FEED_OR_STREAM] [FROM:TO ...]")
+@click.option("--batch", "batch_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A JSON list of registrations ({namespace, from, to, filter, skip, max_payment_cby, memo}).")
+@click.option("--filter", "filter_json", default=None, metavar="JSON", help="For every range: CIP-7 filter DSL.")
+@click.option("--skip", "skip_text", default=None, metavar="M[,K]", help="For every range: only s % M == K.")
+@click.option("--max-payment", type=click.IntRange(min=0), default=None, metavar="CBY",
+              help="For every range: the most you accept to pay.")
+@click.option("--memo", default="", help="For every range: a note kept with the replay (at most 32 bytes).")
+@kafka_options
+@write_options
+def replay_register(args: tuple[str, ...], batch_file: Path | None, filter_json: str | None, skip_text: str | None,
+                    max_payment: int | None, memo: str, bootstrap: str | None, prefix: str | None,
+                    api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """Register several replays in one call: FEED_OR_STREAM FROM:TO [FROM:TO ...] (TO exclusive, FROM: up
+    to the head), or --batch FILE. Each is decided on its own; prints one result per registration, in
+    order, and exits 1 if any was refused."""
+    if batch_file is not None:
+        if len(args) > 1 or filter_json or skip_text or max_payment is not None or memo:
+            raise click.UsageError("--batch takes every registration from its file: pass at most FEED_OR_STREAM "
+                                   "(the default namespace) besides it")
+        requests = parse_batch_file(batch_file, args[0] if args else None)
+    else:
+        if len(args) < 2:
+            raise click.UsageError("pass FEED_OR_STREAM and one or more ranges FROM:TO, or --batch FILE")
+        flt = parse_json(filter_json, "--filter") if filter_json else None
+        requests = [ReplayRequest(args[0], first, end, flt, parse_skip(skip_text), max_payment, memo.encode())
+                    for first, end in map(parse_range, args[1:])]
+    if not requests:
+        raise click.UsageError("the batch is empty: give at least one registration")
+    try:
+        results = _client(api_url, account, key_file, bootstrap, prefix).register_many(requests)
+    except WatchtowerError as err:
+        raise explained(err) from None
+    if as_json:
+        echo_json({"results": [{"ok": True, **_ticket_json(r)} if isinstance(r, ReplayTicket)
+                               else {"ok": False, "error": r.to_dict()} for r in results]})
+    else:
+        for index, r in enumerate(results, start=1):
+            if isinstance(r, ReplayTicket):
+                click.echo(f"{index}. replay {r.replay_id} registered: {r.stream_id} [{r.first}, {r.end_exclusive}), "
+                           f"{r.total} sequence(s), price {r.price_cby} CBY")
+            else:
+                click.echo(f"{index}. error [{r.code}]: {explained(r).message}")
+    if not all(isinstance(r, ReplayTicket) for r in results):
+        sys.exit(1)
 
 
 @replay.command("status")

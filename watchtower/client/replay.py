@@ -21,6 +21,12 @@ Registration is a signed ``register_replay`` command; its answer (or ICRC-77 err
 UNAUTHORIZED_SUBSCRIBER, SUBSCRIPTION_NOT_FOUND, PUBLICATION_NOT_FOUND, IMPROPER_CONFIG,
 RANGE_TOO_LARGE, PAYMENT_REQUIRED) comes back from the stream's writer.
 
+`register_many` is ICRC-77's vector form (``icrc77_register_replay``): one signed register_replay
+per `ReplayRequest`, with consecutive nonces, sent together to ``POST /v1/commands/batch``; it
+answers a ticket or the item's own error for each, in order. Items are decided independently (each
+is its own command, with its own nonce and replay id); a batch refused as a whole raises
+GENERIC_BATCH_ERROR (ICRC-77 GenericBatchError) and registers nothing.
+
 `recover_gap` is how ``Subscriber(replay_on_cursor_too_old=True)`` crosses a CURSOR_TOO_OLD: it
 sends the ready request the error carries, reads the replay and hands back one verified page.
 """
@@ -61,6 +67,9 @@ Headers = list[tuple[str, bytes | None]]  # a record's headers, as `replay_rules
 TERMINAL: Final = ("completed", "canceled", "errored")
 STATUS_EVERY_S: Final = 0.5  # how often `messages` asks for the replay's status while it waits
 DEFAULT_TIMEOUT_S: Final = 600.0
+BATCH_PATH: Final = "/v1/commands/batch"
+MAX_BATCH: Final = 100  # the most registrations one batch may carry (the gateway refuses more as a whole)
+_REPLY_MARGIN_S: Final = 5.0  # the HTTP request outlives the gateway's wait, so its TIMEOUT items arrive
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +93,19 @@ class ReplayTicket:
     def total(self) -> int:
         """How many sequences the plan covers (before skip and filter)."""
         return max(0, self.end_exclusive - self.first)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One registration of `ReplayClient.register_many`: the arguments `ReplayClient.register` takes."""
+
+    namespace: str | int
+    from_sequence: int
+    to_sequence: int | None = None
+    filter: Mapping[str, Any] | None = None
+    skip: list[int] | tuple[int, ...] | None = None
+    max_payment_cby: int | None = None
+    memo: bytes = b""
 
 
 def state_of(status: Mapping[str, Any]) -> str:
@@ -131,19 +153,83 @@ class ReplayClient:
         `max_payment_cby` is what you accept to pay (a priced stream without it: PAYMENT_REQUIRED,
         whose details say the price). Raises the ICRC-77 error the stream's writer answers.
         """
-        if len(memo) > 32:
-            raise InvalidArgumentError(f"a replay memo is at most 32 bytes, got {len(memo)}")
-        stream_id, recorded = self.resolve(namespace)
-        body = {"namespace": recorded, "from": from_sequence, "to": to_sequence,
-                "config": {"filter": None if filter is None else dict(filter),
-                           "skip": None if skip is None else list(skip), "max_payment_cby": max_payment_cby},
-                "memo_hex": memo.hex()}
+        stream_id, body = self._request_body(ReplayRequest(namespace, from_sequence, to_sequence, filter, skip,
+                                                           max_payment_cby, memo))
         return self.send(stream_id, body, timeout_s=timeout_s)
+
+    def register_many(self, requests: list[ReplayRequest] | tuple[ReplayRequest, ...], *,
+                      timeout_s: float = 30.0) -> list[ReplayTicket | WatchtowerError]:
+        """Register several replays in one call (ICRC-77 icrc77_register_replay: a vector in, a vector out).
+
+        Each request becomes its own signed register_replay, with consecutive nonces in request
+        order, sent together to ``POST /v1/commands/batch``. Answers, in request order, a
+        `ReplayTicket` or the `WatchtowerError` that item was refused with (the codes `register`
+        raises; TIMEOUT when its reply did not come within `timeout_s`: sending it again is safe).
+        Items are decided independently, not atomically. Raises GENERIC_BATCH_ERROR when the batch
+        is refused as a whole (none registered), e.g. more than `MAX_BATCH` requests.
+        """
+        bodies: list[tuple[str, dict[str, Any]]] = []
+        streams: dict[str, tuple[str, str]] = {}
+        for request in requests:
+            key = str(request.namespace)
+            if key not in streams:
+                streams[key] = self.resolve(request.namespace)  # a feed id is looked up once
+            bodies.append(self._request_body(request, streams[key]))
+        nonces = self._consecutive_nonces(len(bodies))
+        commands = [self.account.sign("register_replay", sid, body, nonce=nonce)
+                    for (sid, body), nonce in zip(bodies, nonces, strict=True)]
+        start = self._deliveries_end()  # before registering: every delivery of these replays is after it
+        reply = self.api.request("POST", BATCH_PATH, body={"commands": [c.to_dict() for c in commands],
+                                                           "timeout_s": timeout_s},
+                                 timeout=max(self.api.timeout, timeout_s + _REPLY_MARGIN_S), commands=True)
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(commands):
+            raise MalformedRecordError(f"{BATCH_PATH} answered {sorted(reply)} for {len(commands)} registrations, "
+                                       "not one result each; is it a Watchtower API?")
+        return [self._batch_item(item, start) for item in results]
+
+    def _consecutive_nonces(self, count: int) -> list[int]:
+        """`count` consecutive nonces, all drawn from the account's clock (none is ever given again)."""
+        if count == 0:
+            return []
+        first = self.account.next_nonce()
+        for _ in range(count - 1):
+            self.account.next_nonce()  # each call is at least one more: the clock has passed the last one
+        return [first + i for i in range(count)]
+
+    def _batch_item(self, item: object, start: int | None) -> ReplayTicket | WatchtowerError:
+        if not isinstance(item, Mapping) or not isinstance(item.get("ok"), bool):
+            raise MalformedRecordError(f"{BATCH_PATH} answered an item {item!r:.80}, not {{ok, result | error}}")
+        if not item["ok"]:
+            error = item.get("error")
+            if not isinstance(error, Mapping):
+                raise MalformedRecordError(f"{BATCH_PATH} answered a refused item without its error")
+            return WatchtowerError.from_dict(error)
+        result = item.get("result")
+        if not isinstance(result, Mapping):
+            raise MalformedRecordError(f"{BATCH_PATH} answered an accepted item without its result")
+        return self._ticket(result, start)
+
+    def _request_body(self, request: ReplayRequest,
+                      resolved: tuple[str, str] | None = None) -> tuple[str, dict[str, Any]]:
+        """(stream id, register_replay body) of `request`."""
+        if len(request.memo) > 32:
+            raise InvalidArgumentError(f"a replay memo is at most 32 bytes, got {len(request.memo)}")
+        stream_id, recorded = resolved or self.resolve(request.namespace)
+        body = {"namespace": recorded, "from": request.from_sequence, "to": request.to_sequence,
+                "config": {"filter": None if request.filter is None else dict(request.filter),
+                           "skip": None if request.skip is None else list(request.skip),
+                           "max_payment_cby": request.max_payment_cby},
+                "memo_hex": request.memo.hex()}
+        return stream_id, body
 
     def send(self, stream_id: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> ReplayTicket:
         """Sign and send a register_replay `body` for `stream_id` (e.g. a CURSOR_TOO_OLD's ready request)."""
         start = self._deliveries_end()  # before registering: every delivery of the replay is after it
         reply = self.api.command(self.account.sign("register_replay", stream_id, dict(body)), timeout_s=timeout_s)
+        return self._ticket(reply, start)
+
+    def _ticket(self, reply: Mapping[str, Any], start: int | None) -> ReplayTicket:
         try:
             return ReplayTicket(replay_id=int(reply["replay_id"]), stream_id=str(reply["stream_id"]),
                                 requester=self.account.address, first=int(reply["first"]),

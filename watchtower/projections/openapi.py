@@ -224,6 +224,34 @@ OPENAPI: Final[dict[str, Any]] = {
             "responses": {"200": _json(_object({"result": _OBJ}), "the method's reply"),
                           **dict.fromkeys(sorted({str(s) for s in STATUS_BY_CODE.values()} - {"410"}), _ERROR)},
         }},
+        "/v1/commands/batch": {"post": {
+            "summary": "ICRC-77 icrc77_register_replay: signed register_replay commands in, one result each out",
+            "description": ("Each command is produced in request order and decided on its own, as on POST "
+                            "/v1/commands (not atomically: each has its own nonce and replay id). results are in "
+                            "request order: {ok: true, result} with the replay_id, or {ok: false, error} with the "
+                            "single route's code (TIMEOUT for a late reply). A batch that is empty, longer than "
+                            "100, holds a command that is not register_replay or the same (caller, nonce) twice "
+                            "is refused as a whole: 400 GENERIC_BATCH_ERROR (ICRC-77 GenericBatchError), nothing "
+                            "produced. docs/replay.md"),
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["commands"],
+                "properties": {"commands": {"type": "array", "items": _ref("Command"), "minItems": 1, "maxItems": 100},
+                               "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
+                                             "default": 30}}}}}},
+            "responses": {
+                "200": _json(_object({"results": {"type": "array", "items": {"oneOf": [
+                    _object({"ok": {"const": True}, "result": _object(
+                        {}, {"replay_id": _REPLAY_ID, "stream_id": _STR, "first": _INT, "end_exclusive": _INT,
+                             "end_id": _NULLABLE_INT, "price_cby": _INT})}),
+                    _object({"ok": {"const": False}, "error": _object({"code": _STR, "message": _STR},
+                                                                      {"details": _OBJ})})]}}}),
+                             "one result per command, in request order"),
+                **dict.fromkeys(sorted({str(s) for s in STATUS_BY_CODE.values()} - {"400", "410"}), _ERROR),
+                "400": _json({"anyOf": [_ref("Error"), _object({"error": _object(
+                    {"code": {"type": "string", "enum": ["GENERIC_BATCH_ERROR"]}, "message": _STR},
+                    {"details": _OBJ})})]}, "a spec error, or the batch refused as a whole (GENERIC_BATCH_ERROR)"),
+            },
+        }},
         "/v1/streams/{stream_id}": _get("stream info: head fields, config, allowlist", _object(
             _HEAD_FIELDS, {"config": _OBJ, "allowlist": {"type": "array", "items": _STR}, "subscribers": _INT,
                            "created_at_block": _INT, "key_epoch": _NULLABLE_INT}), [_SID]),
