@@ -88,7 +88,8 @@ def test_the_gateway_reports_health_and_documents_only_its_routes(split: Service
     assert health["broker"]["reachable"] is True
     status, doc = http("GET", f"{gateway_url(split)}/openapi.json")
     assert status == 200
-    assert set(doc["paths"]) == {"/v1/commands", "/v1/health", "/v1/feeds/{feed_id}/events"}
+    assert set(doc["paths"]) == {"/v1/commands", "/v1/commands/batch", "/v1/health", "/v1/feeds/{feed_id}/events"}
     _, full = http("GET", f"{split.api_url}/openapi.json")
     assert doc["paths"]["/v1/commands"] == full["paths"]["/v1/commands"]
+    assert doc["paths"]["/v1/commands/batch"] == full["paths"]["/v1/commands/batch"]
     assert doc["paths"]["/v1/feeds/{feed_id}/events"] == full["paths"]["/v1/feeds/{feed_id}/events"]

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from watchtower.gateway.routes import COMMANDS_PATH, CommandGateway
+from watchtower.gateway.routes import BATCH_PATH, COMMANDS_PATH, CommandGateway
 from watchtower.gateway.sse import EVENTS_PATH, SseHub
 from watchtower.projections import web_server
 from watchtower.projections.health import BrokerProbe
@@ -38,7 +38,8 @@ def gateway_openapi() -> dict[str, Any]:
     schema["properties"] = {**{k: schema["properties"][k] for k in schema["required"]}, "role": {"type": "string"},
                             "sse": {"type": "object", "description": "open SSE connections, lagged closes, "
                                                                      "the largest connection buffer seen"}}
-    return {**OPENAPI, "paths": {COMMANDS_PATH: OPENAPI["paths"][COMMANDS_PATH], "/v1/health": health,
+    return {**OPENAPI, "paths": {COMMANDS_PATH: OPENAPI["paths"][COMMANDS_PATH],
+                                 BATCH_PATH: OPENAPI["paths"][BATCH_PATH], "/v1/health": health,
                                  EVENTS_PATH: OPENAPI["paths"][EVENTS_PATH]}}
 
 
