@@ -2,7 +2,8 @@
 
 The key schedule is fetched from ``GET /v1/streams/{id}/keys`` and its chain verified from the
 owner's address exactly as the SDK does (`ApiClient.key_schedule` + `key_chain.verify_key_chain`);
-every record is checked by the Arrow UDF of `audit` (the pure core inside the UDF). Gaps are read
+every record is checked by `audit` (Spark decodes the records; one Arrow batch at a time, the pure
+core checks them). Gaps are read
 from the sequences themselves: the archive must hold 1..head, each once.
 
 The report (`VerifyReport.as_json`): ``messages`` (records of the stream), ``verified``,
@@ -62,7 +63,7 @@ def verified_schedule(api: Any, stream_id: str, owner: str | None = None) -> Key
 def verify_stream(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *, prefix: str | None = None,
                   report: Report = lambda _line: None) -> VerifyReport:
     """Verify every record of `stream_id` on ``messages`` against `schedule` (already chain-verified)."""
-    df = audited(spark, bootstrap, stream_id, schedule, prefix=prefix).select("a.*").cache()
+    df = audited(spark, bootstrap, stream_id, schedule, prefix=prefix, keep=()).select("a.*").cache()
     try:
         report(f"verifying stream {stream_id}: signatures, payload hashes and sequences")
         status = sf.col("status")
