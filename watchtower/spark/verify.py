@@ -67,15 +67,22 @@ def verify_stream(spark: Any, bootstrap: str, stream_id: str, schedule: KeySched
     try:
         report(f"verifying stream {stream_id}: signatures, payload hashes and sequences")
         status = sf.col("status")
-        totals = df.agg(
+        # One job for the totals and the per-key counts: the rollup's grand total row is the totals.
+        rows = df.rollup("signing_key_id").agg(
+            sf.grouping("signing_key_id").alias("total"),
             sf.count(sf.lit(1)).alias("messages"),
             *[sf.sum(sf.when(status == name, 1).otherwise(0)).alias(name)
               for name in ("verified", "bad_signature", "bad_hash", "malformed")],
             sf.max("sequence").alias("head"), sf.count_distinct("sequence").alias("distinct"),
             sf.count("sequence").alias("with_sequence"),
-            sf.min(sf.when(status != "verified", sf.col("sequence"))).alias("first_bad")).first()
-        head = int(totals["head"] or 0)
-        distinct = int(totals["distinct"] or 0)
+            sf.min(sf.when(status != "verified", sf.col("sequence"))).alias("first_bad")).collect()
+        empty = {"messages": 0, "with_sequence": 0}  # no records: a rollup has no grand total row
+        totals = next((r.asDict() for r in rows if r["total"] == 1), empty)
+        per_key = {str(r["signing_key_id"]): {"messages": int(r["messages"]), "verified": int(r["verified"]),
+                                              "bad": int(r["messages"]) - int(r["verified"])}
+                   for r in rows if r["total"] == 0 and r["signing_key_id"] is not None}
+        head = int(totals.get("head") or 0)
+        distinct = int(totals.get("distinct") or 0)
         # Each gap is [previous + 1, sequence - 1] between neighbours in sequence order; sequence 1
         # has the virtual neighbour 0. The window is over the distinct sequences only (8 bytes a
         # message), gathered in one partition.
@@ -84,18 +91,13 @@ def verify_stream(spark: Any, bootstrap: str, stream_id: str, schedule: KeySched
         gap_rows = (seqs.withColumn("prev", prev).where(sf.col("sequence") - sf.col("prev") > 1)
                     .orderBy("sequence").limit(MAX_GAPS).collect())
         gaps = [[int(r["prev"]) + 1, int(r["sequence"]) - 1] for r in gap_rows]
-        per_key = {str(r["signing_key_id"]): {"messages": int(r["messages"]), "verified": int(r["verified"]),
-                                              "bad": int(r["messages"]) - int(r["verified"])}
-                   for r in df.where(sf.col("signing_key_id").isNotNull()).groupBy("signing_key_id").agg(
-                       sf.count(sf.lit(1)).alias("messages"),
-                       sf.sum(sf.when(status == "verified", 1).otherwise(0)).alias("verified")).collect()}
     finally:
         df.unpersist()
-    bad = [s for s in (totals["first_bad"], gaps[0][0] if gaps else None) if s is not None]
+    bad = [s for s in (totals.get("first_bad"), gaps[0][0] if gaps else None) if s is not None]
     result = VerifyReport(
-        stream_id=stream_id, messages=int(totals["messages"]), verified=int(totals["verified"] or 0),
-        bad_signatures=int(totals["bad_signature"] or 0), bad_hashes=int(totals["bad_hash"] or 0),
-        malformed=int(totals["malformed"] or 0), duplicates=int(totals["with_sequence"]) - distinct, head=head,
+        stream_id=stream_id, messages=int(totals["messages"]), verified=int(totals.get("verified") or 0),
+        bad_signatures=int(totals.get("bad_signature") or 0), bad_hashes=int(totals.get("bad_hash") or 0),
+        malformed=int(totals.get("malformed") or 0), duplicates=int(totals["with_sequence"]) - distinct, head=head,
         missing=head - distinct, gaps=gaps, first_bad_sequence=min(bad) if bad else None,
         per_key=dict(sorted(per_key.items(), key=lambda kv: int(kv[0]))))
     report(f"stream {stream_id}: {result.verified}/{result.messages} verified, {result.bad_signatures} bad "
