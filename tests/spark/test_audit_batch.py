@@ -91,7 +91,6 @@ def test_the_batch_audit_decides_every_record_as_the_per_record_reference(spark:
     assert status == {
         **{f"genuine {s}": "verified" for s in range(1, 6)}, "ciphertext": "verified", "good": "verified",
         "altered payload": "bad_hash", "forged": "bad_signature", "key not in force": "bad_signature",
-        **{name: "malformed" for name in ("trailing bytes", "body unreadable", "truncated", "not a message",
-                                          "sequence 0", "NaN tag", "plaintext with a key epoch",
-                                          "stream id not UTF-8")}}
+        **dict.fromkeys(("trailing bytes", "body unreadable", "truncated", "not a message", "sequence 0", "NaN tag",
+                         "plaintext with a key epoch", "stream id not UTF-8"), "malformed")}
     assert got["key not in force"][1:4] == (7, 1, 2)  # sequence, the key it names, the key in force

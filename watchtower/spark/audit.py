@@ -28,6 +28,7 @@ the caller: a key is trusted because the owner signed it, never because a server
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -106,7 +107,7 @@ def _tag_maps(tags: Any) -> list[dict[Any, Any]]:
     text, flag, number = (_pylist(child) for child in tags.items.flatten())
     values = [t if t is not None else (f if f is not None else x) for t, f, x in zip(text, flag, number, strict=True)]
     return [dict(zip(keys[a:b], values[a:b], strict=True)) if b > a else {}
-            for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+            for a, b in itertools.pairwise(offsets)]
 
 
 def audit_batch(m: Any, whole: Any, schedule: KeySchedule, *, with_tags: bool = False) -> Any:
@@ -115,7 +116,7 @@ def audit_batch(m: Any, whole: Any, schedule: KeySchedule, *, with_tags: bool = 
     body holds bytes after the record). Returns the ``AUDIT_TYPE`` struct column (see the module
     docstring): the same per-record result as `check_value`."""
     import numpy as np
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
     fields = m.flatten()  # the struct's own nulls pushed into every field
     columns = {name: (_tag_maps(array) if name == "tags" else _pylist(array))
