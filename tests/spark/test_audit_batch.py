@@ -94,3 +94,64 @@ def test_the_batch_audit_decides_every_record_as_the_per_record_reference(spark:
         **dict.fromkeys(("trailing bytes", "body unreadable", "truncated", "not a message", "sequence 0", "NaN tag",
                          "plaintext with a key epoch", "stream id not UTF-8"), "malformed")}
     assert got["key not in force"][1:4] == (7, 1, 2)  # sequence, the key it names, the key in force
+
+
+def reference_report(rows: list[tuple[str, int | None, int | None]]) -> dict[str, Any]:
+    """The report's counts straight from every (status, sequence, key id) row, as the definitions read."""
+    from watchtower.spark.verify import MAX_GAPS
+
+    seqs = sorted({s for _status, s, _k in rows if s is not None})
+    head = seqs[-1] if seqs else 0
+    gaps = [[prev + 1, s - 1] for prev, s in zip([0, *seqs], seqs, strict=False) if s - prev > 1]
+    bad = [s for status, s, _k in rows if status != "verified" and s is not None] + [g[0] for g in gaps[:1]]
+    keys = sorted({k for _status, _s, k in rows if k is not None})
+    per_key = {str(k): {"messages": sum(1 for r in rows if r[2] == k),
+                        "verified": sum(1 for r in rows if r[2] == k and r[0] == "verified")} for k in keys}
+    return {"messages": len(rows), "verified": sum(1 for r in rows if r[0] == "verified"),
+            "bad_signatures": sum(1 for r in rows if r[0] == "bad_signature"),
+            "bad_hashes": sum(1 for r in rows if r[0] == "bad_hash"),
+            "malformed": sum(1 for r in rows if r[0] == "malformed"),
+            "duplicates": sum(1 for r in rows if r[1] is not None) - len(seqs), "head": head,
+            "missing": head - len(seqs), "gaps": gaps[:MAX_GAPS], "first_bad_sequence": min(bad, default=None),
+            "per_key": {k: {**v, "bad": v["messages"] - v["verified"]} for k, v in per_key.items()}}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_batch_summaries_merge_into_the_report_of_all_the_rows(seed: int) -> None:
+    import random
+
+    import pyarrow as pa
+
+    from watchtower.spark.verify import batch_summary, merge_summaries
+
+    rng = random.Random(seed)
+    top = rng.choice([40, 300, 600])
+    step = 2 if seed % 3 == 0 else 1  # every other sequence missing: more gaps than the report keeps
+    rows: list[tuple[str, int | None, int | None]] = []
+    for seq in range(1, top + 1, step):
+        if rng.random() < 0.1:
+            continue  # a gap
+        for _copy in range(2 if rng.random() < 0.05 else 1):  # a duplicate
+            status = rng.choices(["verified", "bad_hash", "bad_signature"], [90, 5, 5])[0]
+            rows.append((status, seq, 1 if seq <= top // 2 else 2))
+    rows += [("malformed", None, None)] * rng.randint(0, 3)
+    rng.shuffle(rows)  # Kafka offset ranges split over tasks: batches hold any mix of sequences
+    cuts = sorted(rng.sample(range(1, len(rows)), 4))
+    batches = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+    summaries = [json_summary(batch_summary, batch, pa) for batch in batches]
+    report = merge_summaries("s", summaries).as_json()
+    expected = reference_report(rows)
+    assert {k: report[k] for k in expected} == expected
+    assert report["ok"] is (expected["verified"] == expected["messages"] and expected["missing"] == 0
+                            and expected["duplicates"] == 0)
+
+
+def json_summary(summarize: Any, rows: list[tuple[str, int | None, int | None]], pa: Any) -> dict[str, Any]:
+    import json
+
+    status, seq, key = zip(*rows, strict=True)
+    audit = pa.StructArray.from_arrays(
+        [pa.array(status, pa.string()), pa.array(seq, pa.int64()), pa.array(key, pa.int64()),
+         pa.array(key, pa.int64()), pa.array([None] * len(rows), pa.string())],
+        names=["status", "sequence", "signing_key_id", "key_in_force", "tags_json"])
+    return dict(json.loads(summarize(audit)))

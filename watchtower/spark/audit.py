@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql import functions as sf
@@ -170,12 +170,14 @@ def audit_batch(m: Any, whole: Any, schedule: KeySchedule, *, with_tags: bool = 
 
 
 def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
-                keep: tuple[str, ...] = ("m", "partition", "offset")) -> Any:
+                keep: tuple[str, ...] = ("m", "partition", "offset"),
+                reduce: Callable[[Any], str] | None = None) -> Any:
     """`df` (with a binary ``value``: a Kafka DataFrame, or any) audited: the columns `keep` (``m`` is
     the decoded message, see `archive.decoded`) and ``a``, the ``AUDIT_TYPE`` struct of each record.
 
-    `with_tags` adds ``a.tags_json`` (the export needs it; verification does not). Verification keeps
-    nothing (`keep=()`), so no payload travels back from Python to the JVM."""
+    `with_tags` adds ``a.tags_json`` (the export needs it; verification does not). With `reduce`, each
+    batch's ``a`` column is reduced in the same Python pass to one row, column ``summary`` (the text
+    `reduce` returns): verification keeps counts, not rows."""
     from pyspark.sql.types import StructField, StructType, _parse_datatype_string
 
     m = sf.col("m")
@@ -188,6 +190,8 @@ def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
     inputs = source.select(*keep, *([] if "m" in keep else ["m"]), whole.alias("_whole"))
     out_schema = StructType([*(source.schema[name] for name in keep),
                              StructField("a", _parse_datatype_string(AUDIT_TYPE))])
+    if reduce is not None:
+        keep, out_schema = (), StructType([StructField("summary", _parse_datatype_string("string"))])
     entries = tuple(schedule.entries)
 
     def audit(batches: Iterator[Any]) -> Iterator[Any]:
@@ -196,6 +200,9 @@ def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
         ours = KeySchedule(entries)
         for batch in batches:
             a = audit_batch(batch.column("m"), batch.column("_whole"), ours, with_tags=with_tags)
+            if reduce is not None:
+                yield pa.RecordBatch.from_arrays([pa.array([reduce(a)], pa.string())], names=["summary"])
+                continue
             yield pa.RecordBatch.from_arrays([*(batch.column(name) for name in keep), a], names=[*keep, "a"])
 
     return inputs.mapInArrow(audit, out_schema)
@@ -203,9 +210,10 @@ def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
 
 def audited(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *, prefix: str | None = None,
             partitions: int | None = None, with_tags: bool = False,
-            keep: tuple[str, ...] = ("m", "partition", "offset")) -> Any:
+            keep: tuple[str, ...] = ("m", "partition", "offset"), reduce: Callable[[Any], str] | None = None) -> Any:
     """The stream's records of ``messages`` (its partition, read_committed, to the end at the start)
-    audited by `audit_frame` (columns `keep` and ``a``; see the module docstring)."""
+    audited by `audit_frame` (columns `keep` and ``a``, or `reduce`'s ``summary``; see the module
+    docstring)."""
     from watchtower.spark.replay_job import partitions_of
 
     topic = topic_name("messages", prefix)
@@ -216,4 +224,4 @@ def audited(spark: Any, bootstrap: str, stream_id: str, schedule: KeySchedule, *
                            headers=False)
     # Select the stream by its key, so a record whose value does not decode still counts as malformed.
     ours = records.where(sf.col("key") == sf.lit(bytearray(stream_id.encode())))
-    return audit_frame(ours, schedule, with_tags=with_tags, keep=keep)
+    return audit_frame(ours, schedule, with_tags=with_tags, keep=keep, reduce=reduce)
