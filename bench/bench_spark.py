@@ -10,8 +10,10 @@ payloads, three tags) written to the ``messages`` topic of a fresh prefix. Cases
   precomputed signing bytes: no decoding, no hashing, nothing but ed25519. ``cores × raw`` is the
   ceiling a perfect parallel verifier would reach;
 - ``spark_verify``: `watchtower.spark.verify.verify_stream` end to end: Kafka read (read_committed),
-  Avro decode, the Arrow UDF (decode_message, SHA-256 of the payload, signing bytes, ed25519 under
-  the key schedule), the gap and per-key aggregations;
+  Avro decode by Spark (``from_avro``), the Arrow batches of decoded columns in Python (each
+  message's fields checked by the StreamMessage rules, SHA-256 of the payload, signing bytes,
+  ed25519 under the key in force), each batch reduced to counts and sequence runs, merged by the
+  driver;
 - ``spark_read``: Spark's Kafka source alone over the same records (count and total value bytes).
 
 Each round times raw, Spark verify, raw again, so the ceiling of a round is measured under the
