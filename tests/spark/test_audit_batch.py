@@ -5,7 +5,7 @@ The records are built to reach every branch: genuine messages on both sides of a
 (plaintext and ciphertext, with and without tags), an altered payload, a forgery, a message naming
 the key that is not in force, bytes after the Avro record, a body that does not decode, a value that
 is not a message, and records that decode but break a CIP-7 rule (sequence 0, a NaN tag, a key
-epoch on a plaintext message, a stream id that is not UTF-8). No broker: the values go straight
+epoch on a plaintext message, a stream id that is not UTF-8), and a tag map holding a key twice. No broker: the values go straight
 into a DataFrame of the shared local Spark session.
 """
 
@@ -74,6 +74,7 @@ def values() -> dict[str, bytes]:
         "plaintext with a key epoch": raw(epoch),
         "stream id not UTF-8": bytes(not_utf8),
         "good": good,
+        "a tag key twice": encode_message(signed(9, tags={"aa": "x", "ab": "y"})).replace(b"ab", b"aa"),
     }
 
 
@@ -91,6 +92,7 @@ def test_the_batch_audit_decides_every_record_as_the_per_record_reference(spark:
     assert status == {
         **{f"genuine {s}": "verified" for s in range(1, 6)}, "ciphertext": "verified", "good": "verified",
         "altered payload": "bad_hash", "forged": "bad_signature", "key not in force": "bad_signature",
+        "a tag key twice": "bad_signature",  # the decoder keeps the last value: not the signed map
         **dict.fromkeys(("trailing bytes", "body unreadable", "truncated", "not a message", "sequence 0", "NaN tag",
                          "plaintext with a key epoch", "stream id not UTF-8"), "malformed")}
     assert got["key not in force"][1:4] == (7, 1, 2)  # sequence, the key it names, the key in force

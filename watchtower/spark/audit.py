@@ -8,18 +8,20 @@ every row at once (a binary search of the batch's sequences over the schedule's 
 sequences), then per record builds the `StreamMessage` from its fields (the constructor is the
 CIP-7 structural rule) and checks it with `protocol.signing.verify_message` against the key in
 force: the payload hash (SHA-256 of ``payload_inline``), then the signature over
-`message_signing_bytes`, the one function the per-message path signs and verifies with. No record
-is Avro-decoded in Python. Status per record:
+`message_signing_bytes`, the one function the per-message path signs and verifies with. Status per
+record:
 
 - ``verified``;
 - ``bad_hash``: the stored payload_hash is not SHA-256 of the payload (the payload was altered);
 - ``bad_signature``: the hash holds but the signature does not verify under the key in force (or
   the message names another key id than the one in force);
-- ``malformed``: the value is not a StreamMessage this build reads: not framed as one, an Avro body
-  that does not decode or has bytes after the record, or fields that break a CIP-7 rule.
+- ``malformed``: the value is not a StreamMessage this build reads.
 
-`check_value` is the same decision for one raw value (a full `decode_message`): the reference the
-batch path is tested against.
+`check_value` is the same decision for one raw value (a full `decode_message`). The batch path
+leaves to it every record Spark's decoding does not account for byte for byte (not framed as a
+message, a body ``from_avro`` could not read, or one longer than the record it decoded, e.g. bytes
+after it): only those few are Avro-decoded in Python, so each record gets exactly the per-record
+decoder's result.
 
 The schedule must already be verified from the owner's address (`key_chain.verify_key_chain`) by
 the caller: a key is trusted because the owner signed it, never because a server said so.
@@ -37,7 +39,7 @@ from pyspark.sql import functions as sf
 from pyspark.sql.avro.functions import to_avro
 
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_message, verify_with_schedule
 from watchtower.schemas.records import decode_message
@@ -110,10 +112,11 @@ def _tag_maps(tags: Any) -> list[dict[Any, Any]]:
             for a, b in itertools.pairwise(offsets)]
 
 
-def audit_batch(m: Any, whole: Any, schedule: KeySchedule, *, with_tags: bool = False) -> Any:
-    """The audit of one Arrow batch: `m` the decoded-message struct column (null, or every field null,
-    for a record that is not a readable StreamMessage), `whole` a boolean column (false when the Avro
-    body holds bytes after the record). Returns the ``AUDIT_TYPE`` struct column (see the module
+def audit_batch(m: Any, raw: Any, schedule: KeySchedule, *, with_tags: bool = False) -> Any:
+    """The audit of one Arrow batch: `m` the decoded-message struct column, `raw` a binary column that
+    is null where `m` is the whole record and holds the record's value where it is not (not framed
+    as a message, a body Spark could not decode, or bytes after the record): those few records are
+    decided by `check_value` itself. Returns the ``AUDIT_TYPE`` struct column (see the module
     docstring): the same per-record result as `check_value`."""
     import numpy as np
     import pyarrow as pa  # type: ignore[import-untyped]
@@ -121,52 +124,47 @@ def audit_batch(m: Any, whole: Any, schedule: KeySchedule, *, with_tags: bool = 
     fields = m.flatten()  # the struct's own nulls pushed into every field
     columns = {name: (_tag_maps(array) if name == "tags" else _pylist(array))
                for name, array in zip(MESSAGE_FIELDS, fields, strict=True)}
-    intact = _pylist(whole)
+    values = raw.to_pylist()
     # The key in force for every row of the batch at once; a row without a valid sequence gets -1.
     entries = schedule.entries
     effective = np.array([e.effective_sequence for e in entries], dtype=np.int64)
     seqs = fields[MESSAGE_FIELDS.index("sequence")].fill_null(0).to_numpy(zero_copy_only=False)
     at = np.where(seqs >= effective[0], np.searchsorted(effective, seqs, side="right") - 1, -1).tolist()
 
-    status: list[str] = []
-    sequence: list[int | None] = []
-    key_id: list[int | None] = []
-    in_force: list[int | None] = []
-    tags_json: list[str | None] = []
+    out: tuple[list[Any], ...] = ([], [], [], [], [])  # status, sequence, signing_key_id, key_in_force, tags_json
     rows = zip(*(columns[name] for name in MESSAGE_FIELDS), strict=True)
     for i, (version, stream_id, seq, ts, kind, content_type, tags, fmt, payload, payload_hash, key_epoch,
             signing_key_id, sig) in enumerate(rows):
-        msg = None
-        if intact[i]:
+        if values[i] is not None:
+            result = check_value(values[i], schedule, with_tags=with_tags)
+        else:
             try:
                 msg = StreamMessage(version=version, stream_id=stream_id, sequence=seq, timestamp_unix_ms=ts,
                                     kind=kind, content_type=content_type, tags=tags, payload_format=fmt,
                                     payload_inline=payload, payload_hash=payload_hash, key_epoch=key_epoch,
                                     signing_key_id=signing_key_id, publisher_sig=sig)
             except WatchtowerError:
-                msg = None
-        if msg is None:
-            status.append("malformed")
-            sequence.append(None)
-            key_id.append(None)
-            in_force.append(None)
-            tags_json.append(None)
-            continue
-        entry = entries[at[i]] if at[i] >= 0 else None
-        if entry is not None and entry.signing_key_id == msg.signing_key_id and verify_message(msg, entry.public_key):
-            status.append("verified")
-        elif hashlib.sha256(msg.payload_inline).digest() != msg.payload_hash:
-            status.append("bad_hash")
-        else:
-            status.append("bad_signature")
-        sequence.append(msg.sequence)
-        key_id.append(msg.signing_key_id)
-        in_force.append(None if entry is None else entry.signing_key_id)
-        tags_json.append(_tags_json(msg) if with_tags else None)
+                result = ("malformed", None, None, None, None)
+            else:
+                result = _check(msg, entries[at[i]] if at[i] >= 0 else None, with_tags)
+        for column, value in zip(out, result, strict=True):
+            column.append(value)
     return pa.StructArray.from_arrays(
-        [pa.array(status, pa.string()), pa.array(sequence, pa.int64()), pa.array(key_id, pa.int64()),
-         pa.array(in_force, pa.int64()), pa.array(tags_json, pa.string())],
+        [pa.array(out[0], pa.string()), *(pa.array(column, pa.int64()) for column in out[1:4]),
+         pa.array(out[4], pa.string())],
         names=["status", "sequence", "signing_key_id", "key_in_force", "tags_json"])
+
+
+def _check(msg: StreamMessage, entry: KeyScheduleEntry | None, with_tags: bool) -> Checked:
+    """`check_value`'s decision for a message already built, `entry` the key in force at its sequence."""
+    if entry is not None and entry.signing_key_id == msg.signing_key_id and verify_message(msg, entry.public_key):
+        status = "verified"
+    elif hashlib.sha256(msg.payload_inline).digest() != msg.payload_hash:
+        status = "bad_hash"
+    else:
+        status = "bad_signature"
+    return (status, msg.sequence, msg.signing_key_id, None if entry is None else entry.signing_key_id,
+            _tags_json(msg) if with_tags else None)
 
 
 def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
@@ -183,11 +181,12 @@ def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
     m = sf.col("m")
     # from_avro ignores bytes after the record; the Python decoder refuses them. A record is whole
     # when the body is exactly as long as the record re-encoded (Avro's encoding is deterministic).
+    # Any record that is not whole goes to Python as its raw value, for the per-record decoder.
     whole = sf.coalesce(sf.when(m.getField("version").isNotNull(),
                                 sf.length(to_avro(m, message_schema())) == sf.length("value") - FRAME_BYTES),
                         sf.lit(False))
     source = decoded(df, keep_all=True)
-    inputs = source.select(*keep, *([] if "m" in keep else ["m"]), whole.alias("_whole"))
+    inputs = source.select(*keep, *([] if "m" in keep else ["m"]), sf.when(~whole, sf.col("value")).alias("_raw"))
     out_schema = StructType([*(source.schema[name] for name in keep),
                              StructField("a", _parse_datatype_string(AUDIT_TYPE))])
     if reduce is not None:
@@ -199,7 +198,7 @@ def audit_frame(df: Any, schedule: KeySchedule, *, with_tags: bool = False,
 
         ours = KeySchedule(entries)
         for batch in batches:
-            a = audit_batch(batch.column("m"), batch.column("_whole"), ours, with_tags=with_tags)
+            a = audit_batch(batch.column("m"), batch.column("_raw"), ours, with_tags=with_tags)
             if reduce is not None:
                 yield pa.RecordBatch.from_arrays([pa.array([reduce(a)], pa.string())], names=["summary"])
                 continue
