@@ -5,8 +5,8 @@ The records are built to reach every branch: genuine messages on both sides of a
 (plaintext and ciphertext, with and without tags), an altered payload, a forgery, a message naming
 the key that is not in force, bytes after the Avro record, a body that does not decode, a value that
 is not a message, and records that decode but break a CIP-7 rule (sequence 0, a NaN tag, a key
-epoch on a plaintext message, a stream id that is not UTF-8), and a tag map holding a key twice. No broker: the values go straight
-into a DataFrame of the shared local Spark session.
+epoch on a plaintext message, a stream id that is not UTF-8), and a tag map holding a key twice.
+No broker: the values go straight into a DataFrame of the shared local Spark session.
 """
 
 from __future__ import annotations
