@@ -21,6 +21,8 @@ from watchtower.schemas.codec import latest_version
 from watchtower.topics.connection import spark_kafka_options
 
 SCHEMAS = Path(watchtower.schemas.__file__).parent
+#: The frame before the Avro body: magic 0x57, schema id, schema version.
+FRAME_BYTES = 5
 #: The Avro body after the 5-byte frame (Spark's substring is 1-based).
 BODY = "substring(value, 6, length(value) - 5)"
 
@@ -37,16 +39,17 @@ def message_frame() -> bytes:
 
 
 def kafka_source(spark: Any, bootstrap: str, topic: str, partitions: list[int] | None = None,
-                 ending: dict[int, int] | None = None, min_partitions: int | None = None) -> Any:
+                 ending: dict[int, int] | None = None, min_partitions: int | None = None,
+                 headers: bool = True) -> Any:
     """A batch DataFrame of `topic` (only `partitions` if given; up to `ending` offsets, else the end
-    at the start of the job), read_committed, with headers.
+    at the start of the job), read_committed, with the records' headers unless `headers` is false.
 
     `min_partitions` splits a Kafka partition's offset range into that many Spark tasks, for work
     that does not need log order (verification); left unset, one Kafka partition is one Spark
     partition and rows keep log order (replay relies on it)."""
     reader = (spark.read.format("kafka").options(**spark_kafka_options(bootstrap))
               .option("kafka.isolation.level", "read_committed")
-              .option("includeHeaders", "true"))
+              .option("includeHeaders", "true" if headers else "false"))
     if partitions is None:
         reader = reader.option("subscribe", topic)
     else:
