@@ -128,7 +128,11 @@ class CommandProcessor(PartitionOwner):
         self._producer_conf: dict[str, Any] = producer_config(
             bootstrap, f"{group_id(prefix)}-{worker_id}", f"wt-worker-{worker_id}", **{
                 "transaction.timeout.ms": transaction_timeout_ms,
-                "linger.ms": 2,
+                # Nothing a batch writes is visible before its transaction commits, and the commit
+                # flushes whatever still lingers. So a long linger adds no latency and lets a batch go
+                # out in a few produce requests (measured: 81 per transaction of ~450 publishes at
+                # linger.ms=2, one every 2 ms of deciding), not one every couple of milliseconds.
+                "linger.ms": 50,
                 "error_cb": self._on_client_error,
                 "logger": kafka_logger(),
             })
