@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.message import StreamMessage
 from watchtower.schemas.records import decode_message
+from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -125,7 +126,7 @@ class PushConsumer:
         if self._consumer is None:
             raise InvalidArgumentError("this PushConsumer is closed; create a new one")
         out: list[StreamMessage] = []
-        for m in self._consumer.consume(num_messages=BATCH, timeout=timeout_s):
+        for m in next_batch(self._consumer, BATCH, timeout_s):
             err = m.error()
             if err is not None:
                 if err.fatal():

@@ -56,6 +56,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.replay_rules import read_replay_headers
 from watchtower.schemas.records import decode_message
+from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -379,7 +380,7 @@ class _DeliveryReader:
     def poll(self, timeout_s: float = 0.25) -> list[tuple[Headers, bytes | None]]:
         """(headers, value) of the next records keyed by the requester."""
         out = []
-        for m in self._consumer.consume(num_messages=500, timeout=timeout_s):
+        for m in next_batch(self._consumer, 500, timeout_s):
             err = m.error()
             if err is not None:
                 if err.fatal():

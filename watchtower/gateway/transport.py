@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
+from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 
@@ -73,9 +74,10 @@ class CommandClient:
 
     def _read_replies(self) -> None:
         # A worker commits the replies of a whole batch in one transaction; take them in one call
-        # (up to REPLY_BATCH) instead of one poll each, so a burst is handed out in one pass.
+        # (up to REPLY_BATCH) instead of one poll each, so a burst is handed out in one pass, and
+        # a lone reply at once (`next_batch`: consume(n, timeout) would hold it for the timeout).
         while not self._closed.is_set():
-            for msg in self.consumer.consume(REPLY_BATCH, 0.1):
+            for msg in next_batch(self.consumer, REPLY_BATCH, 0.1):
                 if not msg.error():
                     self._deliver(msg.key(), msg.value())
 

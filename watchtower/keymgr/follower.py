@@ -32,6 +32,7 @@ from watchtower.protocol.errors import NotReadyError, WatchtowerError
 from watchtower.protocol.keymgr_access import KeymgrState
 from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
+from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 
@@ -85,7 +86,7 @@ class EventFollower:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                records = self._consumer.consume(num_messages=500, timeout=0.2)
+                records = next_batch(self._consumer, 500, 0.2)
             except KafkaException as exc:  # fatal consumer errors only; transient ones come as records
                 self._error = str(exc)
                 log.error("the events follower stopped: %s", exc)
