@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from watchtower.protocol.message import StreamMessage, headers_of_record, json_dict_of_record
 from watchtower.schemas.records import decode_message_record
+from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
 
 DEFAULT_CACHE_BYTES = int(float(os.environ.get("WATCHTOWER_PAYLOAD_CACHE_MB", "64")) * 1024 * 1024)
@@ -188,10 +189,11 @@ class LogReader:
             deadline = time.monotonic() + timeout_s
             position = first_offset
             while time.monotonic() < deadline:
-                # Ask for no more records than the range can hold, and wait briefly for each batch: a
-                # batch that waits to fill would hold a read near the partition's end for its timeout.
+                # Ask for no more records than the range can hold, and never wait for a batch to
+                # fill: the range's offsets include transaction markers, which are never delivered,
+                # so consume(left, timeout) would wait out its whole timeout on every cold read.
                 left = 1000 if last_offset is None else max(1, min(1000, last_offset - position + 1))
-                batch = consumer.consume(num_messages=left, timeout=0.02)
+                batch = next_batch(consumer, left, 0.02)
                 done = False
                 for m in batch:
                     err = m.error()
