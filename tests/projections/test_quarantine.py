@@ -69,7 +69,15 @@ class Feed:
         return body
 
     def wait_head(self, head: int) -> None:
-        wait_for(lambda: self.page(0)["head_sequence"] == head, what=f"{self.sid} to reach head {head}")
+        # An acknowledged write is visible once the projection has folded it: until its creation is
+        # folded the stream answers STREAM_NOT_FOUND ("or is not projected yet"), so keep waiting.
+        def reached() -> bool:
+            status, body = http("GET", f"{self.api}/v1/streams/{self.sid}/head")
+            if status == 404 and body["error"]["code"] == "STREAM_NOT_FOUND":
+                return False
+            assert status == 200, body
+            return bool(body["head_sequence"] == head)
+        wait_for(reached, what=f"{self.sid} to reach head {head}")
 
     def verified_sequences(self) -> list[int]:
         """The sequences get_since serves, each checked to carry the sequence asked for and to verify."""
