@@ -33,12 +33,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from watchtower.projections.partitions import OwnedPartitions
+from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.projections")
@@ -63,14 +63,11 @@ class PartitionReader:
 
     Blocking (confluent-kafka); run it in a worker thread. `pending` holds the partitions that have
     not yet reached the end they had at open: a partition leaves it at its first end-of-partition
-    event, which ``read_committed`` places at the last stable offset. Without `tail` the reader
-    returns records of pending partitions only (a catch-up to the end); with `tail` it reads every
-    partition on, for as long as it is polled (the live fold).
+    event, which ``read_committed`` places at the last stable offset. Every partition is read on
+    past that, for as long as the reader is polled (the live fold).
     """
 
-    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None], *,
-                 tail: bool = False) -> None:
-        self.tail = tail
+    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None]) -> None:
         self._consumer = Consumer({
             **kafka_config(bootstrap),
             "group.id": f"wt-catch-up-{uuid.uuid4().hex}",  # never commits; assign() only
@@ -90,31 +87,22 @@ class PartitionReader:
             begin = low if start is None else max(start, low)
             if begin < high:
                 self.pending.add((topic, partition))
-            elif not tail:
-                continue  # nothing past what the state has folded
             assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
         if assignment:
             self._consumer.assign(assignment)
 
     def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[LogRecord]:
-        """The next records (of unfinished partitions unless tailing), in log order per partition.
-
-        Waits up to `timeout_s` for the first record only, then takes what is already fetched: a
-        batch never waits to fill, so a live record is folded as soon as it is committed.
-        """
-        first = self._consumer.poll(timeout_s)
-        if first is None:
-            return []
+        """The next records, in log order per partition (`next_batch`: a live record is handed over
+        as soon as it is committed, never held for a batch to fill)."""
         records = []
-        for m in [first, *self._consumer.consume(num_messages=max_records - 1, timeout=0)]:
+        for m in next_batch(self._consumer, max_records, timeout_s):
             tp = (str(m.topic()), int(m.partition() or 0))
             err = m.error()
             if err is None:
-                if self.tail or tp in self.pending:
-                    raw = m.headers() or []
-                    pairs = raw.items() if isinstance(raw, dict) else raw
-                    records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
-                                             [(str(k), v) for k, v in pairs]))
+                raw = m.headers() or []
+                pairs = raw.items() if isinstance(raw, dict) else raw
+                records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
+                                         [(str(k), v) for k, v in pairs]))
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.pending.discard(tp)
             elif err.fatal():
@@ -180,7 +168,7 @@ class CatchUp:
         """Fold `partitions` to their ends (then they serve), then live, until the generation changes."""
         loop = asyncio.get_running_loop()
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
-        reader = await loop.run_in_executor(None, partial(PartitionReader, self.bootstrap, starts, tail=True))
+        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts)
         folded, serving = 0, False
         try:
             self._settle(generation, partitions, reader.pending)
