@@ -208,16 +208,10 @@ class Projection:
         head = self.heads.get(stream_id)
         return 0 if head is None else int(head["head"])
 
-    async def get_since(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
-                        proof: bool = False) -> dict[str, Any]:
-        """A get_since page as a dict; with `proof`, also the completeness proof of what the filter
-        skipped (`page_proof`: every skipped message's signed headers, payload hash and signature)."""
-        envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
-        return {"stream_id": stream_id, "messages": [json.loads(m) for m in messages], **envelope}
-
     async def get_since_bytes(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
                               proof: bool = False) -> bytes:
-        """`get_since`, as the JSON body the route writes: the cached messages' JSON bytes joined
+        """A get_since page as the JSON body the route writes (with `proof`, also the completeness
+        proof of what the filter skipped, `page_proof`): the cached messages' JSON bytes joined
         (signed documents, written as signed) around the envelope, which takes the integer rule."""
         envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
         head = json.dumps(json_safe({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
