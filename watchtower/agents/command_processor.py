@@ -60,6 +60,7 @@ from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.client_log import kafka_logger
 from watchtower.agents.decider import Touched
+from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.health import HealthFile
 from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
 from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
@@ -78,9 +79,6 @@ TXN_CALL_TIMEOUT_S: Final = 5.0
 CALL_GRACE_S: Final = 2.0
 #: While the brokers are unreachable and no command arrives, how often to ask for metadata.
 PROBE_INTERVAL_S: Final = 1.0
-#: Fenced this many times within FENCE_WINDOW_S: another process runs with our worker id.
-MAX_FENCES: Final = 3
-FENCE_WINDOW_S: Final = 60.0
 
 #: Errors that mean "no broker answers" rather than "the request was refused".
 _UNREACHABLE: Final = frozenset({
@@ -113,7 +111,7 @@ class CommandProcessor(PartitionOwner):
         # hang in send_offsets_to_transaction (librdkafka #5511).
         self._outage_since_init = False
         self._next_probe = 0.0
-        self._fences: list[float] = []
+        self._fences = FenceCounter()
         self._calls = BoundedCaller("wt-txn-call")
         self._consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
@@ -358,12 +356,8 @@ class CommandProcessor(PartitionOwner):
                                 on_revoke=self._on_revoke)
 
     def _note_fence(self) -> None:
-        now = time.monotonic()
-        self._fences = [t for t in self._fences if now - t < FENCE_WINDOW_S] + [now]
-        if len(self._fences) >= MAX_FENCES:
-            raise RuntimeError(f"worker {self.worker_id} was fenced {len(self._fences)} times within "
-                               f"{FENCE_WINDOW_S:g}s: another process runs with the same worker id; "
-                               "give every worker its own id")
+        if self._fences.note():
+            raise RuntimeError(rival_message(self.worker_id, len(self._fences)))
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
         return self._calls.call(fn, TXN_CALL_TIMEOUT_S + CALL_GRACE_S, what=what, while_waiting=self._while_waiting)

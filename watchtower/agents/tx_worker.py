@@ -11,9 +11,12 @@ Contracts:
   caller thread (`agents.bounded`): the worker waits at most the call's timeout plus
   `CALL_GRACE_S`, writing its health file meanwhile. librdkafka does not always honour the timeout
   (after a broker outage ``send_offsets_to_transaction`` can hang on a stale coordinator for
-  minutes, librdkafka #5511); a call that overruns counts as a failed producer (below). A producer fenced by
-  another instance of the same worker id raises `FencedError`, and the process exits with
-  `EXIT_FENCED` (the newer instance serves). A producer that failed fatally otherwise, or that
+  minutes, librdkafka #5511); a call that overruns counts as a failed producer (below). A fenced
+  producer is one too: the coordinator also fences a producer whose open transaction outlived
+  ``transaction.timeout.ms`` (a broker restart under an open transaction), so a fence starts over
+  from the log like any failed producer (`agents.fences`). Only `fences.MAX_FENCES` fences within
+  `fences.FENCE_WINDOW_S` (two processes with one worker id fencing each other) raise `FencedError`,
+  and the process exits with `EXIT_FENCED`. A producer that failed fatally otherwise, or that
   cannot even abort its transaction (a broker killed under an open transaction leaves librdkafka
   in INVALID_TXN_STATE), raises `ProducerFailedError`, and the worker *starts over from the log*
   in process: a new producer with the same transactional id (``init_transactions`` fences the old
@@ -57,6 +60,7 @@ from typing import Any, ClassVar, Final
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
+from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
@@ -75,13 +79,16 @@ EXIT_USAGE: Final = 2
 TRANSIENT_INIT: Final = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
                                    KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD})
-# Errors after which this producer can never commit again: exit and let a fresh process take over.
-FATAL: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
-                          KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+# A fence: another instance initialised our transactional id, or the coordinator aborted a
+# transaction that outlived its timeout (`agents.fences`): the worker starts over from the log,
+# unless the fences repeat.
+FENCES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+# Errors after which this process can never commit: exit (the operator must grant the id).
+FATAL: Final = frozenset({KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
 
 
 class FencedError(RuntimeError):
-    """Another process took over this worker's transactional id: this one must exit."""
+    """This process must exit: another one keeps taking over its transactional id, or it may not use it."""
 
 
 class ProducerFailedError(RuntimeError):
@@ -194,6 +201,7 @@ class TransactionalWorker(ABC):
         self.producer = Producer(self._producer_config)
         self._calls = BoundedCaller(f"wt-{self.kind}-txn-call")
         self.recoveries = 0
+        self._fences = FenceCounter()
         # Set when every broker connection was lost: the producer is replaced once they answer again.
         self._outage = False
         self._next_probe = 0.0
@@ -426,9 +434,9 @@ class TransactionalWorker(ABC):
             raise ProducerFailedError(f"the transaction could not be aborted ({abort_exc})") from None
 
     def _call_txn(self, fn: Callable[[], Any], what: str | None = None) -> Any:
-        """A transactional call, bounded (module docstring): fenced by another instance is FencedError
-        (exit); any other fatal producer error, or a call that overran its deadline, ProducerFailedError
-        (start over from the log); the rest is raised as is."""
+        """A transactional call, bounded (module docstring): a fatal producer error (a fence among
+        them), or a call that overran its deadline, is ProducerFailedError (start over from the log);
+        fenced again and again (`FenceCounter`), FencedError (exit); the rest is raised as is."""
         name = what or getattr(getattr(fn, "func", fn), "__name__", "transactional call")
         try:
             return self._calls.call(fn, TXN_TIMEOUT_S + CALL_GRACE_S, what=f"worker {self.worker_id}: {name}",
@@ -438,7 +446,12 @@ class TransactionalWorker(ABC):
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() in FATAL:
-                raise FencedError(f"worker {self.worker_id} was fenced ({err})") from None
+                raise FencedError(f"worker {self.worker_id} may not use its transactional id ({err})") from None
+            if isinstance(err, KafkaError) and err.code() in FENCES:
+                if self._fences.note():
+                    raise FencedError(f"{rival_message(self.worker_id, len(self._fences))} (last: {err})") from None
+                raise ProducerFailedError(f"worker {self.worker_id} was fenced ({err}); a transaction the "
+                                          "coordinator aborted, or another instance") from None
             if isinstance(err, KafkaError) and err.fatal():
                 raise ProducerFailedError(f"worker {self.worker_id}'s producer failed fatally ({err})") from None
             raise
