@@ -38,9 +38,9 @@ LOAD_TIMEOUT_S: Final = 1_800.0
 #: Pause between attempts to rebuild a partition whose log could not be read.
 LOAD_RETRY_S: Final = 2.0
 RETRY_BACKOFF_S: Final = 0.5
-#: Stable offset fetches (OFFSETS_TIMEOUT_S each) tried after a start over before the last committed
-#: offsets are read instead: together longer than the transaction timeout, so an open transaction
-#: of another producer would have been aborted by then.
+#: Stable offset fetches (OFFSETS_TIMEOUT_S each) tried before a rebuild reads the last committed
+#: offsets instead: together longer than the transaction timeout, so an open transaction of any
+#: producer would have been aborted by then.
 STABLE_TRIES_AFTER_FENCING: Final = 3
 
 
@@ -115,19 +115,22 @@ class PartitionOwner(CommandDecider):
         consumer asks for *stable* offsets, so the fetch returns only once any transaction still
         open on them (a dead owner's last batch) is settled, and the fold after it then sees that
         batch's outcome. With ``seek`` (after a start over) the partitions are moved to those offsets;
-        on assignment the consumer starts from them by itself. Rebuilt partitions are resumed.
+        on assignment the consumer starts from them by itself (or is moved there when the stable
+        fetch kept timing out, below). Rebuilt partitions are resumed.
         """
         pending = sorted(self._unloaded)
         if not pending:
             return True
         log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
-        # After a start over our own transactional id was initialised again, which aborted our open
-        # transaction, and only we write these partitions' offsets. If the stable fetch still times
-        # out, what keeps the offsets "unstable" is an offset commit of our fenced producer that
-        # reached the group coordinator after that abort (a hanging transaction, seen after broker
-        # restarts); only our next commit clears it, so waiting for it would wait for ourselves.
-        # The last *committed* offsets are then the right ones.
-        stable = not (seek and self._unstable_fetches >= STABLE_TRIES_AFTER_FENCING)
+        # The stable fetch waits out every transaction still open on these offsets. After a broker
+        # restart one may never settle: an offset commit of a fenced producer (ours after a start
+        # over, or the previous owner's) that reached the group coordinator after its abort (a
+        # hanging transaction). Only the next commit clears it, and nobody commits before this
+        # rebuild, so waiting for it would wait forever. Once the stable fetches have timed out for
+        # longer than the transaction timeout, every real open transaction has been aborted by its
+        # coordinator, and the last *committed* offsets are the right ones. This holds on
+        # assignment as after a start over (the rebalance that follows a restart hits it too).
+        stable = self._unstable_fetches < STABLE_TRIES_AFTER_FENCING
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
             try:
@@ -137,13 +140,15 @@ class PartitionOwner(CommandDecider):
                 raise
             self._unstable_fetches = 0
             if not stable:
-                log.warning("worker %s: the stable offsets fetch kept timing out after our transactions were "
-                            "initialised again; read the last committed offsets instead", self.worker_id)
+                log.warning("worker %s: the stable offsets fetch kept timing out for longer than the transaction "
+                            "timeout; read the last committed offsets instead", self.worker_id)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
                                      on_quarantine=self.health.quarantined, aggregates=self.aggregates,
                                      snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
-            if seek:
+            # Without the stable fetch the consumer's own offset fetch (read_committed asks for
+            # stable offsets too) would wait as long: it is moved to the offsets read here.
+            if seek or not stable:
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
