@@ -65,7 +65,7 @@ from confluent_kafka import Producer
 from kafka_fixture import embedded_spec, free_ports
 from ledger_load import Account, Sender, paid_stream_body
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.keymgr.kek import new_kek_text, read_kek_file
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet

@@ -46,7 +46,7 @@ from kafka_fixture import embedded_spec
 from tqdm import tqdm
 
 from watchtower.agents.state_loader import load_partitions
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at

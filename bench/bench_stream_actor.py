@@ -96,7 +96,7 @@ from kafka_fixture import embedded_spec, free_ports
 from profiles import SpyRecorder, ptrace_problem
 from tqdm import tqdm
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL
 from watchtower.local.errors import LocalStackError

@@ -126,7 +126,7 @@ def fuzz_operations(api: str, known_stream: str, examples: int) -> dict[str, Any
         status_code_conformance,
     )
 
-    from watchtower.projections.openapi import OPENAPI
+    from watchtower.http.openapi import OPENAPI
 
     schema: Any = schemathesis.openapi.from_dict(OPENAPI)
     operations = {op.ok().label: op.ok() for op in schema.get_all_operations()}

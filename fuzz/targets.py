@@ -53,7 +53,7 @@ def _json(data: bytes) -> tuple[bool, Any]:
 def build() -> dict[str, Target]:
     """The targets by decoder name (imports Watchtower)."""
     from fuzz import samples
-    from watchtower.projections import http_params
+    from watchtower.http import params as http_params
     from watchtower.protocol import cbor, filter_ast, filters, snapshots
     from watchtower.protocol.errors import WatchtowerError, known_error_codes
     from watchtower.protocol.message import StreamMessage

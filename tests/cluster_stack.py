@@ -35,8 +35,8 @@ from confluent_kafka.admin import AdminClient
 from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
 
-from watchtower.client.archive import read_committed_messages
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.archive import read_committed_messages
+from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest

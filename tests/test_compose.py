@@ -107,7 +107,7 @@ def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
     apis = {name: s for name, s in services.items() if name.startswith("api-")}
     assert len(apis) >= 2
     for name, api in apis.items():
-        assert api["command"][:3] == ["python", "-m", "watchtower.projections.main"]
+        assert api["command"][:3] == ["python", "-m", "watchtower.api.main"]
         assert api["environment"]["WATCHTOWER_CANONICAL_URL"] == f"http://{name}:{api['command'][-1]}"
         # Peers forward routed reads to the advertised host, so it must be the service's name.
         assert api["environment"]["WATCHTOWER_WEB_HOST"] == name

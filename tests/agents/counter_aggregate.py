@@ -88,11 +88,11 @@ class _Summing:
     def encode_event(self, event: Added) -> bytes:
         return self.event_tag + json.dumps(event._asdict()).encode()
 
-    def decode_event(self, value: bytes | None) -> Added:
+    def event_decoder(self, value: bytes | None) -> Added:
         doc = _load(value, self.event_tag, f"{self.name} event")
         return Added(str(doc["key"]), int(doc["add"]), int(doc["value"]))
 
-    def owns_event(self, event: Added) -> bool:  # noqa: ARG002 - decode_event already checked the tag
+    def owns_event(self, event: Added) -> bool:  # noqa: ARG002 - event_decoder already checked the tag
         return True
 
     def event_key(self, event: Added) -> str:
@@ -114,8 +114,10 @@ class CounterAggregate(_Summing):
     name = "counter"
     event_tag = COUNTER_EVENT
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Add:
-        doc = _load(value, COUNTER_COMMAND, "counter command")
+    def command_decoder(self, value: bytes | None) -> dict[str, Any]:
+        return _load(value, COUNTER_COMMAND, "counter command")
+
+    def accept_command(self, doc: dict[str, Any], *, internal: bool) -> Add:
         if internal:
             raise UnauthorizedError("counter commands come from clients, on the commands topic")
         return Add(str(doc["counter"]), int(doc["add"]), bool(doc.get("total")), doc.get("die_once"))
@@ -140,8 +142,10 @@ class TotalAggregate(_Summing):
     name = "total"
     event_tag = TOTAL_EVENT
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> int:
-        doc = _load(value, TOTAL_FORWARD, "total forward")
+    def command_decoder(self, value: bytes | None) -> dict[str, Any]:
+        return _load(value, TOTAL_FORWARD, "total forward")
+
+    def accept_command(self, doc: dict[str, Any], *, internal: bool) -> int:
         if not internal:
             raise UnauthorizedError("totals are forwarded by workers only")
         return int(doc["add"])

@@ -22,7 +22,7 @@ from typing import Any
 
 import nacl.signing
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command, command_digest, sign_command

@@ -42,7 +42,7 @@ from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
 from worker_harness import partition_for, read_all_messages, wait_for_health
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key

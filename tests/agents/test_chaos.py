@@ -14,7 +14,7 @@ import pytest
 from tiers import scale
 from worker_harness import read_all_messages, workers
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command

@@ -56,7 +56,7 @@ def committed_replies(bootstrap: str, prefix: str) -> collections.Counter[str]:
 def counter_values(bootstrap: str, prefix: str, tag: bytes) -> list[int]:
     """The values of the committed events of one toy aggregate, in log order."""
     aggregate = CounterAggregate() if tag == COUNTER_EVENT else TotalAggregate()
-    return [aggregate.decode_event(m.value()).value
+    return [aggregate.event_decoder(m.value()).value
             for m in read_committed(bootstrap, [topic_name("events", prefix)])
             if (m.value() or b"").startswith(tag)]
 
@@ -119,7 +119,7 @@ def test_a_zombie_producer_with_the_workers_transactional_id_is_fenced(
     assert _ok(channel.request(counter_command("plums", 1), key="plums", timeout=120)[1]) == {"value": 2}
     zombie.begin_transaction()
     zombie.produce(topic_name("events", w.prefix), key=b"plums",
-                   value=CounterAggregate().encode_event(CounterAggregate().decode_event(
+                   value=CounterAggregate().encode_event(CounterAggregate().event_decoder(
                        b'CTE1{"key": "plums", "add": 97, "value": 99}')),
                    partition=partition_for_key(b"plums", PARTITIONS))
     with pytest.raises(KafkaException):

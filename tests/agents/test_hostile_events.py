@@ -30,8 +30,8 @@ import pytest
 from confluent_kafka import Producer
 from worker_harness import Workers, partition_for, read_health, workers
 
-from watchtower.client.archive import read_committed_messages
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.archive import read_committed_messages
+from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY

@@ -36,7 +36,7 @@ from stack_fixture import start_stack
 from tiers import scale
 from worker_harness import read_committed_events
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.projections.rebuild import rebuild_keymgr_digest
 from watchtower.protocol.billing import key_epoch_at
 

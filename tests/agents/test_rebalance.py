@@ -19,7 +19,7 @@ import nacl.signing
 import pytest
 from worker_harness import partition_for, read_all_messages, read_committed_events, wait_for_assignment, workers
 
-from watchtower.client.transport import CommandClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command

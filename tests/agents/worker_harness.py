@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from watchtower.agents.command_processor import group_id
-from watchtower.client.archive import read_committed_messages
+from watchtower.gateway.archive import read_committed_messages
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.stream_actor import Event
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply

@@ -1,24 +1,35 @@
 """The SDK imports only `watchtower.protocol` and `watchtower.schemas` (and its own modules).
 
-The SDK is what an application embeds to talk to a Watchtower API: `watchtower.client` itself and
-the modules listed in `SDK_MODULES`. It must not pull in Kafka, Faust or aiohttp, nor the worker,
-read-side, gateway or local-stack packages. The check walks the source (ast) of every module
-reachable from the SDK, so an import buried in a function counts too.
+The SDK is what an application embeds to talk to a Watchtower API: every module of
+`watchtower.client`, found by walking the package (a new module is checked without being listed).
+It must not pull in Faust or aiohttp, nor the worker, read-side, gateway or local-stack packages.
+Only the modules that read Kafka themselves (`KAFKA_READERS`: push deliveries and replays) may also
+import the Kafka client and `watchtower.topics`; every other module stays off Kafka too. The check
+walks the source (ast) of every module reachable from the SDK, so an import buried in a function
+counts too.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
-SDK_MODULES = ("watchtower.client", "watchtower.client.sdk", "watchtower.client.account", "watchtower.client.http",
-               "watchtower.client.home", "watchtower.client.fake", "watchtower.client.stream_modes")
+import watchtower.client
+
+SDK_MODULES = ("watchtower.client", *sorted(m.name for m in pkgutil.walk_packages(watchtower.client.__path__,
+                                                                                    "watchtower.client.")))
+#: The SDK modules that read Kafka themselves (a push subscriber's deliveries, a replay's records).
+KAFKA_READERS = frozenset({"watchtower.client.push", "watchtower.client.replay"})
 ALLOWED_PREFIXES = ("watchtower.protocol", "watchtower.schemas")
+READER_PREFIXES = (*ALLOWED_PREFIXES, "watchtower.topics")
 # Third-party packages that belong to the server side.
 SERVER_ONLY = ("confluent_kafka", "faust", "mode", "aiohttp", "fastavro")
+#: The Kafka client and what reads Kafka for it: only KAFKA_READERS (and what they reach) may import them.
+KAFKA_ONLY = ("confluent_kafka", "watchtower.topics")
 
 
 def _source(module: str) -> Path:
@@ -55,10 +66,10 @@ def imports_of(module: str) -> set[str]:
     return found
 
 
-def sdk_closure() -> dict[str, set[str]]:
-    """Each watchtower module reachable from the SDK, with what it imports."""
+def sdk_closure(roots: tuple[str, ...] = SDK_MODULES) -> dict[str, set[str]]:
+    """Each watchtower module reachable from `roots`, with what it imports."""
     seen: dict[str, set[str]] = {}
-    todo = list(SDK_MODULES)
+    todo = list(roots)
     while todo:
         module = todo.pop()
         if module in seen:
@@ -68,24 +79,51 @@ def sdk_closure() -> dict[str, set[str]]:
     return seen
 
 
+def test_the_walk_finds_every_module_of_the_sdk() -> None:
+    files = {p.stem for p in Path(watchtower.client.__file__).parent.glob("*.py") if p.stem != "__init__"}
+    assert {m.rpartition(".")[2] for m in SDK_MODULES if m != "watchtower.client"} == files
+    assert set(SDK_MODULES) >= KAFKA_READERS
+
+
 def test_sdk_modules_import_only_protocol_and_schemas() -> None:
     closure = sdk_closure()
     assert set(SDK_MODULES) <= set(closure)
     offending = {(module, imported) for module, imports in closure.items() for imported in imports
                  if imported.startswith("watchtower") and imported != "watchtower"
-                 and not imported.startswith(ALLOWED_PREFIXES) and imported not in SDK_MODULES}
+                 and not imported.startswith(READER_PREFIXES if module in KAFKA_READERS or
+                                             module.startswith("watchtower.topics") else ALLOWED_PREFIXES)
+                 and imported not in SDK_MODULES}
     assert not offending, f"the SDK reaches outside protocol/ and schemas/: {sorted(offending)}"
 
 
 def test_no_module_the_sdk_reaches_imports_a_server_side_package() -> None:
     offending = {(module, imported) for module, imports in sdk_closure().items() for imported in imports
-                 if imported.split(".")[0] in SERVER_ONLY and not module.startswith("watchtower.schemas")}
+                 if imported.split(".")[0] in SERVER_ONLY and not module.startswith("watchtower.schemas")
+                 and not (imported.split(".")[0] == "confluent_kafka"
+                          and (module in KAFKA_READERS or module.startswith("watchtower.topics")))}
     assert not offending, f"the SDK pulls in server-side packages: {sorted(offending)}"
+
+
+def test_only_the_kafka_readers_reach_the_kafka_client() -> None:
+    """An SDK module that is not a Kafka reader reaches neither Kafka nor `watchtower.topics`,
+    through any chain of imports that does not pass through a Kafka reader."""
+    others = tuple(m for m in SDK_MODULES if m not in KAFKA_READERS)
+    seen: dict[str, set[str]] = {}
+    todo = list(others)
+    while todo:
+        module = todo.pop()
+        if module in seen or module in KAFKA_READERS:
+            continue
+        seen[module] = imports_of(module)
+        todo.extend(m for m in seen[module] if m.startswith("watchtower.") and m not in seen)
+    offending = {(module, imported) for module, imports in seen.items() for imported in imports
+                 if imported.startswith(KAFKA_ONLY)}
+    assert not offending, f"an SDK module that is not a Kafka reader reaches Kafka: {sorted(offending)}"
 
 
 def test_importing_the_sdk_loads_no_kafka_faust_or_server_package() -> None:
     """The same rule at run time, in a fresh interpreter (catches imports the ast walk cannot see)."""
-    probe = ("import sys\n" + "".join(f"import {m}\n" for m in SDK_MODULES) +
+    probe = ("import sys\n" + "".join(f"import {m}\n" for m in SDK_MODULES if m not in KAFKA_READERS) +
              "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('confluent_kafka', 'faust', 'aiohttp')"
              " or m.startswith(('watchtower.agents', 'watchtower.projections', 'watchtower.topics', "
              "'watchtower.local', 'watchtower.gateway', 'watchtower.cli.')) or m == 'watchtower.cli')\n"

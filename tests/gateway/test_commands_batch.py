@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from watchtower.gateway import batch
 from watchtower.gateway.routes import BATCH_PATH, CommandGateway
-from watchtower.projections.openapi import OPENAPI
+from watchtower.http.openapi import OPENAPI
 from watchtower.protocol.errors import (
     GenericBatchError,
     ImproperConfigError,

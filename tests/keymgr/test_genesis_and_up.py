@@ -15,10 +15,10 @@ import pytest
 from api_calls import http
 from kafka_fixture import free_port_block, free_ports
 
+from watchtower.cli.genesis import ensure_genesis
 from watchtower.keymgr.kek import read_kek_file
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
-from watchtower.local.genesis import ensure_genesis
 from watchtower.protocol.addresses import is_address
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from watchtower.local.smoke import Hop, three_client_roundtrip
+from watchtower.spark.smoke import spark_copy
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_confluent_faust_spark_roundtrip_with_transactions(kafka_bootstrap: str) -> None:
-    hops: list[Hop] = three_client_roundtrip(kafka_bootstrap)
+    hops: list[Hop] = three_client_roundtrip(kafka_bootstrap, spark_copy)
     clients = [h.client for h in hops]
     assert clients == ["confluent-kafka", "faust-streaming", "confluent-kafka", "spark", "confluent-kafka"]
     # Faust forwarded through an aiokafka transaction and the aborted record never surfaced.

@@ -51,7 +51,7 @@ def test_a_live_pid_running_another_program_is_not_counted_as_the_worker(
         stand_in_worker: subprocess.Popen[bytes]) -> None:
     assert process_runs(stand_in_worker.pid, WORKER_MODULE, "w1")
     assert not process_runs(stand_in_worker.pid, WORKER_MODULE, "w2"), "another worker id"
-    assert not process_runs(stand_in_worker.pid, "watchtower.projections.main", "w1"), "another module"
+    assert not process_runs(stand_in_worker.pid, "watchtower.api.main", "w1"), "another module"
 
 
 def test_health_file_missing_corrupt_stale_and_current(tmp_path: Path) -> None:

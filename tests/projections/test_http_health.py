@@ -10,8 +10,8 @@ from api_calls import http, wait_for
 from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
 
+from watchtower.http.broker_probe import BrokerProbe
 from watchtower.local.broker import LocalKafka
-from watchtower.projections.health import BrokerProbe
 
 
 def test_the_probe_says_unreachable_when_nothing_listens() -> None:

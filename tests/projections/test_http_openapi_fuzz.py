@@ -29,8 +29,8 @@ import watchtower.projections.keymgr_routes
 import watchtower.projections.replay_routes
 import watchtower.projections.service
 from watchtower.gateway.routes import COMMANDS_PATH
+from watchtower.http.openapi import OPENAPI
 from watchtower.local.stack import ServiceSet
-from watchtower.projections.openapi import OPENAPI
 from watchtower.protocol.signing import sign_message
 
 pytestmark = pytest.mark.integration

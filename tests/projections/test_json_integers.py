@@ -19,11 +19,11 @@ import jsonschema_rs
 import pytest
 
 from watchtower.gateway.server import gateway_openapi
+from watchtower.http.errors import error_body
+from watchtower.http.openapi import OPENAPI
+from watchtower.http.server import SafeJsonWeb
 from watchtower.keymgr.openapi import OPENAPI as KEYMGR_OPENAPI
-from watchtower.projections.http_errors import error_body
 from watchtower.projections.keymgr_tables import account_view
-from watchtower.projections.openapi import OPENAPI
-from watchtower.projections.web_server import SafeJsonWeb
 from watchtower.protocol.errors import CursorTooOldError, InsufficientCbyBalanceError
 from watchtower.protocol.json_ints import MAX_SAFE_INT, as_int
 from watchtower.protocol.replay_status import ReplayView, replay_status_json, view_from_dict, view_to_dict

@@ -22,8 +22,7 @@ from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest, rebuild_replay_digest
-from watchtower.protocol.signing import sign_message
-from watchtower.schemas.replay_records import (
+from watchtower.protocol.replay_records import (
     ReplayCanceled,
     ReplayCancelRequested,
     ReplayCompleted,
@@ -31,8 +30,9 @@ from watchtower.schemas.replay_records import (
     ReplayProgress,
     ReplayRecord,
     ReplayRegistered,
-    encode_replay_record,
 )
+from watchtower.protocol.signing import sign_message
+from watchtower.schemas.replay_records import encode_replay_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key

@@ -227,7 +227,7 @@ def test_plaintext_on_a_paid_stream_is_unauthorized() -> None:
 
 
 def test_every_code_publish_answers_is_cip7s_or_a_documented_extension() -> None:
-    from watchtower.projections.openapi import OPENAPI
+    from watchtower.http.openapi import OPENAPI
 
     documented = OPENAPI["paths"]["/v1/commands"]["post"]["description"]
     assert all(code in documented for code in PUBLISH_EXTENSIONS | CIP7_PUBLISH_CODES)

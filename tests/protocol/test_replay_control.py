@@ -31,12 +31,13 @@ from watchtower.protocol.ledger import (
     account_instance,
 )
 from watchtower.protocol.replay_control import finish_replay, settle_replay
+from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayRegistered
 from watchtower.protocol.replay_rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.snapshots import decode_streams, encode_streams
 from watchtower.protocol.stream_actor import Decision, Event, StreamState, decide, evolve, state_digest
 from watchtower.protocol.views import apply_event, head_view, new_tables
-from watchtower.schemas.replay_records import ReplayCancelRequested, ReplayRegistered, decode_replay_record
+from watchtower.schemas.replay_records import decode_replay_record
 from watchtower.schemas.wire import replay_record_for
 
 SID = "ticks"

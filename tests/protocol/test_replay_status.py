@@ -9,6 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
+from watchtower.protocol.replay_records import (
+    ReplayCanceled,
+    ReplayCancelRequested,
+    ReplayCompleted,
+    ReplayErrored,
+    ReplayProgress,
+    ReplayRecord,
+    ReplayRegistered,
+)
 from watchtower.protocol.replay_status import (
     STATUSES,
     ReplayRuleError,
@@ -19,17 +28,7 @@ from watchtower.protocol.replay_status import (
     view_from_dict,
     view_to_dict,
 )
-from watchtower.schemas.replay_records import (
-    ReplayCanceled,
-    ReplayCancelRequested,
-    ReplayCompleted,
-    ReplayErrored,
-    ReplayProgress,
-    ReplayRecord,
-    ReplayRegistered,
-    decode_replay_record,
-    encode_replay_record,
-)
+from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 
 S = "stream-a"
 ALICE, MALLORY = "alice", "mallory"

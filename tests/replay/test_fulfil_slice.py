@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import nacl.signing
 
+from watchtower.protocol.replay_records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
 from watchtower.protocol.replay_rules import selector_for
 from watchtower.protocol.replay_status import ReplayView, apply_replay_record
 from watchtower.protocol.signing import sign_message
 from watchtower.replay.fulfil import ArchivedRecord, cancel_record, fulfil_slice
 from watchtower.replay.handoff import spark_threshold, wants_spark
 from watchtower.schemas.records import encode_message
-from watchtower.schemas.replay_records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
 
 KEY = nacl.signing.SigningKey(b"\x01" * 32)
 S = "s-0000000000000001"

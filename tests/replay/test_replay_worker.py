@@ -26,10 +26,11 @@ from stack_fixture import start_stack
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayProgress
 from watchtower.protocol.replay_rules import selector_for
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message
-from watchtower.schemas.replay_records import ReplayCancelRequested, ReplayProgress, encode_replay_record
+from watchtower.schemas.replay_records import encode_replay_record
 
 pytestmark = pytest.mark.integration
 

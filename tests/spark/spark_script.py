@@ -13,10 +13,11 @@ import nacl.signing
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.replay_records import ReplayRegistered
 from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_id_for
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.schemas.replay_records import ReplayRegistered, encode_replay_record
+from watchtower.schemas.replay_records import encode_replay_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key

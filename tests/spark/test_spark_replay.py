@@ -22,6 +22,7 @@ from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import ReplayNotFoundError
 from watchtower.protocol.key_chain import verify_key_chain
+from watchtower.protocol.replay_records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
 from watchtower.protocol.replay_rules import (
     canonical_filter,
     parse_replay_filter,
@@ -32,14 +33,7 @@ from watchtower.protocol.replay_rules import (
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.schemas.records import decode_message
-from watchtower.schemas.replay_records import (
-    ReplayCompleted,
-    ReplayErrored,
-    ReplayProgress,
-    ReplayRegistered,
-    decode_replay_record,
-    encode_replay_record,
-)
+from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key

@@ -1,29 +1,30 @@
 """The aggregate contract: what the host needs to know about an aggregate, and nothing more.
 
-An aggregate is a key function, ``decide``, ``evolve`` and a snapshot codec, plus the codecs of
-its commands and events (so the host can route records to it). The host
+An aggregate is a key function, ``decide``, ``evolve`` and a snapshot codec, plus the decoders of
+its records and the tests that say which decoded records are its own (so the host can route
+records to it). The host
 (:class:`~watchtower.agents.command_processor.CommandProcessor`) gives every registered aggregate
 the same guarantees - one Kafka transaction per batch, zombie fencing, request/reply on
 ``replies``, forwards between aggregates on ``internal``, quarantine of bad log records, snapshots
 and recovery - and never names one. Pure parts (decide/evolve/state codecs) live in
 ``watchtower.protocol``; adapters implementing this protocol live in ``watchtower.agents.aggregates``.
 
-Routing, without any metadata on the records:
+Routing, without any metadata on the records, and decoding each record once:
 
-- a command or forward record goes to the first registered aggregate whose ``decode_command``
-  accepts it (the same bytes on ``internal`` or ``commands`` may be accepted or refused: that is
-  how a forward is trusted only from workers); when none accepts it, the caller gets the refusal
-  of the first aggregate that recognised the record (any code but MALFORMED_RECORD /
-  SCHEMA_MISMATCH, e.g. UNAUTHORIZED), else the first aggregate's;
-- an events record goes to the first aggregate whose ``decode_event`` accepts it and which
-  ``owns_event`` the result.
-
-Order matters: register the aggregate with the most traffic first, so the hot path decodes once.
+- a command or forward record is decoded by each distinct ``command_decoder`` of the hosted
+  aggregates at most once (every aggregate of the protocol shares `schemas.wire.decode_command`,
+  so a record is decoded exactly once), and goes to the first registered aggregate whose
+  ``accept_command`` accepts the decoded record (the same record on ``internal`` or ``commands``
+  may be accepted or refused: that is how a forward is trusted only from workers); when none
+  accepts it, the caller gets the refusal of the first aggregate that recognised the record (any
+  code but MALFORMED_RECORD / SCHEMA_MISMATCH, e.g. UNAUTHORIZED), else the first one's;
+- an events record is decoded once per distinct ``event_decoder`` likewise, and goes to the
+  first aggregate that ``owns_event`` the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from watchtower.protocol.deployment import Deployment
@@ -77,9 +78,19 @@ class Aggregate(Protocol):
 
     name: str
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Any:
-        """The command or forward in ``value`` (from ``internal`` or from ``commands``); raise a
-        WatchtowerError (with the spec's code) when the record is not one this aggregate accepts."""
+    @property
+    def command_decoder(self) -> Callable[[bytes | None], Any]:
+        """Bytes of ``commands`` / ``internal`` to a record (raise a WatchtowerError with the spec's
+        code when they are none). Aggregates that share one decoder (the same object) share its result."""
+
+    @property
+    def event_decoder(self) -> Callable[[bytes | None], Any]:
+        """Bytes of ``events`` to an event (raise when they are none); shared like `command_decoder`."""
+
+    def accept_command(self, record: Any, *, internal: bool) -> Any:
+        """The command in a decoded `record` (from ``internal`` or from ``commands``); raise a
+        WatchtowerError (with the spec's code) when the record is not one this aggregate accepts:
+        MALFORMED_RECORD when it is another aggregate's."""
 
     def key(self, command: Any) -> str:
         """The instance the command addresses; its events are keyed by it."""
@@ -94,9 +105,6 @@ class Aggregate(Protocol):
         """Pure: the state after ``event``; raise to refuse an event that cannot apply (quarantine)."""
 
     def encode_event(self, event: Any) -> bytes: ...
-
-    def decode_event(self, value: bytes | None) -> Any:
-        """The event in ``value``; raise (any exception) when it is not one."""
 
     def owns_event(self, event: Any) -> bool:
         """Whether this aggregate folds ``event`` (e.g. by its type)."""
@@ -125,3 +133,27 @@ def check_unique(aggregates: Sequence[Aggregate]) -> None:
         raise ValueError("a host needs at least one aggregate")
     if len(set(names)) != len(names):
         raise ValueError(f"aggregate names must be unique, got {names}")
+
+
+class DecodeOnce:
+    """The decoded forms of one record, one per distinct decoder: a decoder runs at most once, and
+    what it raised is raised again to every aggregate that shares it."""
+
+    __slots__ = ("_done", "_value")
+
+    def __init__(self, value: bytes | None) -> None:
+        self._value = value
+        self._done: dict[Any, tuple[bool, Any]] = {}
+
+    def get(self, decoder: Callable[[bytes | None], Any]) -> Any:
+        done = self._done.get(decoder)
+        if done is None:
+            try:
+                done = (True, decoder(self._value))
+            except Exception as exc:
+                done = (False, exc)
+            self._done[decoder] = done
+        ok, result = done
+        if not ok:
+            raise result
+        return result

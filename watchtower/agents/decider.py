@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
-from watchtower.agents.aggregate import Aggregate, Context, check_unique
+from watchtower.agents.aggregate import Aggregate, Context, DecodeOnce, check_unique
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
 from watchtower.protocol.billing import block_height_at
@@ -97,9 +97,10 @@ class CommandDecider:
         refusal of an aggregate that recognised the record (e.g. UNAUTHORIZED for a forward on the
         public topic), else the first aggregate's (MALFORMED_RECORD / SCHEMA_MISMATCH)."""
         first: WatchtowerError | None = None
+        decoded = DecodeOnce(value)
         for aggregate in self.aggregates:
             try:
-                return aggregate, aggregate.decode_command(value, internal=internal)
+                return aggregate, aggregate.accept_command(decoded.get(aggregate.command_decoder), internal=internal)
             except (MalformedRecordError, SchemaMismatchError) as err:
                 first = first or err
             except WatchtowerError as err:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from watchtower.agents.aggregate import Aggregate, BrokenRuleError
+from watchtower.agents.aggregate import Aggregate, BrokenRuleError, DecodeOnce
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.placement import misplacement
@@ -122,9 +122,10 @@ class EventFold:
 
     def _route(self, value: bytes | None) -> tuple[Aggregate, Any]:
         first_error: Exception | None = None
+        decoded = DecodeOnce(value)
         for aggregate in self.aggregates:
             try:
-                event = aggregate.decode_event(value)
+                event = decoded.get(aggregate.event_decoder)
             except Exception as exc:
                 first_error = first_error or exc
                 continue

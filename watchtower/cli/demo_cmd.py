@@ -11,6 +11,7 @@ from watchtower.local.broker import LocalKafka
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
 from watchtower.local.paths import watchtower_home
 from watchtower.local.smoke import Hop, three_client_roundtrip
+from watchtower.spark.smoke import spark_copy
 from watchtower.topics.admin import ensure_topics
 
 
@@ -48,7 +49,7 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
             click.echo(f"  [{h.seconds:5.1f}s] {h.client:16} {h.action}: {h.value!r}")
 
         with demo_step("one record through confluent-kafka, Faust and Spark"):
-            three_client_roundtrip(spec.bootstrap, show)
+            three_client_roundtrip(spec.bootstrap, spark_copy, show)
 
         _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring), "
               "then a paid feed, then replays beyond the window (service and Spark)")

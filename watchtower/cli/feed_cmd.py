@@ -9,22 +9,29 @@ publishes are additionally signed by the feed's publisher key, which ``new feed`
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import nacl.signing
 
-from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
+from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, load_account
 from watchtower.cli.feed_config import POLICIES, stream_config_fields
+from watchtower.cli.feed_group import (
+    FeedRef,
+    feed,
+    message_line,
+    parse_json,
+    pass_feed,
+    read_options,
+    write_options,
+)
 from watchtower.cli.follow_cmd import feed_id_of, follow_feed, follow_options
 from watchtower.client import account as keys
-from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
+from watchtower.client.http import ApiClient
 from watchtower.client.sdk import (
     Publisher,
     Subscriber,
@@ -36,39 +43,12 @@ from watchtower.client.sdk import (
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError
-from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.message import TagValue
 
-F = TypeVar("F", bound=Callable[..., Any])
 MODES = {"push": "PUSH", "pull": "PULL", "push-with-pull-fallback": "PUSH_WITH_PULL_FALLBACK",
          "push-fallback": "PUSH_WITH_PULL_FALLBACK"}  # (the last: the 0.1 name, kept for one release)
 #: `Subscriber.stream`'s mode for each subscription mode.
 STREAM_MODES = {"PUSH": "push", "PULL": "pull", "PUSH_WITH_PULL_FALLBACK": "push-with-pull-fallback"}
-
-
-def api_option(func: F) -> F:
-    """Add ``--api URL`` (received as `api_url`)."""
-    return click.option(
-        "--api", "api_url", default=None, metavar="URL",
-        help=f"Watchtower HTTP API [env {ENV_API}; default {DEFAULT_API_URL}].",
-    )(func)
-
-
-def write_options(func: F) -> F:
-    """``--api``, ``--account``, ``--key-file`` and ``--json``: what every signed command takes."""
-    return api_option(identity_options(json_option(func)))
-
-
-def read_options(func: F) -> F:
-    """``--api`` and ``--json``: what every read command takes."""
-    return api_option(json_option(func))
-
-
-def parse_json(text: str, option: str) -> Any:
-    """`text` parsed as JSON, else a usage error naming `option`."""
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        raise click.BadParameter(f"not valid JSON ({err})", param_hint=option) from None
 
 
 def parse_tags(text: str | None) -> dict[str, TagValue]:
@@ -96,56 +76,12 @@ def parse_tags(text: str | None) -> dict[str, TagValue]:
     return tags
 
 
-# --- Feed references -----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class FeedRef:
-    """The ``ID`` given to ``feed``: a feed id (all digits) or a stream id."""
-
-    ref: str
-
-    def resolve(self, api: ApiClient) -> tuple[str, dict[str, Any] | None]:
-        """(stream id, registry entry or None); FEED_NOT_FOUND for an unknown feed id."""
-        if self.ref.isdigit():
-            entry = api.feed(int(self.ref))
-            return str(entry["stream_id"]), entry
-        return self.ref, None
-
-
-pass_feed = click.make_pass_decorator(FeedRef)
-
-
 # --- Rendering -----------------------------------------------------------------------------------
 
 
 def _short(address: object) -> str:
     text = str(address or "")
     return text if len(text) <= 14 else f"{text[:10]}…{text[-4:]}"
-
-
-def _tag_text(value: TagValue) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def message_line(msg: StreamMessage) -> str:
-    """One readable line: sequence, kind, UTC time, tags, and the payload if it is short text."""
-    when = datetime.datetime.fromtimestamp(msg.timestamp_unix_ms / 1000, datetime.UTC)
-    tags = " ".join(f"{k}={_tag_text(v)}" for k, v in sorted(msg.tags.items()))
-    try:
-        payload = msg.payload_inline.decode("utf-8") if msg.payload_format == "PLAINTEXT" else None
-    except UnicodeDecodeError:
-        payload = None
-    if payload is None or not payload.isprintable():
-        payload = f"<{len(msg.payload_inline)} bytes {msg.payload_format.lower()}>"
-    elif len(payload) > 80:
-        payload = payload[:79] + "…"
-    parts = [f"#{msg.sequence}", msg.kind, when.isoformat(timespec="milliseconds").replace("+00:00", "Z")]
-    return "  ".join(p for p in (*parts, tags, payload) if p)
 
 
 def _echo_fields(data: Mapping[str, Any], names: tuple[str, ...]) -> None:
@@ -260,14 +196,6 @@ def feeds_by_owner(owner: str | None, account: str | None, key_file: Path | None
 
 
 # --- feed ID … -----------------------------------------------------------------------------------
-
-
-@click.group("feed")
-@click.argument("feed_ref", metavar="ID")
-@click.pass_context
-def feed(ctx: click.Context, feed_ref: str) -> None:
-    """Act on one feed. ID is a feed id (integer) or a stream id."""
-    ctx.obj = FeedRef(feed_ref)
 
 
 def _signed(ref: FeedRef, api_url: str | None, account: str | None, key_file: Path | None, method: str,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from watchtower.cli.feed_group import message_line
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
 from watchtower.client.stream_modes import StreamStats
@@ -54,8 +55,6 @@ def follow_feed(api: ApiClient, subscriber: Subscriber, feed_id: int | None, *, 
                 subscriber_address: str | None, as_json: bool, count: int | None, idle_timeout_s: float | None,
                 pull_interval_s: float, heartbeat_s: float | None = None) -> None:
     """Print `subscriber`'s verified messages as they arrive, in `mode`, until `count` or idle/Ctrl-C."""
-    from watchtower.cli.feed_cmd import message_line
-
     subscriber.key_schedule()  # a key chain that does not verify fails before anything is printed
     source: SseSource | None = None
     if mode != "pull":

@@ -29,6 +29,7 @@ def _register() -> None:
         account_cmd,
         demo_cmd,
         feed_cmd,
+        feed_group,
         gateway_cmd,
         init_cmd,
         keymgr_cmd,
@@ -49,7 +50,7 @@ def _register() -> None:
     cli.add_command(__import__("watchtower.cli.spark_cmd", fromlist=["spark"]).spark)  # spark replay|verify|export
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)
-    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_cmd.feed,
+    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_group.feed,
                     ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
     del _paid

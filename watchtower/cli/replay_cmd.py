@@ -25,7 +25,7 @@ import click
 
 from watchtower.cli import settings
 from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
-from watchtower.cli.feed_cmd import FeedRef, api_option, feed, message_line, parse_json, pass_feed, write_options
+from watchtower.cli.feed_group import FeedRef, api_option, feed, message_line, parse_json, pass_feed, write_options
 from watchtower.client.http import ApiClient
 from watchtower.client.replay import TERMINAL, ReplayClient, ReplayRequest, ReplayTicket, state_of
 from watchtower.protocol.errors import PaymentRequiredError, WatchtowerError

@@ -3,7 +3,7 @@ and the Stream Key Manager).
 
 `up` starts what is missing and restarts what died, leaving live parts alone; `down` stops
 everything `up` started; `status` checks every part (see docs/local-stack.md). `up` also creates
-the deployment's genesis once (`watchtower.local.genesis`: CBY minter, protocol treasury, KEK),
+the deployment's genesis once (`watchtower.cli.genesis`: CBY minter, protocol treasury, KEK),
 gives the stream workers ``WATCHTOWER_PROTOCOL_TREASURY``, ``WATCHTOWER_CBY_MINTER`` and
 ``WATCHTOWER_KEYMGR_PUBLIC_KEY``, starts the key manager with the KEK file, and writes its URL
 as ``keymgr_url`` to ``config.json`` (docs/keymgr.md).
@@ -21,9 +21,9 @@ import click
 from click.core import ParameterSource
 
 from watchtower.cli import settings
+from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, Genesis, ensure_genesis
 from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
-from watchtower.local.genesis import ENV_KEYMGR_PUBLIC_KEY, Genesis, ensure_genesis
 from watchtower.local.paths import watchtower_home
 from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import KEYMGR_NAME, LOOPBACK, ServiceSet, is_loopback

@@ -4,7 +4,6 @@ The SDK is `sdk` (Publisher, Subscriber, create_feed), `account` (key files), `h
 `fake` (FakeApi, the same surface in memory) and `home`; for paid feeds `ledger` (keys, actors,
 CBY, epoch access), `keymgr` (the Stream Key Manager's client), `paid` (PaidPublisher, EpochKeyRing)
 and `account_keys` (X25519 key files, sealed epoch keys at rest). It imports only `watchtower.protocol` and
-`watchtower.schemas` (tests/client/test_sdk_imports.py enforces it): no Kafka, Faust or aiohttp.
-`transport` and `archive` are old names of `watchtower.gateway` modules, kept for one release;
-they are not part of the SDK.
+`watchtower.schemas` (tests/client/test_sdk_imports.py walks every module of the SDK to enforce it):
+no Kafka, Faust or aiohttp.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from watchtower.projections import http_params as params
+from watchtower.http import params
 from watchtower.protocol.errors import GenericBatchError, InvalidArgumentError, WatchtowerError
 from watchtower.protocol.signed_command import Command
 

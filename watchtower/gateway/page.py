@@ -16,7 +16,7 @@ from typing import Final
 
 from aiohttp import web
 
-from watchtower.projections import http_params as params
+from watchtower.http import params
 
 STATIC: Final = Path(__file__).with_name("static")
 ASSET_PREFIX: Final = "/ui/"

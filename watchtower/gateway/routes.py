@@ -22,8 +22,8 @@ from confluent_kafka import KafkaException
 
 from watchtower.gateway import batch
 from watchtower.gateway.transport import CommandClient
-from watchtower.projections import http_params as params
-from watchtower.projections.http_errors import error_body, http_status
+from watchtower.http import params
+from watchtower.http.errors import error_body, http_status
 from watchtower.protocol.errors import (
     GenericBatchError,
     InvalidArgumentError,

@@ -3,7 +3,7 @@ and the live feeds as Server-Sent Events (``GET /v1/feeds/{id}/events``, `watcht
 reading from the API named by ``WATCHTOWER_API_URL``).
 
 It serves the same HTTP contract as the combined API process (same JSON errors, same body limit,
-same prompt shutdown: `watchtower.projections.web_server`), and nothing of the read side. Health is
+same prompt shutdown: `watchtower.http.server`), and nothing of the read side. Health is
 ``ready`` once the command client is connected and the broker answers.
 """
 
@@ -20,9 +20,9 @@ from aiohttp import web
 
 from watchtower.gateway.routes import BATCH_PATH, COMMANDS_PATH, CommandGateway
 from watchtower.gateway.sse import EVENTS_PATH, SseHub
-from watchtower.projections import web_server
-from watchtower.projections.health import BrokerProbe
-from watchtower.projections.openapi import OPENAPI
+from watchtower.http import server as web_server
+from watchtower.http.broker_probe import BrokerProbe
+from watchtower.http.openapi import OPENAPI
 from watchtower.topics.catalogue import topic_name
 
 log = logging.getLogger("watchtower.gateway.server")

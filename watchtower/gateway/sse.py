@@ -41,8 +41,8 @@ from aiohttp_sse import EventSourceResponse, sse_response
 
 from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route, push_route
-from watchtower.projections import http_params as params
-from watchtower.projections.web_server import error_response
+from watchtower.http import params
+from watchtower.http.server import error_response
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
 from watchtower.protocol.errors import (

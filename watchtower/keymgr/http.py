@@ -21,10 +21,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from watchtower.http import server as web_server
+from watchtower.http.errors import error_body, http_status
 from watchtower.keymgr.openapi import OPENAPI
 from watchtower.keymgr.service import KeyManager
-from watchtower.projections import web_server
-from watchtower.projections.http_errors import error_body, http_status
 from watchtower.protocol.errors import InvalidArgumentError, PayloadTooLargeError, WatchtowerError
 from watchtower.protocol.json_ints import json_safe
 from watchtower.protocol.signed_command import Method

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from watchtower.projections.http_errors import STATUS_BY_CODE
+from watchtower.http.errors import STATUS_BY_CODE
 from watchtower.protocol.json_ints import openapi_int
 
 _STR: Final = {"type": "string"}

@@ -13,7 +13,7 @@ import sys
 import faust
 from faust.types import StreamT
 
-from watchtower.topics.connection import faust_broker_settings
+from watchtower.topics.faust_settings import faust_broker_settings
 
 
 def build_app(bootstrap: str, source: str, sink: str, app_id: str) -> faust.App:

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.local.errors import LocalStackError
-from watchtower.topics.connection import kafka_config, spark_kafka_options
+from watchtower.topics.connection import kafka_config
 
 
 @dataclass(frozen=True)
@@ -112,31 +112,12 @@ def faust_forward(bootstrap: str, source: str, sink: str, expect: bytes, timeout
     return time.monotonic() - started
 
 
-def spark_copy(bootstrap: str, source: str, sink: str) -> list[str]:
-    """Read ``source`` read_committed with Spark's Kafka source; write each value to ``sink``."""
-    from watchtower.spark.session import local_session
+def three_client_roundtrip(bootstrap: str, spark_copy: Callable[[str, str, str], list[str]],
+                           progress: Callable[[Hop], None] = lambda _h: None) -> list[Hop]:
+    """Run the whole chain; returns every hop. Raises LocalStackError on the first failure.
 
-    spark = local_session("watchtower-smoke")
-    try:
-        df = (spark.read.format("kafka")
-              .options(**spark_kafka_options(bootstrap))
-              .option("subscribe", source)
-              .option("startingOffsets", "earliest")
-              .option("kafka.isolation.level", "read_committed")
-              .load())
-        rows = [bytes(r.value).decode() for r in df.select("value").collect()]
-        (df.selectExpr("key", "CONCAT(CAST(value AS STRING), ' via spark') AS value")
-           .write.format("kafka")
-           .options(**spark_kafka_options(bootstrap))
-           .option("topic", sink)
-           .save())
-        return rows
-    finally:
-        spark.stop()
-
-
-def three_client_roundtrip(bootstrap: str, progress: Callable[[Hop], None] = lambda _h: None) -> list[Hop]:
-    """Run the whole chain; returns every hop. Raises LocalStackError on the first failure."""
+    `spark_copy(bootstrap, source, sink)` is the Spark hop (`watchtower.spark.smoke.spark_copy`):
+    handed in, so the local stack never imports Spark, which imports the local stack's jars."""
     tag = uuid.uuid4().hex[:8]
     a, b, c = (f"wt-smoke-{tag}-{x}" for x in "abc")
     make_topics(bootstrap, [a, b, c])

@@ -40,7 +40,7 @@ from pathlib import Path
 from watchtower.local.errors import LocalStackError
 
 WORKER_MODULE = "watchtower.agents.worker_main"
-PROJECTION_MODULE = "watchtower.projections.main"
+PROJECTION_MODULE = "watchtower.api.main"
 GATEWAY_MODULE = "watchtower.gateway.main"
 KEYMGR_MODULE = "watchtower.keymgr.main"
 REPLAY_MODULE = "watchtower.replay.main"

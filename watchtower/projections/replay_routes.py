@@ -22,7 +22,7 @@ from typing import Any
 
 from faust.web import Request, Response
 
-from watchtower.projections import http_params as params
+from watchtower.http import params
 from watchtower.projections.replay_tables import digest_of, parse_page_query, replay_page
 from watchtower.projections.routing import peer_shares
 from watchtower.protocol.errors import NotReadyError, ReplayNotFoundError

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Final
 
-from watchtower.projections import http_params as params
+from watchtower.http import params
 from watchtower.projections import quarantine
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, WatchtowerError
 from watchtower.protocol.replay_status import (

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from watchtower.projections.http_errors import error_body, http_status
+from watchtower.http.errors import error_body, http_status
 from watchtower.protocol.errors import NotReadyError
 
 log = logging.getLogger("watchtower.projections")

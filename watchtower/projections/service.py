@@ -8,9 +8,8 @@ partitions between them; each keeps its partitions' share of the tables with the
 and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
 partition it serves, else NOT_READY.
 
-Projections only answer reads. ``POST /v1/commands`` is the command gateway's
-(`watchtower.gateway`); a projection worker mounts it on its own HTTP server unless
-``WATCHTOWER_GATEWAY=0`` (then a separate gateway process takes the commands).
+Projections only answer reads. The API process (`watchtower.api.main`) also mounts the command
+gateway and the live feeds (`watchtower.gateway`) on this worker's HTTP server (`web_app`).
 
 Records are checked before they are folded (`fold`): one that breaks a rule is quarantined
 (logged with its position, counted in /v1/health and the digest, skipped), so a forged or poison
@@ -29,21 +28,22 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
-from watchtower.projections import http_params as params
-from watchtower.projections import keymgr_routes, quarantine, replay_routes, web_server
+from watchtower.http import params
+from watchtower.http import server as web_server
+from watchtower.http.broker_probe import BrokerProbe
+from watchtower.http.errors import error_body, http_status
+from watchtower.http.openapi import OPENAPI
+from watchtower.http.server import SafeJsonWeb
+from watchtower.projections import keymgr_routes, quarantine, replay_routes
 from watchtower.projections.catch_up import CatchUp
 from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.fold import Folder, verified_sequence
-from watchtower.projections.health import BrokerProbe
-from watchtower.projections.http_errors import error_body, http_status
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, KEYMGR_VIEW, keymgr_digest, keymgr_table_digests
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.longpoll import HeadWaiters
-from watchtower.projections.openapi import OPENAPI
 from watchtower.projections.partitions import OwnedPartitions
 from watchtower.projections.replay_tables import REPLAY_TABLE, fold_replay, replay_price_of
 from watchtower.projections.routing import route_to_owner
-from watchtower.projections.web_server import SafeJsonWeb
 from watchtower.protocol.errors import (
     FeedNotFoundError,
     InvalidArgumentError,
@@ -68,7 +68,8 @@ from watchtower.protocol.views import (
     views_digest,
 )
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import GroupTimeouts, faust_broker_settings, kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.faust_settings import faust_broker_settings
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections")
@@ -79,13 +80,11 @@ Handler = Callable[..., Awaitable[Response]]
 
 class Projection:
     """The Faust app plus the in-process state next to its tables (offset indexes, payload cache).
-
-    `gateway`: mount the command gateway on this worker's HTTP server (default: unless the
-    environment says ``WATCHTOWER_GATEWAY=0``).
-    """
+    Its HTTP server answers the read routes; `web_app` is that server's aiohttp application, for
+    the API process to mount more routes on."""
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
-                 port: int = DEFAULT_API_PORT, datadir: str | None = None, gateway: bool | None = None) -> None:
+                 port: int = DEFAULT_API_PORT, datadir: str | None = None) -> None:
         self.bootstrap = bootstrap
         self.worker_id = worker_id
         self.prefix = prefix
@@ -149,16 +148,12 @@ class Projection:
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
-        if gateway if gateway is not None else os.environ.get("WATCHTOWER_GATEWAY", "1") != "0":
-            # Imported only here: the read side does not depend on the gateway, it may host one.
-            from watchtower.gateway.routes import CommandGateway
-            faust_web: Any = self.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
-            CommandGateway(bootstrap, prefix=prefix).mount(faust_web.web_app)
-        # The live feeds (SSE) and the feed pages; their catch-up reads go through this API's own URL.
-        from watchtower.gateway.page import mount_live_feeds
-        driver: Any = self.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
-        mount_live_feeds(driver.web_app, bootstrap, prefix=prefix,
-                         api_url=os.environ.get("WATCHTOWER_CANONICAL_URL", f"http://127.0.0.1:{port}"))
+
+    @property
+    def web_app(self) -> Any:
+        """The aiohttp application of this worker's HTTP server (Faust's aiohttp driver holds it)."""
+        driver: Any = self.app.web
+        return driver.web_app
 
     # ------------------------------------------------------------------ folding the log
     async def _project(self, stream: Any) -> None:

@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.replay_records import ReplayRegistered
 from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, parse_skip, replay_id_for
 from watchtower.protocol.replay_status import ReplayRuleError
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
-from watchtower.schemas.replay_records import ReplayRegistered
 
 
 def check_registration_command(record: ReplayRegistered) -> Command:

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.schemas.replay_records import (
+from watchtower.protocol.replay_records import (
     ReplayCanceled,
     ReplayCancelRequested,
     ReplayCompleted,

@@ -27,10 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.replay_rules import ReplaySelector, replay_headers
-from watchtower.protocol.replay_status import ReplayView
-from watchtower.schemas.records import decode_message
-from watchtower.schemas.replay_records import (
+from watchtower.protocol.replay_records import (
     REPLAY_RECORD_VERSION,
     ReplayCanceled,
     ReplayCompleted,
@@ -38,6 +35,9 @@ from watchtower.schemas.replay_records import (
     ReplayProgress,
     ReplayRecord,
 )
+from watchtower.protocol.replay_rules import ReplaySelector, replay_headers
+from watchtower.protocol.replay_status import ReplayView
+from watchtower.schemas.records import decode_message
 
 Headers = list[tuple[str, str | bytes | None]]
 

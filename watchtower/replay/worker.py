@@ -50,6 +50,14 @@ from watchtower.agents.tx_worker import (
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ledger import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
+from watchtower.protocol.replay_records import (
+    ReplayCanceled,
+    ReplayCancelRequested,
+    ReplayCompleted,
+    ReplayErrored,
+    ReplayRecord,
+    ReplayRegistered,
+)
 from watchtower.protocol.replay_registration import check_registration_command
 from watchtower.protocol.replay_rules import ReplaySelector, selector_for
 from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
@@ -57,16 +65,7 @@ from watchtower.replay.archive import ArchiveReader
 from watchtower.replay.fulfil import SliceResult, cancel_record, fulfil_slice, start_offset
 from watchtower.replay.handoff import SparkLauncher, spark_progress, spark_threshold, wants_spark
 from watchtower.replay.health import ReplayHealth
-from watchtower.schemas.replay_records import (
-    ReplayCanceled,
-    ReplayCancelRequested,
-    ReplayCompleted,
-    ReplayErrored,
-    ReplayRecord,
-    ReplayRegistered,
-    decode_replay_record,
-    encode_replay_record,
-)
+from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

@@ -1,19 +1,8 @@
-"""The records of the ``replay`` topic, defined once: ICRC-77 replay requests and their life cycle.
-
-JSON, decoded with msgspec against these definitions (like `keymgr_records`); any Kafka client
-reads them, Spark with ``from_json``. Every record of one replay is keyed by the replay's
-``stream_id`` (UTF-8), so it lands on the stream's partition: partition *p* of ``replay`` holds
-the replays of the streams whose messages are on partition *p* of ``messages``, and one owner
-folds a replay's whole life in order.
-
-Who writes what:
-
-- the stream's writer (the aggregate host), in the transaction that decides the command:
-  ``registered`` (a register_replay that passed every check, paid for when it had a price) and
-  ``cancel_requested`` (a signed cancel_replay; the fold honours it only from the requester);
-- the replay worker, in the transaction that also writes the re-emitted deliveries:
-  ``progress`` (a checkpoint), then exactly one of ``completed``, ``canceled``, ``errored``.
-  A Spark fulfilment writes ``progress`` with ``engine = "spark"`` before it starts.
+"""The ``replay`` topic's bytes: the JSON of `watchtower.protocol.replay_records`, derived from
+those definitions by msgspec (like `keymgr_records`); any Kafka client reads them, Spark with
+``from_json``. Every record of one replay is keyed by the replay's ``stream_id`` (UTF-8), so it
+lands on the stream's partition: partition *p* of ``replay`` holds the replays of the streams whose
+messages are on partition *p* of ``messages``, and one owner folds a replay's whole life in order.
 
 Decoding raises MalformedRecordError (not one of these records) or SchemaMismatchError (a version
 this build does not read), so a hostile record is quarantined, never a crash.
@@ -21,120 +10,12 @@ this build does not read), so a hostile record is quarantined, never a crash.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-
-REPLAY_RECORD_VERSION: Final = 1
-
-
-class ReplayRegistered(msgspec.Struct, tag="registered", tag_field="kind", forbid_unknown_fields=True):
-    """A replay accepted by the stream's writer.
-
-    The plan is ``[first, end_exclusive)`` (`replay_rules.plan_replay` at the head of the deciding
-    block); ``to_sequence`` is what was asked (None: open-ended, and then ``end_id`` is the last
-    sequence the replay will deliver, ``end_exclusive - 1``). ``filter`` is the CIP-7 filter DSL
-    as canonical JSON text (or None), ``skip`` is ``[modulus, offset]`` (or None). ``price_cby``
-    is what the requester was charged (0: free). ``namespace`` is the requested namespace as given
-    (``feed:<id>`` or the stream id). ``caller``/``nonce``/``digest_hex`` identify the signed
-    register_replay command; the replay id is derived from its digest (`replay_id_for`), and
-    ``command`` is that command itself.
-    """
-
-    v: int
-    replay_id: int
-    stream_id: str
-    namespace: str
-    requester: str
-    from_sequence: int
-    to_sequence: int | None
-    first: int
-    end_exclusive: int
-    end_id: int | None
-    filter: str | None
-    skip: list[int] | None
-    memo_hex: str
-    price_cby: int
-    block_height: int
-    caller: str
-    nonce: int
-    digest_hex: str
-    #: The requester's signed register_replay (`Command.to_dict()`), which the replay worker checks
-    #: before it fulfils the replay. Absent from records written before it was carried (they still
-    #: decode; the replay worker refuses to fulfil them).
-    command: dict[str, Any] | None = None
-
-
-class ReplayCancelRequested(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):
-    """A signed cancel_replay by `requester` (its signer). Honoured only if it is the replay's requester
-    and the replay is not finished."""
-
-    v: int
-    replay_id: int
-    stream_id: str
-    requester: str
-    block_height: int
-    nonce: int
-    digest_hex: str
-
-
-class ReplayProgress(msgspec.Struct, tag="progress", tag_field="kind", forbid_unknown_fields=True):
-    """A checkpoint, committed with the deliveries it counts: everything below ``next_sequence`` has
-    been delivered (or skipped/filtered out); the worker resumes reading ``messages`` partition
-    ``partition`` at ``next_offset``. Counters are totals since the start of the replay."""
-
-    v: int
-    replay_id: int
-    stream_id: str
-    engine: str  # "service" or "spark"
-    partition: int
-    next_offset: int
-    next_sequence: int
-    delivered: int
-    filtered: int
-    skipped: int
-    at_ms: int
-
-
-class ReplayCompleted(msgspec.Struct, tag="completed", tag_field="kind", forbid_unknown_fields=True):
-    """The whole plan was delivered (``delivered`` records; the rest filtered or skipped)."""
-
-    v: int
-    replay_id: int
-    stream_id: str
-    engine: str
-    delivered: int
-    filtered: int
-    skipped: int
-    at_ms: int
-
-
-class ReplayCanceled(msgspec.Struct, tag="canceled", tag_field="kind", forbid_unknown_fields=True):
-    """The worker honoured a cancel after delivering ``delivered`` records (sent ones are not recalled)."""
-
-    v: int
-    replay_id: int
-    stream_id: str
-    delivered: int
-    at_ms: int
-
-
-class ReplayErrored(msgspec.Struct, tag="errored", tag_field="kind", forbid_unknown_fields=True):
-    """The replay cannot go on, with a reason a person can act on (e.g. the archive is missing a
-    sequence of the plan)."""
-
-    v: int
-    replay_id: int
-    stream_id: str
-    reason: str
-    delivered: int
-    at_ms: int
-
-
-ReplayRecord = (ReplayRegistered | ReplayCancelRequested | ReplayProgress | ReplayCompleted | ReplayCanceled
-                | ReplayErrored)
+from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayRecord
 
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(ReplayRecord)

@@ -42,6 +42,9 @@ from watchtower.protocol.ledger import (
     ReplayFinished,
     ReplaySettled,
 )
+from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayRecord
+from watchtower.protocol.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
+from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegisteredRecord
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import REPLAY_CANCEL_REQUESTED, REPLAY_REGISTERED, Event
 from watchtower.schemas import codec, events
@@ -66,9 +69,7 @@ from watchtower.schemas.envelopes import (
     ReplaySettledJson,
     SignedCommandJson,
 )
-from watchtower.schemas.replay_records import REPLAY_RECORD_VERSION, ReplayRecord, encode_replay_record
-from watchtower.schemas.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
-from watchtower.schemas.replay_records import ReplayRegistered as ReplayRegisteredRecord
+from watchtower.schemas.replay_records import encode_replay_record
 
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"

@@ -183,22 +183,6 @@ class GroupTimeouts:
         return cls(session, max(100, min(1_000, session // 3)))
 
 
-def faust_broker_settings() -> dict[str, Any]:
-    """Keyword arguments for ``faust.App`` that authenticate it (empty for plaintext)."""
-    principal = current_principal()
-    if principal is None:
-        return {}
-    from faust import SASLCredentials
-
-    ssl_context = None
-    if principal.security_protocol.upper() == "SASL_SSL":
-        import ssl
-
-        ssl_context = ssl.create_default_context(cafile=principal.ssl_ca_location)
-    return {"broker_credentials": SASLCredentials(username=principal.username, password=principal.password,
-                                                  mechanism=principal.sasl_mechanism, ssl_context=ssl_context)}
-
-
 def spark_kafka_options(bootstrap: str) -> dict[str, str]:
     """Options for Spark's Kafka source and sink: ``kafka.bootstrap.servers`` and the security ones."""
     options = {"kafka.bootstrap.servers": bootstrap}

@@ -40,8 +40,10 @@ class LedgerAggregate:
     forwards: ClassVar[tuple[type, ...]]
     event_types: ClassVar[frozenset[str]]
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command | KeymgrForward:
-        record = decode_command(value)
+    command_decoder = staticmethod(decode_command)
+    event_decoder = staticmethod(decode_event)
+
+    def accept_command(self, record: object, *, internal: bool) -> Command | KeymgrForward:
         if isinstance(record, Command):
             if record.method in self.methods and not internal:
                 return record
@@ -56,9 +58,6 @@ class LedgerAggregate:
 
     def encode_event(self, event: Event) -> bytes:
         return encode_event(event)
-
-    def decode_event(self, value: bytes | None) -> Event:
-        return decode_event(value)
 
     def owns_event(self, event: Event) -> bool:
         return event.type in self.event_types

@@ -26,8 +26,10 @@ class RegistryAggregate:
 
     name = "registry"
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
-        record = decode_command(value)
+    command_decoder = staticmethod(decode_command)
+    event_decoder = staticmethod(decode_event)
+
+    def accept_command(self, record: object, *, internal: bool) -> Command:
         if not isinstance(record, RegistryForward):
             raise MalformedRecordError("not a registry forward")  # another aggregate's record
         if not internal:
@@ -49,9 +51,6 @@ class RegistryAggregate:
 
     def encode_event(self, event: Event) -> bytes:
         return encode_event(event)
-
-    def decode_event(self, value: bytes | None) -> Event:
-        return decode_event(value)
 
     def owns_event(self, event: Event) -> bool:
         return event.type == FEED_REGISTERED

@@ -77,8 +77,10 @@ class StreamAggregate:
 
     name = "stream"
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command | ReplaySettled | ReplayFinished:
-        record = decode_command(value)
+    command_decoder = staticmethod(decode_command)
+    event_decoder = staticmethod(decode_event)
+
+    def accept_command(self, record: object, *, internal: bool) -> Command | ReplaySettled | ReplayFinished:
         if isinstance(record, ReplaySettled):
             if not internal:  # only a worker can say an account paid; a client would replay for free
                 raise UnauthorizedError(REPLAY_FORWARDS_ONLY)
@@ -148,9 +150,6 @@ class StreamAggregate:
 
     def encode_event(self, event: Event) -> bytes:
         return encode_event(event)
-
-    def decode_event(self, value: bytes | None) -> Event:
-        return decode_event(value)
 
     def owns_event(self, event: Event) -> bool:
         return event.type in STREAM_EVENT_TYPES

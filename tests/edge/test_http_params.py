@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from watchtower.projections import http_params as params
+from watchtower.http import params
 from watchtower.protocol.errors import InvalidArgumentError, InvalidFilterError, LimitExceededError
 
 

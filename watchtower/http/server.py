@@ -32,7 +32,7 @@ from aiohttp.web_server import Server
 from faust.web import View
 from faust.web.exceptions import WebError
 
-from watchtower.projections.http_errors import error_body, http_status
+from watchtower.http.errors import error_body, http_status
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     NotReadyError,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from watchtower.projections.http_errors import STATUS_BY_CODE
-from watchtower.projections.http_params import MAX_INT, MAX_TIMEOUT_S, MAX_WAIT_MS
+from watchtower.http.errors import STATUS_BY_CODE
+from watchtower.http.params import MAX_INT, MAX_TIMEOUT_S, MAX_WAIT_MS
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
 from watchtower.protocol.json_ints import openapi_id, openapi_int
 

@@ -1,0 +1,104 @@
+"""The import rules of docs/architecture.md, held against the code.
+
+Every module of `watchtower` is parsed (ast, so an import inside a function counts too) and each
+import of another watchtower package is checked against `MAY_IMPORT`. A new arrow the wrong way, or
+a new package that is not in the table, fails here; so does any cycle between packages.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import watchtower
+
+ROOT = Path(watchtower.__file__).parent
+
+#: Each package and the watchtower packages it may import (docs/architecture.md, "The rooms").
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "protocol": frozenset(),
+    "schemas": frozenset({"protocol"}),
+    "topics": frozenset({"protocol"}),
+    "http": frozenset({"protocol", "topics"}),
+    "agents": frozenset({"protocol", "schemas", "topics"}),
+    "delivery": frozenset({"agents", "protocol", "schemas", "topics"}),
+    "replay": frozenset({"agents", "protocol", "schemas", "topics"}),
+    "projections": frozenset({"http", "protocol", "schemas", "topics"}),
+    "gateway": frozenset({"http", "protocol", "schemas", "topics"}),
+    "keymgr": frozenset({"http", "protocol", "schemas", "topics"}),
+    "api": frozenset({"gateway", "projections"}),
+    "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
+    "local": frozenset({"topics"}),
+    "spark": frozenset({"local", "protocol", "schemas", "topics"}),
+    "cli": frozenset({"client", "gateway", "keymgr", "local", "protocol", "spark", "topics"}),
+}
+#: Modules directly under watchtower/ (not packages): imported by anyone, importing nothing of ours.
+LEAVES = frozenset({"__init__"})
+
+
+def package_of(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def watchtower_imports(path: Path) -> set[str]:
+    """The watchtower packages `path` imports, at any depth of its code."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            if node.module == "watchtower":
+                names = [f"watchtower.{alias.name}" for alias in node.names  # a package, not a name like __version__
+                         if (ROOT / alias.name).is_dir() or (ROOT / f"{alias.name}.py").exists()]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            raise AssertionError(f"{path}: a relative import; write it absolute")
+        found.update(n.split(".")[1] for n in names if n.startswith("watchtower.") and n.count(".") >= 1)
+    return found
+
+
+def arrows() -> dict[str, dict[str, set[str]]]:
+    """package -> imported package -> the files that import it."""
+    out: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for path in sorted(ROOT.rglob("*.py")):
+        source = package_of(path)
+        for target in watchtower_imports(path) - {source}:
+            out[source][target].add(str(path.relative_to(ROOT.parent)))
+    return out
+
+
+def test_every_package_is_in_the_table() -> None:
+    packages = {package_of(p) for p in ROOT.rglob("*.py")} - LEAVES
+    assert packages == set(MAY_IMPORT), ("a package is missing from MAY_IMPORT (and docs/architecture.md), or "
+                                         f"gone from the code: {sorted(packages ^ set(MAY_IMPORT))}")
+
+
+def test_every_import_follows_the_table() -> None:
+    wrong = {f"{source} -> {target}: {sorted(files)}" for source, targets in arrows().items()
+             for target, files in targets.items() if target not in MAY_IMPORT.get(source, frozenset())}
+    assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_table_has_no_cycle() -> None:
+    """The allowed arrows form a layering (so the code, which follows them, has no package cycle)."""
+    done: set[str] = set()
+
+    def visit(package: str, path: tuple[str, ...]) -> None:
+        assert package not in path, f"a cycle: {' -> '.join((*path, package))}"
+        if package in done:
+            return
+        for target in MAY_IMPORT[package]:
+            visit(target, (*path, package))
+        done.add(package)
+
+    for package in MAY_IMPORT:
+        visit(package, ())
+
+
+def test_the_check_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from watchtower.agents.decider import Touched\n    import watchtower.cli.main\n")
+    assert watchtower_imports(module) == {"agents", "cli"}
