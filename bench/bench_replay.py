@@ -49,11 +49,11 @@ from kafka_fixture import embedded_spec, free_ports
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.replay_records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistered
 from watchtower.protocol.replay_rules import plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.replay.worker import group_id
-from watchtower.protocol.replay_records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistered
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

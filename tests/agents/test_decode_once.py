@@ -98,7 +98,8 @@ def test_an_events_record_is_decoded_once_by_the_fold() -> None:
     assert fold.state.states["stream"]["s1"].head == 0
     assert events.calls == 1
     refused = fold.apply(b"k", b"\x00not an event", offset=7)
-    assert refused is not None and refused.offset == 7
+    assert refused is not None
+    assert refused.offset == 7
     assert events.calls == 2
 
 
