@@ -204,8 +204,6 @@ def test_paid_config_defaults_and_round_trip() -> None:
     assert (config.content_cipher, config.key_scope) == ("XCHACHA20_POLY1305", "ACCOUNT")
     assert PaidStreamConfig.from_dict(config.to_dict()) == config
     assert config.pricing == EpochPricing(1000, 250, 1)
-    governed = "0x" + "33" * 32
-    assert config.with_governed_treasury(governed).protocol_treasury == governed
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, Genesis, ensure_genesi
 from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
 from watchtower.local.paths import watchtower_home
+from watchtower.local.ports import port_bindable
 from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import KEYMGR_NAME, LOOPBACK, ServiceSet, is_loopback
 from watchtower.local.supervisor import (
@@ -33,7 +34,6 @@ from watchtower.local.supervisor import (
     StackRecord,
     next_free_ports,
     not_up_report,
-    port_bindable,
     record_path,
     stack_report,
     stop_services,

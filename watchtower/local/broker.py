@@ -26,6 +26,7 @@ from typing import Any
 from watchtower.local.config import ADMIN_PRINCIPAL, HOST, ClusterSpec, NodeSpec
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, jolokia_agent_jar, require_tool
+from watchtower.local.ports import port_bindable
 from watchtower.local.security import admin_settings, ensure_acls, ensure_credentials, scram_format_args
 from watchtower.topics.catalogue import topic_prefix
 from watchtower.topics.connection import Principal
@@ -297,7 +298,7 @@ class LocalKafka:
         deadline = time.monotonic() + grace_s
         metrics = () if self.spec.metrics_port is None else (self.spec.metrics_port + node.node_id - 1,)
         for port in (node.port, node.controller_port, *metrics):
-            while not _port_bindable(port):
+            while not port_bindable(HOST, port):
                 if time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
@@ -459,13 +460,3 @@ def _tail(path: Path, lines: int) -> str:
         return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def _port_bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +26,7 @@ from typing import Any
 from watchtower.local.broker import LocalKafka, _pid_alive
 from watchtower.local.config import ClusterSpec
 from watchtower.local.paths import default_data_dir, watchtower_home
+from watchtower.local.ports import port_bindable
 from watchtower.local.stack import (
     DELIVERY_MODULE,
     KEYMGR_MODULE,
@@ -194,17 +194,6 @@ def next_free_ports(start: int, n: int, host: str, avoid: set[int]) -> list[int]
             ports.append(port)
         port += 1
     return ports
-
-
-def port_bindable(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 # ---------------------------------------------------------------------------- status

@@ -67,11 +67,6 @@ def rebuild_all(bootstrap: str, prefix: str | None = None, timeout_s: float = 30
     return tables, keymgr, refused
 
 
-def rebuild_tables(bootstrap: str, prefix: str | None = None, timeout_s: float = 300.0) -> dict[str, dict[str, Any]]:
-    """Every table, folded from the committed log up to its current end."""
-    return rebuild(bootstrap, prefix, timeout_s)[0]
-
-
 def rebuild_digest(bootstrap: str, prefix: str | None = None) -> dict[str, Any]:
     """``{"digest", "counts", "tables", "quarantined", "keymgr"}`` of a full rebuild: the stream
     views as the live ``GET /v1/admin/digest``, and under ``keymgr`` the key manager's tables as the

@@ -74,10 +74,6 @@ class PaidStreamConfig:
         """The pricing terms for `acquire_epoch_access`."""
         return EpochPricing(self.fee_per_key_epoch_cby, self.protocol_fee_bps, self.min_purchase_epochs)
 
-    def with_governed_treasury(self, governed_treasury: str) -> PaidStreamConfig:
-        """This config with the deployment's protocol treasury, which publishers may not choose."""
-        return dataclasses.replace(self, protocol_treasury=governed_treasury)
-
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every field (the Avro record and the JSON form)."""
         return dataclasses.asdict(self)

@@ -39,11 +39,10 @@ from typing import Any, Final
 
 from watchtower.protocol import cbor
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.errors import InvalidArgumentError, StreamNotFoundError, WatchtowerError
+from watchtower.protocol.errors import StreamNotFoundError, WatchtowerError
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
 from watchtower.protocol.replay_rules import ICRC77_CAPABLE, icrc77_pricing
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.signed_command import json_safe
 from watchtower.protocol.stream_state import (
     FEED_REGISTERED,
@@ -393,12 +392,6 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
     }
 
 
-def since_range(view: Mapping[str, Any], head: Mapping[str, Any] | None, cursor: int, limit: int) -> range:
-    """The sequences get_since(cursor, limit) returns (LIMIT_EXCEEDED, CURSOR_TOO_OLD as in §7.5)."""
-    head_seq = 0 if head is None else int(head["head"])
-    return _window_since(head_seq, int(view["config"]["ring_buffer_capacity"]), cursor, limit)
-
-
 def key_at(view: Mapping[str, Any], sequence: int) -> KeyScheduleEntry:
     """get_key_at_sequence from the stream view."""
     return KeySchedule.from_dict(view["key_schedule"]).key_at_sequence(sequence)
@@ -424,13 +417,6 @@ def feeds(registry: Iterable[tuple[str, Any]], owner: str | None = None) -> list
     """Registry listings ordered by feed id, optionally only `owner`'s."""
     out = [dict(v) for _k, v in registry if owner is None or v["owner"] == owner]
     return sorted(out, key=lambda f: int(f["feed_id"]))
-
-
-def parse_feed_id(text: str) -> int:
-    """A feed id from user text; INVALID_ARGUMENT if it is not a positive integer."""
-    if not text.isdigit() or int(text) < 1:
-        raise InvalidArgumentError(f"feed id {text!r} is not a positive integer")
-    return int(text)
 
 
 # --- Digest --------------------------------------------------------------------------------------

@@ -74,9 +74,6 @@ from watchtower.schemas.replay_records import encode_replay_record
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"
 H_REPLY_PARTITION = "wt-reply-partition"
-#: Header on each messages-topic record: the stream's ring capacity, so a projection can prune
-#: its offset index without first seeing the StreamCreated event on the other topic.
-H_CAPACITY = "wt-capacity"
 
 EVENT_SCHEMAS = frozenset(name for name, info in CATALOG.items() if info.kind is SchemaKind.EVENT)
 
@@ -245,11 +242,6 @@ def encode_event(event: Event) -> bytes:
     except Exception as exc:  # KeyError, TypeError, ValueError, a StreamConfig rule, ...
         raise SchemaMismatchError(f"a {event.type} event does not fit its schema: {_short(exc)}") from None
     return out.getvalue()
-
-
-def encode_typed_event(typed: events.TypedEvent) -> bytes:
-    """The framed Avro record of a typed event (what `encode_event` writes for its Event)."""
-    return encode_event(events.to_event(typed))
 
 
 def decode_typed_event(data: bytes | None) -> events.TypedEvent:

@@ -40,7 +40,6 @@ from watchtower.protocol.stream_actor import StreamState, decide, evolve
 from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import (
-    H_CAPACITY,
     RegistryForward,
     decode_command,
     decode_event,
@@ -126,10 +125,8 @@ class StreamAggregate:
                            _replay_records(decision.events, command), charges, decision.error)
         records: list[Record] = []
         if decision.messages:
-            # Only publishes carry messages, and a publish never changes the capacity.
-            capacity = str(state.capacity or 0)
             key = command.stream_id.encode()
-            records = [Record("messages", key, encode_message(m), {"sequence": str(m.sequence), H_CAPACITY: capacity})
+            records = [Record("messages", key, encode_message(m), {"sequence": str(m.sequence)})
                        for m in decision.messages]
         if command.method == Method.RENEW_SUBSCRIPTION:
             # The purchase is the paid instance's to decide and answer (docs/ledger.md).
