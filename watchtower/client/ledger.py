@@ -32,9 +32,9 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.json_ints import as_int
+from watchtower.protocol.ledger import SUPPLY_KEY, account_instance, paid_instance, require_amount
 from watchtower.protocol.signed_command import Command
 
-SUPPLY_KEY: Final = "cby:supply"
 X25519: Final = "X25519"
 _RECEIPT_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(KeyAccessReceipt))
 
@@ -49,22 +49,6 @@ class LedgerApi(Protocol):
     def entitlement(self, stream_id: str, account: str) -> dict[str, Any]: ...
 
     def cby_supply(self) -> dict[str, Any]: ...
-
-
-def account_key(address: str) -> str:
-    """The aggregate key of an account: ``acct:<address>``."""
-    return "acct:" + require_address(address, "account")
-
-
-def paid_key(stream_id: str) -> str:
-    """The aggregate key of a paid stream: ``paid:<stream_id>``."""
-    return "paid:" + stream_id
-
-
-def _amount(value: object, name: str = "amount_cby") -> int:
-    if type(value) is not int or not 1 <= value <= 2**63 - 1:
-        raise InvalidArgumentError(f"{name} must be a whole number of CBY wei in 1..2^63-1, got {value!r}")
-    return value
 
 
 def receipt_of(reply: dict[str, Any]) -> KeyAccessReceipt:
@@ -102,7 +86,7 @@ class Ledger:
 
     def register_account_key(self, public_key: bytes, scheme: str = X25519) -> dict[str, Any]:
         """Register an X25519 public key; the reply names its ``account_key_id``."""
-        return self.send("register_account_key", account_key(self.account.address),
+        return self.send("register_account_key", account_instance(self.account.address),
                          {"scheme": scheme, "public_key": public_key})
 
     def add_account_key(self) -> tuple[dict[str, Any], Path]:
@@ -123,38 +107,40 @@ class Ledger:
 
     def revoke_account_key(self, account_key_id: int) -> dict[str, Any]:
         """Revoke one of this account's keys; epoch keys are never sealed to it again."""
-        return self.send("revoke_account_key", account_key(self.account.address), {"account_key_id": account_key_id})
+        return self.send("revoke_account_key", account_instance(self.account.address),
+                         {"account_key_id": account_key_id})
 
     def authorize_actor(self, actor: str, stream_id: str | None = None, *,
                         all_streams: bool = False) -> dict[str, Any]:
         """Let `actor` decrypt `stream_id` on this account's entitlement; with `all_streams`, make it one
         of the account's own actors (CIP-7: authorized on every stream until revoked there)."""
         body = _actor_body(actor, stream_id, all_streams)
-        return self.send("authorize_actor", account_key(self.account.address), body)
+        return self.send("authorize_actor", account_instance(self.account.address), body)
 
     def revoke_actor(self, actor: str, stream_id: str | None = None, *,
                      all_streams: bool = False) -> dict[str, Any]:
         """Withdraw `actor`'s authorization for `stream_id` (an own actor too), or with `all_streams` its
         own-actor standing (effective from the next block)."""
         body = _actor_body(actor, stream_id, all_streams)
-        return self.send("revoke_actor", account_key(self.account.address), body)
+        return self.send("revoke_actor", account_instance(self.account.address), body)
 
     # --- CBY -------------------------------------------------------------------------------------
 
     def transfer_cby(self, to: str, amount_cby: int, memo: str | None = None) -> dict[str, Any]:
         """Move `amount_cby` from this account to `to`."""
-        body: dict[str, Any] = {"to": require_address(to, "to"), "amount_cby": _amount(amount_cby)}
+        body: dict[str, Any] = {"to": require_address(to, "to"), "amount_cby": require_amount(amount_cby)}
         if memo:
             body["memo"] = memo
-        return self.send("transfer_cby", account_key(self.account.address), body)
+        return self.send("transfer_cby", account_instance(self.account.address), body)
 
     def burn_cby(self, amount_cby: int) -> dict[str, Any]:
         """Destroy `amount_cby` of this account's balance (the supply shrinks by as much)."""
-        return self.send("burn_cby", account_key(self.account.address), {"amount_cby": _amount(amount_cby)})
+        return self.send("burn_cby", account_instance(self.account.address), {"amount_cby": require_amount(amount_cby)})
 
     def mint_cby(self, to: str, amount_cby: int) -> dict[str, Any]:
         """Create `amount_cby` for `to`; only the deployment's genesis minter may (UNAUTHORIZED otherwise)."""
-        return self.send("mint_cby", SUPPLY_KEY, {"to": require_address(to, "to"), "amount_cby": _amount(amount_cby)})
+        return self.send("mint_cby", SUPPLY_KEY,
+                         {"to": require_address(to, "to"), "amount_cby": require_amount(amount_cby)})
 
     # --- Epoch access ----------------------------------------------------------------------------
 
@@ -170,7 +156,7 @@ class Ledger:
             body["beneficiary_account"] = require_address(beneficiary_account, "beneficiary_account")
         if payer_account is not None:
             body["payer_account"] = require_address(payer_account, "payer_account")
-        return receipt_of(self.send("acquire_epoch_access", paid_key(stream_id), body))
+        return receipt_of(self.send("acquire_epoch_access", paid_instance(stream_id), body))
 
     def renew_subscription(self, stream_id: str, target_key_epoch: int, *, beneficiary_account: str | None = None,
                            payer_account: str | None = None, account_key_id: int | None = None) -> KeyAccessReceipt:
