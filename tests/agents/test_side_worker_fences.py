@@ -8,6 +8,8 @@ again and again (or a transactional id the principal may not use) make the worke
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -29,9 +31,12 @@ def worker(request: pytest.FixtureRequest):
     made = request.param("127.0.0.1:1", "fences", prefix="tfences")
     yield made
     made._close()
-    # Drop the producer now (it holds no message): left to the worker's last reference, its
-    # threads would keep dialling the unreachable address for the rest of the session.
+    # Drop the clients now (they hold no message): left to the garbage collector (the raised
+    # errors' tracebacks hold the worker in a cycle), their threads would keep dialling the
+    # unreachable address for much of the session.
     made.producer = None
+    del made
+    gc.collect()
 
 
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH])

@@ -2,7 +2,9 @@
 
 These are request/reply traffic between the SDK and the workers (not the archive an outside reader
 replays), so they stay JSON, readable with any client, and are decoded with msgspec against these
-definitions (a typed decode, several times faster than ``json.loads`` plus hand checks).
+definitions (a typed decode, several times faster than ``json.loads`` plus hand checks). The key
+manager's forwards are not written here: their records are derived from the core's classes
+(`protocol.ledger`) field for field (`FORWARD_JSON`).
 `tests/schemas/test_envelopes.py` proves that the encoders write exactly these fields and that
 `SignedCommandJson` is `Command.to_dict()` field for field.
 
@@ -17,9 +19,26 @@ definitions (a typed decode, several times faster than ``json.loads`` plus hand 
 
 from __future__ import annotations
 
+import collections.abc
+import dataclasses
+import typing
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
+
+from watchtower.protocol.ledger import (
+    CbyBurn,
+    CbyCredit,
+    Origin,
+    PaidCommand,
+    PurchaseDebit,
+    PurchaseSettled,
+    ReplayCharge,
+    ReplayFinished,
+    ReplaySettled,
+)
+from watchtower.protocol.signed_command import Command
 
 WIRE_VERSION: Final = 1
 
@@ -52,91 +71,48 @@ class OriginJson(msgspec.Struct, forbid_unknown_fields=True):
     digest_hex: str
 
 
-class CreditJson(msgspec.Struct, tag="credit", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.CbyCredit`, to ``acct:<account>``."""
-
-    account: str
-    amount_cby: int
-    reason: str
-    ref: str
-    counterparty: str
-    origin: OriginJson
+#: The key manager's forwards (`protocol.ledger`), each tagged by ``kind`` on the wire.
+FORWARD_KINDS: Final[Mapping[type, str]] = {
+    CbyCredit: "credit", PurchaseDebit: "purchase_debit", PurchaseSettled: "purchase_settled", CbyBurn: "burn",
+    PaidCommand: "paid_command", ReplayCharge: "replay_charge", ReplaySettled: "replay_settled",
+    ReplayFinished: "replay_finished",
+}
 
 
-class PurchaseDebitJson(msgspec.Struct, tag="purchase_debit", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.PurchaseDebit`, to ``acct:<payer>``."""
-
-    purchase_id: str
-    stream_id: str
-    payer: str
-    beneficiary: str
-    publisher_treasury: str
-    protocol_treasury: str
-    publisher_amount_cby: int
-    protocol_fee_cby: int
-    total_amount_cby: int
-    origin: OriginJson
-
-
-class PurchaseSettledJson(msgspec.Struct, tag="purchase_settled", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.PurchaseSettled`, to ``paid:<stream_id>``; `error` None: paid."""
-
-    purchase_id: str
-    stream_id: str
-    beneficiary: str
-    error: ErrorJson | None
-    origin: OriginJson
+def _wire_type(hint: Any) -> Any:
+    """The JSON type of one of the core's field types: an Origin, a signed Command and an error
+    mapping have wire shapes of their own; strings and integers are themselves."""
+    if hint is Origin:
+        return OriginJson
+    if hint is Command:
+        return SignedCommandJson
+    args = typing.get_args(hint)
+    if type(None) in args:  # X | None
+        (inner,) = [a for a in args if a is not type(None)]
+        return ErrorJson | None if typing.get_origin(inner) in (Mapping, collections.abc.Mapping) \
+            else _wire_type(inner) | None
+    if hint in (str, int):
+        return hint
+    raise TypeError(f"no wire type for {hint!r}")  # a new field type needs its mapping here
 
 
-class BurnJson(msgspec.Struct, tag="burn", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.CbyBurn`, to ``cby:supply``."""
-
-    account: str
-    amount_cby: int
-    origin: OriginJson
-
-
-class PaidCommandJson(msgspec.Struct, tag="paid_command", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.PaidCommand`: a signed create_stream or renew_subscription, to ``paid:<stream_id>``."""
-
-    command: SignedCommandJson
+def _forward_struct(core: type, kind: str) -> type[msgspec.Struct]:
+    """The JSON record of a forward class, derived field for field (names, order, defaults)."""
+    hints = typing.get_type_hints(core)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for field in dataclasses.fields(core):
+        wire = _wire_type(hints[field.name])
+        fields.append((field.name, wire) if field.default is dataclasses.MISSING else (field.name, wire, field.default))
+    return msgspec.defstruct(f"{core.__name__}Json", fields, tag=kind, tag_field="kind", forbid_unknown_fields=True,
+                             module=__name__)
 
 
-class ReplayChargeJson(msgspec.Struct, tag="replay_charge", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.ReplayCharge`, to ``acct:<requester>``."""
-
-    replay_id: int
-    stream_id: str
-    requester: str
-    owner: str
-    price_cby: int
-    origin: OriginJson
-    command: SignedCommandJson | None = None
-
-
-class ReplaySettledJson(msgspec.Struct, tag="replay_settled", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.ReplaySettled`, to the stream ``stream_id``; `error` None: paid."""
-
-    replay_id: int
-    stream_id: str
-    requester: str
-    error: ErrorJson | None
-    origin: OriginJson
-    command: SignedCommandJson | None = None
-
-
-class ReplayFinishedJson(msgspec.Struct, tag="replay_finished", tag_field="kind", forbid_unknown_fields=True):
-    """`protocol.ledger.ReplayFinished`, from the replay worker to the stream ``stream_id``."""
-
-    replay_id: int
-    stream_id: str
-    requester: str
-    outcome: str
-    origin: OriginJson
-
-
-KeymgrForwardJson = (CreditJson | PurchaseDebitJson | PurchaseSettledJson | BurnJson | PaidCommandJson
-                     | ReplayChargeJson | ReplaySettledJson | ReplayFinishedJson)
+#: Each forward class's JSON record, and back.
+FORWARD_JSON: Final[Mapping[type, type[msgspec.Struct]]] = {
+    core: _forward_struct(core, kind) for core, kind in FORWARD_KINDS.items()}
+FORWARD_CORE: Final[Mapping[type, type]] = {wire: core for core, wire in FORWARD_JSON.items()}
+#: Any forward's record (a tagged union msgspec decodes by ``kind``), built from FORWARD_JSON at run time.
+KeymgrForwardJson: Any = typing.Union[tuple(FORWARD_JSON.values())]  # noqa: UP007
 
 
 class CommandRecord(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

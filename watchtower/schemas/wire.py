@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import fastavro
@@ -31,16 +32,9 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.ledger import (
-    CbyBurn,
-    CbyCredit,
     KeymgrForward,
     Origin,
-    PaidCommand,
-    PurchaseDebit,
-    PurchaseSettled,
-    ReplayCharge,
     ReplayFinished,
-    ReplaySettled,
 )
 from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayRecord
 from watchtower.protocol.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
@@ -52,21 +46,14 @@ from watchtower.schemas.catalog import CATALOG, SchemaKind
 from watchtower.schemas.envelopes import (
     COMMAND_DECODER,
     ENCODER,
+    FORWARD_CORE,
+    FORWARD_JSON,
     PROBE_DECODER,
     REPLY_DECODER,
     WIRE_VERSION,
-    BurnJson,
     CommandRecord,
-    CreditJson,
     ErrorJson,
-    KeymgrForwardJson,
     OriginJson,
-    PaidCommandJson,
-    PurchaseDebitJson,
-    PurchaseSettledJson,
-    ReplayChargeJson,
-    ReplayFinishedJson,
-    ReplaySettledJson,
     SignedCommandJson,
 )
 from watchtower.schemas.replay_records import encode_replay_record
@@ -109,69 +96,44 @@ def encode_keymgr_forward(forward: KeymgrForward) -> bytes:
 
 def encode_replay_finished(finished: ReplayFinished) -> bytes:
     """The internal-topic record of the replay worker's `ReplayFinished` to the stream."""
-    origin = OriginJson(finished.origin.caller, finished.origin.nonce, finished.origin.digest.hex())
-    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=ReplayFinishedJson(
-        finished.replay_id, finished.stream_id, finished.requester, finished.outcome, origin)))
+    return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=_forward_json(finished)))
 
 
-def _forward_json(forward: KeymgrForward) -> KeymgrForwardJson:
-    if isinstance(forward, PaidCommand):
-        return PaidCommandJson(_signed(forward.command))
-    origin = OriginJson(forward.origin.caller, forward.origin.nonce, forward.origin.digest.hex())
-    if isinstance(forward, CbyCredit):
-        return CreditJson(forward.account, forward.amount_cby, forward.reason, forward.ref, forward.counterparty,
-                          origin)
-    if isinstance(forward, PurchaseDebit):
-        return PurchaseDebitJson(forward.purchase_id, forward.stream_id, forward.payer, forward.beneficiary,
-                                 forward.publisher_treasury, forward.protocol_treasury, forward.publisher_amount_cby,
-                                 forward.protocol_fee_cby, forward.total_amount_cby, origin)
-    if isinstance(forward, PurchaseSettled):
-        error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
-        return PurchaseSettledJson(forward.purchase_id, forward.stream_id, forward.beneficiary, error, origin)
-    if isinstance(forward, ReplayCharge):
-        return ReplayChargeJson(forward.replay_id, forward.stream_id, forward.requester, forward.owner,
-                                forward.price_cby, origin, _signed_or_none(forward.command))
-    if isinstance(forward, ReplaySettled):
-        error = None if forward.error is None else msgspec.convert(dict(forward.error), ErrorJson)
-        return ReplaySettledJson(forward.replay_id, forward.stream_id, forward.requester, error, origin,
-                                 _signed_or_none(forward.command))
-    return BurnJson(forward.account, forward.amount_cby, origin)
+def _forward_json(forward: KeymgrForward | ReplayFinished) -> Any:
+    """The JSON record of a forward: its class's derived record (`envelopes.FORWARD_JSON`), field for field."""
+    cls = type(forward)
+    return FORWARD_JSON[cls](*(_to_wire(getattr(forward, f.name)) for f in dataclasses.fields(cls)))
 
 
-def _forward_from(record: KeymgrForwardJson) -> KeymgrForward | ReplayFinished:
-    # The dataclasses state the forward's rules (InvalidArgumentError naming the field).
-    if isinstance(record, PaidCommandJson):
-        return PaidCommand(Command.from_dict(msgspec.structs.asdict(record.command)))
-    try:
-        digest = bytes.fromhex(record.origin.digest_hex)
-    except ValueError:
-        raise MalformedRecordError("the forward's origin digest_hex is not hex") from None
-    origin = Origin(record.origin.caller, record.origin.nonce, digest)
-    if isinstance(record, CreditJson):
-        return CbyCredit(record.account, record.amount_cby, record.reason, record.ref, record.counterparty, origin)
-    if isinstance(record, PurchaseDebitJson):
-        return PurchaseDebit(record.purchase_id, record.stream_id, record.payer, record.beneficiary,
-                             record.publisher_treasury, record.protocol_treasury, record.publisher_amount_cby,
-                             record.protocol_fee_cby, record.total_amount_cby, origin)
-    if isinstance(record, PurchaseSettledJson):
-        return PurchaseSettled(record.purchase_id, record.stream_id, record.beneficiary, _error(record.error), origin)
-    if isinstance(record, ReplayChargeJson):
-        return ReplayCharge(record.replay_id, record.stream_id, record.requester, record.owner, record.price_cby,
-                            origin, _command_or_none(record.command))
-    if isinstance(record, ReplaySettledJson):
-        return ReplaySettled(record.replay_id, record.stream_id, record.requester, _error(record.error), origin,
-                             _command_or_none(record.command))
-    if isinstance(record, ReplayFinishedJson):
-        return ReplayFinished(record.replay_id, record.stream_id, record.requester, record.outcome, origin)
-    return CbyBurn(record.account, record.amount_cby, origin)
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, Origin):
+        return OriginJson(value.caller, value.nonce, value.digest.hex())
+    if isinstance(value, Command):
+        return _signed(value)
+    if isinstance(value, Mapping):  # an error
+        return msgspec.convert(dict(value), ErrorJson)
+    return value
 
 
-def _signed_or_none(command: Command | None) -> SignedCommandJson | None:
-    return None if command is None else _signed(command)
+def _forward_from(record: Any) -> KeymgrForward | ReplayFinished:
+    """The forward in a decoded JSON record; the class states the forward's rules
+    (InvalidArgumentError naming the field)."""
+    core = FORWARD_CORE[type(record)]
+    return core(**{f.name: _from_wire(getattr(record, f.name)) for f in dataclasses.fields(core)})
 
 
-def _command_or_none(record: SignedCommandJson | None) -> Command | None:
-    return None if record is None else Command.from_dict(msgspec.structs.asdict(record))
+def _from_wire(value: Any) -> Any:
+    if isinstance(value, OriginJson):
+        try:
+            digest = bytes.fromhex(value.digest_hex)
+        except ValueError:
+            raise MalformedRecordError("the forward's origin digest_hex is not hex") from None
+        return Origin(value.caller, value.nonce, digest)
+    if isinstance(value, SignedCommandJson):
+        return Command.from_dict(msgspec.structs.asdict(value))
+    if isinstance(value, ErrorJson):
+        return _error(value)
+    return value
 
 
 def _error(record: ErrorJson | None) -> dict[str, Any] | None:
