@@ -137,23 +137,36 @@ def check_unique(aggregates: Sequence[Aggregate]) -> None:
 
 class DecodeOnce:
     """The decoded forms of one record, one per distinct decoder: a decoder runs at most once, and
-    what it raised is raised again to every aggregate that shares it."""
+    what it raised is raised again to every aggregate that shares it. (The first decoder's outcome
+    is kept in slots: on the hot path every aggregate shares one, so no dict is built.)"""
 
-    __slots__ = ("_done", "_value")
+    __slots__ = ("_decoder", "_ok", "_others", "_result", "_value")
 
     def __init__(self, value: bytes | None) -> None:
         self._value = value
-        self._done: dict[Any, tuple[bool, Any]] = {}
+        self._decoder: Callable[[bytes | None], Any] | None = None
+        self._ok = False
+        self._result: Any = None
+        self._others: dict[Any, tuple[bool, Any]] | None = None
 
     def get(self, decoder: Callable[[bytes | None], Any]) -> Any:
-        done = self._done.get(decoder)
-        if done is None:
-            try:
-                done = (True, decoder(self._value))
-            except Exception as exc:
-                done = (False, exc)
-            self._done[decoder] = done
-        ok, result = done
+        if self._decoder is None:
+            self._decoder = decoder
+            self._ok, self._result = self._run(decoder)
+        if decoder == self._decoder:
+            ok, result = self._ok, self._result
+        else:
+            others = self._others if self._others is not None else {}
+            self._others = others
+            if decoder not in others:
+                others[decoder] = self._run(decoder)
+            ok, result = others[decoder]
         if not ok:
             raise result
         return result
+
+    def _run(self, decoder: Callable[[bytes | None], Any]) -> tuple[bool, Any]:
+        try:
+            return True, decoder(self._value)
+        except Exception as exc:  # kept for every aggregate sharing the decoder
+            return False, exc
