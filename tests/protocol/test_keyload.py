@@ -6,6 +6,7 @@ the parts' bytes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -166,10 +167,8 @@ def test_a_part_in_another_cbor_spelling_is_refused() -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.binary(max_size=600))
 def test_arbitrary_bytes_never_crash_the_part_decoder(data: bytes) -> None:
-    try:
+    with contextlib.suppress(InvalidArgumentError):
         decode_part(data)
-    except InvalidArgumentError:
-        pass
 
 
 def test_duplicate_members_and_empty_keyloads_are_refused() -> None:
@@ -193,7 +192,7 @@ def test_mask_and_unmask_round_trip(plaintext: bytes) -> None:
     assert unmask(key, mask(key, plaintext=plaintext, **CONTEXT), **CONTEXT) == plaintext
 
 
-@pytest.mark.parametrize("field,value", [("stream_id", "other"), ("sequence", 8), ("keyload_id", b"\x06" * 16),
+@pytest.mark.parametrize(("field", "value"), [("stream_id", "other"), ("sequence", 8), ("keyload_id", b"\x06" * 16),
                                          ("branch", "pro"), ("kind", "trade"), ("content_type", "text/plain")])
 def test_a_masked_payload_moved_to_another_context_does_not_open(field: str, value: object) -> None:
     key = os.urandom(32)
