@@ -62,6 +62,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
+from watchtower.metrics import common as common_metrics
+from watchtower.metrics import side_workers as side_metrics
+from watchtower.metrics.exposition import start_metrics
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 
@@ -307,6 +310,7 @@ class TransactionalWorker(ABC):
         """Start over from the log (module docstring): new producer, settled transaction, rebuilt
         partitions, consumer positions at what was committed. FencedError if another instance took over."""
         self.recoveries += 1
+        common_metrics.RECOVERIES.labels(self.kind).inc()
         self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
         while not self._stop.is_set():
             self._replace_producer()
@@ -448,6 +452,7 @@ class TransactionalWorker(ABC):
             if isinstance(err, KafkaError) and err.code() in FATAL:
                 raise FencedError(f"worker {self.worker_id} may not use its transactional id ({err})") from None
             if isinstance(err, KafkaError) and err.code() in FENCES:
+                common_metrics.FENCES.labels(self.kind).inc()
                 if self._fences.note():
                     raise FencedError(f"{rival_message(self.worker_id, len(self._fences))} (last: {err})") from None
                 raise ProducerFailedError(f"worker {self.worker_id} was fenced ({err}); a transaction the "
@@ -476,6 +481,8 @@ def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | Non
         return EXIT_USAGE
     bootstrap, worker_id, *rest = argv
     worker = make(bootstrap, worker_id, rest[0] if rest else None)
+    side_metrics.meter_quarantines(worker.health, worker.kind)
+    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker)])
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:
