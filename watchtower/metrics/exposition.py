@@ -79,7 +79,10 @@ def start_metrics(service: str, collectors: Iterable[Collector] = ()) -> Metrics
     global _started
     with _lock:
         for collector in collectors:
-            REGISTRY.register(collector)
+            try:
+                REGISTRY.register(collector)  # collects once, to learn its names
+            except Exception:  # a broken collector costs its metrics, never the service
+                log.exception("%s: the metrics collector %r could not be registered", service, collector)
         if _started is not None:
             return _started
         BUILD_INFO.labels(service, __version__).set(1)

@@ -67,5 +67,5 @@ class SealedStreams(Collector):
     def collect(self) -> Iterator[Metric]:
         gauge = GaugeMetricFamily("watchtower_keymgr_sealed_streams",
                                   "Streams whose seed no KEK of this process opens.")
-        gauge.add_metric([], len(self.vault.sealed_streams()))
+        gauge.add_metric([], len(self.vault.sealed_streams))
         yield gauge
