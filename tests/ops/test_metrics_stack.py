@@ -10,7 +10,8 @@ manager, the replay worker and the push delivery worker. Each process writes the
 - publishes N messages through the gateway: the worker's ``publish``/``ok`` counter rises by
   exactly N, the projection folds them and its lag returns to 0 records and 0 s on every
   partition (the events and messages topics are transactional: a lag stuck at 1 would be a commit
-  marker counted as a record), and ``get_since`` is counted under its route pattern;
+  marker counted as a record), the worker's and the delivery worker's consumer lag read 0, and
+  ``get_since`` is counted under its route pattern;
 - writes malformed records straight to ``commands`` while the worker is stopped (SIGSTOP): the
   group's lag, as `watchtower status` reads it, is exactly those records, the log ends agree with
   the committed offsets plus that lag; after SIGCONT the worker refuses them and its counter with
@@ -155,6 +156,10 @@ def test_publishes_move_the_worker_and_projection_metrics(stack: ServiceSet) -> 
     route = "/v1/streams/{stream_id}/messages"
     assert value(projection, "watchtower_http_requests_total", route=route, status="200") >= 1
     assert value(projection, "watchtower_http_request_seconds_count", route=route) >= 1
+    for name in ("worker-w1", "delivery-d1"):
+        # Each Kafka worker's own consumer lag reads 0 on every partition it fetched, once it caught up.
+        wait_for(lambda name=name: (rows := scrape(stack, name).get("watchtower_consumer_lag_records"))
+                 and all(v == 0 for _l, v in rows), what=f"{name}'s consumer lag to read 0")
     forbidden = {sid, address_from_public_key(bytes(owner.key.verify_key))}
     for name in SERVICES:
         assert bounded_labels(scrape(stack, name), forbidden) == [], name

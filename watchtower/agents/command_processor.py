@@ -67,6 +67,7 @@ from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_v
 from watchtower.agents.tx_worker import consumer_config, producer_config
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics import worker as worker_metrics
+from watchtower.metrics.consumer_lag import ConsumerLagCollector
 from watchtower.metrics.exposition import start_metrics
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_name
@@ -411,7 +412,8 @@ def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> Non
     """Run one worker in the foreground until SIGTERM/SIGINT."""
     proc = CommandProcessor(bootstrap, worker_id, prefix=prefix,
                             health=worker_metrics.MeteredHealthFile.from_env(worker_id))
-    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc)])
+    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc),
+                                           ConsumerLagCollector(worker_metrics.SERVICE, lambda: proc.consumer)])
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())
     signal.signal(signal.SIGINT, lambda *_: proc.stop())
     proc.run()

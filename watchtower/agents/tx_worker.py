@@ -64,6 +64,7 @@ from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics import side_workers as side_metrics
+from watchtower.metrics.consumer_lag import ConsumerLagCollector
 from watchtower.metrics.exposition import start_metrics
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
@@ -482,7 +483,8 @@ def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | Non
     bootstrap, worker_id, *rest = argv
     worker = make(bootstrap, worker_id, rest[0] if rest else None)
     side_metrics.meter_quarantines(worker.health, worker.kind)
-    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker)])
+    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker),
+                                ConsumerLagCollector(worker.kind, lambda: worker.consumer)])
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:
