@@ -16,20 +16,30 @@ manager, the replay worker and the push delivery worker. Each process writes the
   group's lag, as `watchtower status` reads it, is exactly those records, the log ends agree with
   the committed offsets plus that lag; after SIGCONT the worker refuses them and its counter with
   outcome ``MALFORMED_RECORD`` rises by exactly that many, and the lag returns to 0;
-- asks the key manager for epoch keys it must refuse: its counter rises under the refusal's code.
+- asks the key manager for epoch keys it must refuse: its counter rises under the refusal's code;
+- starts Debian's Prometheus (skipped when it is not installed) on the processes' file-discovery
+  targets with the repo's alert rules: every target is up, every rule loads and evaluates, and
+  after 100 publishes Prometheus's own query of the publish counter has risen by exactly 100.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import nacl.signing
 import pytest
+import yaml
 from api_calls import Caller, http, wait_for
 from confluent_kafka import Producer
 from kafka_fixture import free_ports
@@ -41,6 +51,7 @@ from watchtower.client.sdk import Publisher
 from watchtower.keymgr.kek import Kek, new_kek_text
 from watchtower.local.stack import KEYMGR_NAME, ServiceSet
 from watchtower.metrics import lag
+from watchtower.metrics.targets import target_groups
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import sign_command
@@ -48,6 +59,8 @@ from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 PARTITIONS = 3
 PUBLISHES = 20
@@ -79,7 +92,7 @@ def url_of(stack: ServiceSet, name: str) -> str:
 
 
 def scrape(stack: ServiceSet, name: str) -> Samples:
-    return lag.scrape(url_of(stack, name))
+    return lag.scrape(url_of(stack, name), timeout_s=30)
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -218,3 +231,87 @@ def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceS
 
 def _now_us() -> int:
     return time.time_ns() // 1_000
+
+
+PROMETHEUS_PUBLISHES = 100
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: ServiceSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's Prometheus scraping every process of the stack (file discovery) with the repo's alert rules."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("Prometheus is not installed (Debian: apt-get install prometheus)")
+    home = tmp_path_factory.mktemp("prometheus")
+    for name in SERVICES:
+        url_of(stack, name)
+    (home / "targets.json").write_text(json.dumps(target_groups(stack.log_dir.glob("*.metrics.json"))))
+    shutil.copy(REPO / "compose" / "prometheus" / "alerts.yml", home / "alerts.yml")
+    (home / "prometheus.yml").write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": ["alerts.yml"],
+        "scrape_configs": [{"job_name": "watchtower", "file_sd_configs": [{"files": ["targets.json"]}]}]}))
+    port = free_ports(1)[0]
+    with (home / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen([binary, f"--config.file={home / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def prom(api: str, path: str, **query: str) -> Any:
+    try:
+        status, body = http("GET", f"{api}{path}?{urllib.parse.urlencode(query)}")
+    except OSError:  # not listening yet
+        return None
+    assert status == 200, body
+    return body["data"]
+
+
+def prom_value(api: str, expr: str) -> float | None:
+    data = prom(api, "/api/v1/query", query=expr)
+    result = (data or {}).get("result") or []
+    return float(result[0]["value"][1]) if result else None
+
+
+def test_a_real_prometheus_scrapes_every_service_and_sees_100_publishes(stack: ServiceSet, prometheus: str) -> None:
+    def all_up() -> bool:
+        data = prom(prometheus, "/api/v1/targets")
+        active = (data or {}).get("activeTargets", [])
+        return len(active) == len(SERVICES) and all(t["health"] == "up" for t in active)
+
+    wait_for(all_up, what="Prometheus to scrape every service")
+    jobs = {t["labels"]["job"] for t in prom(prometheus, "/api/v1/targets")["activeTargets"]}
+    assert jobs == {f"watchtower-{service}" for service in SERVICES.values()}
+    rules = [r for g in prom(prometheus, "/api/v1/rules")["groups"] for r in g["rules"]]
+    assert len(rules) == len(yaml.safe_load((REPO / "compose" / "prometheus" / "alerts.yml").read_text())
+                             ["groups"][0]["rules"])
+    published = 'sum(watchtower_worker_commands_total{method="publish",outcome="ok"})'
+    wait_for(lambda: prom_value(prometheus, published) is not None, what="a first scrape of the worker")
+    before_value = prom_value(prometheus, published)
+    assert before_value is not None
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"prom-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    publisher = Publisher(ApiClient(stack.api_url, commands_url=gateway),
+                          Account(owner.key, name="prom", home=stack.log_dir), sid, key)
+    for _ in range(PROMETHEUS_PUBLISHES):
+        publisher.publish("tick", b"{}")
+    wait_for(lambda: (prom_value(prometheus, published) or 0) - before_value >= PROMETHEUS_PUBLISHES,
+             what="Prometheus to see the publishes")
+    assert prom_value(prometheus, published) == before_value + PROMETHEUS_PUBLISHES
+    # Every rule evaluates (a rule naming a missing function or a bad expression reports an error).
+    rules = [r for g in prom(prometheus, "/api/v1/rules")["groups"] for r in g["rules"]]
+    assert all(r["health"] != "err" for r in rules), [r for r in rules if r["health"] == "err"]
+    wait_for(lambda: prom_value(prometheus, "max(watchtower_projection_fold_lag_seconds)") == 0,
+             what="the projection's lag, as Prometheus reads it, to return to 0")
