@@ -53,6 +53,7 @@ def _collectors() -> list[Collector]:
         side_workers.TxWorkerCollector(_Fake(kind="delivery", health=DeliveryHealth("d", ""))),
         side_workers.TxWorkerCollector(_Fake(kind="replay", health=ReplayHealth("r", ""))),
         projection.collector(),
+        projection.PayloadCacheMeter(_Fake(get=lambda _s, _q: None, bytes=0)),
         keymgr.SealedStreams(_Fake(sealed_streams={})),
         ConsumerLagCollector("worker", broken),
     ]
@@ -106,7 +107,7 @@ def test_the_code_defines_the_metrics_the_issue_asks_for() -> None:
                  "watchtower_delivery_pending", "watchtower_delivery_dropped",
                  "watchtower_delivery_block_deliveries_bucket", "watchtower_sse_open_connections",
                  "watchtower_sse_lagged_closes_total", "watchtower_sse_events_total",
-                 "watchtower_consumer_lag_records"):
+                 "watchtower_consumer_lag_records", "watchtower_projection_payload_cache_hits_total"):
         assert name in names, name
 
 

@@ -166,6 +166,9 @@ def test_publishes_move_the_worker_and_projection_metrics(stack: ServiceSet) -> 
     # The stream's create event, its messages and their events, at least: every record of this test.
     assert value(projection, "watchtower_projection_folded_records_total") - value(
         before_projection, "watchtower_projection_folded_records_total") >= 2 * PUBLISHES + 1
+    cache = ("watchtower_projection_payload_cache_hits_total", "watchtower_projection_payload_cache_misses_total")
+    looked_up = sum(value(projection, n) - value(before_projection, n) for n in cache)
+    assert looked_up >= PUBLISHES  # the get_since page above looked every message up
     route = "/v1/streams/{stream_id}/messages"
     assert value(projection, "watchtower_http_requests_total", route=route, status="200") >= 1
     assert value(projection, "watchtower_http_request_seconds_count", route=route) >= 1

@@ -10,6 +10,8 @@
   that answer reads, and those still folding their log (reads answer NOT_READY).
 - ``watchtower_projection_folded_records_total``: records folded (``rate()`` of it: folded per second).
 - ``watchtower_projection_open_long_polls``: ``get_since`` long polls waiting right now.
+- ``watchtower_projection_payload_cache_hits_total`` / ``..._misses_total`` / ``..._bytes``: the
+  payload cache of ``get_since`` (`PayloadCacheMeter`).
 - HTTP requests, ``get_since`` latency and NOT_READY answers (status 503): `metrics.http`, whose
   ``route`` label is ``/v1/streams/{stream_id}/messages`` for ``get_since``.
 
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from watchtower.metrics.common import topic_role
@@ -122,3 +124,33 @@ BOARD = FoldLagBoard()
 def collector() -> Collector:
     """What the projection's main registers with `exposition.start_metrics`."""
     return _BoardCollector(BOARD)
+
+
+class PayloadCacheMeter(Collector):
+    """``watchtower_projection_payload_cache_{hits,misses}_total`` and ``..._bytes``: lookups of
+    ``get_since`` payloads in the projection's cache (`projections.log_reader.PayloadCache.get`),
+    counted by a thin wrapper around the cache's ``get`` (two list increments, no lock; hit ratio:
+    ``rate(hits) / (rate(hits) + rate(misses))``), and the bytes the cache holds."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.counts = [0, 0]  # hits, misses
+        original: Callable[[str, int], bytes | None] = cache.get
+        counts = self.counts
+
+        def get(stream_id: str, sequence: int) -> bytes | None:
+            value = original(stream_id, sequence)
+            counts[value is None] += 1
+            return value
+
+        cache.get = get
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value, text in (("hits", self.counts[0], "get_since payloads found in the cache."),
+                                  ("misses", self.counts[1], "get_since payloads read back from the log.")):
+            counter = CounterMetricFamily(f"watchtower_projection_payload_cache_{name}", text)
+            counter.add_metric([], value)
+            yield counter
+        size = GaugeMetricFamily("watchtower_projection_payload_cache_bytes", "Bytes the payload cache holds.")
+        size.add_metric([], getattr(self.cache, "bytes", 0))
+        yield size

@@ -19,7 +19,8 @@ def main(argv: list[str]) -> None:
     projection = Projection(bootstrap, worker_id, prefix=prefix, port=port, datadir=datadir)
     faust_web: Any = projection.app.web  # Faust's aiohttp driver: its aiohttp app is `web_app`
     http_metrics.install(faust_web.web_app)
-    start_metrics(projection_metrics.SERVICE, [projection_metrics.collector()])
+    start_metrics(projection_metrics.SERVICE, [projection_metrics.collector(),
+                                               projection_metrics.PayloadCacheMeter(projection.cache)])
     # Faust's App.main() parses sys.argv like the `faust` command.
     sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host",
                 os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1")]
