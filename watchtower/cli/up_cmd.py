@@ -298,6 +298,7 @@ def status(as_json: bool, max_lag: int | None, max_lag_seconds: float | None) ->
     record = StackRecord.load()
     body, code = (not_up_report(), EXIT_NOT_UP) if record is None else stack_report(record)
     if record is not None and body["kafka"]["reachable"]:
+        _use_credentials(record)  # a secure stack's group offsets are read as its admin
         logs = Path(record.log_dir)
         for name, s in body["services"].items():
             s["metrics_url"] = lag_metrics.metrics_url(logs / f"{name}.metrics.json") if s["running"] else None
