@@ -1,7 +1,8 @@
 """Metrics of a projection worker (the read API and its live fold, `projections.catch_up`).
 
 - ``watchtower_projection_fold_lag_records{topic, partition}``: per owned partition of each folded
-  topic, the log end offset minus the fold's position (records committed but not folded yet).
+  topic, the log end offset minus the fold's position: the records committed but not folded yet,
+  plus the commit markers among them (one per transaction); 0 once the fold passed the end.
 - ``watchtower_projection_fold_lag_seconds{partition}``: 0 when the partition has folded
   everything; otherwise the age of its newest folded record (its Kafka timestamp), or, before
   anything was folded since the assignment, how long the fold has been running. So a fold that
