@@ -90,7 +90,12 @@ def start_metrics(service: str, collectors: Iterable[Collector] = ()) -> Metrics
         if port is None:
             return None
         bind = os.environ.get(ENV_BIND, DEFAULT_BIND)
-        server, _thread = start_http_server(port, addr=bind)
+        try:
+            server, _thread = start_http_server(port, addr=bind)
+        except OSError as exc:  # a port in use: the service runs on, without its endpoint
+            log.error("%s: cannot serve metrics on %s:%d (%s); set %s to a free port, 0 or off",
+                      service, bind, port, exc, ENV_PORT)
+            return None
         host = "127.0.0.1" if bind in ("0.0.0.0", "") else bind  # noqa: S104 (compared, not bound)
         url = f"http://{host}:{server.server_port}/metrics"
         _started = MetricsServer(service, url, server)
