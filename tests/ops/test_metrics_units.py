@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from watchtower.metrics import common, exposition, lag
+from watchtower.metrics import common, exposition, lag, side_workers
 from watchtower.metrics import worker as worker_metrics
 from watchtower.metrics.projection import FoldLagBoard, PartitionLag
 from watchtower.protocol.errors import MalformedRecordError, StaleSequenceError
@@ -118,3 +118,18 @@ def test_a_metrics_address_file_is_read_back(tmp_path: Path) -> None:
     assert lag.metrics_url(path) is None
     path.write_text(json.dumps({"service": "worker", "url": "http://127.0.0.1:1/metrics", "pid": 1}))
     assert lag.metrics_url(path) == "http://127.0.0.1:1/metrics"
+
+
+def test_replay_progress_counts_what_active_replays_still_have_and_the_oldest_running_checkpoint() -> None:
+    class View:
+        def __init__(self, status: str, end: int, next_sequence: int, updated: int | None) -> None:
+            self.status, self.end_exclusive = status, end
+            self.next_sequence, self.updated_at_ms = next_sequence, updated
+
+    side_workers.replay_progress([View("running", 151, 51, 10_000), View("pending", 11, 1, None),
+                                  View("completed", 500, 1, 0), View("running", 20, 20, 4_000)], now_ms=12_500)
+    assert sample("watchtower_replay_remaining_sequences") == 100 + 10
+    assert sample("watchtower_replay_checkpoint_age_seconds") == 8.5
+    side_workers.replay_progress([], now_ms=0)
+    assert sample("watchtower_replay_remaining_sequences") == 0
+    assert sample("watchtower_replay_checkpoint_age_seconds") == 0

@@ -17,15 +17,19 @@ Delivery: ``watchtower_delivery_deliveries_total``, ``watchtower_delivery_transa
 budget used).
 
 Replay: ``watchtower_replay_replays{status}`` (replays held per status; ``running`` are the active
-ones), ``watchtower_replay_records_reemitted_total``, ``watchtower_replay_slices_total``.
+ones), ``watchtower_replay_records_reemitted_total``, ``watchtower_replay_slices_total``, and the
+checkpoint lag (`replay_progress`, set by the worker with its health counts, at most once a
+second): ``watchtower_replay_remaining_sequences`` (what the pending and running replays still
+have to handle) and ``watchtower_replay_checkpoint_age_seconds`` (the oldest last checkpoint of a
+running replay).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -100,3 +104,23 @@ def _counter(name: str, text: str, service: str | None, value: float) -> Counter
         counter = CounterMetricFamily(name, text, labels=["service"])
         counter.add_metric([service], value)
     return counter
+
+
+REPLAY_REMAINING = Gauge("watchtower_replay_remaining_sequences",
+                         "Sequences the pending and running replays still have to handle.")
+REPLAY_CHECKPOINT_AGE = Gauge("watchtower_replay_checkpoint_age_seconds",
+                              "Age of the oldest last checkpoint among the running replays (0: none runs).")
+ACTIVE: Final = ("pending", "running")
+
+
+def replay_progress(views: Iterable[Any], now_ms: int) -> None:
+    """Set the replay progress gauges from the worker's replay views (called with its health counts)."""
+    remaining, oldest = 0, 0.0
+    for view in views:
+        if view.status not in ACTIVE:
+            continue
+        remaining += max(0, view.end_exclusive - view.next_sequence)
+        if view.status == "running" and view.updated_at_ms is not None:
+            oldest = max(oldest, (now_ms - view.updated_at_ms) / 1000)
+    REPLAY_REMAINING.set(remaining)
+    REPLAY_CHECKPOINT_AGE.set(oldest)
