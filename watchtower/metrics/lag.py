@@ -75,9 +75,10 @@ class GroupLag:
                                for (t, p), (c, e) in sorted(self.partitions.items())]}
 
 
-def group_lag(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0) -> GroupLag:
+def group_lag(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0,
+              admin: AdminClient | None = None) -> GroupLag:
     """The lag of `group` on every partition of `topics` (KafkaException when the cluster does not answer)."""
-    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
+    admin = admin or AdminClient({**kafka_config(bootstrap), "log_level": 3})
     names = list(topics)
     md = admin.list_topics(timeout=timeout_s)
     tps = [TopicPartition(t, p) for t in names if t in md.topics for p in sorted(md.topics[t].partitions)]
@@ -194,9 +195,10 @@ def stack_lag(bootstrap: str, prefix: str, projections: Mapping[str, str | None]
     """`watchtower status`'s lag report: every worker group's lag, and each projection's (by name,
     from its metrics URL; None: it serves none yet)."""
     groups: list[dict[str, Any]] = []
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
     for group, topics in worker_groups(prefix).items():
         try:
-            groups.append(group_lag(bootstrap, group, topics, timeout_s).as_json())
+            groups.append(group_lag(bootstrap, group, topics, timeout_s, admin).as_json())
         except Exception as exc:  # the cluster did not answer: say so, per group
             groups.append({"group": group, "error": f"{type(exc).__name__}: {exc}"})
     views = {name: projection_lag(url) if url else {"error": "no metrics address written yet"}
