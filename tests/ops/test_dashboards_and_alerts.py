@@ -25,7 +25,7 @@ from watchtower.agents.health import HealthFile
 from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.metrics import exposition, http, keymgr, projection, side_workers, sse, worker  # noqa: F401
-from watchtower.metrics.consumer_lag import ConsumerLagCollector
+from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.replay.health import ReplayHealth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,8 +46,6 @@ class _Fake:
 
 def _collectors() -> list[Collector]:
     """Every scrape-time collector of the services, over empty workers."""
-    def broken() -> Any:
-        raise RuntimeError("no consumer")
     return [
         worker.WorkerCollector(_Fake(health=HealthFile(None, "w"), snapshots=SnapshotPolicy())),
         side_workers.TxWorkerCollector(_Fake(kind="delivery", health=DeliveryHealth("d", ""))),
@@ -55,7 +53,7 @@ def _collectors() -> list[Collector]:
         projection.collector(),
         projection.PayloadCacheMeter(_Fake(get=lambda _s, _q: None, bytes=0)),
         keymgr.SealedStreams(_Fake(sealed_streams={})),
-        ConsumerLagCollector("worker", broken),
+        ConsumerLag("worker"),
     ]
 
 

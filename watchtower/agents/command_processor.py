@@ -67,7 +67,7 @@ from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_v
 from watchtower.agents.tx_worker import consumer_config, producer_config
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics import worker as worker_metrics
-from watchtower.metrics.consumer_lag import ConsumerLagCollector
+from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_name
@@ -121,6 +121,7 @@ class CommandProcessor(PartitionOwner):
         self._metrics = worker_metrics.BatchMetrics()
         self._method = worker_metrics.UNKNOWN_METHOD
         self._last_reply: bytes | None = None
+        self.consumer_lag = ConsumerLag(worker_metrics.SERVICE)
         self._consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
@@ -188,6 +189,7 @@ class CommandProcessor(PartitionOwner):
                 pass
         self._refresh_producer_after_outage()
         self.producer.poll(0)  # serves the producer's error_cb and log lines
+        self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
         self.health.set_aborted_batches(self.stats.aborted_batches)
         self._update_state()
         self.health.tick()
@@ -412,8 +414,7 @@ def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> Non
     """Run one worker in the foreground until SIGTERM/SIGINT."""
     proc = CommandProcessor(bootstrap, worker_id, prefix=prefix,
                             health=worker_metrics.MeteredHealthFile.from_env(worker_id))
-    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc),
-                                           ConsumerLagCollector(worker_metrics.SERVICE, lambda: proc.consumer)])
+    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc), proc.consumer_lag])
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())
     signal.signal(signal.SIGINT, lambda *_: proc.stop())
     proc.run()

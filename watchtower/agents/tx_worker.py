@@ -64,7 +64,7 @@ from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics import side_workers as side_metrics
-from watchtower.metrics.consumer_lag import ConsumerLagCollector
+from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
@@ -212,6 +212,7 @@ class TransactionalWorker(ABC):
         # (topic, partition) assigned paused because their rebuild failed in the callback.
         self._unrestored: list[tuple[str, int]] = []
         self._next_restore = 0.0
+        self.consumer_lag = ConsumerLag(self.kind)
 
     def stop(self) -> None:
         self._stop.set()
@@ -381,6 +382,7 @@ class TransactionalWorker(ABC):
             self.log.error("fatal client error: %s", err)
 
     def _tick_health(self) -> None:
+        self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
         if self.health.due():
             self._count()
             self.health.write()
@@ -483,8 +485,7 @@ def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | Non
     bootstrap, worker_id, *rest = argv
     worker = make(bootstrap, worker_id, rest[0] if rest else None)
     side_metrics.meter_quarantines(worker.health, worker.kind)
-    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker),
-                                ConsumerLagCollector(worker.kind, lambda: worker.consumer)])
+    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker), worker.consumer_lag])
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:
