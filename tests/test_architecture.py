@@ -21,17 +21,18 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "schemas": frozenset({"protocol"}),
     "topics": frozenset({"protocol"}),
     "http": frozenset({"protocol", "topics"}),
-    "agents": frozenset({"protocol", "schemas", "topics"}),
-    "delivery": frozenset({"agents", "protocol", "schemas", "topics"}),
-    "replay": frozenset({"agents", "protocol", "schemas", "topics"}),
-    "projections": frozenset({"http", "protocol", "schemas", "topics"}),
-    "gateway": frozenset({"http", "protocol", "schemas", "topics"}),
-    "keymgr": frozenset({"http", "protocol", "schemas", "topics"}),
-    "api": frozenset({"gateway", "projections"}),
+    "metrics": frozenset({"local", "protocol", "topics"}),
+    "agents": frozenset({"metrics", "protocol", "schemas", "topics"}),
+    "delivery": frozenset({"agents", "metrics", "protocol", "schemas", "topics"}),
+    "replay": frozenset({"agents", "metrics", "protocol", "schemas", "topics"}),
+    "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
+    "gateway": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
+    "keymgr": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
+    "api": frozenset({"gateway", "metrics", "projections"}),
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),
     "spark": frozenset({"local", "protocol", "schemas", "topics"}),
-    "cli": frozenset({"client", "gateway", "keymgr", "local", "protocol", "spark", "topics"}),
+    "cli": frozenset({"client", "gateway", "keymgr", "local", "metrics", "protocol", "spark", "topics"}),
 }
 #: Modules directly under watchtower/ (not packages): imported by anyone, importing nothing of ours.
 LEAVES = frozenset({"__init__"})

@@ -148,6 +148,7 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert published.returncode == 0, published.stderr
     head = json.loads(fresh.wt("feed", "1", "get-head", "--json").stdout)
     assert head["head"] == 1
+    _status_shows_lag_and_metrics(fresh)
     again = fresh.up()
     assert again.returncode == 0, again.stderr
     assert "already up" in again.stdout
@@ -160,6 +161,30 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert after["services"] == {}
     assert all(_gone(pid) for pid in _pids(status).values())
     assert fresh.broker.status()["state"] == "stopped"
+
+
+def _status_shows_lag_and_metrics(stack: Stack) -> None:
+    """`status` reads every worker group's lag and the projection's fold lag (docs/operations.md):
+    0 once the publish is folded everywhere, and past `--max-lag 0` (exit 4) while the delivery
+    worker is stopped and a message waits for it (it catches up by itself after SIGCONT)."""
+    # Exits 4 while anything lags.
+    body = json.loads(_until_ok(stack, "status", "--json", "--max-lag", "0", "--max-lag-seconds", "0").stdout)
+    assert body["lagging"] == []
+    assert len(body["lag"]["groups"]) == 3
+    assert all(g["lag"] == 0 and g["exact"] for g in body["lag"]["groups"]), body["lag"]
+    assert body["lag"]["projections"]["projection-p1"] == {"records": 0, "seconds": 0}
+    assert all(s["metrics_url"].endswith("/metrics") for s in body["services"].values())
+    delivery = body["services"]["delivery-d1"]["pid"]
+    os.kill(delivery, signal.SIGSTOP)
+    try:
+        published = stack.wt("feed", "1", "publish", "--kind", "t", "--data", '{"x": 2}')
+        assert published.returncode == 0, published.stderr
+        lagging = stack.wt("status", "--max-lag", "0")
+        assert lagging.returncode == 4, lagging.stdout
+        assert "LAGGING  group wt-" in lagging.stdout
+        assert ".delivery-worker lags" in lagging.stdout
+    finally:
+        os.kill(delivery, signal.SIGCONT)
 
 
 def test_status_reports_a_killed_broker_and_up_restarts_it_and_the_api_serves_again(running: Stack) -> None:

@@ -56,22 +56,26 @@ from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from watchtower.agents.aggregate import Aggregate
+from watchtower.agents.aggregate import Aggregate, Context
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.client_log import kafka_logger
 from watchtower.agents.decider import Touched
 from watchtower.agents.fences import FenceCounter, rival_message
-from watchtower.agents.health import HealthFile
+from watchtower.agents.health import HealthFile, MeteredHealthFile
 from watchtower.agents.partitions import RETRY_BACKOFF_S, PartitionOwner
 from watchtower.agents.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
 from watchtower.agents.tx_worker import consumer_config, producer_config
+from watchtower.metrics import common as common_metrics
+from watchtower.metrics import worker as worker_metrics
+from watchtower.metrics.consumer_lag import ConsumerLag
+from watchtower.metrics.exposition import start_metrics
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.topics.catalogue import topic_name
+from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
 from watchtower.topics.reader import end_offsets
 
 log = logging.getLogger("watchtower.worker")
 
-GROUP_ID = "wt-stream-actor"
+GROUP_ID = STREAM_WORKER_GROUP
 
 #: Timeout passed to each transactional call; the caller gives up CALL_GRACE_S later still. A
 #: healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
@@ -92,9 +96,8 @@ T = TypeVar("T")
 
 
 def group_id(prefix: str | None = None) -> str:
-    """The consumer group of one deployment's workers (per topic prefix, so deployments sharing
-    a cluster never rebalance each other)."""
-    return f"{GROUP_ID}.{topic_name('commands', prefix).rsplit('.', 1)[0]}"
+    """The consumer group of one deployment's stream workers (`topics.groups`)."""
+    return stream_worker_group(prefix)
 
 
 class CommandProcessor(PartitionOwner):
@@ -113,6 +116,11 @@ class CommandProcessor(PartitionOwner):
         self._next_probe = 0.0
         self._fences = FenceCounter()
         self._calls = BoundedCaller("wt-txn-call")
+        # Metrics: counted per batch, published when it commits (watchtower.metrics.worker).
+        self._metrics = worker_metrics.BatchMetrics()
+        self._method = worker_metrics.UNKNOWN_METHOD
+        self._last_reply: bytes | None = None
+        self.consumer_lag = ConsumerLag(worker_metrics.SERVICE)
         self._consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
@@ -180,6 +188,7 @@ class CommandProcessor(PartitionOwner):
                 pass
         self._refresh_producer_after_outage()
         self.producer.poll(0)  # serves the producer's error_cb and log lines
+        self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
         self.health.set_aborted_batches(self.stats.aborted_batches)
         self._update_state()
         self.health.tick()
@@ -221,19 +230,23 @@ class CommandProcessor(PartitionOwner):
         touched: Touched = {}
         self._batch_events.clear()
         ctx = self._context()
+        self._metrics.begin()
         try:
             self.producer.begin_transaction()
             snapshotted = self._snapshot_due()
             for msg in batch:
                 self._handle(msg, touched, ctx)
             offsets, group = _next_offsets(batch), self.consumer.consumer_group_metadata()
+            commit_started = time.perf_counter()
             self._call(partial(self.producer.send_offsets_to_transaction, offsets, group, TXN_CALL_TIMEOUT_S),
                        "send_offsets_to_transaction")
             self._call(partial(self.producer.commit_transaction, TXN_CALL_TIMEOUT_S), "commit_transaction")
         except (KafkaException, BufferError, CallStuckError) as exc:
             self.stats.aborted_batches += 1
+            self._metrics.aborted()
             self._after_failed_batch(exc, batch, touched)
             return
+        self._metrics.committed(len(batch), commit_started)
         self.stats.batches += 1
         self._brokers_down = False
         self.snapshots.taken(snapshotted)
@@ -294,6 +307,7 @@ class CommandProcessor(PartitionOwner):
         """Replace the producer and rebuild every owned partition from the log (see module docstring)."""
         log.warning("worker %s starts over from the log: %s", self.worker_id, why)
         self.stats.recoveries += 1
+        common_metrics.RECOVERIES.labels(worker_metrics.SERVICE).inc()
         self._recovering = True
         self._update_state()
         started = time.monotonic()
@@ -356,8 +370,28 @@ class CommandProcessor(PartitionOwner):
                                 on_revoke=self._on_revoke)
 
     def _note_fence(self) -> None:
+        common_metrics.FENCES.labels(worker_metrics.SERVICE).inc()
         if self._fences.note():
             raise RuntimeError(rival_message(self.worker_id, len(self._fences)))
+
+    # ------------------------------------------------------------------ metrics of each decision
+    def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
+        self._method = worker_metrics.UNKNOWN_METHOD  # until the record is routed
+        rejected = self.stats.rejected
+        super()._handle(msg, touched, ctx)
+        if self.stats.rejected == rejected:
+            self._metrics.decided(self._method, worker_metrics.OK)
+        else:
+            self._metrics.decided(self._method, worker_metrics.refusal_code(self._last_reply))
+
+    def _route(self, value: bytes | None, internal: bool) -> tuple[Aggregate, Any]:
+        aggregate, command = super()._route(value, internal)
+        self._method = worker_metrics.method_label(command)
+        return aggregate, command
+
+    def _reply(self, headers: dict[str, Any], value: bytes) -> None:
+        self._last_reply = value  # decoded only for a refusal, to count its code
+        super()._reply(headers, value)
 
     def _call(self, fn: Callable[[], T], what: str) -> T:
         return self._calls.call(fn, TXN_CALL_TIMEOUT_S + CALL_GRACE_S, what=what, while_waiting=self._while_waiting)
@@ -377,7 +411,9 @@ def _next_offsets(batch: list[Message]) -> list[TopicPartition]:
 
 def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> None:
     """Run one worker in the foreground until SIGTERM/SIGINT."""
-    proc = CommandProcessor(bootstrap, worker_id, prefix=prefix)
+    proc = CommandProcessor(bootstrap, worker_id, prefix=prefix,
+                            health=MeteredHealthFile.from_env(worker_id))
+    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc), proc.consumer_lag])
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())
     signal.signal(signal.SIGINT, lambda *_: proc.stop())
     proc.run()

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from typing import Any, Final, Literal
 
 from watchtower.agents.event_fold import Quarantined
+from watchtower.metrics import common as common_metrics
+from watchtower.metrics import worker as worker_metrics
 
 log = logging.getLogger("watchtower.health")
 
@@ -125,3 +127,11 @@ class HealthFile:
             return
         with self._lock:
             self._last_write = self._monotonic()
+
+
+class MeteredHealthFile(HealthFile):
+    """The worker's health file, also counting each quarantined record in the metrics."""
+
+    def quarantined(self, entry: Quarantined) -> None:
+        common_metrics.quarantined(worker_metrics.SERVICE, entry.topic, entry.reason)
+        super().quarantined(entry)

@@ -62,8 +62,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
-from watchtower.topics.catalogue import topic_name
+from watchtower.metrics import common as common_metrics
+from watchtower.metrics import side_workers as side_metrics
+from watchtower.metrics.consumer_lag import ConsumerLag
+from watchtower.metrics.exposition import start_metrics
 from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.groups import worker_group
 
 TXN_TIMEOUT_S: Final = 10.0
 #: A transactional call is given up (the producer replaced) this long after its own timeout.
@@ -93,15 +97,6 @@ class FencedError(RuntimeError):
 
 class ProducerFailedError(RuntimeError):
     """The producer can never commit again, but nobody took over: replace it and start over from the log."""
-
-
-def worker_group(kind: str, prefix: str | None = None) -> str:
-    """The consumer group of one deployment's workers of `kind`: ``wt-<prefix>.<kind>-worker``.
-
-    The ``wt-`` in front is what a secure broker's ACLs grant the service principal (every group
-    and transactional id of Watchtower's own processes starts with it, `local.security`)."""
-    # topic_name resolves the prefix as every topic does (None: $WATCHTOWER_TOPIC_PREFIX or "wt").
-    return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.{kind}-worker"
 
 
 def env_int(name: str, default: int, *, minimum: int = 0) -> int:
@@ -208,6 +203,7 @@ class TransactionalWorker(ABC):
         # (topic, partition) assigned paused because their rebuild failed in the callback.
         self._unrestored: list[tuple[str, int]] = []
         self._next_restore = 0.0
+        self.consumer_lag = ConsumerLag(self.kind)
 
     def stop(self) -> None:
         self._stop.set()
@@ -307,6 +303,7 @@ class TransactionalWorker(ABC):
         """Start over from the log (module docstring): new producer, settled transaction, rebuilt
         partitions, consumer positions at what was committed. FencedError if another instance took over."""
         self.recoveries += 1
+        common_metrics.RECOVERIES.labels(self.kind).inc()
         self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
         while not self._stop.is_set():
             self._replace_producer()
@@ -376,6 +373,7 @@ class TransactionalWorker(ABC):
             self.log.error("fatal client error: %s", err)
 
     def _tick_health(self) -> None:
+        self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
         if self.health.due():
             self._count()
             self.health.write()
@@ -448,6 +446,7 @@ class TransactionalWorker(ABC):
             if isinstance(err, KafkaError) and err.code() in FATAL:
                 raise FencedError(f"worker {self.worker_id} may not use its transactional id ({err})") from None
             if isinstance(err, KafkaError) and err.code() in FENCES:
+                common_metrics.FENCES.labels(self.kind).inc()
                 if self._fences.note():
                     raise FencedError(f"{rival_message(self.worker_id, len(self._fences))} (last: {err})") from None
                 raise ProducerFailedError(f"worker {self.worker_id} was fenced ({err}); a transaction the "
@@ -476,6 +475,8 @@ def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | Non
         return EXIT_USAGE
     bootstrap, worker_id, *rest = argv
     worker = make(bootstrap, worker_id, rest[0] if rest else None)
+    side_metrics.meter_quarantines(worker.health, worker.kind)
+    start_metrics(worker.kind, [side_metrics.TxWorkerCollector(worker), worker.consumer_lag])
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     signal.signal(signal.SIGINT, lambda *_: worker.stop())
     try:

@@ -3,8 +3,9 @@
 The one place that composes the HTTP API: a projection worker (`watchtower.projections`: folds
 the log, answers reads), with the command gateway (``POST /v1/commands``, unless
 ``WATCHTOWER_GATEWAY=0``: then a separate gateway process takes the commands) and the live feeds
-(SSE and the feed pages, `watchtower.gateway`) mounted on its HTTP server. Neither side imports
-the other; what they share lives in `watchtower.http`.
+(SSE and the feed pages, `watchtower.gateway`) mounted on its HTTP server, and its Prometheus
+metrics (`watchtower.metrics`) on a port of their own. Neither side imports the other; what they
+share lives in `watchtower.http`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 
 from watchtower.gateway.page import mount_live_feeds
 from watchtower.gateway.routes import CommandGateway
+from watchtower.metrics import http as http_metrics
+from watchtower.metrics import projection as projection_metrics
+from watchtower.metrics.exposition import start_metrics
 from watchtower.projections.service import DEFAULT_API_PORT, Projection
 
 
@@ -22,6 +26,7 @@ def assemble(bootstrap: str, worker_id: str, *, prefix: str | None = None, port:
     """A projection worker with the gateway (`gateway`; default: unless ``WATCHTOWER_GATEWAY=0``)
     and the live feeds mounted on its HTTP server."""
     projection = Projection(bootstrap, worker_id, prefix=prefix, port=port, datadir=datadir)
+    http_metrics.install(projection.web_app)
     if gateway if gateway is not None else os.environ.get("WATCHTOWER_GATEWAY", "1") != "0":
         CommandGateway(bootstrap, prefix=prefix).mount(projection.web_app)
     # The live feeds' catch-up reads go through this API's own URL.
@@ -35,6 +40,8 @@ def main(argv: list[str]) -> None:
     prefix = argv[3] if len(argv) > 3 else None
     projection = assemble(bootstrap, worker_id, prefix=prefix, port=port,
                           datadir=os.environ.get("WATCHTOWER_FAUST_DATADIR"))
+    start_metrics(projection_metrics.SERVICE, [projection_metrics.collector(),
+                                               projection_metrics.PayloadCacheMeter(projection.cache)])
     # Faust's App.main() parses sys.argv like the `faust` command.
     sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host",
                 os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1")]

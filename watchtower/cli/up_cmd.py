@@ -38,6 +38,7 @@ from watchtower.local.supervisor import (
     stack_report,
     stop_services,
 )
+from watchtower.metrics import lag as lag_metrics
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import DEFAULT_PARTITIONS, catalogue, topic_prefix
 from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL
@@ -46,6 +47,7 @@ DEFAULT_API_PORT = 8470
 KEYMGR_PORT_OFFSET = 2  # the key manager listens on the first free port from --api-port + 2 (8472)
 _BROKER_OPTIONS = ("port", "controller_port", "partitions", "secure")
 _SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
+EXIT_LAGGING = 4  # `status --max-lag`: every part runs, but something lags past the threshold
 
 
 @click.command("up")
@@ -282,14 +284,29 @@ def down(keep_kafka: bool) -> None:
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(as_json: bool) -> None:
-    """Check every part of the local stack.
+@click.option("--max-lag", type=click.IntRange(0), default=None,
+              help="Exit 4 when a consumer group or a projection lags more than this many records.")
+@click.option("--max-lag-seconds", type=click.FloatRange(0), default=None,
+              help="Exit 4 when a projection's fold lags more than this many seconds.")
+def status(as_json: bool, max_lag: int | None, max_lag_seconds: float | None) -> None:
+    """Check every part of the local stack, and how far each consumer lags.
 
     Exit code 0: all parts alive and the broker answers; 1: some part is dead or the broker does
-    not answer (`watchtower up` restarts it); 3: the stack is not up.
+    not answer (`watchtower up` restarts it); 3: the stack is not up; 4: everything runs, but a lag
+    is past --max-lag / --max-lag-seconds.
     """
     record = StackRecord.load()
     body, code = (not_up_report(), EXIT_NOT_UP) if record is None else stack_report(record)
+    if record is not None and body["kafka"]["reachable"]:
+        _use_credentials(record)  # a secure stack's group offsets are read as its admin
+        logs = Path(record.log_dir)
+        for name, s in body["services"].items():
+            s["metrics_url"] = lag_metrics.metrics_url(logs / f"{name}.metrics.json") if s["running"] else None
+        body["lag"] = lag_metrics.stack_lag(record.bootstrap, record.prefix, {
+            name: s["metrics_url"] for name, s in body["services"].items() if s["kind"] == "projection"})
+        body["lagging"] = lag_metrics.over(body["lag"], max_lag, max_lag_seconds)
+        if code == 0 and body["lagging"]:
+            code = EXIT_LAGGING
     if as_json:
         click.echo(json.dumps(body, indent=2))
     elif record is None:
@@ -324,5 +341,15 @@ def _print_status(body: dict[str, Any]) -> None:
                 line += (f"  state {health.get('state', '?')}, quarantined {health.get('quarantined', '?')}"
                          f"{' (stale: written by an earlier process)' if health.get('stale') else ''}")
         click.echo(line)
+        if s.get("metrics_url"):
+            click.echo(f"  {'':16} metrics {s['metrics_url']}")
+    for g in body.get("lag", {}).get("groups", []):
+        lag = g["error"] if "error" in g else f"{g['lag']} records{'' if g['exact'] else ' (at most)'}"
+        click.echo(f"lag      {g['group']}: {lag}")
+    for name, p in body.get("lag", {}).get("projections", {}).items():
+        lag = p["error"] if "error" in p else f"{p['records']} records, {p['seconds']:g} s"
+        click.echo(f"lag      {name} fold: {lag}")
+    for line in body.get("lagging", []):
+        click.echo(f"LAGGING  {line}")
     if body["state"] != "running":
         click.echo("some parts are down; `watchtower up` restarts them")

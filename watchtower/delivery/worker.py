@@ -44,6 +44,7 @@ from watchtower.agents.tx_worker import (
 )
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.restore import messages_start, restore_partition
+from watchtower.metrics.side_workers import BLOCK_DELIVERIES
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
@@ -271,6 +272,7 @@ class DeliveryWorker(TransactionalWorker):
             else:
                 self.owing.discard(key)
         self.health.committed(delivered, block)
+        BLOCK_DELIVERIES.observe(delivered)
 
     def _produce(self, topic: str, **kwargs: Any) -> None:
         try:

@@ -43,6 +43,8 @@ from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route, push_route
 from watchtower.http import params
 from watchtower.http.server import error_response
+from watchtower.metrics import http as http_metrics
+from watchtower.metrics import sse as sse_metrics
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
 from watchtower.protocol.errors import (
@@ -151,6 +153,7 @@ class SseHub:
         self._open: set[Connection] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._starting: dict[str, asyncio.Future[None]] = {}
+        sse_metrics.track(self)
 
     def stats(self) -> dict[str, int]:
         """Counters for health: open connections, lagged closes, the largest buffer seen."""
@@ -160,6 +163,7 @@ class SseHub:
     def mount(self, app: web.Application) -> None:
         """Add the route to `app` (before it starts); connections end and tails stop with it."""
         app.router.add_get(EVENTS_PATH, self.handle, name="feed_events")
+        http_metrics.install(app)  # the app's requests by route (watchtower.metrics.http)
         app.on_shutdown.append(self._on_shutdown)
         app.on_cleanup.append(self._on_cleanup)
 
@@ -342,6 +346,7 @@ class _Stream:
         """Write every queued event in one write (the client sees them in the order queued)."""
         if self._out:
             payload = b"".join(self._out)
+            sse_metrics.EVENTS.inc(len(self._out))
             self._out.clear()
             await resp.send_encoded(payload)
 

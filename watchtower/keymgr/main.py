@@ -24,6 +24,9 @@ from watchtower.keymgr.http import build_app, serve_app
 from watchtower.keymgr.kek import KekError, load_kek
 from watchtower.keymgr.service import KeyManager
 from watchtower.keymgr.vault import Vault
+from watchtower.metrics import http as http_metrics
+from watchtower.metrics import keymgr as keymgr_metrics
+from watchtower.metrics.exposition import start_metrics
 
 log = logging.getLogger("watchtower.keymgr")
 
@@ -48,10 +51,13 @@ def serve(bootstrap: str, port: int = DEFAULT_PORT, prefix: str | None = None, b
     follower.start()
     audit = KafkaAudit(bootstrap, prefix)
     manager = KeyManager(vault, follower, kek, audit)
+    start_metrics("keymgr", [keymgr_metrics.SealedStreams(vault)])
     try:
         follower.catch_up(timeout_s=300)
         log.info("key manager %s serving on %s:%d", kek, bind or "127.0.0.1", port)
-        asyncio.run(_serve_until_signalled(build_app(manager), bind or os.environ.get(ENV_BIND, "127.0.0.1"), port))
+        app = build_app(manager)
+        http_metrics.install(app)
+        asyncio.run(_serve_until_signalled(app, bind or os.environ.get(ENV_BIND, "127.0.0.1"), port))
     finally:
         follower.stop()
         audit.close()

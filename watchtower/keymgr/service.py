@@ -34,6 +34,7 @@ from typing import Any, Final, Protocol
 from watchtower.keymgr.follower import EventFollower
 from watchtower.keymgr.kek import Kek
 from watchtower.keymgr.vault import Vault
+from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.ciphertext_receipt import envelope_hash, sign_receipt
 from watchtower.protocol.envelope import (
@@ -121,6 +122,7 @@ class KeyManager:
         return cmd
 
     # ------------------------------------------------------------------ encrypt
+    @keymgr_metrics.timed("encrypt")
     def encrypt(self, cmd: Command) -> dict[str, Any]:
         body = body_fields(cmd, frozenset({"key_epoch", "aad", "plaintext"}))
         key_epoch = require_int(body["key_epoch"], "key_epoch")
@@ -183,6 +185,7 @@ class KeyManager:
         return key
 
     # ------------------------------------------------------------------ decrypt
+    @keymgr_metrics.timed("decrypt")
     def decrypt(self, cmd: Command) -> dict[str, Any]:
         body = body_fields(cmd, frozenset({"beneficiary_account", "key_epoch", "aad", "envelope"}))
         account = require_address(body["beneficiary_account"], "beneficiary_account")
@@ -205,6 +208,7 @@ class KeyManager:
         return {"plaintext_hex": plaintext.hex()}
 
     # ------------------------------------------------------------------ epoch keys
+    @keymgr_metrics.timed("epoch_keys")
     def epoch_keys(self, cmd: Command) -> dict[str, Any]:
         body = body_fields(cmd, frozenset({"account", "from_key_epoch", "to_key_epoch"}), frozenset({"account_key_id"}))
         account = require_address(body["account"], "account")

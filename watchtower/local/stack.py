@@ -16,6 +16,9 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
 - the push delivery worker runs at a lower CPU priority, ``nice`` ``WATCHTOWER_DELIVERY_NICE`` (default
   10, 0 = off; `delivery_nice`): its fan-out is background work and must not take the CPU from the
   publish path on a shared host (docs/push.md);
+- every process serves its Prometheus ``/metrics`` on a free port the OS picks
+  (``WATCHTOWER_METRICS_PORT=0``) and writes that URL to ``<log_dir>/<name>.metrics.json``
+  (`metrics_url`; :mod:`watchtower.metrics.exposition`), so no two processes ever collide;
 - with `credentials` (a secure broker) every process gets ``WATCHTOWER_KAFKA_CREDENTIALS`` pointing
   at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`).
 """
@@ -110,10 +113,23 @@ class ServiceSet:
     def health_file(self, name: str) -> Path:
         return self.log_dir / f"{name}.health.json"
 
+    def metrics_file(self, name: str) -> Path:
+        return self.log_dir / f"{name}.metrics.json"
+
+    def metrics_url(self, name: str) -> str | None:
+        """The ``/metrics`` URL process `name` wrote, once it serves it (None before)."""
+        try:
+            return str(json.loads(self.metrics_file(name).read_text())["url"])
+        except (OSError, ValueError, KeyError):
+            return None
+
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None, nice: int = 0) -> None:
         """Start ``python -m args...`` as process `name`; `nice` > 0 lowers its CPU priority by that much."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"), **(extra_env or {})}
+        self.metrics_file(name).unlink(missing_ok=True)  # an earlier process's port is not this one's
+        env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"),
+               "WATCHTOWER_METRICS_PORT": "0", "WATCHTOWER_METRICS_FILE": str(self.metrics_file(name)),
+               **(extra_env or {})}
         if self.credentials is not None:
             env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(self.credentials)
             env.pop("WATCHTOWER_KAFKA_PRINCIPAL", None)  # the file holds one principal

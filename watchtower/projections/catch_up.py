@@ -37,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from watchtower.metrics import projection as metrics
 from watchtower.projections.partitions import OwnedPartitions
 from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
@@ -81,10 +82,16 @@ class PartitionReader:
             "log_level": 3,
         })
         self.pending: set[TopicPartitionKey] = set()
+        # Lag measurements for the metrics (watchtower.metrics.projection), taken by this thread.
+        self.lag: dict[TopicPartitionKey, metrics.PartitionLag] | None = None
+        self._begins: dict[TopicPartitionKey, int] = {}
+        self._newest_ms: dict[TopicPartitionKey, int] = {}
+        self._next_lag = 0.0
         assignment = []
         for (topic, partition), start in starts.items():
             low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
             begin = low if start is None else max(start, low)
+            self._begins[(topic, partition)] = begin
             if begin < high:
                 self.pending.add((topic, partition))
             assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
@@ -103,13 +110,28 @@ class PartitionReader:
                 pairs = raw.items() if isinstance(raw, dict) else raw
                 records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
                                          [(str(k), v) for k, v in pairs]))
+                self._newest_ms[tp] = m.timestamp()[1]
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.pending.discard(tp)
             elif err.fatal():
                 raise KafkaException(err)
             else:
                 log.warning("catching up %s[%s]: %s (the client retries)", tp[0], tp[1], err)
+        if time.monotonic() >= self._next_lag:
+            self._next_lag = time.monotonic() + metrics.LAG_EVERY_S
+            self.lag = self._measure_lag()
         return records
+
+    def _measure_lag(self) -> dict[TopicPartitionKey, metrics.PartitionLag]:
+        """Records behind each partition's end, from the client's cached watermarks (no broker request)."""
+        out = {}
+        for tp in self._consumer.position(self._consumer.assignment()):
+            key = (str(tp.topic), int(tp.partition))
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            position = tp.offset if tp.offset >= 0 else self._begins.get(key, 0)
+            if high >= 0:
+                out[key] = metrics.PartitionLag(high - position, self._newest_ms.get(key))
+        return out
 
     def close(self) -> None:
         self._consumer.close()
@@ -170,6 +192,7 @@ class CatchUp:
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
         reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts)
         folded, serving = 0, False
+        metrics.BOARD.assigned(partitions)
         try:
             self._settle(generation, partitions, reader.pending)
             while generation == self.owned.generation:
@@ -180,12 +203,18 @@ class CatchUp:
                 records = await loop.run_in_executor(None, reader.poll)
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
+                before = folded
                 for r in records:  # no await in here: a read never sees half a batch's partition
                     if self.owned.fresh(r.topic, r.partition, r.offset):
                         with self.owned.folding(r.topic, r.partition, r.offset):
                             self.fold(r)
                         folded += 1
                 self._settle(generation, partitions, reader.pending)
+                metrics.FOLDED.inc(folded - before)
+                if reader.lag is not None:
+                    metrics.BOARD.measured(reader.lag, {p for p in partitions
+                                                        if not any((t, p) in reader.pending for t in self.topics)})
+                    reader.lag = None
         finally:
             await loop.run_in_executor(None, reader.close)
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from watchtower.metrics.projection import OPEN_LONG_POLLS
+
 
 class HeadWaiters:
     """Futures per stream, each waiting for the stream's head to reach a target."""
@@ -42,6 +44,7 @@ class HeadWaiters:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.setdefault(stream_id, {})
         waiters[future] = min_head
+        OPEN_LONG_POLLS.inc()
         try:
             # Re-check after registering: the head may have moved between the first check and now.
             if current_head() >= min_head:
@@ -53,6 +56,7 @@ class HeadWaiters:
             if not future.done():
                 future.cancel()
             waiters.pop(future, None)
+            OPEN_LONG_POLLS.dec()
             if not waiters and self._waiters.get(stream_id) is waiters:
                 del self._waiters[stream_id]
 

@@ -47,6 +47,7 @@ from watchtower.agents.tx_worker import (
     env_int,
     worker_group,
 )
+from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ledger import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
@@ -145,7 +146,9 @@ class ReplayWorker(TransactionalWorker):
         self.spark.reap()
 
     def _count(self) -> None:
-        self.health.count(v for views in self.views.values() for v in views.values())
+        views = [v for views in self.views.values() for v in views.values()]
+        self.health.count(views)
+        replay_progress(views, self._clock_ms())
 
     def _close(self) -> None:
         self.spark.stop()

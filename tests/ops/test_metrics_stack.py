@@ -1,0 +1,320 @@
+"""Every service's ``/metrics`` on a real stack, read with prometheus_client's own parser, moves with traffic.
+
+One module stack: a stream worker, a projection (reads only), the command gateway, the key
+manager, the replay worker and the push delivery worker. Each process writes the URL of its
+``/metrics`` (a port the OS picked) next to its log. The test then
+
+- reads every page with `text_string_to_metric_families`: build info names the service, the
+  process collector reports RSS and open fds, and no label value is a stream id, an address or an
+  unbounded text (`bounded_labels`);
+- publishes N messages through the gateway: the worker's ``publish``/``ok`` counter rises by
+  exactly N, the projection folds them and its lag returns to 0 records and 0 s on every
+  partition (the events and messages topics are transactional: a lag stuck at 1 would be a commit
+  marker counted as a record), the worker's and the delivery worker's consumer lag read 0, and
+  ``get_since`` is counted under its route pattern;
+- writes malformed records straight to ``commands`` while the worker is stopped (SIGSTOP): the
+  group's lag, as `watchtower status` reads it, is exactly those records, the log ends agree with
+  the committed offsets plus that lag; after SIGCONT the worker refuses them and its counter with
+  outcome ``MALFORMED_RECORD`` rises by exactly that many, and the lag returns to 0;
+- asks the key manager for epoch keys it must refuse: its counter rises under the refusal's code;
+- starts Debian's Prometheus (skipped when it is not installed) on the processes' file-discovery
+  targets with the repo's alert rules: every target is up, every rule loads and evaluates, and
+  after 100 publishes Prometheus's own query of the publish counter has risen by exactly 100.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.parse
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+import yaml
+from api_calls import Caller, http, wait_for
+from confluent_kafka import Producer
+from kafka_fixture import free_ports
+from stack_fixture import start_stack
+
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Publisher
+from watchtower.keymgr.kek import Kek, new_kek_text
+from watchtower.local.stack import KEYMGR_NAME, ServiceSet
+from watchtower.metrics import lag
+from watchtower.metrics.targets import target_groups
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.partitioning import partition_for_key
+from watchtower.protocol.signed_command import sign_command
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+PARTITIONS = 3
+PUBLISHES = 20
+MALFORMED = 5
+SERVICES = {"worker-w1": "worker", "projection-p1": "projection", "gateway-g1": "gateway",
+            KEYMGR_NAME: "keymgr", "replay-r1": "replay", "delivery-d1": "delivery"}
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
+    log_dir = tmp_path_factory.mktemp("ops-stack")
+    kek_file = log_dir / "kek.key"
+    kek_file.write_text(new_kek_text())
+    kek_file.chmod(0o600)
+    kek = Kek(bytes.fromhex(kek_file.read_text()))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
+        with start_stack(kafka_bootstrap, log_dir, partitions=PARTITIONS, gateway=True, replay=True,
+                         delivery=True) as services:
+            services.start_keymgr(free_ports(1)[0], kek_file)
+            services.wait_keymgr()
+            yield services
+
+
+def url_of(stack: ServiceSet, name: str) -> str:
+    return str(wait_for(lambda: stack.metrics_url(name), what=f"{name} to write its metrics address"))
+
+
+def scrape(stack: ServiceSet, name: str) -> Samples:
+    return lag.scrape(url_of(stack, name), timeout_s=30)
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels` (0 when there is none)."""
+    return sum(v for have, v in samples.get(name, []) if all(have.get(k) == w for k, w in labels.items()))
+
+
+def bounded_labels(samples: Samples, forbidden: set[str]) -> list[str]:
+    """Label values that are unbounded by nature: a test's stream id or address, a hex id, long text."""
+    bad = []
+    for name, rows in samples.items():
+        for labels, _v in rows:
+            for key, val in labels.items():
+                if key in ("le", "quantile"):
+                    continue
+                if val in forbidden or re.fullmatch(r"(0x)?[0-9a-f]{16,}", val) or len(val) > 64 or " " in val:
+                    bad.append(f"{name}{{{key}={val!r}}}")
+    return bad
+
+
+def test_every_service_serves_parseable_metrics_with_build_info_and_process_metrics(stack: ServiceSet) -> None:
+    for name, service in SERVICES.items():
+        samples = scrape(stack, name)
+        assert value(samples, "watchtower_build_info", service=service) == 1, name
+        assert value(samples, "process_resident_memory_bytes") > 0, name
+        assert value(samples, "process_open_fds") > 0, name
+        assert bounded_labels(samples, set()) == [], name
+    assert value(scrape(stack, "replay-r1"), "watchtower_tx_worker_state", service="replay", state="serving") == 1
+    delivery = scrape(stack, "delivery-d1")
+    assert value(delivery, "watchtower_tx_worker_owned_partitions", service="delivery") == PARTITIONS
+    assert value(scrape(stack, KEYMGR_NAME), "watchtower_keymgr_sealed_streams") == 0
+
+
+def test_publishes_move_the_worker_and_projection_metrics(stack: ServiceSet) -> None:
+    gateway = stack.urls["gateway-g1"]
+    before_worker, before_projection = scrape(stack, "worker-w1"), scrape(stack, "projection-p1")
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    api = ApiClient(stack.api_url, commands_url=gateway)
+    publisher = Publisher(api, Account(owner.key, name="ops", home=stack.log_dir), sid, key)
+    for _ in range(PUBLISHES):
+        publisher.publish("tick", b"{}")
+    assert http("GET", f"{stack.api_url}/v1/streams/{sid}/messages?cursor=0&limit=100")[0] == 200
+
+    def publishes(samples: Samples) -> float:
+        return value(samples, "watchtower_worker_commands_total", method="publish", outcome="ok")
+
+    # Counted right after the commit that made each reply visible: wait for the last one.
+    rose = wait_for(lambda: publishes(scrape(stack, "worker-w1")) - publishes(before_worker) >= PUBLISHES,
+                    what="the publish counter to count the publishes")
+    after_worker = scrape(stack, "worker-w1")
+    assert rose
+    assert publishes(after_worker) - publishes(before_worker) == PUBLISHES
+    created = ("watchtower_worker_commands_total", {"method": "create_stream", "outcome": "ok"})
+    assert value(after_worker, created[0], **created[1]) - value(before_worker, created[0], **created[1]) == 1
+    assert value(after_worker, "watchtower_worker_batch_records_count") > value(
+        before_worker, "watchtower_worker_batch_records_count")
+    assert value(after_worker, "watchtower_worker_owned_partitions") == PARTITIONS
+    assert value(after_worker, "watchtower_worker_state", state="serving") == 1
+
+    def caught_up() -> Samples | None:
+        samples = scrape(stack, "projection-p1")
+        lags = samples.get("watchtower_projection_fold_lag_records", [])
+        seconds = samples.get("watchtower_projection_fold_lag_seconds", [])
+        ok = len(seconds) == PARTITIONS and all(v == 0 for _l, v in lags + seconds) and len(lags) >= 2 * PARTITIONS
+        return samples if ok else None
+
+    projection = wait_for(caught_up, what="the projection's fold lag to read 0 on every partition")
+    # The stream's create event, its messages and their events, at least: every record of this test.
+    assert value(projection, "watchtower_projection_folded_records_total") - value(
+        before_projection, "watchtower_projection_folded_records_total") >= 2 * PUBLISHES + 1
+    cache = ("watchtower_projection_payload_cache_hits_total", "watchtower_projection_payload_cache_misses_total")
+    looked_up = sum(value(projection, n) - value(before_projection, n) for n in cache)
+    assert looked_up >= PUBLISHES  # the get_since page above looked every message up
+    route = "/v1/streams/{stream_id}/messages"
+    assert value(projection, "watchtower_http_requests_total", route=route, status="200") >= 1
+    assert value(projection, "watchtower_http_request_seconds_count", route=route) >= 1
+    for name in ("worker-w1", "delivery-d1"):
+        # Each Kafka worker's own consumer lag reads 0 on every partition it fetched, once it caught up.
+        wait_for(lambda name=name: (rows := scrape(stack, name).get("watchtower_consumer_lag_records"))
+                 and all(v == 0 for _l, v in rows), what=f"{name}'s consumer lag to read 0")
+    forbidden = {sid, address_from_public_key(bytes(owner.key.verify_key))}
+    for name in SERVICES:
+        assert bounded_labels(scrape(stack, name), forbidden) == [], name
+    assert value(scrape(stack, "gateway-g1"), "watchtower_http_requests_total", route="/v1/commands",
+                 status="200") >= PUBLISHES + 1
+
+
+def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: ServiceSet) -> None:
+    group, topics = next(iter(lag.worker_groups(stack.prefix).items()))
+    commands = topic_name("commands", stack.prefix)
+    wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to settle")
+    malformed = ("watchtower_worker_commands_total", {"method": "unknown", "outcome": "MALFORMED_RECORD"})
+    before = value(scrape(stack, "worker-w1"), malformed[0], **malformed[1])
+    worker = stack.procs["worker-w1"]
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        producer = Producer(kafka_config(stack.bootstrap))
+        key = b"ops-malformed"
+        for i in range(MALFORMED):
+            producer.produce(commands, key=key, value=b"\x00 not a command %d" % i,
+                             partition=partition_for_key(key, PARTITIONS))
+        assert producer.flush(30) == 0
+        seen = lag.group_lag(stack.bootstrap, group, topics)
+        assert seen.total == MALFORMED
+        assert seen.exact
+        for (topic, partition), (committed, end) in seen.partitions.items():
+            # The lag is what the log's end holds past the group's committed offset, nothing else.
+            assert seen.lag_of(topic, partition) <= end - (committed or 0)
+        assert sum(seen.lag_of(commands, p) for p in range(PARTITIONS)) == MALFORMED
+        assert lag.over({"groups": [seen.as_json()]}, MALFORMED - 1, None) != []
+        assert lag.over({"groups": [seen.as_json()]}, MALFORMED, None) == []
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    wait_for(lambda: value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before >= MALFORMED,
+             what="the worker to refuse the malformed records")
+    assert value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before == MALFORMED
+    wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
+
+
+def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceSet) -> None:
+    assert stack.keymgr_url is not None
+    caller = nacl.signing.SigningKey.generate()
+    account = address_from_public_key(bytes(caller.verify_key))
+    before = scrape(stack, KEYMGR_NAME)
+    cmd = sign_command(caller, "fetch_epoch_keys", f"ops-none-{uuid.uuid4().hex[:8]}", _now_us(),
+                       {"account": account, "from_key_epoch": 1, "to_key_epoch": 1})
+    status, body = http("POST", f"{stack.keymgr_url}/v1/keymgr/epoch-keys", {"command": cmd.to_dict()})
+    assert status != 200, body
+    code = body["error"]["code"]
+    after = scrape(stack, KEYMGR_NAME)
+    name = "watchtower_keymgr_operations_total"
+    assert value(after, name, operation="epoch_keys", outcome=code) - value(
+        before, name, operation="epoch_keys", outcome=code) == 1
+    assert value(after, "watchtower_http_requests_total", route="/v1/keymgr/epoch-keys", status=str(status)) >= 1
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1_000
+
+
+PROMETHEUS_PUBLISHES = 100
+
+
+@pytest.fixture(scope="module")
+def prometheus(stack: ServiceSet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Debian's Prometheus scraping every process of the stack (file discovery) with the repo's alert rules."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("Prometheus is not installed (Debian: apt-get install prometheus)")
+    home = tmp_path_factory.mktemp("prometheus")
+    for name in SERVICES:
+        url_of(stack, name)
+    (home / "targets.json").write_text(json.dumps(target_groups(stack.log_dir.glob("*.metrics.json"))))
+    shutil.copy(REPO / "compose" / "prometheus" / "alerts.yml", home / "alerts.yml")
+    (home / "prometheus.yml").write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": ["alerts.yml"],
+        "scrape_configs": [{"job_name": "watchtower", "file_sd_configs": [{"files": ["targets.json"]}]}]}))
+    port = free_ports(1)[0]
+    with (home / "prometheus.log").open("wb") as log:
+        proc = subprocess.Popen([binary, f"--config.file={home / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={home / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def prom(api: str, path: str, **query: str) -> Any:
+    try:
+        status, body = http("GET", f"{api}{path}?{urllib.parse.urlencode(query)}")
+    except OSError:  # not listening yet
+        return None
+    assert status == 200, body
+    return body["data"]
+
+
+def prom_value(api: str, expr: str) -> float | None:
+    data = prom(api, "/api/v1/query", query=expr)
+    result = (data or {}).get("result") or []
+    return float(result[0]["value"][1]) if result else None
+
+
+def test_a_real_prometheus_scrapes_every_service_and_sees_100_publishes(stack: ServiceSet, prometheus: str) -> None:
+    def all_up() -> bool:
+        data = prom(prometheus, "/api/v1/targets")
+        active = (data or {}).get("activeTargets", [])
+        return len(active) == len(SERVICES) and all(t["health"] == "up" for t in active)
+
+    wait_for(all_up, what="Prometheus to scrape every service")
+    jobs = {t["labels"]["job"] for t in prom(prometheus, "/api/v1/targets")["activeTargets"]}
+    assert jobs == {f"watchtower-{service}" for service in SERVICES.values()}
+    rules = [r for g in prom(prometheus, "/api/v1/rules")["groups"] for r in g["rules"]]
+    assert len(rules) == len(yaml.safe_load((REPO / "compose" / "prometheus" / "alerts.yml").read_text())
+                             ["groups"][0]["rules"])
+    published = 'sum(watchtower_worker_commands_total{method="publish",outcome="ok"})'
+    wait_for(lambda: prom_value(prometheus, published) is not None, what="a first scrape of the worker")
+    before_value = prom_value(prometheus, published)
+    assert before_value is not None
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"prom-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    publisher = Publisher(ApiClient(stack.api_url, commands_url=gateway),
+                          Account(owner.key, name="prom", home=stack.log_dir), sid, key)
+    for _ in range(PROMETHEUS_PUBLISHES):
+        publisher.publish("tick", b"{}")
+    wait_for(lambda: (prom_value(prometheus, published) or 0) - before_value >= PROMETHEUS_PUBLISHES,
+             what="Prometheus to see the publishes")
+    assert prom_value(prometheus, published) == before_value + PROMETHEUS_PUBLISHES
+    # Every rule evaluates (a rule naming a missing function or a bad expression reports an error).
+    rules = [r for g in prom(prometheus, "/api/v1/rules")["groups"] for r in g["rules"]]
+    assert all(r["health"] != "err" for r in rules), [r for r in rules if r["health"] == "err"]
+    wait_for(lambda: prom_value(prometheus, "max(watchtower_projection_fold_lag_seconds)") == 0,
+             what="the projection's lag, as Prometheus reads it, to return to 0")
