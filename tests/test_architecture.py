@@ -18,16 +18,17 @@ ROOT = Path(watchtower.__file__).parent
 #: Each package and the watchtower packages it may import (docs/architecture.md, "The rooms").
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "protocol": frozenset(),
+    "logs": frozenset(),
     "schemas": frozenset({"protocol"}),
     "topics": frozenset({"protocol"}),
     "http": frozenset({"protocol", "topics"}),
     "metrics": frozenset({"local", "protocol", "topics"}),
-    "agents": frozenset({"metrics", "protocol", "schemas", "topics"}),
-    "delivery": frozenset({"agents", "metrics", "protocol", "schemas", "topics"}),
-    "replay": frozenset({"agents", "metrics", "protocol", "schemas", "topics"}),
+    "agents": frozenset({"logs", "metrics", "protocol", "schemas", "topics"}),
+    "delivery": frozenset({"logs", "agents", "metrics", "protocol", "schemas", "topics"}),
+    "replay": frozenset({"logs", "agents", "metrics", "protocol", "schemas", "topics"}),
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
-    "gateway": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
-    "keymgr": frozenset({"http", "metrics", "protocol", "schemas", "topics"}),
+    "gateway": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics"}),
+    "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics"}),
     "api": frozenset({"gateway", "metrics", "projections"}),
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),

@@ -62,6 +62,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.fences import FenceCounter, rival_message
 from watchtower.agents.tx_health import TxWorkerHealth
+from watchtower.logs import setup_logging
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics import side_workers as side_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
@@ -464,12 +465,10 @@ class TransactionalWorker(ABC):
 def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | None], TransactionalWorker],
                 logger: str) -> int:
     """The body of ``python -m <worker>.main BOOTSTRAP WORKER_ID [PREFIX]``: logs to stderr at
-    ``$WATCHTOWER_LOG_LEVEL`` (default WARNING), stops on SIGTERM/SIGINT. Returns the exit code:
-    0 after a stop, `EXIT_USAGE` (printing `usage`'s first line) for wrong arguments,
-    `EXIT_FENCED` when fenced."""
-    level = os.environ.get("WATCHTOWER_LOG_LEVEL", "WARNING").upper()
-    logging.basicConfig(level=getattr(logging, level, logging.WARNING),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ``$WATCHTOWER_LOG_LEVEL`` (default WARNING) in ``$WATCHTOWER_LOG_FORMAT`` (`watchtower.logs`),
+    stops on SIGTERM/SIGINT. Returns the exit code: 0 after a stop, `EXIT_USAGE` (printing
+    `usage`'s first line) for wrong arguments, `EXIT_FENCED` when fenced."""
+    setup_logging(logger.rsplit(".", 1)[-1], argv[1] if len(argv) > 1 else None)
     if len(argv) not in (2, 3):
         print(usage.strip().splitlines()[0], file=sys.stderr)
         return EXIT_USAGE

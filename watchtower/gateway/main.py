@@ -7,18 +7,18 @@ laptop must not serve the network; containers set 0.0.0.0).
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 
 from watchtower.gateway.server import serve
+from watchtower.logs import setup_logging
 from watchtower.metrics.exposition import start_metrics
 
 
 def main(argv: list[str]) -> None:
     bootstrap, port = argv[0], int(argv[1])
     prefix = argv[2] if len(argv) > 2 else None  # None: WATCHTOWER_TOPIC_PREFIX, default wt
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging("gateway")
     start_metrics("gateway")
     asyncio.run(serve(bootstrap, port, prefix=prefix, bind=os.environ.get("WATCHTOWER_WEB_BIND", "127.0.0.1")))
 

@@ -24,6 +24,7 @@ from watchtower.keymgr.http import build_app, serve_app
 from watchtower.keymgr.kek import KekError, load_kek
 from watchtower.keymgr.service import KeyManager
 from watchtower.keymgr.vault import Vault
+from watchtower.logs import setup_logging
 from watchtower.metrics import http as http_metrics
 from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.metrics.exposition import start_metrics
@@ -75,10 +76,7 @@ async def _serve_until_signalled(app: web.Application, host: str, port: int) -> 
 
 
 def main(argv: list[str]) -> None:
-    level = os.environ.get("WATCHTOWER_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    setup_logging("keymgr", default_level="INFO")
     if len(argv) < 2:
         print("usage: python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX [INSTANCE]]", file=sys.stderr)
         sys.exit(2)

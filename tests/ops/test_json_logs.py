@@ -1,0 +1,91 @@
+"""One log format for every service (watchtower.logs): JSON lines with the same field names, chosen
+by WATCHTOWER_LOG_FORMAT; a real side-worker process writes them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from watchtower.logs import JsonFormatter, log_format, setup_logging
+from watchtower.protocol.errors import StaleSequenceError
+
+
+def record(msg: str, *, exc: BaseException | None = None, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("watchtower.worker", logging.WARNING, __file__, 1, msg, (), None)
+    if exc is not None:
+        try:
+            raise exc
+        except BaseException:
+            rec.exc_info = sys.exc_info()
+    for k, v in extra.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def test_a_line_carries_the_same_fields_everywhere() -> None:
+    line = json.loads(JsonFormatter("worker", "w1").format(record("batch aborted", partition=3, stream="s-1")))
+    assert {k: line[k] for k in ("level", "service", "worker_id", "logger", "message", "partition", "stream")} == {
+        "level": "WARNING", "service": "worker", "worker_id": "w1", "logger": "watchtower.worker",
+        "message": "batch aborted", "partition": 3, "stream": "s-1"}
+    assert line["ts"].endswith("Z")
+
+
+def test_a_logged_watchtower_error_gives_its_spec_code() -> None:
+    line = json.loads(JsonFormatter("gateway").format(record("refused", exc=StaleSequenceError("old"))))
+    assert line["code"] == "STALE_SEQUENCE"
+    assert line["exc_type"] == "StaleSequenceError"
+    assert "Traceback" in line["exc"]
+
+
+def test_the_format_is_chosen_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATCHTOWER_LOG_FORMAT", raising=False)
+    assert log_format() == "text"
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "JSON")
+    assert log_format() == "json"
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "xml")
+    with pytest.raises(ValueError, match="WATCHTOWER_LOG_FORMAT must be text or json"):
+        log_format()
+
+
+def test_setup_replaces_the_root_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "json")
+    try:
+        setup_logging("keymgr", default_level="INFO")
+        assert len(root.handlers) == 1
+        assert isinstance(root.handlers[0].formatter, JsonFormatter)
+        assert root.level == logging.INFO
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+def test_a_worker_process_logs_json_lines() -> None:
+    """A stream worker pointed at an address where no broker listens logs its client's connection
+    failures; with JSON chosen, every log line it writes is one JSON object naming the service
+    and the worker (librdkafka's own lines reach Python logging through the worker's logger)."""
+    env = {**os.environ, "WATCHTOWER_LOG_FORMAT": "json", "WATCHTOWER_LOG_LEVEL": "INFO",
+           "WATCHTOWER_METRICS_PORT": "off"}
+    proc = subprocess.Popen([sys.executable, "-m", "watchtower.agents.worker_main", "127.0.0.1:1", "w9", "tjsonlogs"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.wait(timeout=4)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert proc.stderr is not None
+    err = proc.stderr.read().splitlines()
+    lines = [ln for ln in err if ln.startswith("{")]
+    assert lines, f"the worker logged nothing as JSON: {err[-5:]}"
+    # Nothing of ours in the old text format (librdkafka's own "%3|" lines are not Python logging).
+    assert not [ln for ln in err if " watchtower." in ln and not ln.startswith("{")], err[-5:]
+    for ln in lines:
+        doc = json.loads(ln)
+        assert (doc["service"], doc["worker_id"]) == ("worker", "w9")
+        assert {"ts", "level", "logger", "message"} <= set(doc)
