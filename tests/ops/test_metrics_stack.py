@@ -137,7 +137,11 @@ def test_publishes_move_the_worker_and_projection_metrics(stack: ServiceSet) -> 
     publisher = Publisher(api, Account(owner.key, name="ops", home=stack.log_dir), sid, key)
     for _ in range(PUBLISHES):
         publisher.publish("tick", b"{}")
-    assert http("GET", f"{stack.api_url}/v1/streams/{sid}/messages?cursor=0&limit=100")[0] == 200
+    # Long-polls until the head reaches the last publish: every message is on the page, looked up.
+    status, page = http("GET", f"{stack.api_url}/v1/streams/{sid}/messages?cursor=0&limit=100"
+                        f"&min_head={PUBLISHES}&wait_ms=20000")
+    assert status == 200
+    assert len(page["messages"]) == PUBLISHES
 
     def publishes(samples: Samples) -> float:
         return value(samples, "watchtower_worker_commands_total", method="publish", outcome="ok")
