@@ -26,6 +26,7 @@ from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until
 from watchtower.gateway.archive import read_committed_messages
 from watchtower.local.paths import watchtower_home
 from watchtower.local.stack import ServiceSet
+from watchtower.metrics.lag import stack_lag
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.topics.catalogue import topic_prefix
@@ -81,8 +82,25 @@ def run_stream_demo(bootstrap: str) -> None:
             show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
         with demo_step("replay: beyond the window, by the service and by Spark", logs=logs):
             show_replay(api, services, minter, replay_worker)
+        with demo_step("operations: every process's metrics, and the lag", logs=logs):
+            show_operations(services)
     finally:
         services.stop()
+
+
+def show_operations(services: ServiceSet) -> None:
+    """Each process's Prometheus address, and one line of lag (docs/operations.md)."""
+    click.secho("  -- operations: Prometheus metrics of every process, and the lag `watchtower status` reads",
+                bold=True)
+    urls = {name: services.metrics_url(name) for name in sorted(services.procs)}
+    for name, url in urls.items():
+        click.echo(f"  {name:14} {url or '(no metrics address yet)'}")
+    projections = {name: url for name, url in urls.items() if name.startswith("demo-p")}
+    report = stack_lag(services.bootstrap, services.prefix, projections)
+    groups = ", ".join(f"{g['group']} {g['lag'] if 'lag' in g else g['error']}" for g in report["groups"])
+    folds = ", ".join(f"{name} {view['records']} records / {view['seconds']}s" if "records" in view
+                      else f"{name} {view['error']}" for name, view in report["projections"].items())
+    click.echo(f"  lag: consumer groups (records) {groups}; projection fold lag {folds}")
 
 
 def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
