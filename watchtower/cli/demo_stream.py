@@ -94,10 +94,14 @@ def show_operations(services: ServiceSet) -> None:
                 bold=True)
     urls = {name: services.metrics_url(name) for name in sorted(services.procs)}
     for name, url in urls.items():
-        click.echo(f"  {name:14} {url or '(no metrics address yet)'}")
-    projections = {name: url for name, url in urls.items() if name.startswith("demo-p")}
+        click.echo(f"  {name:20} {url or '(no metrics address yet)'}")
+    projections = {name: url for name, url in urls.items() if name.startswith("projection-")}
     report = stack_lag(services.bootstrap, services.prefix, projections)
-    groups = ", ".join(f"{g['group']} {g['lag'] if 'lag' in g else g['error']}" for g in report["groups"])
+    # Only the groups of the workers this step runs (the push step runs the delivery worker).
+    running = {"stream-actor": "worker-", "delivery-worker": "delivery-", "replay-worker": "replay-"}
+    shown = [g for g in report["groups"]
+             if any(kind in g["group"] and any(n.startswith(p) for n in urls) for kind, p in running.items())]
+    groups = ", ".join(f"{g['group']} {g['lag'] if 'lag' in g else g['error']}" for g in shown)
     folds = ", ".join(f"{name} {view['records']} records / {view['seconds']}s" if "records" in view
                       else f"{name} {view['error']}" for name, view in report["projections"].items())
     click.echo(f"  lag: consumer groups (records) {groups}; projection fold lag {folds}")
