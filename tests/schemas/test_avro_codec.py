@@ -48,6 +48,9 @@ EVENTS = {
     "ReplayPaymentFailed",
     "ReplayCancelRequested",
     "ReplayFinished",
+    "IngestFailed",
+    "RunnerRegistered",
+    "RunnerRetired",
 }
 ORIGIN = {"aggregate_id": "s", "caller": "0x" + "ab" * 32, "nonce": 3, "digest": b"\x01" * 32, "reply_json": "{}"}
 POLICY = {"stream_id": "s", "policy": "PUBLIC", "block_height": 9, "caused_by": ORIGIN}

@@ -66,6 +66,11 @@ _ENTRIES: Final = (
     ("ReplayPaymentFailed", 29, SchemaKind.EVENT),
     ("ReplayCancelRequested", 38, SchemaKind.EVENT),
     ("ReplayFinished", 39, SchemaKind.EVENT),
+    # CIP-7 ingestion: IngestFailed takes back the id its unused draft held; the runner registry's
+    # events take fresh ids.
+    ("IngestFailed", 20, SchemaKind.EVENT),
+    ("RunnerRegistered", 40, SchemaKind.EVENT),
+    ("RunnerRetired", 41, SchemaKind.EVENT),
 )
 
 RETIRED_IDS: Final[dict[str, int]] = {
@@ -73,7 +78,6 @@ RETIRED_IDS: Final[dict[str, int]] = {
     # future schema can never be mistaken for one of them. Commands, replies and internal
     # forwards are JSON envelopes defined in `envelopes`, not Avro.
     "StreamConfig": 2,  # now inlined in StreamCreated
-    "IngestFailed": 20,
     "ReplayRequested": 33,
     "ReplayStatusChanged": 34,
     "CreateStream": 50,
