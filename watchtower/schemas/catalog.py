@@ -35,6 +35,9 @@ class SchemaInfo:
 _ENTRIES: Final = (
     # shared records
     ("StreamMessage", 1, SchemaKind.RECORD),
+    # CIP-7 ingestion's signed records (ingest.tasks, ingest.results)
+    ("IngestTask", 3, SchemaKind.RECORD),
+    ("IngestResult", 4, SchemaKind.RECORD),
     # events: one schema per event type, each file self-contained (every named type inlined)
     ("StreamMessagePublished", 10, SchemaKind.EVENT),
     ("SubscriberUpdated", 11, SchemaKind.EVENT),
