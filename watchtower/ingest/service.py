@@ -52,13 +52,16 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
     next_offset: dict[int, int] = {}
     for msg in read_committed(bootstrap, [events]):
         view.fold(msg.value())
-        next_offset[msg.partition()] = msg.offset() + 1
+        partition, offset = msg.partition(), msg.offset()
+        if partition is not None and offset is not None:
+            next_offset[partition] = offset + 1
     aggregator = Aggregator(view, scheduler, ApiSink(api, publisher))
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-aggregator-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
         "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
     since = int(time.time() * 1000) - LOOKBACK_MS
-    assignment = [TopicPartition(events, p, next_offset.get(p, OFFSET_BEGINNING)) for p in _partitions(consumer, events)]
+    assignment = [TopicPartition(events, p, next_offset.get(p, OFFSET_BEGINNING))
+                  for p in _partitions(consumer, events)]
     for topic in (tasks, results):
         wanted = [TopicPartition(topic, p, since) for p in _partitions(consumer, topic)]
         assignment += consumer.offsets_for_times(wanted, timeout=30)
