@@ -139,3 +139,19 @@ def test_the_event_type_is_ingest_failed() -> None:
         "reason": "TIMEOUT", "timestamp_unix_ms": 1, "first_tick": 1, "last_tick": 1, "detail": ""}),
         block_height=HEIGHT)
     assert [e.type for e in decision.events] == [INGEST_FAILED]
+
+
+def test_a_stream_created_with_ingestion_encodes_and_snapshots() -> None:
+    # The config's objects arrive deep-frozen from the signed command; the event's Avro record
+    # carries them as JSON text (this used to fail and stop the worker).
+    from watchtower.schemas.wire import decode_event, encode_event
+
+    ingestion = {**INGESTION, "task_definition": {"kind": "http_json", "url": "http://127.0.0.1:1/p",
+                                                  "select": {"p": "$.a[0]"}, "headers": {"X-K": "v"}},
+                 "result_schema": {"type": "object", "required": ["p"]}}
+    s = Stream(ingestion=ingestion)
+    decision = decide(StreamState.initial(SID), sign_command(OWNER, "create_stream", SID, 1, {
+        "publisher_key": bytes(DELEGATE.verify_key), "ingestion": ingestion}), block_height=HEIGHT)
+    decoded = decode_event(encode_event(decision.events[0]))
+    assert decoded.body["config"]["ingestion"]["task_definition"]["select"] == {"p": "$.a[0]"}
+    assert decode_streams(encode_streams({SID: s.state}))[SID].config == s.state.config

@@ -35,6 +35,7 @@ from watchtower.protocol.ingestion_transform import (
     check_payload_size,
     parse_transform,
 )
+from watchtower.protocol.signed_command import json_safe
 from watchtower.schemas.ingest_records import decode_result, decode_task
 
 log = logging.getLogger("watchtower.ingest.aggregator")
@@ -98,7 +99,7 @@ class Aggregator:
             self._quarantine(exc.code, exc.message, where)
             return
         stream = self.view.streams.get(task.stream_id)
-        if stream is not None and task.task_definition != dict(stream.config.task_definition):
+        if stream is not None and task.task_definition != json_safe(stream.config.task_definition):
             self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
             return
         ticks = self.pending.setdefault(task.stream_id, {})

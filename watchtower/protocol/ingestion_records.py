@@ -25,6 +25,7 @@ from watchtower.protocol.addresses import address_from_public_key, public_key_fr
 from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, UnauthorizedError
 from watchtower.protocol.ingestion import IngestReason, ProofType, task_id
 from watchtower.protocol.ingestion_proof import select_runners
+from watchtower.protocol.signed_command import json_safe
 
 TASK_DOMAIN: Final = "watchtower-ingest-task-v1"
 RESULT_DOMAIN: Final = "watchtower-ingest-result-v1"
@@ -107,8 +108,8 @@ def new_task(*, stream_id: str, tick: int, tick_height: int, timeout_blocks: int
     return IngestTask(
         stream_id=stream_id, tick=tick, skip_from=skip_from, tick_height=tick_height,
         deadline_height=tick_height + timeout_blocks,
-        task_definition_json=json.dumps(config["task_definition"], sort_keys=True, separators=(",", ":")),
-        result_schema_json=json.dumps(config["result_schema"], sort_keys=True, separators=(",", ":")),
+        task_definition_json=json.dumps(json_safe(config["task_definition"]), sort_keys=True, separators=(",", ":")),
+        result_schema_json=json.dumps(json_safe(config["result_schema"]), sort_keys=True, separators=(",", ":")),
         proof_type=str(config["proof_type"]), num_runners=n,
         runners=tuple(address_from_public_key(k) for k in selected),
         scheduler=address_from_public_key(bytes(scheduler.verify_key)),

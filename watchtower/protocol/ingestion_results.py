@@ -23,6 +23,7 @@ import referencing.exceptions
 
 from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
 from watchtower.protocol.ingestion import MAX_RESULT_BYTES, check_json_ints
+from watchtower.protocol.signed_command import json_safe
 
 _VALIDATOR = jsonschema.Draft202012Validator
 
@@ -63,7 +64,7 @@ _REGISTRY: referencing.Registry[Any] = referencing.Registry(retrieve=_no_remote)
 
 def check_result_schema(schema: Mapping[str, Any]) -> None:
     """INVALID_ARGUMENT unless `schema` is a valid Draft 2020-12 JSON Schema object."""
-    _validator(canonical_json(dict(schema)).decode())
+    _validator(canonical_json(json_safe(schema)).decode())
 
 
 @lru_cache(maxsize=1024)
@@ -78,7 +79,7 @@ def _validator(schema_text: str) -> Any:
 
 def validate_result(value: Any, schema: Mapping[str, Any]) -> None:
     """SCHEMA_MISMATCH naming the first failing place unless `value` satisfies `schema`."""
-    validator = _validator(canonical_json(dict(schema)).decode())
+    validator = _validator(canonical_json(json_safe(schema)).decode())
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except referencing.exceptions.Unresolvable as exc:

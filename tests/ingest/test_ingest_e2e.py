@@ -1,0 +1,189 @@
+"""Timer-driven ingestion end to end on the real broker: the Faust scheduler, three runner processes
+(one lying), the aggregator and the stream actor, with a local HTTP source that the test switches
+through an outage, a schema mismatch, a disagreement, an oversized answer and a hang.
+
+What must hold, whatever the timing: every message is verified by the SDK under the delegated key
+and carries a distinct ``ingest_tick``; every tick up to the last finished one was either published
+once or recorded once as IngestFailed (no tick published twice, none skipped without a record);
+sequences stay gapless and failed ticks consume none; the liar's value is never published; each
+failure path shows up with its own reason; forged tasks and results are quarantined and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+from confluent_kafka import Producer
+from ingest_harness import PriceSource, health, ingest_failures, serve_source, wait_for
+from stack_fixture import start_stack
+
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.ingest import keys
+from watchtower.ingest.runner import now_height
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
+from watchtower.schemas.ingest_records import decode_result, encode_result, encode_task
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import read_committed
+
+pytestmark = pytest.mark.integration
+
+RESULT_SCHEMA = {"type": "object", "required": ["price", "symbol"],
+                 "properties": {"price": {"type": "number"}, "symbol": {"type": "string"}}}
+
+
+class Env:
+    def __init__(self, services: ServiceSet, home: Path, source: PriceSource, url: str) -> None:
+        self.services, self.home, self.source, self.url = services, home, source, url
+        self.api = ApiClient(services.api_url)
+        self.stream_id = ""
+
+    def agg(self) -> dict[str, Any]:
+        return health(self.services.health_file("ingest"))
+
+    def done(self) -> int:
+        return int(self.agg().get("done", {}).get(self.stream_id, 0))
+
+
+@pytest.fixture(scope="module")
+def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    home = tmp_path_factory.mktemp("ingest-home")
+    source = PriceSource()
+    extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+    with serve_source(source) as url, start_stack(kafka_bootstrap, tmp_path_factory.mktemp("ingest-logs")) as services:
+        for name, lie in (("r1", False), ("r2", False), ("liar", True)):
+            services.start_runner(name, lie=lie, extra_env=extra)
+        services.start_ingest(extra_env=extra)
+        e = Env(services, home, source, url)
+        wait_for("three registered runners", lambda: len(e.agg().get("runners", [])) == 3, 90)
+        yield e
+
+
+def test_quorum_ingestion_end_to_end(env: Env) -> None:
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = keys.ingestion_publisher_key(env.home)  # the key the owner delegates to ingestion
+    ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+                 "transform_method": "price_batch", "result_schema": RESULT_SCHEMA,
+                 "task_definition": {"kind": "http_json", "url": env.url, "timeout_ms": 4000, "timeout_blocks": 2,
+                                     "max_bytes": 4096, "select": {"price": "$.data.price",
+                                                                   "symbol": "$.data.symbol"}}}
+    reply = create_feed(env.api, owner, name="btc-ingest", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                        ingestion=ingestion)
+    env.stream_id = reply["stream_id"]
+    wait_until_visible(env.api, env.stream_id)
+    true_prices = set()
+
+    def published() -> int:
+        return int(env.agg().get("published", 0))
+
+    def failed(reason: str) -> int:
+        return int(env.agg().get("failed", {}).get(reason, 0))
+
+    def ok_phase(n: int) -> None:
+        env.source.price += 10
+        true_prices.add(env.source.price)
+        env.source.mode = "ok"
+        start = published()
+        wait_for(f"{n} published ticks at price {env.source.price}", lambda: published() >= start + n, 90)
+
+    def bad_phase(mode: str, reason: str) -> None:
+        env.source.mode = mode
+        start = failed(reason)
+        wait_for(f"an IngestFailed {reason} in mode {mode}", lambda: failed(reason) > start, 60)
+
+    ok_phase(12)
+    bad_phase("down", "SOURCE_UNAVAILABLE")
+    ok_phase(3)
+    bad_phase("schema", "SCHEMA_MISMATCH")
+    ok_phase(3)
+    bad_phase("split", "QUORUM_NOT_REACHED")
+    ok_phase(3)
+    bad_phase("big", "OVERSIZED_RESULT")
+    ok_phase(3)
+    bad_phase("hang", "TIMEOUT")
+    ok_phase(4)
+    env.source.mode = "ok"
+    last_done = env.done()
+    assert last_done >= 60 - 15, f"the run covered {last_done} ticks"
+
+    # Every message, verified by the SDK against the owner-signed key chain (the delegated key).
+    sub = Subscriber(env.api, env.stream_id, expected_owner=owner.address)
+    messages = []
+    while True:
+        page = sub.poll(500)
+        if not page:
+            break
+        messages.extend(page)
+    head = env.api.get_head(env.stream_id)
+    assert [m.sequence for m in messages] == list(range(1, head["head_sequence"] + 1)), "gapless"
+    assert {m.signing_key_id for m in messages} == {1}
+    ticks = [int(m.tags["ingest_tick"]) for m in messages]
+    assert ticks == sorted(set(ticks)), "each tick published at most once, in order"
+    prices = set()
+    for m in messages:
+        batch = json.loads(m.payload_inline)
+        assert m.kind == "price_batch"
+        assert m.tags["count"] == 1.0
+        prices.update(t["price"] for t in batch["ticks"])
+    assert prices <= true_prices, f"published {prices - true_prices}: the liar's value (+1) got through"
+
+    failures = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
+    failed_ticks = [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+    assert not set(failed_ticks) & set(ticks), "a tick both published and failed"
+    assert len(failed_ticks) == len(set(failed_ticks)), "a tick reported failed twice"
+    covered = sorted(set(ticks) | set(failed_ticks))
+    assert covered == list(range(1, covered[-1] + 1)), "a tick vanished without a message or an IngestFailed"
+    reasons = {e.body["reason"] for e in failures}
+    assert {"SOURCE_UNAVAILABLE", "SCHEMA_MISMATCH", "QUORUM_NOT_REACHED", "OVERSIZED_RESULT", "TIMEOUT"} <= reasons
+    assert env.api.get_head(env.stream_id)["ingest_fail_count"] == len(failures)
+    assert head["head_sequence"] == len(ticks), "failed ticks consumed no sequence"
+
+
+def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:
+    assert env.stream_id, "runs after the end-to-end test, on its stream"
+    bootstrap, prefix = env.services.bootstrap, env.services.prefix
+    before = env.agg().get("quarantined", {})
+    head_before = env.api.get_head(env.stream_id)["head_sequence"]
+    stranger = nacl.signing.SigningKey.generate()
+    old = next(decode_result(m.value()) for m in read_committed(bootstrap, [topic_name("ingest-results", prefix)])
+               if m.key() == env.stream_id.encode())
+    tick = env.done() + 4
+    forged_task = IngestTask(stream_id=env.stream_id, tick=tick, skip_from=None, tick_height=now_height(),
+                             deadline_height=now_height() + 2, task_definition_json="{}", result_schema_json="{}",
+                             proof_type="NONE", num_runners=1, runners=(address_from_public_key(
+                                 bytes(stranger.verify_key)),), scheduler=address_from_public_key(
+                                 bytes(stranger.verify_key))).signed(stranger)
+    future = IngestTask(stream_id=env.stream_id, tick=tick, skip_from=None, tick_height=0, deadline_height=0,
+                        task_definition_json="{}", result_schema_json="{}", proof_type="NONE", num_runners=1,
+                        runners=(), scheduler="")
+    unregistered = new_result(future, stranger, result=b'{"price":1,"symbol":"BTC"}')
+    wrong_task = IngestResult(b"\x00" * 32, env.stream_id, tick, old.runner, '{"price":1,"symbol":"BTC"}', None, "",
+                              old.signature)
+    producer = Producer(kafka_config(bootstrap))
+    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=encode_task(forged_task))
+    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=b"not a task")
+    for result in (old, unregistered, wrong_task):
+        producer.produce(topic_name("ingest-results", prefix), key=env.stream_id.encode(), value=encode_result(result))
+    producer.flush(10)
+
+    def counts() -> dict[str, int]:
+        now = env.agg().get("quarantined", {})
+        return {k: now.get(k, 0) - before.get(k, 0) for k in set(now) | set(before)}
+
+    wait_for("the forged records counted", lambda: counts().get("UNAUTHORIZED", 0) >= 2
+             and counts().get("STALE_SEQUENCE", 0) >= 1 and counts().get("MALFORMED_RECORD", 0) >= 1, 30)
+    liar = health(env.services.health_file("runner-liar"))
+    assert liar.get("quarantined", {}).get("UNAUTHORIZED", 0) >= 1, liar
+    wait_for("the tick after the forgeries", lambda: env.done() >= tick + 1, 30)
+    messages = env.api.get_since(env.stream_id, head_before, 500)["messages"]
+    prices = {json.loads(bytes.fromhex(m["payload_inline_hex"]))["ticks"][0]["price"] for m in messages}
+    assert 1 not in prices, "a forged value was published"
