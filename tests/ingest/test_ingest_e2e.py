@@ -59,6 +59,7 @@ def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     home = tmp_path_factory.mktemp("ingest-home")
     source = PriceSource()
     extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+    keys.scheduler_key(home)  # created once here; the processes read it
     with serve_source(source) as url, start_stack(kafka_bootstrap, tmp_path_factory.mktemp("ingest-logs")) as services:
         for name, lie in (("r1", False), ("r2", False), ("liar", True)):
             services.start_runner(name, lie=lie, extra_env=extra)
@@ -100,20 +101,19 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
         start = failed(reason)
         wait_for(f"an IngestFailed {reason} in mode {mode}", lambda: failed(reason) > start, 60)
 
-    ok_phase(12)
+    ok_phase(20)
     bad_phase("down", "SOURCE_UNAVAILABLE")
-    ok_phase(3)
+    ok_phase(6)
     bad_phase("schema", "SCHEMA_MISMATCH")
-    ok_phase(3)
+    ok_phase(6)
     bad_phase("split", "QUORUM_NOT_REACHED")
-    ok_phase(3)
+    ok_phase(6)
     bad_phase("big", "OVERSIZED_RESULT")
-    ok_phase(3)
+    ok_phase(6)
     bad_phase("hang", "TIMEOUT")
-    ok_phase(4)
+    ok_phase(6)
     env.source.mode = "ok"
-    last_done = env.done()
-    assert last_done >= 60 - 15, f"the run covered {last_done} ticks"
+    wait_for("60 finished ticks", lambda: env.done() >= 60, 60)
 
     # Every message, verified by the SDK against the owner-signed key chain (the delegated key).
     sub = Subscriber(env.api, env.stream_id, expected_owner=owner.address)
@@ -123,8 +123,7 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
         if not page:
             break
         messages.extend(page)
-    head = env.api.get_head(env.stream_id)
-    assert [m.sequence for m in messages] == list(range(1, head["head_sequence"] + 1)), "gapless"
+    assert [m.sequence for m in messages] == list(range(1, len(messages) + 1)), "gapless"
     assert {m.signing_key_id for m in messages} == {1}
     ticks = [int(m.tags["ingest_tick"]) for m in messages]
     assert ticks == sorted(set(ticks)), "each tick published at most once, in order"
@@ -137,15 +136,18 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
     assert prices <= true_prices, f"published {prices - true_prices}: the liar's value (+1) got through"
 
     failures = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
+    fail_count = env.api.get_head(env.stream_id)["ingest_fail_count"]
+    later = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
+    assert len(failures) <= fail_count <= len(later), "ingest_fail_count counts the IngestFailed events"
     failed_ticks = [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
     assert not set(failed_ticks) & set(ticks), "a tick both published and failed"
     assert len(failed_ticks) == len(set(failed_ticks)), "a tick reported failed twice"
-    covered = sorted(set(ticks) | set(failed_ticks))
-    assert covered == list(range(1, covered[-1] + 1)), "a tick vanished without a message or an IngestFailed"
+    covered = sorted(t for t in set(ticks) | set(failed_ticks) if t <= ticks[-1])
+    assert covered == list(range(1, ticks[-1] + 1)), "a tick vanished without a message or an IngestFailed"
+    assert ticks[-1] >= 60
     reasons = {e.body["reason"] for e in failures}
     assert {"SOURCE_UNAVAILABLE", "SCHEMA_MISMATCH", "QUORUM_NOT_REACHED", "OVERSIZED_RESULT", "TIMEOUT"} <= reasons
-    assert env.api.get_head(env.stream_id)["ingest_fail_count"] == len(failures)
-    assert head["head_sequence"] == len(ticks), "failed ticks consumed no sequence"
+    assert len(ticks) + len(failed_ticks) >= 60
 
 
 def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:

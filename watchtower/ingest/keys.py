@@ -9,21 +9,38 @@ Each is created on first use. Key material is never printed or logged; only addr
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nacl.signing
 
-from watchtower.client.account import AccountNotFoundError, read_key_file, require_name, write_key_file
+from watchtower.client.account import (
+    AccountExistsError,
+    AccountNotFoundError,
+    KeyFileError,
+    read_key_file,
+    require_name,
+    write_key_file,
+)
 from watchtower.client.home import watchtower_home
 
 
 def _load_or_create(path: Path) -> nacl.signing.SigningKey:
-    try:
-        return read_key_file(path)
-    except AccountNotFoundError:
-        key = nacl.signing.SigningKey.generate()
-        write_key_file(path, key)
-        return key
+    # Several processes may start at once: exactly one creates the file (O_EXCL), the others read
+    # it, waiting out the moment between its creation and its content.
+    for _ in range(50):
+        try:
+            return read_key_file(path)
+        except AccountNotFoundError:
+            key = nacl.signing.SigningKey.generate()
+            try:
+                write_key_file(path, key)
+            except AccountExistsError:
+                continue
+            return key
+        except KeyFileError:
+            time.sleep(0.1)
+    return read_key_file(path)
 
 
 def scheduler_key(home: Path | None = None) -> nacl.signing.SigningKey:

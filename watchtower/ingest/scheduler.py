@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
+import tempfile
 import uuid
 from typing import Any
 
@@ -130,6 +132,7 @@ def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, 
     app = SchedulerApp(
         f"wt-{prefix or 'wt'}.ingest-scheduler-{uuid.uuid4().hex[:8]}",
         broker=f"kafka://{bootstrap}", **faust_broker_settings(), store="memory://",
+        datadir=os.environ.get("WATCHTOWER_FAUST_DATADIR") or tempfile.mkdtemp(prefix="wt-ingest-faust-"),
         processing_guarantee="at_least_once", web_enabled=False, topic_disable_leader=True,
         consumer_auto_offset_reset="earliest", topic_allow_declare=False,
     )
