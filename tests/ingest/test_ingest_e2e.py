@@ -29,6 +29,7 @@ from watchtower.ingest import keys
 from watchtower.ingest.runner import now_height
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
 from watchtower.schemas.ingest_records import decode_result, encode_result, encode_task
 from watchtower.topics.catalogue import topic_name
@@ -189,3 +190,41 @@ def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:
     messages = env.api.get_since(env.stream_id, head_before, 500)["messages"]
     prices = {json.loads(bytes.fromhex(m["payload_inline_hex"]))["ticks"][0]["price"] for m in messages}
     assert 1 not in prices, "a forged value was published"
+
+
+def test_cli_creates_an_ingesting_feed_and_reports_its_status(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from watchtower.cli.main import _register, cli
+
+    monkeypatch.setenv("WATCHTOWER_HOME", str(env.home))
+    monkeypatch.setenv("WATCHTOWER_API", env.services.api_url)
+    monkeypatch.setenv("WATCHTOWER_BOOTSTRAP", env.services.bootstrap)
+    monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", env.services.prefix)
+    monkeypatch.delenv("WATCHTOWER_ACCOUNT", raising=False)
+    monkeypatch.delenv("WATCHTOWER_KEY_FILE", raising=False)
+    _register()
+    Account.create("cli-owner", home=env.home)
+    env.source.mode = "ok"
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, [*args, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    created = run("new", "feed", "--name", "cli-ingest", "--account", "cli-owner", "--ingest-url", env.url,
+                  "--ingest-select", '{"price": "$.data.price", "symbol": "$.data.symbol"}', "--runners", "1",
+                  "--proof", "NONE", "--transform", "price_batch", "--result-schema", json.dumps(RESULT_SCHEMA))
+    assert created["ingestion"]["proof_type"] == "NONE"
+    sid = created["stream_id"]
+    status = wait_for("a first ingested message", lambda: (s := run("feed", sid, "ingestion", "status"))
+                      ["last_success"] and s, 60)
+    assert status["ingestion"]["num_runners"] == 1
+    assert status["last_success"]["sequence"] >= 1
+    assert status["ingest_fail_count"] == len(status["last_failures"]) == 0
+    runners = run("runner", "list")["runners"]
+    assert sorted(r["label"] for r in runners) == ["liar", "r1", "r2"]
+    bad = CliRunner().invoke(cli, ["new", "feed", "--name", "x", "--account", "cli-owner", "--ingest-url",
+                                   "file:///etc/passwd", "--json"])
+    assert isinstance(bad.exception, WatchtowerError)
+    assert bad.exception.code == "INVALID_ARGUMENT", "a runner never reads local files: refused before creation"
