@@ -127,7 +127,7 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
     assert {name: s["running"] for name, s in status["services"].items()} == {
         "worker-w1": True, "projection-p1": True, "keymgr": True, "replay-r1": True,
-        "delivery-d1": True}
+        "delivery-d1": True, "ingest": True, "runner-r1": True, "runner-r2": True}
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is True
     # The projection is told where to listen; the worker where to write its health.

@@ -29,6 +29,7 @@ from watchtower.local.config import ClusterSpec
 from watchtower.local.paths import default_data_dir, watchtower_home
 from watchtower.local.stack import (
     DELIVERY_MODULE,
+    INGEST_MODULE,
     KEYMGR_MODULE,
     PROJECTION_MODULE,
     REPLAY_MODULE,
@@ -63,7 +64,8 @@ class ServiceRecord:
     @property
     def module(self) -> str:
         return {"worker": WORKER_MODULE, "keymgr": KEYMGR_MODULE, "replay": REPLAY_MODULE,
-                "delivery": DELIVERY_MODULE}.get(self.kind, PROJECTION_MODULE)
+                "delivery": DELIVERY_MODULE, "ingest": INGEST_MODULE, "runner": INGEST_MODULE}.get(
+                    self.kind, PROJECTION_MODULE)
 
     def alive(self) -> bool:
         return self.pid is not None and process_runs(self.pid, self.module, self.worker_id)
