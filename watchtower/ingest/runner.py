@@ -12,6 +12,7 @@ tests' liar) adds 1 to every number it returns; it exists to show that QUORUM ou
 from __future__ import annotations
 
 import json
+import os
 import logging
 import threading
 import time
@@ -105,7 +106,7 @@ class Runner:
             return new_result(task, self.key, error=IngestReason.SOURCE_UNAVAILABLE, detail=exc.message)
 
     def health(self) -> dict[str, Any]:
-        return {"runner": self.address, "results": self.results, "late": self.skipped,
+        return {"pid": os.getpid(), "runner": self.address, "results": self.results, "late": self.skipped,
                 "quarantined": dict(self.quarantined)}
 
 

@@ -256,7 +256,7 @@ def stack_report(record: StackRecord, probe_timeout: float = 3.0) -> tuple[dict[
         # "stopped": no process since `down --keep-kafka` (or a failed start); "dead": it died.
         state = "running" if running else ("stopped" if s.pid is None else "dead")
         entry: dict[str, Any] = {"kind": s.kind, "pid": s.pid, "running": running, "state": state}
-        if s.kind in ("worker", "replay", "delivery"):
+        if s.kind in ("worker", "replay", "delivery", "ingest", "runner"):
             entry["health"] = read_health(Path(record.log_dir) / f"{s.name}.health.json",
                                           s.pid if running else None)
         else:
