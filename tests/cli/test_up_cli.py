@@ -294,6 +294,6 @@ def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_do
 
     down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    # 1 worker, 2 projections, key manager, replay, delivery
+    # 1 worker, 2 projections, key manager, replay, delivery, ingestion and its two runners
     assert "stopped 9 service process(es)" in down.stdout
     assert all(_gone(s["pid"]) for s in projections.values())

@@ -12,8 +12,8 @@ tests' liar) adds 1 to every number it returns; it exists to show that QUORUM ou
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 import threading
 import time
 from collections import Counter
