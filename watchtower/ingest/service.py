@@ -85,7 +85,8 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
             aggregator.step(now_height())
             if health_file is not None and time.monotonic() - last_health > 0.5:
                 last_health = time.monotonic()
-                doc = {"pid": os.getpid(), **aggregator.health(), "streams": sorted(view.streams), "runners": sorted(view.registered()),
+                doc = {"pid": os.getpid(), **aggregator.health(), "streams": sorted(view.streams),
+                       "runners": sorted(view.registered()),
                        "last_reasons": aggregator.last_reasons}
                 tmp = health_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps(doc))
