@@ -228,3 +228,49 @@ def test_cli_creates_an_ingesting_feed_and_reports_its_status(env: Env, monkeypa
                                    "file:///etc/passwd", "--json"])
     assert isinstance(bad.exception, WatchtowerError)
     assert bad.exception.code == "INVALID_ARGUMENT", "a runner never reads local files: refused before creation"
+
+
+def _ingested(env: Env, stream_id: str, owner: str) -> tuple[list[int], list[int]]:
+    """(published ticks, in sequence order, each message verified by the SDK; failed ticks)."""
+    sub = Subscriber(env.api, stream_id, expected_owner=owner)
+    messages = []
+    while page := sub.poll(500):
+        messages.extend(page)
+    assert [m.sequence for m in messages] == list(range(1, len(messages) + 1)), "gapless"
+    ticks = [int(m.tags["ingest_tick"]) for m in messages]
+    failures = ingest_failures(env.services.bootstrap, env.services.prefix, stream_id)
+    return ticks, [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+
+
+def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: Env) -> None:
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = keys.ingestion_publisher_key(env.home)
+    env.source.mode = "ok"
+    ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+                 "result_schema": RESULT_SCHEMA, "transform_method": "price_batch",
+                 "task_definition": {"kind": "http_json", "url": env.url, "timeout_blocks": 2,
+                                     "select": {"price": "$.data.price", "symbol": "$.data.symbol"}}}
+    sid = create_feed(env.api, owner, name="kill-9", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                      ingestion=ingestion)["stream_id"]
+    wait_until_visible(env.api, sid)
+    extra = {"WATCHTOWER_HOME": str(env.home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+
+    def head() -> int:
+        return int(env.api.get_head(sid)["head_sequence"])
+
+    wait_for("8 ingested messages", lambda: head() >= 8, 60)
+    env.services.kill9("ingest")  # scheduler and aggregator, mid-run
+    env.services.start_ingest(extra_env=extra)
+    at = head()
+    wait_for("8 more after the scheduler's kill -9", lambda: head() >= at + 8, 120)
+    env.services.kill9("runner-r1")
+    env.services.start_runner("r1", extra_env=extra)
+    at = head()
+    wait_for("8 more after a runner's kill -9", lambda: head() >= at + 8, 120)
+
+    ticks, failed = _ingested(env, sid, owner.address)
+    assert ticks == sorted(set(ticks)), "a tick was published twice or out of order"
+    assert len(failed) == len(set(failed)), "a tick was reported failed twice"
+    assert not set(ticks) & set(failed)
+    covered = sorted(t for t in set(ticks) | set(failed) if t <= ticks[-1])
+    assert covered == list(range(1, ticks[-1] + 1)), "a tick was skipped without an IngestFailed"
