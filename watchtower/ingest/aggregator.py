@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections import Counter, OrderedDict
+import time
+from collections import Counter, OrderedDict, deque
 from typing import Final, Protocol
 
 from watchtower.ingest.view import IngestingStream, IngestionView
@@ -84,6 +85,8 @@ class Aggregator:
         self.published = 0
         self.failed: Counter[str] = Counter()
         self.last_reasons: dict[str, list[str]] = {}
+        self.lags_ms: deque[int] = deque(maxlen=2_000)
+        """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
 
     # --- input -----------------------------------------------------------------------------------
 
@@ -221,6 +224,7 @@ class Aggregator:
             return
         self.done[stream.stream_id] = task.tick
         self.published += 1
+        self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
 
     def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> None:
         first = task.skip_from if task.skip_from is not None else task.tick
@@ -238,5 +242,7 @@ class Aggregator:
         del reasons[:-10]
 
     def health(self) -> dict[str, object]:
-        return {"published": self.published, "failed": dict(self.failed), "quarantined": dict(self.quarantined),
-                "pending": sum(len(t) for t in self.pending.values()), "done": dict(self.done)}
+        lags = sorted(self.lags_ms)
+        lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
+        return {"published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
+                "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()), "done": dict(self.done)}
