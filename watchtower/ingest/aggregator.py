@@ -245,4 +245,5 @@ class Aggregator:
         lags = sorted(self.lags_ms)
         lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
         return {"published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
-                "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()), "done": dict(self.done)}
+                "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()),
+                "done": dict(self.done)}
