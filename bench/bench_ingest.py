@@ -62,7 +62,8 @@ def watch(api: ApiClient, stream_id: str, stop: threading.Event, seen: dict[int,
     while not stop.is_set():
         try:
             page = api.get_since(stream_id, cursor, 100, min_head=cursor + 1, wait_ms=1000)
-        except Exception:
+        except Exception as exc:  # a benchmark keeps measuring through a slow answer
+            print(f"watch {stream_id}: {exc}", file=sys.stderr)
             continue
         now = time.time()
         for m in page.get("messages", []):
