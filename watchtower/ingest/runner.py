@@ -17,9 +17,11 @@ import os
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nacl.signing
 from confluent_kafka import Consumer, KafkaError, Producer
 
@@ -74,8 +76,9 @@ class Runner:
         self.results = 0
         self.skipped = 0
 
-    def handle(self, value: bytes | None, where: str = "") -> IngestResult | None:
-        """The result for one ``ingest.tasks`` record, or None (not ours, late, or quarantined)."""
+    def accept(self, value: bytes | None, where: str = "") -> IngestTask | None:
+        """The task in one ``ingest.tasks`` record if this runner is to run it now; None when it is
+        not ours, late, or quarantined (forged or malformed: counted, never run)."""
         try:
             task = decode_task(value)
             verify_task(task, self.scheduler)
@@ -88,14 +91,20 @@ class Runner:
         if now_height() > task.deadline_height:
             self.skipped += 1
             return None
-        return self.run_task(task)
+        return task
 
-    def run_task(self, task: IngestTask) -> IngestResult:
+    def handle(self, value: bytes | None, where: str = "") -> IngestResult | None:
+        """`accept` then `run_task`, in the caller's thread."""
+        task = self.accept(value, where)
+        return None if task is None else self.run_task(task)
+
+    def run_task(self, task: IngestTask, client: httpx.Client | None = None) -> IngestResult:
+        """Run `task` (thread-safe: `serve` runs several at once) and sign the result."""
         try:
             spec = parse_task_definition(task.task_definition)
             if not isinstance(spec.source, HttpJsonTask):
                 raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner runs http_json tasks only")
-            result = run_http_task(spec.source, allow=self.allow)
+            result = run_http_task(spec.source, allow=self.allow, client=client)
             if self.lie:
                 result = canonical_json(_lie(parse_result(result)))
             self.results += 1
@@ -111,9 +120,10 @@ class Runner:
 
 
 def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Event,
-          health_file: Path | None = None) -> None:
+          health_file: Path | None = None, concurrency: int = 16) -> None:
     """The runner's loop until `stop`: tasks in, results out (at least once; the aggregator counts
-    the first result of each runner)."""
+    the first result of each runner). Up to `concurrency` tasks run at once on one shared HTTP
+    client (its connection pool), so one slow source does not hold back every other stream."""
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
@@ -121,15 +131,26 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
     results_topic = topic_name("ingest-results", prefix)
     consumer.subscribe([topic_name("ingest-tasks", prefix)])
     last_health = 0.0
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="runner-task")
+    client = httpx.Client(follow_redirects=False, trust_env=False,
+                          limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
+    in_flight = threading.BoundedSemaphore(concurrency * 4)
+
+    def send(future: Future[IngestResult]) -> None:
+        in_flight.release()
+        result = future.result()
+        producer.produce(results_topic, key=result.stream_id.encode(), value=encode_result(result))
+
     try:
         while not stop.is_set():
             msg = consumer.poll(0.2)
+            producer.poll(0)
             error = None if msg is None else msg.error()
             if msg is not None and error is None:
-                result = runner.handle(msg.value(), f"p{msg.partition()}@{msg.offset()}")
-                if result is not None:
-                    producer.produce(results_topic, key=result.stream_id.encode(), value=encode_result(result))
-                    producer.poll(0)
+                task = runner.accept(msg.value(), f"p{msg.partition()}@{msg.offset()}")
+                if task is not None:
+                    in_flight.acquire()
+                    pool.submit(runner.run_task, task, client).add_done_callback(send)
             elif error is not None and error.code() != KafkaError._PARTITION_EOF:
                 log.warning("ingest.tasks: %s", error)
             if health_file is not None and time.monotonic() - last_health > 0.5:
@@ -138,5 +159,7 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                 tmp.write_text(json.dumps(runner.health()))
                 tmp.replace(health_file)
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        client.close()
         producer.flush(5)
         consumer.close()
