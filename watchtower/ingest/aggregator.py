@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections import Counter, OrderedDict, deque
+from concurrent.futures import Executor
 from typing import Final, Protocol
 
 from watchtower.ingest.view import IngestingStream, IngestionView
@@ -85,6 +87,9 @@ class Aggregator:
         self.published = 0
         self.failed: Counter[str] = Counter()
         self.last_reasons: dict[str, list[str]] = {}
+        self.lock = threading.RLock()
+        self.busy: set[str] = set()
+        """Streams a thread is draining now (`step`)."""
         self.lags_ms: deque[int] = deque(maxlen=2_000)
         """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
 
@@ -95,6 +100,14 @@ class Aggregator:
         log.warning("quarantined %s: %s: %s", where, code, why)
 
     def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> None:
+        with self.lock:
+            self._on_task(value, where)
+
+    def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
+        with self.lock:
+            self._on_result(value, where)
+
+    def _on_task(self, value: bytes | None, where: str) -> None:
         try:
             task = decode_task(value)
             verify_task(task, self.scheduler)
@@ -112,7 +125,7 @@ class Aggregator:
         for result in self.early.pop((task.stream_id, task.tick), []):
             self._accept(pending, result, where)
 
-    def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
+    def _on_result(self, value: bytes | None, where: str) -> None:
         try:
             result = decode_result(value)
         except WatchtowerError as exc:
@@ -162,20 +175,41 @@ class Aggregator:
 
     # --- decisions -------------------------------------------------------------------------------
 
-    def step(self, height: int) -> None:
-        """Finish every tick that can be finished at block `height`, in tick order per stream."""
-        for stream_id in list(self.pending):
-            ticks = self.pending[stream_id]
-            while ticks:
-                tick = min(ticks)
-                if not self._finish(stream_id, ticks[tick], height):
-                    break
-                del ticks[tick]
-            if not ticks:
-                del self.pending[stream_id]
+    def step(self, height: int, pool: Executor | None = None) -> None:
+        """Finish every tick that can be finished at block `height`, in tick order per stream.
 
-    def _finish(self, stream_id: str, pending: Pending, height: int) -> bool:
-        task = pending.task
+        With `pool`, streams are drained concurrently (their publishes are independent), each
+        stream by one thread at a time, so its ticks still finish in order."""
+        with self.lock:
+            ready = [sid for sid in self.pending if sid not in self.busy]
+            self.busy.update(ready)
+        for stream_id in ready:
+            if pool is None:
+                self._drain(stream_id, height)
+            else:
+                pool.submit(self._drain, stream_id, height)
+
+    def _drain(self, stream_id: str, height: int) -> None:
+        try:
+            while True:
+                with self.lock:
+                    ticks = self.pending.get(stream_id)
+                    if not ticks:
+                        self.pending.pop(stream_id, None)
+                        return
+                    tick = min(ticks)
+                    task, outcomes = ticks[tick].task, list(ticks[tick].outcomes)
+                if not self._finish(stream_id, task, outcomes, height):
+                    return
+                with self.lock:
+                    ticks.pop(tick, None)
+        except Exception:
+            log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
+        finally:
+            with self.lock:
+                self.busy.discard(stream_id)
+
+    def _finish(self, stream_id: str, task: IngestTask, outcomes: list[Outcome], height: int) -> bool:
         stream = self.view.streams.get(stream_id)
         if stream is None:
             if height > task.deadline_height + UNKNOWN_STREAM_GRACE_BLOCKS:
@@ -192,7 +226,7 @@ class Aggregator:
                 self._report(stream, task, IngestReason.TICKS_SKIPPED,
                              f"ticks {task.skip_from}..{task.tick} were past the scheduler's catch-up limit")
                 return True
-            verdict = decide_proof(ProofType(task.proof_type), task.num_runners, pending.outcomes,
+            verdict = decide_proof(ProofType(task.proof_type), task.num_runners, outcomes,
                                    expired=height > task.deadline_height)
             if verdict.pending:
                 return False
@@ -222,9 +256,10 @@ class Aggregator:
         except WatchtowerError as exc:
             self._report(stream, task, IngestReason.PUBLISH_REFUSED, f"{exc.code}: {exc.message}")
             return
-        self.done[stream.stream_id] = task.tick
-        self.published += 1
-        self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
+        with self.lock:
+            self.done[stream.stream_id] = task.tick
+            self.published += 1
+            self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
 
     def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> None:
         first = task.skip_from if task.skip_from is not None else task.tick
@@ -235,15 +270,20 @@ class Aggregator:
             self.quarantined["REPORT_REFUSED"] += 1
             log.error("IngestFailed for %s tick %d refused: %s: %s", stream.stream_id, task.tick, exc.code,
                       exc.message)
-        self.done[stream.stream_id] = task.tick
-        self.failed[str(reason)] += 1
-        reasons = self.last_reasons.setdefault(stream.stream_id, [])
-        reasons.append(str(reason))
-        del reasons[:-10]
+        with self.lock:
+            self.done[stream.stream_id] = task.tick
+            self.failed[str(reason)] += 1
+            reasons = self.last_reasons.setdefault(stream.stream_id, [])
+            reasons.append(str(reason))
+            del reasons[:-10]
 
     def health(self) -> dict[str, object]:
+        with self.lock:
+            return self._health()
+
+    def _health(self) -> dict[str, object]:
         lags = sorted(self.lags_ms)
         lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
         return {"published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
                 "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()),
-                "done": dict(self.done)}
+                "done": dict(self.done), "last_reasons": {k: list(v) for k, v in self.last_reasons.items()}}

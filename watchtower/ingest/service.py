@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final
 
@@ -36,6 +37,8 @@ from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
+PUBLISH_THREADS: Final = 8
+"""Streams whose ticks are published at once (each stream by one thread at a time, in tick order)."""
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
 
 
@@ -66,6 +69,7 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
         wanted = [TopicPartition(topic, p, since) for p in _partitions(consumer, topic)]
         assignment += consumer.offsets_for_times(wanted, timeout=30)
     consumer.assign(assignment)
+    pool = ThreadPoolExecutor(max_workers=PUBLISH_THREADS, thread_name_prefix="ingest-publish")
     last_health = 0.0
     try:
         while not stop.is_set():
@@ -82,16 +86,16 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
                     aggregator.on_task(msg.value(), where)
                 else:
                     aggregator.on_result(msg.value(), where)
-            aggregator.step(now_height())
+            aggregator.step(now_height(), pool)
             if health_file is not None and time.monotonic() - last_health > 0.5:
                 last_health = time.monotonic()
                 doc = {"pid": os.getpid(), **aggregator.health(), "streams": sorted(view.streams),
-                       "runners": sorted(view.registered()),
-                       "last_reasons": aggregator.last_reasons}
+                       "runners": sorted(view.registered())}
                 tmp = health_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps(doc))
                 tmp.replace(health_file)
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         consumer.close()
 
 
