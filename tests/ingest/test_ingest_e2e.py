@@ -274,3 +274,60 @@ def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: En
     assert not set(ticks) & set(failed)
     covered = sorted(t for t in set(ticks) | set(failed) if t <= ticks[-1])
     assert covered == list(range(1, ticks[-1] + 1)), "a tick was skipped without an IngestFailed"
+
+
+def test_a_kafka_topic_feeds_a_stream_and_deployment_topics_are_refused(env: Env) -> None:
+    import threading
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap, prefix = env.services.bootstrap, env.services.prefix
+    topic = f"user-{uuid.uuid4().hex[:8]}.trades"
+    admin = AdminClient(kafka_config(bootstrap))
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    stop = threading.Event()
+    produced: list[int] = []
+
+    def produce() -> None:
+        producer = Producer(kafka_config(bootstrap))
+        n = 0
+        while not stop.is_set():
+            n += 1
+            producer.produce(topic, key=str(n % 2).encode(), value=json.dumps({"trade": {"id": n, "px": 100}}))
+            produced.append(n)
+            producer.poll(0)
+            stop.wait(0.2)
+        producer.flush(10)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = bytes(keys.ingestion_publisher_key(env.home).verify_key).hex()
+    config = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+              "result_schema": {"type": "object", "required": ["records", "count"]},
+              "task_definition": {"kind": "kafka_topic", "topic": topic, "select": "$.trade.id", "timeout_blocks": 3}}
+    try:
+        sid = create_feed(env.api, owner, name="from-kafka", publisher_key_hex=delegated, ingestion=config)["stream_id"]
+        own = {**config, "task_definition": {**config["task_definition"], "topic": f"{prefix}.keymgr.state"}}
+        refused = create_feed(env.api, owner, name="own-topic", publisher_key_hex=delegated, ingestion=own)["stream_id"]
+        wait_until_visible(env.api, sid)
+        wait_for("4 messages from the topic", lambda: env.api.get_head(sid)["head_sequence"] >= 4, 60)
+        wait_for("the deployment's topic refused", lambda: env.api.get_head(refused)["ingest_fail_count"] >= 1, 60)
+    finally:
+        stop.set()
+        thread.join(10)
+    sub = Subscriber(env.api, sid, expected_owner=owner.address)
+    seen: list[int] = []
+    for msg in sub.poll(100):
+        body = json.loads(msg.payload_inline)
+        assert body["count"] == len(body["records"])
+        seen.extend(body["records"])
+    assert seen, "the windows held records"
+    assert len(seen) == len(set(seen)), "consecutive windows never share a record"
+    assert set(seen) <= set(produced), "only produced records, never the liar's (+1) ids beyond them"
+    assert env.api.get_head(refused)["head_sequence"] == 0, "nothing of the deployment's own topic was published"
+    failures = ingest_failures(bootstrap, prefix, refused)
+    assert {e.body["reason"] for e in failures} == {"SOURCE_UNAVAILABLE"}
+    assert "belongs to the deployment" in failures[0].body["detail"]

@@ -153,7 +153,7 @@ class Aggregator:
             self.quarantined["DUPLICATE_RESULT"] += 1
             return
         if result.error is not None:
-            pending.outcomes.append(Outcome(result.runner, error=IngestReason(result.error)))
+            pending.outcomes.append(Outcome(result.runner, error=IngestReason(result.error), detail=result.detail))
             return
         data = (result.result_json or "").encode("utf-8")
         if len(data) > MAX_RESULT_BYTES:

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         serve_ingest(bootstrap, prefix, api.base_url, scheduler, keys.ingestion_publisher_key(), _health())
         return
     key = keys.runner_key(args.name)
-    runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie)
+    runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie,
+                    bootstrap=bootstrap, prefix=prefix)
     _register(api, runner, args.name)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

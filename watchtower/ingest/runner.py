@@ -26,6 +26,7 @@ import nacl.signing
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from watchtower.ingest.fetch import FetchError, Network, run_http_task
+from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import GENESIS_UNIX_MS
@@ -66,12 +67,14 @@ class Runner:
     """Runs the tasks it is selected for (see the module docstring)."""
 
     def __init__(self, key: nacl.signing.SigningKey, scheduler: str, *, allow: tuple[Network, ...] = (),
-                 lie: bool = False) -> None:
+                 lie: bool = False, bootstrap: str | None = None, prefix: str | None = None) -> None:
         self.key = key
         self.address = address_from_public_key(bytes(key.verify_key))
         self.scheduler = scheduler
         self.allow = allow
         self.lie = lie
+        self.bootstrap = bootstrap  # for kafka_topic tasks
+        self.prefix = prefix
         self.quarantined: Counter[str] = Counter()
         self.results = 0
         self.skipped = 0
@@ -102,9 +105,12 @@ class Runner:
         """Run `task` (thread-safe: `serve` runs several at once) and sign the result."""
         try:
             spec = parse_task_definition(task.task_definition)
-            if not isinstance(spec.source, HttpJsonTask):
-                raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner runs http_json tasks only")
-            result = run_http_task(spec.source, allow=self.allow, client=client)
+            if isinstance(spec.source, HttpJsonTask):
+                result = run_http_task(spec.source, allow=self.allow, client=client)
+            elif self.bootstrap is None:
+                raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner has no Kafka to read topics from")
+            else:
+                result = run_kafka_task(spec.source, task.tick_height, self.bootstrap, self.prefix)
             if self.lie:
                 result = canonical_json(_lie(parse_result(result)))
             self.results += 1

@@ -9,8 +9,10 @@ Task definition (``IngestionConfig.task_definition``), one of two kinds:
 - ``{"kind": "http_json", "url", "method"?: "GET"|"POST", "headers"?: {text: text}, "body"?: text,
   "select"?: {name: path} | path, "timeout_ms"?, "max_bytes"?, "timeout_blocks"?}``: an HTTP(S)
   JSON fetch; ``select`` picks fields with a restricted JSONPath (`select_path`);
-- ``{"kind": "kafka_topic", "topic", "max_records"?, "select"?, "timeout_blocks"?}``: the records
-  a runner reads from an existing topic since the previous tick (each decoded as JSON).
+- ``{"kind": "kafka_topic", "topic", "max_records"?, "select"?, "window_blocks"?, "timeout_blocks"?}``:
+  the JSON records of an existing topic timestamped in the `window_blocks` blocks before the tick
+  (`topic_window`), as ``{"records": [...], "count": n, "skipped": k}``; a deployment's own topics
+  are refused by the runner.
 
 Plus, for the transforms (`ingestion_transform`): ``publish_kind`` (the messages' kind), and the
 transform's own parameters (``field_map``, ``price_batch``).
@@ -125,11 +127,31 @@ class HttpJsonTask:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class KafkaTopicTask:
-    """The JSON records of an existing topic since the previous tick."""
+    """The JSON records of an existing topic whose timestamps fall in the `window_blocks` blocks
+    before the tick (`topic_window`), each reduced by `select`, at most `max_records` of them."""
 
     topic: str
     max_records: int
     select: Mapping[str, str] | str | None
+    window_blocks: int = 1
+
+
+_TOPIC_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def require_topic(topic: object) -> str:
+    """`topic` if it is a legal Kafka topic name that is not one of Kafka's own (``__…``)."""
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic.startswith("__"):
+        raise InvalidArgumentError(f"task_definition.topic must be a Kafka topic name (not __internal), got {topic!r}")
+    return topic
+
+
+def topic_window(tick_height: int, window_blocks: int, genesis_ms: int, block_ms: int) -> tuple[int, int]:
+    """[start, end) in ms of the records a kafka_topic task at `tick_height` reads: the
+    `window_blocks` blocks that end where the tick's block starts. Every runner reads the same
+    window, so honest runners return the same records (QUORUM can agree)."""
+    end = genesis_ms + tick_height * block_ms
+    return end - window_blocks * block_ms, end
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,8 +175,9 @@ def parse_task_definition(definition: Mapping[str, Any]) -> TaskSpec:
     if kind == "http_json":
         source = _http_task(definition, select)
     elif kind == "kafka_topic":
-        topic = require_text(definition.get("topic"), "task_definition.topic")
-        source = KafkaTopicTask(topic, _opt_int(definition, "max_records", 100, 1, MAX_KAFKA_RECORDS), select)
+        source = KafkaTopicTask(require_topic(definition.get("topic")),
+                                _opt_int(definition, "max_records", 100, 1, MAX_KAFKA_RECORDS), select,
+                                _opt_int(definition, "window_blocks", 1, 1, MAX_TIMEOUT_BLOCKS))
     else:
         raise InvalidArgumentError(
             f"task_definition.kind must be http_json or kafka_topic, got {kind!r}; no other job runs"

@@ -62,6 +62,8 @@ class Outcome:
     runner: str
     result: bytes | None = None
     error: IngestReason | None = None
+    detail: str = ""
+    """What the runner said went wrong (an error's), carried into the IngestFailed detail."""
 
     def __post_init__(self) -> None:
         if (self.result is None) == (self.error is None):
@@ -134,8 +136,9 @@ def _failure(answers: Sequence[Outcome], n_valid: int, need: int, *, disagreed: 
     errors = Counter(o.error for o in answers if o.error is not None)
     if errors:
         reason = max(errors, key=lambda r: (errors[r], -_REASON_ORDER.index(r)))
-        return Verdict(reason=reason, detail=f"{errors[reason]} of {len(answers)} runners: {reason}; "
-                                             f"{n_valid} valid results, {need} needed")
+        said = next((o.detail for o in answers if o.error is reason and o.detail), "")
+        return Verdict(reason=reason, detail=f"{errors[reason]} of {len(answers)} runners: {reason}"
+                                             f"{f' ({said})' if said else ''}; {n_valid} valid results, {need} needed")
     return Verdict(reason=IngestReason.TOO_FEW_RESULTS, detail=f"{n_valid} valid results, {need} needed")
 
 
