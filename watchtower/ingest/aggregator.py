@@ -52,6 +52,15 @@ class TransientError(Exception):
     """The sink could not act now (API down, timeout): keep the tick and try again."""
 
 
+class SinkRefusedError(Exception):
+    """The sink refused for good before publishing (e.g. stream_encrypt refused): an IngestFailed `reason`."""
+
+    def __init__(self, reason: IngestReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
 class Sink(Protocol):
     """Where decisions go: the stream actor, through the command path."""
 
@@ -253,6 +262,9 @@ class Aggregator:
             return
         try:
             self.sink.publish(stream, task.tick, block_ms(task.tick_height), payloads)
+        except SinkRefusedError as exc:
+            self._report(stream, task, exc.reason, exc.detail)
+            return
         except WatchtowerError as exc:
             self._report(stream, task, IngestReason.PUBLISH_REFUSED, f"{exc.code}: {exc.message}")
             return

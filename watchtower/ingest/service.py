@@ -25,6 +25,7 @@ import nacl.signing
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from watchtower.client.http import ApiClient
+from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient
 from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.sink import ApiSink
@@ -58,7 +59,9 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
         partition, offset = msg.partition(), msg.offset()
         if partition is not None and offset is not None:
             next_offset[partition] = offset + 1
-    aggregator = Aggregator(view, scheduler, ApiSink(api, publisher))
+    keymgr_url = os.environ.get(ENV_KEYMGR)
+    keymgr = KeyManagerClient(keymgr_url) if keymgr_url else None
+    aggregator = Aggregator(view, scheduler, ApiSink(api, publisher, keymgr))
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-aggregator-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
         "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))

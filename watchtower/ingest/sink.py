@@ -17,10 +17,15 @@ from typing import Any
 
 import nacl.signing
 
+from watchtower.client.account import Account
 from watchtower.client.http import ApiClient, ApiUnavailableError
-from watchtower.ingest.aggregator import TransientError
+from watchtower.client.keymgr import KeyManagerClient
+from watchtower.ingest.aggregator import SinkRefusedError, TransientError
 from watchtower.ingest.view import IngestingStream
 from watchtower.protocol.addresses import public_key_from_address
+from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.enums import PayloadFormat
+from watchtower.protocol.envelope import envelope_aad
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     NotReadyError,
@@ -40,9 +45,12 @@ _TRANSIENT = (ApiUnavailableError, NotReadyError, RequestTimeoutError)
 class ApiSink:
     """Publishes and reports through the HTTP command gateway (`ApiClient`)."""
 
-    def __init__(self, api: ApiClient, publisher: nacl.signing.SigningKey) -> None:
+    def __init__(self, api: ApiClient, publisher: nacl.signing.SigningKey,
+                 keymgr: KeyManagerClient | None = None) -> None:
         self.api = api
         self.publisher = publisher
+        self.keymgr = keymgr  # paid streams: stream_encrypt, as the stream's active publisher key
+        self.identity = Account(publisher)
         self.public_hex = bytes(publisher.verify_key).hex()
         self.heads: dict[str, tuple[int, int]] = {}
         self.nonce = 0
@@ -84,12 +92,9 @@ class ApiSink:
         for payload in payloads:
             for attempt in range(2):
                 head, key_id = self.heads.get(stream.stream_id) or self._sync(stream.stream_id)
-                msg = sign_message(stream_id=stream.stream_id, sequence=head + 1, timestamp_unix_ms=timestamp_ms,
-                                   kind=payload.kind, payload=payload.payload, signing_key=self.publisher,
-                                   content_type=payload.content_type,
-                                   tags={**payload.tags, TICK_TAG: float(tick)}, signing_key_id=key_id)
+                body = self._message(stream, head + 1, key_id, tick, timestamp_ms, payload)
                 cmd = Command("publish", stream.stream_id, public_key_from_address(stream.owner), self._next_nonce(),
-                              msg.to_json_dict(), msg.publisher_sig)
+                              body, bytes.fromhex(body["publisher_sig_hex"]))
                 try:
                     reply = self._call(self.api.command, cmd)
                 except StaleSequenceError:
@@ -105,6 +110,32 @@ class ApiSink:
                     raise
                 self.heads[stream.stream_id] = (int(reply["head_sequence"]), key_id)
                 break
+
+    def _message(self, stream: IngestingStream, sequence: int, key_id: int, tick: int, timestamp_ms: int,
+                 payload: Payload) -> dict[str, Any]:
+        """The publish body: a PLAINTEXT message, or on a paid stream the CIPHERTEXT that
+        stream_encrypt sealed for the tick's key epoch, with the key manager's receipt."""
+        tags = {**payload.tags, TICK_TAG: float(tick)}
+        if not stream.paid:
+            return sign_message(stream_id=stream.stream_id, sequence=sequence, timestamp_unix_ms=timestamp_ms,
+                                kind=payload.kind, payload=payload.payload, signing_key=self.publisher,
+                                content_type=payload.content_type, tags=tags, signing_key_id=key_id).to_json_dict()
+        if self.keymgr is None:
+            raise SinkRefusedError(IngestReason.ENCRYPT_REFUSED, "no key manager is configured (WATCHTOWER_KEYMGR), "
+                                                            "and a PLATFORM_MANAGED stream publishes ciphertext only")
+        epoch = key_epoch_at(timestamp_ms, stream.key_epoch_blocks)
+        aad = envelope_aad(stream_id=stream.stream_id, sequence=sequence, key_epoch=epoch, kind=payload.kind,
+                           content_type=payload.content_type)
+        try:
+            sealed = self._call(self.keymgr.encrypt, self.identity, stream.stream_id, key_epoch=epoch, aad=aad,
+                                plaintext=payload.payload)
+        except WatchtowerError as exc:
+            raise SinkRefusedError(IngestReason.ENCRYPT_REFUSED, f"stream_encrypt: {exc.code}: {exc.message}") from None
+        msg = sign_message(stream_id=stream.stream_id, sequence=sequence, timestamp_unix_ms=timestamp_ms,
+                           kind=payload.kind, payload=sealed.envelope, signing_key=self.publisher,
+                           content_type=payload.content_type, tags=tags, payload_format=PayloadFormat.CIPHERTEXT,
+                           key_epoch=sealed.key_epoch, signing_key_id=key_id)
+        return {**msg.to_json_dict(), "keymgr_receipt": sealed.keymgr_receipt}
 
     def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
                timestamp_ms: int) -> None:

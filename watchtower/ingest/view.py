@@ -28,6 +28,8 @@ class IngestingStream:
     config: IngestionConfig
     anchor: int
     paid: bool
+    key_epoch_blocks: int = 0
+    """A paid stream's key epoch length (0 for an OPEN stream): which epoch a tick is sealed for."""
 
 
 class IngestionView:
@@ -70,8 +72,10 @@ class IngestionView:
         config = state.config
         if config is None or config.ingestion is None or not config.ingestion.enabled or state.owner is None:
             return
+        paid = config.paid_stream_config
         self.streams[event.stream_id] = IngestingStream(event.stream_id, state.owner, config.ingestion,
-                                                        event.block_height, config.is_paid)
+                                                        event.block_height, config.is_paid,
+                                                        0 if paid is None else paid.key_epoch_blocks)
 
     def runner_keys(self) -> tuple[bytes, ...]:
         return self.registry.public_keys()
