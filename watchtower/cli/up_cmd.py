@@ -114,7 +114,8 @@ def up(ctx: click.Context, **options: Any) -> None:
         elif s.kind == "delivery":
             services.start_delivery(s.worker_id)
         elif s.kind == "ingest":
-            services.start_ingest()
+            # Paid ingesting feeds are sealed by this stack's key manager.
+            services.start_ingest({"WATCHTOWER_KEYMGR": _keymgr_url(services, record)})
         elif s.kind == "runner":
             services.start_runner(s.worker_id)
         else:
