@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Producer
 from ingest_harness import PriceSource, health, ingest_failures, serve_source, wait_for
 from stack_fixture import start_stack
+from tiers import scale
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
@@ -242,6 +243,7 @@ def _ingested(env: Env, stream_id: str, owner: str) -> tuple[list[int], list[int
     return ticks, [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
 
 
+@pytest.mark.soak
 def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: Env) -> None:
     owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
     delegated = keys.ingestion_publisher_key(env.home)
@@ -258,15 +260,16 @@ def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: En
     def head() -> int:
         return int(env.api.get_head(sid)["head_sequence"])
 
-    wait_for("8 ingested messages", lambda: head() >= 8, 60)
+    n = scale(5, 60)  # messages between the faults (CI: enough that each kill lands mid-run)
+    wait_for(f"{n} ingested messages", lambda: head() >= n, 60)
     env.services.kill9("ingest")  # scheduler and aggregator, mid-run
     env.services.start_ingest(extra_env=extra)
     at = head()
-    wait_for("8 more after the scheduler's kill -9", lambda: head() >= at + 8, 120)
+    wait_for(f"{n} more after the scheduler's kill -9", lambda: head() >= at + n, 120)
     env.services.kill9("runner-r1")
     env.services.start_runner("r1", extra_env=extra)
     at = head()
-    wait_for("8 more after a runner's kill -9", lambda: head() >= at + 8, 120)
+    wait_for(f"{n} more after a runner's kill -9", lambda: head() >= at + n, 120)
 
     ticks, failed = _ingested(env, sid, owner.address)
     assert ticks == sorted(set(ticks)), "a tick was published twice or out of order"
