@@ -98,6 +98,7 @@ class Aggregator:
         self.last_reasons: dict[str, list[str]] = {}
         self.lock = threading.RLock()
         self.busy: set[str] = set()
+        self.waiting: dict[str, int] = {}  # stream -> the tick a transient error holds back (logged once)
         """Streams a thread is draining now (`step`)."""
         self.lags_ms: deque[int] = deque(maxlen=2_000)
         """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
@@ -245,7 +246,9 @@ class Aggregator:
             self._publish(stream, task, verdict.result)
             return True
         except TransientError as exc:
-            log.warning("ingestion of %s tick %d waits: %s", stream_id, task.tick, exc)
+            if self.waiting.get(stream_id) != task.tick:  # once per tick, not once per step
+                self.waiting[stream_id] = task.tick
+                log.warning("ingestion of %s tick %d waits: %s", stream_id, task.tick, exc)
             return False
 
     def _publish(self, stream: IngestingStream, task: IngestTask, result: bytes) -> None:
