@@ -141,6 +141,7 @@ def main() -> None:
             "streams": args.streams, "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round((finished(end) - finished(first)) / elapsed, 1),
+            "scheduler_tasks_per_s": round((int(end.get("tasks", 0)) - int(first.get("tasks", 0))) / elapsed, 1),
             "pending_at_end": end.get("pending"), "failed": end.get("failed"),
             "ingest_tick_to_visible_ms": {"p50": pct(ingest_lat, 0.5), "p99": pct(ingest_lat, 0.99),
                                           "n": len(ingest_lat)},

@@ -94,6 +94,7 @@ class Aggregator:
         self.early: OrderedDict[tuple[str, int], list[IngestResult]] = OrderedDict()
         self.quarantined: Counter[str] = Counter()
         self.published = 0
+        self.tasks = 0  # tasks accepted (the scheduler's output, as this aggregator saw it)
         self.failed: Counter[str] = Counter()
         self.last_reasons: dict[str, list[str]] = {}
         self.lock = threading.RLock()
@@ -132,6 +133,7 @@ class Aggregator:
         if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
             return  # a task read twice (the reader resumed earlier than it stopped)
         pending = ticks[task.tick] = Pending(task)
+        self.tasks += 1
         for result in self.early.pop((task.stream_id, task.tick), []):
             self._accept(pending, result, where)
 
@@ -299,6 +301,6 @@ class Aggregator:
     def _health(self) -> dict[str, object]:
         lags = sorted(self.lags_ms)
         lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
-        return {"published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
+        return {"tasks": self.tasks, "published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
                 "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()),
                 "done": dict(self.done), "last_reasons": {k: list(v) for k, v in self.last_reasons.items()}}
