@@ -127,7 +127,7 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
     assert {name: s["running"] for name, s in status["services"].items()} == {
         "worker-w1": True, "projection-p1": True, "keymgr": True, "replay-r1": True,
-        "delivery-d1": True}
+        "delivery-d1": True, "ingest": True, "runner-r1": True, "runner-r2": True}
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is True
     # The projection is told where to listen; the worker where to write its health.
@@ -319,6 +319,6 @@ def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_do
 
     down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    # 1 worker, 2 projections, key manager, replay, delivery
-    assert "stopped 6 service process(es)" in down.stdout
+    # 1 worker, 2 projections, key manager, replay, delivery, ingestion and its two runners
+    assert "stopped 9 service process(es)" in down.stdout
     assert all(_gone(s["pid"]) for s in projections.values())

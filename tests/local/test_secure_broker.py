@@ -307,6 +307,8 @@ ACL_MATRIX: dict[str, dict[str, frozenset[str]]] = {
     "keymgr": SERVICE_ONLY,
     "keymgr-state": SERVICE_ONLY,
     "delivery-state": SERVICE_ONLY,
+    "ingest-tasks": SERVICE_ONLY,
+    "ingest-results": SERVICE_ONLY,
 }
 # Faust's own topics (changelogs, the assignor's) live under this prefix: the service's alone.
 FAUST_ROW = "faust"

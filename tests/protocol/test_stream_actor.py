@@ -754,6 +754,7 @@ def test_get_head_describes_the_stream() -> None:
         "active_subscribers": 1,
         "last_key_epoch": None,
         "replay_price_per_event_cby": 0,
+        "ingest_fail_count": 0,
         "icrc77_capable": True,
         "icrc77_pricing": {"perEvent": 0, "currency": "CBY"},
     }
@@ -1066,6 +1067,8 @@ def test_state_digest_covers_every_field() -> None:
         "replay_price_per_event_cby": 3,
         "replay_orders": FrozenMap({addr(BOB): {"replay_id": 1}}),
         "replays": FrozenMap({"1": (addr(BOB), "registered")}),
+        "ingest_fail_count": 2,
+        "last_failed_tick": 5,
     }
     assert set(variants) == {f.name for f in dataclasses.fields(StreamState)}
     for name, value in variants.items():

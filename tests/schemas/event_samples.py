@@ -63,7 +63,18 @@ def one_of_each() -> list[Event]:
         event("FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": OWNER, "name": "n", "description": ""},
               stream_id=REGISTRY_KEY, nonce=1),
         *replay_events(),
+        *ingest_events(),
         *keymgr_events(),
+    ]
+
+
+def ingest_events() -> list[Event]:
+    """CIP-7 ingestion: a failed tick on the stream, and the runner registry's two events."""
+    return [
+        event("IngestFailed", {"stream_id": SID, "reason": "QUORUM_NOT_REACHED", "timestamp_unix_ms": 1_767_225_601_000,
+                               "first_tick": 3, "last_tick": 3, "detail": "2 valid results, no 2 identical"}),
+        event("RunnerRegistered", {"runner": OWNER, "label": "r1"}, stream_id="ingest:runners", nonce=1),
+        event("RunnerRetired", {"runner": OWNER, "label": "r1"}, stream_id="ingest:runners"),
     ]
 
 

@@ -48,6 +48,9 @@ EVENTS = {
     "ReplayPaymentFailed",
     "ReplayCancelRequested",
     "ReplayFinished",
+    "IngestFailed",
+    "RunnerRegistered",
+    "RunnerRetired",
 }
 ORIGIN = {"aggregate_id": "s", "caller": "0x" + "ab" * 32, "nonce": 3, "digest": b"\x01" * 32, "reply_json": "{}"}
 POLICY = {"stream_id": "s", "policy": "PUBLIC", "block_height": 9, "caused_by": ORIGIN}
@@ -58,7 +61,7 @@ PUBLISHED = {"stream_id": "s", "version": 1, "sequence": 1, "kind": "k", "conten
 
 def test_catalogue_has_one_schema_per_event_type_and_the_stream_message() -> None:
     assert set(names_of_kind(SchemaKind.EVENT)) == EVENTS
-    assert set(CATALOG) == EVENTS | {"StreamMessage"}
+    assert set(CATALOG) == EVENTS | {"StreamMessage", "IngestTask", "IngestResult"}
 
 
 def test_retired_ids_are_never_reused() -> None:

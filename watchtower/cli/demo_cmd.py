@@ -62,6 +62,12 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
         from watchtower.cli.demo_push import run_push_demo
 
         run_push_demo(spec.bootstrap)
+
+        _step("6. timer-driven ingestion: a price feed fed by runners under QUORUM, one of them lying, "
+              "and a source outage")
+        from watchtower.cli.demo_ingest import run_ingest_demo
+
+        run_ingest_demo(spec.bootstrap)
     finally:
         if started_here and not keep_running:
             _step("stopping")

@@ -25,17 +25,19 @@ def _register() -> None:
     global _registered
     if _registered:
         return
-    from watchtower.cli import (
+    from watchtower.cli import (  # ingest_cmd adds `new feed --ingest-*`, `feed ID ingestion`
         account_cmd,
         demo_cmd,
         feed_cmd,
         feed_group,
         gateway_cmd,
+        ingest_cmd,
         init_cmd,
         keymgr_cmd,
         ledger_cmd,
         local_cmd,
         replay_cmd,
+        runner_cmd,
         up_cmd,
         vectors_cmd,
     )
@@ -47,6 +49,8 @@ def _register() -> None:
     cli.add_command(demo_cmd.demo)
     cli.add_command(gateway_cmd.gateway)
     cli.add_command(keymgr_cmd.keymgr)
+    cli.add_command(ingest_cmd.ingest)
+    cli.add_command(runner_cmd.runner)
     cli.add_command(__import__("watchtower.cli.spark_cmd", fromlist=["spark"]).spark)  # spark replay|verify|export
     for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
         cli.add_command(stack_command)

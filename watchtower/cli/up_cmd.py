@@ -82,6 +82,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     _plan_keymgr(record)
     _plan_replay(record)
     _plan_delivery(record)
+    _plan_ingest(record)
     if record.projections > record.partitions:
         raise LocalStackError(f"--projections {record.projections} is more than --partitions {record.partitions}; "
                               "each projection worker needs a partition")
@@ -114,6 +115,11 @@ def up(ctx: click.Context, **options: Any) -> None:
             services.start_replay(s.worker_id)
         elif s.kind == "delivery":
             services.start_delivery(s.worker_id)
+        elif s.kind == "ingest":
+            # Paid ingesting feeds are sealed by this stack's key manager.
+            services.start_ingest({"WATCHTOWER_KEYMGR": _keymgr_url(services, record)})
+        elif s.kind == "runner":
+            services.start_runner(s.worker_id)
         else:
             services.start_projection(s.worker_id, port=s.port)
         s.pid = services.procs[s.name].pid
@@ -203,6 +209,18 @@ def _plan_delivery(record: StackRecord) -> None:
     """Add the push delivery worker to the planned services (a record from before it existed gets one too)."""
     if not any(s.kind == "delivery" for s in record.services.values()):
         record.services["delivery-d1"] = ServiceRecord("delivery-d1", "delivery", "d1")
+
+
+def _plan_ingest(record: StackRecord) -> None:
+    """Add CIP-7 ingestion: the scheduler/aggregator service and two runners (docs/ingestion.md)."""
+    from watchtower.ingest import keys
+
+    keys.scheduler_key()  # created here once, before three processes race to create it
+    keys.ingestion_publisher_key()
+    if "ingest" not in record.services:
+        record.services["ingest"] = ServiceRecord("ingest", "ingest", "serve")
+    for runner in ("r1", "r2"):
+        record.services.setdefault(f"runner-{runner}", ServiceRecord(f"runner-{runner}", "runner", runner))
 
 
 def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:

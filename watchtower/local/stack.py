@@ -48,6 +48,7 @@ GATEWAY_MODULE = "watchtower.gateway.main"
 KEYMGR_MODULE = "watchtower.keymgr.main"
 REPLAY_MODULE = "watchtower.replay.main"
 DELIVERY_MODULE = "watchtower.delivery.main"
+INGEST_MODULE = "watchtower.ingest.main"
 KEYMGR_NAME = "keymgr"
 LOOPBACK = "127.0.0.1"
 #: How much lower the delivery worker's CPU priority is, unless WATCHTOWER_DELIVERY_NICE says otherwise.
@@ -180,6 +181,25 @@ class ServiceSet:
         env = {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})}
         nice = delivery_nice({**os.environ, **env})
         self._spawn(name, [DELIVERY_MODULE, self.bootstrap, worker_id, self.prefix], env, nice=nice)
+        return name
+
+    def _ingest_env(self, name: str, extra_env: dict[str, str] | None) -> dict[str, str]:
+        health = self.health_file(name)
+        health.unlink(missing_ok=True)
+        return {"WATCHTOWER_BOOTSTRAP": self.bootstrap, "WATCHTOWER_TOPIC_PREFIX": self.prefix,
+                "WATCHTOWER_API": self.api_url, "WATCHTOWER_INGEST_HEALTH": str(health), **(extra_env or {})}
+
+    def start_ingest(self, extra_env: dict[str, str] | None = None) -> str:
+        """The CIP-7 ingestion service (scheduler + aggregator, :mod:`watchtower.ingest`); returns ``ingest``."""
+        self._spawn("ingest", [INGEST_MODULE, "serve"], self._ingest_env("ingest", extra_env))
+        return "ingest"
+
+    def start_runner(self, runner: str, *, lie: bool = False, extra_env: dict[str, str] | None = None) -> str:
+        """An ingestion runner with its own key (``runners/<runner>.key``); returns ``runner-<runner>``.
+        `lie` makes it the demo's liar (every number + 1), which QUORUM outvotes."""
+        name = f"runner-{runner}"
+        self._spawn(name, [INGEST_MODULE, "runner", runner, *(["--lie"] if lie else [])],
+                    self._ingest_env(name, extra_env))
         return name
 
     def start_projection(

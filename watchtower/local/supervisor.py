@@ -29,6 +29,7 @@ from watchtower.local.paths import default_data_dir, watchtower_home
 from watchtower.local.ports import port_bindable
 from watchtower.local.stack import (
     DELIVERY_MODULE,
+    INGEST_MODULE,
     KEYMGR_MODULE,
     PROJECTION_MODULE,
     REPLAY_MODULE,
@@ -63,7 +64,8 @@ class ServiceRecord:
     @property
     def module(self) -> str:
         return {"worker": WORKER_MODULE, "keymgr": KEYMGR_MODULE, "replay": REPLAY_MODULE,
-                "delivery": DELIVERY_MODULE}.get(self.kind, PROJECTION_MODULE)
+                "delivery": DELIVERY_MODULE, "ingest": INGEST_MODULE, "runner": INGEST_MODULE}.get(
+                    self.kind, PROJECTION_MODULE)
 
     def alive(self) -> bool:
         return self.pid is not None and process_runs(self.pid, self.module, self.worker_id)
@@ -243,7 +245,7 @@ def stack_report(record: StackRecord, probe_timeout: float = 3.0) -> tuple[dict[
         # "stopped": no process since `down --keep-kafka` (or a failed start); "dead": it died.
         state = "running" if running else ("stopped" if s.pid is None else "dead")
         entry: dict[str, Any] = {"kind": s.kind, "pid": s.pid, "running": running, "state": state}
-        if s.kind in ("worker", "replay", "delivery"):
+        if s.kind in ("worker", "replay", "delivery", "ingest", "runner"):
             entry["health"] = read_health(Path(record.log_dir) / f"{s.name}.health.json",
                                           s.pid if running else None)
         else:

@@ -69,6 +69,11 @@ class Method(StrEnum):
     REGISTER_REPLAY = "register_replay"
     CANCEL_REPLAY = "cancel_replay"
     SET_REPLAY_PRICE = "set_replay_price"
+    # CIP-7 ingestion: a failed tick, reported by the delegated publisher key (protocol.ingestion_failure),
+    # and the runner registry (protocol.ingestion_runners).
+    REPORT_INGEST_FAILURE = "report_ingest_failure"
+    REGISTER_RUNNER = "register_runner"
+    RETIRE_RUNNER = "retire_runner"
     # Stream Key Manager: account keys, actor authorizations, CBY, epoch access.
     REGISTER_ACCOUNT_KEY = "register_account_key"
     REVOKE_ACCOUNT_KEY = "revoke_account_key"

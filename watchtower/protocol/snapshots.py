@@ -140,6 +140,7 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "replay_price": s.replay_price_per_event_cby,
         "replay_orders": [[k, json_safe(v)] for k, v in sorted(s.replay_orders.items())],
         "replays": [[k, *v] for k, v in sorted(s.replays.items())],
+        "ingest": [s.ingest_fail_count, s.last_failed_tick],
     }
 
 
@@ -197,6 +198,8 @@ def _stream_from(d: Any) -> StreamState:
     replays = FrozenMap((_key(row, "replay"), (str(row[1]), str(row[2])))
                         for row in (_row(r, 3, "replay") for r in _rows(d.get("replays", []), "replays")))
     _require(all(status in REPLAY_STATUSES for _, status in replays.values()), "a replay status is unknown")
+    # Snapshots written before ingestion ran lack its counters: nothing failed yet.
+    ingest = _row(d.get("ingest", [0, 0]), 2, "ingest")
     return StreamState(
         stream_id=StreamState.initial(d["stream_id"]).stream_id,
         created=d["created"],
@@ -213,6 +216,8 @@ def _stream_from(d: Any) -> StreamState:
         replay_price_per_event_cby=replay_price,
         replay_orders=orders,
         replays=replays,
+        ingest_fail_count=_int(ingest[0], "ingest_fail_count"),
+        last_failed_tick=_int(ingest[1], "last_failed_tick"),
     )
 
 

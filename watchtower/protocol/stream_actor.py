@@ -61,6 +61,7 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.ingestion_failure import decide_ingest_failure
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.ledger import REPLAY_METHODS, Routed
 from watchtower.protocol.message import StreamMessage
@@ -584,4 +585,5 @@ _HANDLERS: Final[Mapping[str, Callable[[StreamState, Command, _Context], _Outcom
     Method.ALLOWLIST_ADD: _allowlist(added=True),
     Method.ALLOWLIST_REMOVE: _allowlist(added=False),
     Method.ANNOUNCE_KEY_EPOCH: _announce_key_epoch,
+    Method.REPORT_INGEST_FAILURE: lambda state, cmd, _ctx: decide_ingest_failure(state, cmd),
 }

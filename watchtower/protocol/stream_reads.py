@@ -54,6 +54,7 @@ def get_head(state: StreamState) -> dict[str, Any]:
         "active_subscribers": state.active_subscribers,
         "last_key_epoch": state.last_key_epoch,
         "replay_price_per_event_cby": state.replay_price_per_event_cby,
+        "ingest_fail_count": state.ingest_fail_count,
         "icrc77_capable": ICRC77_CAPABLE,
         "icrc77_pricing": icrc77_pricing(state.replay_price_per_event_cby),
     }

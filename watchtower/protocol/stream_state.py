@@ -195,6 +195,10 @@ class StreamState:
     replays: FrozenMap[tuple[str, str]] = dataclasses.field(default_factory=FrozenMap)
     """replay id (decimal text) -> (requester, status) of every replay registered on the stream, so a
     cancel_replay is answered per ICRC-77 (`replay_fold.REPLAY_STATUSES`)."""
+    ingest_fail_count: int = 0
+    """CIP-7 ingest_fail_count: the IngestFailed events of the stream (`protocol.ingestion_failure`)."""
+    last_failed_tick: int = 0
+    """The last ingestion tick an IngestFailed covers, so a tick is reported failed at most once."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -234,6 +238,11 @@ REPLAY_CANCEL_REQUESTED: Final = "ReplayCancelRequested"
 REPLAY_FINISHED: Final = "ReplayFinished"
 FEED_REGISTERED: Final = "FeedRegistered"
 """The registry's event (see `registry`); it lives on the registry key, never on a stream."""
+INGEST_FAILED: Final = "IngestFailed"
+"""CIP-7 IngestFailed: an ingestion tick published nothing (`ingestion_failure`)."""
+RUNNER_REGISTERED: Final = "RunnerRegistered"
+RUNNER_RETIRED: Final = "RunnerRetired"
+"""The runner registry's events (`ingestion_runners`), on the registry's own key, never on a stream."""
 
 # The Stream Key Manager's events (`protocol.ledger`): each lives on its instance key
 # (``acct:<address>``, ``paid:<stream_id>``, ``cby:supply``), never on a stream.
@@ -333,6 +342,9 @@ EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
     REPLAY_CANCEL_REQUESTED: frozenset({"stream_id", "replay_id", "requester"}),
     REPLAY_FINISHED: frozenset({"stream_id", "replay_id", "requester", "outcome"}),
     FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
+    INGEST_FAILED: frozenset({"stream_id", "reason", "timestamp_unix_ms", "first_tick", "last_tick", "detail"}),
+    RUNNER_REGISTERED: frozenset({"runner", "label"}),
+    RUNNER_RETIRED: frozenset({"runner", "label"}),
     ACCOUNT_KEY_REGISTERED: frozenset({"account", "account_key_id", "scheme", "public_key"}),
     ACCOUNT_KEY_REVOKED: frozenset({"account", "account_key_id"}),
     ACTOR_AUTHORIZATION_GRANTED: frozenset({"account", "actor", "stream_id", "scope"}),
@@ -368,6 +380,7 @@ STREAM_EVENT_TYPES: Final = frozenset(
         REPLAY_PAYMENT_FAILED,
         REPLAY_CANCEL_REQUESTED,
         REPLAY_FINISHED,
+        INGEST_FAILED,
     }
 )
 """The events a stream's own log holds (the stream actor folds exactly these)."""
@@ -634,6 +647,13 @@ def _key_epoch_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamSta
     return dataclasses.replace(state, last_key_epoch=require_int(body["key_epoch"], "key_epoch"))
 
 
+def _ingest_failed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+    # Never touches head: CIP-7 "Ingestion failures MUST NOT increment sequence".
+    last = require_int(body["last_tick"], "last_tick", minimum=1)
+    return dataclasses.replace(state, ingest_fail_count=state.ingest_fail_count + 1,
+                               last_failed_tick=max(state.last_failed_tick, last))
+
+
 _APPLY: Final = {
     STREAM_CREATED: _created,
     STREAM_MESSAGE_PUBLISHED: _published,
@@ -642,6 +662,7 @@ _APPLY: Final = {
     SUBSCRIPTION_POLICY_CHANGED: _policy_changed,
     ALLOWLIST_CHANGED: _allowlist_changed,
     KEY_EPOCH_ROTATED: _key_epoch_rotated,
+    INGEST_FAILED: _ingest_failed,
 }
 
 
@@ -677,4 +698,6 @@ def state_digest(state: StreamState) -> str:
     }
     if state.replays:  # absent while empty: the digest of a stream without replays is what it always was
         canonical["replays"] = {k: list(v) for k, v in state.replays.items()}
+    if state.ingest_fail_count or state.last_failed_tick:  # likewise absent for a stream whose ingestion never failed
+        canonical["ingest"] = [state.ingest_fail_count, state.last_failed_tick]
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()

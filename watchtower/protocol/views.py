@@ -47,6 +47,8 @@ from watchtower.protocol.signed_command import json_safe
 from watchtower.protocol.stream_state import (
     FEED_REGISTERED,
     PUBLISHER_KEY_ROTATED,
+    RUNNER_REGISTERED,
+    RUNNER_RETIRED,
     STREAM_CREATED,
     STREAM_MESSAGE_PUBLISHED,
     SUBSCRIBER_UPDATED,
@@ -199,6 +201,8 @@ def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None
     if event.type == FEED_REGISTERED:
         _register(tables["registry"], json_safe(event.body), event.block_height)
         return None
+    if event.type in (RUNNER_REGISTERED, RUNNER_RETIRED):
+        return None  # the runner registry's own log (`ingestion_runners`): no read-side table holds it
     streams = tables["streams"]
     index = tables[INDEXES].get(event.stream_id)  # created only once a creation folds: refused events leave none
     state = StreamState.initial(event.stream_id) if index is None else index.state
@@ -270,6 +274,7 @@ def _stream_view(state: StreamState, created_at_block: int) -> dict[str, Any]:
         "active_subscribers": state.active_subscribers,
         "subscribers": len(state.subscriptions),
         "replay_price_per_event_cby": state.replay_price_per_event_cby,
+        **({"ingest_fail_count": state.ingest_fail_count} if state.ingest_fail_count else {}),
     }
 
 
@@ -387,6 +392,7 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
         "last_key_epoch": view["last_key_epoch"],
         # ICRC-77 icrc77:capable and icrc77:pricing (a view projected before replay pricing existed is free).
         "replay_price_per_event_cby": view.get("replay_price_per_event_cby", 0),
+        "ingest_fail_count": view.get("ingest_fail_count", 0),
         "icrc77_capable": ICRC77_CAPABLE,
         "icrc77_pricing": icrc77_pricing(view.get("replay_price_per_event_cby", 0)),
     }

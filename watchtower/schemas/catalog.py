@@ -35,6 +35,9 @@ class SchemaInfo:
 _ENTRIES: Final = (
     # shared records
     ("StreamMessage", 1, SchemaKind.RECORD),
+    # CIP-7 ingestion's signed records (ingest.tasks, ingest.results)
+    ("IngestTask", 3, SchemaKind.RECORD),
+    ("IngestResult", 4, SchemaKind.RECORD),
     # events: one schema per event type, each file self-contained (every named type inlined)
     ("StreamMessagePublished", 10, SchemaKind.EVENT),
     ("SubscriberUpdated", 11, SchemaKind.EVENT),
@@ -66,6 +69,11 @@ _ENTRIES: Final = (
     ("ReplayPaymentFailed", 29, SchemaKind.EVENT),
     ("ReplayCancelRequested", 38, SchemaKind.EVENT),
     ("ReplayFinished", 39, SchemaKind.EVENT),
+    # CIP-7 ingestion: IngestFailed takes back the id its unused draft held; the runner registry's
+    # events take fresh ids.
+    ("IngestFailed", 20, SchemaKind.EVENT),
+    ("RunnerRegistered", 40, SchemaKind.EVENT),
+    ("RunnerRetired", 41, SchemaKind.EVENT),
 )
 
 RETIRED_IDS: Final[dict[str, int]] = {
@@ -73,7 +81,6 @@ RETIRED_IDS: Final[dict[str, int]] = {
     # future schema can never be mistaken for one of them. Commands, replies and internal
     # forwards are JSON envelopes defined in `envelopes`, not Avro.
     "StreamConfig": 2,  # now inlined in StreamCreated
-    "IngestFailed": 20,
     "ReplayRequested": 33,
     "ReplayStatusChanged": 34,
     "CreateStream": 50,

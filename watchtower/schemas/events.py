@@ -439,6 +439,43 @@ class ReplayFinishedV1:
     caused_by: EventOrigin
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class IngestFailedV1:
+    """CIP-7 IngestFailed: an ingestion tick (or a skipped range) published nothing."""
+
+    TYPE: ClassVar[str] = "IngestFailed"
+    stream_id: str
+    reason: str
+    timestamp_unix_ms: int
+    first_tick: int
+    last_tick: int
+    detail: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunnerRegisteredV1:
+    """An ingestion runner registered (on the runner registry's key)."""
+
+    TYPE: ClassVar[str] = "RunnerRegistered"
+    runner: str
+    label: str
+    block_height: int
+    caused_by: EventOrigin
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunnerRetiredV1:
+    """An ingestion runner left the registry."""
+
+    TYPE: ClassVar[str] = "RunnerRetired"
+    runner: str
+    label: str
+    block_height: int
+    caused_by: EventOrigin
+
+
 TypedEvent = (
     StreamCreatedV2
     | StreamMessagePublishedV1
@@ -467,6 +504,9 @@ TypedEvent = (
     | ReplayPaymentFailedV1
     | ReplayCancelRequestedV1
     | ReplayFinishedV1
+    | IngestFailedV1
+    | RunnerRegisteredV1
+    | RunnerRetiredV1
 )
 
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
@@ -499,6 +539,9 @@ EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
         ReplayPaymentFailedV1,
         ReplayCancelRequestedV1,
         ReplayFinishedV1,
+        IngestFailedV1,
+        RunnerRegisteredV1,
+        RunnerRetiredV1,
     )
 }
 """The latest typed class of each event type, by type name (= Avro record name)."""

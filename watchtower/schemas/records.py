@@ -17,6 +17,7 @@ import fastavro
 from watchtower.protocol.config import IngestionConfig, StreamConfig
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.signed_command import json_safe
 from watchtower.schemas import codec
 
 
@@ -61,8 +62,9 @@ def stream_config_to_record(config: StreamConfig) -> dict[str, Any]:
     record = config.to_dict()
     if config.ingestion is not None:
         ingestion = config.ingestion.to_dict()
-        ingestion["task_definition_json"] = json.dumps(ingestion.pop("task_definition"), sort_keys=True)
-        ingestion["result_schema_json"] = json.dumps(ingestion.pop("result_schema"), sort_keys=True)
+        # The objects are deep-frozen (they come from a signed command's body): thaw them for json.
+        ingestion["task_definition_json"] = json.dumps(json_safe(ingestion.pop("task_definition")), sort_keys=True)
+        ingestion["result_schema_json"] = json.dumps(json_safe(ingestion.pop("result_schema")), sort_keys=True)
         record["ingestion"] = ingestion
     return record
 

@@ -80,6 +80,12 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
                           "the block budget used, written with the deliveries they account for",
                   # A checkpoint lists the cursors of up to max_subscribers subscribers.
                   extra={"min.cleanable.dirty.ratio": "0.1", "max.message.bytes": str(8 * 1024 * 1024)}),
+        TopicSpec("ingest-tasks", f"{p}.ingest.tasks", partitions, 7 * DAY_MS,
+                  purpose="CIP-7 ingestion ticks keyed by stream_id, one per (stream, tick), signed by the "
+                          "scheduler (framed Avro IngestTask)"),
+        TopicSpec("ingest-results", f"{p}.ingest.results", partitions, 7 * DAY_MS,
+                  purpose="runners' signed results keyed by stream_id (framed Avro IngestResult); hostile input, "
+                          "checked and quarantined by the aggregator"),
     ]
 
 

@@ -23,6 +23,7 @@ from watchtower.agents.aggregate import Context, Forward, Outcome, Record
 from watchtower.agents.aggregates.ledger_base import KEYMGR_FORWARDS_ONLY
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
+from watchtower.protocol.ingestion_runners import RUNNER_METHODS
 from watchtower.protocol.ledger import (
     REPLAY_METHODS,
     SERVICE_METHODS,
@@ -99,7 +100,7 @@ class StreamAggregate:
         if record.method in SERVICE_METHODS:
             raise MalformedRecordError(f"{record.method} is a request to the key-manager service's HTTP API "
                                        "(POST /v1/keymgr/...), never a command on Kafka")
-        if record.method not in STREAM_METHODS:
+        if record.method not in STREAM_METHODS or record.method in RUNNER_METHODS:
             raise MalformedRecordError(f"{record.method} is not a stream command")  # a key-manager aggregate's
         return record
 

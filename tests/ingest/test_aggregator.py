@@ -1,0 +1,157 @@
+"""The aggregator's decisions with an in-memory sink: order, recovery, retries and hostile results.
+(The real sink, the stream actor behind it, is exercised by test_ingest_e2e.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import nacl.signing
+
+from watchtower.ingest.aggregator import Aggregator, TransientError
+from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.ingestion import IngestReason
+from watchtower.protocol.ingestion_records import IngestTask, new_result, new_task
+from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
+from watchtower.protocol.ingestion_transform import Payload
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.schemas.ingest_records import encode_result, encode_task
+from watchtower.schemas.wire import encode_event
+
+OWNER = nacl.signing.SigningKey(b"\x01" * 32)
+DELEGATE = nacl.signing.SigningKey(b"\x02" * 32)
+SCHEDULER = nacl.signing.SigningKey(b"\x03" * 32)
+RUNNERS = [nacl.signing.SigningKey(bytes([0x30 + i]) * 32) for i in range(3)]
+SID = "agg-stream"
+HEIGHT = 1_000_000
+CONFIG = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+          "transform_method": None, "result_schema": {"type": "object", "required": ["p"]},
+          "task_definition": {"kind": "http_json", "url": "http://127.0.0.1:1/p", "timeout_blocks": 2}}
+
+
+class Sink:
+    def __init__(self, last: int = 0) -> None:
+        self.published: list[tuple[int, bytes]] = []
+        self.reports: list[tuple[int, int, str]] = []
+        self.last = last
+        self.fail_next = 0
+
+    def last_ingested_tick(self, stream: IngestingStream) -> int:  # noqa: ARG002
+        return self.last
+
+    def publish(self, stream: IngestingStream, tick: int, timestamp_ms: int,  # noqa: ARG002
+                payloads: tuple[Payload, ...]) -> None:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise TransientError("the API is down")
+        self.published += [(tick, p.payload) for p in payloads]
+
+    def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason,  # noqa: ARG002
+               detail: str, timestamp_ms: int) -> None:  # noqa: ARG002
+        self.reports.append((first, last, str(reason)))
+
+
+def aggregator(sink: Sink) -> Aggregator:
+    view = IngestionView()
+    create = sign_command(OWNER, "create_stream", SID, 1, {"publisher_key": bytes(DELEGATE.verify_key),
+                                                          "ingestion": CONFIG})
+    view.fold(encode_event(decide(StreamState.initial(SID), create, block_height=HEIGHT).events[0]))
+    reg = RunnerRegistry()
+    for i, key in enumerate(RUNNERS):
+        event, _ = decide_runner(reg, sign_command(key, "register_runner", RUNNERS_KEY, 5, {"label": f"r{i}"}),
+                                 block_height=HEIGHT)
+        assert event is not None
+        reg = evolve_runners(reg, event)
+        view.fold(encode_event(event))
+    assert len(view.registered()) == 3
+    assert SID in view.streams
+    return Aggregator(view, address_from_public_key(bytes(SCHEDULER.verify_key)), sink)
+
+
+def task(tick: int, skip_from: int | None = None) -> IngestTask:
+    keys = tuple(bytes(k.verify_key) for k in RUNNERS)
+    return new_task(stream_id=SID, tick=tick, tick_height=HEIGHT + tick, timeout_blocks=2, config=CONFIG,
+                    runner_keys=() if skip_from else keys, scheduler=SCHEDULER, skip_from=skip_from)
+
+
+def result(t: IngestTask, runner: int, value: Any) -> bytes:
+    body = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return encode_result(new_result(t, RUNNERS[runner], result=body))
+
+
+def test_quorum_outvotes_the_liar_and_ticks_finish_in_order() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    t1, t2 = task(1), task(2)
+    agg.on_task(encode_task(t1))
+    agg.on_task(encode_task(t2))
+    for runner, price in ((0, 5), (1, 5), (2, 6)):
+        agg.on_result(result(t2, runner, {"p": price}))
+    agg.on_result(result(t1, 2, {"p": 9}))
+    agg.step(HEIGHT + 2)
+    assert sink.published == [], "tick 2 is decided, but tick 1 is still open"
+    agg.on_result(result(t1, 0, {"p": 4}))
+    agg.on_result(result(t1, 1, {"p": 4}))
+    agg.step(HEIGHT + 2)
+    assert sink.published == [(1, b'{"p":4}'), (2, b'{"p":5}')]
+    agg.on_result(result(t1, 0, {"p": 4}))  # replayed
+    assert agg.quarantined["STALE_SEQUENCE"] == 1
+
+
+def test_deadline_skip_notice_early_results_and_transient_retry() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    t3, t4 = task(3), task(4)
+    agg.on_result(result(t3, 0, {"p": 1}))  # before its task: kept until the task arrives
+    agg.on_task(encode_task(task(2, skip_from=1)))
+    agg.on_task(encode_task(t3))
+    agg.on_task(encode_task(t4))
+    agg.step(HEIGHT + 3)
+    assert sink.reports == [(1, 2, "TICKS_SKIPPED")]
+    agg.step(HEIGHT + 6)  # past tick 3's deadline with one valid result of three
+    assert sink.reports[-1] == (3, 3, "TOO_FEW_RESULTS")
+    sink.fail_next = 1
+    for runner in range(3):
+        agg.on_result(result(t4, runner, {"p": 2}))
+    agg.step(HEIGHT + 6)
+    assert sink.published == [], "the API was down: the tick waits"
+    agg.step(HEIGHT + 7)
+    assert sink.published == [(4, b'{"p":2}')]
+
+
+def test_a_restarted_aggregator_skips_what_the_log_shows_finished() -> None:
+    sink = Sink(last=5)
+    agg = aggregator(sink)
+    agg.view.last_failed_tick[SID] = 7
+    for tick in (6, 7, 8):
+        agg.on_task(encode_task(task(tick)))
+        for runner in range(3):
+            agg.on_result(result(task(tick), runner, {"p": tick}))
+    agg.step(HEIGHT + 9)
+    assert sink.published == [(8, b'{"p":8}')], "ticks 6 and 7 were finished before the restart"
+    assert sink.reports == []
+
+
+def test_hostile_results_are_counted_and_ignored() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    t1 = task(1)
+    agg.on_task(encode_task(t1))
+    stranger = nacl.signing.SigningKey(b"\x09" * 32)
+    agg.on_result(encode_result(new_result(t1, stranger, result=b'{"p":1}')))
+    forged = new_result(t1, RUNNERS[0], result=b'{"p":1}')
+    agg.on_result(encode_result(dataclasses.replace(forged, result_json='{"p":2}')))  # altered after signing
+    agg.on_result(result(t1, 1, {"q": 1}))  # breaks result_schema
+    agg.on_result(b"garbage")
+    agg.on_task(encode_task(new_task(stream_id=SID, tick=9, tick_height=HEIGHT, timeout_blocks=1, config=CONFIG,
+                                     runner_keys=(), scheduler=stranger)))
+    assert agg.quarantined["UNAUTHORIZED"] == 2  # the unregistered runner and the stranger's task
+    assert agg.quarantined["INVALID_SIGNATURE"] == 1
+    assert agg.quarantined["SCHEMA_MISMATCH"] == 1
+    assert agg.quarantined["MALFORMED_RECORD"] == 1
+    agg.step(HEIGHT + 5)
+    assert sink.published == []
+    assert sink.reports == [(1, 1, "SCHEMA_MISMATCH")]

@@ -1,0 +1,336 @@
+"""Timer-driven ingestion end to end on the real broker: the Faust scheduler, three runner processes
+(one lying), the aggregator and the stream actor, with a local HTTP source that the test switches
+through an outage, a schema mismatch, a disagreement, an oversized answer and a hang.
+
+What must hold, whatever the timing: every message is verified by the SDK under the delegated key
+and carries a distinct ``ingest_tick``; every tick up to the last finished one was either published
+once or recorded once as IngestFailed (no tick published twice, none skipped without a record);
+sequences stay gapless and failed ticks consume none; the liar's value is never published; each
+failure path shows up with its own reason; forged tasks and results are quarantined and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nacl.signing
+import pytest
+from confluent_kafka import Producer
+from ingest_harness import PriceSource, health, ingest_failures, serve_source, wait_for
+from stack_fixture import start_stack
+from tiers import scale
+
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.ingest import keys
+from watchtower.ingest.runner import now_height
+from watchtower.local.stack import ServiceSet
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
+from watchtower.schemas.ingest_records import decode_result, encode_result, encode_task
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import read_committed
+
+pytestmark = pytest.mark.integration
+
+RESULT_SCHEMA = {"type": "object", "required": ["price", "symbol"],
+                 "properties": {"price": {"type": "number"}, "symbol": {"type": "string"}}}
+
+
+class Env:
+    def __init__(self, services: ServiceSet, home: Path, source: PriceSource, url: str) -> None:
+        self.services, self.home, self.source, self.url = services, home, source, url
+        self.api = ApiClient(services.api_url)
+        self.stream_id = ""
+
+    def agg(self) -> dict[str, Any]:
+        return health(self.services.health_file("ingest"))
+
+    def done(self) -> int:
+        return int(self.agg().get("done", {}).get(self.stream_id, 0))
+
+
+@pytest.fixture(scope="module")
+def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    home = tmp_path_factory.mktemp("ingest-home")
+    source = PriceSource()
+    extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+    keys.scheduler_key(home)  # created once here; the processes read it
+    with serve_source(source) as url, start_stack(kafka_bootstrap, tmp_path_factory.mktemp("ingest-logs")) as services:
+        for name, lie in (("r1", False), ("r2", False), ("liar", True)):
+            services.start_runner(name, lie=lie, extra_env=extra)
+        services.start_ingest(extra_env=extra)
+        e = Env(services, home, source, url)
+        wait_for("three registered runners", lambda: len(e.agg().get("runners", [])) == 3, 90)
+        yield e
+
+
+def test_quorum_ingestion_end_to_end(env: Env) -> None:
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = keys.ingestion_publisher_key(env.home)  # the key the owner delegates to ingestion
+    ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+                 "transform_method": "price_batch", "result_schema": RESULT_SCHEMA,
+                 "task_definition": {"kind": "http_json", "url": env.url, "timeout_ms": 4000, "timeout_blocks": 2,
+                                     "max_bytes": 4096, "select": {"price": "$.data.price",
+                                                                   "symbol": "$.data.symbol"}}}
+    reply = create_feed(env.api, owner, name="btc-ingest", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                        ingestion=ingestion)
+    env.stream_id = reply["stream_id"]
+    wait_until_visible(env.api, env.stream_id)
+    true_prices = set()
+
+    def published() -> int:
+        return int(env.agg().get("published", 0))
+
+    def failed(reason: str) -> int:
+        return int(env.agg().get("failed", {}).get(reason, 0))
+
+    def ok_phase(n: int) -> None:
+        env.source.price += 10
+        true_prices.add(env.source.price)
+        env.source.mode = "ok"
+        start = published()
+        wait_for(f"{n} published ticks at price {env.source.price}", lambda: published() >= start + n, 90)
+
+    def bad_phase(mode: str, reason: str) -> None:
+        env.source.mode = mode
+        start = failed(reason)
+        wait_for(f"an IngestFailed {reason} in mode {mode}", lambda: failed(reason) > start, 60)
+
+    ok_phase(20)
+    bad_phase("down", "SOURCE_UNAVAILABLE")
+    ok_phase(6)
+    bad_phase("schema", "SCHEMA_MISMATCH")
+    ok_phase(6)
+    bad_phase("split", "QUORUM_NOT_REACHED")
+    ok_phase(6)
+    bad_phase("big", "OVERSIZED_RESULT")
+    ok_phase(6)
+    bad_phase("hang", "TIMEOUT")
+    ok_phase(6)
+    env.source.mode = "ok"
+    wait_for("60 finished ticks", lambda: env.done() >= 60, 60)
+
+    # Every message, verified by the SDK against the owner-signed key chain (the delegated key).
+    sub = Subscriber(env.api, env.stream_id, expected_owner=owner.address)
+    messages = []
+    while True:
+        page = sub.poll(500)
+        if not page:
+            break
+        messages.extend(page)
+    assert [m.sequence for m in messages] == list(range(1, len(messages) + 1)), "gapless"
+    assert {m.signing_key_id for m in messages} == {1}
+    ticks = [int(m.tags["ingest_tick"]) for m in messages]
+    assert ticks == sorted(set(ticks)), "each tick published at most once, in order"
+    prices = set()
+    for m in messages:
+        batch = json.loads(m.payload_inline)
+        assert m.kind == "price_batch"
+        assert m.tags["count"] == 1.0
+        prices.update(t["price"] for t in batch["ticks"])
+    assert prices <= true_prices, f"published {prices - true_prices}: the liar's value (+1) got through"
+
+    failures = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
+    fail_count = env.api.get_head(env.stream_id)["ingest_fail_count"]
+    later = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
+    assert len(failures) <= fail_count <= len(later), "ingest_fail_count counts the IngestFailed events"
+    failed_ticks = [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+    assert not set(failed_ticks) & set(ticks), "a tick both published and failed"
+    assert len(failed_ticks) == len(set(failed_ticks)), "a tick reported failed twice"
+    covered = sorted(t for t in set(ticks) | set(failed_ticks) if t <= ticks[-1])
+    assert covered == list(range(1, ticks[-1] + 1)), "a tick vanished without a message or an IngestFailed"
+    assert ticks[-1] >= 60
+    reasons = {e.body["reason"] for e in failures}
+    assert {"SOURCE_UNAVAILABLE", "SCHEMA_MISMATCH", "QUORUM_NOT_REACHED", "OVERSIZED_RESULT", "TIMEOUT"} <= reasons
+    assert len(ticks) + len(failed_ticks) >= 60
+
+
+def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:
+    assert env.stream_id, "runs after the end-to-end test, on its stream"
+    bootstrap, prefix = env.services.bootstrap, env.services.prefix
+    before = env.agg().get("quarantined", {})
+    head_before = env.api.get_head(env.stream_id)["head_sequence"]
+    stranger = nacl.signing.SigningKey.generate()
+    old = next(decode_result(m.value()) for m in read_committed(bootstrap, [topic_name("ingest-results", prefix)])
+               if m.key() == env.stream_id.encode())
+    tick = env.done() + 4
+    forged_task = IngestTask(stream_id=env.stream_id, tick=tick, skip_from=None, tick_height=now_height(),
+                             deadline_height=now_height() + 2, task_definition_json="{}", result_schema_json="{}",
+                             proof_type="NONE", num_runners=1, runners=(address_from_public_key(
+                                 bytes(stranger.verify_key)),), scheduler=address_from_public_key(
+                                 bytes(stranger.verify_key))).signed(stranger)
+    future = IngestTask(stream_id=env.stream_id, tick=tick, skip_from=None, tick_height=0, deadline_height=0,
+                        task_definition_json="{}", result_schema_json="{}", proof_type="NONE", num_runners=1,
+                        runners=(), scheduler="")
+    unregistered = new_result(future, stranger, result=b'{"price":1,"symbol":"BTC"}')
+    wrong_task = IngestResult(b"\x00" * 32, env.stream_id, tick, old.runner, '{"price":1,"symbol":"BTC"}', None, "",
+                              old.signature)
+    producer = Producer(kafka_config(bootstrap))
+    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=encode_task(forged_task))
+    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=b"not a task")
+    for result in (old, unregistered, wrong_task):
+        producer.produce(topic_name("ingest-results", prefix), key=env.stream_id.encode(), value=encode_result(result))
+    producer.flush(10)
+
+    def counts() -> dict[str, int]:
+        now = env.agg().get("quarantined", {})
+        return {k: now.get(k, 0) - before.get(k, 0) for k in set(now) | set(before)}
+
+    wait_for("the forged records counted", lambda: counts().get("UNAUTHORIZED", 0) >= 2
+             and counts().get("STALE_SEQUENCE", 0) >= 1 and counts().get("MALFORMED_RECORD", 0) >= 1, 30)
+    liar = health(env.services.health_file("runner-liar"))
+    assert liar.get("quarantined", {}).get("UNAUTHORIZED", 0) >= 1, liar
+    wait_for("the tick after the forgeries", lambda: env.done() >= tick + 1, 30)
+    messages = env.api.get_since(env.stream_id, head_before, 500)["messages"]
+    prices = {json.loads(bytes.fromhex(m["payload_inline_hex"]))["ticks"][0]["price"] for m in messages}
+    assert 1 not in prices, "a forged value was published"
+
+
+def test_cli_creates_an_ingesting_feed_and_reports_its_status(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from watchtower.cli.main import _register, cli
+
+    monkeypatch.setenv("WATCHTOWER_HOME", str(env.home))
+    monkeypatch.setenv("WATCHTOWER_API", env.services.api_url)
+    monkeypatch.setenv("WATCHTOWER_BOOTSTRAP", env.services.bootstrap)
+    monkeypatch.setenv("WATCHTOWER_TOPIC_PREFIX", env.services.prefix)
+    monkeypatch.delenv("WATCHTOWER_ACCOUNT", raising=False)
+    monkeypatch.delenv("WATCHTOWER_KEY_FILE", raising=False)
+    _register()
+    Account.create("cli-owner", home=env.home)
+    env.source.mode = "ok"
+
+    def run(*args: str) -> Any:
+        result = CliRunner().invoke(cli, [*args, "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    created = run("new", "feed", "--name", "cli-ingest", "--account", "cli-owner", "--ingest-url", env.url,
+                  "--ingest-select", '{"price": "$.data.price", "symbol": "$.data.symbol"}', "--runners", "1",
+                  "--proof", "NONE", "--transform", "price_batch", "--result-schema", json.dumps(RESULT_SCHEMA))
+    assert created["ingestion"]["proof_type"] == "NONE"
+    sid = created["stream_id"]
+    status = wait_for("a first ingested message", lambda: (s := run("feed", sid, "ingestion", "status"))
+                      ["last_success"] and s, 60)
+    assert status["ingestion"]["num_runners"] == 1
+    assert status["last_success"]["sequence"] >= 1
+    assert status["ingest_fail_count"] == len(status["last_failures"]) == 0
+    runners = run("runner", "list")["runners"]
+    assert sorted(r["label"] for r in runners) == ["liar", "r1", "r2"]
+    bad = CliRunner().invoke(cli, ["new", "feed", "--name", "x", "--account", "cli-owner", "--ingest-url",
+                                   "file:///etc/passwd", "--json"])
+    assert isinstance(bad.exception, WatchtowerError)
+    assert bad.exception.code == "INVALID_ARGUMENT", "a runner never reads local files: refused before creation"
+
+
+def _ingested(env: Env, stream_id: str, owner: str) -> tuple[list[int], list[int]]:
+    """(published ticks, in sequence order, each message verified by the SDK; failed ticks)."""
+    sub = Subscriber(env.api, stream_id, expected_owner=owner)
+    messages = []
+    while page := sub.poll(500):
+        messages.extend(page)
+    assert [m.sequence for m in messages] == list(range(1, len(messages) + 1)), "gapless"
+    ticks = [int(m.tags["ingest_tick"]) for m in messages]
+    failures = ingest_failures(env.services.bootstrap, env.services.prefix, stream_id)
+    return ticks, [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+
+
+@pytest.mark.soak
+def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: Env) -> None:
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = keys.ingestion_publisher_key(env.home)
+    env.source.mode = "ok"
+    ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+                 "result_schema": RESULT_SCHEMA, "transform_method": "price_batch",
+                 "task_definition": {"kind": "http_json", "url": env.url, "timeout_blocks": 2,
+                                     "select": {"price": "$.data.price", "symbol": "$.data.symbol"}}}
+    sid = create_feed(env.api, owner, name="kill-9", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                      ingestion=ingestion)["stream_id"]
+    wait_until_visible(env.api, sid)
+    extra = {"WATCHTOWER_HOME": str(env.home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+
+    def head() -> int:
+        return int(env.api.get_head(sid)["head_sequence"])
+
+    n = scale(5, 60)  # messages between the faults (CI: enough that each kill lands mid-run)
+    wait_for(f"{n} ingested messages", lambda: head() >= n, 60)
+    env.services.kill9("ingest")  # scheduler and aggregator, mid-run
+    env.services.start_ingest(extra_env=extra)
+    at = head()
+    wait_for(f"{n} more after the scheduler's kill -9", lambda: head() >= at + n, 120)
+    env.services.kill9("runner-r1")
+    env.services.start_runner("r1", extra_env=extra)
+    at = head()
+    wait_for(f"{n} more after a runner's kill -9", lambda: head() >= at + n, 120)
+
+    ticks, failed = _ingested(env, sid, owner.address)
+    assert ticks == sorted(set(ticks)), "a tick was published twice or out of order"
+    assert len(failed) == len(set(failed)), "a tick was reported failed twice"
+    assert not set(ticks) & set(failed)
+    covered = sorted(t for t in set(ticks) | set(failed) if t <= ticks[-1])
+    assert covered == list(range(1, ticks[-1] + 1)), "a tick was skipped without an IngestFailed"
+
+
+def test_a_kafka_topic_feeds_a_stream_and_deployment_topics_are_refused(env: Env) -> None:
+    import threading
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap, prefix = env.services.bootstrap, env.services.prefix
+    topic = f"user-{uuid.uuid4().hex[:8]}.trades"
+    admin = AdminClient(kafka_config(bootstrap))
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(30)
+    stop = threading.Event()
+    produced: list[int] = []
+
+    def produce() -> None:
+        producer = Producer(kafka_config(bootstrap))
+        n = 0
+        while not stop.is_set():
+            n += 1
+            producer.produce(topic, key=str(n % 2).encode(), value=json.dumps({"trade": {"id": n, "px": 100}}))
+            produced.append(n)
+            producer.poll(0)
+            stop.wait(0.2)
+        producer.flush(10)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = bytes(keys.ingestion_publisher_key(env.home).verify_key).hex()
+    config = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+              "result_schema": {"type": "object", "required": ["records", "count"]},
+              "task_definition": {"kind": "kafka_topic", "topic": topic, "select": "$.trade.id", "timeout_blocks": 3}}
+    try:
+        sid = create_feed(env.api, owner, name="from-kafka", publisher_key_hex=delegated, ingestion=config)["stream_id"]
+        own = {**config, "task_definition": {**config["task_definition"], "topic": f"{prefix}.keymgr.state"}}
+        refused = create_feed(env.api, owner, name="own-topic", publisher_key_hex=delegated, ingestion=own)["stream_id"]
+        wait_until_visible(env.api, sid)
+        wait_for("4 messages from the topic", lambda: env.api.get_head(sid)["head_sequence"] >= 4, 60)
+        wait_for("the deployment's topic refused", lambda: env.api.get_head(refused)["ingest_fail_count"] >= 1, 60)
+    finally:
+        stop.set()
+        thread.join(10)
+    sub = Subscriber(env.api, sid, expected_owner=owner.address)
+    seen: list[int] = []
+    for msg in sub.poll(100):
+        body = json.loads(msg.payload_inline)
+        assert body["count"] == len(body["records"])
+        seen.extend(body["records"])
+    assert seen, "the windows held records"
+    assert len(seen) == len(set(seen)), "consecutive windows never share a record"
+    assert set(seen) <= set(produced), "only produced records, never the liar's (+1) ids beyond them"
+    assert env.api.get_head(refused)["head_sequence"] == 0, "nothing of the deployment's own topic was published"
+    failures = ingest_failures(bootstrap, prefix, refused)
+    assert {e.body["reason"] for e in failures} == {"SOURCE_UNAVAILABLE"}
+    assert "belongs to the deployment" in failures[0].body["detail"]

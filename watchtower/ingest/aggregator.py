@@ -1,0 +1,306 @@
+"""The aggregator: tasks and runners' results in, one decision per tick out — a publish through
+the stream actor, or an IngestFailed.
+
+Per stream, ticks are finished strictly in order (a later tick waits for an earlier one), so
+"the last finished tick" is one number, recoverable from the log after a crash: the greater of
+the stream's last IngestFailed tick and the ``ingest_tick`` tag of its newest message
+(`Sink.last_ingested_tick`). A tick at or below it is never finished again, so a restarted
+aggregator neither publishes a tick twice nor reports it twice.
+
+Hostile input is counted in `quarantined` by spec code and never reaches a decision: a task not
+signed by this deployment's scheduler, a result from an unregistered or unselected runner or with
+a bad signature, a result for another task, a replayed result (for a tick already finished), or a
+result that is not canonical JSON. A registered, selected runner's result that breaks
+``result_schema`` counts as that runner's SCHEMA_MISMATCH answer (and is counted too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from concurrent.futures import Executor
+from typing import Final, Protocol
+
+from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
+from watchtower.protocol.errors import SchemaMismatchError, WatchtowerError
+from watchtower.protocol.ingestion import MAX_RESULT_BYTES, IngestReason, ProofType
+from watchtower.protocol.ingestion_proof import Outcome, decide_proof
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, check_result, verify_task
+from watchtower.protocol.ingestion_results import canonical_json, parse_result, validate_result
+from watchtower.protocol.ingestion_transform import (
+    Payload,
+    TransformError,
+    apply_transform,
+    check_payload_size,
+    parse_transform,
+)
+from watchtower.protocol.signed_command import json_safe
+from watchtower.schemas.ingest_records import decode_result, decode_task
+
+log = logging.getLogger("watchtower.ingest.aggregator")
+
+MAX_EARLY: Final = 10_000
+"""Results read before their task (another topic) wait here, oldest dropped first."""
+UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
+
+
+class TransientError(Exception):
+    """The sink could not act now (API down, timeout): keep the tick and try again."""
+
+
+class SinkRefusedError(Exception):
+    """The sink refused for good before publishing (e.g. stream_encrypt refused): an IngestFailed `reason`."""
+
+    def __init__(self, reason: IngestReason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Sink(Protocol):
+    """Where decisions go: the stream actor, through the command path."""
+
+    def last_ingested_tick(self, stream: IngestingStream) -> int: ...
+
+    def publish(self, stream: IngestingStream, tick: int, timestamp_ms: int, payloads: tuple[Payload, ...]) -> None: ...
+
+    def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
+               timestamp_ms: int) -> None: ...
+
+
+@dataclasses.dataclass
+class Pending:
+    task: IngestTask
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+
+
+def block_ms(height: int) -> int:
+    return GENESIS_UNIX_MS + height * BLOCK_INTERVAL_MS
+
+
+class Aggregator:
+    """See the module docstring. Not thread-safe: one loop drives it."""
+
+    def __init__(self, view: IngestionView, scheduler: str, sink: Sink) -> None:
+        self.view = view
+        self.scheduler = scheduler
+        self.sink = sink
+        self.pending: dict[str, dict[int, Pending]] = {}
+        self.done: dict[str, int] = {}
+        self.early: OrderedDict[tuple[str, int], list[IngestResult]] = OrderedDict()
+        self.quarantined: Counter[str] = Counter()
+        self.published = 0
+        self.tasks = 0  # tasks accepted (the scheduler's output, as this aggregator saw it)
+        self.failed: Counter[str] = Counter()
+        self.last_reasons: dict[str, list[str]] = {}
+        self.lock = threading.RLock()
+        self.busy: set[str] = set()
+        self.waiting: dict[str, int] = {}  # stream -> the tick a transient error holds back (logged once)
+        """Streams a thread is draining now (`step`)."""
+        self.lags_ms: deque[int] = deque(maxlen=2_000)
+        """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
+
+    # --- input -----------------------------------------------------------------------------------
+
+    def _quarantine(self, code: str, why: str, where: str) -> None:
+        self.quarantined[code] += 1
+        log.warning("quarantined %s: %s: %s", where, code, why)
+
+    def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> None:
+        with self.lock:
+            self._on_task(value, where)
+
+    def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
+        with self.lock:
+            self._on_result(value, where)
+
+    def _on_task(self, value: bytes | None, where: str) -> None:
+        try:
+            task = decode_task(value)
+            verify_task(task, self.scheduler)
+        except WatchtowerError as exc:
+            self._quarantine(exc.code, exc.message, where)
+            return
+        stream = self.view.streams.get(task.stream_id)
+        if stream is not None and task.task_definition != json_safe(stream.config.task_definition):
+            self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
+            return
+        ticks = self.pending.setdefault(task.stream_id, {})
+        if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
+            return  # a task read twice (the reader resumed earlier than it stopped)
+        pending = ticks[task.tick] = Pending(task)
+        self.tasks += 1
+        for result in self.early.pop((task.stream_id, task.tick), []):
+            self._accept(pending, result, where)
+
+    def _on_result(self, value: bytes | None, where: str) -> None:
+        try:
+            result = decode_result(value)
+        except WatchtowerError as exc:
+            self._quarantine(exc.code, exc.message, where)
+            return
+        if result.tick <= self.done.get(result.stream_id, 0):
+            self._quarantine("STALE_SEQUENCE", f"a result for tick {result.tick}, already finished (a replay)", where)
+            return
+        pending = self.pending.get(result.stream_id, {}).get(result.tick)
+        if pending is None:
+            self.early.setdefault((result.stream_id, result.tick), []).append(result)
+            while len(self.early) > MAX_EARLY:
+                self.early.popitem(last=False)
+                self.quarantined["UNMATCHED_RESULT"] += 1
+            return
+        self._accept(pending, result, where)
+
+    def _accept(self, pending: Pending, result: IngestResult, where: str) -> None:
+        try:
+            check_result(result, pending.task, self.view.registered())
+        except WatchtowerError as exc:
+            self._quarantine(exc.code, exc.message, where)
+            return
+        if any(o.runner == result.runner for o in pending.outcomes):
+            self.quarantined["DUPLICATE_RESULT"] += 1
+            return
+        if result.error is not None:
+            pending.outcomes.append(Outcome(result.runner, error=IngestReason(result.error), detail=result.detail))
+            return
+        data = (result.result_json or "").encode("utf-8")
+        if len(data) > MAX_RESULT_BYTES:
+            self.quarantined["OVERSIZED_RESULT"] += 1
+            pending.outcomes.append(Outcome(result.runner, error=IngestReason.OVERSIZED_RESULT))
+            return
+        try:
+            value = parse_result(data)
+        except WatchtowerError as exc:
+            self._quarantine(exc.code, f"runner {result.runner} sent garbage: {exc.message}", where)
+            return
+        try:
+            validate_result(value, pending.task.result_schema)
+        except SchemaMismatchError as exc:
+            self.quarantined[exc.code] += 1
+            pending.outcomes.append(Outcome(result.runner, error=IngestReason.SCHEMA_MISMATCH))
+            return
+        pending.outcomes.append(Outcome(result.runner, result=canonical_json(value)))
+
+    # --- decisions -------------------------------------------------------------------------------
+
+    def step(self, height: int, pool: Executor | None = None) -> None:
+        """Finish every tick that can be finished at block `height`, in tick order per stream.
+
+        With `pool`, streams are drained concurrently (their publishes are independent), each
+        stream by one thread at a time, so its ticks still finish in order."""
+        with self.lock:
+            ready = [sid for sid in self.pending if sid not in self.busy]
+            self.busy.update(ready)
+        for stream_id in ready:
+            if pool is None:
+                self._drain(stream_id, height)
+            else:
+                pool.submit(self._drain, stream_id, height)
+
+    def _drain(self, stream_id: str, height: int) -> None:
+        try:
+            while True:
+                with self.lock:
+                    ticks = self.pending.get(stream_id)
+                    if not ticks:
+                        self.pending.pop(stream_id, None)
+                        return
+                    tick = min(ticks)
+                    task, outcomes = ticks[tick].task, list(ticks[tick].outcomes)
+                if not self._finish(stream_id, task, outcomes, height):
+                    return
+                with self.lock:
+                    ticks.pop(tick, None)
+        except Exception:
+            log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
+        finally:
+            with self.lock:
+                self.busy.discard(stream_id)
+
+    def _finish(self, stream_id: str, task: IngestTask, outcomes: list[Outcome], height: int) -> bool:
+        stream = self.view.streams.get(stream_id)
+        if stream is None:
+            if height > task.deadline_height + UNKNOWN_STREAM_GRACE_BLOCKS:
+                self.quarantined["STREAM_NOT_FOUND"] += 1
+                return True
+            return False  # the events fold has not seen the stream yet
+        try:
+            if stream_id not in self.done:
+                self.done[stream_id] = max(self.view.last_failed_tick.get(stream_id, 0),
+                                           self.sink.last_ingested_tick(stream))
+            if task.tick <= self.done[stream_id]:
+                return True
+            if task.skip_from is not None:
+                self._report(stream, task, IngestReason.TICKS_SKIPPED,
+                             f"ticks {task.skip_from}..{task.tick} were past the scheduler's catch-up limit")
+                return True
+            verdict = decide_proof(ProofType(task.proof_type), task.num_runners, outcomes,
+                                   expired=height > task.deadline_height)
+            if verdict.pending:
+                return False
+            if verdict.result is None:
+                self._report(stream, task, verdict.reason or IngestReason.TIMEOUT, verdict.detail)
+                return True
+            self._publish(stream, task, verdict.result)
+            return True
+        except TransientError as exc:
+            if self.waiting.get(stream_id) != task.tick:  # once per tick, not once per step
+                self.waiting[stream_id] = task.tick
+                log.warning("ingestion of %s tick %d waits: %s", stream_id, task.tick, exc)
+            return False
+
+    def _publish(self, stream: IngestingStream, task: IngestTask, result: bytes) -> None:
+        try:
+            transform = parse_transform(stream.config.transform_method, stream.config.task_definition)
+            payloads = apply_transform(transform, result)
+            for payload in payloads:
+                check_payload_size(payload, paid=stream.paid)
+        except TransformError as exc:
+            self._report(stream, task, exc.reason, exc.detail)
+            return
+        except WatchtowerError as exc:
+            self._report(stream, task, IngestReason.TRANSFORM_FAILED, exc.message)
+            return
+        try:
+            self.sink.publish(stream, task.tick, block_ms(task.tick_height), payloads)
+        except SinkRefusedError as exc:
+            self._report(stream, task, exc.reason, exc.detail)
+            return
+        except WatchtowerError as exc:
+            self._report(stream, task, IngestReason.PUBLISH_REFUSED, f"{exc.code}: {exc.message}")
+            return
+        with self.lock:
+            self.done[stream.stream_id] = task.tick
+            self.published += 1
+            self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
+
+    def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> None:
+        first = task.skip_from if task.skip_from is not None else task.tick
+        try:
+            self.sink.report(stream, first, task.tick, reason, detail[:512], block_ms(task.tick_height))
+        except WatchtowerError as exc:
+            # Refused for good (e.g. the key is no longer delegated): retrying cannot succeed.
+            self.quarantined["REPORT_REFUSED"] += 1
+            log.error("IngestFailed for %s tick %d refused: %s: %s", stream.stream_id, task.tick, exc.code,
+                      exc.message)
+        with self.lock:
+            self.done[stream.stream_id] = task.tick
+            self.failed[str(reason)] += 1
+            reasons = self.last_reasons.setdefault(stream.stream_id, [])
+            reasons.append(str(reason))
+            del reasons[:-10]
+
+    def health(self) -> dict[str, object]:
+        with self.lock:
+            return self._health()
+
+    def _health(self) -> dict[str, object]:
+        lags = sorted(self.lags_ms)
+        lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
+        return {"tasks": self.tasks, "published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
+                "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()),
+                "done": dict(self.done), "last_reasons": {k: list(v) for k, v in self.last_reasons.items()}}

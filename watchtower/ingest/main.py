@@ -1,0 +1,81 @@
+"""Process entry points: ``python -m watchtower.ingest.main serve|runner`` (what `watchtower ingest
+serve`, `watchtower runner start` and `watchtower up` start).
+
+Configuration comes from the environment, like every other Watchtower worker:
+``WATCHTOWER_BOOTSTRAP``, ``WATCHTOWER_TOPIC_PREFIX``, ``WATCHTOWER_API`` (the command gateway /
+API URL), ``WATCHTOWER_HOME`` (key files), ``WATCHTOWER_INGEST_HEALTH`` (a JSON health file),
+``WATCHTOWER_INGEST_ALLOW_NETS`` (non-public networks runners may fetch from).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from watchtower.client.http import ApiClient
+from watchtower.ingest import keys
+from watchtower.ingest.fetch import allowed_nets
+from watchtower.ingest.runner import Runner, registration_command, serve
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.topics.catalogue import topic_prefix
+
+log = logging.getLogger("watchtower.ingest")
+
+
+def _health() -> Path | None:
+    raw = os.environ.get("WATCHTOWER_INGEST_HEALTH")
+    return Path(raw) if raw else None
+
+
+def _register(api: ApiClient, runner: Runner, label: str, deadline_s: float = 60.0) -> None:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            api.command(registration_command(runner.key, label))
+            return
+        except WatchtowerError as exc:
+            if time.monotonic() > end:
+                raise
+            log.info("runner registration waits: %s", exc.code)
+            time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="watchtower.ingest.main")
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("serve")
+    run = sub.add_parser("runner")
+    run.add_argument("name")
+    run.add_argument("--lie", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
+    prefix = topic_prefix()
+    api = ApiClient(os.environ.get("WATCHTOWER_API"))
+    scheduler = keys.scheduler_key()
+    if args.what == "serve":
+        from watchtower.ingest.service import serve as serve_ingest
+
+        serve_ingest(bootstrap, prefix, api.base_url, scheduler, keys.ingestion_publisher_key(), _health())
+        return
+    key = keys.runner_key(args.name)
+    runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie,
+                    bootstrap=bootstrap, prefix=prefix)
+    _register(api, runner, args.name)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("runner %s (%s) started", args.name, runner.address)
+    serve(runner, bootstrap, prefix, stop, _health())
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The two signed records of ingestion: a task (one tick of one stream, on ``ingest.tasks``,
+signed by the scheduler) and a runner's result (on ``ingest.results``, signed by the runner).
+
+Each is signed over the deterministic CBOR of its fields (without the signature) under its own
+domain, so a task signature can never pass as a result's or a command's. Both topics are treated
+as hostile: `verify_task` and `check_result` say exactly why a record is refused, and the caller
+quarantines it (counted, never published).
+
+A task record with ``skip_from`` set is the scheduler's catch-up notice (`ingestion.due_ticks`):
+ticks ``skip_from..tick`` were not run; it selects no runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import nacl.exceptions
+import nacl.signing
+
+from watchtower.protocol import cbor
+from watchtower.protocol.addresses import address_from_public_key, public_key_from_address
+from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, UnauthorizedError
+from watchtower.protocol.ingestion import IngestReason, ProofType, task_id
+from watchtower.protocol.ingestion_proof import select_runners
+from watchtower.protocol.signed_command import json_safe
+
+TASK_DOMAIN: Final = "watchtower-ingest-task-v1"
+RESULT_DOMAIN: Final = "watchtower-ingest-result-v1"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IngestTask:
+    """One tick of one stream, as the scheduler issued it."""
+
+    stream_id: str
+    tick: int
+    skip_from: int | None
+    tick_height: int
+    deadline_height: int
+    task_definition_json: str
+    result_schema_json: str
+    proof_type: str
+    num_runners: int
+    runners: tuple[str, ...]
+    scheduler: str
+    signature: bytes = b""
+
+    @property
+    def task_id(self) -> bytes:
+        return task_id(self.stream_id, self.tick)
+
+    @property
+    def task_definition(self) -> dict[str, Any]:
+        return dict(json.loads(self.task_definition_json))
+
+    @property
+    def result_schema(self) -> dict[str, Any]:
+        return dict(json.loads(self.result_schema_json))
+
+    def signing_bytes(self) -> bytes:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "signature"}
+        fields["runners"] = list(self.runners)
+        return cbor.encode({"domain": TASK_DOMAIN, **fields})
+
+    def signed(self, key: nacl.signing.SigningKey) -> IngestTask:
+        """This task signed by the scheduler `key` (whose address must be `scheduler`)."""
+        return dataclasses.replace(self, signature=bytes(key.sign(self.signing_bytes()).signature))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IngestResult:
+    """One runner's answer to one task: canonical JSON `result`, or an `error` reason."""
+
+    task_id: bytes
+    stream_id: str
+    tick: int
+    runner: str
+    result_json: str | None
+    error: str | None
+    detail: str
+    signature: bytes = b""
+
+    def signing_bytes(self) -> bytes:
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "signature"}
+        return cbor.encode({"domain": RESULT_DOMAIN, **fields})
+
+    def signed(self, key: nacl.signing.SigningKey) -> IngestResult:
+        return dataclasses.replace(self, signature=bytes(key.sign(self.signing_bytes()).signature))
+
+
+def _verify(address: str, data: bytes, signature: bytes, what: str) -> None:
+    try:
+        nacl.signing.VerifyKey(public_key_from_address(address)).verify(data, signature)
+    except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
+        raise InvalidSignatureError(f"the {what} signature does not verify for {address}") from None
+
+
+def new_task(*, stream_id: str, tick: int, tick_height: int, timeout_blocks: int, config: Mapping[str, Any],
+             runner_keys: tuple[bytes, ...], scheduler: nacl.signing.SigningKey,
+             skip_from: int | None = None) -> IngestTask:
+    """The signed task of (stream, tick) under `config` (an IngestionConfig dict): runners selected
+    from `runner_keys`, none for a skip notice."""
+    n = int(config["num_runners"])
+    selected = () if skip_from is not None else select_runners(task_id(stream_id, tick), runner_keys, n)
+    return IngestTask(
+        stream_id=stream_id, tick=tick, skip_from=skip_from, tick_height=tick_height,
+        deadline_height=tick_height + timeout_blocks,
+        task_definition_json=json.dumps(json_safe(config["task_definition"]), sort_keys=True, separators=(",", ":")),
+        result_schema_json=json.dumps(json_safe(config["result_schema"]), sort_keys=True, separators=(",", ":")),
+        proof_type=str(config["proof_type"]), num_runners=n,
+        runners=tuple(address_from_public_key(k) for k in selected),
+        scheduler=address_from_public_key(bytes(scheduler.verify_key)),
+    ).signed(scheduler)
+
+
+def verify_task(task: IngestTask, scheduler_address: str, runner_keys: tuple[bytes, ...] | None = None) -> None:
+    """Refuse a forged or inconsistent task: UNAUTHORIZED for another scheduler, INVALID_SIGNATURE
+    for a bad signature, MALFORMED_RECORD for a selection that is not the deterministic one (when
+    `runner_keys`, the registered list the task was issued under, is known) or bad fields."""
+    if task.scheduler != scheduler_address:
+        raise UnauthorizedError(f"the task names scheduler {task.scheduler}, not this deployment's {scheduler_address}")
+    _verify(task.scheduler, task.signing_bytes(), task.signature, "task")
+    try:
+        ProofType(task.proof_type)
+    except ValueError:
+        raise MalformedRecordError(f"unknown proof type {task.proof_type!r}") from None
+    if task.tick < 1 or task.deadline_height < task.tick_height or not 1 <= task.num_runners <= 255:
+        raise MalformedRecordError("a task has tick ≥ 1, a deadline after its tick and 1..255 runners")
+    if task.skip_from is not None:
+        if not 1 <= task.skip_from <= task.tick or task.runners:
+            raise MalformedRecordError("a skip notice covers ticks skip_from..tick and selects no runner")
+        return
+    if runner_keys is not None:
+        expected = tuple(address_from_public_key(k) for k in select_runners(task.task_id, runner_keys,
+                                                                             task.num_runners))
+        if task.runners != expected:
+            raise MalformedRecordError("the task's runners are not the deterministic selection from the registry")
+
+
+def new_result(task: IngestTask, key: nacl.signing.SigningKey, *, result: bytes | None = None,
+               error: IngestReason | None = None, detail: str = "") -> IngestResult:
+    """A runner's signed result for `task`."""
+    return IngestResult(task.task_id, task.stream_id, task.tick, address_from_public_key(bytes(key.verify_key)),
+                        None if result is None else result.decode("utf-8"), None if error is None else str(error),
+                        detail[:512]).signed(key)
+
+
+def check_result(result: IngestResult, task: IngestTask, registered: frozenset[str]) -> None:
+    """Refuse a result that is not one of `task`'s selected, registered runners' signed answers:
+    MALFORMED_RECORD (wrong task, or neither result nor error), UNAUTHORIZED (not registered, or
+    not selected), INVALID_SIGNATURE."""
+    if (result.task_id, result.stream_id, result.tick) != (task.task_id, task.stream_id, task.tick):
+        raise MalformedRecordError("the result names another task")
+    if result.runner not in registered:
+        raise UnauthorizedError(f"{result.runner} is not a registered runner")
+    if result.runner not in task.runners:
+        raise UnauthorizedError(f"{result.runner} was not selected for tick {task.tick} of {task.stream_id!r}")
+    _verify(result.runner, result.signing_bytes(), result.signature, "result")
+    if (result.result_json is None) == (result.error is None):
+        raise MalformedRecordError("a result carries a result or an error, exactly one")
+    if result.error is not None:
+        try:
+            IngestReason(result.error)
+        except ValueError:
+            raise MalformedRecordError(f"unknown error reason {result.error!r}") from None

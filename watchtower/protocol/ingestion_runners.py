@@ -1,0 +1,123 @@
+"""The runner registry: which ed25519 identities may run ingestion tasks (one aggregate instance,
+keyed `RUNNERS_KEY`).
+
+A runner registers itself with a signed ``register_runner`` command (its address is its public
+key, so the signature proves it holds the key); ``retire_runner`` removes it. Each is an event on
+``events`` (RunnerRegistered / RunnerRetired), so the list that selection is computed from is in
+the log and anyone can recompute a selection. ``decide_runner`` / ``evolve_runners`` are pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from watchtower.protocol.addresses import public_key_from_address
+from watchtower.protocol.command_auth import check_nonce
+from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, UnauthorizedError, WatchtowerError
+from watchtower.protocol.signed_command import (
+    Command,
+    Method,
+    body_fields,
+    command_digest,
+    freeze_json,
+    from_json_safe,
+    json_safe,
+    verify_command,
+)
+from watchtower.protocol.stream_state import RUNNER_REGISTERED, RUNNER_RETIRED, CallerRecord, Event, FrozenMap
+from watchtower.protocol.validation import require_text
+
+RUNNERS_KEY: Final = "ingest:runners"
+RUNNER_METHODS: Final = frozenset({Method.REGISTER_RUNNER, Method.RETIRE_RUNNER})
+RUNNER_EVENTS: Final = frozenset({RUNNER_REGISTERED, RUNNER_RETIRED})
+MAX_RUNNERS: Final = 1_000
+MAX_LABEL: Final = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunnerRegistry:
+    """Registered runners (address -> label) and each runner's replay protection."""
+
+    runners: FrozenMap[str] = dataclasses.field(default_factory=FrozenMap)
+    callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+
+    def public_keys(self) -> tuple[bytes, ...]:
+        """The registered runners' public keys, in address order."""
+        return tuple(public_key_from_address(a) for a in sorted(self.runners))
+
+
+def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int) -> tuple[Event | None, dict[str, Any]]:
+    """The event and reply of a signed register_runner / retire_runner (None: an idempotent retry)."""
+    if cmd.method not in RUNNER_METHODS:
+        raise InvalidArgumentError(f"{cmd.method} is not a runner-registry method")
+    verify_command(cmd)
+    if cmd.stream_id != RUNNERS_KEY:
+        raise InvalidArgumentError(f"runner commands are addressed to {RUNNERS_KEY!r}, not {cmd.stream_id!r}")
+    digest = command_digest(cmd)
+    record = state.callers.get(cmd.caller)
+    if record is not None and (record.last_nonce, record.last_digest) == (cmd.nonce, digest):
+        return None, {**record.last_reply, "duplicate": True}
+    check_nonce(None if record is None else record.last_nonce, cmd.nonce, block_height=block_height)
+    if cmd.method == Method.REGISTER_RUNNER:
+        label = require_text(body_fields(cmd, frozenset({"label"}))["label"], "label")
+        if len(label) > MAX_LABEL:
+            raise InvalidArgumentError(f"a runner label is at most {MAX_LABEL} characters")
+        if cmd.caller not in state.runners and len(state.runners) >= MAX_RUNNERS:
+            raise InvalidArgumentError(f"the registry holds its maximum of {MAX_RUNNERS} runners; retire one first")
+        body: dict[str, Any] = {"runner": cmd.caller, "label": label}
+        kind = RUNNER_REGISTERED
+    else:
+        body_fields(cmd, frozenset())
+        if cmd.caller not in state.runners:
+            raise UnauthorizedError(f"{cmd.caller} is not a registered runner; there is nothing to retire")
+        body = {"runner": cmd.caller, "label": state.runners[cmd.caller]}
+        kind = RUNNER_RETIRED
+    reply = {"runner": cmd.caller, "registered": kind == RUNNER_REGISTERED, "label": body["label"]}
+    event = Event(type=kind, stream_id=RUNNERS_KEY, block_height=block_height, caller=cmd.caller, nonce=cmd.nonce,
+                  digest=digest, reply=reply, body=body)
+    return event, reply
+
+
+def evolve_runners(state: RunnerRegistry, event: Event) -> RunnerRegistry:
+    """The registry after `event` (MALFORMED_RECORD for one that cannot be the registry's)."""
+    try:
+        if event.type not in RUNNER_EVENTS or event.stream_id != RUNNERS_KEY:
+            raise InvalidArgumentError(f"{event.type} on {event.stream_id!r} is not a runner-registry event")
+        runner = event.body["runner"]
+        if runner != event.caller:
+            raise InvalidArgumentError("a runner registers and retires only itself")
+        label = require_text(event.body["label"], "label")
+        runners = state.runners.set(runner, label) if event.type == RUNNER_REGISTERED else state.runners.without(runner)
+    except WatchtowerError as exc:
+        raise MalformedRecordError(f"{event.type}: {exc.message}") from None
+    callers = state.callers.set(event.caller, CallerRecord(event.nonce, event.digest, event.reply))
+    return RunnerRegistry(runners, callers)
+
+
+def encode_registries(states: Mapping[str, RunnerRegistry]) -> bytes:
+    """A snapshot of the registry instance(s) of one partition (JSON; replies are plain JSON)."""
+    return json.dumps({"v": 1, "registries": {key: {
+        "runners": sorted(s.runners.items()),
+        "callers": [[k, r.last_nonce, r.last_digest.hex(), json_safe(r.last_reply)]
+                    for k, r in sorted(s.callers.items())],
+    } for key, s in states.items()}}, sort_keys=True).encode()
+
+
+def decode_registries(data: bytes) -> dict[str, RunnerRegistry]:
+    """Inverse of `encode_registries` (MALFORMED_RECORD for anything else)."""
+    try:
+        doc = json.loads(data)
+        if doc.get("v") != 1:
+            raise ValueError("unknown runner-registry snapshot version")
+        out = {}
+        for key, reg in doc["registries"].items():
+            runners = FrozenMap((str(a), str(label)) for a, label in reg["runners"])
+            callers = FrozenMap((str(k), CallerRecord(int(n), bytes.fromhex(d), freeze_json(from_json_safe(r))))
+                                for k, n, d, r in reg["callers"])
+            out[str(key)] = RunnerRegistry(runners, callers)
+    except (KeyError, TypeError, ValueError, AttributeError, WatchtowerError) as exc:
+        raise MalformedRecordError(f"a runner-registry snapshot is malformed ({exc!r})"[:300]) from None
+    return out
