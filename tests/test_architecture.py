@@ -33,7 +33,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),
     "spark": frozenset({"local", "protocol", "schemas", "topics"}),
-    "cli": frozenset({"client", "gateway", "keymgr", "local", "metrics", "protocol", "spark", "topics"}),
+    "ingest": frozenset({"client", "logs", "protocol", "schemas", "topics"}),
+    "cli": frozenset({"client", "gateway", "ingest", "keymgr", "local", "metrics", "protocol", "schemas", "spark",
+                      "topics"}),
 }
 #: Modules directly under watchtower/ (not packages): imported by anyone, importing nothing of ours.
 LEAVES = frozenset({"__init__"})

@@ -22,6 +22,7 @@ from watchtower.client.http import ApiClient
 from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, registration_command, serve
+from watchtower.logs import setup_logging
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_prefix
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("name")
     run.add_argument("--lie", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
+                  default_level="INFO")
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
     api = ApiClient(os.environ.get("WATCHTOWER_API"))

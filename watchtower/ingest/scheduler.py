@@ -39,7 +39,8 @@ from watchtower.protocol.ingestion import DEFAULT_MAX_CATCH_UP, due_ticks, parse
 from watchtower.protocol.ingestion_records import IngestTask, new_task
 from watchtower.schemas.ingest_records import decode_task, encode_task
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import faust_broker_settings, kafka_config
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.faust_settings import faust_broker_settings
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.scheduler")

@@ -10,9 +10,10 @@ the log and anyone can recompute a selection. ``decide_runner`` / ``evolve_runne
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any, Final
+
+import cbor2
 
 from watchtower.protocol.addresses import public_key_from_address
 from watchtower.protocol.command_auth import check_nonce
@@ -98,18 +99,19 @@ def evolve_runners(state: RunnerRegistry, event: Event) -> RunnerRegistry:
 
 
 def encode_registries(states: Mapping[str, RunnerRegistry]) -> bytes:
-    """A snapshot of the registry instance(s) of one partition (JSON; replies are plain JSON)."""
-    return json.dumps({"v": 1, "registries": {key: {
-        "runners": sorted(s.runners.items()),
+    """A snapshot of the registry instance(s) of one partition: canonical CBOR, like every other
+    aggregate's snapshot part (replies in their JSON-safe form)."""
+    return bytes(cbor2.dumps({"v": 1, "registries": {key: {
+        "runners": [list(item) for item in sorted(s.runners.items())],
         "callers": [[k, r.last_nonce, r.last_digest.hex(), json_safe(r.last_reply)]
                     for k, r in sorted(s.callers.items())],
-    } for key, s in states.items()}}, sort_keys=True).encode()
+    } for key, s in states.items()}}, canonical=True))
 
 
 def decode_registries(data: bytes) -> dict[str, RunnerRegistry]:
     """Inverse of `encode_registries` (MALFORMED_RECORD for anything else)."""
     try:
-        doc = json.loads(data)
+        doc = cbor2.loads(data)
         if doc.get("v") != 1:
             raise ValueError("unknown runner-registry snapshot version")
         out = {}
@@ -118,6 +120,6 @@ def decode_registries(data: bytes) -> dict[str, RunnerRegistry]:
             callers = FrozenMap((str(k), CallerRecord(int(n), bytes.fromhex(d), freeze_json(from_json_safe(r))))
                                 for k, n, d, r in reg["callers"])
             out[str(key)] = RunnerRegistry(runners, callers)
-    except (KeyError, TypeError, ValueError, AttributeError, WatchtowerError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, WatchtowerError, cbor2.CBORDecodeError) as exc:
         raise MalformedRecordError(f"a runner-registry snapshot is malformed ({exc!r})"[:300]) from None
     return out

@@ -21,6 +21,11 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value: object) -> bool:
+    """True for JSON numbers: ints and floats, never bools."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def is_finite_number(value: object) -> bool:
     """True for numbers that are neither NaN nor ±Inf (ints are always finite)."""
     if isinstance(value, float):

@@ -29,8 +29,10 @@ class RunnerRegistryAggregate:
 
     name = "runners"
 
-    def decode_command(self, value: bytes | None, *, internal: bool) -> Command:
-        record = decode_command(value)
+    command_decoder = staticmethod(decode_command)
+    event_decoder = staticmethod(decode_event)
+
+    def accept_command(self, record: object, *, internal: bool) -> Command:
         if not isinstance(record, Command) or record.method not in RUNNER_METHODS or internal:
             raise MalformedRecordError("not a runner-registry command")
         return record
@@ -50,9 +52,6 @@ class RunnerRegistryAggregate:
 
     def encode_event(self, event: Event) -> bytes:
         return encode_event(event)
-
-    def decode_event(self, value: bytes | None) -> Event:
-        return decode_event(value)
 
     def owns_event(self, event: Event) -> bool:
         return event.type in RUNNER_EVENTS
