@@ -23,6 +23,7 @@ from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, registration_command, serve
 from watchtower.logs import setup_logging
+from watchtower.metrics.exposition import start_metrics
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_prefix
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
                   default_level="INFO")
+    # Build info and the process metrics (CPU, memory, open files) on this process's /metrics;
+    # ingestion's own counters are not built yet (docs/operations.md).
+    start_metrics("ingest" if args.what == "serve" else "runner")
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
     api = ApiClient(os.environ.get("WATCHTOWER_API"))
