@@ -11,6 +11,7 @@ from typing import Any
 
 import nacl.signing
 
+from watchtower.client.sdk import wait_until_visible
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.replay_records import ReplayRegistered
@@ -42,7 +43,9 @@ def message(stream_id: str, seq: int) -> StreamMessage:
 
 
 def publish_script(api: Any, stream_id: str, length: int = LENGTH) -> None:
-    """Create `stream_id` and publish 1..length through `api` (each command answered = committed)."""
+    """Create `stream_id` and publish 1..length through `api` (each command answered = committed),
+    then wait until the read side shows all of it: a key schedule or page read right after the
+    last acknowledgement could otherwise find the stream not projected yet."""
     nonce = iter(range(1, 100_000))
     api.command(sign_command(OWNER, "create_stream", stream_id, next(nonce), {
         "publisher_key_hex": bytes(KEY_1.verify_key).hex(), "ring_buffer_capacity": 10}))
@@ -51,6 +54,8 @@ def publish_script(api: Any, stream_id: str, length: int = LENGTH) -> None:
             api.command(sign_command(OWNER, "rotate_publisher_key", stream_id, next(nonce),
                                      {"new_key": bytes(KEY_2.verify_key)}))
         api.command(sign_command(OWNER, "publish", stream_id, next(nonce), message(stream_id, seq).to_json_dict()))
+    wait_until_visible(api, stream_id, min_head=length, signing_key_id=2 if length > ROTATED_AFTER else 1,
+                       timeout_s=60)
 
 
 def register_replay(bootstrap: str, prefix: str, stream_id: str, nonce: int, *, first: int, end_exclusive: int,
