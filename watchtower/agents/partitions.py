@@ -25,7 +25,7 @@ from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
 from watchtower.agents.snapshots import SnapshotPolicy
-from watchtower.agents.state_loader import committed_offsets, load_partitions
+from watchtower.agents.state_loader import CommittedOffsets, load_partitions
 from watchtower.protocol.billing import block_height_at
 
 log = logging.getLogger("watchtower.worker")
@@ -61,7 +61,8 @@ class PartitionOwner(CommandDecider):
         self._stop = threading.Event()
         self._owned: list[int] = []
         self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
-        self._unstable_fetches = 0  # stable committed-offset fetches that timed out in a row
+        self._offsets = CommittedOffsets(bootstrap, group, timeout_s=OFFSETS_TIMEOUT_S,
+                                         stable_tries=STABLE_TRIES_AFTER_FENCING)
         self._next_load_try = 0.0
         self._assigned = False
         self._recovering = False
@@ -122,26 +123,12 @@ class PartitionOwner(CommandDecider):
         if not pending:
             return True
         log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
-        # The stable fetch waits out every transaction still open on these offsets. After a broker
-        # restart one may never settle: an offset commit of a fenced producer (ours after a start
-        # over, or the previous owner's) that reached the group coordinator after its abort (a
-        # hanging transaction). Only the next commit clears it, and nobody commits before this
-        # rebuild, so waiting for it would wait forever. Once the stable fetches have timed out for
-        # longer than the transaction timeout, every real open transaction has been aborted by its
-        # coordinator, and the last *committed* offsets are the right ones. This holds on
+        # The stable fetch may never settle after a broker restart (CommittedOffsets); this holds on
         # assignment as after a start over (the rebalance that follows a restart hits it too).
-        stable = self._unstable_fetches < STABLE_TRIES_AFTER_FENCING
+        stable = self._offsets.stable
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
-            try:
-                committed = committed_offsets(self.bootstrap, self.group, tps, OFFSETS_TIMEOUT_S, stable=stable)
-            except KafkaException:
-                self._unstable_fetches += 1
-                raise
-            self._unstable_fetches = 0
-            if not stable:
-                log.warning("worker %s: the stable offsets fetch kept timing out for longer than the transaction "
-                            "timeout; read the last committed offsets instead", self.worker_id)
+            committed = self._offsets.fetch(tps)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
                                      on_quarantine=self.health.quarantined, aggregates=self.aggregates,

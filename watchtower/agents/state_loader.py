@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
-from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.agents.aggregate import Aggregate
@@ -101,6 +101,43 @@ def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartitio
         return list(consumer.committed(partitions, timeout=timeout_s))
     finally:
         consumer.close()
+
+
+class CommittedOffsets:
+    """A group's committed offsets for a rebuild, stable while that can work.
+
+    The stable fetch (KIP-447) waits out every transaction still open on the offsets. After an
+    unclean broker restart one may never settle: an offset commit of a fenced producer that reached
+    the group coordinator after its abort (a hanging transaction), which only a later commit clears,
+    and nobody commits before the rebuild. After ``stable_tries`` stable fetches in a row timed out
+    (together longer than the transaction timeout, so every real open transaction has been aborted
+    by its coordinator by then) the next fetch reads the last committed offsets instead; a fetch
+    that succeeds resets the count.
+    """
+
+    def __init__(self, bootstrap: str, group: str, *, timeout_s: float, stable_tries: int) -> None:
+        self.bootstrap, self.group = bootstrap, group
+        self.timeout_s, self.stable_tries = timeout_s, stable_tries
+        self.timeouts_in_a_row = 0
+
+    @property
+    def stable(self) -> bool:
+        """Whether the next fetch asks for stable offsets."""
+        return self.timeouts_in_a_row < self.stable_tries
+
+    def fetch(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The committed offsets of ``partitions``; raises KafkaException on failure (counted)."""
+        stable = self.stable
+        try:
+            found = committed_offsets(self.bootstrap, self.group, partitions, self.timeout_s, stable=stable)
+        except KafkaException:
+            self.timeouts_in_a_row += 1
+            raise
+        self.timeouts_in_a_row = 0
+        if not stable:
+            log.warning("group %s: stable offset fetches kept timing out for longer than the transaction timeout; "
+                        "read the last committed offsets instead", self.group)
+        return found
 
 
 def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeout_s: float) -> None:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Final
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from watchtower.agents.event_fold import EventFold
-from watchtower.agents.state_loader import committed_offsets
+from watchtower.agents.state_loader import CommittedOffsets
 from watchtower.agents.tx_worker import (
     TXN_TIMEOUT_S,
     TransactionalWorker,
@@ -71,6 +71,10 @@ log = logging.getLogger("watchtower.delivery")
 ENV_BACKLOG: Final = "WATCHTOWER_PUSH_BACKLOG"
 ENV_BACKLOG_BYTES: Final = "WATCHTOWER_PUSH_BACKLOG_BYTES"
 _NO_LIMITS: Final = PushLimits(1, 1)  # a stream not created yet: nobody to push to
+#: One committed-offsets fetch before a rebuild, and how many stable ones may time out in a row
+#: before the last committed offsets are read instead (together longer than the transaction timeout).
+OFFSETS_TIMEOUT_S: Final = 5.0
+STABLE_TRIES: Final = 3
 
 
 Key = tuple[int, str]  # (partition, stream id)
@@ -100,6 +104,8 @@ class DeliveryWorker(TransactionalWorker):
         # Deliveries are keyed by the subscriber; every reader must agree on its partition (murmur2).
         super().__init__(bootstrap, worker_id, prefix, clock_ms,
                          **{"message.max.bytes": 8 * 1024 * 1024})  # a checkpoint lists up to max_subscribers cursors
+        self._offsets = CommittedOffsets(bootstrap, self.group, timeout_s=OFFSETS_TIMEOUT_S,
+                                         stable_tries=STABLE_TRIES)
 
     # ------------------------------------------------------------------ lifecycle
     def _subscriptions(self) -> list[str]:
@@ -136,8 +142,10 @@ class DeliveryWorker(TransactionalWorker):
         numbers = sorted({tp.partition for tp in partitions})
         # Asked by a client of its own: the group consumer's committed() blocks while its group state
         # waits for a rebalance it has not served yet (after a broker restart: for good).
-        committed = {tp.partition: tp.offset for tp in committed_offsets(
-            self.bootstrap, self.group, [TopicPartition(self.topics["messages"], p) for p in numbers], 30)}
+        # A hanging offset commit after a broker restart falls back to the last committed offsets
+        # (CommittedOffsets); the checkpoints bound where the messages are read from anyway.
+        committed = {tp.partition: tp.offset for tp in self._offsets.fetch(
+            [TopicPartition(self.topics["messages"], p) for p in numbers])}
         for p in numbers:
             restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine,
                                          now_block=self._now_block())
