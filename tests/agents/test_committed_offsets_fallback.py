@@ -39,10 +39,20 @@ def test_after_the_stable_tries_time_out_the_last_committed_offsets_are_read(fet
             offsets.fetch(tps)
     assert [tp.offset for tp in offsets.fetch(tps)] == [7]
     assert fetch.calls == [True, True, True, False]
-    # A success resets the count: the next rebuild asks for stable offsets again.
+    # While the commit still hangs, the next rebuild tries stable offsets once, then falls back.
+    with pytest.raises(KafkaException):
+        offsets.fetch(tps)
+    offsets.fetch(tps)
+    assert fetch.calls[4:] == [True, False]
+    # A stable success resets the count: every try is stable again.
     fetch.hanging = False
     offsets.fetch(tps)
-    assert fetch.calls[-1] is True
+    fetch.hanging = True
+    for _ in range(2):
+        with pytest.raises(KafkaException):
+            offsets.fetch(tps)
+    assert fetch.calls[6:] == [True, True, True]
+    assert offsets.stable
 
 
 def test_a_stable_fetch_that_answers_is_never_replaced(fetch: FakeFetch) -> None:

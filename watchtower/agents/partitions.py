@@ -84,7 +84,11 @@ class PartitionOwner(CommandDecider):
         # worker would die on whatever the log or the cluster did. Partitions stay paused until
         # their aggregates are rebuilt, so no command is ever decided against a missing state.
         try:
-            consumer.assign(partitions)
+            # Explicit offsets: left to the consumer, each partition would wait for the group's
+            # *stable* committed offsets before it starts, which a hanging offset commit (after an
+            # unclean broker restart) delays for good, and a seek to a partition not started fails.
+            # The partitions stay paused; the rebuild seeks each to the offsets it fetched itself.
+            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
             self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
             for partition in self._owned:  # whatever we held before is stale: another owner may have written
                 self._forget(partition)
@@ -110,15 +114,14 @@ class PartitionOwner(CommandDecider):
         self._owned = [p for p in self._owned if p not in revoked]
         self.health.set_partitions(self._owned)
 
-    def _load_pending(self, *, seek: bool = False) -> bool:
+    def _load_pending(self) -> bool:
         """Rebuild the owned partitions that have no state yet, in one scan; True when none is left.
 
         The group's committed offsets of those partitions are fetched first: a read_committed
         consumer asks for *stable* offsets, so the fetch returns only once any transaction still
         open on them (a dead owner's last batch) is settled, and the fold after it then sees that
-        batch's outcome. With ``seek`` (after a start over) the partitions are moved to those offsets;
-        on assignment the consumer starts from them by itself (or is moved there when the stable
-        fetch kept timing out, below). Rebuilt partitions are resumed.
+        batch's outcome (or the last committed ones once stable fetches kept timing out:
+        CommittedOffsets). The rebuilt partitions are moved to those offsets and resumed.
         """
         pending = sorted(self._unloaded)
         if not pending:
@@ -142,9 +145,9 @@ class PartitionOwner(CommandDecider):
                 self._settle_timeouts += 1
                 raise
             self._settle_timeouts = 0
-            # Without the stable fetch the consumer's own offset fetch (read_committed asks for
-            # stable offsets too) would wait as long: it is moved to the offsets read here.
-            if seek or not stable:
+            # Every rebuilt partition resumes from the offsets read here (the assignment gave
+            # the consumer none of its own: _on_assign).
+            if committed:
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
@@ -204,7 +207,7 @@ class PartitionOwner(CommandDecider):
         except KafkaException as exc:
             log.warning("reading the assignment failed (%s); the next rebalance rebuilds it", exc.args[0])
             return
-        while not self._stop.is_set() and not self._load_pending(seek=True):
+        while not self._stop.is_set() and not self._load_pending():
             self._update_state()
             self.health.tick()
             self._stop.wait(RETRY_BACKOFF_S)

@@ -131,8 +131,10 @@ class CommittedOffsets:
     the group coordinator after its abort (a hanging transaction), which only a later commit clears,
     and nobody commits before the rebuild. After ``stable_tries`` stable fetches in a row timed out
     (together longer than the transaction timeout, so every real open transaction has been aborted
-    by its coordinator by then) the next fetch reads the last committed offsets instead; a fetch
-    that succeeds resets the count.
+    by its coordinator by then) the next fetch reads the last committed offsets instead. A stable
+    fetch that succeeds resets the count; after a fallback the next fetch tries stable offsets
+    once more before falling back again (the hanging commit lasts until the group commits anew,
+    and the rebalances that follow a restart would otherwise wait out every try again).
     """
 
     def __init__(self, bootstrap: str, group: str, *, timeout_s: float, stable_tries: int) -> None:
@@ -153,7 +155,7 @@ class CommittedOffsets:
         except KafkaException:
             self.timeouts_in_a_row += 1
             raise
-        self.timeouts_in_a_row = 0
+        self.timeouts_in_a_row = 0 if stable else self.stable_tries - 1
         if not stable:
             log.warning("group %s: stable offset fetches kept timing out for longer than the transaction timeout; "
                         "read the last committed offsets instead", self.group)
