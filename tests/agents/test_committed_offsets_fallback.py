@@ -69,8 +69,8 @@ def test_one_timeout_below_the_tries_keeps_asking_for_stable_offsets(fetch: Fake
         offsets.fetch([TopicPartition("t", 0)])
     fetch.hanging = False
     offsets.fetch([TopicPartition("t", 0)])
+    fetch.hanging = True
     with pytest.raises(KafkaException):
-        fetch.hanging = True
         offsets.fetch([TopicPartition("t", 0)])
     assert fetch.calls == [True, True, True]
     assert offsets.stable

@@ -25,7 +25,7 @@ from watchtower.agents.aggregate import Aggregate
 from watchtower.agents.decider import CommandDecider
 from watchtower.agents.health import HealthFile
 from watchtower.agents.snapshots import SnapshotPolicy
-from watchtower.agents.state_loader import CommittedOffsets, UnsettledError, load_partitions
+from watchtower.agents.state_loader import CommittedOffsets, load_partitions
 from watchtower.protocol.billing import block_height_at
 
 log = logging.getLogger("watchtower.worker")
@@ -61,7 +61,6 @@ class PartitionOwner(CommandDecider):
         self._stop = threading.Event()
         self._owned: list[int] = []
         self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
-        self._settle_timeouts = 0  # rebuilds in a row whose partitions never settled
         self._offsets = CommittedOffsets(bootstrap, group, timeout_s=OFFSETS_TIMEOUT_S,
                                          stable_tries=STABLE_TRIES_AFTER_FENCING)
         self._next_load_try = 0.0
@@ -129,22 +128,13 @@ class PartitionOwner(CommandDecider):
         log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
         # The stable fetch may never settle after a broker restart (CommittedOffsets); this holds on
         # assignment as after a start over (the rebalance that follows a restart hits it too).
-        stable = self._offsets.stable
         try:
             tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
             committed = self._offsets.fetch(tps)
-            # Stable fetches that kept timing out, or a settle wait that already timed out, have
-            # outlasted the transaction timeout: what is still open is hanging (load_partitions).
-            try:
-                loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
-                                         now_block_height=block_height_at(self._clock_ms()),
-                                         on_quarantine=self.health.quarantined, aggregates=self.aggregates,
-                                         snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S,
-                                         hanging_ok=not stable or self._settle_timeouts > 0)
-            except UnsettledError:
-                self._settle_timeouts += 1
-                raise
-            self._settle_timeouts = 0
+            loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
+                                     now_block_height=block_height_at(self._clock_ms()),
+                                     on_quarantine=self.health.quarantined, aggregates=self.aggregates,
+                                     snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
             # Every rebuilt partition resumes from the offsets read here (the assignment gave
             # the consumer none of its own: _on_assign).
             if committed:

@@ -20,26 +20,19 @@ from watchtower.topics.reader import end_offsets, read_committed
 
 log = logging.getLogger("watchtower.rebuild")
 
-__all__ = ["CommittedOffsets", "PartitionState", "Quarantined", "UnsettledError", "committed_offsets",
-           "load_partitions", "wait_until_settled"]
+__all__ = ["CommittedOffsets", "PartitionState", "Quarantined", "committed_offsets", "load_partitions",
+           "wait_until_settled"]
 
 #: How long a rebuild waits for open transactions on its partitions to end before giving up (the
 #: caller retries). A dead owner's transaction is aborted by the broker after its timeout.
 SETTLE_TIMEOUT_S: Final = 30.0
-#: How long a rebuild that may start from a hanging transaction (``hanging_ok``) still waits for
-#: its partitions to settle: every real open transaction was given its timeout before.
-HANGING_SETTLE_S: Final = 5.0
-
-
-class UnsettledError(TimeoutError):
-    """A partition still held an open transaction when the wait for it to settle ended."""
 
 
 def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[int], partition_count: int, *,
                     timeout_s: float = 120.0, now_block_height: int | None = None,
                     on_quarantine: Callable[[Quarantined], None] | None = None,
                     aggregates: Sequence[Aggregate] | None = None,
-                    snapshots_topic: str | None = None, hanging_ok: bool = False) -> dict[int, PartitionState]:
+                    snapshots_topic: str | None = None) -> dict[int, PartitionState]:
     """Rebuild the aggregates of the given ``partitions`` of ``events_topic`` (which has
     ``partition_count``), in one scan of the log.
 
@@ -52,13 +45,12 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
     rule (see :mod:`watchtower.agents.event_fold`) is logged with its topic, partition, offset and
     reason, passed to ``on_quarantine``, listed in its partition's result and skipped: nothing a
     record contains makes this raise. It raises only when the log cannot be read (TimeoutError,
-    KafkaException, UnsettledError). ``now_block_height`` is the current block, to refuse events
-    stamped in the future (None: not checked).
+    KafkaException). ``now_block_height`` is the current block, to refuse events stamped in the
+    future (None: not checked).
 
-    ``hanging_ok``: the caller has already waited longer than the transaction timeout (its settle
-    waits or its stable offset fetches kept timing out), so a transaction still open is a hanging
-    one: an unclean broker restart lost its markers, and only its producer's next transaction
-    ends it. The rebuild then waits `HANGING_SETTLE_S` at most and folds what is stable.
+    A partition that never settles is never folded past its open transaction: a hanging one (an
+    unclean broker restart lost its markers) is left for the operator (docs/operations.md), since
+    deciding again what it holds would write its sequences twice once it ends.
     """
 
     def quarantine(entry: Quarantined) -> None:
@@ -69,14 +61,7 @@ def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[in
     hosted = list(aggregates) if aggregates is not None else default_aggregates()
     if not partitions:
         return {}
-    try:
-        wait_until_settled(bootstrap, events_topic, list(partitions),
-                           min(timeout_s, HANGING_SETTLE_S if hanging_ok else SETTLE_TIMEOUT_S))
-    except UnsettledError as exc:
-        if not hanging_ok:
-            raise
-        log.warning("%s; a hanging transaction (its markers were lost): folding up to the last stable offset, "
-                    "its producer's next transaction on the partition ends it", exc)
+    wait_until_settled(bootstrap, events_topic, list(partitions), min(timeout_s, SETTLE_TIMEOUT_S))
     starts: dict[int, PartitionState] = {}
     refused: dict[int, list[Quarantined]] = {}
     if snapshots_topic is not None:
@@ -164,7 +149,7 @@ class CommittedOffsets:
 
 def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeout_s: float) -> None:
     """Return once no transaction is open on ``topic``'s ``partitions``: each one's last stable
-    offset has reached its high watermark. Raises UnsettledError (a TimeoutError) after ``timeout_s``.
+    offset has reached its high watermark. Raises TimeoutError after ``timeout_s``.
 
     A read_committed scan stops at the last stable offset. Right after a transaction commits, and
     until the coordinator has written its markers, that offset is still *before* the committed
@@ -183,7 +168,7 @@ def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeou
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise UnsettledError(f"{topic} partitions {[tp.partition for tp in pending]} still have an open "
+            raise TimeoutError(f"{topic} partitions {[tp.partition for tp in pending]} still have an open "
                                f"transaction after {timeout_s:g}s")
         time.sleep(0.05)
 
