@@ -127,14 +127,18 @@ def docker_answers() -> bool:
     return True
 
 
-def embedded_spec(data_dir: Path, nodes: int = 1, *, secure: bool | None = None) -> ClusterSpec:
-    """A spec on free ports; secure in a secure test run (``secure`` None), with the session's credentials."""
-    port = free_port_block(nodes)
-    cport = free_port_block(nodes)
-    while cport in range(port, port + nodes):
-        cport = free_port_block(nodes)
-    secure = SECURE if secure is None else secure
-    spec = ClusterSpec(data_dir, port, cport, nodes, heap_mb=768 if nodes == 1 else 512, secure=secure)
+def embedded_spec(data_dir: Path, nodes: int = 1, *, secure: bool | None = None,
+                  dedicated_controller: bool = False) -> ClusterSpec:
+    """A spec on free ports; secure in a secure test run (``secure`` None), with the session's credentials.
+    With ``dedicated_controller`` the controller runs in a JVM of its own (plaintext only)."""
+    controllers = 1 if dedicated_controller else 0
+    port = free_port_block(nodes + controllers)
+    cport = free_port_block(nodes + controllers)
+    while cport in range(port, port + nodes + controllers):
+        cport = free_port_block(nodes + controllers)
+    secure = (SECURE if secure is None else secure) and not dedicated_controller
+    spec = ClusterSpec(data_dir, port, cport, nodes, heap_mb=768 if nodes == 1 else 512, secure=secure,
+                       dedicated_controller=dedicated_controller)
     if secure and SEED is not None and not spec.credentials_dir.exists():
         shutil.copytree(SEED, spec.credentials_dir)
     return spec

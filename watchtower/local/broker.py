@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchtower.local.config import ADMIN_PRINCIPAL, HOST, ClusterSpec, NodeSpec
+from watchtower.local.config import ADMIN_PRINCIPAL, BROKER_SESSION_TIMEOUT_MS, HOST, ClusterSpec, NodeSpec
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, jolokia_agent_jar, require_tool
 from watchtower.local.ports import port_bindable
@@ -51,6 +51,7 @@ class LocalKafka:
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
+        self._killed_at: dict[int, float] = {}  # node id -> monotonic time of its kill_node SIGKILL
 
     # ---------------------------------------------------------------- public API
     def up(self, *, timeout: float = READY_TIMEOUT_S, prefix: str | None = None) -> float:
@@ -86,51 +87,76 @@ class LocalKafka:
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
             cluster_id = self._check_or_claim_data_dir()
-            to_start = [n for n in self.spec.node_specs if not self._alive(n)]
+            to_start = [n for n in self.spec.all_node_specs if not self._alive(n)]
             if not to_start:
                 return 0.0
             for node in to_start:
                 self._clear_stale_pid(node)
                 self._check_ports_free(node)
             started = time.monotonic()
+            self._wait_out_killed_sessions(to_start)
             for node in to_start:
                 self._prepare_node(node, cluster_id, cp)
                 self._launch(node, cp, agent)
             self._wait_ready(to_start, timeout)
             return time.monotonic() - started
 
+    def _wait_out_killed_sessions(self, nodes: list[NodeSpec]) -> None:
+        """Before restarting a broker this supervisor killed, while its dedicated controller runs,
+        wait until the controller has fenced the killed incarnation (its session expired).
+
+        Started earlier, the broker would load its old registration, take leadership and load
+        transaction coordinators, and then lose every transaction marker still queued when the
+        controller fences the old incarnation under it (a hanging transaction: docs/operations.md).
+        """
+        controllers_up = any(self._alive(c) for c in self.spec.controller_specs)
+        if not controllers_up:
+            return
+        for node in nodes:
+            killed = self._killed_at.pop(node.node_id, None)
+            if killed is not None and node.is_broker:
+                remaining = killed + BROKER_SESSION_TIMEOUT_MS / 1000 + 1.0 - time.monotonic()
+                if remaining > 0:
+                    time.sleep(remaining)
+
     def down(self, *, timeout: float = STOP_TIMEOUT_S) -> None:
-        """Stop every node cleanly (SIGTERM, then SIGKILL after ``timeout``) and clear pid files."""
+        """Stop every node cleanly (SIGTERM, then SIGKILL after ``timeout``) and clear pid files:
+        the brokers first, then any dedicated controller (a broker's clean stop needs it)."""
         if not self.spec.data_dir.exists():
             return
         with self._lock():
-            nodes = [n for n in self.spec.node_specs if self._alive(n)]
-            for node in nodes:
-                pid = self._read_pid(node)
-                if pid is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + timeout
-            for node in nodes:
-                pid = self._read_pid(node)
-                while pid is not None and _pid_alive(pid) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                if pid is not None and _pid_alive(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    _wait_gone(pid, 10.0)
-            for node in self.spec.node_specs:
+            self._stop(self.spec.node_specs, timeout)
+            self._stop(self.spec.controller_specs, timeout)
+            for node in self.spec.all_node_specs:
                 node.pid_file.unlink(missing_ok=True)
+
+    def _stop(self, specs: list[NodeSpec], timeout: float) -> None:
+        nodes = [n for n in specs if self._alive(n)]
+        for node in nodes:
+            pid = self._read_pid(node)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node in nodes:
+            pid = self._read_pid(node)
+            while pid is not None and _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid is not None and _pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, 10.0)
 
     def kill_node(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one node (fault injection for tests); waits for it to die on SIGKILL."""
-        node = self.spec.node_specs[node_id - 1]
-        pid = self._read_pid(node)
-        if pid is None or not self._alive(node):
+        node = next((n for n in self.spec.all_node_specs if n.node_id == node_id), None)
+        pid = None if node is None else self._read_pid(node)
+        if node is None or pid is None or not self._alive(node):
             raise LocalStackError(f"node {node_id} is not running; start it with `watchtower local up`")
         os.kill(pid, sig)
         if sig == signal.SIGKILL:
             _wait_gone(pid, 10.0)
+            self._killed_at[node_id] = time.monotonic()
 
     def status(self) -> dict[str, Any]:
         """A JSON-ready report: state, bootstrap address, data directory and per-node detail."""
@@ -217,7 +243,7 @@ class LocalKafka:
                 f"data directory {self.spec.data_dir} holds a {have} cluster, not a {want} one; "
                 f"{'add' if secure else 'drop'} --secure, or remove it (`watchtower local down --purge`)"
             )
-        for node in self.spec.node_specs:
+        for node in self.spec.all_node_specs:
             self._check_storage_meta(node, cluster_id)
         return cluster_id
 
@@ -273,11 +299,12 @@ class LocalKafka:
     def _wait_ready(self, nodes: list[NodeSpec], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for node in nodes:
-            while not _port_open(node.port):
+            port = node.port if node.is_broker else node.controller_port
+            while not _port_open(port):
                 self._fail_if_dead(node)
                 if time.monotonic() > deadline:
                     raise LocalStackError(
-                        f"node {node.node_id} did not open port {node.port} within {timeout:.0f}s; "
+                        f"node {node.node_id} did not open port {port} within {timeout:.0f}s; "
                         f"see {node.log_file}"
                     )
                 time.sleep(0.1)
@@ -297,7 +324,8 @@ class LocalKafka:
         # tears the process down, so a busy port is re-tried for a short grace period.
         deadline = time.monotonic() + grace_s
         metrics = () if self.spec.metrics_port is None else (self.spec.metrics_port + node.node_id - 1,)
-        for port in (node.port, node.controller_port, *metrics):
+        client = (node.port,) if node.is_broker else ()
+        for port in (*client, node.controller_port, *metrics):
             while not port_bindable(HOST, port):
                 if time.monotonic() < deadline:
                     time.sleep(0.2)

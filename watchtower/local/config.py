@@ -15,14 +15,25 @@ AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN_PRINCIPAL = "admin"
 
 
+#: Kafka's default ``broker.session.timeout.ms``, written out so a supervisor knows how long the
+#: controller keeps a killed broker's registration alive.
+BROKER_SESSION_TIMEOUT_MS = 9_000
+COMBINED_ROLES = "broker,controller"
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    """One KRaft node running as broker and controller in the same JVM."""
+    """One KRaft node: broker and controller in the same JVM (the default), or one of the two."""
 
     node_id: int
     port: int
     controller_port: int
     directory: Path
+    roles: str = COMBINED_ROLES
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles.split(",")
 
     @property
     def log_dirs(self) -> Path:
@@ -68,6 +79,11 @@ class ClusterSpec:
     # Opt-in broker metrics: node *i* serves its JMX MBeans as JSON over HTTP (the Jolokia JVM
     # agent) on ``HOST:metrics_port + i - 1``. None (the default): no agent, nothing else changes.
     metrics_port: int | None = None
+    # One controller in a JVM of its own (node id ``nodes + 1``, on ``controller_port + nodes``),
+    # and brokers that are only brokers: the layout of a production cluster. A broker restarted
+    # after ``kill -9`` is then never its own only controller, which would replay its old
+    # registration and serve from it until that registration's session expires (plaintext only).
+    dedicated_controller: bool = False
 
     @property
     def credentials_dir(self) -> Path:
@@ -76,10 +92,26 @@ class ClusterSpec:
 
     @property
     def node_specs(self) -> list[NodeSpec]:
+        """The broker nodes (combined broker-controllers unless ``dedicated_controller``)."""
+        roles = "broker" if self.dedicated_controller else COMBINED_ROLES
         return [
-            NodeSpec(i, self.port + i - 1, self.controller_port + i - 1, self.data_dir / f"node-{i}")
+            NodeSpec(i, self.port + i - 1, self.controller_port + i - 1, self.data_dir / f"node-{i}", roles)
             for i in range(1, self.nodes + 1)
         ]
+
+    @property
+    def controller_specs(self) -> list[NodeSpec]:
+        """The dedicated controller node, when there is one (its client ``port`` is never opened)."""
+        if not self.dedicated_controller:
+            return []
+        n = self.nodes + 1
+        return [NodeSpec(n, self.port + n - 1, self.controller_port + n - 1, self.data_dir / "controller",
+                         "controller")]
+
+    @property
+    def all_node_specs(self) -> list[NodeSpec]:
+        """Every node this cluster runs: its controllers first, then its brokers."""
+        return [*self.controller_specs, *self.node_specs]
 
     def metrics_url(self, node: NodeSpec) -> str | None:
         """The Jolokia base URL of ``node`` (ends in ``/jolokia/``), or None without metrics."""
@@ -101,16 +133,25 @@ class ClusterSpec:
 
     def server_properties(self, node: NodeSpec, admin_password: str | None = None) -> str:
         """The ``server.properties`` text for ``node`` (a secure spec needs the admin password)."""
-        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.node_specs)
+        if self.dedicated_controller and self.secure:
+            raise ValueError("a dedicated controller is supported on plaintext clusters only")
+        quorum = self.controller_specs or self.node_specs
+        voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in quorum)
         rf = self.replication_factor
+        if node.roles == "controller":
+            listeners = f"CONTROLLER://{HOST}:{node.controller_port}"
+        elif node.roles == "broker":
+            listeners = f"PLAINTEXT://{HOST}:{node.port}"
+        else:
+            listeners = f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}"
         props = {
-            "process.roles": "broker,controller",
+            "process.roles": node.roles,
             "node.id": str(node.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+            "listeners": listeners,
+            **({"advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+                "inter.broker.listener.name": "PLAINTEXT"} if node.is_broker else {}),
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(node.log_dirs),
             "num.partitions": "1",
@@ -129,6 +170,8 @@ class ClusterSpec:
             "log.retention.check.interval.ms": "60000",
             "unclean.leader.election.enable": "false",
         }
+        if self.dedicated_controller:
+            props["broker.session.timeout.ms"] = str(BROKER_SESSION_TIMEOUT_MS)
         if self.min_session_timeout_ms is not None:
             props["group.min.session.timeout.ms"] = str(self.min_session_timeout_ms)
         if self.secure:
