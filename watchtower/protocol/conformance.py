@@ -24,10 +24,22 @@ from watchtower.protocol.envelope import (
     encrypt_for_epoch,
     envelope_aad,
 )
-from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
+from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
 from watchtower.protocol.filters import evaluate, parse_filter
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.keyload import (
+    KeyloadPart,
+    check_keyload,
+    decode_part,
+    key_commitment,
+    mask,
+    masked_aad,
+    open_keyload,
+    part_for,
+    payload_key,
+    unmask,
+)
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import EpochPricing
 from watchtower.protocol.ring_window import get_since_range
@@ -76,6 +88,16 @@ def _hex(data: Mapping[str, Any], key: str) -> bytes:
         return bytes.fromhex(value)
     except (TypeError, ValueError):
         raise VectorFormatError(f"input {key!r} is not a hex string") from None
+
+
+def _hex_list(data: Mapping[str, Any], key: str) -> list[bytes]:
+    values = _get(data, key)
+    if not isinstance(values, list):
+        raise VectorFormatError(f"input {key!r} must be a list of hex strings")
+    try:
+        return [bytes.fromhex(v) for v in values]
+    except (TypeError, ValueError):
+        raise VectorFormatError(f"input {key!r} must be a list of hex strings") from None
 
 
 # --- One computation per vector type ---------------------------------------------------------------
@@ -263,6 +285,67 @@ def _decrypt(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {"plaintext_hex": plaintext.hex()}
 
 
+def _keyload_parts(inp: Mapping[str, Any]) -> list[KeyloadPart]:
+    return [decode_part(raw) for raw in _hex_list(inp, "parts_hex")]
+
+
+def _keyload_check(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # Every part of one keyload, as a subscriber that read them all checks it (docs/private-feeds.md).
+    summary = check_keyload(_keyload_parts(inp))
+    return {
+        "keyload_id_hex": summary.keyload_id.hex(),
+        "stream_id": summary.stream_id,
+        "branch": summary.branch,
+        "parts": len(_get(inp, "parts_hex")),
+        "members": [{"address": m.address, "account_key_id": m.account_key_id} for m in summary.members],
+        "members_digest_hex": summary.members_digest.hex(),
+        "key_commitment_hex": summary.key_commitment.hex(),
+    }
+
+
+def _keyload_open(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A member reads only the part whose address range holds it, as ConfidentialReader does.
+    address = _get(inp, "address")
+    part = part_for(_keyload_parts(inp), address)
+    if part is None:
+        raise UnauthorizedError(f"{address} is in no part of this keyload: not a member")
+    session_key = open_keyload(part, address, _hex(inp, "test_only_x25519_secret_key_hex"))
+    found = next(m for m, _ in part.entries if m.address == address)
+    return {
+        "keyload_id_hex": part.keyload_id.hex(),
+        "part": part.part,
+        "account_key_id": found.account_key_id,
+        "session_key_hex": session_key.hex(),
+        "key_commitment_hex": key_commitment(session_key, part.keyload_id).hex(),
+    }
+
+
+def _mask_context(inp: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "keyload_id": _hex(inp, "keyload_id_hex"),
+        "stream_id": _get(inp, "stream_id"),
+        "sequence": _get(inp, "sequence"),
+        "branch": _get(inp, "branch"),
+        "kind": _get(inp, "kind"),
+        "content_type": _get(inp, "content_type"),
+    }
+
+
+def _masked_payload(inp: Mapping[str, Any]) -> dict[str, Any]:
+    session_key, context = _hex(inp, "session_key_hex"), _mask_context(inp)
+    masked = mask(session_key, plaintext=_hex(inp, "plaintext_hex"), nonce=_hex(inp, "nonce_hex"), **context)
+    return {
+        "payload_key_hex": payload_key(session_key, context["keyload_id"]).hex(),
+        "aad_hex": masked_aad(**context).hex(),
+        "masked_hex": masked.hex(),
+    }
+
+
+def _unmask(inp: Mapping[str, Any]) -> dict[str, Any]:
+    plaintext = unmask(_hex(inp, "session_key_hex"), _hex(inp, "masked_hex"), **_mask_context(inp))
+    return {"plaintext_hex": plaintext.hex()}
+
+
 COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
     "signing": _signing,
     "verify": _verify,
@@ -273,6 +356,10 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "billing": _billing,
     "epoch_envelope": _epoch_envelope,
     "decrypt": _decrypt,
+    "keyload_check": _keyload_check,
+    "keyload_open": _keyload_open,
+    "masked_payload": _masked_payload,
+    "unmask": _unmask,
 }
 
 
