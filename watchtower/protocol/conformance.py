@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import acquire_epoch_access
 from watchtower.protocol.enums import AccessMode, parse_access_mode
 from watchtower.protocol.envelope import (
@@ -26,6 +27,10 @@ from watchtower.protocol.envelope import (
 )
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
 from watchtower.protocol.filters import evaluate, parse_filter
+from watchtower.protocol.ingestion import task_id
+from watchtower.protocol.ingestion_proof import select_runners, selection_score
+from watchtower.protocol.ingestion_records import IngestTask, verify_task
+from watchtower.protocol.ingestion_results import parse_result, validate_result
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.keyload import (
@@ -346,6 +351,54 @@ def _unmask(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {"plaintext_hex": plaintext.hex()}
 
 
+def _ingest_task_id(inp: Mapping[str, Any]) -> dict[str, Any]:
+    return {"task_id_hex": task_id(_get(inp, "stream_id"), _get(inp, "tick")).hex()}
+
+
+def _runner_selection(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The task is named by its id, or by (stream_id, tick) whose id it is.
+    tid = _hex(inp, "task_id_hex") if "task_id_hex" in inp else task_id(_get(inp, "stream_id"), _get(inp, "tick"))
+    keys = _hex_list(inp, "runner_public_keys_hex")
+    selected = select_runners(tid, keys, _get(inp, "num_runners"))
+    return {
+        "task_id_hex": tid.hex(),
+        "selected": [{"address": address_from_public_key(k), "score_hex": selection_score(tid, k).hex()}
+                     for k in selected],
+    }
+
+
+_TASK_FIELDS: Final = ("stream_id", "tick", "skip_from", "tick_height", "deadline_height", "task_definition_json",
+                       "result_schema_json", "proof_type", "num_runners", "runners", "scheduler")
+
+
+def _ingest_task(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A task as a runner or an auditor checks it: the registered list is optional (null: unknown).
+    fields = _get(inp, "task")
+    runners = _get(fields, "runners")
+    if not isinstance(runners, list):
+        raise VectorFormatError("task 'runners' must be a list of addresses")
+    task = IngestTask(**{name: _get(fields, name) for name in _TASK_FIELDS if name != "runners"},
+                      runners=tuple(runners), signature=_hex(fields, "signature_hex"))
+    registry = _get(inp, "runner_public_keys_hex")
+    keys = None if registry is None else tuple(_hex_list(inp, "runner_public_keys_hex"))
+    verify_task(task, _get(inp, "scheduler_address"), keys)
+    return {"task_id_hex": task.task_id.hex(), "signing_bytes_hex": task.signing_bytes().hex(),
+            "runners": list(task.runners)}
+
+
+def _ingest_result(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The result's exact bytes are the UTF-8 of `result_text` (canonical JSON is what runners sign).
+    text = _get(inp, "result_text")
+    if not isinstance(text, str):
+        raise VectorFormatError("input 'result_text' must be a string")
+    schema = _get(inp, "result_schema")
+    if not isinstance(schema, Mapping):
+        raise VectorFormatError("input 'result_schema' must be an object")
+    value = parse_result(text.encode("utf-8"))
+    validate_result(value, schema)
+    return {"value": value}
+
+
 COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
     "signing": _signing,
     "verify": _verify,
@@ -360,6 +413,10 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "keyload_open": _keyload_open,
     "masked_payload": _masked_payload,
     "unmask": _unmask,
+    "ingest_task_id": _ingest_task_id,
+    "runner_selection": _runner_selection,
+    "ingest_task": _ingest_task,
+    "ingest_result": _ingest_result,
 }
 
 
