@@ -5,6 +5,11 @@ compared with `expect`: a dict of result fields (which must match exactly: same 
 values), or ``{"error": CODE}`` where ``"*"`` accepts any Watchtower error. A vector whose
 expectation is wrong therefore fails, as does a vector this checker cannot read.
 
+Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
+(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``masked_payload``, ``unmask``
+(docs/private-feeds.md) and ``ingest_task_id``, ``runner_selection``, ``ingest_task``,
+``ingest_result`` (docs/ingestion.md). A type this checker does not know fails its vector.
+
 Pure: callers read the files and hand over the parsed JSON.
 """
 
