@@ -5,6 +5,8 @@
 Vector types:
 
 - ``ingest_task_id``: the task id of (stream, tick);
+- ``runner_registry``: the registered runners folded from signed register_runner / retire_runner
+  commands (the list a selection is computed from), with each command's reply;
 - ``runner_selection``: the runners a task selects from a registered list (rendezvous hashing),
   with each selected runner's score, so anyone holding the registry can recompute a task's runners;
 - ``ingest_task``: a scheduler-signed task checked as a runner or auditor checks it (scheduler,
@@ -29,6 +31,8 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
 from watchtower.protocol.ingestion_records import IngestTask, new_task
+from watchtower.protocol.ingestion_runners import RUNNERS_KEY
+from watchtower.protocol.signed_command import sign_command
 
 STREAM = "weather.sf-temperature"
 SCHEDULER = nacl.signing.SigningKey(bytes([0x51]) * 32)
@@ -60,6 +64,49 @@ def task_id_vectors() -> list[dict[str, Any]]:
         vector("task-id-tick-0", STREAM, 0, "INVALID_ARGUMENT"),
         vector("task-id-tick-as-text", STREAM, "1", "INVALID_ARGUMENT"),
         vector("task-id-empty-stream", "", 1, "INVALID_ARGUMENT"),
+    ]
+
+
+def registry_vectors() -> list[dict[str, Any]]:
+    def register(i: int, nonce: int, label: str | None = None, height: int = 100) -> dict[str, Any]:
+        command = sign_command(RUNNERS[i], "register_runner", RUNNERS_KEY, nonce, {"label": label or f"runner-{i}"})
+        return {"block_height": height, "command": command.to_dict()}
+
+    def retire(i: int, nonce: int, height: int = 100) -> dict[str, Any]:
+        return {"block_height": height, "command": sign_command(RUNNERS[i], "retire_runner", RUNNERS_KEY, nonce,
+                                                                {}).to_dict()}
+
+    def reply(i: int, registered: bool = True, label: str | None = None, **extra: bool) -> dict[str, Any]:
+        return {"runner": _addr(RUNNER_KEYS[i]), "registered": registered, "label": label or f"runner-{i}", **extra}
+
+    def listed(*indexes: int) -> dict[str, Any]:
+        rows = sorted((_addr(RUNNER_KEYS[i]), i) for i in indexes)
+        return {"runners": [{"address": a, "label": f"runner-{i}"} for a, i in rows],
+                "runner_public_keys_hex": [RUNNER_KEYS[i].hex() for _, i in rows]}
+
+    def vector(vid: str, commands: list[dict[str, Any]], expect: dict[str, Any]) -> dict[str, Any]:
+        return {"id": vid, "type": "runner_registry", "input": {"commands": commands}, "expect": expect}
+
+    altered = register(2, 1)
+    altered["command"]["body"]["label"] = "runner-9"
+    elsewhere = register(0, 1)
+    elsewhere["command"] = sign_command(RUNNERS[0], "register_runner", "weather.sf-temperature", 1,
+                                        {"label": "runner-0"}).to_dict()
+    return [
+        vector("registry-seven-runners", [register(i, 1) for i in range(7)],
+               {"replies": [reply(i) for i in range(7)], **listed(*range(7))}),
+        vector("registry-one-retired", [*(register(i, 1) for i in range(3)), retire(1, 2)],
+               {"replies": [reply(0), reply(1), reply(2), reply(1, registered=False)], **listed(0, 2)}),
+        vector("registry-relabelled", [register(0, 1), register(0, 2, label="runner-0")],
+               {"replies": [reply(0), reply(0)], **listed(0)}),
+        vector("registry-retry-is-idempotent", [register(0, 1), register(0, 1)],
+               {"replies": [reply(0), reply(0, duplicate=True)], **listed(0)}),
+        vector("registry-retire-an-unregistered-runner", [register(0, 1), retire(1, 1)], {"error": "UNAUTHORIZED"}),
+        vector("registry-nonce-reused-for-another-command", [register(0, 2), retire(0, 2)],
+               {"error": "NONCE_REPLAYED"}),
+        vector("registry-signed-label-altered", [altered], {"error": "INVALID_SIGNATURE"}),
+        vector("registry-command-to-a-stream", [elsewhere], {"error": "INVALID_ARGUMENT"}),
+        vector("registry-label-too-long", [register(0, 1, label="x" * 65)], {"error": "INVALID_ARGUMENT"}),
     ]
 
 
@@ -185,7 +232,7 @@ def result_vectors() -> list[dict[str, Any]]:
 def document() -> dict[str, Any]:
     """The whole vectors file."""
     return {"format": "watchtower-vectors/1",
-            "vectors": task_id_vectors() + selection_vectors() + task_vectors() + result_vectors()}
+            "vectors": task_id_vectors() + registry_vectors() + selection_vectors() + task_vectors() + result_vectors()}
 
 
 if __name__ == "__main__":

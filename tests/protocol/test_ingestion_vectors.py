@@ -21,7 +21,7 @@ _register()
 
 REPO = Path(__file__).resolve().parents[2]
 INGESTION = REPO / "vectors" / "ingestion.json"
-TYPES = {"ingest_task_id", "runner_selection", "ingest_task", "ingest_result"}
+TYPES = {"ingest_task_id", "runner_registry", "runner_selection", "ingest_task", "ingest_result"}
 
 
 def document() -> dict[str, Any]:
@@ -70,6 +70,13 @@ def test_a_selection_does_not_depend_on_the_registry_order_or_how_the_task_is_na
     assert moved[2] not in base["selected"]
 
 
+def test_the_selections_are_drawn_from_the_registry_the_registry_vectors_fold() -> None:
+    registered = vector("registry-seven-runners")["expect"]["runner_public_keys_hex"]
+    assert sorted(vector("select-3-of-7-tick-1")["input"]["runner_public_keys_hex"]) == sorted(registered)
+    retired = vector("registry-one-retired")["expect"]
+    assert [r["address"][2:] for r in retired["runners"]] == retired["runner_public_keys_hex"]
+
+
 def test_the_vectors_cover_each_refusal_code() -> None:
     codes: dict[str, set[str]] = {}
     for v in document()["vectors"]:
@@ -78,6 +85,7 @@ def test_the_vectors_cover_each_refusal_code() -> None:
     assert codes["ingest_task"] == {"UNAUTHORIZED", "INVALID_SIGNATURE", "MALFORMED_RECORD"}
     assert codes["ingest_result"] == {"SCHEMA_MISMATCH", "INVALID_ARGUMENT"}
     assert codes["ingest_task_id"] == {"INVALID_ARGUMENT"}
+    assert codes["runner_registry"] == {"UNAUTHORIZED", "NONCE_REPLAYED", "INVALID_SIGNATURE", "INVALID_ARGUMENT"}
 
 
 @pytest.mark.parametrize(("vector_id", "mutate", "reason"), [
@@ -89,6 +97,10 @@ def test_the_vectors_cover_each_refusal_code() -> None:
     ("task-signed-by-the-scheduler", lambda e: e.update(signing_bytes_hex=flip_hex(e["signing_bytes_hex"], 10)),
      "signing_bytes_hex: expected"),
     ("result-accepted", lambda e: e.update(value={"c": 17.5}), "value: expected"),
+    ("registry-one-retired", lambda e: e["runners"].pop(), "runners: expected"),
+    ("registry-retry-is-idempotent", lambda e: e["replies"][1].pop("duplicate"), "replies: expected"),
+    ("registry-one-retired", lambda e: e.update(runner_public_keys_hex=e["runner_public_keys_hex"][::-1]),
+     "runner_public_keys_hex: expected"),
     ("result-wrong-type", lambda e: e.update(error="INVALID_ARGUMENT"), "expected error INVALID_ARGUMENT, got"),
     ("task-runners-not-the-selection", lambda e: e.update(error="INVALID_SIGNATURE"),
      "expected error INVALID_SIGNATURE, got MALFORMED_RECORD"),

@@ -7,7 +7,7 @@ expectation is wrong therefore fails, as does a vector this checker cannot read.
 
 Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
 (docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``masked_payload``, ``unmask``
-(docs/private-feeds.md) and ``ingest_task_id``, ``runner_selection``, ``ingest_task``,
+(docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``, ``ingest_task``,
 ``ingest_result`` (docs/ingestion.md). A type this checker does not know fails its vector.
 
 Pure: callers read the files and hand over the parsed JSON.
@@ -36,6 +36,7 @@ from watchtower.protocol.ingestion import task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
 from watchtower.protocol.ingestion_records import IngestTask, verify_task
 from watchtower.protocol.ingestion_results import parse_result, validate_result
+from watchtower.protocol.ingestion_runners import RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.keyload import (
@@ -53,6 +54,7 @@ from watchtower.protocol.keyload import (
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import EpochPricing
 from watchtower.protocol.ring_window import get_since_range
+from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import (
     message_signing_bytes,
     public_key_of,
@@ -372,6 +374,26 @@ def _runner_selection(inp: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _runner_registry(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The registry folded from its signed commands, as the registry's aggregate decides them; the
+    # first refused command is the vector's error.
+    steps = _get(inp, "commands")
+    if not isinstance(steps, list):
+        raise VectorFormatError("input 'commands' must be a list")
+    state, replies = RunnerRegistry(), []
+    for step in steps:
+        event, reply = decide_runner(state, Command.from_dict(_get(step, "command")),
+                                     block_height=_get(step, "block_height"))
+        if event is not None:
+            state = evolve_runners(state, event)
+        replies.append(dict(reply))
+    return {
+        "replies": replies,
+        "runners": [{"address": a, "label": state.runners[a]} for a in sorted(state.runners)],
+        "runner_public_keys_hex": [k.hex() for k in state.public_keys()],
+    }
+
+
 _TASK_FIELDS: Final = ("stream_id", "tick", "skip_from", "tick_height", "deadline_height", "task_definition_json",
                        "result_schema_json", "proof_type", "num_runners", "runners", "scheduler")
 
@@ -419,6 +441,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "masked_payload": _masked_payload,
     "unmask": _unmask,
     "ingest_task_id": _ingest_task_id,
+    "runner_registry": _runner_registry,
     "runner_selection": _runner_selection,
     "ingest_task": _ingest_task,
     "ingest_result": _ingest_result,
