@@ -11,6 +11,8 @@ Vector types:
   with each selected runner's score, so anyone holding the registry can recompute a task's runners;
 - ``ingest_task``: a scheduler-signed task checked as a runner or auditor checks it (scheduler,
   signature, fields, and the selection recomputed from the registered list);
+- ``ingest_result_record``: a runner's signed result checked against its task and the registry
+  (the right task, a registered and selected runner, its signature, a result or an error);
 - ``ingest_result``: a runner's result bytes checked against the stream's ``result_schema``
   (canonical JSON, safe integers, Draft 2020-12, no remote ``$ref``).
 
@@ -28,9 +30,9 @@ from typing import Any
 import nacl.signing
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ingestion import task_id
+from watchtower.protocol.ingestion import IngestReason, task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import IngestTask, new_task
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result, new_task
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
 from watchtower.protocol.signed_command import sign_command
 
@@ -198,6 +200,60 @@ def task_vectors() -> list[dict[str, Any]]:
     ]
 
 
+def _result_input(result: IngestResult) -> dict[str, Any]:
+    fields = dataclasses.asdict(result)
+    fields["task_id_hex"] = fields.pop("task_id").hex()
+    fields["signature_hex"] = fields.pop("signature").hex()
+    return fields
+
+
+def result_record_vectors() -> list[dict[str, Any]]:
+    task = new_task(stream_id=STREAM, tick=4, tick_height=1_004, timeout_blocks=3, config=CONFIG,
+                    runner_keys=tuple(RUNNER_KEYS), scheduler=SCHEDULER)
+    other_task = new_task(stream_id=STREAM, tick=5, tick_height=1_005, timeout_blocks=3, config=CONFIG,
+                          runner_keys=tuple(RUNNER_KEYS), scheduler=SCHEDULER)
+    by_address = {_addr(k): key for k, key in zip(RUNNER_KEYS, RUNNERS, strict=True)}
+    selected = by_address[task.runners[0]]
+    unselected = next(key for a, key in by_address.items() if a not in task.runners)
+    outsider = nacl.signing.SigningKey(bytes([0x70]) * 32)
+    registered = sorted(by_address)
+
+    def vector(vid: str, result: IngestResult, expect: dict[str, Any], *, of: IngestTask = task,
+               registry: list[str] = registered) -> dict[str, Any]:
+        return {"id": vid, "type": "ingest_result_record",
+                "input": {"task": _task_input(of), "registered": registry, "result": _result_input(result)},
+                "expect": expect}
+
+    def ok(result: IngestResult) -> dict[str, Any]:
+        return {"runner": result.runner, "signing_bytes_hex": result.signing_bytes().hex()}
+
+    answer = new_result(task, selected, result=b'{"c":17.25}')
+    failure = new_result(task, selected, error=IngestReason.SOURCE_UNAVAILABLE, detail="HTTP 503 from the source")
+    sig = answer.signature
+    return [
+        vector("result-record-from-a-selected-runner", answer, ok(answer)),
+        vector("result-record-error-from-a-selected-runner", failure, ok(failure)),
+        vector("result-record-for-another-task", new_result(other_task, selected, result=b'{"c":1}'),
+               {"error": "MALFORMED_RECORD"}),
+        vector("result-record-from-an-unregistered-runner", new_result(task, outsider, result=b'{"c":17.25}'),
+               {"error": "UNAUTHORIZED"}),
+        vector("result-record-from-a-retired-runner", answer, {"error": "UNAUTHORIZED"},
+               registry=[a for a in registered if a != answer.runner]),
+        vector("result-record-from-a-runner-not-selected", new_result(task, unselected, result=b'{"c":17.25}'),
+               {"error": "UNAUTHORIZED"}),
+        vector("result-record-signature-byte-flipped",
+               dataclasses.replace(answer, signature=bytes([sig[0] ^ 1]) + sig[1:]), {"error": "INVALID_SIGNATURE"}),
+        vector("result-record-value-changed-after-signing", dataclasses.replace(answer, result_json='{"c":99}'),
+               {"error": "INVALID_SIGNATURE"}),
+        vector("result-record-with-a-result-and-an-error",
+               dataclasses.replace(answer, error="TIMEOUT").signed(selected), {"error": "MALFORMED_RECORD"}),
+        vector("result-record-with-neither", dataclasses.replace(answer, result_json=None).signed(selected),
+               {"error": "MALFORMED_RECORD"}),
+        vector("result-record-unknown-error-reason",
+               dataclasses.replace(failure, error="SOURCE_ON_FIRE").signed(selected), {"error": "MALFORMED_RECORD"}),
+    ]
+
+
 SCHEMA = CONFIG["result_schema"]
 
 
@@ -232,7 +288,8 @@ def result_vectors() -> list[dict[str, Any]]:
 def document() -> dict[str, Any]:
     """The whole vectors file."""
     return {"format": "watchtower-vectors/1",
-            "vectors": task_id_vectors() + registry_vectors() + selection_vectors() + task_vectors() + result_vectors()}
+            "vectors": task_id_vectors() + registry_vectors() + selection_vectors() + task_vectors()
+            + result_record_vectors() + result_vectors()}
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ _register()
 
 REPO = Path(__file__).resolve().parents[2]
 INGESTION = REPO / "vectors" / "ingestion.json"
-TYPES = {"ingest_task_id", "runner_registry", "runner_selection", "ingest_task", "ingest_result"}
+TYPES = {"ingest_task_id", "runner_registry", "runner_selection", "ingest_task", "ingest_result_record",
+         "ingest_result"}
 
 
 def document() -> dict[str, Any]:
@@ -85,6 +86,7 @@ def test_the_vectors_cover_each_refusal_code() -> None:
     assert codes["ingest_task"] == {"UNAUTHORIZED", "INVALID_SIGNATURE", "MALFORMED_RECORD"}
     assert codes["ingest_result"] == {"SCHEMA_MISMATCH", "INVALID_ARGUMENT"}
     assert codes["ingest_task_id"] == {"INVALID_ARGUMENT"}
+    assert codes["ingest_result_record"] == {"UNAUTHORIZED", "INVALID_SIGNATURE", "MALFORMED_RECORD"}
     assert codes["runner_registry"] == {"UNAUTHORIZED", "NONCE_REPLAYED", "INVALID_SIGNATURE", "INVALID_ARGUMENT"}
 
 
@@ -98,6 +100,9 @@ def test_the_vectors_cover_each_refusal_code() -> None:
      "signing_bytes_hex: expected"),
     ("result-accepted", lambda e: e.update(value={"c": 17.5}), "value: expected"),
     ("registry-one-retired", lambda e: e["runners"].pop(), "runners: expected"),
+    ("result-record-from-a-selected-runner", lambda e: e.update(runner="0x" + "ab" * 32), "runner: expected"),
+    ("result-record-from-a-runner-not-selected", lambda e: e.update(error="MALFORMED_RECORD"),
+     "expected error MALFORMED_RECORD, got UNAUTHORIZED"),
     ("registry-retry-is-idempotent", lambda e: e["replies"][1].pop("duplicate"), "replies: expected"),
     ("registry-one-retired", lambda e: e.update(runner_public_keys_hex=e["runner_public_keys_hex"][::-1]),
      "runner_public_keys_hex: expected"),
@@ -119,6 +124,13 @@ def test_a_task_given_another_tick_s_runners_is_refused() -> None:
     v["input"]["task"]["runners"] = [s["address"] for s in vector("select-3-of-7-tick-2")["expect"]["selected"]]
     assert v["input"]["task"]["runners"] != v["expect"]["runners"]
     assert "expected a result, got error INVALID_SIGNATURE" in (run_vector(v).reason or "")
+
+
+def test_a_result_record_is_accepted_only_from_the_task_s_selected_runners() -> None:
+    v = vector("result-record-from-a-selected-runner")
+    assert v["input"]["result"]["runner"] in v["input"]["task"]["runners"]
+    v["input"]["task"]["runners"] = [r for r in v["input"]["task"]["runners"] if r != v["input"]["result"]["runner"]]
+    assert "expected a result, got error" in (run_vector(v).reason or "")
 
 
 def test_unknown_and_malformed_vector_types_fail() -> None:

@@ -7,8 +7,9 @@ expectation is wrong therefore fails, as does a vector this checker cannot read.
 
 Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
 (docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``masked_payload``, ``unmask``
-(docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``, ``ingest_task``,
-``ingest_result`` (docs/ingestion.md). A type this checker does not know fails its vector.
+(docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
+``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md). A type this
+checker does not know fails its vector.
 
 Pure: callers read the files and hand over the parsed JSON.
 """
@@ -34,7 +35,7 @@ from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, 
 from watchtower.protocol.filters import evaluate, parse_filter
 from watchtower.protocol.ingestion import task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import IngestTask, verify_task
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, check_result, verify_task
 from watchtower.protocol.ingestion_results import parse_result, validate_result
 from watchtower.protocol.ingestion_runners import RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
@@ -398,19 +399,36 @@ _TASK_FIELDS: Final = ("stream_id", "tick", "skip_from", "tick_height", "deadlin
                        "result_schema_json", "proof_type", "num_runners", "runners", "scheduler")
 
 
-def _ingest_task(inp: Mapping[str, Any]) -> dict[str, Any]:
-    # A task as a runner or an auditor checks it: the registered list is optional (null: unknown).
-    fields = _get(inp, "task")
+def _task_of(fields: Mapping[str, Any]) -> IngestTask:
     runners = _get(fields, "runners")
     if not isinstance(runners, list):
         raise VectorFormatError("task 'runners' must be a list of addresses")
-    task = IngestTask(**{name: _get(fields, name) for name in _TASK_FIELDS if name != "runners"},
+    return IngestTask(**{name: _get(fields, name) for name in _TASK_FIELDS if name != "runners"},
                       runners=tuple(runners), signature=_hex(fields, "signature_hex"))
+
+
+def _ingest_task(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A task as a runner or an auditor checks it: the registered list is optional (null: unknown).
+    task = _task_of(_get(inp, "task"))
     registry = _get(inp, "runner_public_keys_hex")
     keys = None if registry is None else tuple(_hex_list(inp, "runner_public_keys_hex"))
     verify_task(task, _get(inp, "scheduler_address"), keys)
     return {"task_id_hex": task.task_id.hex(), "signing_bytes_hex": task.signing_bytes().hex(),
             "runners": list(task.runners)}
+
+
+def _ingest_result_record(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A runner's signed result as the aggregator checks it against its task and the registry.
+    fields, registered = _get(inp, "result"), _get(inp, "registered")
+    if not isinstance(registered, list):
+        raise VectorFormatError("input 'registered' must be a list of addresses")
+    result = IngestResult(
+        task_id=_hex(fields, "task_id_hex"), stream_id=_get(fields, "stream_id"), tick=_get(fields, "tick"),
+        runner=_get(fields, "runner"), result_json=_get(fields, "result_json"), error=_get(fields, "error"),
+        detail=_get(fields, "detail"), signature=_hex(fields, "signature_hex"),
+    )
+    check_result(result, _task_of(_get(inp, "task")), frozenset(registered))
+    return {"runner": result.runner, "signing_bytes_hex": result.signing_bytes().hex()}
 
 
 def _ingest_result(inp: Mapping[str, Any]) -> dict[str, Any]:
@@ -444,6 +462,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "runner_registry": _runner_registry,
     "runner_selection": _runner_selection,
     "ingest_task": _ingest_task,
+    "ingest_result_record": _ingest_result_record,
     "ingest_result": _ingest_result,
 }
 
