@@ -5,6 +5,12 @@ compared with `expect`: a dict of result fields (which must match exactly: same 
 values), or ``{"error": CODE}`` where ``"*"`` accepts any Watchtower error. A vector whose
 expectation is wrong therefore fails, as does a vector this checker cannot read.
 
+Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
+(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``masked_payload``, ``unmask``
+(docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
+``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md). A type this
+checker does not know fails its vector.
+
 Pure: callers read the files and hand over the parsed JSON.
 """
 
@@ -15,6 +21,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import acquire_epoch_access
 from watchtower.protocol.enums import AccessMode, parse_access_mode
 from watchtower.protocol.envelope import (
@@ -24,13 +31,31 @@ from watchtower.protocol.envelope import (
     encrypt_for_epoch,
     envelope_aad,
 )
-from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
+from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
 from watchtower.protocol.filters import evaluate, parse_filter
+from watchtower.protocol.ingestion import task_id
+from watchtower.protocol.ingestion_proof import select_runners, selection_score
+from watchtower.protocol.ingestion_records import IngestResult, IngestTask, check_result, verify_task
+from watchtower.protocol.ingestion_results import parse_result, validate_result
+from watchtower.protocol.ingestion_runners import RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.keyload import (
+    KeyloadPart,
+    check_keyload,
+    decode_part,
+    key_commitment,
+    mask,
+    masked_aad,
+    open_keyload,
+    part_for,
+    payload_key,
+    unmask,
+)
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import EpochPricing
 from watchtower.protocol.ring_window import get_since_range
+from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import (
     message_signing_bytes,
     public_key_of,
@@ -76,6 +101,16 @@ def _hex(data: Mapping[str, Any], key: str) -> bytes:
         return bytes.fromhex(value)
     except (TypeError, ValueError):
         raise VectorFormatError(f"input {key!r} is not a hex string") from None
+
+
+def _hex_list(data: Mapping[str, Any], key: str) -> list[bytes]:
+    values = _get(data, key)
+    if not isinstance(values, list):
+        raise VectorFormatError(f"input {key!r} must be a list of hex strings")
+    try:
+        return [bytes.fromhex(v) for v in values]
+    except (TypeError, ValueError):
+        raise VectorFormatError(f"input {key!r} must be a list of hex strings") from None
 
 
 # --- One computation per vector type ---------------------------------------------------------------
@@ -263,6 +298,152 @@ def _decrypt(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {"plaintext_hex": plaintext.hex()}
 
 
+def _keyload_parts(inp: Mapping[str, Any]) -> list[KeyloadPart]:
+    return [decode_part(raw) for raw in _hex_list(inp, "parts_hex")]
+
+
+def _keyload_check(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # Every part of one keyload, as a subscriber that read them all checks it (docs/private-feeds.md).
+    summary = check_keyload(_keyload_parts(inp))
+    return {
+        "keyload_id_hex": summary.keyload_id.hex(),
+        "stream_id": summary.stream_id,
+        "branch": summary.branch,
+        "parts": len(_get(inp, "parts_hex")),
+        "members": [{"address": m.address, "account_key_id": m.account_key_id} for m in summary.members],
+        "members_digest_hex": summary.members_digest.hex(),
+        "key_commitment_hex": summary.key_commitment.hex(),
+    }
+
+
+def _keyload_open(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A member reads only the part whose address range holds it, as ConfidentialReader does.
+    address = _get(inp, "address")
+    part = part_for(_keyload_parts(inp), address)
+    if part is None:
+        raise UnauthorizedError(f"{address} is in no part of this keyload: not a member")
+    session_key = open_keyload(part, address, _hex(inp, "test_only_x25519_secret_key_hex"))
+    found = next(m for m, _ in part.entries if m.address == address)
+    return {
+        "keyload_id_hex": part.keyload_id.hex(),
+        "part": part.part,
+        "account_key_id": found.account_key_id,
+        "session_key_hex": session_key.hex(),
+        "key_commitment_hex": key_commitment(session_key, part.keyload_id).hex(),
+    }
+
+
+def _mask_context(inp: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "keyload_id": _hex(inp, "keyload_id_hex"),
+        "stream_id": _get(inp, "stream_id"),
+        "sequence": _get(inp, "sequence"),
+        "branch": _get(inp, "branch"),
+        "kind": _get(inp, "kind"),
+        "content_type": _get(inp, "content_type"),
+    }
+
+
+def _masked_payload(inp: Mapping[str, Any]) -> dict[str, Any]:
+    session_key, context = _hex(inp, "session_key_hex"), _mask_context(inp)
+    masked = mask(session_key, plaintext=_hex(inp, "plaintext_hex"), nonce=_hex(inp, "nonce_hex"), **context)
+    return {
+        "payload_key_hex": payload_key(session_key, context["keyload_id"]).hex(),
+        "aad_hex": masked_aad(**context).hex(),
+        "masked_hex": masked.hex(),
+    }
+
+
+def _unmask(inp: Mapping[str, Any]) -> dict[str, Any]:
+    plaintext = unmask(_hex(inp, "session_key_hex"), _hex(inp, "masked_hex"), **_mask_context(inp))
+    return {"plaintext_hex": plaintext.hex()}
+
+
+def _ingest_task_id(inp: Mapping[str, Any]) -> dict[str, Any]:
+    return {"task_id_hex": task_id(_get(inp, "stream_id"), _get(inp, "tick")).hex()}
+
+
+def _runner_selection(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The task is named by its id, or by (stream_id, tick) whose id it is.
+    tid = _hex(inp, "task_id_hex") if "task_id_hex" in inp else task_id(_get(inp, "stream_id"), _get(inp, "tick"))
+    keys = _hex_list(inp, "runner_public_keys_hex")
+    selected = select_runners(tid, keys, _get(inp, "num_runners"))
+    return {
+        "task_id_hex": tid.hex(),
+        "selected": [{"address": address_from_public_key(k), "score_hex": selection_score(tid, k).hex()}
+                     for k in selected],
+    }
+
+
+def _runner_registry(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The registry folded from its signed commands, as the registry's aggregate decides them; the
+    # first refused command is the vector's error.
+    steps = _get(inp, "commands")
+    if not isinstance(steps, list):
+        raise VectorFormatError("input 'commands' must be a list")
+    state, replies = RunnerRegistry(), []
+    for step in steps:
+        event, reply = decide_runner(state, Command.from_dict(_get(step, "command")),
+                                     block_height=_get(step, "block_height"))
+        if event is not None:
+            state = evolve_runners(state, event)
+        replies.append(dict(reply))
+    return {
+        "replies": replies,
+        "runners": [{"address": a, "label": state.runners[a]} for a in sorted(state.runners)],
+        "runner_public_keys_hex": [k.hex() for k in state.public_keys()],
+    }
+
+
+_TASK_FIELDS: Final = ("stream_id", "tick", "skip_from", "tick_height", "deadline_height", "task_definition_json",
+                       "result_schema_json", "proof_type", "num_runners", "runners", "scheduler")
+
+
+def _task_of(fields: Mapping[str, Any]) -> IngestTask:
+    runners = _get(fields, "runners")
+    if not isinstance(runners, list):
+        raise VectorFormatError("task 'runners' must be a list of addresses")
+    return IngestTask(**{name: _get(fields, name) for name in _TASK_FIELDS if name != "runners"},
+                      runners=tuple(runners), signature=_hex(fields, "signature_hex"))
+
+
+def _ingest_task(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A task as a runner or an auditor checks it: the registered list is optional (null: unknown).
+    task = _task_of(_get(inp, "task"))
+    registry = _get(inp, "runner_public_keys_hex")
+    keys = None if registry is None else tuple(_hex_list(inp, "runner_public_keys_hex"))
+    verify_task(task, _get(inp, "scheduler_address"), keys)
+    return {"task_id_hex": task.task_id.hex(), "signing_bytes_hex": task.signing_bytes().hex(),
+            "runners": list(task.runners)}
+
+
+def _ingest_result_record(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A runner's signed result as the aggregator checks it against its task and the registry.
+    fields, registered = _get(inp, "result"), _get(inp, "registered")
+    if not isinstance(registered, list):
+        raise VectorFormatError("input 'registered' must be a list of addresses")
+    result = IngestResult(
+        task_id=_hex(fields, "task_id_hex"), stream_id=_get(fields, "stream_id"), tick=_get(fields, "tick"),
+        runner=_get(fields, "runner"), result_json=_get(fields, "result_json"), error=_get(fields, "error"),
+        detail=_get(fields, "detail"), signature=_hex(fields, "signature_hex"),
+    )
+    check_result(result, _task_of(_get(inp, "task")), frozenset(registered))
+    return {"runner": result.runner, "signing_bytes_hex": result.signing_bytes().hex()}
+
+
+def _ingest_result(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # The result's exact bytes are the UTF-8 of `result_text` (canonical JSON is what runners sign).
+    text = _get(inp, "result_text")
+    if not isinstance(text, str):
+        raise VectorFormatError("input 'result_text' must be a string")
+    schema = _get(inp, "result_schema")
+    if not isinstance(schema, Mapping):
+        raise VectorFormatError("input 'result_schema' must be an object")
+    value = parse_result(text.encode("utf-8"))
+    validate_result(value, schema)
+    return {"value": value}
+
+
 COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
     "signing": _signing,
     "verify": _verify,
@@ -273,6 +454,16 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "billing": _billing,
     "epoch_envelope": _epoch_envelope,
     "decrypt": _decrypt,
+    "keyload_check": _keyload_check,
+    "keyload_open": _keyload_open,
+    "masked_payload": _masked_payload,
+    "unmask": _unmask,
+    "ingest_task_id": _ingest_task_id,
+    "runner_registry": _runner_registry,
+    "runner_selection": _runner_selection,
+    "ingest_task": _ingest_task,
+    "ingest_result_record": _ingest_result_record,
+    "ingest_result": _ingest_result,
 }
 
 
