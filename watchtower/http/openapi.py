@@ -71,6 +71,11 @@ _HEAD_FIELDS: Final = {
     "policy": _STR, "access_mode": _STR,
     "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
 }
+#: Served beside the head fields (the head always, the stream info once ingestion failed).
+_HEAD_OPTIONAL: Final = {
+    "ingest_fail_count": {**_INT, "description": "CIP-7 ingest_fail_count: ingestion ticks "
+                          "that published nothing, each an IngestFailed event (docs/ingestion.md)"},
+}
 _SIGNED_COMMAND: Final = {
     **_object({"method": _STR, "stream_id": _STR, "caller_public_key_hex": _STR, "nonce": _SEQ, "body": _OBJ,
                "signature_hex": _STR}),
@@ -253,9 +258,10 @@ OPENAPI: Final[dict[str, Any]] = {
             },
         }},
         "/v1/streams/{stream_id}": _get("stream info: head fields, config, allowlist", _object(
-            _HEAD_FIELDS, {"config": _OBJ, "allowlist": {"type": "array", "items": _STR}, "subscribers": _INT,
+            _HEAD_FIELDS, {**_HEAD_OPTIONAL, "config": _OBJ, "allowlist": {"type": "array", "items": _STR},
+                           "subscribers": _INT,
                            "created_at_block": _INT, "key_epoch": _NULLABLE_INT}), [_SID]),
-        "/v1/streams/{stream_id}/head": _get("CIP-7 get_head", _object(_HEAD_FIELDS), [_SID]),
+        "/v1/streams/{stream_id}/head": _get("CIP-7 get_head", _object(_HEAD_FIELDS, _HEAD_OPTIONAL), [_SID]),
         "/v1/streams/{stream_id}/messages": _get(
             "CIP-7 get_since", _PAGE,
             [_SID, _query("cursor", _P_INT),
