@@ -24,6 +24,7 @@ from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, registration_command, serve
 from watchtower.logs import setup_logging
 from watchtower.metrics.exposition import start_metrics
+from watchtower.metrics.ingest import RunnerCollector
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_prefix
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
                   default_level="INFO")
-    # Build info and the process metrics (CPU, memory, open files) on this process's /metrics;
-    # ingestion's own counters are not built yet (docs/operations.md).
+    # Build info and the process metrics (CPU, memory, open files) on this process's /metrics; the
+    # aggregator and the runner add their own counters (metrics.ingest) once they exist.
     start_metrics("ingest" if args.what == "serve" else "runner")
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
@@ -75,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie,
                     bootstrap=bootstrap, prefix=prefix)
     _register(api, runner, args.name)
+    start_metrics("runner", [RunnerCollector(runner)])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -30,6 +30,8 @@ from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.sink import ApiSink
 from watchtower.ingest.view import IngestionView
+from watchtower.metrics.exposition import start_metrics
+from watchtower.metrics.ingest import AggregatorCollector
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
@@ -62,6 +64,7 @@ def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler
     keymgr_url = os.environ.get(ENV_KEYMGR)
     keymgr = KeyManagerClient(keymgr_url) if keymgr_url else None
     aggregator = Aggregator(view, scheduler, ApiSink(api, publisher, keymgr))
+    start_metrics("ingest", [AggregatorCollector(aggregator)])
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-aggregator-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
         "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
