@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from watchtower.agents.health import HealthFile
 from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.delivery.health import DeliveryHealth
-from watchtower.metrics import exposition, http, keymgr, projection, side_workers, sse, worker  # noqa: F401
+from watchtower.metrics import exposition, http, ingest, keymgr, projection, side_workers, sse, worker  # noqa: F401
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.replay.health import ReplayHealth
 
@@ -54,6 +54,9 @@ def _collectors() -> list[Collector]:
         projection.PayloadCacheMeter(_Fake(get=lambda _s, _q: None, bytes=0)),
         keymgr.SealedStreams(_Fake(sealed_streams={})),
         ConsumerLag("worker"),
+        ingest.AggregatorCollector(_Fake(health=lambda: {"tasks": 0, "published": 0, "failed": {}, "quarantined": {},
+                                                         "pending": 0, "tick_to_ack_ms": None})),
+        ingest.RunnerCollector(_Fake(health=lambda: {"results": 0, "late": 0, "quarantined": {}})),
     ]
 
 
