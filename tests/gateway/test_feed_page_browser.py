@@ -110,6 +110,7 @@ def test_a_published_message_appears_live_decoded_and_verified(sse_stack: Servic
     assert json.loads(cells["payload"]) == {"price": 97123.5, "pair": "BTC/USD"}
     assert cells["verdict"] == "verified"
     assert not browser.find_elements(By.CSS_SELECTOR, '#messages tr[data-sequence="2"]')  # live: new messages only
+    assert not browser.find_element(By.ID, "ingestion").is_displayed()  # this feed is not ingested
 
 
 class FakeApi:
@@ -136,6 +137,7 @@ class FakeApi:
         app.router.add_get("/v1/feeds/1", self._feed)
         app.router.add_get("/v1/streams/fake/keys", self._keys)
         app.router.add_get("/v1/feeds/1/events", self._events)
+        app.router.add_get("/v1/streams/fake", self._info)
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", self.port).start()
@@ -147,6 +149,11 @@ class FakeApi:
     async def _feed(self, _request: web.Request) -> web.Response:
         return web.json_response({"feed_id": 1, "stream_id": "fake", "name": "fake", "description": "",
                                   "owner": "0x" + "0" * 64, "registered_at_block": 1})
+
+    async def _info(self, _request: web.Request) -> web.Response:
+        ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "QUORUM",
+                     "task_definition": {}, "result_schema": {}, "transform_method": None}
+        return web.json_response({"stream_id": "fake", "config": {"ingestion": ingestion}, "ingest_fail_count": 2})
 
     async def _keys(self, _request: web.Request) -> web.Response:
         return web.json_response({"entries": [{"signing_key_id": 1, "effective_sequence": 1,
@@ -181,7 +188,9 @@ def test_a_tampered_message_is_shown_invalid(browser: webdriver.Chrome) -> None:
         browser.get(f"{url}/feeds/1")
         first = wait_until(browser, lambda d: row(d, 1), "the honest message")
         second = wait_until(browser, lambda d: row(d, 2), "the tampered message")
+        ingestion = wait_until(browser, lambda d: d.find_element(By.ID, "ingestion").text, "the ingestion line")
         browser.get("about:blank")  # close the event stream before the fake stops
     assert first["verdict"] == "verified"
     assert second["verdict"] == "INVALID"
     assert json.loads(second["tags"]) == {"symbol": "ETH"}
+    assert ingestion == "ingestion: every block, 3 runner(s), proof QUORUM; failed ticks: 2"

@@ -111,6 +111,26 @@ function onMessage(event) {
   show(data.message);
 }
 
+// CIP-7 timer-driven ingestion: the feed's schedule and its failed ticks (docs/ingestion.md),
+// refreshed now and then. The page works without it: an API that does not answer hides the line.
+async function showIngestion() {
+  const el = document.getElementById("ingestion");
+  try {
+    const info = await getJson(`/v1/streams/${encodeURIComponent(streamId)}`);
+    const ingestion = info.config && info.config.ingestion;
+    if (!ingestion || !ingestion.enabled) {
+      el.hidden = true;
+      return;
+    }
+    const every = ingestion.interval_blocks === 1 ? "every block" : `every ${ingestion.interval_blocks} blocks`;
+    el.textContent = `ingestion: ${every}, ${ingestion.num_runners} runner(s), proof ${ingestion.proof_type}; ` +
+      `failed ticks: ${info.ingest_fail_count || 0}`;
+    el.hidden = false;
+  } catch (err) {
+    el.hidden = true;
+  }
+}
+
 function connect() {
   const query = new URLSearchParams(location.search);
   const url = `/v1/feeds/${encodeURIComponent(feedId)}/events${query.size ? "?" + query : ""}`;
@@ -141,6 +161,8 @@ try {
   document.getElementById("meta").textContent = `stream ${feed.stream_id}, owner ${feed.owner}. ${feed.description}`;
   await loadKeys();
   connect();
+  showIngestion();
+  setInterval(showIngestion, 10000);
 } catch (err) {
   setStatus(err.message, "error");
 }
