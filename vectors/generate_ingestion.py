@@ -41,6 +41,7 @@ SCHEDULER = nacl.signing.SigningKey(bytes([0x51]) * 32)
 OTHER_SCHEDULER = nacl.signing.SigningKey(bytes([0x52]) * 32)
 RUNNERS = [nacl.signing.SigningKey(bytes([0x60 + i]) * 32) for i in range(7)]
 RUNNER_KEYS = [bytes(k.verify_key) for k in RUNNERS]
+REGISTRAR = nacl.signing.SigningKey(bytes([0x53]) * 32)
 CONFIG: dict[str, Any] = {
     "task_definition": {"kind": "http_json", "url": "https://weather.example/sf", "select": {"c": "$.temp_c"}},
     "result_schema": {"type": "object", "properties": {"c": {"type": "number"}}, "required": ["c"]},
@@ -86,8 +87,21 @@ def registry_vectors() -> list[dict[str, Any]]:
         return {"runners": [{"address": a, "label": f"runner-{i}"} for a, i in rows],
                 "runner_public_keys_hex": [RUNNER_KEYS[i].hex() for _, i in rows]}
 
-    def vector(vid: str, commands: list[dict[str, Any]], expect: dict[str, Any]) -> dict[str, Any]:
-        return {"id": vid, "type": "runner_registry", "input": {"commands": commands}, "expect": expect}
+    def vector(vid: str, commands: list[dict[str, Any]], expect: dict[str, Any], *,
+               registrar: bool = False) -> dict[str, Any]:
+        inp: dict[str, Any] = {"commands": commands}
+        if registrar:  # the deployment admits runners through its registrar only
+            inp["registrar"] = _addr(bytes(REGISTRAR.verify_key))
+        return {"id": vid, "type": "runner_registry", "input": inp, "expect": expect}
+
+    def admit(i: int, nonce: int, runner: str | None = None) -> dict[str, Any]:
+        body = {"runner": runner or _addr(RUNNER_KEYS[i]), "label": f"runner-{i}"}
+        return {"block_height": 100, "command": sign_command(REGISTRAR, "register_runner", RUNNERS_KEY, nonce,
+                                                             body).to_dict()}
+
+    def dismiss(i: int, nonce: int) -> dict[str, Any]:
+        return {"block_height": 100, "command": sign_command(REGISTRAR, "retire_runner", RUNNERS_KEY, nonce,
+                                                             {"runner": _addr(RUNNER_KEYS[i])}).to_dict()}
 
     altered = register(2, 1)
     altered["command"]["body"]["label"] = "runner-9"
@@ -109,6 +123,19 @@ def registry_vectors() -> list[dict[str, Any]]:
         vector("registry-signed-label-altered", [altered], {"error": "INVALID_SIGNATURE"}),
         vector("registry-command-to-a-stream", [elsewhere], {"error": "INVALID_ARGUMENT"}),
         vector("registry-label-too-long", [register(0, 1, label="x" * 65)], {"error": "INVALID_ARGUMENT"}),
+        # Admission: a deployment with a registrar (Deployment.runner_registrar).
+        vector("registry-admitted-by-the-registrar", [admit(0, 1), admit(1, 2)],
+               {"replies": [reply(0), reply(1)], **listed(0, 1)}, registrar=True),
+        vector("registry-self-registration-refused-under-a-registrar", [register(0, 1)],
+               {"error": "UNAUTHORIZED"}, registrar=True),
+        vector("registry-the-registrar-retires-a-runner", [admit(0, 1), admit(1, 2), dismiss(1, 3)],
+               {"replies": [reply(0), reply(1), reply(1, registered=False)], **listed(0)}, registrar=True),
+        vector("registry-a-runner-retires-itself-under-a-registrar", [admit(0, 1), retire(0, 1)],
+               {"replies": [reply(0), reply(0, registered=False)], **listed()}, registrar=True),
+        vector("registry-admission-names-no-address", [admit(0, 1, runner="runner-0")],
+               {"error": "INVALID_ARGUMENT"}, registrar=True),
+        # Without a registrar, the registrar's key is just another caller: the body may not name a runner.
+        vector("registry-naming-a-runner-without-a-registrar", [admit(0, 1)], {"error": "INVALID_ARGUMENT"}),
     ]
 
 

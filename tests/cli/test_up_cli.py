@@ -130,6 +130,11 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
         "delivery-d1": True, "ingest": True, "runner-r1": True, "runner-r2": True}
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is True
+    # The genesis registrar admitted both runners: the worker knows it, and refuses a runner's own
+    # registration (tests/ingest/test_runner_admission.py), so the registry holds exactly these two.
+    assert _environ(status["services"]["worker-w1"]["pid"])["WATCHTOWER_RUNNER_REGISTRAR"].startswith("0x")
+    listed = json.loads(_until_ok(fresh, "runner", "list", "--json").stdout)["runners"]
+    assert sorted(r["label"] for r in listed) == ["r1", "r2"]
     # The projection is told where to listen; the worker where to write its health.
     assert _environ(status["services"]["projection-p1"]["pid"])["WATCHTOWER_WEB_BIND"] == "127.0.0.1"
     health_file = Path(status["logs"]) / "worker-w1.health.json"

@@ -16,12 +16,14 @@ ENV_PROTOCOL_TREASURY = "WATCHTOWER_PROTOCOL_TREASURY"
 ENV_CBY_MINTER = "WATCHTOWER_CBY_MINTER"
 ENV_KEYMGR_PUBLIC_KEY = "WATCHTOWER_KEYMGR_PUBLIC_KEY"
 ENV_REPLAY_MAX_RANGE = "WATCHTOWER_REPLAY_MAX_RANGE"
+ENV_RUNNER_REGISTRAR = "WATCHTOWER_RUNNER_REGISTRAR"
 
 _WHAT = {
     ENV_PROTOCOL_TREASURY: "an address (0x + 64 hex digits)",
     ENV_CBY_MINTER: "an address (0x + 64 hex digits)",
     ENV_KEYMGR_PUBLIC_KEY: "the key manager's ed25519 public key as 64 hex digits",
     ENV_REPLAY_MAX_RANGE: f"a positive whole number of sequences (default {DEFAULT_REPLAY_MAX_RANGE:,})",
+    ENV_RUNNER_REGISTRAR: "an address (0x + 64 hex digits)",
 }
 
 
@@ -47,4 +49,5 @@ def _build(values: Mapping[str, str | None]) -> Deployment:
         raise InvalidArgumentError(f"{max_range!r} is not a whole number")
     return Deployment(protocol_treasury=values[ENV_PROTOCOL_TREASURY], cby_minter=values[ENV_CBY_MINTER],
                       keymgr_public_key=key,
-                      replay_max_range=DEFAULT_REPLAY_MAX_RANGE if max_range is None else int(max_range))
+                      replay_max_range=DEFAULT_REPLAY_MAX_RANGE if max_range is None else int(max_range),
+                      runner_registrar=values[ENV_RUNNER_REGISTRAR])

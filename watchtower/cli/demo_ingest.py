@@ -5,6 +5,7 @@ sequence consumed)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import tempfile
 import threading
@@ -19,11 +20,13 @@ import click
 import nacl.signing
 
 from watchtower.cli.demo_wait import demo_step
+from watchtower.cli.genesis import ENV_RUNNER_REGISTRAR
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.ingestion import http_ingestion
 from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
 from watchtower.ingest import keys
+from watchtower.ingest.runner import admission_command
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.message import StreamMessage
@@ -96,6 +99,10 @@ def run_ingest_demo(bootstrap: str, prefix: str | None = None) -> None:
     keys.scheduler_key(home)
     delegated = keys.ingestion_publisher_key(home)
     env = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+    # This deployment admits runners through its registrar only (a runner's own registration is
+    # refused): the stream worker started below learns the registrar's address from its environment.
+    registrar = nacl.signing.SigningKey.generate()
+    os.environ[ENV_RUNNER_REGISTRAR] = address_from_public_key(bytes(registrar.verify_key))
     source = _Source()
     try:
         with _serve(source) as url:
@@ -106,8 +113,13 @@ def run_ingest_demo(bootstrap: str, prefix: str | None = None) -> None:
             services.start_ingest(extra_env=env)
             with demo_step("ingest: start the stream worker, the API, the ingestion service and 3 runners", logs=logs):
                 services.wait_ready(STEP_TIMEOUT_S)
-                _wait("3 registered runners", lambda: len(_health(services).get("runners", [])) == 3)
             api = ApiClient(services.api_url)
+            with demo_step("ingest: the registrar admits the 3 runners (their own registrations were refused)",
+                           logs=logs):
+                for name in ("r1", "r2", "liar"):
+                    runner = address_from_public_key(bytes(keys.runner_key(name, home).verify_key))
+                    api.command(admission_command(registrar, runner, name))
+                _wait("3 registered runners", lambda: len(_health(services).get("runners", [])) == 3)
             owner = Account(nacl.signing.SigningKey.generate(), home=home)
             ingestion = http_ingestion(url=url, select={"price": "$.data.price", "symbol": "$.data.symbol"},
                                        num_runners=3, proof_type="QUORUM", transform="price_batch",

@@ -2,7 +2,8 @@
 
 - ``minter.key``: the account that alone may mint CBY (an account key file, as ``accounts/*.key``);
 - ``treasury.key``: the protocol treasury account (fees accrue to it);
-- ``kek.key``: the key manager's key-encryption key, 32 random bytes as 64 hex digits.
+- ``kek.key``: the key manager's key-encryption key, 32 random bytes as 64 hex digits;
+- ``registrar.key``: the account that alone admits ingestion runners (`watchtower runner admit`).
 
 The directory is 0700 and every file 0600; nothing is ever overwritten, so a second
 `ensure_genesis` returns the same deployment. The key manager's receipt public key is derived
@@ -30,6 +31,7 @@ _FILE_MODE: Final = 0o600
 ENV_PROTOCOL_TREASURY: Final = "WATCHTOWER_PROTOCOL_TREASURY"
 ENV_CBY_MINTER: Final = "WATCHTOWER_CBY_MINTER"
 ENV_KEYMGR_PUBLIC_KEY: Final = "WATCHTOWER_KEYMGR_PUBLIC_KEY"
+ENV_RUNNER_REGISTRAR: Final = "WATCHTOWER_RUNNER_REGISTRAR"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Genesis:
     kek_path: Path
     minter_key_path: Path
     keymgr_public_key: bytes
+    registrar_address: str
+    registrar_key_path: Path
 
     def worker_env(self) -> dict[str, str]:
         """What every stream worker needs to know of genesis (no secret among it)."""
@@ -46,6 +50,7 @@ class Genesis:
             ENV_PROTOCOL_TREASURY: self.protocol_treasury,
             ENV_CBY_MINTER: self.minter_address,
             ENV_KEYMGR_PUBLIC_KEY: self.keymgr_public_key.hex(),
+            ENV_RUNNER_REGISTRAR: self.registrar_address,
         }
 
 
@@ -76,6 +81,8 @@ def ensure_genesis(home: Path) -> Genesis:
     kek_path = directory / "kek.key"
     minter = _account(minter_key)
     treasury = _account(directory / "treasury.key")
+    registrar_key = directory / "registrar.key"
+    registrar = _account(registrar_key)  # a genesis made before runners had a registrar gets one now
     _kek(kek_path)
     kek = read_kek_file(kek_path)  # refuses a KEK file someone loosened
-    return Genesis(minter, treasury, kek_path, minter_key, kek.receipt_public_key())
+    return Genesis(minter, treasury, kek_path, minter_key, kek.receipt_public_key(), registrar, registrar_key)

@@ -21,7 +21,9 @@ import click
 from click.core import ParameterSource
 
 from watchtower.cli import settings
-from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, Genesis, ensure_genesis
+from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, ENV_RUNNER_REGISTRAR, Genesis, ensure_genesis
+from watchtower.cli.runner_cmd import admit, runner_address
+from watchtower.client.account import read_key_file
 from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
 from watchtower.local.paths import watchtower_home
@@ -133,6 +135,7 @@ def up(ctx: click.Context, **options: Any) -> None:
         return
     t0 = time.monotonic()
     _wait_ready(services, record)
+    _admit_runners(record, genesis, [s for s in record.services.values() if s.kind == "runner" and s.name in restarted])
     if fresh:
         click.echo(f"kafka    {record.bootstrap} ({f'started in {waited:.1f}s' if waited else 'already running'}; "
                    f"{_security_note(record)})")
@@ -226,6 +229,17 @@ def _plan_ingest(record: StackRecord) -> None:
 def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:
     port = next(s.port for s in record.services.values() if s.kind == "keymgr")
     return services.url_for(port or 0)
+
+
+def _admit_runners(record: StackRecord, genesis: Genesis, runners: list[ServiceRecord]) -> None:
+    """The genesis registrar admits the stack's runners it just started (the workers refuse a
+    runner's own registration once WATCHTOWER_RUNNER_REGISTRAR names a registrar). An operator's
+    own registrar (WATCHTOWER_RUNNER_REGISTRAR set to another address) admits them itself."""
+    if not runners or os.environ.get(ENV_RUNNER_REGISTRAR) != genesis.registrar_address:
+        return
+    registrar = read_key_file(genesis.registrar_key_path)
+    for s in runners:
+        admit(record.api_url, registrar, runner_address(s.worker_id), s.worker_id)
 
 
 def _use_genesis() -> Genesis:

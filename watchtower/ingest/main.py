@@ -38,12 +38,18 @@ def _health() -> Path | None:
 
 
 def _register(api: ApiClient, runner: Runner, label: str, deadline_s: float = 60.0) -> None:
+    """Register this runner itself (open registration). On a deployment with a runner registrar
+    the writer refuses that (UNAUTHORIZED): the runner then serves anyway and is selected once the
+    registrar has admitted it (`watchtower runner admit`)."""
     end = time.monotonic() + deadline_s
     while True:
         try:
             api.command(registration_command(runner.key, label))
             return
         except WatchtowerError as exc:
+            if exc.code == "UNAUTHORIZED":
+                log.warning("runner %s is not registered: %s", runner.address, exc.message)
+                return
             if time.monotonic() > end:
                 raise
             log.info("runner registration waits: %s", exc.code)

@@ -49,8 +49,14 @@ def now_height() -> int:
 
 
 def registration_command(key: nacl.signing.SigningKey, label: str) -> Command:
-    """The signed register_runner command of the runner `key`."""
+    """The signed register_runner command of the runner `key` (open registration)."""
     return sign_command(key, "register_runner", RUNNERS_KEY, time.time_ns() // 1000, {"label": label})
+
+
+def admission_command(registrar: nacl.signing.SigningKey, runner: str, label: str) -> Command:
+    """The registrar's signed register_runner admitting the runner at address `runner`."""
+    return sign_command(registrar, "register_runner", RUNNERS_KEY, time.time_ns() // 1000,
+                        {"runner": runner, "label": label})
 
 
 def _lie(value: Any) -> Any:

@@ -381,10 +381,13 @@ def _runner_registry(inp: Mapping[str, Any]) -> dict[str, Any]:
     steps = _get(inp, "commands")
     if not isinstance(steps, list):
         raise VectorFormatError("input 'commands' must be a list")
+    registrar = inp.get("registrar")  # the deployment's runner registrar; absent: open registration
+    if registrar is not None and not isinstance(registrar, str):
+        raise VectorFormatError("input 'registrar' must be an address")
     state, replies = RunnerRegistry(), []
     for step in steps:
         event, reply = decide_runner(state, Command.from_dict(_get(step, "command")),
-                                     block_height=_get(step, "block_height"))
+                                     block_height=_get(step, "block_height"), registrar=registrar)
         if event is not None:
             state = evolve_runners(state, event)
         replies.append(dict(reply))

@@ -27,6 +27,8 @@ class Deployment:
     `keymgr_public_key`: the key manager's ed25519 public key (32 bytes) that signs ciphertext
     receipts; None: no ciphertext publish can be accepted on a paid feed.
     `replay_max_range`: the widest ``[first, end)`` one replay request may cover.
+    `runner_registrar`: the address that alone admits ingestion runners
+    (`protocol.ingestion_runners`); None: runners register themselves (open registration).
     """
 
     protocol_treasury: str | None = None
@@ -34,6 +36,7 @@ class Deployment:
     keymgr_public_key: bytes | None = None
     replay_max_range: int = DEFAULT_REPLAY_MAX_RANGE
     """The most sequences one register_replay may cover (ICRC-77 RangeTooLarge above it)."""
+    runner_registrar: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.replay_max_range) is not int or self.replay_max_range < 1:
@@ -42,6 +45,8 @@ class Deployment:
             require_address(self.protocol_treasury, "protocol_treasury")
         if self.cby_minter is not None:
             require_address(self.cby_minter, "cby_minter")
+        if self.runner_registrar is not None:
+            require_address(self.runner_registrar, "runner_registrar")
         if self.keymgr_public_key is not None:
             require_bytes(self.keymgr_public_key, "keymgr_public_key", length=ED25519_PUBLIC_KEY_BYTES)
 

@@ -1,10 +1,18 @@
 """The runner registry: which ed25519 identities may run ingestion tasks (one aggregate instance,
 keyed `RUNNERS_KEY`).
 
-A runner registers itself with a signed ``register_runner`` command (its address is its public
-key, so the signature proves it holds the key); ``retire_runner`` removes it. Each is an event on
-``events`` (RunnerRegistered / RunnerRetired), so the list that selection is computed from is in
-the log and anyone can recompute a selection. ``decide_runner`` / ``evolve_runners`` are pure.
+Admission. Whoever holds many registered runners wins most selections and can outvote honest
+runners under QUORUM, so a deployment names a *registrar* at genesis (`Deployment.runner_registrar`)
+and only the registrar admits runners: its signed ``register_runner`` names the runner in the body
+(``{"runner": address, "label": ...}``). A runner's own ``register_runner`` is then refused
+(UNAUTHORIZED, saying whom to ask). A deployment without a registrar keeps open registration, where
+a runner registers itself (its address is its public key, so the signature proves it holds the
+key): fit for a single operator's machine only. ``retire_runner`` removes a runner: sent by the
+runner itself, or by the registrar naming it.
+
+Each is an event on ``events`` (RunnerRegistered / RunnerRetired; ``caller`` is who signed), so
+the list that selection is computed from is in the log and anyone can recompute a selection.
+``decide_runner`` / ``evolve_runners`` are pure.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any, Final
 
 import cbor2
 
-from watchtower.protocol.addresses import public_key_from_address
+from watchtower.protocol.addresses import public_key_from_address, require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, UnauthorizedError, WatchtowerError
 from watchtower.protocol.signed_command import (
@@ -50,8 +58,10 @@ class RunnerRegistry:
         return tuple(public_key_from_address(a) for a in sorted(self.runners))
 
 
-def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int) -> tuple[Event | None, dict[str, Any]]:
-    """The event and reply of a signed register_runner / retire_runner (None: an idempotent retry)."""
+def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
+                  registrar: str | None = None) -> tuple[Event | None, dict[str, Any]]:
+    """The event and reply of a signed register_runner / retire_runner (None: an idempotent retry).
+    `registrar`: the deployment's runner registrar (module docstring), None for open registration."""
     if cmd.method not in RUNNER_METHODS:
         raise InvalidArgumentError(f"{cmd.method} is not a runner-registry method")
     verify_command(cmd)
@@ -62,34 +72,51 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int) -> 
     if record is not None and (record.last_nonce, record.last_digest) == (cmd.nonce, digest):
         return None, {**record.last_reply, "duplicate": True}
     check_nonce(None if record is None else record.last_nonce, cmd.nonce, block_height=block_height)
+    by_registrar = registrar is not None and cmd.caller == registrar
     if cmd.method == Method.REGISTER_RUNNER:
-        label = require_text(body_fields(cmd, frozenset({"label"}))["label"], "label")
+        if by_registrar:
+            fields = body_fields(cmd, frozenset({"label", "runner"}))
+            runner = require_address(fields["runner"], "runner")
+        else:
+            if registrar is not None:
+                raise UnauthorizedError(
+                    f"this deployment admits runners through its registrar ({registrar}); ask its operator to "
+                    f"admit {cmd.caller} (`watchtower runner admit {cmd.caller}`)")
+            fields = body_fields(cmd, frozenset({"label"}))
+            runner = cmd.caller
+        label = require_text(fields["label"], "label")
         if len(label) > MAX_LABEL:
             raise InvalidArgumentError(f"a runner label is at most {MAX_LABEL} characters")
-        if cmd.caller not in state.runners and len(state.runners) >= MAX_RUNNERS:
+        if runner not in state.runners and len(state.runners) >= MAX_RUNNERS:
             raise InvalidArgumentError(f"the registry holds its maximum of {MAX_RUNNERS} runners; retire one first")
-        body: dict[str, Any] = {"runner": cmd.caller, "label": label}
+        body: dict[str, Any] = {"runner": runner, "label": label}
         kind = RUNNER_REGISTERED
     else:
-        body_fields(cmd, frozenset())
-        if cmd.caller not in state.runners:
-            raise UnauthorizedError(f"{cmd.caller} is not a registered runner; there is nothing to retire")
-        body = {"runner": cmd.caller, "label": state.runners[cmd.caller]}
+        if by_registrar:
+            runner = require_address(body_fields(cmd, frozenset({"runner"}))["runner"], "runner")
+        else:
+            body_fields(cmd, frozenset())
+            runner = cmd.caller
+        if runner not in state.runners:
+            raise UnauthorizedError(f"{runner} is not a registered runner; there is nothing to retire")
+        body = {"runner": runner, "label": state.runners[runner]}
         kind = RUNNER_RETIRED
-    reply = {"runner": cmd.caller, "registered": kind == RUNNER_REGISTERED, "label": body["label"]}
+    reply = {"runner": runner, "registered": kind == RUNNER_REGISTERED, "label": body["label"]}
     event = Event(type=kind, stream_id=RUNNERS_KEY, block_height=block_height, caller=cmd.caller, nonce=cmd.nonce,
                   digest=digest, reply=reply, body=body)
     return event, reply
 
 
 def evolve_runners(state: RunnerRegistry, event: Event) -> RunnerRegistry:
-    """The registry after `event` (MALFORMED_RECORD for one that cannot be the registry's)."""
+    """The registry after `event` (MALFORMED_RECORD for one that cannot be the registry's).
+
+    Who may register or retire whom is the writer's rule (`decide_runner`, with the deployment's
+    registrar): an event does not carry the command's signature, so a reader cannot check it
+    again; the ``events`` ACL keeps other writers out (docs/security.md)."""
     try:
         if event.type not in RUNNER_EVENTS or event.stream_id != RUNNERS_KEY:
             raise InvalidArgumentError(f"{event.type} on {event.stream_id!r} is not a runner-registry event")
-        runner = event.body["runner"]
-        if runner != event.caller:
-            raise InvalidArgumentError("a runner registers and retires only itself")
+        runner = require_address(event.body["runner"], "runner")
         label = require_text(event.body["label"], "label")
         runners = state.runners.set(runner, label) if event.type == RUNNER_REGISTERED else state.runners.without(runner)
     except WatchtowerError as exc:

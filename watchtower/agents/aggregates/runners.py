@@ -44,7 +44,8 @@ class RunnerRegistryAggregate:
         return RunnerRegistry()
 
     def decide(self, state: RunnerRegistry, command: Command, ctx: Context) -> Outcome:
-        event, reply = decide_runner(state, command, block_height=ctx.block_height)
+        event, reply = decide_runner(state, command, block_height=ctx.block_height,
+                                     registrar=ctx.deployment.runner_registrar)
         return Outcome(() if event is None else (event,), reply)
 
     def evolve(self, state: RunnerRegistry, event: Event) -> RunnerRegistry:
