@@ -3,7 +3,8 @@
 - ``minter.key``: the account that alone may mint CBY (an account key file, as ``accounts/*.key``);
 - ``treasury.key``: the protocol treasury account (fees accrue to it);
 - ``kek.key``: the key manager's key-encryption key, 32 random bytes as 64 hex digits;
-- ``registrar.key``: the account that alone admits ingestion runners (`watchtower runner admit`).
+- ``registrar.key``: the account that alone admits ingestion runners (`watchtower runner admit`);
+- ``ingest-kek.key``: the ingestion service's own KEK, which wraps its publisher key (`ingest.keys`).
 
 The directory is 0700 and every file 0600; nothing is ever overwritten, so a second
 `ensure_genesis` returns the same deployment. The key manager's receipt public key is derived
@@ -43,6 +44,7 @@ class Genesis:
     keymgr_public_key: bytes
     registrar_address: str
     registrar_key_path: Path
+    ingest_kek_path: Path
 
     def worker_env(self) -> dict[str, str]:
         """What every stream worker needs to know of genesis (no secret among it)."""
@@ -84,5 +86,8 @@ def ensure_genesis(home: Path) -> Genesis:
     registrar_key = directory / "registrar.key"
     registrar = _account(registrar_key)  # a genesis made before runners had a registrar gets one now
     _kek(kek_path)
+    ingest_kek = directory / "ingest-kek.key"
+    _kek(ingest_kek)
     kek = read_kek_file(kek_path)  # refuses a KEK file someone loosened
-    return Genesis(minter, treasury, kek_path, minter_key, kek.receipt_public_key(), registrar, registrar_key)
+    return Genesis(minter, treasury, kek_path, minter_key, kek.receipt_public_key(), registrar, registrar_key,
+                   ingest_kek)

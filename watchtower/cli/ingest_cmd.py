@@ -60,9 +60,9 @@ def _new_feed(**kwargs: Any) -> None:
     sid = kwargs.pop("stream_id") or new_stream_id()
     name, description = kwargs.pop("name"), kwargs.pop("description")
     config = stream_config_fields(owner.address, kwargs)
-    delegated = keys.ingestion_publisher_key()  # your signed create names it: the delegation clients verify
+    delegated = keys.ingestion_publisher_public_key()  # your signed create names it: the delegation clients verify
     reply = create_feed(api, owner, name=name, description=description, stream_id=sid,
-                        publisher_key_hex=bytes(delegated.verify_key).hex(), ingestion=ingestion, **config)
+                        publisher_key_hex=delegated.hex(), ingestion=ingestion, **config)
     wait_until_visible(api, sid)
     if as_json:
         echo_json({**reply, "ingestion": ingestion})

@@ -24,6 +24,8 @@ from watchtower.cli import settings
 from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, ENV_RUNNER_REGISTRAR, Genesis, ensure_genesis
 from watchtower.cli.runner_cmd import admit, runner_address
 from watchtower.client.account import read_key_file
+from watchtower.ingest.keys import ENV_INGEST_KEK_FILE
+from watchtower.keymgr.kek import read_kek_file
 from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DEFAULT_PORT
 from watchtower.local.errors import LocalStackError
 from watchtower.local.paths import watchtower_home
@@ -118,8 +120,10 @@ def up(ctx: click.Context, **options: Any) -> None:
         elif s.kind == "delivery":
             services.start_delivery(s.worker_id)
         elif s.kind == "ingest":
-            # Paid ingesting feeds are sealed by this stack's key manager.
-            services.start_ingest({"WATCHTOWER_KEYMGR": _keymgr_url(services, record)})
+            # Paid ingesting feeds are sealed by this stack's key manager; the publisher key it signs
+            # with is wrapped under the ingestion KEK (ingest.keys).
+            services.start_ingest({"WATCHTOWER_KEYMGR": _keymgr_url(services, record),
+                                   ENV_INGEST_KEK_FILE: str(genesis.ingest_kek_path)})
         elif s.kind == "runner":
             services.start_runner(s.worker_id)
         else:
@@ -219,7 +223,8 @@ def _plan_ingest(record: StackRecord) -> None:
     from watchtower.ingest import keys
 
     keys.scheduler_key()  # created here once, before three processes race to create it
-    keys.ingestion_publisher_key()
+    # Wrapped under the deployment's ingestion KEK, as the key manager stores seeds (ingest.keys).
+    keys.ingestion_publisher_key(kek=read_kek_file(ensure_genesis(watchtower_home()).ingest_kek_path))
     if "ingest" not in record.services:
         record.services["ingest"] = ServiceRecord("ingest", "ingest", "serve")
     for runner in ("r1", "r2"):
