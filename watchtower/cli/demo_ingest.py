@@ -120,6 +120,8 @@ def run_ingest_demo(bootstrap: str, prefix: str | None = None) -> None:
                     runner = address_from_public_key(bytes(keys.runner_key(name, home).verify_key))
                     api.command(admission_command(registrar, runner, name))
                 _wait("3 registered runners", lambda: len(_health(services).get("runners", [])) == 3)
+            click.echo(f"  runners r1, r2 and liar admitted by the registrar {os.environ[ENV_RUNNER_REGISTRAR]} "
+                       "(a runner's own registration is refused)")
             owner = Account(nacl.signing.SigningKey.generate(), home=home)
             ingestion = http_ingestion(url=url, select={"price": "$.data.price", "symbol": "$.data.symbol"},
                                        num_runners=3, proof_type="QUORUM", transform="price_batch",
