@@ -48,7 +48,8 @@ def _register(api: ApiClient, runner: Runner, label: str, deadline_s: float = 60
             return
         except WatchtowerError as exc:
             if exc.code == "UNAUTHORIZED":
-                log.warning("runner %s is not registered: %s", runner.address, exc.message)
+                log.warning("runner %s runs the tasks it is selected for once the registrar admits it: %s",
+                            runner.address, exc.message)
                 return
             if time.monotonic() > end:
                 raise
