@@ -56,7 +56,7 @@ def test_json_output_reports_each_keyload_vector() -> None:
         (v["id"], v["type"], True) for v in document()["vectors"]]
 
 
-def test_the_vectors_cover_every_refusal_the_brief_names() -> None:
+def test_the_vectors_cover_every_refusal_of_docs_private_feeds() -> None:
     expects = {v["id"]: v["expect"] for v in document()["vectors"]}
     for vid, code in [
         ("keyload-open-stranger-opens-nothing", "UNAUTHORIZED"),

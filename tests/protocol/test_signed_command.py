@@ -117,7 +117,7 @@ def test_caller_is_the_address_of_the_public_key() -> None:
     assert signed().caller == "0x" + ALICE_PUB.hex()
 
 
-def test_every_method_of_the_brief_is_known() -> None:
+def test_every_method_of_the_protocol_is_known() -> None:
     assert {
         "create_stream",
         "publish",
