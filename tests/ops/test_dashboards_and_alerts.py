@@ -26,6 +26,7 @@ from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.metrics import exposition, http, keymgr, projection, side_workers, sse, worker  # noqa: F401
 from watchtower.metrics.consumer_lag import ConsumerLag
+from watchtower.metrics.group_lag import GroupLagExporter
 from watchtower.replay.health import ReplayHealth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,6 +55,7 @@ def _collectors() -> list[Collector]:
         projection.PayloadCacheMeter(_Fake(get=lambda _s, _q: None, bytes=0)),
         keymgr.SealedStreams(_Fake(sealed_streams={})),
         ConsumerLag("worker"),
+        GroupLagExporter("127.0.0.1:1", {}),
     ]
 
 
@@ -105,7 +107,8 @@ def test_the_code_defines_the_metrics_the_issue_asks_for() -> None:
                  "watchtower_delivery_pending", "watchtower_delivery_dropped",
                  "watchtower_delivery_block_deliveries_bucket", "watchtower_sse_open_connections",
                  "watchtower_sse_lagged_closes_total", "watchtower_sse_events_total",
-                 "watchtower_consumer_lag_records", "watchtower_projection_payload_cache_hits_total"):
+                 "watchtower_consumer_lag_records", "watchtower_projection_payload_cache_hits_total",
+                 "watchtower_consumer_group_lag_records"):
         assert name in names, name
 
 

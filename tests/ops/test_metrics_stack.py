@@ -57,6 +57,7 @@ from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import sign_command
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.groups import worker_group
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +81,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     kek = Kek(bytes.fromhex(kek_file.read_text()))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
+        env.setenv("WATCHTOWER_GROUP_LAG_EVERY_S", "1")
         with start_stack(kafka_bootstrap, log_dir, partitions=PARTITIONS, gateway=True, replay=True,
                          delivery=True) as services:
             services.start_keymgr(free_ports(1)[0], kek_file)
@@ -217,6 +219,39 @@ def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: Se
              what="the worker to refuse the malformed records")
     assert value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before == MALFORMED
     wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
+
+
+def test_a_stopped_delivery_workers_group_lag_rises_on_the_stream_worker_then_falls_to_0(stack: ServiceSet) -> None:
+    group = worker_group("delivery", stack.prefix)
+
+    def group_lag(samples: Samples) -> float | None:
+        rows = [v for labels, v in samples.get("watchtower_consumer_group_lag_records", [])
+                if labels.get("group") == group]
+        return sum(rows) if rows else None
+
+    wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to read 0 lag")
+    delivery = stack.procs["delivery-d1"]
+    os.kill(delivery.pid, signal.SIGSTOP)
+    try:
+        owner, key = Caller(stack.urls["gateway-g1"]), nacl.signing.SigningKey.generate()
+        sid = f"ops-{uuid.uuid4().hex[:10]}"
+        owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+        wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+        api = ApiClient(stack.api_url, commands_url=stack.urls["gateway-g1"])
+        # A message: the delivery worker commits its offsets with the transaction of a block that
+        # planned a message, so it is what lets the group's lag fall back to 0 after the restart.
+        Publisher(api, Account(owner.key, name="ops", home=stack.log_dir), sid, key).publish("tick", b"{}")
+        # The stopped worker's own /metrics does not answer; the stream worker's reading of its group does.
+        behind = wait_for(lambda: (n := group_lag(scrape(stack, "worker-w1"))) and n > 0 and n,
+                          what="the stopped delivery worker's group to lag")
+        assert behind >= 1
+        events = [v for labels, v in scrape(stack, "worker-w1")["watchtower_consumer_group_lag_records"]
+                  if labels["group"] == group and labels["topic"] == "events"]
+        assert len(events) == 1
+        assert events[0] >= 1
+    finally:
+        os.kill(delivery.pid, signal.SIGCONT)
+    wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to catch up to 0")
 
 
 def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceSet) -> None:
