@@ -26,12 +26,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from watchtower.metrics.common import topic_role
-from watchtower.metrics.lag import group_lag
+from watchtower.metrics.lag import group_lag, offsets_reader
 from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.metrics")
@@ -70,14 +71,19 @@ class GroupLagExporter(Collector):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._admin: AdminClient | None = None
+        self._readers: dict[str, Consumer] = {}
 
     def read_once(self) -> None:
         """Read every group's lag now (the thread's body; tests call it directly)."""
         if self._admin is None:
-            self._admin = AdminClient({**kafka_config(self.bootstrap), "log_level": 3})
+            # Errors only through this module's warnings: librdkafka would print every failed connect.
+            self._admin = AdminClient({**kafka_config(self.bootstrap), "log_level": 0})
         for group, topics in self.groups.items():
             try:
-                seen = group_lag(self.bootstrap, group, topics, self.timeout_s, self._admin)
+                reader = self._readers.get(group)
+                if reader is None:
+                    reader = self._readers[group] = offsets_reader(self.bootstrap, group)
+                seen = group_lag(self.bootstrap, group, topics, self.timeout_s, self._admin, reader)
             except Exception as exc:  # the cluster did not answer in time: keep the last reading
                 self._failures[group] += 1
                 log.warning("no lag reading of group %s: %s: %s", group, type(exc).__name__, exc)
@@ -95,6 +101,7 @@ class GroupLagExporter(Collector):
         return self._thread
 
     def stop(self) -> None:
+        """End the thread after its current reading (the clients it holds are dropped with it)."""
         self._stop.set()
 
     def _run(self) -> None:
