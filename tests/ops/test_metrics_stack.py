@@ -17,6 +17,12 @@ manager, the replay worker and the push delivery worker. Each process writes the
   the committed offsets plus that lag; after SIGCONT the worker refuses them and its counter with
   outcome ``MALFORMED_RECORD`` rises by exactly that many, and the lag returns to 0;
 - asks the key manager for epoch keys it must refuse: its counter rises under the refusal's code;
+- stops the delivery worker (SIGSTOP) and publishes: the stream worker's
+  ``watchtower_consumer_group_lag_records`` of the delivery group rises above 0 while the stopped
+  worker serves nothing, and reads 0 again after SIGCONT;
+- runs every process with ``WATCHTOWER_TRACES=file:...`` and publishes once with a caller's
+  ``traceparent``: the gateway, the worker, the projection and the delivery worker each write a
+  span of that one trace id, each hop's parent the span of the hop before it;
 - starts Debian's Prometheus (skipped when it is not installed) on the processes' file-discovery
   targets with the repo's alert rules: every target is up, every rule loads and evaluates, and
   after 100 publishes Prometheus's own query of the publish counter has risen by exactly 100.
@@ -32,6 +38,7 @@ import signal
 import subprocess
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,6 +89,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
         env.setenv("WATCHTOWER_GROUP_LAG_EVERY_S", "1")
+        env.setenv("WATCHTOWER_TRACES", f"file:{log_dir / 'traces'}")
         with start_stack(kafka_bootstrap, log_dir, partitions=PARTITIONS, gateway=True, replay=True,
                          delivery=True) as services:
             services.start_keymgr(free_ports(1)[0], kek_file)
@@ -252,6 +260,62 @@ def test_a_stopped_delivery_workers_group_lag_rises_on_the_stream_worker_then_fa
     finally:
         os.kill(delivery.pid, signal.SIGCONT)
     wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to catch up to 0")
+
+
+def _spans(directory: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(directory.glob("*.jsonl")):
+        out.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return out
+
+
+def test_one_publish_is_one_trace_with_spans_from_four_processes(stack: ServiceSet) -> None:
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    publisher = Publisher(ApiClient(stack.api_url, commands_url=gateway),
+                          Account(owner.key, name="ops", home=stack.log_dir), sid, key)
+    head, key_id = publisher._sync()
+    cmd = publisher.publish_command(head + 1, key_id, "tick", b"{}", None, "application/json")
+    # The caller's own trace: the gateway continues it, and every hop after it.
+    trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    request = urllib.request.Request(  # noqa: S310 (the local gateway)
+        f"{gateway}/v1/commands", method="POST",
+        data=json.dumps({"command": cmd.to_dict(), "timeout_s": 20}).encode(),
+        headers={"Content-Type": "application/json", "traceparent": f"00-{trace_id}-{parent}-01"})
+    with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310
+        assert json.loads(resp.read())["result"]["sequence"] == head + 1
+
+    def services_in_trace() -> dict[str, set[str]] | None:
+        found: dict[str, set[str]] = {}
+        for span in _spans(stack.log_dir / "traces"):
+            if span["context"]["trace_id"] == f"0x{trace_id}":
+                attrs = span["resource"]["attributes"]
+                found.setdefault(attrs["service.name"], set()).add(span["name"])
+        return found if {"gateway", "worker", "projection", "delivery"} <= set(found) else None
+
+    found = wait_for(services_in_trace, timeout_s=30, what="spans of the publish from four processes")
+    assert "gateway command" in found["gateway"]
+    assert "worker decide" in found["worker"]
+    assert "projection fold" in found["projection"]  # the message and its event, folded
+    assert "delivery schedule" in found["delivery"]
+    in_trace = [s for s in _spans(stack.log_dir / "traces") if s["context"]["trace_id"] == f"0x{trace_id}"]
+    pids = {(s["resource"]["attributes"]["service.name"], s["resource"]["attributes"]["process.pid"])
+            for s in in_trace}
+    assert len(pids) >= 4
+    gateway_spans = [s for s in in_trace if s["name"] == "gateway command"]
+    assert [s["parent_id"] for s in gateway_spans] == [f"0x{parent}"]
+    ids = {s["context"]["span_id"] for s in in_trace}
+    for span in in_trace:  # one tree: every hop's parent is the caller's span or a span of this trace
+        assert span["parent_id"] in ids | {f"0x{parent}"}, span["name"]
+    # The chain: the command record carries the gateway's span, what the worker wrote carries its own.
+    worker_spans = [s for s in in_trace if s["name"] == "worker decide"]
+    assert [s["parent_id"] for s in worker_spans] == [gateway_spans[0]["context"]["span_id"]]
+    for span in in_trace:
+        if span["name"] in ("projection fold", "delivery schedule"):
+            assert span["parent_id"] == worker_spans[0]["context"]["span_id"], span["name"]
 
 
 def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceSet) -> None:

@@ -56,6 +56,7 @@ from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from watchtower import tracing
 from watchtower.agents.aggregate import Aggregate, Context
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.client_log import kafka_logger
@@ -380,7 +381,14 @@ class CommandProcessor(PartitionOwner):
     def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
         self._method = worker_metrics.UNKNOWN_METHOD  # until the record is routed
         rejected = self.stats.rejected
-        super()._handle(msg, touched, ctx)
+        # A span per command when tracing is on (what it writes carries its context: decider);
+        # off, `span` is None after one global read.
+        span = tracing.span("worker decide", msg.headers(), partition=int(msg.partition() or 0))
+        if span is None:
+            super()._handle(msg, touched, ctx)
+        else:
+            with span:
+                super()._handle(msg, touched, ctx)
         if self.stats.rejected == rejected:
             self._metrics.decided(self._method, worker_metrics.OK)
         else:
