@@ -22,7 +22,9 @@ manager, the replay worker and the push delivery worker. Each process writes the
   worker serves nothing, and reads 0 again after SIGCONT;
 - runs every process with ``WATCHTOWER_TRACES=file:...`` and publishes once with a caller's
   ``traceparent``: the gateway, the worker, the projection and the delivery worker each write a
-  span of that one trace id, each hop's parent the span of the hop before it;
+  span of that one trace id, each hop's parent the span of the hop before it; and publishes once
+  through the SDK from an application process with its own tracer provider and span: five
+  processes write spans of that trace, the gateway's parent the application's span;
 - starts Debian's Prometheus (skipped when it is not installed) on the processes' file-discovery
   targets with the repo's alert rules: every target is up, every rule loads and evaluates, and
   after 100 publishes Prometheus's own query of the publish counter has risen by exactly 100.
@@ -36,6 +38,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -316,6 +319,51 @@ def test_one_publish_is_one_trace_with_spans_from_four_processes(stack: ServiceS
     for span in in_trace:
         if span["name"] in ("projection fold", "delivery schedule"):
             assert span["parent_id"] == worker_spans[0]["context"]["span_id"], span["name"]
+
+
+SDK_APP = """
+import sys
+import nacl.signing
+from opentelemetry import trace
+from watchtower import tracing
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Publisher
+api, gateway, sid, owner_seed, key_seed, home, spans = sys.argv[1:]
+# An application that runs OpenTelemetry: its provider, its own span around the SDK's publish.
+assert tracing.configure("sdk-app", env={"WATCHTOWER_TRACES": "file:" + spans})
+owner, key = (nacl.signing.SigningKey(bytes.fromhex(s)) for s in (owner_seed, key_seed))
+publisher = Publisher(ApiClient(api, commands_url=gateway), Account(owner, name="ops", home=home), sid, key)
+publisher.sync()
+with trace.get_tracer("app").start_as_current_span("app publish") as span:
+    publisher.publish("tick", b"{}")
+    print(format(span.get_span_context().trace_id, "032x"), format(span.get_span_context().span_id, "016x"))
+tracing.shutdown()
+"""
+
+
+def test_the_sdk_sends_its_applications_trace_and_five_processes_continue_it(stack: ServiceSet) -> None:
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    app = subprocess.run([sys.executable, "-c", SDK_APP, stack.api_url, gateway, sid, bytes(owner.key).hex(),
+                          bytes(key).hex(), str(stack.log_dir), str(stack.log_dir / "traces")],
+                         capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert app.returncode == 0, app.stderr
+    trace_id, app_span = app.stdout.split()
+    wanted = {"sdk-app", "gateway", "worker", "projection", "delivery"}
+
+    def in_trace() -> list[dict[str, Any]] | None:
+        spans = [s for s in _spans(stack.log_dir / "traces") if s["context"]["trace_id"] == f"0x{trace_id}"]
+        return spans if wanted <= {s["resource"]["attributes"]["service.name"] for s in spans} else None
+
+    spans = wait_for(in_trace, timeout_s=30, what="spans of the SDK's publish from five processes")
+    assert len({s["resource"]["attributes"]["process.pid"] for s in spans}) >= 5
+    gateway_spans = [s for s in spans if s["name"] == "gateway command"]
+    assert [s["parent_id"] for s in gateway_spans] == [f"0x{app_span}"]  # the SDK's request carried it
 
 
 def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceSet) -> None:

@@ -48,6 +48,8 @@ CHILD = textwrap.dedent('''
         out = tracing.inject({"wt-correlation": "c"})
     with tracing.span("hop two", out):
         pass
+    with tracing.span("over http", {"Traceparent": out["traceparent"]}):  # as urllib capitalises it
+        pass
     with tracing.span("untraced", None):
         pass
     print(out["traceparent"])
@@ -72,5 +74,6 @@ def test_a_span_continues_the_records_trace_and_what_it_writes_carries_its_own(t
     assert written == f"00-{'a' * 32}-{one['context']['span_id'][2:]}-01"
     assert two["context"]["trace_id"] == one["context"]["trace_id"]
     assert two["parent_id"] == one["context"]["span_id"]
+    assert spans["over http"]["parent_id"] == one["context"]["span_id"]
     assert alone["parent_id"] is None
     assert alone["context"]["trace_id"] != one["context"]["trace_id"]

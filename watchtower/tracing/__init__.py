@@ -30,7 +30,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 ENV: Final = "WATCHTOWER_TRACES"
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
-_NAMES: Final = (TRACEPARENT, TRACESTATE, TRACEPARENT.encode(), TRACESTATE.encode())
+_NAMES: Final = (TRACEPARENT, TRACESTATE)
 
 _propagator = TraceContextTextMapPropagator()
 #: The process's tracer; None while tracing is off (the default): every function here then returns at once.
@@ -91,8 +91,10 @@ def _carrier(headers: Iterable[tuple[Any, Any]] | Mapping[Any, Any] | None) -> d
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     out = {}
     for k, v in pairs:
-        if k in _NAMES and v is not None:
-            out[k.decode() if isinstance(k, bytes) else str(k)] = v.decode() if isinstance(v, bytes) else str(v)
+        # HTTP header names arrive in any case (urllib sends "Traceparent"); Kafka's as written.
+        name = (k.decode("latin-1") if isinstance(k, bytes) else str(k)).lower()
+        if name in _NAMES and v is not None:
+            out[name] = v.decode() if isinstance(v, bytes) else str(v)
     return out
 
 
