@@ -26,6 +26,7 @@ from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.metrics import exposition, http, ingest, keymgr, projection, side_workers, sse, worker  # noqa: F401
 from watchtower.metrics.consumer_lag import ConsumerLag
+from watchtower.metrics.group_lag import GroupLagExporter
 from watchtower.replay.health import ReplayHealth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,6 +58,7 @@ def _collectors() -> list[Collector]:
         ingest.AggregatorCollector(_Fake(health=lambda: {"tasks": 0, "published": 0, "failed": {}, "quarantined": {},
                                                          "pending": 0, "tick_to_ack_ms": None})),
         ingest.RunnerCollector(_Fake(health=lambda: {"results": 0, "late": 0, "quarantined": {}})),
+        GroupLagExporter("127.0.0.1:1", {}),
     ]
 
 
@@ -108,7 +110,8 @@ def test_the_code_defines_the_metrics_the_issue_asks_for() -> None:
                  "watchtower_delivery_pending", "watchtower_delivery_dropped",
                  "watchtower_delivery_block_deliveries_bucket", "watchtower_sse_open_connections",
                  "watchtower_sse_lagged_closes_total", "watchtower_sse_events_total",
-                 "watchtower_consumer_lag_records", "watchtower_projection_payload_cache_hits_total"):
+                 "watchtower_consumer_lag_records", "watchtower_projection_payload_cache_hits_total",
+                 "watchtower_consumer_group_lag_records"):
         assert name in names, name
 
 

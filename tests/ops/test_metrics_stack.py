@@ -17,6 +17,14 @@ manager, the replay worker and the push delivery worker. Each process writes the
   the committed offsets plus that lag; after SIGCONT the worker refuses them and its counter with
   outcome ``MALFORMED_RECORD`` rises by exactly that many, and the lag returns to 0;
 - asks the key manager for epoch keys it must refuse: its counter rises under the refusal's code;
+- stops the delivery worker (SIGSTOP) and publishes: the stream worker's
+  ``watchtower_consumer_group_lag_records`` of the delivery group rises above 0 while the stopped
+  worker serves nothing, and reads 0 again after SIGCONT;
+- runs every process with ``WATCHTOWER_TRACES=file:...`` and publishes once with a caller's
+  ``traceparent``: the gateway, the worker, the projection and the delivery worker each write a
+  span of that one trace id, each hop's parent the span of the hop before it; and publishes once
+  through the SDK from an application process with its own tracer provider and span: five
+  processes write spans of that trace, the gateway's parent the application's span;
 - starts Debian's Prometheus (skipped when it is not installed) on the processes' file-discovery
   targets with the repo's alert rules: every target is up, every rule loads and evaluates, and
   after 100 publishes Prometheus's own query of the publish counter has risen by exactly 100.
@@ -30,8 +38,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +67,7 @@ from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import sign_command
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.groups import worker_group
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +91,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     kek = Kek(bytes.fromhex(kek_file.read_text()))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
+        env.setenv("WATCHTOWER_GROUP_LAG_EVERY_S", "1")
+        env.setenv("WATCHTOWER_TRACES", f"file:{log_dir / 'traces'}")
         with start_stack(kafka_bootstrap, log_dir, partitions=PARTITIONS, gateway=True, replay=True,
                          delivery=True) as services:
             services.start_keymgr(free_ports(1)[0], kek_file)
@@ -217,6 +230,140 @@ def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: Se
              what="the worker to refuse the malformed records")
     assert value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before == MALFORMED
     wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
+
+
+def test_a_stopped_delivery_workers_group_lag_rises_on_the_stream_worker_then_falls_to_0(stack: ServiceSet) -> None:
+    group = worker_group("delivery", stack.prefix)
+
+    def group_lag(samples: Samples) -> float | None:
+        rows = [v for labels, v in samples.get("watchtower_consumer_group_lag_records", [])
+                if labels.get("group") == group]
+        return sum(rows) if rows else None
+
+    wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to read 0 lag")
+    delivery = stack.procs["delivery-d1"]
+    os.kill(delivery.pid, signal.SIGSTOP)
+    try:
+        owner, key = Caller(stack.urls["gateway-g1"]), nacl.signing.SigningKey.generate()
+        sid = f"ops-{uuid.uuid4().hex[:10]}"
+        owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+        wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+        api = ApiClient(stack.api_url, commands_url=stack.urls["gateway-g1"])
+        # A message: the delivery worker commits its offsets with the transaction of a block that
+        # planned a message, so it is what lets the group's lag fall back to 0 after the restart.
+        Publisher(api, Account(owner.key, name="ops", home=stack.log_dir), sid, key).publish("tick", b"{}")
+        # The stopped worker's own /metrics does not answer; the stream worker's reading of its group does.
+        behind = wait_for(lambda: (n := group_lag(scrape(stack, "worker-w1"))) and n > 0 and n,
+                          what="the stopped delivery worker's group to lag")
+        assert behind >= 1
+        events = [v for labels, v in scrape(stack, "worker-w1")["watchtower_consumer_group_lag_records"]
+                  if labels["group"] == group and labels["topic"] == "events"]
+        assert len(events) == 1
+        assert events[0] >= 1
+    finally:
+        os.kill(delivery.pid, signal.SIGCONT)
+    wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to catch up to 0")
+
+
+def _spans(directory: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(directory.glob("*.jsonl")):
+        out.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return out
+
+
+def test_one_publish_is_one_trace_with_spans_from_four_processes(stack: ServiceSet) -> None:
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    publisher = Publisher(ApiClient(stack.api_url, commands_url=gateway),
+                          Account(owner.key, name="ops", home=stack.log_dir), sid, key)
+    head, key_id = publisher._sync()
+    cmd = publisher.publish_command(head + 1, key_id, "tick", b"{}", None, "application/json")
+    # The caller's own trace: the gateway continues it, and every hop after it.
+    trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    request = urllib.request.Request(  # noqa: S310 (the local gateway)
+        f"{gateway}/v1/commands", method="POST",
+        data=json.dumps({"command": cmd.to_dict(), "timeout_s": 20}).encode(),
+        headers={"Content-Type": "application/json", "traceparent": f"00-{trace_id}-{parent}-01"})
+    with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310
+        assert json.loads(resp.read())["result"]["sequence"] == head + 1
+
+    def services_in_trace() -> dict[str, set[str]] | None:
+        found: dict[str, set[str]] = {}
+        for span in _spans(stack.log_dir / "traces"):
+            if span["context"]["trace_id"] == f"0x{trace_id}":
+                attrs = span["resource"]["attributes"]
+                found.setdefault(attrs["service.name"], set()).add(span["name"])
+        return found if {"gateway", "worker", "projection", "delivery"} <= set(found) else None
+
+    found = wait_for(services_in_trace, timeout_s=30, what="spans of the publish from four processes")
+    assert "gateway command" in found["gateway"]
+    assert "worker decide" in found["worker"]
+    assert "projection fold" in found["projection"]  # the message and its event, folded
+    assert "delivery schedule" in found["delivery"]
+    in_trace = [s for s in _spans(stack.log_dir / "traces") if s["context"]["trace_id"] == f"0x{trace_id}"]
+    pids = {(s["resource"]["attributes"]["service.name"], s["resource"]["attributes"]["process.pid"])
+            for s in in_trace}
+    assert len(pids) >= 4
+    gateway_spans = [s for s in in_trace if s["name"] == "gateway command"]
+    assert [s["parent_id"] for s in gateway_spans] == [f"0x{parent}"]
+    ids = {s["context"]["span_id"] for s in in_trace}
+    for span in in_trace:  # one tree: every hop's parent is the caller's span or a span of this trace
+        assert span["parent_id"] in ids | {f"0x{parent}"}, span["name"]
+    # The chain: the command record carries the gateway's span, what the worker wrote carries its own.
+    worker_spans = [s for s in in_trace if s["name"] == "worker decide"]
+    assert [s["parent_id"] for s in worker_spans] == [gateway_spans[0]["context"]["span_id"]]
+    for span in in_trace:
+        if span["name"] in ("projection fold", "delivery schedule"):
+            assert span["parent_id"] == worker_spans[0]["context"]["span_id"], span["name"]
+
+
+SDK_APP = """
+import sys
+import nacl.signing
+from opentelemetry import trace
+from watchtower import tracing
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.sdk import Publisher
+api, gateway, sid, owner_seed, key_seed, home, spans = sys.argv[1:]
+# An application that runs OpenTelemetry: its provider, its own span around the SDK's publish.
+assert tracing.configure("sdk-app", env={"WATCHTOWER_TRACES": "file:" + spans})
+owner, key = (nacl.signing.SigningKey(bytes.fromhex(s)) for s in (owner_seed, key_seed))
+publisher = Publisher(ApiClient(api, commands_url=gateway), Account(owner, name="ops", home=home), sid, key)
+publisher.sync()
+with trace.get_tracer("app").start_as_current_span("app publish") as span:
+    publisher.publish("tick", b"{}")
+    print(format(span.get_span_context().trace_id, "032x"), format(span.get_span_context().span_id, "016x"))
+tracing.shutdown()
+"""
+
+
+def test_the_sdk_sends_its_applications_trace_and_five_processes_continue_it(stack: ServiceSet) -> None:
+    gateway = stack.urls["gateway-g1"]
+    owner, key = Caller(gateway), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    app = subprocess.run([sys.executable, "-c", SDK_APP, stack.api_url, gateway, sid, bytes(owner.key).hex(),
+                          bytes(key).hex(), str(stack.log_dir), str(stack.log_dir / "traces")],
+                         capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert app.returncode == 0, app.stderr
+    trace_id, app_span = app.stdout.split()
+    wanted = {"sdk-app", "gateway", "worker", "projection", "delivery"}
+
+    def in_trace() -> list[dict[str, Any]] | None:
+        spans = [s for s in _spans(stack.log_dir / "traces") if s["context"]["trace_id"] == f"0x{trace_id}"]
+        return spans if wanted <= {s["resource"]["attributes"]["service.name"] for s in spans} else None
+
+    spans = wait_for(in_trace, timeout_s=30, what="spans of the SDK's publish from five processes")
+    assert len({s["resource"]["attributes"]["process.pid"] for s in spans}) >= 5
+    gateway_spans = [s for s in spans if s["name"] == "gateway command"]
+    assert [s["parent_id"] for s in gateway_spans] == [f"0x{app_span}"]  # the SDK's request carried it
 
 
 def test_a_refused_key_manager_request_is_counted_under_its_code(stack: ServiceSet) -> None:

@@ -56,6 +56,7 @@ from typing import Any, Final, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from watchtower import tracing
 from watchtower.agents.aggregate import Aggregate, Context
 from watchtower.agents.bounded import BoundedCaller, CallStuckError
 from watchtower.agents.client_log import kafka_logger
@@ -69,6 +70,8 @@ from watchtower.metrics import common as common_metrics
 from watchtower.metrics import worker as worker_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
+from watchtower.metrics.group_lag import GroupLagExporter, every_s
+from watchtower.metrics.lag import worker_groups
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
 from watchtower.topics.reader import end_offsets
@@ -378,7 +381,14 @@ class CommandProcessor(PartitionOwner):
     def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
         self._method = worker_metrics.UNKNOWN_METHOD  # until the record is routed
         rejected = self.stats.rejected
-        super()._handle(msg, touched, ctx)
+        # A span per command when tracing is on (what it writes carries its context: decider);
+        # off, `span` is None after one global read.
+        span = tracing.span("worker decide", msg.headers(), partition=int(msg.partition() or 0))
+        if span is None:
+            super()._handle(msg, touched, ctx)
+        else:
+            with span:
+                super()._handle(msg, touched, ctx)
         if self.stats.rejected == rejected:
             self._metrics.decided(self._method, worker_metrics.OK)
         else:
@@ -413,7 +423,15 @@ def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> Non
     """Run one worker in the foreground until SIGTERM/SIGINT."""
     proc = CommandProcessor(bootstrap, worker_id, prefix=prefix,
                             health=MeteredHealthFile.from_env(worker_id))
-    start_metrics(worker_metrics.SERVICE, [worker_metrics.WorkerCollector(proc), proc.consumer_lag])
+    collectors: list[Any] = [worker_metrics.WorkerCollector(proc), proc.consumer_lag]
+    # The worker stays up while the other workers come and go: it exports every group's lag, so a
+    # stopped delivery or replay worker shows as a growing lag, not only as a target that is down.
+    interval = every_s()
+    groups = GroupLagExporter(bootstrap, worker_groups(prefix), every=interval) if interval else None
+    if groups is not None:
+        collectors.append(groups)
+    if start_metrics(worker_metrics.SERVICE, collectors) is not None and groups is not None:
+        groups.start()
     signal.signal(signal.SIGTERM, lambda *_: proc.stop())
     signal.signal(signal.SIGINT, lambda *_: proc.stop())
     proc.run()

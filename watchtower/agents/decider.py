@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
+from watchtower import tracing
 from watchtower.agents.aggregate import Aggregate, Context, DecodeOnce, check_unique
 from watchtower.agents.aggregates import default_aggregates
 from watchtower.agents.deployment import deployment_from_env
@@ -147,17 +148,17 @@ class CommandDecider:
             record_key = key.encode()
             for event in outcome.events:
                 self.producer.produce(self.t_events, key=record_key, value=aggregate.encode_event(event),
-                                      partition=partition)
+                                      partition=partition, headers=tracing.inject(None))
             self.stats.events += len(outcome.events)
             self._batch_events[partition] = self._batch_events.get(partition, 0) + len(outcome.events)
         for record in outcome.records:
             self.producer.produce(self._topic(record.role), key=record.key, value=record.value, partition=partition,
-                                  headers=None if record.headers is None else dict(record.headers))
+                                  headers=tracing.inject(None if record.headers is None else dict(record.headers)))
         for forward in outcome.forwards:
             # The receiver answers the caller when the decision has no reply of its own.
             self.producer.produce(self.t_internal, key=forward.key.encode(), value=forward.value,
                                   partition=self._partition_of(forward.key),
-                                  headers=_reply_headers(headers) if forward.answers else None)
+                                  headers=tracing.inject(_reply_headers(headers) if forward.answers else None))
         if outcome.error is not None:
             # Committed events, refused caller (a purchase the payer could not pay).
             self.stats.rejected += 1

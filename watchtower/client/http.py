@@ -22,6 +22,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, Final
 
+from opentelemetry import propagate
+
 from watchtower.client.home import watchtower_home
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, RequestTimeoutError, WatchtowerError
@@ -119,6 +121,12 @@ class ApiClient:
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (scheme checked in __init__)
         req.add_header("Accept", "application/json")
+        # The application's current trace, if it runs OpenTelemetry (W3C traceparent): the gateway
+        # and every hop after it continue it. Without a tracer provider this adds nothing.
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        for name, value in carrier.items():
+            req.add_header(name, value)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         wait = self.timeout if timeout is None else timeout

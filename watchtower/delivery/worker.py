@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from watchtower import tracing
 from watchtower.agents.event_fold import EventFold
 from watchtower.agents.state_loader import CommittedOffsets
 from watchtower.agents.tx_worker import (
@@ -192,7 +193,14 @@ class DeliveryWorker(TransactionalWorker):
                 if sid in self.folds[p].state.streams:  # its head or subscriptions may have moved
                     self.dirty.add((p, sid))
             return
-        self._ingest(p, offset, msg)
+        # A span per message scheduled for push when tracing is on; its pushes keep the message's
+        # headers, so a delivery record carries the publish's trace context too.
+        span = tracing.span("delivery schedule", msg.headers(), partition=p)
+        if span is None:
+            self._ingest(p, offset, msg)
+        else:
+            with span:
+                self._ingest(p, offset, msg)
 
     def _ingest(self, p: int, offset: int, msg: Message) -> None:
         value = msg.value() or b""

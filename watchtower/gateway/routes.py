@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from confluent_kafka import KafkaException
 
+from watchtower import tracing
 from watchtower.gateway import batch
 from watchtower.gateway.transport import CommandClient
 from watchtower.http import params
@@ -102,10 +103,12 @@ class CommandGateway:
 
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler of ``POST /v1/commands``."""
-        try:
-            return web.json_response({"result": json_safe(await self.submit(*await _parse(request)))})
-        except WatchtowerError as err:
-            return web.json_response(error_body(err), status=http_status(err.code))
+        # A caller's traceparent is the parent of this hop; the command record carries this span's.
+        with tracing.maybe(tracing.span("gateway command", request.headers)):
+            try:
+                return web.json_response({"result": json_safe(await self.submit(*await _parse(request)))})
+            except WatchtowerError as err:
+                return web.json_response(error_body(err), status=http_status(err.code))
 
     async def handle_batch(self, request: web.Request) -> web.Response:
         """The aiohttp handler of ``POST /v1/commands/batch`` (`watchtower.gateway.batch`)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from watchtower import tracing
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
@@ -132,7 +133,8 @@ class CommandClient:
             self._pending[corr] = raw
         self.producer.produce(self.t_commands, key=(key or cmd.stream_id).encode(),
                               value=encode_command(cmd),
-                              headers={H_CORRELATION: corr, H_REPLY_PARTITION: str(self.reply_partition)})
+                              headers=tracing.inject({H_CORRELATION: corr,
+                                                      H_REPLY_PARTITION: str(self.reply_partition)}))
         self.producer.poll(0)
         return result
 

@@ -147,14 +147,16 @@ class ServiceSet:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, proc.pid) + nice)
 
-    def start_worker(self, worker_id: str) -> None:
-        """A stream-actor worker (the single writer of the partitions it owns)."""
+    def start_worker(self, worker_id: str, extra_env: dict[str, str] | None = None) -> None:
+        """A stream-actor worker (the single writer of the partitions it owns); `extra_env` sets
+        e.g. ``WATCHTOWER_METRICS_PORT=off`` for it alone."""
         name = f"worker-{worker_id}"
         health = self.health_file(name)
         # A file left by an earlier process would describe a worker that no longer exists.
         health.unlink(missing_ok=True)
         self._spawn(
-            name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix], {"WATCHTOWER_HEALTH_FILE": str(health)}
+            name, [WORKER_MODULE, self.bootstrap, worker_id, self.prefix],
+            {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})}
         )
 
     def start_replay(self, worker_id: str = "r1", extra_env: dict[str, str] | None = None) -> str:

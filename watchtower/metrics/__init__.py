@@ -6,12 +6,14 @@
 - one module per service with its metric definitions: `worker` (the stream worker), `projection`,
   `side_workers` (push delivery and replay), `keymgr`, `sse`, and `http` (request counts and latency
   of the aiohttp servers, by route pattern); `common` (quarantines, fences, starts over of every
-  Kafka worker) and `consumer_lag` (each Kafka worker's own consumer lag);
+  Kafka worker), `consumer_lag` (each Kafka worker's own consumer lag) and `group_lag` (every
+  worker group's lag read from Kafka, exported by the stream worker on a thread of its own);
 - `lag`: consumer-group lag read from Kafka, and a service's metrics read back over HTTP, for
   `watchtower status`; `targets`: a local stack's metrics ports as Prometheus file discovery.
 
-`lag` is the one module here that talks to Kafka itself (an admin client and a short-lived
-reader); the rest only counts what the services hand it.
+`lag` and `group_lag` are the modules here that talk to Kafka themselves (an admin client and
+readers that never join a group); the rest only counts what the services hand it. `exposition`
+also installs the process's tracer when ``WATCHTOWER_TRACES`` asks for one (`watchtower.tracing`).
 
 Labels are low-cardinality by construction: a method, a spec error code, a topic role, a route
 pattern, a partition number; never a stream id, an address or a free-text reason. No process forks

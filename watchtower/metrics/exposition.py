@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import REGISTRY, Gauge, start_http_server
 from prometheus_client.registry import Collector
 
-from watchtower import __version__
+from watchtower import __version__, tracing
 
 log = logging.getLogger("watchtower.metrics")
 
@@ -75,8 +75,13 @@ def metrics_port(env: dict[str, str] | None = None) -> int | None:
 
 def start_metrics(service: str, collectors: Iterable[Collector] = ()) -> MetricsServer | None:
     """Serve this process's ``/metrics`` (once per process; a second call returns the first server)
-    and register `collectors` (read at scrape time). None when switched off."""
+    and register `collectors` (read at scrape time). None when switched off.
+
+    Every long-running process calls this once at start, so it also installs the process's tracer
+    when ``WATCHTOWER_TRACES`` asks for one (`watchtower.tracing.configure`, service name `service`).
+    """
     global _started
+    tracing.configure(service)
     with _lock:
         for collector in collectors:
             try:

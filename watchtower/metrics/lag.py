@@ -28,7 +28,6 @@ from typing import Any, Final
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     TopicPartition,
@@ -76,9 +75,19 @@ class GroupLag:
                                for (t, p), (c, e) in sorted(self.partitions.items())]}
 
 
+def offsets_reader(bootstrap: str, group: str) -> Consumer:
+    """A client that reads `group`'s committed offsets (`Consumer.committed`); it never joins the group."""
+    return Consumer({**kafka_config(bootstrap), "group.id": group, "enable.auto.commit": False, "log_level": 0})
+
+
 def group_lag(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0,
-              admin: AdminClient | None = None) -> GroupLag:
-    """The lag of `group` on every partition of `topics` (KafkaException when the cluster does not answer)."""
+              admin: AdminClient | None = None, reader: Consumer | None = None) -> GroupLag:
+    """The lag of `group` on every partition of `topics` (KafkaException when the cluster does not answer).
+
+    The committed offsets are read by `reader` (`offsets_reader` of `group`; a new one, closed after,
+    when None), not by the admin client: its ListConsumerGroupOffsets crashed the process on a
+    fresh broker whose group coordinator was still loading (a segmentation fault in the client).
+    """
     admin = admin or AdminClient({**kafka_config(bootstrap), "log_level": 3})
     names = list(topics)
     md = admin.list_topics(timeout=timeout_s)
@@ -86,9 +95,13 @@ def group_lag(bootstrap: str, group: str, topics: Iterable[str], timeout_s: floa
     out = GroupLag(group)
     if not tps:
         return out
-    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)],
-                                                request_timeout=timeout_s)[group].result(timeout=timeout_s)
-    committed = {(tp.topic, tp.partition): tp.offset for tp in offsets.topic_partitions}
+    own = reader is None
+    reader = reader or offsets_reader(bootstrap, group)
+    try:
+        committed = {(tp.topic, tp.partition): tp.offset for tp in reader.committed(tps, timeout=timeout_s)}
+    finally:
+        if own:
+            reader.close()
     ends = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=IsolationLevel.READ_COMMITTED,
                               request_timeout=timeout_s)
     for tp, future in ends.items():

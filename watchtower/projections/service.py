@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
+from watchtower import tracing
 from watchtower.http import params
 from watchtower.http import server as web_server
 from watchtower.http.broker_probe import BrokerProbe
@@ -169,6 +170,14 @@ class Projection:
         The folder quarantines what breaks a rule; this is the last guard, so nothing is fatal.
         """
         partition, offset = int(record.partition), int(record.offset)
+        span = tracing.span("projection fold", record.headers, partition=partition)
+        if span is None:
+            self._fold_record(record, partition, offset)
+        else:
+            with span:
+                self._fold_record(record, partition, offset)
+
+    def _fold_record(self, record: Any, partition: int, offset: int) -> None:
         key = None if record.key is None else bytes(record.key)
         value = None if record.value is None else bytes(record.value)
         try:
