@@ -175,7 +175,7 @@ def _status_shows_lag_and_metrics(stack: Stack) -> None:
     # Exits 4 while anything lags.
     body = json.loads(_until_ok(stack, "status", "--json", "--max-lag", "0", "--max-lag-seconds", "0").stdout)
     assert body["lagging"] == []
-    assert len(body["lag"]["groups"]) == 3
+    assert len(body["lag"]["groups"]) == 4  # stream, delivery and replay workers, and the projections' folds
     assert all(g["lag"] == 0 and g["exact"] for g in body["lag"]["groups"]), body["lag"]
     assert body["lag"]["projections"]["projection-p1"] == {"records": 0, "seconds": 0}
     assert all(s["metrics_url"].endswith("/metrics") for s in body["services"].values())

@@ -65,9 +65,10 @@ from watchtower.metrics.targets import target_groups
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.groups import worker_group
+from watchtower.topics.groups import projection_fold_group, worker_group
 
 pytestmark = pytest.mark.integration
 
@@ -232,13 +233,41 @@ def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: Se
     wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
 
 
+def exported_group_lag(samples: Samples, group: str) -> float | None:
+    """The lag the stream worker exports for `group` (summed over topics), None before a reading."""
+    rows = [v for labels, v in samples.get("watchtower_consumer_group_lag_records", []) if labels.get("group") == group]
+    return sum(rows) if rows else None
+
+
+def test_a_stopped_projections_fold_lag_rises_on_the_stream_worker_then_falls_to_0(stack: ServiceSet) -> None:
+    """A projection records its fold's positions in the fold group (topics.groups): stopped while
+    publishes continue, its lag grows on the stream worker's page, and falls to 0 once it runs again."""
+    group = projection_fold_group(stack.prefix)
+    owner, key = Caller(stack.urls["gateway-g1"]), nacl.signing.SigningKey.generate()
+    sid = f"ops-{uuid.uuid4().hex[:10]}"
+    owner.ok("create_stream", sid, {"publisher_key_hex": bytes(key.verify_key).hex()})
+    wait_for(lambda: http("GET", f"{stack.api_url}/v1/streams/{sid}/head")[0] == 200, what="stream projected")
+    wait_for(lambda: exported_group_lag(scrape(stack, "worker-w1"), group) == 0, what="the fold group to read 0 lag")
+    projection = stack.procs["projection-p1"]
+    os.kill(projection.pid, signal.SIGSTOP)
+    try:
+        for seq in (1, 2, 3):  # through the gateway: the stopped projection answers nothing
+            msg = sign_message(stream_id=sid, sequence=seq, timestamp_unix_ms=int(time.time() * 1000), kind="tick",
+                               payload=b"{}", signing_key=key)
+            owner.ok("publish", sid, msg.to_json_dict())
+        behind = wait_for(lambda: (n := exported_group_lag(scrape(stack, "worker-w1"), group)) and n > 0 and n,
+                          what="the stopped projection's fold to lag")
+        assert behind >= 3  # a StreamMessage event and a message record each, at least
+    finally:
+        os.kill(projection.pid, signal.SIGCONT)
+    wait_for(lambda: exported_group_lag(scrape(stack, "worker-w1"), group) == 0, what="the fold to catch up to 0")
+
+
 def test_a_stopped_delivery_workers_group_lag_rises_on_the_stream_worker_then_falls_to_0(stack: ServiceSet) -> None:
     group = worker_group("delivery", stack.prefix)
 
     def group_lag(samples: Samples) -> float | None:
-        rows = [v for labels, v in samples.get("watchtower_consumer_group_lag_records", [])
-                if labels.get("group") == group]
-        return sum(rows) if rows else None
+        return exported_group_lag(samples, group)
 
     wait_for(lambda: group_lag(scrape(stack, "worker-w1")) == 0, what="the delivery group to read 0 lag")
     delivery = stack.procs["delivery-d1"]

@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.groups import stream_worker_group, worker_group
+from watchtower.topics.groups import projection_fold_group, stream_worker_group, worker_group
 
 #: A partition with a raw lag up to this is read to count its records exactly.
 CHECK_AT_MOST: Final = 50
@@ -151,6 +151,8 @@ def worker_groups(prefix: str | None) -> dict[str, list[str]]:
         stream_worker_group(prefix): [topic_name("commands", prefix), topic_name("internal", prefix)],
         worker_group("delivery", prefix): [topic_name("events", prefix), topic_name("messages", prefix)],
         worker_group("replay", prefix): [topic_name("replay", prefix)],
+        # Where the projections record their folds' positions (lag only: nothing consumes through it).
+        projection_fold_group(prefix): [topic_name(r, prefix) for r in ("events", "messages", "replay")],
     }
 
 

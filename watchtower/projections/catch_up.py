@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -43,6 +43,9 @@ from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.projections")
+
+#: How often a fold records its positions in the fold group (`topics.groups.projection_fold_group`).
+FOLD_RECORD_EVERY_S: Final = 5.0
 
 TopicPartitionKey = tuple[str, int]
 
@@ -68,10 +71,13 @@ class PartitionReader:
     past that, for as long as the reader is polled (the live fold).
     """
 
-    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None]) -> None:
+    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None],
+                 fold_group: str | None = None) -> None:
         self._consumer = Consumer({
             **kafka_config(bootstrap),
-            "group.id": f"wt-catch-up-{uuid.uuid4().hex}",  # never commits; assign() only
+            # assign() only: it never joins the group. With `fold_group` it commits the fold's
+            # positions there (`commit_positions`), for lag readers only.
+            "group.id": fold_group or f"wt-catch-up-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
@@ -133,6 +139,17 @@ class PartitionReader:
                 out[key] = metrics.PartitionLag(high - position, self._newest_ms.get(key))
         return out
 
+    def commit_positions(self, positions: Mapping[TopicPartitionKey, int]) -> None:
+        """Record the fold's `positions` (the next offset to fold, per topic partition) in the fold
+        group, asynchronously; a failed commit is retried by the next call."""
+        if not positions:
+            return
+        try:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())],
+                                  asynchronous=True)
+        except KafkaException as exc:
+            log.debug("recording the fold positions failed: %s", exc)
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -145,8 +162,9 @@ class CatchUp:
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
-                 fold: Callable[[LogRecord], None]) -> None:
+                 fold: Callable[[LogRecord], None], fold_group: str | None = None) -> None:
         self.bootstrap = bootstrap
+        self.fold_group = fold_group  # where the fold's positions are recorded for lag (topics.groups)
         self.topics = topics  # (events, messages, replay): co-partitioned, read together
         self.owned = owned
         self.fold = fold
@@ -190,8 +208,9 @@ class CatchUp:
         """Fold `partitions` to their ends (then they serve), then live, until the generation changes."""
         loop = asyncio.get_running_loop()
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
-        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts)
+        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts, self.fold_group)
         folded, serving = 0, False
+        next_record = 0.0
         metrics.BOARD.assigned(partitions)
         try:
             self._settle(generation, partitions, reader.pending)
@@ -215,6 +234,11 @@ class CatchUp:
                     metrics.BOARD.measured(reader.lag, {p for p in partitions
                                                         if not any((t, p) in reader.pending for t in self.topics)})
                     reader.lag = None
+                if self.fold_group is not None and time.monotonic() >= next_record:
+                    next_record = time.monotonic() + FOLD_RECORD_EVERY_S
+                    positions = {(t, p): o for p in partitions for t in self.topics
+                                 if (o := self.owned.next_offset(t, p)) is not None}
+                    await loop.run_in_executor(None, reader.commit_positions, positions)
         finally:
             await loop.run_in_executor(None, reader.close)
 

@@ -71,6 +71,7 @@ from watchtower.protocol.views import (
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.faust_settings import faust_broker_settings
+from watchtower.topics.groups import projection_fold_group
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections")
@@ -145,7 +146,8 @@ class Projection:
         self.source = self.app.topic(self.t_events, self.t_messages, self.t_replay, key_type=bytes,
                                      value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.app.agent(self.source, name="project")(self._project)
-        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold)
+        self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold,
+                                fold_group=projection_fold_group(prefix))
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()

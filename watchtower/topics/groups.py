@@ -24,3 +24,12 @@ def worker_group(kind: str, prefix: str | None = None) -> str:
     """The group of one deployment's side workers of `kind` (``delivery``, ``replay``):
     ``wt-<prefix>.<kind>-worker``."""
     return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.{kind}-worker"
+
+
+def projection_fold_group(prefix: str | None = None) -> str:
+    """Where the projections record how far their folds got, for lag only: ``wt-<prefix>.projection-fold``.
+
+    Nothing consumes through this group (the projections fold with readers of their own and
+    restart from their tables); each commits its owned partitions' fold positions to it now and
+    then, so the lag of a projection that stopped keeps growing where any process can read it."""
+    return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.projection-fold"
