@@ -30,7 +30,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "gateway": frozenset({"http", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics"}),
-    "api": frozenset({"gateway", "metrics", "projections"}),
+    "api": frozenset({"gateway", "logs", "metrics", "projections"}),
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),
     "spark": frozenset({"local", "protocol", "schemas", "topics"}),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.config
 import os
 import subprocess
 import sys
 
 import pytest
 
-from watchtower.logs import JsonFormatter, log_format, setup_logging
+from watchtower.logs import JsonFormatter, faust_logging_config, log_format, setup_logging
 from watchtower.protocol.errors import StaleSequenceError
 
 
@@ -89,3 +90,26 @@ def test_a_worker_process_logs_json_lines() -> None:
         doc = json.loads(ln)
         assert (doc["service"], doc["worker_id"]) == ("worker", "w9")
         assert {"ts", "level", "logger", "message"} <= set(doc)
+
+
+def test_a_faust_worker_gets_the_same_json_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API process and the ingestion scheduler are Faust workers, which replace the root
+    handlers with dictConfig(app.conf.logging_config) when they start: that config installs the
+    same formatter (None with text logs: Faust's own handler stays)."""
+    monkeypatch.delenv("WATCHTOWER_LOG_FORMAT", raising=False)
+    assert faust_logging_config("projection", "p1") is None
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "json")
+    monkeypatch.setenv("WATCHTOWER_LOG_LEVEL", "info")
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        config = faust_logging_config("projection", "p1")
+        assert config is not None
+        logging.config.dictConfig(config)
+        [handler] = root.handlers
+        assert root.level == logging.INFO
+        line = json.loads(handler.format(record("Marking the coordinator dead")))
+        assert (line["service"], line["worker_id"], line["level"]) == ("projection", "p1", "WARNING")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])

@@ -15,6 +15,7 @@ import sys
 
 from watchtower.gateway.page import mount_live_feeds
 from watchtower.gateway.routes import CommandGateway
+from watchtower.logs import faust_logging_config
 from watchtower.metrics import http as http_metrics
 from watchtower.metrics import projection as projection_metrics
 from watchtower.metrics.exposition import start_metrics
@@ -42,6 +43,11 @@ def main(argv: list[str]) -> None:
                           datadir=os.environ.get("WATCHTOWER_FAUST_DATADIR"))
     start_metrics(projection_metrics.SERVICE, [projection_metrics.collector(),
                                                projection_metrics.PayloadCacheMeter(projection.cache)])
+    # The Faust worker replaces the root handlers when it starts: with JSON logs chosen it installs
+    # the same JSON lines as every other service (watchtower.logs).
+    logging_config = faust_logging_config(projection_metrics.SERVICE, worker_id)
+    if logging_config is not None:
+        projection.app.conf.logging_config = logging_config
     # Faust's App.main() parses sys.argv like the `faust` command.
     sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host",
                 os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1")]

@@ -80,3 +80,24 @@ def setup_logging(service: str, worker_id: str | None = None, *, default_level: 
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level, logging.WARNING))
+
+
+def faust_logging_config(service: str, worker_id: str | None = None, *,
+                         default_level: str = "WARNING") -> dict[str, Any] | None:
+    """For a Faust worker (the API process, the ingestion scheduler): the ``logging_config`` that
+    makes it log as `setup_logging` does, or None for the text format (Faust's own handler).
+
+    A Faust worker replaces the root handlers when it starts, with ``logging.config.dictConfig``
+    of its app's ``logging_config`` when there is one: this one installs `JsonFormatter`."""
+    if log_format() != "json":
+        return None
+    level = os.environ.get(ENV_LEVEL, default_level).upper()
+    level = level if isinstance(getattr(logging, level, None), int) else "WARNING"
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter, "service": service, "worker_id": worker_id}},
+        "handlers": {"default": {"class": "logging.StreamHandler", "formatter": "json",
+                                 "stream": "ext://sys.stderr", "level": level}},
+        "root": {"level": level, "handlers": ["default"]},
+    }
