@@ -129,6 +129,11 @@ class StreamConfig:
                 "confidential needs subscription_policy PRIVATE_ALLOWLIST (a keyload is sealed to the allowlist); "
                 "set subscription_policy to PRIVATE_ALLOWLIST or drop confidential"
             )
+        if self.confidential and mode is AccessMode.PLATFORM_MANAGED:
+            raise InvalidArgumentError(
+                "a confidential stream masks payloads under its own keyloads, a PLATFORM_MANAGED one under the key "
+                "manager's epochs: choose one (drop confidential, or use access_mode OPEN)"
+            )
 
     @property
     def is_paid(self) -> bool:
