@@ -147,7 +147,7 @@ def confidential(tmp_path: Path) -> tuple[FakeApi, ConfidentialPublisher, Accoun
     api = FakeApi()
     api.command(owner.sign("create_stream", SID, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
                                                   "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
-    return api, ConfidentialPublisher(Publisher(api, owner, SID, publisher_key)), owner
+    return api, ConfidentialPublisher(Publisher(api, owner, SID, publisher_key)), owner  # type: ignore[arg-type]
 
 
 def test_the_sdk_passes_the_writers_checks_and_a_removal_forces_a_rekey(
