@@ -20,7 +20,9 @@ replay's registration) also records its caller's (nonce, digest, reply), so repl
 is rebuilt from the log like everything else. A publish is authorised by its message signature,
 not by a caller signature (docs/publish-auth.md): its nonce is not authenticated, so it never
 touches a caller record; the state keeps the digest of the last published message instead, so an
-exact retry of the last publish is answered as a duplicate.
+exact retry of the last publish is answered as a duplicate. On a confidential stream a publish's
+recorded reply names an accepted keyload part, and evolve folds it into `keyloads`; an
+AllowlistChanged removing a member there requires a re-key (`confidential`).
 
 StreamMessagePublished carries the ten CIP-7 reference fields only (stream, sequence, hash, ...),
 never the message: the messages topic is the one archive of payloads.
