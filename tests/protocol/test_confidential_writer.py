@@ -8,6 +8,7 @@ rebuild from the log and a snapshot. A private feed that is not confidential is 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,12 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    MalformedRecordError,
+    UnauthorizedError,
+    WatchtowerError,
+)
 from watchtower.protocol.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Keyload, Recipient, build_keyload, mask
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
@@ -267,3 +273,23 @@ def test_a_refusal_never_names_a_key(stream: Stream) -> None:
     with pytest.raises(WatchtowerError) as info:
         stream.publish_masked(kl)
     assert kl.session_key.hex() not in str(info.value)
+
+
+def test_confidential_is_refused_on_a_paid_stream() -> None:
+    with pytest.raises(InvalidArgumentError, match="choose one"):
+        StreamConfig.from_dict({"stream_id": SID, "owner": addr(OWNER), "publisher_key": bytes(32),
+                                "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True,
+                                "access_mode": "PLATFORM_MANAGED",
+                                "paid_stream_config": {"fee_per_key_epoch_cby": 1, "protocol_fee_bps": 0,
+                                                       "publisher_treasury": addr(OWNER),
+                                                       "protocol_treasury": addr(OWNER)}})
+
+
+def test_a_logged_keyload_part_that_cannot_follow_the_state_is_a_malformed_record(stream: Stream) -> None:
+    kl = keyload_for(ALICE, BOB)
+    stream.publish_keyload(kl)
+    event = stream.log[-1]
+    forged = dataclasses.replace(event, reply={**event.reply, "keyload": {"keyload_id": "ab" * 16, "part": 1,
+                                                                           "parts": 2}})
+    with pytest.raises(MalformedRecordError, match="does not follow"):
+        evolve(dataclasses.replace(stream.state, head=0), forged)
