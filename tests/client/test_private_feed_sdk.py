@@ -135,3 +135,45 @@ def test_publishing_before_a_keyload_or_with_reserved_names_is_refused(
 def test_the_reader_never_shows_a_key() -> None:
     reader = Person(10).reader()
     assert bytes(Person(10).x25519).hex() not in repr(reader)
+
+
+# --- a confidential stream: the writer holds the SDK to the keyload rules -----------------------
+
+
+@pytest.fixture
+def confidential(tmp_path: Path) -> tuple[FakeApi, ConfidentialPublisher, Account]:
+    owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
+    publisher_key = nacl.signing.SigningKey(b"\x02" * 32)
+    api = FakeApi()
+    api.command(owner.sign("create_stream", SID, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    return api, ConfidentialPublisher(Publisher(api, owner, SID, publisher_key)), owner  # type: ignore[arg-type]
+
+
+def test_the_sdk_passes_the_writers_checks_and_a_removal_forces_a_rekey(
+        confidential: tuple[FakeApi, ConfidentialPublisher, Account]) -> None:
+    api, pub, owner = confidential
+    alice, bob = Person(11), Person(12)
+    for person in (alice, bob):
+        api.command(owner.sign("allowlist_add", SID, {"address": person.address}))
+    with pytest.raises(UnauthorizedError, match="no keyload yet"):
+        pub.publisher.publish("tick", b"{}")
+    pub.rekey([alice.recipient(), bob.recipient()])                      # 1
+    pub.publish("tick", b'{"n":0}')                                      # 2
+    api.command(owner.sign("allowlist_remove", SID, {"address": bob.address}))
+    with pytest.raises(UnauthorizedError, match="left the allowlist"):
+        pub.publish("tick", b'{"n":1}')
+    with pytest.raises(UnauthorizedError, match=bob.address):
+        pub.rekey([alice.recipient(), bob.recipient()])
+    pub.rekey([alice.recipient()])                                       # 3
+    pub.publish("tick", b'{"n":1}')                                      # 4
+    assert read_all(api, alice.reader()) == {1: None, 2: b'{"n":0}', 3: None, 4: b'{"n":1}'}
+    got = read_all(api, bob.reader())
+    assert got[2] == b'{"n":0}'
+    assert isinstance(got[4], UnauthorizedError)
+
+
+def test_a_confidential_flag_on_a_public_feed_is_refused(tmp_path: Path) -> None:
+    owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
+    with pytest.raises(InvalidArgumentError, match="PRIVATE_ALLOWLIST"):
+        FakeApi().command(owner.sign("create_stream", SID, {"publisher_key_hex": "22" * 32, "confidential": True}))

@@ -62,7 +62,8 @@ from watchtower.protocol.signing import sign_message
 from watchtower.protocol.snapshots import decode_snapshot, encode_snapshot
 from watchtower.protocol.stream_actor import Decision, StreamState, decide, evolve
 from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
-from watchtower.schemas import delivery_records, keymgr_records, replay_records, wire
+from watchtower.schemas import codec, delivery_records, keymgr_records, replay_records, wire
+from watchtower.schemas.events import event_record
 from watchtower.schemas.keymgr_records import AuditRecord, NonceReservationRecord, WrappedSeedRecord
 from watchtower.schemas.records import decode_message, encode_message
 
@@ -249,21 +250,46 @@ def _event_expect(event: Event) -> dict[str, Any]:
                           "digest": event.digest}}
 
 
-def _event_sample(name: str, event: Event) -> WireSample:
-    return WireSample("events", event.type, name, "avro", lambda: wire.encode_event(event),
-                      lambda data: wire.encode_event(wire.decode_event(data)), _event_expect(event))
+def _stream_created_v2(event: Event) -> bytes:
+    # StreamCreated v2, as written before v3 added config.confidential: the golden records of
+    # that version stay pinned, and today's decoder must still read them.
+    record = event_record(event)
+    del record["config"]["confidential"]
+    return codec.encode("StreamCreated", record, version=2)
+
+
+def _event_sample(name: str, event: Event) -> list[WireSample]:
+    latest = WireSample("events", event.type, name, "avro", lambda: wire.encode_event(event),
+                        lambda data: wire.encode_event(wire.decode_event(data)), _event_expect(event))
+    if event.type != "StreamCreated" or event.body["config"].get("confidential"):
+        return [latest]  # a confidential stream has no v2 record: v3 brought the flag
+    v2 = WireSample("events", event.type, name, "avro", lambda: _stream_created_v2(event),
+                    lambda data: _stream_created_v2(wire.decode_event(data)), _event_expect(event))
+    expect = {**latest.expect, "config": {**latest.expect["config"], "confidential": event.body["config"].get(
+        "confidential", False)}}
+    return [v2, dataclasses.replace(latest, name=f"{name}-v3", expect=expect)]
+
+
+def confidential_stream() -> DecidedStream:
+    """A confidential PRIVATE_ALLOWLIST stream: create_stream with confidential, then allowlist_add."""
+    s = DecidedStream("private-1", Deployment())
+    s.do(KEY, "create_stream", {"publisher_key": pub(PUBLISHER), "subscription_policy": "PRIVATE_ALLOWLIST",
+                                "confidential": True})
+    s.do(KEY, "allowlist_add", {"address": addr(ALICE)})
+    return s
 
 
 def event_samples() -> list[WireSample]:
-    out = [_event_sample(f"events/{e.type}/sample", e) for e in one_of_each()]
-    for label, stream in (("decided", open_stream()), ("decided-paid", paid_stream())):
+    out = [sample for e in one_of_each() for sample in _event_sample(f"events/{e.type}/sample", e)]
+    for label, stream in (("decided", open_stream()), ("decided-paid", paid_stream()),
+                          ("decided-confidential", confidential_stream())):
         for i, (cmd, decision) in enumerate(stream.decided):
             for j, event in enumerate(decision.events):
-                out.append(_event_sample(f"events/{event.type}/{label}-{i}.{j}-{cmd.method}", event))
+                out.extend(_event_sample(f"events/{event.type}/{label}-{i}.{j}-{cmd.method}", event))
         for i, (forward, forward_decision) in enumerate(stream.forwarded):
             for j, event in enumerate(forward_decision.events):
                 kind = "replay_settled" if isinstance(forward, ReplaySettled) else "replay_finished"
-                out.append(_event_sample(f"events/{event.type}/{label}-forward-{i}.{j}-{kind}", event))
+                out.extend(_event_sample(f"events/{event.type}/{label}-forward-{i}.{j}-{kind}", event))
     return out
 
 

@@ -122,6 +122,8 @@ def new() -> None:
 @click.option("--ring-buffer-capacity", type=click.IntRange(min=1), default=None, help="Messages retained.")
 @click.option("--max-subscribers", type=click.IntRange(min=1), default=None, help="Subscription cap.")
 @click.option("--policy", type=click.Choice(list(POLICIES)), default=None, help="Who may subscribe (default public).")
+@click.option("--confidential", is_flag=True, default=False,
+              help="With --policy private-allowlist: every message must be masked under the current keyload.")
 @click.option("--max-push-deliveries-per-block", type=click.IntRange(min=1), default=None)
 @click.option("--max-push-cycles-per-block", type=click.IntRange(min=1), default=None)
 @click.option("--publisher-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -271,7 +273,8 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
 @click.option("--owner", default=None, metavar="ADDRESS",
               help="Refuse the stream unless its key chain starts at this owner's signed create command.")
 @click.option("--decrypt", is_flag=True, default=False,
-              help="Paid feeds: decrypt locally with your epoch keys (fetched sealed to your account key).")
+              help="Paid feeds: decrypt locally with your epoch keys (fetched sealed to your account key). "
+                   "Confidential feeds: unmask with the keyloads sealed to your newest local account key.")
 @click.option("--keymgr", "keymgr_url", default=None, metavar="URL",
               help="With --decrypt: the Stream Key Manager [env WATCHTOWER_KEYMGR].")
 @click.option("--for-account", "for_account", default=None, metavar="NAME",
@@ -289,13 +292,23 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
     key without the owner's signed command fails with INVALID_SIGNATURE and exit status 1. With
     --proof and --filter the page's completeness proof is checked too (docs/page-proofs.md).
     With --decrypt (a paid feed) each verified message is decrypted with your account's epoch
-    keys: ENTITLEMENT_REQUIRED for an epoch your account has not bought.
+    keys: ENTITLEMENT_REQUIRED for an epoch your account has not bought. On a confidential feed
+    --decrypt unmasks each message with the keyload sealed to you (UNAUTHORIZED where you are not
+    a member).
     """
     from watchtower.cli.paid_feed_cmd import echo_decrypted_page, epoch_key_ring
+    from watchtower.cli.private_feed_cmd import is_confidential, read_confidential
 
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
     flt = parse_json(filter_json, "--filter") if filter_json else None
+    if decrypt and is_confidential(api, stream_id):
+        if flt is not None or proof or min_head is not None:
+            raise click.UsageError("--filter, --proof and --min-head do not apply to --decrypt on a confidential "
+                                   "feed: it reads every message to take in the keyloads")
+        read_confidential(api, stream_id, cursor=cursor, limit=limit, owner=owner, account=account,
+                          key_file=key_file, as_json=as_json)
+        return
     ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account) if decrypt else None
     subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner, decrypt=decrypt,
                             epoch_keys=ring)

@@ -24,6 +24,11 @@ def stream_config_fields(owner: str, opts: Mapping[str, Any]) -> dict[str, Any]:
                               if opts.get(k) is not None}
     if opts.get("policy"):
         config["subscription_policy"] = POLICIES[opts["policy"]]
+    if opts.get("confidential"):
+        if config.get("subscription_policy") != "PRIVATE_ALLOWLIST":
+            raise click.UsageError("--confidential needs --policy private-allowlist (keyloads are sealed to the "
+                                   "allowlist's members)")
+        config["confidential"] = True
     mode = "platform-managed" if opts.get("paid") else opts["access_mode"]
     if opts.get("paid") and opts["access_mode"] == "subscriber-paid":
         mode = "subscriber-paid"  # the same mode under its CIP-7 alias

@@ -42,6 +42,7 @@ def _register() -> None:
         vectors_cmd,
     )
     from watchtower.cli import paid_feed_cmd as _paid  # it adds `feed ID acquire-access|renew|fetch-keys`
+    from watchtower.cli import private_feed_cmd as _private  # it adds `feed ID keyloads`
 
     cli.add_command(vectors_cmd.vectors)
     cli.add_command(local_cmd.local)
@@ -57,7 +58,7 @@ def _register() -> None:
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_group.feed,
                     ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
-    del _paid
+    del _paid, _private
     _registered = True
 
 

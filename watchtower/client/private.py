@@ -25,6 +25,7 @@ from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import InvalidArgumentError, StaleSequenceError, UnauthorizedError
 from watchtower.protocol.keyload import (
     DEFAULT_BRANCH,
+    KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
     Keyload,
     KeyloadPart,
@@ -39,7 +40,7 @@ from watchtower.protocol.keyload import (
 from watchtower.protocol.message import StreamMessage, TagValue
 
 #: Tags of a masked message: which keyload's key masks it, and its branch.
-TAG_KEYLOAD: Final = "wt.keyload"
+TAG_KEYLOAD: Final = KEYLOAD_ID_TAG
 TAG_BRANCH: Final = "wt.branch"
 #: Tags of a keyload part: its keyload, branch, part number and count, and its address range.
 TAG_PART: Final = "wt.part"

@@ -7,10 +7,13 @@ StreamConfig rules (`InvalidArgumentError` otherwise):
   max_push_cycles_per_block (uint64, bounded by the wire range) are ≥ 1;
 - subscription_policy PUBLIC | PRIVATE_ALLOWLIST; access_mode OPEN | PLATFORM_MANAGED, with
   SUBSCRIBER_PAID accepted and stored as PLATFORM_MANAGED;
-- PLATFORM_MANAGED ⇔ paid_stream_config is set.
+- PLATFORM_MANAGED ⇔ paid_stream_config is set;
+- confidential (Watchtower's extension, docs/private-feeds.md) is true or false, and true only with
+  PRIVATE_ALLOWLIST: the writer then requires every message to be masked under the current keyload.
 
 `to_dict()` keeps bytes as bytes (the record form); `to_json_dict()` writes publisher_key as
-``publisher_key_hex``. `from_dict` accepts either spelling.
+``publisher_key_hex``. `from_dict` accepts either spelling. Both leave ``confidential`` out while it
+is false, so a stream that is not confidential has the dict (and the state digest) it always had.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ class StreamConfig:
     access_mode: AccessMode = AccessMode.OPEN
     paid_stream_config: PaidStreamConfig | None = None
     ingestion: IngestionConfig | None = None
+    confidential: bool = False
 
     def __post_init__(self) -> None:
         put = object.__setattr__
@@ -118,6 +122,18 @@ class StreamConfig:
             raise InvalidArgumentError("a PLATFORM_MANAGED stream needs paid_stream_config")
         if mode is AccessMode.OPEN and self.paid_stream_config is not None:
             raise InvalidArgumentError("an OPEN stream must not have paid_stream_config; use PLATFORM_MANAGED")
+        if not isinstance(self.confidential, bool):
+            raise InvalidArgumentError("confidential must be true or false")
+        if self.confidential and self.subscription_policy is not SubscriptionPolicy.PRIVATE_ALLOWLIST:
+            raise InvalidArgumentError(
+                "confidential needs subscription_policy PRIVATE_ALLOWLIST (a keyload is sealed to the allowlist); "
+                "set subscription_policy to PRIVATE_ALLOWLIST or drop confidential"
+            )
+        if self.confidential and mode is AccessMode.PLATFORM_MANAGED:
+            raise InvalidArgumentError(
+                "a confidential stream masks payloads under its own keyloads, a PLATFORM_MANAGED one under the key "
+                "manager's epochs: choose one (drop confidential, or use access_mode OPEN)"
+            )
 
     @property
     def is_paid(self) -> bool:
@@ -131,6 +147,8 @@ class StreamConfig:
         out["access_mode"] = str(self.access_mode)
         out["paid_stream_config"] = self.paid_stream_config.to_dict() if self.paid_stream_config else None
         out["ingestion"] = self.ingestion.to_dict() if self.ingestion else None
+        if not self.confidential:
+            del out["confidential"]  # absent while false: the dict of every other stream is unchanged
         return out
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -66,6 +66,8 @@ KEYLOAD_ID_BYTES: Final = 16
 SEALED_KEY_BYTES: Final = 80  # crypto_box_seal: 32-byte ephemeral key, 16-byte MAC, 32-byte key
 #: The message kind of a keyload part (a publisher's own kinds never start with "wt.").
 KEYLOAD_KIND: Final = "wt.keyload"
+#: The tag naming a message's keyload (its id in hex), on a masked message and on a keyload part.
+KEYLOAD_ID_TAG: Final = "wt.keyload"
 #: A part's bytes: one message payload.
 MAX_PART_BYTES: Final = MAX_INLINE_PAYLOAD_BYTES
 #: Members of one keyload (the issue's scale target, with room).
@@ -404,7 +406,8 @@ def unmask(session_key: bytes, masked: bytes, *, keyload_id: bytes, stream_id: s
 
 
 __all__ = [
-    "DEFAULT_BRANCH", "KEYLOAD_KIND", "MAX_MEMBERS", "MAX_PART_BYTES", "Keyload", "KeyloadPart", "KeyloadSummary",
+    "DEFAULT_BRANCH", "KEYLOAD_ID_TAG", "KEYLOAD_KIND",
+    "MAX_MEMBERS", "MAX_PART_BYTES", "Keyload", "KeyloadPart", "KeyloadSummary",
     "Member", "Recipient", "build_keyload", "check_keyload", "decode_part", "find_entry", "key_commitment", "mask",
     "masked_aad", "members_digest", "new_session_key", "open_keyload", "part_for", "payload_key",
     "require_branch", "unmask",

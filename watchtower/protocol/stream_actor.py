@@ -35,6 +35,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
+from watchtower.protocol import confidential
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.ciphertext_receipt import RECEIPT_FIELD, verify_receipt
 from watchtower.protocol.command_auth import check_nonce
@@ -265,6 +266,12 @@ def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: D
             payload_hash=msg.payload_hash,
         )
     reply = _publish_reply(msg.sequence, config)
+    if config.confidential:
+        # After the signature, as the receipt: only the owner's key learns the keyload rules' verdict.
+        part = confidential.check_publish(state.keyloads, msg, stream_id=state.stream_id, owner=config.owner,
+                                          allowlist=state.allowlist)
+        if part is not None:
+            reply[confidential.REPLY_KEY] = part
     event_body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
     event_body["payload_format"] = str(msg.payload_format)
     event = Event(
@@ -507,6 +514,10 @@ def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -
         policy = SubscriptionPolicy(body["policy"])
     except ValueError:
         raise InvalidArgumentError(f"policy must be PUBLIC or PRIVATE_ALLOWLIST, got {body['policy']!r}") from None
+    if _config(state).confidential and policy is not SubscriptionPolicy.PRIVATE_ALLOWLIST:
+        raise InvalidArgumentError(
+            f"stream {state.stream_id!r} is confidential, which needs PRIVATE_ALLOWLIST: its keyloads are sealed to "
+            "the allowlist. Create a new stream that is not confidential to publish in the clear")
     return SUBSCRIPTION_POLICY_CHANGED, {"stream_id": state.stream_id, "policy": str(policy)}, {"policy": str(policy)}
 
 

@@ -20,7 +20,9 @@ replay's registration) also records its caller's (nonce, digest, reply), so repl
 is rebuilt from the log like everything else. A publish is authorised by its message signature,
 not by a caller signature (docs/publish-auth.md): its nonce is not authenticated, so it never
 touches a caller record; the state keeps the digest of the last published message instead, so an
-exact retry of the last publish is answered as a duplicate.
+exact retry of the last publish is answered as a duplicate. On a confidential stream a publish's
+recorded reply names an accepted keyload part, and evolve folds it into `keyloads`; an
+AllowlistChanged removing a member there requires a re-key (`confidential`).
 
 StreamMessagePublished carries the ten CIP-7 reference fields only (stream, sequence, hash, ...),
 never the message: the messages topic is the one archive of payloads.
@@ -41,6 +43,7 @@ from typing import Any, Final, Generic, TypeVar
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import nonce_ceiling
+from watchtower.protocol.confidential import NO_KEYLOAD, KeyloadState, fold_keyload_part, member_removed
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
@@ -199,6 +202,8 @@ class StreamState:
     """CIP-7 ingest_fail_count: the IngestFailed events of the stream (`protocol.ingestion_failure`)."""
     last_failed_tick: int = 0
     """The last ingestion tick an IngestFailed covers, so a tick is reported failed at most once."""
+    keyloads: KeyloadState = NO_KEYLOAD
+    """A confidential stream's current keyload and re-key obligation (`confidential`); default otherwise."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -500,6 +505,9 @@ def evolve(state: StreamState, event: Event) -> StreamState:
             changed = apply_replay_event(state, event)
         else:
             changed = _APPLY[event.type](state, event.body)
+        if event.type == STREAM_MESSAGE_PUBLISHED and changed.config is not None and changed.config.confidential:
+            # The writer's reply to an accepted keyload part names it; the log keeps that reply.
+            changed = dataclasses.replace(changed, keyloads=fold_keyload_part(changed.keyloads, event.reply))
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type} body breaks a rule ({exc.code}): {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -640,7 +648,10 @@ def _allowlist_changed(state: StreamState, body: Mapping[str, Any]) -> StreamSta
     if not isinstance(added, bool):
         raise InvalidArgumentError("added must be true or false")
     allowlist = state.allowlist | {address} if added else state.allowlist - {address}
-    return dataclasses.replace(state, allowlist=allowlist)
+    keyloads = state.keyloads
+    if not added and address in state.allowlist and state.config is not None and state.config.confidential:
+        keyloads = member_removed(keyloads)  # the member may hold the current key: re-key before the next message
+    return dataclasses.replace(state, allowlist=allowlist, keyloads=keyloads)
 
 
 def _key_epoch_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
@@ -700,4 +711,7 @@ def state_digest(state: StreamState) -> str:
         canonical["replays"] = {k: list(v) for k, v in state.replays.items()}
     if state.ingest_fail_count or state.last_failed_tick:  # likewise absent for a stream whose ingestion never failed
         canonical["ingest"] = [state.ingest_fail_count, state.last_failed_tick]
+    if not state.keyloads.is_default:  # likewise absent for a stream that is not confidential
+        k = state.keyloads
+        canonical["keyloads"] = [k.keyload_id, k.parts_left, k.rekey_required]
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()

@@ -50,11 +50,12 @@ class EventOrigin:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StreamCreatedV2:
+class StreamCreatedV3:
     """A stream was created with this configuration, by this signed create_stream command.
 
     v2 added `command` (canonical JSON of the owner's signed command, `key_chain`); a v1 record
-    is upcast with ``command=None``, which the fold refuses (docs/key-chain.md).
+    is upcast with ``command=None``, which the fold refuses (docs/key-chain.md). v3 added
+    ``config.confidential``; v1 and v2 records are upcast with it false.
     """
 
     TYPE: ClassVar[str] = "StreamCreated"
@@ -102,7 +103,7 @@ class SubscriberUpdatedV1:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PublisherKeyRotatedV2:
-    """CIP-7 PublisherKeyRotated, with the owner's signed rotate_publisher_key command (v2, as StreamCreatedV2)."""
+    """CIP-7 PublisherKeyRotated, with the owner's signed rotate_publisher_key command (v2, as StreamCreatedV3)."""
 
     TYPE: ClassVar[str] = "PublisherKeyRotated"
     stream_id: str
@@ -477,7 +478,7 @@ class RunnerRetiredV1:
 
 
 TypedEvent = (
-    StreamCreatedV2
+    StreamCreatedV3
     | StreamMessagePublishedV1
     | SubscriberUpdatedV1
     | PublisherKeyRotatedV2
@@ -512,7 +513,7 @@ TypedEvent = (
 EVENT_CLASSES: Final[Mapping[str, type[TypedEvent]]] = {
     cls.TYPE: cls
     for cls in (
-        StreamCreatedV2,
+        StreamCreatedV3,
         StreamMessagePublishedV1,
         SubscriberUpdatedV1,
         PublisherKeyRotatedV2,
@@ -569,8 +570,8 @@ def from_event(event: Event) -> TypedEvent:
     cls = EVENT_CLASSES[event.type]
     body = event.body
     origin = EventOrigin(event.stream_id, event.caller, event.nonce, event.digest, _reply_json(event.reply))
-    if cls is StreamCreatedV2:
-        return StreamCreatedV2(StreamConfig.from_dict(body["config"]), body["command"], event.block_height, origin)
+    if cls is StreamCreatedV3:
+        return StreamCreatedV3(StreamConfig.from_dict(body["config"]), body["command"], event.block_height, origin)
     if cls is PaidStreamRegisteredV1:
         config = PaidStreamConfig.from_dict(body["paid_stream_config"])
         return PaidStreamRegisteredV1(body["stream_id"], body["owner"], config, event.block_height, origin)
@@ -584,7 +585,7 @@ def from_event(event: Event) -> TypedEvent:
 def to_event(typed: TypedEvent) -> Event:
     """The fold's `Event` for a typed event (InvalidArgumentError when the envelope is invalid)."""
     origin = typed.caused_by
-    if isinstance(typed, StreamCreatedV2):
+    if isinstance(typed, StreamCreatedV3):
         body: dict[str, Any] = {"config": typed.config.to_dict(), "command": typed.command}
     elif isinstance(typed, PaidStreamRegisteredV1):
         body = {"stream_id": typed.stream_id, "owner": typed.owner,
@@ -628,7 +629,7 @@ def _unwrap_bytes(obj: dict[str, Any]) -> Any:
 def event_record(event: Event) -> dict[str, Any]:
     """``to_record(from_event(event))`` in one step, without building the typed object: the writer
     encodes one event per publish, so this is its path (a test proves both give the same record)."""
-    if event.type in (StreamCreatedV2.TYPE, PaidStreamRegisteredV1.TYPE):
+    if event.type in (StreamCreatedV3.TYPE, PaidStreamRegisteredV1.TYPE):
         return to_record(from_event(event))
     body = event.body
     record = {name: body[name] for name in BODY_FIELDS[event.type]}
@@ -653,7 +654,13 @@ def _no_command(old: dict[str, Any]) -> dict[str, Any]:
     return {**old, "command": None}
 
 
+def _not_confidential(old: dict[str, Any]) -> dict[str, Any]:
+    # Confidential streams came with v3: every stream created before was not one.
+    return {**old, "config": {**old["config"], "confidential": False}}
+
+
 register_upcaster("StreamCreated", 1, _no_command)
+register_upcaster("StreamCreated", 2, _not_confidential)
 register_upcaster("PublisherKeyRotated", 1, _no_command)
 
 
@@ -670,7 +677,7 @@ def to_record(typed: TypedEvent) -> dict[str, Any]:
         "digest": typed.caused_by.digest,
         "reply_json": typed.caused_by.reply_json,
     }
-    if isinstance(typed, StreamCreatedV2):
+    if isinstance(typed, StreamCreatedV3):
         record["config"] = stream_config_to_record(typed.config)
     elif isinstance(typed, PaidStreamRegisteredV1):
         record["paid_stream_config"] = typed.paid_stream_config.to_dict()
@@ -683,7 +690,7 @@ def from_record(type_name: str, record: Mapping[str, Any]) -> TypedEvent:
     cls = EVENT_CLASSES[type_name]
     values = dict(record)
     values["caused_by"] = EventOrigin(**record["caused_by"])
-    if cls is StreamCreatedV2:
+    if cls is StreamCreatedV3:
         values["config"] = stream_config_from_record(record["config"])
     elif cls is PaidStreamRegisteredV1:
         values["paid_stream_config"] = PaidStreamConfig.from_dict(record["paid_stream_config"])

@@ -58,7 +58,8 @@ def decode_message(data: bytes) -> StreamMessage:
 
 
 def stream_config_to_record(config: StreamConfig) -> dict[str, Any]:
-    """The Avro StreamConfig record: ingestion's JSON objects travel as JSON text."""
+    """The Avro StreamConfig record (the latest StreamCreated's): ingestion's JSON objects travel
+    as JSON text, and ``confidential`` is always written (`StreamConfig.to_dict` omits it while false)."""
     record = config.to_dict()
     if config.ingestion is not None:
         ingestion = config.ingestion.to_dict()
@@ -66,6 +67,7 @@ def stream_config_to_record(config: StreamConfig) -> dict[str, Any]:
         ingestion["task_definition_json"] = json.dumps(json_safe(ingestion.pop("task_definition")), sort_keys=True)
         ingestion["result_schema_json"] = json.dumps(json_safe(ingestion.pop("result_schema")), sort_keys=True)
         record["ingestion"] = ingestion
+    record["confidential"] = config.confidential
     return record
 
 

@@ -1,0 +1,105 @@
+"""Confidential private feeds from the command line, on the SDK's in-process `FakeApi` (no broker).
+
+``new feed --policy private-allowlist --confidential`` records the flag (and is refused without the
+policy); ``feed ID keyloads`` lists each keyload's audience by address and account key id and never
+a key; ``feed ID get-since --decrypt`` unmasks a confidential feed for a member and shows
+UNAUTHORIZED where the account is not in the keyload.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nacl.public
+import pytest
+from click.testing import CliRunner, Result
+
+from watchtower.cli import feed_cmd, private_feed_cmd
+from watchtower.cli.account_cmd import load_account
+from watchtower.cli.main import _register, cli
+from watchtower.client.account import Account, load_publisher_key
+from watchtower.client.account_keys import commit_pending_key, new_pending_key
+from watchtower.client.fake import FakeApi
+from watchtower.client.private import ConfidentialPublisher
+from watchtower.client.sdk import Publisher
+from watchtower.protocol.keyload import Keyload, Recipient
+
+SID = "s-confidential"
+
+
+@pytest.fixture
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    monkeypatch.setenv("WATCHTOWER_HOME", str(tmp_path))
+    _register()
+    fake = FakeApi()
+    monkeypatch.setattr(feed_cmd, "ApiClient", lambda *_a, **_k: fake)
+    monkeypatch.setattr(private_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
+    return fake
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def member_key(account: Account) -> Recipient:
+    """A registered-looking X25519 account key (id 1) kept where `account keys add` keeps it."""
+    key, _ = new_pending_key(account)
+    commit_pending_key(account, 1)
+    return Recipient(account.address, 1, bytes(key.public_key))
+
+
+def test_new_feed_confidential_needs_the_private_allowlist_policy(api: FakeApi) -> None:
+    assert run("account", "new", "--json").exit_code == 0
+    refused = CliRunner().invoke(cli, ["new", "feed", "--name", "c", "--confidential", "--stream-id", SID])
+    assert refused.exit_code != 0
+    assert "--policy private-allowlist" in refused.output
+    assert SID not in api.states
+    done = run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential", "--stream-id", SID,
+               "--json")
+    assert done.exit_code == 0, done.output
+    config = api.states[SID].config
+    assert config is not None
+    assert config.confidential is True
+
+
+def test_keyloads_lists_audiences_and_a_member_decrypts(api: FakeApi) -> None:
+    assert run("account", "new", "--json").exit_code == 0
+    assert run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential",
+               "--stream-id", SID).exit_code == 0
+    owner = load_account(None, None)
+    outsider = "0x" + "ab" * 32
+    api.command(owner.sign("allowlist_add", SID, {"address": outsider}))
+    pub = ConfidentialPublisher(Publisher(api, owner, SID, load_publisher_key(SID)))  # type: ignore[arg-type]
+    me = member_key(owner)
+    other = Recipient(outsider, 3, bytes(nacl.public.PrivateKey.generate().public_key))
+    first: Keyload = pub.rekey([me, other])                   # 1
+    pub.publish("tick", b'{"n":1}')                           # 2
+    pub.rekey([other])                                        # 3: the owner's account no longer in it
+    pub.publish("tick", b'{"n":2}')                           # 4
+
+    listed = run("feed", SID, "keyloads", "--json")
+    assert listed.exit_code == 0, listed.output
+    keyloads = json.loads(listed.output)["keyloads"]
+    assert [k["sequences"] for k in keyloads] == [[1], [3]]
+    assert keyloads[0]["keyload_id"] == first.keyload_id.hex()
+    expected = [{"address": owner.address, "account_key_id": 1}, {"address": outsider, "account_key_id": 3}]
+    assert keyloads[0]["members"] == sorted(expected, key=lambda m: str(m["address"]))
+    assert keyloads[1]["members"] == [{"address": outsider, "account_key_id": 3}]
+    assert all(k["complete"] for k in keyloads)
+    text = run("feed", SID, "keyloads").output
+    assert f"  {outsider}  account key 3" in text
+    for output in (listed.output, text):
+        assert first.session_key.hex() not in output
+
+    read = run("feed", SID, "get-since", "--cursor", "0", "--decrypt", "--json")
+    assert read.exit_code == 0, read.output
+    rows = {r["sequence"]: r for r in json.loads(read.output)["messages"]}
+    assert rows[2]["plaintext"] == '{"n":1}'
+    assert rows[4]["error"]["code"] == "UNAUTHORIZED"
+    assert first.session_key.hex() not in read.output
+    after = json.loads(run("feed", SID, "get-since", "--cursor", "2", "--decrypt", "--json").output)
+    assert [r["sequence"] for r in after["messages"]] == [3, 4]
+    plain = run("feed", SID, "get-since", "--cursor", "0", "--decrypt").output
+    assert '#2  tick  {"n":1}' in plain
+    assert "#4  tick  <UNAUTHORIZED>" in plain
