@@ -1,4 +1,5 @@
-"""No master seed and no epoch content key ever leaves the key manager in clear.
+"""No master seed and no epoch content key ever leaves the key manager in clear, and no session
+key of a confidential private feed ever reaches the platform.
 
 A real stack (broker, worker, API, key manager) runs a paid feed end to end: the publisher
 encrypts through stream_encrypt and publishes with the receipt, a subscriber is minted CBY,
@@ -35,10 +36,15 @@ from confluent_kafka.admin import AdminClient
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
 from leak_scan import LeakScanner
 
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
 from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.envelope import decrypt_with_content_key, derive_content_key, envelope_aad, unwrap_epoch_key
+from watchtower.protocol.keyload import Recipient
 from watchtower.protocol.signing import sign_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import TopicSpec, topic_name
@@ -154,6 +160,8 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
         secrets: dict[str, bytes] = {"master seed": seed, "receipt signing key": bytes(kek.receipt_signing_key())}
         secrets |= {f"epoch {e} key": key for e, key in content_keys.items()}
         secrets |= {f"plaintext #{seq}": p for seq, p in plaintexts.items()}
+        # A confidential private feed on the same stack: no component ever holds its session keys.
+        secrets |= _confidential_feed(api, tmp_path / "home")
 
     # The stack has stopped: every log is complete. Every other stack of the session so far is
     # scanned for too: its seeds in every topic, and in every service log of the session (not in
@@ -176,6 +184,36 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
     assert any(p.name == "keymgr.log" for p in stack_dir.rglob("*.log")), "the key manager's log was not scanned"
     leaks = [str(f) for f in in_topics + in_files + in_output]
     assert leaks == [], "secrets in clear:\n" + "\n".join(leaks)
+
+
+def _confidential_feed(api_url: str, home: Path) -> dict[str, bytes]:
+    """A confidential private feed through the SDK (docs/private-feeds.md): two members, one removed
+    mid-stream and the feed re-keyed. Returns its session keys and plaintexts, after checking that
+    the remaining member reads every message with them (so the scan looks for the real secrets)."""
+    api = ApiClient(api_url)
+    owner = Account(nacl.signing.SigningKey.generate(), name="confidential-owner", home=home)
+    publisher_key = nacl.signing.SigningKey.generate()
+    sid = f"conf-leaks-{uuid.uuid4().hex[:8]}"
+    api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    members = [(addr(nacl.signing.SigningKey.generate()), nacl.public.PrivateKey.generate()) for _ in range(2)]
+    for address, _ in members:
+        api.command(owner.sign("allowlist_add", sid, {"address": address}))
+    wait_until_visible(api, sid)
+    pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
+    first = pub.rekey([Recipient(a, 1, bytes(k.public_key)) for a, k in members])
+    texts = [os.urandom(40) for _ in range(3)]
+    pub.publish("tick", texts[0])
+    pub.publish("tick", texts[1])
+    api.command(owner.sign("allowlist_remove", sid, {"address": members[1][0]}))
+    second = pub.rekey([Recipient(members[0][0], 1, bytes(members[0][1].public_key))])
+    pub.publish("tick", texts[2])
+    wait_until_visible(api, sid, min_head=5)
+    reader = ConfidentialReader(members[0][0], bytes(members[0][1]))
+    opened = [reader.read(m).plaintext for m in Subscriber(api, sid).poll(10)]
+    assert [p for p in opened if p is not None] == texts
+    return {"session key 1": first.session_key, "session key 2": second.session_key,
+            **{f"confidential plaintext #{i}": t for i, t in enumerate(texts)}}
 
 
 def _aad(sid: str, seq: int, key_epoch: int) -> bytes:
