@@ -15,6 +15,7 @@ import click
 import nacl.signing
 
 from watchtower.cli.demo_paid import show_paid_feed
+from watchtower.cli.demo_private import show_confidential_feed
 from watchtower.cli.demo_replay import show_replay
 from watchtower.cli.demo_trust import show_client_side_trust
 from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, demo_step
@@ -80,6 +81,9 @@ def run_stream_demo(bootstrap: str) -> None:
             _drive(api, services, home)
         with demo_step("paid feed: encrypt, purchase, decrypt", logs=logs):
             show_paid_feed(api, KeyManagerClient(services.keymgr_url), minter, os.environ[ENV_PROTOCOL_TREASURY])
+        with demo_step("confidential private feed: keyloads, a member removed, a re-key", logs=logs):
+            show_confidential_feed(api, Account(nacl.signing.SigningKey.generate(), name="demo-private-owner",
+                                                home=home))
         with demo_step("replay: beyond the window, by the service and by Spark", logs=logs):
             show_replay(api, services, minter, replay_worker)
         with demo_step("operations: every process's metrics, and the lag", logs=logs):
