@@ -199,7 +199,7 @@ def _confidential_feed(api_url: str, home: Path) -> dict[str, bytes]:
     members = [(addr(nacl.signing.SigningKey.generate()), nacl.public.PrivateKey.generate()) for _ in range(2)]
     for address, _ in members:
         api.command(owner.sign("allowlist_add", sid, {"address": address}))
-    wait_until_visible(api, sid)
+    wait_until_visible(api, sid, timeout_s=120)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
     first = pub.rekey([Recipient(a, 1, bytes(k.public_key)) for a, k in members])
     texts = [os.urandom(40) for _ in range(3)]
@@ -208,7 +208,7 @@ def _confidential_feed(api_url: str, home: Path) -> dict[str, bytes]:
     api.command(owner.sign("allowlist_remove", sid, {"address": members[1][0]}))
     second = pub.rekey([Recipient(members[0][0], 1, bytes(members[0][1].public_key))])
     pub.publish("tick", texts[2])
-    wait_until_visible(api, sid, min_head=5)
+    wait_until_visible(api, sid, min_head=5, timeout_s=120)
     reader = ConfidentialReader(members[0][0], bytes(members[0][1]))
     opened = [reader.read(m).plaintext for m in Subscriber(api, sid).poll(10)]
     assert [p for p in opened if p is not None] == texts

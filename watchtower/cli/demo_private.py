@@ -12,6 +12,7 @@ import click
 import nacl.public
 import nacl.signing
 
+from watchtower.cli.demo_wait import STEP_TIMEOUT_S
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
@@ -55,7 +56,7 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
         "confidential": True}))
     for member in (alice, bob):
         api.command(owner.sign("allowlist_add", sid, {"address": member.address}))
-    wait_until_visible(api, sid)
+    wait_until_visible(api, sid, timeout_s=STEP_TIMEOUT_S)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
     pub.rekey([alice.recipient(), bob.recipient()])
     pub.publish("note", b"before bob left #1")
@@ -68,7 +69,7 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
         click.echo(f"  bob removed: the next message is refused until a re-key ({exc.code})")
     pub.rekey([alice.recipient()])
     pub.publish("note", b"after bob left")
-    wait_until_visible(api, sid, min_head=6)
+    wait_until_visible(api, sid, min_head=5, timeout_s=STEP_TIMEOUT_S)  # 2 keyloads and 3 messages
     stored = Subscriber(api, sid).poll(20)
     masked = [m for m in stored if m.kind != KEYLOAD_KIND]
     click.echo(f"  feed {sid}: {len(stored)} messages, 2 keyloads; what the platform serves is ciphertext: "
