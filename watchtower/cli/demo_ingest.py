@@ -26,7 +26,7 @@ from watchtower.client.http import ApiClient
 from watchtower.client.ingestion import http_ingestion
 from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
 from watchtower.ingest import keys
-from watchtower.ingest.runner import admission_command
+from watchtower.ingest.runner import admission_command, dismissal_command
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.message import StreamMessage
@@ -116,12 +116,22 @@ def run_ingest_demo(bootstrap: str, prefix: str | None = None) -> None:
             api = ApiClient(services.api_url)
             with demo_step("ingest: the registrar admits the 3 runners (their own registrations were refused)",
                            logs=logs):
-                for name in ("r1", "r2", "liar"):
-                    runner = address_from_public_key(bytes(keys.runner_key(name, home).verify_key))
+                ours = {address_from_public_key(bytes(keys.runner_key(name, home).verify_key)): name
+                        for name in ("r1", "r2", "liar")}
+                # Runners an earlier run of the demo left registered on this broker (their processes
+                # are gone) would be selected and never answer: the registrar retires them first.
+                view = _wait("the ingestion service's view of the registry",
+                             lambda: (h := _health(services)).get("runners") is not None and h)
+                stale = sorted(set(view["runners"]) - set(ours))
+                for runner in stale:
+                    api.command(dismissal_command(registrar, runner))
+                for runner, name in ours.items():
                     api.command(admission_command(registrar, runner, name))
-                _wait("3 registered runners", lambda: len(_health(services).get("runners", [])) == 3)
+                _wait("exactly our 3 runners registered",
+                      lambda: set(_health(services).get("runners", [])) == set(ours))
             click.echo(f"  runners r1, r2 and liar admitted by the registrar {os.environ[ENV_RUNNER_REGISTRAR]} "
-                       "(a runner's own registration is refused)")
+                       "(a runner's own registration is refused)"
+                       + (f"; {len(stale)} left by earlier runs retired" if stale else ""))
             owner = Account(nacl.signing.SigningKey.generate(), home=home)
             ingestion = http_ingestion(url=url, select={"price": "$.data.price", "symbol": "$.data.symbol"},
                                        num_runners=3, proof_type="QUORUM", transform="price_batch",

@@ -117,16 +117,11 @@ def runner_admit(runner_id: str, label: str | None, key_path: Path | None, api_u
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runner_dismiss(runner_id: str, key_path: Path | None, api_url: str | None, as_json: bool) -> None:
     """Retire RUNNER (an address, or a local runner name) from the registry, as the registrar."""
-    import time
-
     from watchtower.client.http import ApiClient
-    from watchtower.protocol.ingestion_runners import RUNNERS_KEY
-    from watchtower.protocol.signed_command import sign_command
+    from watchtower.ingest.runner import dismissal_command
 
     address = runner_address(runner_id)
-    command = sign_command(registrar_key(key_path), "retire_runner", RUNNERS_KEY, time.time_ns() // 1000,
-                           {"runner": address})
-    reply = ApiClient(api_url).command(command)
+    reply = ApiClient(api_url).command(dismissal_command(registrar_key(key_path), address))
     if as_json:
         echo_json(reply)
         return

@@ -59,6 +59,11 @@ def admission_command(registrar: nacl.signing.SigningKey, runner: str, label: st
                         {"runner": runner, "label": label})
 
 
+def dismissal_command(registrar: nacl.signing.SigningKey, runner: str) -> Command:
+    """The registrar's signed retire_runner retiring the runner at address `runner`."""
+    return sign_command(registrar, "retire_runner", RUNNERS_KEY, time.time_ns() // 1000, {"runner": runner})
+
+
 def _lie(value: Any) -> Any:
     if is_number(value):
         return value + 1
