@@ -15,7 +15,7 @@ import nacl.public
 import pytest
 from click.testing import CliRunner, Result
 
-from watchtower.cli import feed_cmd, private_feed_cmd
+from watchtower.cli import feed_cmd, paid_feed_cmd, private_feed_cmd
 from watchtower.cli.account_cmd import load_account
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import Account, load_publisher_key
@@ -35,6 +35,7 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
     monkeypatch.setattr(feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     monkeypatch.setattr(private_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
+    monkeypatch.setattr(paid_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     return fake
 
 
@@ -103,3 +104,7 @@ def test_keyloads_lists_audiences_and_a_member_decrypts(api: FakeApi) -> None:
     plain = run("feed", SID, "get-since", "--cursor", "0", "--decrypt").output
     assert '#2  tick  {"n":1}' in plain
     assert "#4  tick  <UNAUTHORIZED>" in plain
+    # `consume`, the public CLI's pull-verify-decrypt, reads a confidential feed the same way.
+    consumed = run("feed", SID, "consume", "--cursor", "0", "--json")
+    assert consumed.exit_code == 0, consumed.output
+    assert json.loads(consumed.output) == json.loads(read.output)

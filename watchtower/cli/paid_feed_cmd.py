@@ -267,9 +267,16 @@ def feed_consume(ref: FeedRef, account_key_id: int | None, cursor: int, limit: i
                  as_json: bool) -> None:
     """Pull, verify, decrypt and print a paid feed's messages after --cursor (the public CLI's
     ``consume``; the same as ``get-since --decrypt``). Epoch keys missing here are fetched sealed
-    to the account key; ENTITLEMENT_REQUIRED for an epoch not bought."""
+    to the account key; ENTITLEMENT_REQUIRED for an epoch not bought. On a confidential private
+    feed it reads as a member: each message unmasked with the keyload sealed to your account key."""
+    from watchtower.cli.private_feed_cmd import is_confidential, read_confidential
+
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
+    if is_confidential(api, stream_id):
+        read_confidential(api, stream_id, cursor=cursor, limit=limit, owner=None, account=account,
+                          key_file=key_file, as_json=as_json)
+        return
     ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
     subscriber = Subscriber(api, stream_id, cursor, None, decrypt=True, epoch_keys=ring)
     subscriber.key_schedule()  # the chain verifies before any message is trusted
