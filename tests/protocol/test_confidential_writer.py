@@ -16,6 +16,7 @@ import nacl.public
 import nacl.signing
 import pytest
 
+from watchtower.protocol.confidential import NO_KEYLOAD, fold_keyload_part
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -293,3 +294,14 @@ def test_a_logged_keyload_part_that_cannot_follow_the_state_is_a_malformed_recor
                                                                            "parts": 2}})
     with pytest.raises(MalformedRecordError, match="does not follow"):
         evolve(dataclasses.replace(stream.state, head=0), forged)
+
+
+@pytest.mark.parametrize("entry", [
+    {}, {"keyload_id": 7, "part": 0, "parts": 1}, {"keyload_id": "zz", "part": 0, "parts": 1},
+    {"keyload_id": "00" * 16, "part": "0", "parts": 1}, {"keyload_id": "00" * 16, "part": 0},
+])
+def test_a_forged_keyload_reply_in_the_log_is_a_refused_record_not_an_unexpected_error(entry: dict[str, Any]) -> None:
+    """Folds quarantine an INVALID_ARGUMENT as a broken rule; a KeyError or a TypeError from a forged
+    reply would surface as an unexpected error instead."""
+    with pytest.raises(InvalidArgumentError):
+        fold_keyload_part(NO_KEYLOAD, {"keyload": entry})

@@ -127,11 +127,15 @@ def fold_keyload_part(keyloads: KeyloadState, reply: Mapping[str, Any]) -> Keylo
         return keyloads
     if not isinstance(entry, Mapping):
         raise InvalidArgumentError("a publish reply's keyload entry must be a map")
-    kid = bytes.fromhex(entry["keyload_id"])
+    try:  # the log is hostile: a forged reply is a refused record, never an unexpected error
+        kid = bytes.fromhex(entry["keyload_id"])
+        parts = require_int(entry["parts"], "parts", minimum=1)
+        part = require_int(entry["part"], "part", minimum=0, maximum=parts - 1)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"a publish reply's keyload entry needs keyload_id (hex), part and parts: "
+                                   f"{type(exc).__name__}") from None
     if len(kid) != KEYLOAD_ID_BYTES:
         raise InvalidArgumentError(f"a keyload id is {KEYLOAD_ID_BYTES} bytes")
-    parts = require_int(entry["parts"], "parts", minimum=1)
-    part = require_int(entry["part"], "part", minimum=0, maximum=parts - 1)
     if part == 0:
         left = parts - 1
     elif kid == keyloads.keyload_id and keyloads.parts_left == parts - part:
