@@ -59,7 +59,8 @@ def test_the_aggregator_counts_tasks_publishes_failures_and_refusals() -> None:
 def test_a_runner_counts_the_tasks_it_refused() -> None:
     runner = Runner(RUNNERS[0], address_from_public_key(bytes(SCHEDULER.verify_key)))
     assert runner.accept(b"forged bytes") is None
-    forged = encode_task(task(1))[:-1] + b"\x00"
+    genuine = encode_task(task(1))
+    forged = genuine[:-1] + bytes([genuine[-1] ^ 0x01])
     assert runner.accept(forged) is None
     metrics = scrape(RunnerCollector(runner))
     assert metrics["watchtower_runner_results_total"][()] == 0
