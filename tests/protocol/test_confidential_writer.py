@@ -16,7 +16,7 @@ import nacl.public
 import nacl.signing
 import pytest
 
-from watchtower.protocol.confidential import NO_KEYLOAD, fold_keyload_part
+from watchtower.protocol.confidential import NO_KEYLOADS, KeyloadState, fold_keyload_part
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -24,7 +24,17 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Keyload, Recipient, build_keyload, mask
+from watchtower.protocol.keyload import (
+    BRANCH_TAG,
+    KEYLOAD_ID_TAG,
+    KEYLOAD_KIND,
+    RESEAL_KIND,
+    Keyload,
+    Recipient,
+    build_keyload,
+    build_reseals,
+    mask,
+)
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.snapshots import decode_streams, encode_streams
@@ -180,7 +190,7 @@ def test_after_allowlist_remove_a_message_is_refused_until_a_new_keyload(stream:
     after = keyload_for(ALICE)
     stream.publish_keyload(after)
     assert stream.publish_masked(after).reply["sequence"] == 4
-    assert stream.state.keyloads.rekey_required is False
+    assert stream.state.keyloads.of("main").rekey_required is False
 
 
 def test_a_keyload_naming_the_removed_member_is_refused(stream: Stream) -> None:
@@ -188,7 +198,7 @@ def test_a_keyload_naming_the_removed_member_is_refused(stream: Stream) -> None:
     stream.do("allowlist_remove", {"address": BOB.address})
     with pytest.raises(UnauthorizedError, match=BOB.address):
         stream.publish_keyload(keyload_for(ALICE, BOB))
-    assert stream.state.keyloads.rekey_required is True
+    assert stream.state.keyloads.of("main").rekey_required is True
 
 
 def test_a_keyload_naming_someone_never_allowlisted_is_refused_but_the_owner_may_be_in_it(stream: Stream) -> None:
@@ -248,7 +258,7 @@ def test_the_keyload_state_is_rebuilt_from_the_log_and_survives_a_snapshot(strea
     for event in stream.log:
         rebuilt = evolve(rebuilt, event)
     assert rebuilt.keyloads == stream.state.keyloads
-    assert rebuilt.keyloads.keyload_id == kl.keyload_id
+    assert rebuilt.keyloads.of("main").keyload_id == kl.keyload_id
     assert state_digest(rebuilt) == state_digest(stream.state)
     restored = decode_streams(encode_streams({SID: stream.state}))[SID]
     assert restored.keyloads == stream.state.keyloads
@@ -299,9 +309,146 @@ def test_a_logged_keyload_part_that_cannot_follow_the_state_is_a_malformed_recor
 @pytest.mark.parametrize("entry", [
     {}, {"keyload_id": 7, "part": 0, "parts": 1}, {"keyload_id": "zz", "part": 0, "parts": 1},
     {"keyload_id": "00" * 16, "part": "0", "parts": 1}, {"keyload_id": "00" * 16, "part": 0},
+    {"keyload_id": "00" * 16, "part": 0, "parts": 1, "branch": "Not A Branch"},
+    {"keyload_id": "00" * 16, "part": 0, "parts": 1, "branch": 7},
 ])
 def test_a_forged_keyload_reply_in_the_log_is_a_refused_record_not_an_unexpected_error(entry: dict[str, Any]) -> None:
     """Folds quarantine an INVALID_ARGUMENT as a broken rule; a KeyError or a TypeError from a forged
     reply would surface as an unexpected error instead."""
     with pytest.raises(InvalidArgumentError):
-        fold_keyload_part(NO_KEYLOAD, {"keyload": entry})
+        fold_keyload_part(NO_KEYLOADS, {"keyload": entry})
+
+
+# --- branches -----------------------------------------------------------------------------------
+
+
+def branch_keyload(branch: str, *members: Member) -> Keyload:
+    return build_keyload(SID, [m.recipient() for m in members], branch=branch)
+
+
+def publish_branch_keyload(stream: Stream, keyload: Keyload, branch: str) -> None:
+    for part in keyload.parts:
+        stream.publish(KEYLOAD_KIND, part, {KEYLOAD_ID_TAG: keyload.keyload_id.hex(), BRANCH_TAG: branch})
+
+
+def publish_on_branch(stream: Stream, keyload: Keyload, branch: str, *, tag: str | None = None) -> Decision:
+    sequence = stream.state.head + 1
+    masked = mask(keyload.session_key, keyload_id=keyload.keyload_id, stream_id=SID, sequence=sequence,
+                  branch=branch, kind="tick", content_type="application/json", plaintext=b"{}")
+    return stream.publish("tick", masked, {KEYLOAD_ID_TAG: keyload.keyload_id.hex(),
+                                           BRANCH_TAG: tag if tag is not None else branch})
+
+
+def test_each_branch_has_its_own_current_keyload(stream: Stream) -> None:
+    stream.allow(CAROL)
+    pro, basic = branch_keyload("pro", ALICE), branch_keyload("basic", ALICE, BOB, CAROL)
+    publish_branch_keyload(stream, pro, "pro")
+    publish_branch_keyload(stream, basic, "basic")
+    publish_on_branch(stream, pro, "pro")
+    publish_on_branch(stream, basic, "basic")
+    with pytest.raises(UnauthorizedError, match="not the current keyload .* of branch 'basic'"):
+        publish_on_branch(stream, pro, "pro", tag="basic")  # pro's keyload named on basic
+    with pytest.raises(UnauthorizedError, match="branch 'main' .* has no keyload yet"):
+        stream.publish("tick", b"{}", {KEYLOAD_ID_TAG: pro.keyload_id.hex()})  # no branch tag: main
+    # A new pro keyload leaves basic's untouched.
+    pro2 = branch_keyload("pro", ALICE, CAROL)
+    publish_branch_keyload(stream, pro2, "pro")
+    publish_on_branch(stream, basic, "basic")
+    with pytest.raises(UnauthorizedError, match="not the current keyload"):
+        publish_on_branch(stream, pro, "pro")  # stale on its own branch
+    publish_on_branch(stream, pro2, "pro")
+    assert stream.state.keyloads.of("pro").keyload_id == pro2.keyload_id
+    assert stream.state.keyloads.of("basic").keyload_id == basic.keyload_id
+
+
+def test_a_part_must_name_its_branch_and_another_branch_cannot_start_mid_keyload(stream: Stream) -> None:
+    pro = branch_keyload("pro", ALICE)
+    with pytest.raises(InvalidArgumentError, match="names its branch"):
+        stream.publish(KEYLOAD_KIND, pro.parts[0], {KEYLOAD_ID_TAG: pro.keyload_id.hex()})  # tag says main
+    members, big = big_keyload(300)
+    stream.allow(*members)
+    stream.publish(KEYLOAD_KIND, big.parts[0], {KEYLOAD_ID_TAG: big.keyload_id.hex()})
+    with pytest.raises(UnauthorizedError, match="finish it before starting another branch"):
+        publish_branch_keyload(stream, pro, "pro")
+    with pytest.raises(UnauthorizedError, match="still has"):
+        stream.publish(RESEAL_KIND, b"\xa0", {KEYLOAD_ID_TAG: big.keyload_id.hex()})
+
+
+def test_a_removed_member_makes_every_branch_re_key_and_each_re_keys_on_its_own(stream: Stream) -> None:
+    pro, basic = branch_keyload("pro", ALICE), branch_keyload("basic", ALICE, BOB)
+    publish_branch_keyload(stream, pro, "pro")
+    publish_branch_keyload(stream, basic, "basic")
+    stream.do("allowlist_remove", {"address": BOB.address})
+    for keyload, branch in ((pro, "pro"), (basic, "basic")):
+        with pytest.raises(UnauthorizedError, match=f"remaining members of branch '{branch}'"):
+            publish_on_branch(stream, keyload, branch)
+    with pytest.raises(UnauthorizedError, match="not on the allowlist"):
+        publish_branch_keyload(stream, branch_keyload("basic", ALICE, BOB), "basic")
+    basic2 = branch_keyload("basic", ALICE)
+    publish_branch_keyload(stream, basic2, "basic")
+    publish_on_branch(stream, basic2, "basic")
+    with pytest.raises(UnauthorizedError, match="remaining members of branch 'pro'"):
+        publish_on_branch(stream, pro, "pro")  # pro has not re-keyed yet
+
+
+def test_branch_states_survive_a_rebuild_and_a_snapshot_and_main_alone_keeps_its_old_spelling(stream: Stream) -> None:
+    main = keyload_for(ALICE)
+    stream.publish_keyload(main)
+    assert stream.state.keyloads.canonical() == [main.keyload_id, 0, False]  # as written before branches
+    publish_branch_keyload(stream, branch_keyload("pro", ALICE), "pro")
+    assert set(stream.state.keyloads.canonical()) == {"main", "pro"}
+    rebuilt = StreamState.initial(SID)
+    for event in stream.log:
+        rebuilt = evolve(rebuilt, event)
+    assert state_digest(rebuilt) == state_digest(stream.state)
+    restored = decode_streams(encode_streams({SID: stream.state}))[SID]
+    assert restored.keyloads == stream.state.keyloads
+    assert state_digest(restored) == state_digest(stream.state)
+
+
+def test_a_reply_written_before_branches_folds_into_main() -> None:
+    folded = fold_keyload_part(NO_KEYLOADS, {"keyload": {"keyload_id": "07" * 16, "part": 0, "parts": 2}})
+    assert folded.of("main") == KeyloadState(b"\x07" * 16, 1, False)
+    assert folded.of("pro").is_default
+
+
+# --- reseals ------------------------------------------------------------------------------------
+
+
+def publish_reseals(stream: Stream, keyload: Keyload, *members: Member, branch: str = "main") -> list[Decision]:
+    return [stream.publish(RESEAL_KIND, raw, {KEYLOAD_ID_TAG: keyload.keyload_id.hex(), BRANCH_TAG: branch})
+            for raw in build_reseals(SID, [m.recipient() for m in members], branch=branch,
+                                     keyload_id=keyload.keyload_id, session_key=keyload.session_key)]
+
+
+def test_a_reseal_to_an_allowlisted_member_is_accepted_and_changes_no_keyload_state(stream: Stream) -> None:
+    first = keyload_for(ALICE)
+    stream.publish_keyload(first)
+    stream.publish_masked(first)
+    stream.allow(CAROL)
+    before = stream.state.keyloads
+    publish_reseals(stream, first, CAROL)
+    assert stream.state.keyloads == before
+    stream.publish_masked(first)  # the current keyload is still the current keyload
+
+
+def test_a_reseal_to_a_member_off_the_allowlist_or_for_another_stream_is_refused(stream: Stream) -> None:
+    first = keyload_for(ALICE, BOB)
+    stream.publish_keyload(first)
+    with pytest.raises(UnauthorizedError, match="not on the allowlist"):
+        publish_reseals(stream, first, CAROL)
+    stream.do("allowlist_remove", {"address": BOB.address})
+    with pytest.raises(UnauthorizedError, match="not on the allowlist"):
+        publish_reseals(stream, first, BOB)
+    other = build_reseals("another-stream", [ALICE.recipient()], branch="main", keyload_id=first.keyload_id,
+                          session_key=first.session_key)[0]
+    with pytest.raises(InvalidArgumentError, match="for stream 'another-stream'"):
+        stream.publish(RESEAL_KIND, other, {KEYLOAD_ID_TAG: first.keyload_id.hex()})
+    with pytest.raises(InvalidArgumentError, match="reseal"):
+        stream.publish(RESEAL_KIND, b"not cbor", {KEYLOAD_ID_TAG: first.keyload_id.hex()})
+    valid = build_reseals(SID, [ALICE.recipient()], branch="main", keyload_id=first.keyload_id,
+                          session_key=first.session_key)[0]
+    with pytest.raises(InvalidArgumentError, match="names its keyload"):
+        stream.publish(RESEAL_KIND, valid, {KEYLOAD_ID_TAG: "09" * 16})
+    with pytest.raises(InvalidArgumentError, match="names its keyload"):
+        stream.publish(RESEAL_KIND, valid, {KEYLOAD_ID_TAG: first.keyload_id.hex(), BRANCH_TAG: "pro"})

@@ -20,7 +20,7 @@ from protocol_strategies import PROPERTY, json_values
 import watchtower.schemas
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ciphertext_receipt import sign_receipt
-from watchtower.protocol.confidential import KeyloadState
+from watchtower.protocol.confidential import Keyloads, KeyloadState
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import WatchtowerError
@@ -1070,7 +1070,7 @@ def test_state_digest_covers_every_field() -> None:
         "replays": FrozenMap({"1": (addr(BOB), "registered")}),
         "ingest_fail_count": 2,
         "last_failed_tick": 5,
-        "keyloads": KeyloadState(b"\x07" * 16, 0, True),
+        "keyloads": Keyloads().with_branch("pro", KeyloadState(b"\x07" * 16, 0, True)),
     }
     assert set(variants) == {f.name for f in dataclasses.fields(StreamState)}
     for name, value in variants.items():

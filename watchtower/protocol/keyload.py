@@ -66,8 +66,12 @@ KEYLOAD_ID_BYTES: Final = 16
 SEALED_KEY_BYTES: Final = 80  # crypto_box_seal: 32-byte ephemeral key, 16-byte MAC, 32-byte key
 #: The message kind of a keyload part (a publisher's own kinds never start with "wt.").
 KEYLOAD_KIND: Final = "wt.keyload"
-#: The tag naming a message's keyload (its id in hex), on a masked message and on a keyload part.
+#: The message kind of a reseal: a past keyload's session key sealed to more members.
+RESEAL_KIND: Final = "wt.reseal"
+#: The tag naming a message's keyload (its id in hex), on a masked message, a keyload part and a reseal.
 KEYLOAD_ID_TAG: Final = "wt.keyload"
+#: The tag naming a message's branch (absent: `DEFAULT_BRANCH`).
+BRANCH_TAG: Final = "wt.branch"
 #: A part's bytes: one message payload.
 MAX_PART_BYTES: Final = MAX_INLINE_PAYLOAD_BYTES
 #: Members of one keyload (the issue's scale target, with room).
@@ -80,6 +84,7 @@ _MEMBERS_DOMAIN: Final = b"watchtower-keyload-members-v1"
 _u64be = struct.Struct(">Q").pack
 _HEADER_FIELDS: Final = frozenset({"v", "keyload_id", "stream_id", "branch", "part", "parts", "members",
                                    "members_digest", "key_commitment", "entries"})
+_RESEAL_FIELDS: Final = frozenset({"v", "keyload_id", "stream_id", "branch", "key_commitment", "entries"})
 _AAD_FIELDS: Final = ("stream_id", "sequence", "keyload_id", "branch", "kind", "content_type")
 
 
@@ -219,6 +224,36 @@ def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: st
     require_branch(branch)
     key = _require_session_key(session_key) if session_key is not None else new_session_key()
     kid = _require_keyload_id(keyload_id) if keyload_id is not None else os.urandom(KEYLOAD_ID_BYTES)
+    members, entries = _sealed_entries(key, recipients)
+    digest = members_digest(stream_id, branch, kid, members)
+    commitment = key_commitment(key, kid)
+
+    def header(part: int, parts: int) -> dict[str, Any]:
+        return {"v": KEYLOAD_VERSION, "keyload_id": kid, "stream_id": stream_id, "branch": branch, "part": part,
+                "parts": parts, "members": len(members), "members_digest": digest, "key_commitment": commitment}
+
+    # Sized with the largest header this keyload can have (part numbers only grow).
+    runs = _pack(entries, overhead=len(_encode_part(header(len(entries), len(entries)), [])))
+    parts = tuple(_encode_part(header(i, len(runs)), run) for i, run in enumerate(runs))
+    return Keyload(key, kid, parts, members)
+
+
+def _pack(entries: Sequence[list[Any]], *, overhead: int) -> list[list[list[Any]]]:
+    # Greedy: as many entries a message as fit in MAX_PART_BYTES beside a header of `overhead` bytes.
+    runs: list[list[list[Any]]] = [[]]
+    size = overhead
+    for entry in entries:
+        entry_size = len(cbor.encode(entry))
+        if runs[-1] and size + entry_size > MAX_PART_BYTES:
+            runs.append([])
+            size = overhead
+        runs[-1].append(entry)
+        size += entry_size
+    return runs
+
+
+def _sealed_entries(session_key: bytes, recipients: Iterable[Recipient]) -> tuple[tuple[Member, ...], list[list[Any]]]:
+    # Members in address order, each with the session key sealed to its X25519 key.
     by_address: dict[str, Recipient] = {}
     for r in recipients:
         address = require_address(r.address, "recipient address")
@@ -232,27 +267,8 @@ def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: st
         raise InvalidArgumentError(f"a keyload holds at most {MAX_MEMBERS} members, got {len(by_address)}")
     members = tuple(Member(a, by_address[a].account_key_id) for a in sorted(by_address))
     entries = [_entry(m, bytes(nacl.public.SealedBox(nacl.public.PublicKey(
-        validate_x25519_public_key(by_address[m.address].public_key))).encrypt(key))) for m in members]
-    digest = members_digest(stream_id, branch, kid, members)
-    commitment = key_commitment(key, kid)
-
-    def header(part: int, parts: int) -> dict[str, Any]:
-        return {"v": KEYLOAD_VERSION, "keyload_id": kid, "stream_id": stream_id, "branch": branch, "part": part,
-                "parts": parts, "members": len(members), "members_digest": digest, "key_commitment": commitment}
-
-    # Greedy packing, sized with the largest header this keyload can have (part numbers only grow).
-    overhead = len(_encode_part(header(len(entries), len(entries)), []))
-    runs: list[list[list[Any]]] = [[]]
-    size = overhead
-    for entry in entries:
-        entry_size = len(cbor.encode(entry))
-        if runs[-1] and size + entry_size > MAX_PART_BYTES:
-            runs.append([])
-            size = overhead
-        runs[-1].append(entry)
-        size += entry_size
-    parts = tuple(_encode_part(header(i, len(runs)), run) for i, run in enumerate(runs))
-    return Keyload(key, kid, parts, members)
+        validate_x25519_public_key(by_address[m.address].public_key))).encrypt(session_key))) for m in members]
+    return members, entries
 
 
 # --- Reading ------------------------------------------------------------------------------------
@@ -261,17 +277,7 @@ def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: st
 def decode_part(data: object) -> KeyloadPart:
     """The keyload part in `data`, or INVALID_ARGUMENT naming what is wrong. Byte-exact: no other
     CBOR spelling of the same part is accepted."""
-    if not isinstance(data, bytes) or len(data) > MAX_PART_BYTES:
-        raise InvalidArgumentError(f"a keyload part is at most {MAX_PART_BYTES} bytes of CBOR")
-    try:
-        doc = cbor2.loads(data)
-    except Exception:  # cbor2 raises several types on hostile bytes; every one means "not a part"
-        raise InvalidArgumentError("a keyload part is deterministic CBOR; this is not CBOR") from None
-    if not isinstance(doc, dict) or set(doc) != _HEADER_FIELDS:
-        raise InvalidArgumentError(f"a keyload part has exactly the fields {sorted(_HEADER_FIELDS)}")
-    if doc["v"] != KEYLOAD_VERSION or isinstance(doc["v"], bool):
-        raise InvalidArgumentError(f"keyload version {doc['v']!r} is not supported (this build reads "
-                                   f"v{KEYLOAD_VERSION}); upgrade the client")
+    doc = _decode_cbor_map(data, _HEADER_FIELDS, "keyload part")
     kid = _require_keyload_id(doc["keyload_id"])
     stream_id = require_text(doc["stream_id"], "stream_id")
     branch = require_branch(doc["branch"])
@@ -281,30 +287,23 @@ def decode_part(data: object) -> KeyloadPart:
     for name in ("members_digest", "key_commitment"):
         if not isinstance(doc[name], bytes) or len(doc[name]) != 32:
             raise InvalidArgumentError(f"{name} is 32 bytes")
-    raw = doc["entries"]
-    if not isinstance(raw, list) or not raw:
-        raise InvalidArgumentError("a keyload part holds at least one entry")
-    entries: list[tuple[Member, bytes]] = []
-    for item in raw:
-        if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], bytes) or len(item[0]) != 32
-                or not isinstance(item[2], bytes) or len(item[2]) != SEALED_KEY_BYTES):
-            raise InvalidArgumentError("a keyload entry is [address (32 bytes), account_key_id, sealed key (80 bytes)]")
-        member = Member("0x" + item[0].hex(), require_int(item[1], "account_key_id", minimum=1))
-        if entries and member.address <= entries[-1][0].address:
-            raise InvalidArgumentError("a keyload part's entries are in strictly increasing address order")
-        entries.append((member, item[2]))
+    entries = _decode_entries(doc["entries"])
     decoded = KeyloadPart(kid, stream_id, branch, part, parts, count, doc["members_digest"], doc["key_commitment"],
-                          tuple(entries))
-    if _encode_part({k: doc[k] for k in _HEADER_FIELDS if k != "entries"}, raw) != data:
+                          entries)
+    if _encode_part({k: doc[k] for k in _HEADER_FIELDS if k != "entries"}, doc["entries"]) != data:
         raise InvalidArgumentError("a keyload part must be deterministic CBOR (RFC 8949 §4.2.1)")
     return decoded
 
 
+def _find(entries: tuple[tuple[Member, bytes], ...], address: str) -> tuple[Member, bytes] | None:
+    addresses = [m.address for m, _ in entries]
+    i = bisect.bisect_left(addresses, address)
+    return entries[i] if i < len(addresses) and addresses[i] == address else None
+
+
 def find_entry(part: KeyloadPart, address: str) -> tuple[Member, bytes] | None:
     """The entry of `address` in `part` (binary search), or None."""
-    addresses = [m.address for m, _ in part.entries]
-    i = bisect.bisect_left(addresses, address)
-    return part.entries[i] if i < len(addresses) and addresses[i] == address else None
+    return _find(part.entries, address)
 
 
 def part_for(parts: Iterable[KeyloadPart], address: str) -> KeyloadPart | None:
@@ -323,13 +322,18 @@ def open_keyload(part: KeyloadPart, address: str, private_key: bytes) -> bytes:
     if found is None:
         raise UnauthorizedError(f"{address} is not a member of keyload {part.keyload_id.hex()} (part {part.part}); "
                                 "ask the owner to add you to the allowlist, then wait for the next keyload")
+    return _open_sealed(found, address, private_key, part.keyload_id, part.key_commitment)
+
+
+def _open_sealed(found: tuple[Member, bytes], address: str, private_key: bytes, keyload_id: bytes,
+                 commitment: bytes) -> bytes:
     try:
         key = bytes(nacl.public.SealedBox(nacl.public.PrivateKey(private_key)).decrypt(found[1]))
     except (nacl.exceptions.CryptoError, nacl.exceptions.TypeError, nacl.exceptions.ValueError):
         raise DecryptionFailedError(
-            f"the keyload's sealed key for {address} did not open with this account key (key id "
+            f"the sealed key for {address} did not open with this account key (key id "
             f"{found[0].account_key_id} was sealed to); load that key") from None
-    if len(key) != SESSION_KEY_BYTES or key_commitment(key, part.keyload_id) != part.key_commitment:
+    if len(key) != SESSION_KEY_BYTES or key_commitment(key, keyload_id) != commitment:
         raise DecryptionFailedError("the key sealed to you is not the one this keyload commits to; "
                                     "the keyload is forged or altered: report it to the feed's owner")
     return key
@@ -374,6 +378,95 @@ def check_keyload(parts: Sequence[KeyloadPart]) -> KeyloadSummary:
                           head.key_commitment)
 
 
+# --- Reseals ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reseal:
+    """A decoded reseal: a past keyload's session key, sealed to more members. `key_commitment` is
+    the keyload's own; `entries` are (member, sealed session key) in address order."""
+
+    keyload_id: bytes
+    stream_id: str
+    branch: str
+    key_commitment: bytes
+    entries: tuple[tuple[Member, bytes], ...]
+
+
+def build_reseals(stream_id: str, recipients: Iterable[Recipient], *, branch: str, keyload_id: bytes,
+                  session_key: bytes) -> tuple[bytes, ...]:
+    """Seal a past keyload's `session_key` to `recipients` (the owner opened it from the keyload),
+    as reseal payloads of at most `MAX_PART_BYTES` each: one message each, kind `RESEAL_KIND`.
+    The members of a reseal open nothing newer: each keyload is resealed on its own."""
+    require_text(stream_id, "stream_id")
+    require_branch(branch)
+    kid = _require_keyload_id(keyload_id)
+    key = _require_session_key(session_key)
+    _members, entries = _sealed_entries(key, recipients)
+    head = {"v": KEYLOAD_VERSION, "keyload_id": kid, "stream_id": stream_id, "branch": branch,
+            "key_commitment": key_commitment(key, kid)}
+    runs = _pack(entries, overhead=len(_encode_part(head, [])))
+    return tuple(_encode_part(head, run) for run in runs)
+
+
+def _decode_entries(raw: object) -> tuple[tuple[Member, bytes], ...]:
+    if not isinstance(raw, list) or not raw:
+        raise InvalidArgumentError("a keyload part or reseal holds at least one entry")
+    entries: list[tuple[Member, bytes]] = []
+    for item in raw:
+        if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], bytes) or len(item[0]) != 32
+                or not isinstance(item[2], bytes) or len(item[2]) != SEALED_KEY_BYTES):
+            raise InvalidArgumentError("a keyload entry is [address (32 bytes), account_key_id, sealed key (80 bytes)]")
+        member = Member("0x" + item[0].hex(), require_int(item[1], "account_key_id", minimum=1))
+        if entries and member.address <= entries[-1][0].address:
+            raise InvalidArgumentError("a keyload part's entries are in strictly increasing address order")
+        entries.append((member, item[2]))
+    return tuple(entries)
+
+
+def _decode_cbor_map(data: object, fields: frozenset[str], what: str) -> dict[str, Any]:
+    if not isinstance(data, bytes) or len(data) > MAX_PART_BYTES:
+        raise InvalidArgumentError(f"a {what} is at most {MAX_PART_BYTES} bytes of CBOR")
+    try:
+        doc = cbor2.loads(data)
+    except Exception:  # cbor2 raises several types on hostile bytes; every one means "not one"
+        raise InvalidArgumentError(f"a {what} is deterministic CBOR; this is not CBOR") from None
+    if not isinstance(doc, dict) or set(doc) != fields:
+        raise InvalidArgumentError(f"a {what} has exactly the fields {sorted(fields)}")
+    if doc["v"] != KEYLOAD_VERSION or isinstance(doc["v"], bool):
+        raise InvalidArgumentError(f"{what} version {doc['v']!r} is not supported (this build reads "
+                                   f"v{KEYLOAD_VERSION}); upgrade the client")
+    return doc
+
+
+def decode_reseal(data: object) -> Reseal:
+    """The reseal in `data`, or INVALID_ARGUMENT naming what is wrong. Byte-exact, as `decode_part`."""
+    doc = _decode_cbor_map(data, _RESEAL_FIELDS, "reseal")
+    kid = _require_keyload_id(doc["keyload_id"])
+    stream_id = require_text(doc["stream_id"], "stream_id")
+    branch = require_branch(doc["branch"])
+    if not isinstance(doc["key_commitment"], bytes) or len(doc["key_commitment"]) != 32:
+        raise InvalidArgumentError("key_commitment is 32 bytes")
+    entries = _decode_entries(doc["entries"])
+    if _encode_part({k: doc[k] for k in _RESEAL_FIELDS if k != "entries"}, doc["entries"]) != data:
+        raise InvalidArgumentError("a reseal must be deterministic CBOR (RFC 8949 §4.2.1)")
+    return Reseal(kid, stream_id, branch, doc["key_commitment"], entries)
+
+
+def open_reseal(reseal: Reseal, address: str, private_key: bytes, *, commitment: bytes | None = None) -> bytes:
+    """The past keyload's session key resealed to `address`, checked against the reseal's key
+    commitment and, when given, `commitment`: the one the keyload itself published (a member that
+    read the keyload passes it, so a reseal cannot swap in another key). UNAUTHORIZED when
+    `address` is not in the reseal; DECRYPTION_FAILED when it does not open or commits elsewhere."""
+    if commitment is not None and commitment != reseal.key_commitment:
+        raise DecryptionFailedError(f"the reseal of keyload {reseal.keyload_id.hex()} commits to another key than "
+                                    "the keyload did; it is forged: report it to the feed's owner")
+    found = _find(reseal.entries, address)
+    if found is None:
+        raise UnauthorizedError(f"{address} is not in this reseal of keyload {reseal.keyload_id.hex()}")
+    return _open_sealed(found, address, private_key, reseal.keyload_id, reseal.key_commitment)
+
+
 # --- Masked payloads ----------------------------------------------------------------------------
 
 
@@ -406,9 +499,9 @@ def unmask(session_key: bytes, masked: bytes, *, keyload_id: bytes, stream_id: s
 
 
 __all__ = [
-    "DEFAULT_BRANCH", "KEYLOAD_ID_TAG", "KEYLOAD_KIND",
-    "MAX_MEMBERS", "MAX_PART_BYTES", "Keyload", "KeyloadPart", "KeyloadSummary",
-    "Member", "Recipient", "build_keyload", "check_keyload", "decode_part", "find_entry", "key_commitment", "mask",
-    "masked_aad", "members_digest", "new_session_key", "open_keyload", "part_for", "payload_key",
-    "require_branch", "unmask",
+    "BRANCH_TAG", "DEFAULT_BRANCH", "KEYLOAD_ID_TAG", "KEYLOAD_KIND", "MAX_MEMBERS", "MAX_PART_BYTES", "RESEAL_KIND",
+    "Keyload", "KeyloadPart", "KeyloadSummary", "Member", "Recipient", "Reseal", "build_keyload", "build_reseals",
+    "check_keyload", "decode_part", "decode_reseal", "find_entry", "key_commitment", "mask", "masked_aad",
+    "members_digest", "new_session_key", "open_keyload", "open_reseal", "part_for", "payload_key", "require_branch",
+    "unmask",
 ]

@@ -29,12 +29,11 @@ from watchtower.protocol.accounts import (
     AuthorizationRecord,
     authorization_key,
 )
-from watchtower.protocol.confidential import KeyloadState
+from watchtower.protocol.confidential import Keyloads
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
-from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
-from watchtower.protocol.keyload import KEYLOAD_ID_BYTES
 from watchtower.protocol.ledger import ACCOUNT_PREFIX, MAX_CBY, PAID_PREFIX
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.paid_stream import PaidState
@@ -144,7 +143,7 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "replays": [[k, *v] for k, v in sorted(s.replays.items())],
         "ingest": [s.ingest_fail_count, s.last_failed_tick],
     } | ({} if s.keyloads.is_default else {
-        "keyloads": [s.keyloads.keyload_id, s.keyloads.parts_left, s.keyloads.rekey_required]})
+        "keyloads": s.keyloads.canonical()})
 
 
 def _row(value: object, length: int, what: str) -> list[Any]:
@@ -204,10 +203,11 @@ def _stream_from(d: Any) -> StreamState:
     # Snapshots written before ingestion ran lack its counters: nothing failed yet.
     ingest = _row(d.get("ingest", [0, 0]), 2, "ingest")
     # Only a confidential stream's entry has keyloads (and none written before they existed).
-    keyloads = _row(d.get("keyloads", [None, 0, False]), 3, "keyloads")
-    _require(keyloads[0] is None or (isinstance(keyloads[0], bytes) and len(keyloads[0]) == KEYLOAD_ID_BYTES),
-             f"keyloads starts with the current keyload id ({KEYLOAD_ID_BYTES} bytes) or null")
-    _require(isinstance(keyloads[2], bool), "keyloads ends with the re-key flag (a boolean)")
+    # A stream with states for branches other than main spells them as a map (Keyloads.canonical).
+    try:
+        keyloads = Keyloads.from_canonical(d["keyloads"]) if "keyloads" in d else Keyloads()
+    except InvalidArgumentError as exc:
+        raise SnapshotError(f"keyloads: {exc.message}") from None
     return StreamState(
         stream_id=StreamState.initial(d["stream_id"]).stream_id,
         created=d["created"],
@@ -226,7 +226,7 @@ def _stream_from(d: Any) -> StreamState:
         replays=replays,
         ingest_fail_count=_int(ingest[0], "ingest_fail_count"),
         last_failed_tick=_int(ingest[1], "last_failed_tick"),
-        keyloads=KeyloadState(keyloads[0], _int(keyloads[1], "keyload parts_left"), keyloads[2]),
+        keyloads=keyloads,
     )
 
 

@@ -43,7 +43,7 @@ from typing import Any, Final, Generic, TypeVar
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import nonce_ceiling
-from watchtower.protocol.confidential import NO_KEYLOAD, KeyloadState, fold_keyload_part, member_removed
+from watchtower.protocol.confidential import NO_KEYLOADS, Keyloads, fold_keyload_part, member_removed
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
@@ -202,8 +202,9 @@ class StreamState:
     """CIP-7 ingest_fail_count: the IngestFailed events of the stream (`protocol.ingestion_failure`)."""
     last_failed_tick: int = 0
     """The last ingestion tick an IngestFailed covers, so a tick is reported failed at most once."""
-    keyloads: KeyloadState = NO_KEYLOAD
-    """A confidential stream's current keyload and re-key obligation (`confidential`); default otherwise."""
+    keyloads: Keyloads = NO_KEYLOADS
+    """A confidential stream's current keyload and re-key obligation, branch by branch (`confidential`);
+    default otherwise."""
 
     @classmethod
     def initial(cls, stream_id: str) -> StreamState:
@@ -712,6 +713,5 @@ def state_digest(state: StreamState) -> str:
     if state.ingest_fail_count or state.last_failed_tick:  # likewise absent for a stream whose ingestion never failed
         canonical["ingest"] = [state.ingest_fail_count, state.last_failed_tick]
     if not state.keyloads.is_default:  # likewise absent for a stream that is not confidential
-        k = state.keyloads
-        canonical["keyloads"] = [k.keyload_id, k.parts_left, k.rekey_required]
+        canonical["keyloads"] = state.keyloads.canonical()
     return hashlib.sha256(cbor.encode(canonical)).hexdigest()
