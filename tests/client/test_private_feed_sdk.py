@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import nacl.public
 import nacl.signing
@@ -17,7 +18,7 @@ import pytest
 
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.private import ConfidentialPublisher, ConfidentialReader, newest_active_key
 from watchtower.client.sdk import Publisher, Subscriber
 from watchtower.protocol.errors import (
     DecryptionFailedError,
@@ -179,3 +180,130 @@ def test_a_confidential_flag_on_a_public_feed_is_refused(tmp_path: Path) -> None
     owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
     with pytest.raises(InvalidArgumentError, match="PRIVATE_ALLOWLIST"):
         FakeApi().command(owner.sign("create_stream", SID, {"publisher_key_hex": "22" * 32, "confidential": True}))
+
+
+# --- joining later, reseals, key rotation, branches ----------------------------------------------
+
+
+def read_history(api: FakeApi, reader: ConfidentialReader, **subscriber: Any) -> dict[int, bytes | Exception | None]:
+    """A history read as `feed ID get-since --decrypt` does it: prime with every verified message
+    (a reseal later in the log unlocks earlier ones), then read."""
+    messages = Subscriber(api, SID, **subscriber).poll(500)
+    reader.prime(messages)
+    out: dict[int, bytes | Exception | None] = {}
+    for msg in messages:
+        try:
+            out[msg.sequence] = reader.read(msg).plaintext
+        except (UnauthorizedError, DecryptionFailedError) as exc:
+            out[msg.sequence] = exc
+    return out
+
+
+def test_a_member_added_later_reads_from_its_join_and_what_the_owner_resealed(
+        confidential: tuple[FakeApi, ConfidentialPublisher, Account]) -> None:
+    api, pub, owner_account = confidential
+    owner, alice, carol = Person(10), Person(11), Person(13)  # owner: the owner's reading identity
+    for p in (owner, alice):
+        api.command(owner_account.sign("allowlist_add", SID, {"address": p.address}))
+    first = pub.rekey([owner.recipient(), alice.recipient()])            # 1
+    pub.publish("tick", b"first-1")                                      # 2
+    second = pub.rekey([owner.recipient(), alice.recipient()])           # 3
+    pub.publish("tick", b"second-1")                                     # 4
+    api.command(owner_account.sign("allowlist_add", SID, {"address": carol.address}))
+    pub.rekey([owner.recipient(), alice.recipient(), carol.recipient()])  # 5: carol joins
+    pub.publish("tick", b"third-1")                                      # 6
+
+    got = read_history(api, carol.reader())
+    assert got[6] == b"third-1"                                          # from its join
+    assert isinstance(got[2], UnauthorizedError)
+    assert isinstance(got[4], UnauthorizedError)
+
+    # The owner opens the second keyload from the log (a member of every keyload) and reseals it.
+    owner_reader = owner.reader()
+    owner_reader.prime(Subscriber(api, SID).poll(500))
+    past = owner_reader.keyload(second.keyload_id)
+    assert past is not None
+    assert past.session_key == second.session_key
+    assert owner_reader.keyload(first.keyload_id) is not None
+    pub.reseal(past.keyload_id, past.session_key, [carol.recipient()])   # 7
+    got = read_history(api, carol.reader())
+    assert got[4] == b"second-1"                                         # the chosen history
+    assert isinstance(got[2], UnauthorizedError)                         # not resealed: still closed
+    assert carol.reader().keyloads() == {}
+    assert isinstance(read_history(api, Person(14).reader())[4], UnauthorizedError)  # a stranger: nothing
+
+
+def test_a_reseal_that_commits_to_another_key_is_refused_by_the_member(
+        confidential: tuple[FakeApi, ConfidentialPublisher, Account]) -> None:
+    api, pub, owner_account = confidential
+    alice, carol = Person(11), Person(13)
+    for p in (alice, carol):
+        api.command(owner_account.sign("allowlist_add", SID, {"address": p.address}))
+    real = pub.rekey([alice.recipient()])                                # 1
+    pub.publish("tick", b"secret")                                       # 2
+    pub.reseal(real.keyload_id, bytes(32), [carol.recipient()])          # 3: a key the keyload never held
+    got = read_history(api, carol.reader())  # reported on the message it would have opened
+    assert isinstance(got[2], DecryptionFailedError)
+    assert "commits to another key" in str(got[2])
+    live, reader = Subscriber(api, SID).poll(500), carol.reader()  # live, in order: refused at the reseal
+    reader.read(live[0])
+    with pytest.raises(UnauthorizedError):
+        reader.read(live[1])
+    with pytest.raises(DecryptionFailedError, match="commits to another key"):
+        reader.read(live[2])
+
+
+def test_refresh_re_keys_when_a_members_account_key_rotates_and_not_otherwise(
+        confidential: tuple[FakeApi, ConfidentialPublisher, Account]) -> None:
+    api, pub, owner_account = confidential
+    alice, bob = Person(11), Person(12)
+    for p in (alice, bob):
+        api.command(owner_account.sign("allowlist_add", SID, {"address": p.address}))
+    members = [alice.recipient(), bob.recipient()]
+    assert pub.refresh(members) is not None                              # 1: the first keyload
+    assert pub.refresh(list(reversed(members))) is None                  # the same keys: nothing to do
+    pub.publish("tick", b"before")                                       # 2
+    rotated = Person(21)                                                 # bob's new X25519 key, id 2
+    bob_new = Recipient(bob.address, 2, bytes(rotated.x25519.public_key))
+    keyload = pub.refresh([alice.recipient(), bob_new])                  # 3: re-keyed to bob's new key
+    assert keyload is not None
+    assert (bob.address, 2) in {(m.address, m.account_key_id) for m in keyload.members}
+    pub.publish("tick", b"after")                                        # 4
+    assert read_history(api, ConfidentialReader(bob.address, bytes(rotated.x25519)))[4] == b"after"
+    old_key = read_history(api, bob.reader())
+    assert old_key[2] == b"before"
+    assert isinstance(old_key[4], DecryptionFailedError)
+    assert "key id 2" in str(old_key[4])
+
+
+def test_newest_active_key_skips_revoked_and_picks_the_newest() -> None:
+    body = {"keys": [{"account_key_id": 1, "scheme": "X25519", "public_key_hex": "11" * 32, "status": "ACTIVE"},
+                     {"account_key_id": 3, "scheme": "X25519", "public_key_hex": "33" * 32, "status": "REVOKED"},
+                     {"account_key_id": 2, "scheme": "X25519", "public_key_hex": "22" * 32, "status": "ACTIVE"}]}
+    assert newest_active_key(body) == (2, b"\x22" * 32)
+    assert newest_active_key({"keys": [dict(body["keys"][1])]}) is None
+    assert newest_active_key({"keys": []}) is None
+
+
+def test_each_branch_has_its_audience_and_a_subscriber_filters_by_branch(
+        confidential: tuple[FakeApi, ConfidentialPublisher, Account]) -> None:
+    api, main_pub, owner_account = confidential
+    alice, bob = Person(11), Person(12)
+    for p in (alice, bob):
+        api.command(owner_account.sign("allowlist_add", SID, {"address": p.address}))
+    pro = ConfidentialPublisher(main_pub.publisher, branch="pro")
+    basic = ConfidentialPublisher(main_pub.publisher, branch="basic")
+    pro.rekey([alice.recipient()])                                       # 1
+    basic.rekey([alice.recipient(), bob.recipient()])                    # 2
+    pro.publish("tick", b"pro-1")                                        # 3
+    basic.publish("tick", b"basic-1")                                    # 4
+    pro.publish("tick", b"pro-2")                                        # 5
+
+    bob_all = read_history(api, bob.reader())
+    assert bob_all[4] == b"basic-1"
+    assert isinstance(bob_all[3], UnauthorizedError)
+    only_pro = {"field": "tags.wt.branch", "op": "eq", "value": "pro"}
+    got = read_history(api, alice.reader(), filter=only_pro)
+    assert got == {1: None, 3: b"pro-1", 5: b"pro-2"}                    # the branch's keyload came along
+    only_basic = {"field": "tags.wt.branch", "op": "eq", "value": "basic"}
+    assert read_history(api, bob.reader(), filter=only_basic) == {2: None, 4: b"basic-1"}

@@ -346,9 +346,9 @@ def test_each_branch_has_its_own_current_keyload(stream: Stream) -> None:
     publish_branch_keyload(stream, basic, "basic")
     publish_on_branch(stream, pro, "pro")
     publish_on_branch(stream, basic, "basic")
-    with pytest.raises(UnauthorizedError, match="not the current keyload .* of branch 'basic'"):
+    with pytest.raises(UnauthorizedError, match=r"not the current keyload .* of branch 'basic'"):
         publish_on_branch(stream, pro, "pro", tag="basic")  # pro's keyload named on basic
-    with pytest.raises(UnauthorizedError, match="branch 'main' .* has no keyload yet"):
+    with pytest.raises(UnauthorizedError, match=r"branch 'main' .* has no keyload yet"):
         stream.publish("tick", b"{}", {KEYLOAD_ID_TAG: pro.keyload_id.hex()})  # no branch tag: main
     # A new pro keyload leaves basic's untouched.
     pro2 = branch_keyload("pro", ALICE, CAROL)

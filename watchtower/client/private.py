@@ -12,6 +12,15 @@ read side, the replay and push paths only store and forward ciphertext and seale
 
 Membership changes re-key: after a member leaves, call `rekey` with the remaining members before
 the next message (a member removed keeps what it could open before, and opens nothing after).
+`refresh` re-keys whenever the audience differs from the current keyload's: a member added or
+removed, or a member's account key rotated or revoked (`member_recipients` reads every member's
+newest active key). A member added later reads from its join; the owner may `reseal` chosen past
+keyloads to it (the owner, a member of every keyload, opens them from the log).
+
+Branches: one `ConfidentialPublisher` per branch, each with its own audience and keyload; every
+message names its branch in the signed ``wt.branch`` tag, so a subscriber filters by branch with
+the filter DSL (``{"field": "tags.wt.branch", "op": "eq", "value": "pro"}``: a branch's keyload
+parts and reseals carry the tag too, so that filter alone gives a member all it needs).
 """
 
 from __future__ import annotations
@@ -20,20 +29,33 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher
-from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
-from watchtower.protocol.errors import InvalidArgumentError, StaleSequenceError, UnauthorizedError
+from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CONTENT_TYPE
+from watchtower.protocol.errors import (
+    DecryptionFailedError,
+    InvalidArgumentError,
+    StaleSequenceError,
+    UnauthorizedError,
+)
 from watchtower.protocol.keyload import (
+    BRANCH_TAG,
     DEFAULT_BRANCH,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
+    RESEAL_KIND,
     Keyload,
     KeyloadPart,
+    Member,
     Recipient,
     build_keyload,
+    build_reseals,
     decode_part,
+    decode_reseal,
+    key_commitment,
     mask,
     open_keyload,
+    open_reseal,
     require_branch,
     unmask,
 )
@@ -41,7 +63,7 @@ from watchtower.protocol.message import StreamMessage, TagValue
 
 #: Tags of a masked message: which keyload's key masks it, and its branch.
 TAG_KEYLOAD: Final = KEYLOAD_ID_TAG
-TAG_BRANCH: Final = "wt.branch"
+TAG_BRANCH: Final = BRANCH_TAG
 #: Tags of a keyload part: its keyload, branch, part number and count, and its address range.
 TAG_PART: Final = "wt.part"
 TAG_PARTS: Final = "wt.parts"
@@ -76,14 +98,39 @@ class ConfidentialPublisher:
         self._keyload = keyload
         return keyload
 
+    def resume(self, keyload: Keyload) -> None:
+        """Mask the next messages under `keyload`, already published (e.g. the current keyload, which
+        the owner opened from the log in another process)."""
+        self._keyload = keyload
+
+    def refresh(self, members: Iterable[Recipient]) -> Keyload | None:
+        """Re-key if `members` (address and account key id) differ from the current keyload's:
+        someone added or removed, or an account key rotated or revoked. Returns the new keyload,
+        or None when the current one still seals to exactly these keys."""
+        recipients = list(members)
+        wanted = sorted((r.address, r.account_key_id) for r in recipients)
+        if self._keyload is not None and wanted == [(m.address, m.account_key_id) for m in self._keyload.members]:
+            return None
+        return self.rekey(recipients)
+
+    def reseal(self, keyload_id: bytes, session_key: bytes, members: Iterable[Recipient]) -> list[dict[str, Any]]:
+        """Seal a past keyload of this branch (its id and session key) to `members`, who then open
+        what it masked: the owner's choice of history for a new member. One message per 16 KiB."""
+        replies = []
+        for raw in build_reseals(self.publisher.stream_id, members, branch=self.branch, keyload_id=keyload_id,
+                                 session_key=session_key):
+            tags: dict[str, TagValue] = {TAG_KEYLOAD: keyload_id.hex(), TAG_BRANCH: self.branch}
+            replies.append(self.publisher.publish(RESEAL_KIND, raw, tags, KEYLOAD_CONTENT_TYPE))
+        return replies
+
     def publish(self, kind: str, plaintext: bytes, tags: Mapping[str, TagValue] | None = None,
                 content_type: str = DEFAULT_CONTENT_TYPE) -> dict[str, Any]:
         """Mask `plaintext` for the next sequence and publish it. Should another writer take that
         sequence first (STALE_SEQUENCE), it is masked again for the new head, once."""
         if self._keyload is None:
             raise InvalidArgumentError("no keyload yet: call rekey(members) before the first message")
-        if kind == KEYLOAD_KIND:
-            raise InvalidArgumentError(f"the kind {KEYLOAD_KIND!r} is reserved for keyloads")
+        if kind in (KEYLOAD_KIND, RESEAL_KIND):
+            raise InvalidArgumentError(f"the kind {kind!r} is reserved for keyloads")
         for name in (TAG_KEYLOAD, TAG_BRANCH):
             if tags and name in tags:
                 raise InvalidArgumentError(f"the tag {name!r} is set by the confidential publisher")
@@ -113,7 +160,10 @@ class Opened:
 
 
 class ConfidentialReader:
-    """A member's view of a confidential feed: feed it the verified messages, in order."""
+    """A member's view of a confidential feed: feed it the verified messages, in order.
+
+    A reseal (a past keyload's key sealed to this member later) unlocks messages published before
+    it: on a history read, `prime` the reader with the messages first, then `read` them."""
 
     def __init__(self, address: str, private_key: bytes) -> None:
         self.address = address
@@ -121,22 +171,54 @@ class ConfidentialReader:
         self._keys: dict[bytes, bytes] = {}  # keyload id -> session key (this member's)
         self._branches: dict[bytes, str] = {}
         self._parts: dict[bytes, dict[int, KeyloadPart]] = {}
+        self._resealed: set[bytes] = set()
+        self._failed: dict[bytes, DecryptionFailedError] = {}  # keyload id -> why its key did not open
 
     def __repr__(self) -> str:  # never a key
         return f"ConfidentialReader(address={self.address!r}, keyloads={len(self._keys)})"
 
     def keyloads(self) -> dict[str, dict[str, Any]]:
-        """The keyloads seen, by id (hex): branch, parts seen of how many, whether this member holds the key."""
+        """The keyloads seen, by id (hex): branch, parts seen of how many, whether this member holds
+        the key, and whether it came by a reseal."""
         return {kid.hex(): {"branch": next(iter(parts.values())).branch, "parts_seen": len(parts),
-                            "parts": next(iter(parts.values())).parts, "member": kid in self._keys}
+                            "parts": next(iter(parts.values())).parts, "member": kid in self._keys,
+                            "resealed": kid in self._resealed}
                 for kid, parts in self._parts.items()}
 
+    def members(self, keyload_id: bytes) -> list[Member]:
+        """The members of the parts of `keyload_id` seen so far (all of them once every part was read)."""
+        parts = self._parts.get(keyload_id, {})
+        return [m for i in sorted(parts) for m, _ in parts[i].entries]
+
+    def keyload(self, keyload_id: bytes) -> Keyload | None:
+        """The keyload `keyload_id` as its publisher holds it, when this member opened it and read
+        every part: lets the owner publish under (`ConfidentialPublisher.resume`) or reseal it."""
+        key, parts = self._keys.get(keyload_id), self._parts.get(keyload_id, {})
+        if key is None or not parts or len(parts) != next(iter(parts.values())).parts:
+            return None
+        return Keyload(key, keyload_id, (), tuple(self.members(keyload_id)))
+
+    def prime(self, messages: Iterable[StreamMessage]) -> None:
+        """Take in the keyload parts and reseals among verified `messages` (nothing else is read).
+        A part or reseal whose key does not open (a forged one, or one sealed to an account key
+        this reader does not hold) does not stop it: reading a message under that keyload raises
+        the reason."""
+        for msg in messages:
+            if msg.kind in (KEYLOAD_KIND, RESEAL_KIND):
+                try:
+                    self.read(msg)
+                except DecryptionFailedError:
+                    continue  # kept in _failed: the masked messages under it report it
+
     def read(self, msg: StreamMessage) -> Opened:
-        """The plaintext of a verified `msg`. A keyload part is taken in (its plaintext is None).
-        UNAUTHORIZED for a masked message under a keyload this member is not in (or whose part
-        holding this member was not read); DECRYPTION_FAILED when it does not open."""
+        """The plaintext of a verified `msg`. A keyload part or a reseal is taken in (its plaintext
+        is None). UNAUTHORIZED for a masked message under a keyload this member is not in (or
+        whose part holding this member was not read); DECRYPTION_FAILED when it does not open."""
         if msg.kind == KEYLOAD_KIND:
             self._take_part(msg)
+            return Opened(msg, None, str(msg.tags.get(TAG_BRANCH)))
+        if msg.kind == RESEAL_KIND:
+            self._take_reseal(msg)
             return Opened(msg, None, str(msg.tags.get(TAG_BRANCH)))
         kid_hex = msg.tags.get(TAG_KEYLOAD)
         if not isinstance(kid_hex, str):
@@ -146,6 +228,9 @@ class ConfidentialReader:
         except ValueError:
             raise InvalidArgumentError(f"message {msg.sequence} names keyload {kid_hex!r}, not hex") from None
         key = self._keys.get(kid)
+        if key is None and kid in self._failed:
+            raise DecryptionFailedError(f"message {msg.sequence} is masked under keyload {kid_hex}, whose key did "
+                                        f"not open: {self._failed[kid].message}")
         if key is None:
             raise UnauthorizedError(f"message {msg.sequence} is masked under keyload {kid_hex}, which "
                                     f"{self.address} cannot open: not a member of it (or its keyload was not read)")
@@ -159,12 +244,73 @@ class ConfidentialReader:
         if part.stream_id != msg.stream_id:
             raise InvalidArgumentError(f"message {msg.sequence} carries a keyload of stream {part.stream_id!r}")
         self._parts.setdefault(part.keyload_id, {})[part.part] = part
+        if part.keyload_id in self._resealed and not self._commitment_matches(part.keyload_id):
+            self._forget(part.keyload_id)  # a reseal that committed to another key: the keyload wins
         if part.first <= self.address <= part.last and part.keyload_id not in self._keys:
             try:
                 self._keys[part.keyload_id] = open_keyload(part, self.address, self._private_key)
             except UnauthorizedError:
                 return  # in range but not a member: nothing to open
+            except DecryptionFailedError as exc:
+                self._failed[part.keyload_id] = exc
+                raise
+            self._failed.pop(part.keyload_id, None)
             self._branches[part.keyload_id] = part.branch
 
+    def _take_reseal(self, msg: StreamMessage) -> None:
+        reseal = decode_reseal(msg.payload_inline)
+        if reseal.stream_id != msg.stream_id:
+            raise InvalidArgumentError(f"message {msg.sequence} carries a reseal of stream {reseal.stream_id!r}")
+        if reseal.keyload_id in self._keys:
+            return
+        seen = self._parts.get(reseal.keyload_id)
+        commitment = next(iter(seen.values())).key_commitment if seen else None
+        try:
+            key = open_reseal(reseal, self.address, self._private_key, commitment=commitment)
+        except UnauthorizedError:
+            return  # not resealed to this member
+        except DecryptionFailedError as exc:
+            self._failed[reseal.keyload_id] = exc
+            raise
+        self._failed.pop(reseal.keyload_id, None)
+        self._keys[reseal.keyload_id] = key
+        self._branches[reseal.keyload_id] = reseal.branch
+        self._resealed.add(reseal.keyload_id)
 
-__all__ = ["ConfidentialPublisher", "ConfidentialReader", "Opened"]
+    def _commitment_matches(self, keyload_id: bytes) -> bool:
+        parts = self._parts[keyload_id]
+        return key_commitment(self._keys[keyload_id], keyload_id) == next(iter(parts.values())).key_commitment
+
+    def _forget(self, keyload_id: bytes) -> None:
+        self._keys.pop(keyload_id, None)
+        self._branches.pop(keyload_id, None)
+        self._resealed.discard(keyload_id)
+
+
+def newest_active_key(account: Mapping[str, Any]) -> tuple[int, bytes] | None:
+    """(id, X25519 public key) of the newest ACTIVE account key in a ``GET /v1/accounts/{address}``
+    body, or None: the key a keyload seals to."""
+    active = [k for k in account.get("keys", []) if k.get("status") == "ACTIVE"
+              and k.get("scheme", ACCOUNT_KEY_SCHEME_X25519) == ACCOUNT_KEY_SCHEME_X25519]
+    if not active:
+        return None
+    newest = max(active, key=lambda k: int(k["account_key_id"]))
+    return int(newest["account_key_id"]), bytes.fromhex(newest["public_key_hex"])
+
+
+def member_recipients(api: ApiClient, addresses: Iterable[str]) -> tuple[list[Recipient], list[str]]:
+    """The recipients of a keyload for `addresses`: each member's newest active account key, read
+    from the API, and the addresses that have none (they cannot be sealed to: register a key).
+    A rotated key (a newer one registered) or a revoked one changes the result, so a publisher
+    that calls `ConfidentialPublisher.refresh` with it re-keys."""
+    recipients, missing = [], []
+    for address in sorted(set(addresses)):
+        found = newest_active_key(api.account_info(address))  # an API error stops: no member is dropped silently
+        if found is None:
+            missing.append(address)
+        else:
+            recipients.append(Recipient(address, found[0], found[1]))
+    return recipients, missing
+
+
+__all__ = ["ConfidentialPublisher", "ConfidentialReader", "Opened", "member_recipients", "newest_active_key"]
