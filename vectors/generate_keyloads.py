@@ -3,7 +3,9 @@
     .venv/bin/python vectors/generate_keyloads.py > vectors/keyloads.json
 
 Vector types: ``keyload_check`` (every part of a keyload checked together), ``keyload_open`` (one
-member opens its sealed session key), ``masked_payload`` (mask with a given nonce) and ``unmask``.
+member opens its sealed session key), ``reseal_open`` (a member added later opens a past keyload's
+key from a reseal, checked against the keyload's key commitment when given), ``masked_payload``
+(mask with a given nonce) and ``unmask``.
 
 Everything comes from fixed seeds. A sealed box (libsodium ``crypto_box_seal``) normally draws a
 random ephemeral key; here each box is sealed with an ephemeral key derived from the keyload id and
@@ -34,6 +36,7 @@ from watchtower.protocol.keyload import (
     Recipient,
     build_keyload,
     decode_part,
+    decode_reseal,
     key_commitment,
     mask,
     masked_aad,
@@ -312,9 +315,60 @@ def mask_vectors() -> list[dict[str, Any]]:
     return out
 
 
+def reseal_bytes(members: tuple[TestMember, ...], *, session_key: bytes = SESSION_KEY,
+                 commitment: bytes | None = None, change: Any = None) -> bytes:
+    """A reseal of KEYLOAD_ID (branch main) to `members`, with deterministic sealed boxes."""
+    doc: dict[str, Any] = {
+        "v": 1, "keyload_id": KEYLOAD_ID, "stream_id": STREAM, "branch": "main",
+        "key_commitment": commitment if commitment is not None else key_commitment(session_key, KEYLOAD_ID),
+        "entries": [[bytes.fromhex(m.address[2:]), m.account_key_id,
+                     _seal(session_key, m.x25519_public, b"reseal" + KEYLOAD_ID + bytes.fromhex(m.address[2:]))]
+                    for m in sorted(members, key=lambda m: m.address)]}
+    if change is not None:
+        change(doc)
+    return cbor.encode(doc)
+
+
+def reseal_vectors() -> list[dict[str, Any]]:
+    keyload_commitment = key_commitment(SESSION_KEY, KEYLOAD_ID)
+
+    def opened(vid: str, data: bytes, member: TestMember, expect: dict[str, Any], *,
+               with_commitment: bool = True) -> dict[str, Any]:
+        inp: dict[str, Any] = {"reseal_hex": data.hex(), "address": member.address,
+                               "test_only_x25519_secret_key_hex": member.x25519_secret.hex(), "note": TEST_KEY_NOTE}
+        if with_commitment:
+            inp["keyload_key_commitment_hex"] = keyload_commitment.hex()
+        return {"id": vid, "type": "reseal_open", "input": inp, "expect": expect}
+
+    def got(member: TestMember) -> dict[str, Any]:
+        return {"keyload_id_hex": KEYLOAD_ID.hex(), "account_key_id": member.account_key_id,
+                "session_key_hex": SESSION_KEY.hex(), "key_commitment_hex": keyload_commitment.hex()}
+
+    good = reseal_bytes((CAROL, BOB))
+    decode_reseal(good)
+    failed, bad = {"error": "DECRYPTION_FAILED"}, {"error": "INVALID_ARGUMENT"}
+    entry_at = good.index(bytes.fromhex(CAROL.address[2:]))
+    return [
+        opened("reseal-open-carol", good, CAROL, got(CAROL)),
+        opened("reseal-open-bob-key-id-2", good, BOB, got(BOB)),
+        opened("reseal-open-without-the-keyloads-commitment", good, CAROL, got(CAROL), with_commitment=False),
+        opened("reseal-open-stranger-opens-nothing", good, STRANGER, {"error": "UNAUTHORIZED"}),
+        opened("reseal-open-another-key-than-the-keyload", reseal_bytes((CAROL,), session_key=OTHER_SESSION_KEY),
+               CAROL, failed),
+        opened("reseal-open-commitment-swapped-in", reseal_bytes((CAROL,), session_key=OTHER_SESSION_KEY,
+                                                                 commitment=keyload_commitment), CAROL, failed,
+               with_commitment=False),
+        opened("reseal-open-sealed-box-byte-flipped", _flip(good, entry_at + 32 + 2 + 40), CAROL, failed),
+        opened("reseal-open-version-two", reseal_bytes((CAROL,), change=lambda d: d.update(v=2)), CAROL, bad),
+        opened("reseal-open-no-entries", reseal_bytes((CAROL,), change=lambda d: d.update(entries=[])), CAROL, bad),
+        opened("reseal-open-not-deterministic-cbor", cbor2.dumps(dict(reversed(list(cbor2.loads(good).items())))),
+               CAROL, bad),
+    ]
+
+
 def document() -> dict[str, Any]:
     """The whole vectors file."""
-    return {"format": "watchtower-vectors/1", "vectors": keyload_vectors() + mask_vectors()}
+    return {"format": "watchtower-vectors/1", "vectors": keyload_vectors() + reseal_vectors() + mask_vectors()}
 
 
 if __name__ == "__main__":

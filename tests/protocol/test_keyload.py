@@ -23,13 +23,17 @@ from watchtower.protocol.keyload import (
     Member,
     Recipient,
     build_keyload,
+    build_reseals,
     check_keyload,
     decode_part,
+    decode_reseal,
     key_commitment,
     mask,
     members_digest,
     open_keyload,
+    open_reseal,
     part_for,
+    payload_key,
     require_branch,
     unmask,
 )
@@ -225,3 +229,80 @@ def test_the_members_digest_depends_on_every_member_and_the_keyload() -> None:
     assert members_digest(SID, "main", b"\x00" * 16, [members[0], Member(members[1].address, 2)]) != base
     assert members_digest(SID, "pro", b"\x00" * 16, members) != base
     assert members_digest(SID, "main", b"\x01" * 16, members) != base
+
+
+# --- reseals ------------------------------------------------------------------------------------
+
+
+def resealed(count: int = 2) -> tuple[object, list[tuple[Recipient, nacl.public.PrivateKey]], tuple[bytes, ...]]:
+    group = people(count)
+    keyload = build_keyload(SID, [r for r, _ in people(1)], branch="pro")
+    return keyload, group, build_reseals(SID, [r for r, _ in group], branch="pro", keyload_id=keyload.keyload_id,
+                                         session_key=keyload.session_key)
+
+
+def test_a_reseal_gives_its_members_the_past_keyloads_key_and_no_one_else() -> None:
+    keyload, group, raws = resealed()
+    reseal = decode_reseal(raws[0])
+    assert (reseal.keyload_id, reseal.stream_id, reseal.branch) == (keyload.keyload_id, SID, "pro")
+    assert reseal.key_commitment == key_commitment(keyload.session_key, keyload.keyload_id)
+    commitment = decode_part(keyload.parts[0]).key_commitment
+    for recipient, private in group:
+        assert open_reseal(reseal, recipient.address, bytes(private), commitment=commitment) == keyload.session_key
+    stranger, stranger_key = person(400)
+    with pytest.raises(UnauthorizedError):
+        open_reseal(reseal, stranger.address, bytes(stranger_key))
+    with pytest.raises(DecryptionFailedError):
+        open_reseal(reseal, group[0][0].address, bytes(group[1][1]))  # another member's key
+    for raw in raws:  # no reseal carries the session key or the payload key in clear
+        assert keyload.session_key not in raw
+        assert payload_key(keyload.session_key, keyload.keyload_id) not in raw
+
+
+def test_a_reseal_of_another_key_is_refused_against_the_keyloads_commitment() -> None:
+    keyload, group, _ = resealed()
+    forged = decode_reseal(build_reseals(SID, [r for r, _ in group], branch="pro", keyload_id=keyload.keyload_id,
+                                         session_key=os.urandom(32))[0])
+    # Alone, a forged reseal is self-consistent; the keyload's own commitment exposes it.
+    assert open_reseal(forged, group[0][0].address, bytes(group[0][1])) != keyload.session_key
+    with pytest.raises(DecryptionFailedError, match="commits to another key"):
+        open_reseal(forged, group[0][0].address, bytes(group[0][1]),
+                    commitment=decode_part(keyload.parts[0]).key_commitment)
+    doc = cbor2.loads(build_reseals(SID, [r for r, _ in group], branch="pro", keyload_id=keyload.keyload_id,
+                                    session_key=keyload.session_key)[0])
+    doc["key_commitment"] = bytes(32)  # a commitment swapped in: the opened key does not match it
+    with pytest.raises(DecryptionFailedError):
+        open_reseal(decode_reseal(cbor.encode(doc)), group[0][0].address, bytes(group[0][1]))
+
+
+def test_a_reseal_to_many_members_spans_messages_each_within_the_limit() -> None:
+    _, _group, raws = resealed(400)
+    assert len(raws) > 1
+    assert all(len(raw) <= MAX_PART_BYTES for raw in raws)
+    assert sum(len(decode_reseal(raw).entries) for raw in raws) == 400
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(v=2),
+    lambda d: d.update(extra=1),
+    lambda d: d.pop("key_commitment"),
+    lambda d: d.update(entries=[]),
+    lambda d: d.update(key_commitment=b"\x00" * 31),
+    lambda d: d.update(keyload_id=b"\x00" * 15),
+    lambda d: d["entries"].reverse(),
+])
+def test_hostile_reseals_are_refused_with_invalid_argument(mutate: object) -> None:
+    _, _, raws = resealed(3)
+    doc = cbor2.loads(raws[0])
+    mutate(doc)  # type: ignore[operator]
+    with pytest.raises(InvalidArgumentError):
+        decode_reseal(cbor.encode(doc))
+    with pytest.raises(InvalidArgumentError, match="deterministic"):
+        decode_reseal(cbor2.dumps(dict(reversed(list(cbor2.loads(raws[0]).items())))))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=600))
+def test_arbitrary_bytes_never_crash_the_reseal_decoder(data: bytes) -> None:
+    with contextlib.suppress(InvalidArgumentError):
+        decode_reseal(data)

@@ -23,7 +23,7 @@ _register()
 
 REPO = Path(__file__).resolve().parents[2]
 KEYLOADS = REPO / "vectors" / "keyloads.json"
-TYPES = {"keyload_check", "keyload_open", "masked_payload", "unmask"}
+TYPES = {"keyload_check", "keyload_open", "reseal_open", "masked_payload", "unmask"}
 
 
 def document() -> dict[str, Any]:
@@ -74,6 +74,10 @@ def test_the_vectors_cover_every_refusal_of_docs_private_feeds() -> None:
         ("unmask-another-kind", "DECRYPTION_FAILED"),
         ("unmask-another-content-type", "DECRYPTION_FAILED"),
         ("unmask-ciphertext-byte-flipped", "DECRYPTION_FAILED"),
+        ("reseal-open-stranger-opens-nothing", "UNAUTHORIZED"),
+        ("reseal-open-another-key-than-the-keyload", "DECRYPTION_FAILED"),
+        ("reseal-open-commitment-swapped-in", "DECRYPTION_FAILED"),
+        ("reseal-open-not-deterministic-cbor", "INVALID_ARGUMENT"),
     ]:
         assert expects[vid] == {"error": code}, vid
     assert sum(1 for e in expects.values() if "session_key_hex" in e) >= 4
@@ -157,7 +161,7 @@ def test_cbor2_reads_the_parts_as_the_vectors_describe_them() -> None:
 
 def test_the_member_keys_in_the_vectors_are_labelled_test_only() -> None:
     for v in document()["vectors"]:
-        if v["type"] == "keyload_open":
+        if v["type"] in ("keyload_open", "reseal_open"):
             assert "test-only" in v["input"]["note"]
 
 
@@ -171,3 +175,13 @@ def test_the_generator_reproduces_the_file_byte_for_byte(tmp_path: Path) -> None
 
 def test_run_document_keeps_the_file_order() -> None:
     assert [o.vector_id for o in run_document(document())] == [v["id"] for v in document()["vectors"]]
+
+
+def test_an_independent_decoder_reads_a_reseal_vector_and_libsodium_opens_it() -> None:
+    opened = vector("reseal-open-carol")
+    doc = cbor2.loads(bytes.fromhex(opened["input"]["reseal_hex"]))
+    assert set(doc) == {"v", "keyload_id", "stream_id", "branch", "key_commitment", "entries"}
+    assert doc["key_commitment"].hex() == opened["input"]["keyload_key_commitment_hex"]
+    sealed = next(s for a, _, s in doc["entries"] if "0x" + a.hex() == opened["input"]["address"])
+    secret = nacl.public.PrivateKey(bytes.fromhex(opened["input"]["test_only_x25519_secret_key_hex"]))
+    assert nacl.public.SealedBox(secret).decrypt(sealed).hex() == opened["expect"]["session_key_hex"]

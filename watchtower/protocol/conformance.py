@@ -6,7 +6,8 @@ values), or ``{"error": CODE}`` where ``"*"`` accepts any Watchtower error. A ve
 expectation is wrong therefore fails, as does a vector this checker cannot read.
 
 Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
-(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``masked_payload``, ``unmask``
+(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``reseal_open``, ``masked_payload``,
+``unmask``
 (docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
 ``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md). A type this
 checker does not know fails its vector.
@@ -44,10 +45,12 @@ from watchtower.protocol.keyload import (
     KeyloadPart,
     check_keyload,
     decode_part,
+    decode_reseal,
     key_commitment,
     mask,
     masked_aad,
     open_keyload,
+    open_reseal,
     part_for,
     payload_key,
     unmask,
@@ -333,6 +336,22 @@ def _keyload_open(inp: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _reseal_open(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A member added later opens a past keyload's key; with the keyload's own commitment when it
+    # read the keyload (ConfidentialReader passes it), so a reseal cannot swap in another key.
+    address = _get(inp, "address")
+    reseal = decode_reseal(_hex(inp, "reseal_hex"))
+    commitment = _hex(inp, "keyload_key_commitment_hex") if "keyload_key_commitment_hex" in inp else None
+    session_key = open_reseal(reseal, address, _hex(inp, "test_only_x25519_secret_key_hex"), commitment=commitment)
+    found = next(m for m, _ in reseal.entries if m.address == address)
+    return {
+        "keyload_id_hex": reseal.keyload_id.hex(),
+        "account_key_id": found.account_key_id,
+        "session_key_hex": session_key.hex(),
+        "key_commitment_hex": key_commitment(session_key, reseal.keyload_id).hex(),
+    }
+
+
 def _mask_context(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "keyload_id": _hex(inp, "keyload_id_hex"),
@@ -459,6 +478,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "decrypt": _decrypt,
     "keyload_check": _keyload_check,
     "keyload_open": _keyload_open,
+    "reseal_open": _reseal_open,
     "masked_payload": _masked_payload,
     "unmask": _unmask,
     "ingest_task_id": _ingest_task_id,
