@@ -108,3 +108,106 @@ def test_keyloads_lists_audiences_and_a_member_decrypts(api: FakeApi) -> None:
     consumed = run("feed", SID, "consume", "--cursor", "0", "--json")
     assert consumed.exit_code == 0, consumed.output
     assert json.loads(consumed.output) == json.loads(read.output)
+
+
+# --- the owner's side: rekey, publish, reseal ----------------------------------------------------
+
+
+class Accounts:
+    """The account keys the API serves (GET /v1/accounts/{address}), as registered."""
+
+    def __init__(self, api: FakeApi) -> None:
+        self.keys: dict[str, list[dict[str, object]]] = {}
+        api.account_info = self.info  # type: ignore[attr-defined]
+
+    def info(self, address: str) -> dict[str, object]:
+        return {"account": address, "balance_cby": 0, "keys": self.keys.get(address, []), "authorizations": []}
+
+    def register(self, account: Account, key_id: int = 1) -> None:
+        key, _ = new_pending_key(account)
+        commit_pending_key(account, key_id)
+        for old in self.keys.get(account.address, []):
+            old["status"] = "REVOKED"
+        self.keys.setdefault(account.address, []).append(
+            {"account_key_id": key_id, "scheme": "X25519", "public_key_hex": bytes(key.public_key).hex(),
+             "status": "ACTIVE"})
+
+
+def refusal(*args: str) -> str:
+    """What a refused command says: click's usage errors in the output, Watchtower errors raised
+    (the `watchtower` entry point prints them with their code)."""
+    done = CliRunner().invoke(cli, list(args))
+    assert done.exit_code != 0
+    return done.output + str(done.exception or "")
+
+
+def named(name: str) -> Account:
+    assert run("account", "new", name, "--json").exit_code == 0
+    return load_account(name, None)
+
+
+def read_as(name: str | None) -> dict[int, dict[str, object]]:
+    args = ["feed", SID, "get-since", "--cursor", "0", "--decrypt", "--json"] + (["--account", name] if name else [])
+    done = run(*args)
+    assert done.exit_code == 0, done.output
+    return {r["sequence"]: r for r in json.loads(done.output)["messages"]}
+
+
+def test_the_owner_rekeys_publishes_and_reseals_from_the_command_line(api: FakeApi) -> None:
+    owner = named("owner")
+    assert run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential",
+               "--stream-id", SID, "--account", "owner").exit_code == 0
+    accounts = Accounts(api)
+    alice, carol = named("alice"), named("carol")
+    for who in (owner, alice, carol):
+        accounts.register(who)
+    api.command(owner.sign("allowlist_add", SID, {"address": alice.address}))
+
+    assert "rekey --branch main" in refusal("feed", SID, "publish", "--kind", "tick", "--data", "{}",
+                                            "--account", "owner")  # no keyload yet: says what to run
+    first = json.loads(run("feed", SID, "rekey", "--json", "--account", "owner").output)
+    assert (first["rekeyed"], first["members"], first["left_out"]) == (True, 2, [])
+    assert run("feed", SID, "publish", "--kind", "tick", "--data", '{"n":1}', "--account", "owner").exit_code == 0
+    again = json.loads(run("feed", SID, "rekey", "--if-changed", "--json", "--account", "owner").output)
+    assert again["rekeyed"] is False                                        # no one joined, left or rotated
+
+    api.command(owner.sign("allowlist_add", SID, {"address": carol.address}))
+    joined = json.loads(run("feed", SID, "rekey", "--if-changed", "--json", "--account", "owner").output)
+    assert (joined["rekeyed"], joined["members"]) == (True, 3)              # carol joined
+    assert run("feed", SID, "publish", "--kind", "tick", "--data", '{"n":2}', "--account", "owner").exit_code == 0
+    rows = read_as("carol")
+    assert rows[4]["plaintext"] == '{"n":2}'
+    assert rows[2]["error"]["code"] == "UNAUTHORIZED"                      # from its join only
+
+    resealed = run("feed", SID, "reseal", "--to", carol.address, "--keyload", first["keyload_id"], "--json",
+                   "--account", "owner")
+    assert resealed.exit_code == 0, resealed.output
+    assert json.loads(resealed.output)["resealed"][0]["keyload_id"] == first["keyload_id"]
+    assert read_as("carol")[2]["plaintext"] == '{"n":1}'                  # the history the owner chose
+
+    accounts.register(carol, key_id=2)                                      # carol rotates her account key
+    rotated = json.loads(run("feed", SID, "rekey", "--if-changed", "--json", "--account", "owner").output)
+    assert rotated["rekeyed"] is True
+    api.command(owner.sign("allowlist_remove", SID, {"address": alice.address}))
+    assert "left the allowlist" in refusal("feed", SID, "publish", "--kind", "tick", "--data", "{}",
+                                           "--account", "owner")
+    assert json.loads(run("feed", SID, "rekey", "--json", "--account", "owner").output)["members"] == 2
+    assert run("feed", SID, "publish", "--kind", "tick", "--data", '{"n":3}', "--account", "owner").exit_code == 0
+    alice_rows, carol_rows = read_as("alice"), read_as("carol")
+    head = max(carol_rows)
+    assert carol_rows[head]["plaintext"] == '{"n":3}'                       # with her new key (and old ones: n:1, n:2)
+    assert carol_rows[4]["plaintext"] == '{"n":2}'
+    assert alice_rows[head]["error"]["code"] == "UNAUTHORIZED"              # removed: nothing after
+    assert alice_rows[2]["plaintext"] == '{"n":1}'                          # everything before
+
+
+def test_only_the_owner_rekeys_and_reseals_only_to_allowlisted_members(api: FakeApi) -> None:
+    owner = named("owner")
+    assert run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential",
+               "--stream-id", SID, "--account", "owner").exit_code == 0
+    accounts = Accounts(api)
+    mallory = named("mallory")
+    accounts.register(owner)
+    accounts.register(mallory)
+    assert "only the owner" in refusal("feed", SID, "rekey", "--account", "mallory")
+    assert "not on the allowlist" in refusal("feed", SID, "reseal", "--to", mallory.address, "--account", "owner")

@@ -225,17 +225,22 @@ def _done(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
               help="Publisher key (default: the one stored when the feed was created here).")
 @click.option("--keymgr", "keymgr_url", default=None, metavar="URL",
               help="Paid feeds: the Stream Key Manager that encrypts [env WATCHTOWER_KEYMGR].")
+@click.option("--branch", default="main", show_default=True,
+              help="Confidential feeds: the branch whose current keyload masks the message.")
 @write_options
 @pass_feed
 def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_type: str, sequence: int | None,
-                 publisher_key_file: Path | None, keymgr_url: str | None, api_url: str | None, account: str | None,
-                 key_file: Path | None, as_json: bool) -> None:
+                 publisher_key_file: Path | None, keymgr_url: str | None, branch: str, api_url: str | None,
+                 account: str | None, key_file: Path | None, as_json: bool) -> None:
     """Append one signed message (owner only); --sequence makes it conditional.
 
     On a paid feed the data is encrypted by the key manager's stream_encrypt and published as
-    CIPHERTEXT with the key manager's receipt; the plaintext never reaches the stream.
+    CIPHERTEXT with the key manager's receipt; the plaintext never reaches the stream. On a
+    confidential feed it is masked under the branch's current keyload, which the owner opens
+    from the log with its own account key (`feed ID rekey` publishes one).
     """
     from watchtower.cli.paid_feed_cmd import is_paid
+    from watchtower.cli.private_feed_cmd import is_confidential, publish_confidential
     from watchtower.client.keymgr import KeyManagerClient
     from watchtower.client.paid import PaidPublisher
 
@@ -243,8 +248,18 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
         parse_json(data, "--data")
     api = ApiClient(api_url)
     stream_id, _ = ref.resolve(api)
-    key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
     owner = load_account(account, key_file)
+    if is_confidential(api, stream_id):
+        if sequence is not None:
+            raise click.UsageError("--sequence does not apply to a confidential feed: a masked payload is bound to "
+                                   "the sequence it is published at, so it always appends")
+        reply = with_spec_names(publish_confidential(
+            api, owner, stream_id, publisher_key_file, branch=branch, kind=kind, plaintext=data.encode(),
+            tags=parse_tags(tags), content_type=content_type))
+        _done(reply, as_json, f"published sequence {reply['sequence']} masked under branch {branch}'s keyload "
+                              f"(head {reply['head_sequence']})")
+        return
+    key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
     publisher = (PaidPublisher(api, owner, stream_id, key, KeyManagerClient(keymgr_url)) if is_paid(api, stream_id)
                  else Publisher(api, owner, stream_id, key))
     args = (kind, data.encode(), parse_tags(tags), content_type)

@@ -26,7 +26,7 @@ parts and reseals carry the tag too, so that filter alone gives a member all it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from watchtower.client.http import ApiClient
@@ -165,9 +165,13 @@ class ConfidentialReader:
     A reseal (a past keyload's key sealed to this member later) unlocks messages published before
     it: on a history read, `prime` the reader with the messages first, then `read` them."""
 
-    def __init__(self, address: str, private_key: bytes) -> None:
+    def __init__(self, address: str, private_key: bytes | Sequence[bytes]) -> None:
+        """`private_key`: the member's X25519 private key, or several (its account keys, newest
+        last: a keyload sealed before a rotation opens with the key of its time)."""
         self.address = address
-        self._private_key = private_key
+        self._private_keys = [private_key] if isinstance(private_key, bytes) else list(reversed(private_key))
+        if not self._private_keys:
+            raise InvalidArgumentError("a reader needs at least one X25519 private key")
         self._keys: dict[bytes, bytes] = {}  # keyload id -> session key (this member's)
         self._branches: dict[bytes, str] = {}
         self._parts: dict[bytes, dict[int, KeyloadPart]] = {}
@@ -248,7 +252,8 @@ class ConfidentialReader:
             self._forget(part.keyload_id)  # a reseal that committed to another key: the keyload wins
         if part.first <= self.address <= part.last and part.keyload_id not in self._keys:
             try:
-                self._keys[part.keyload_id] = open_keyload(part, self.address, self._private_key)
+                self._keys[part.keyload_id] = self._open_with_any(
+                    lambda key: open_keyload(part, self.address, key))
             except UnauthorizedError:
                 return  # in range but not a member: nothing to open
             except DecryptionFailedError as exc:
@@ -266,7 +271,7 @@ class ConfidentialReader:
         seen = self._parts.get(reseal.keyload_id)
         commitment = next(iter(seen.values())).key_commitment if seen else None
         try:
-            key = open_reseal(reseal, self.address, self._private_key, commitment=commitment)
+            key = self._open_with_any(lambda k: open_reseal(reseal, self.address, k, commitment=commitment))
         except UnauthorizedError:
             return  # not resealed to this member
         except DecryptionFailedError as exc:
@@ -276,6 +281,17 @@ class ConfidentialReader:
         self._keys[reseal.keyload_id] = key
         self._branches[reseal.keyload_id] = reseal.branch
         self._resealed.add(reseal.keyload_id)
+
+    def _open_with_any(self, attempt: Callable[[bytes], bytes]) -> bytes:
+        # Newest key first; the first key's refusal is the one reported when none opens.
+        first: DecryptionFailedError | None = None
+        for key in self._private_keys:
+            try:
+                return attempt(key)
+            except DecryptionFailedError as exc:
+                first = first or exc
+        assert first is not None
+        raise first
 
     def _commitment_matches(self, keyload_id: bytes) -> bool:
         parts = self._parts[keyload_id]
