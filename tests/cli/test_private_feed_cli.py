@@ -211,3 +211,16 @@ def test_only_the_owner_rekeys_and_reseals_only_to_allowlisted_members(api: Fake
     accounts.register(mallory)
     assert "only the owner" in refusal("feed", SID, "rekey", "--account", "mallory")
     assert "not on the allowlist" in refusal("feed", SID, "reseal", "--to", mallory.address, "--account", "owner")
+
+
+def test_the_demo_step_shows_each_member_what_it_may_read(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    from watchtower.cli.demo_private import show_confidential_feed
+
+    show_confidential_feed(api, named("demo-owner"))  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert ("alice reads: ['before bob left #1', 'before bob left #2', 'after bob left', 'after carol joined', "
+            "'pro only']") in out
+    assert ("bob reads: ['before bob left #1', 'before bob left #2', 'UNAUTHORIZED', 'UNAUTHORIZED', "
+            "'UNAUTHORIZED']") in out
+    assert ("carol reads: ['before bob left #1', 'before bob left #2', 'UNAUTHORIZED', 'after carol joined', "
+            "'UNAUTHORIZED']") in out

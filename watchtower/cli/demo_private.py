@@ -3,7 +3,8 @@
 The publisher's SDK seals a session key to each member's X25519 key in a keyload message of the
 feed itself and masks every message under it; the platform stores and serves ciphertext only. When
 the owner removes a member, the writer refuses the next message until a new keyload without that
-member is published.
+member is published. A third member joins later and reads from its join, plus the history the
+owner reseals to it; a ``pro`` branch has an audience and a keyload of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
 from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.keyload import KEYLOAD_KIND, Recipient
+from watchtower.protocol.keyload import KEYLOAD_KIND, RESEAL_KIND, Recipient
 
 
 class _Member:
@@ -32,21 +33,24 @@ class _Member:
         return Recipient(self.address, 1, bytes(self.x25519.public_key))
 
     def reads(self, api: ApiClient, stream_id: str) -> list[str]:
-        """What this member reads of each non-keyload message: its text, or the refusal's code."""
+        """What this member reads of each masked message: its text, or the refusal's code."""
         reader, out = ConfidentialReader(self.address, bytes(self.x25519)), []
-        for msg in Subscriber(api, stream_id).poll(20):  # every signature verified first
+        messages = Subscriber(api, stream_id).poll(20)  # every signature verified first
+        reader.prime(messages)  # keyloads and reseals first: a reseal opens what came before it
+        for msg in messages:
             try:
                 opened = reader.read(msg)
             except WatchtowerError as exc:
                 out.append(exc.code)
                 continue
-            if msg.kind != KEYLOAD_KIND:
+            if msg.kind not in (KEYLOAD_KIND, RESEAL_KIND):
                 out.append((opened.plaintext or b"").decode())
         return out
 
 
 def show_confidential_feed(api: ApiClient, owner: Account) -> None:
-    """Create a confidential feed, publish to two members, remove one, re-key, publish again."""
+    """Create a confidential feed, publish to two members, remove one, re-key, let a third join with
+    resealed history, and publish on a second branch."""
     click.secho("  -- a confidential private feed: keyloads to two members, one removed mid-stream", bold=True)
     publisher_key = nacl.signing.SigningKey.generate()
     alice, bob = _Member("alice"), _Member("bob")
@@ -58,7 +62,7 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
         api.command(owner.sign("allowlist_add", sid, {"address": member.address}))
     wait_until_visible(api, sid, timeout_s=STEP_TIMEOUT_S)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
-    pub.rekey([alice.recipient(), bob.recipient()])
+    before = pub.rekey([alice.recipient(), bob.recipient()])
     pub.publish("note", b"before bob left #1")
     pub.publish("note", b"before bob left #2")
     api.command(owner.sign("allowlist_remove", sid, {"address": bob.address}))
@@ -69,10 +73,20 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
         click.echo(f"  bob removed: the next message is refused until a re-key ({exc.code})")
     pub.rekey([alice.recipient()])
     pub.publish("note", b"after bob left")
-    wait_until_visible(api, sid, min_head=5, timeout_s=STEP_TIMEOUT_S)  # 2 keyloads and 3 messages
+    carol = _Member("carol")
+    api.command(owner.sign("allowlist_add", sid, {"address": carol.address}))
+    pub.rekey([alice.recipient(), carol.recipient()])
+    pub.publish("note", b"after carol joined")
+    pub.reseal(before.keyload_id, before.session_key, [carol.recipient()])
+    click.echo("  carol joined: she reads from her join, and the owner reseals the first keyload to her")
+    pro = ConfidentialPublisher(pub.publisher, branch="pro")
+    pro.rekey([alice.recipient()])
+    pro.publish("note", b"pro only")
+    click.echo("  branch pro: its own keyload, for alice alone")
+    wait_until_visible(api, sid, min_head=10, timeout_s=STEP_TIMEOUT_S)  # 4 keyloads, 1 reseal, 5 notes
     stored = Subscriber(api, sid).poll(20)
-    masked = [m for m in stored if m.kind != KEYLOAD_KIND]
-    click.echo(f"  feed {sid}: {len(stored)} messages, 2 keyloads; what the platform serves is ciphertext: "
+    masked = [m for m in stored if m.kind not in (KEYLOAD_KIND, RESEAL_KIND)]
+    click.echo(f"  feed {sid}: {len(stored)} messages; what the platform serves is ciphertext: "
                f"{masked[0].payload_inline[:12].hex()}…")
-    for member in (alice, bob):
+    for member in (alice, bob, carol):
         click.echo(f"  {member.name} reads: {member.reads(api, sid)}")
