@@ -238,6 +238,10 @@ def keyload_vectors() -> list[dict[str, Any]]:
     long_head = small[0].replace(b"\x61v\x01", b"\x61v\x18\x01", 1)
     assert long_head != small[0]
     out.append(_check("keyload-non-canonical-integer-head", [long_head], bad))
+    # "v": 1 spelled as the half-precision float 1.0 (0xf9 0x3c00): equal to 1 in many languages.
+    float_version = small[0].replace(b"\x61v\x01", b"\x61v\xf9\x3c\x00", 1)
+    assert float_version != small[0]
+    out.append(_check("keyload-version-as-a-float", [float_version], bad))
 
     def version_two(doc: dict[str, Any]) -> None:
         doc["v"] = 2

@@ -433,7 +433,7 @@ def _decode_cbor_map(data: object, fields: frozenset[str], what: str) -> dict[st
         raise InvalidArgumentError(f"a {what} is deterministic CBOR; this is not CBOR") from None
     if not isinstance(doc, dict) or set(doc) != fields:
         raise InvalidArgumentError(f"a {what} has exactly the fields {sorted(fields)}")
-    if doc["v"] != KEYLOAD_VERSION or isinstance(doc["v"], bool):
+    if type(doc["v"]) is not int or doc["v"] != KEYLOAD_VERSION:  # not 1.0, not True: one spelling
         raise InvalidArgumentError(f"{what} version {doc['v']!r} is not supported (this build reads "
                                    f"v{KEYLOAD_VERSION}); upgrade the client")
     return doc
