@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nacl.public
 import nacl.signing
 import pytest
@@ -161,7 +162,8 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
         secrets |= {f"epoch {e} key": key for e, key in content_keys.items()}
         secrets |= {f"plaintext #{seq}": p for seq, p in plaintexts.items()}
         # A confidential private feed on the same stack: no component ever holds its session keys.
-        secrets |= _confidential_feed(api, tmp_path / "home")
+        confidential, served = _confidential_feed(api, tmp_path / "home")
+        secrets |= confidential
 
     # The stack has stopped: every log is complete. Every other stack of the session so far is
     # scanned for too: its seeds in every topic, and in every service log of the session (not in
@@ -178,7 +180,7 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
     print(f"secrets looked for: {len(secrets)} of this scenario, {len(others)} seeds of other stacks; "
           f"{records} records and {files} files of this stack scanned")
     in_output = scanner.scan_text(out, "stdout") + scanner.scan_text(err, "stderr") + scanner.scan_text(
-        caplog.text, "log capture")
+        caplog.text, "log capture") + scanner.scan_text(served, "a stranger's get_since of the confidential feed")
     assert records > 0
     assert files > 0
     assert any(p.name == "keymgr.log" for p in stack_dir.rglob("*.log")), "the key manager's log was not scanned"
@@ -186,34 +188,53 @@ def test_no_seed_epoch_key_or_plaintext_in_any_topic_log_or_output(
     assert leaks == [], "secrets in clear:\n" + "\n".join(leaks)
 
 
-def _confidential_feed(api_url: str, home: Path) -> dict[str, bytes]:
+def _confidential_feed(api_url: str, home: Path) -> tuple[dict[str, bytes], str]:
     """A confidential private feed through the SDK (docs/private-feeds.md): two members, one removed
-    mid-stream and the feed re-keyed. Returns its session keys and plaintexts, after checking that
-    the remaining member reads every message with them (so the scan looks for the real secrets)."""
+    mid-stream and the feed re-keyed, a third member given the first keyload by a reseal, and a
+    second branch with a keyload of its own. Returns its session keys and plaintexts, after
+    checking that the members read every message they should with them (so the scan looks for the
+    real secrets, and the worker took the branch and the reseal), and what a stranger with no
+    credentials is served by ``GET /v1/streams/{id}/messages`` (scanned too)."""
     api = ApiClient(api_url)
     owner = Account(nacl.signing.SigningKey.generate(), name="confidential-owner", home=home)
     publisher_key = nacl.signing.SigningKey.generate()
     sid = f"conf-leaks-{uuid.uuid4().hex[:8]}"
     api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
                                                   "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
-    members = [(addr(nacl.signing.SigningKey.generate()), nacl.public.PrivateKey.generate()) for _ in range(2)]
-    for address, _ in members:
+    members = [(addr(nacl.signing.SigningKey.generate()), nacl.public.PrivateKey.generate()) for _ in range(3)]
+    recipients = [Recipient(a, 1, bytes(k.public_key)) for a, k in members]
+    for address, _ in members[:2]:
         api.command(owner.sign("allowlist_add", sid, {"address": address}))
     wait_until_visible(api, sid, timeout_s=120)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
-    first = pub.rekey([Recipient(a, 1, bytes(k.public_key)) for a, k in members])
-    texts = [os.urandom(40) for _ in range(3)]
-    pub.publish("tick", texts[0])
-    pub.publish("tick", texts[1])
+    first = pub.rekey(recipients[:2])                                           # 1
+    texts = [os.urandom(40) for _ in range(4)]
+    pub.publish("tick", texts[0])                                               # 2
+    pub.publish("tick", texts[1])                                               # 3
     api.command(owner.sign("allowlist_remove", sid, {"address": members[1][0]}))
-    second = pub.rekey([Recipient(members[0][0], 1, bytes(members[0][1].public_key))])
-    pub.publish("tick", texts[2])
-    wait_until_visible(api, sid, min_head=5, timeout_s=120)
+    second = pub.rekey(recipients[:1])                                          # 4
+    pub.publish("tick", texts[2])                                               # 5
+    api.command(owner.sign("allowlist_add", sid, {"address": members[2][0]}))
+    pub.reseal(first.keyload_id, first.session_key, recipients[2:])             # 6: chosen history
+    pro = ConfidentialPublisher(pub.publisher, branch="pro")
+    third = pro.rekey(recipients[:1])                                           # 7
+    pro.publish("tick", texts[3])                                               # 8
+    wait_until_visible(api, sid, min_head=8, timeout_s=120)
     reader = ConfidentialReader(members[0][0], bytes(members[0][1]))
-    opened = [reader.read(m).plaintext for m in Subscriber(api, sid).poll(10)]
+    opened = [reader.read(m).plaintext for m in Subscriber(api, sid).poll(20)]
     assert [p for p in opened if p is not None] == texts
+    joined = ConfidentialReader(members[2][0], bytes(members[2][1]))
+    history = Subscriber(api, sid).poll(20)
+    joined.prime(history)
+    assert [joined.read(m).plaintext for m in history if m.sequence in (2, 3)] == texts[:2]
+    served = httpx.get(f"{api_url}/v1/streams/{sid}/messages", params={"cursor": 0, "limit": 100},
+                       timeout=30).text  # a stranger: no account, no key
+    payloads = {bytes.fromhex(m["payload_inline_hex"]) for m in json.loads(served)["messages"]}
+    assert len(payloads) == 8
+    assert not payloads & set(texts)
     return {"session key 1": first.session_key, "session key 2": second.session_key,
-            **{f"confidential plaintext #{i}": t for i, t in enumerate(texts)}}
+            "session key 3 (branch pro)": third.session_key,
+            **{f"confidential plaintext #{i}": t for i, t in enumerate(texts)}}, served
 
 
 def _aad(sid: str, seq: int, key_epoch: int) -> bytes:
