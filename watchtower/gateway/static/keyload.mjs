@@ -18,7 +18,7 @@
 // there is one spelling of a part. Errors carry the protocol's codes (INVALID_ARGUMENT,
 // UNAUTHORIZED, DECRYPTION_FAILED) and never key material. Nothing here sends or stores a key.
 import sodium from "./vendor/libsodium-wrappers.mjs";
-import { bytesToHex, encodeHead } from "./signing.mjs";
+import { bytesToHex, concat, encodeHead } from "./signing.mjs";
 
 export const KEYLOAD_KIND = "wt.keyload";
 export const RESEAL_KIND = "wt.reseal";
@@ -60,15 +60,6 @@ export function ready() {
 }
 
 // --- Bytes -------------------------------------------------------------------------------------
-
-function concat(parts) {
-  let n = 0;
-  for (const p of parts) n += p.length;
-  const out = new Uint8Array(n);
-  let at = 0;
-  for (const p of parts) { out.set(p, at); at += p.length; }
-  return out;
-}
 
 function compareBytes(a, b) {
   const n = Math.min(a.length, b.length);

@@ -22,7 +22,8 @@ export function bytesToHex(bytes) {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
-function concat(parts) {
+/** The bytes of `parts` (Uint8Arrays), one after the other. */
+export function concat(parts) {
   let n = 0;
   for (const p of parts) n += p.length;
   const out = new Uint8Array(n);
