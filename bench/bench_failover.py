@@ -1,4 +1,4 @@
-"""Broker failover under load, measured: the scenario of tests/agents/test_broker_failover.py.
+"""Broker failover under load, measured: the scenario of tests/workers/test_broker_failover.py.
 
 Starts the embedded 3-node KRaft cluster (RF 3, min ISR 2) and the stack on it (stream-actor
 workers and a projection), publishes `--streams` x `--msgs-per-stream` signed messages through

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "agents"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "workers"))
 
 import nacl.bindings
 import nacl.signing

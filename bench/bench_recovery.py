@@ -45,7 +45,6 @@ from confluent_kafka import Producer
 from kafka_fixture import embedded_spec
 from tqdm import tqdm
 
-from watchtower.agents.state_loader import load_partitions
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.protocol.addresses import address_from_public_key
@@ -59,6 +58,7 @@ from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.workers.state_loader import load_partitions
 
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
@@ -97,7 +97,7 @@ class Worker:
         self.log_path = log_dir / f"{worker_id}.log"
         env = {**os.environ, "WATCHTOWER_LOG_LEVEL": "INFO"}
         with self.log_path.open("ab") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "watchtower.agents.worker_main", bootstrap, worker_id,
+            self.proc = subprocess.Popen([sys.executable, "-m", "watchtower.workers.worker_main", bootstrap, worker_id,
                                           prefix], stdout=subprocess.DEVNULL, stderr=err, env=env,
                                          start_new_session=True)
 

@@ -3,7 +3,7 @@
 `cluster_stack` starts a 3-node cluster (RF 3, min ISR 2, every node a broker and a KRaft voter)
 and the stack on it (stream-actor workers and a projection, as `start_stack` does on one node).
 
-`FailoverRun` is the scenario that `tests/agents/test_broker_failover.py` asserts on and
+`FailoverRun` is the scenario that `tests/workers/test_broker_failover.py` asserts on and
 `bench/bench_failover.py` measures: signed publishes across several streams, sent through the
 real command path (the Kafka command transport, one client per publisher thread, a bounded
 window of publishes in flight each, as the benches batch them), while two brokers are killed

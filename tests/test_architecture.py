@@ -24,9 +24,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "topics": frozenset({"protocol"}),
     "http": frozenset({"protocol", "topics"}),
     "metrics": frozenset({"local", "protocol", "topics", "tracing"}),
-    "agents": frozenset({"logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
-    "delivery": frozenset({"agents", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
-    "replay": frozenset({"logs", "agents", "metrics", "protocol", "schemas", "topics"}),
+    "workers": frozenset({"logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
+    "delivery": frozenset({"workers", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
+    "replay": frozenset({"logs", "workers", "metrics", "protocol", "schemas", "topics"}),
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "gateway": frozenset({"http", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics"}),
@@ -105,5 +105,5 @@ def test_the_table_has_no_cycle() -> None:
 
 def test_the_check_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from watchtower.agents.decider import Touched\n    import watchtower.cli.main\n")
-    assert watchtower_imports(module) == {"agents", "cli"}
+    module.write_text("def f():\n    from watchtower.workers.decider import Touched\n    import watchtower.cli.main\n")
+    assert watchtower_imports(module) == {"workers", "cli"}

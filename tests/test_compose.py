@@ -99,7 +99,7 @@ def test_compose_runs_the_watchtower_services_against_the_brokers() -> None:
     ids = [w["command"][-1] for w in workers]
     assert len(set(ids)) == len(ids), "each worker needs its own id (its transactional.id)"
     for w in workers:
-        assert w["command"][:3] == ["python", "-m", "watchtower.agents.worker_main"]
+        assert w["command"][:3] == ["python", "-m", "watchtower.workers.worker_main"]
         assert w["command"][3] == internal
     for name in [n for n in services if n.startswith(("worker-", "api-"))] + ["gateway"]:
         # The service principal, never the admin.

@@ -125,7 +125,7 @@ def test_importing_the_sdk_loads_no_kafka_faust_or_server_package() -> None:
     """The same rule at run time, in a fresh interpreter (catches imports the ast walk cannot see)."""
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in SDK_MODULES if m not in KAFKA_READERS) +
              "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('confluent_kafka', 'faust', 'aiohttp')"
-             " or m.startswith(('watchtower.agents', 'watchtower.projections', 'watchtower.topics', "
+             " or m.startswith(('watchtower.workers', 'watchtower.projections', 'watchtower.topics', "
              "'watchtower.local', 'watchtower.gateway', 'watchtower.cli.')) or m == 'watchtower.cli')\n"
              "print(','.join(bad))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()

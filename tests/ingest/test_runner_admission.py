@@ -8,9 +8,6 @@ import time
 import nacl.signing
 import pytest
 
-from watchtower.agents.aggregate import Context
-from watchtower.agents.aggregates.runners import RunnerRegistryAggregate
-from watchtower.agents.deployment import ENV_RUNNER_REGISTRAR, deployment_from_env
 from watchtower.ingest.runner import admission_command, registration_command
 from watchtower.ingest.view import IngestionView
 from watchtower.protocol.addresses import address_from_public_key
@@ -20,6 +17,9 @@ from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.wire import encode_event
+from watchtower.workers.aggregate import Context
+from watchtower.workers.aggregates.runners import RunnerRegistryAggregate
+from watchtower.workers.deployment import ENV_RUNNER_REGISTRAR, deployment_from_env
 
 REGISTRAR = nacl.signing.SigningKey(b"\x71" * 32)
 RUNNER = nacl.signing.SigningKey(b"\x72" * 32)

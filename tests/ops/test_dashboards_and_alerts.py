@@ -21,13 +21,13 @@ import yaml
 from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
-from watchtower.agents.health import HealthFile
-from watchtower.agents.snapshots import SnapshotPolicy
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.metrics import exposition, http, ingest, keymgr, projection, side_workers, sse, worker  # noqa: F401
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.group_lag import GroupLagExporter
 from watchtower.replay.health import ReplayHealth
+from watchtower.workers.health import HealthFile
+from watchtower.workers.snapshots import SnapshotPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS = REPO / "compose" / "prometheus"

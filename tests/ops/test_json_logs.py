@@ -73,7 +73,7 @@ def test_a_worker_process_logs_json_lines() -> None:
     and the worker (librdkafka's own lines reach Python logging through the worker's logger)."""
     env = {**os.environ, "WATCHTOWER_LOG_FORMAT": "json", "WATCHTOWER_LOG_LEVEL": "INFO",
            "WATCHTOWER_METRICS_PORT": "off"}
-    proc = subprocess.Popen([sys.executable, "-m", "watchtower.agents.worker_main", "127.0.0.1:1", "w9", "tjsonlogs"],
+    proc = subprocess.Popen([sys.executable, "-m", "watchtower.workers.worker_main", "127.0.0.1:1", "w9", "tjsonlogs"],
                             env=env, stderr=subprocess.PIPE, text=True)
     try:
         proc.wait(timeout=4)

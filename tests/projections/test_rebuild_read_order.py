@@ -4,7 +4,7 @@ Found under broker failover: after brokers are killed and restarted, the events 
 partitions are led by different brokers and fetched at different speeds; the rebuild read the
 messages topic so far ahead of the events that more records waited for their publish events than
 the fold keeps (`fold.MAX_WAITING`), the oldest were dropped unindexed, and the rebuild's digest
-no longer equalled the live projection's (see tests/agents/test_broker_failover.py).
+no longer equalled the live projection's (see tests/workers/test_broker_failover.py).
 
 Here the lead is built into a genuine log (written with the writer's own `decide`): in one
 partition, stream ``filler``'s many publish events come before stream ``late``'s events, while

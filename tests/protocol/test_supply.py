@@ -70,8 +70,8 @@ def test_evolve_refuses_a_total_that_does_not_follow() -> None:
 
 
 def test_the_minter_and_the_key_managers_public_key_come_from_the_environment() -> None:
-    from watchtower.agents.deployment import ENV_CBY_MINTER, ENV_KEYMGR_PUBLIC_KEY, deployment_from_env
     from watchtower.protocol.errors import WatchtowerError
+    from watchtower.workers.deployment import ENV_CBY_MINTER, ENV_KEYMGR_PUBLIC_KEY, deployment_from_env
 
     got = deployment_from_env({ENV_CBY_MINTER: addr(MINTER), ENV_KEYMGR_PUBLIC_KEY: "ab" * 32})
     assert (got.cby_minter, got.keymgr_public_key) == (addr(MINTER), b"\xab" * 32)

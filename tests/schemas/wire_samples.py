@@ -27,8 +27,6 @@ import nacl.signing
 from event_samples import KEY, OTHER, OWNER, SID, keymgr_events, one_of_each
 from event_samples import event as sample_event
 
-from watchtower.agents.aggregates import default_aggregates
-from watchtower.agents.snapshots import snapshot_value
 from watchtower.protocol import stream_state
 from watchtower.protocol.ciphertext_receipt import sign_receipt
 from watchtower.protocol.deployment import Deployment
@@ -66,6 +64,8 @@ from watchtower.schemas import codec, delivery_records, keymgr_records, replay_r
 from watchtower.schemas.events import event_record
 from watchtower.schemas.keymgr_records import AuditRecord, NonceReservationRecord, WrappedSeedRecord
 from watchtower.schemas.records import decode_message, encode_message
+from watchtower.workers.aggregates import default_aggregates
+from watchtower.workers.snapshots import snapshot_value
 
 #: Keys of the decided streams (fixed seeds: every signature is the same on every run).
 PUBLISHER = nacl.signing.SigningKey(b"\x08" * 32)
@@ -170,7 +170,7 @@ class DecidedStream:
         return decision
 
     def receive(self, forward: ReplaySettled | ReplayFinished) -> ReplayDecision:
-        """A forward on ``internal``, decided as the stream worker decides it (`agents.aggregates.stream`)."""
+        """A forward on ``internal``, decided as the stream worker decides it (`workers.aggregates.stream`)."""
         self.height += 1
         if isinstance(forward, ReplaySettled):
             decision = settle_replay(self.state, forward, height=self.height)
@@ -394,7 +394,7 @@ def internal_samples() -> list[WireSample]:
         out.append(_command_sample("internal", f"internal/keymgr/{kind}/{i}",
                                    partial(wire.encode_keymgr_forward, forward),
                                    {"keymgr": {"kind": kind, **_forward_expect(forward)}}, kind))
-    # What the stream worker forwards for a paid create_stream (agents.aggregates.stream).
+    # What the stream worker forwards for a paid create_stream (workers.aggregates.stream).
     paid_create = paid_stream().decided[0][0]
     out.append(_command_sample("internal", "internal/keymgr/paid_command/decided-paid-create",
                                lambda: wire.encode_keymgr_forward(PaidCommand(paid_create)),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from watchtower.agents.tx_worker import worker_main
 from watchtower.delivery.worker import DeliveryWorker
+from watchtower.workers.tx_worker import worker_main
 
 
 def main(argv: list[str]) -> int:

@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from watchtower.agents.aggregates import default_aggregates
-from watchtower.agents.event_fold import EventFold, PartitionState, Quarantined
-from watchtower.agents.snapshots import latest_snapshots
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.protocol.push_checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets
+from watchtower.workers.aggregates import default_aggregates
+from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
+from watchtower.workers.snapshots import latest_snapshots
 
 Quarantine = Callable[[str, int, int, str], None]
 #: A scan that reads nothing for this long gives up (TimeoutError): the rebuild is retried later.

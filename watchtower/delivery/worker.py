@@ -36,13 +36,6 @@ from typing import Any, ClassVar, Final
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from watchtower import tracing
-from watchtower.agents.event_fold import EventFold
-from watchtower.agents.state_loader import CommittedOffsets
-from watchtower.agents.tx_worker import (
-    TXN_TIMEOUT_S,
-    TransactionalWorker,
-    env_int,
-)
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.restore import messages_start, restore_partition
 from watchtower.metrics.side_workers import BLOCK_DELIVERIES
@@ -66,6 +59,13 @@ from watchtower.schemas.delivery_records import encode_checkpoint
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.workers.event_fold import EventFold
+from watchtower.workers.state_loader import CommittedOffsets
+from watchtower.workers.tx_worker import (
+    TXN_TIMEOUT_S,
+    TransactionalWorker,
+    env_int,
+)
 
 log = logging.getLogger("watchtower.delivery")
 
@@ -131,7 +131,7 @@ class DeliveryWorker(TransactionalWorker):
     # ------------------------------------------------------------------ assignment
     def _prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
-        # the next callback of the same consume() (agents.tx_worker).
+        # the next callback of the same consume() (workers.tx_worker).
         events = self.topics["events"]
         self._partitions = len(self.consumer.list_topics(events, timeout=30).topics[events].partitions)
 

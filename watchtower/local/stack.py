@@ -42,7 +42,7 @@ from pathlib import Path
 
 from watchtower.local.errors import LocalStackError
 
-WORKER_MODULE = "watchtower.agents.worker_main"
+WORKER_MODULE = "watchtower.workers.worker_main"
 PROJECTION_MODULE = "watchtower.api.main"
 GATEWAY_MODULE = "watchtower.gateway.main"
 KEYMGR_MODULE = "watchtower.keymgr.main"

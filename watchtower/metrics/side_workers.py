@@ -1,4 +1,4 @@
-"""Metrics of the transactional side workers (`agents.tx_worker`): push delivery and replay.
+"""Metrics of the transactional side workers (`workers.tx_worker`): push delivery and replay.
 
 Read from the worker's health counters at scrape time, so the hot path pays nothing; ``service``
 is the worker's kind (``delivery`` or ``replay``).

@@ -1,4 +1,4 @@
-"""Metrics of the stream worker (`agents.command_processor`), service label ``worker``.
+"""Metrics of the stream worker (`workers.command_processor`), service label ``worker``.
 
 Counted when a batch's transaction commits, never when a command is decided: an aborted batch is
 decided again, and its commands must not count twice. Per command the hot path adds one dict

@@ -1,6 +1,6 @@
 """Block heights, key epochs, and the acquire_epoch_access decision (DESIGN §5, §7.6).
 
-Time is an argument, never read from a clock: agents stamp the block height on the events they
+Time is an argument, never read from a clock: workers stamp the block height on the events they
 write, so projections rebuild deterministically.
 
 `acquire_epoch_access` follows DESIGN §7.6 step by step:

@@ -2,7 +2,7 @@
 
 CIP-7: "protocol_treasury is set at genesis or via governance; publishers MAY NOT override it".
 A `Deployment` carries such facts into `decide`; the edge builds it from the operator's
-configuration (`watchtower.agents.deployment`), so no caller can choose them.
+configuration (`watchtower.workers.deployment`), so no caller can choose them.
 """
 
 from __future__ import annotations

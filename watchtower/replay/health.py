@@ -1,7 +1,7 @@
 """The replay worker's health file (``$WATCHTOWER_HEALTH_FILE``; nothing is written without it).
 
 Written atomically (temporary file, then ``os.replace``) at most once a second and at every state
-change (`agents.tx_health`). Fields: ``worker``, ``pid``, ``state`` (starting | serving |
+change (`workers.tx_health`). Fields: ``worker``, ``pid``, ``state`` (starting | serving |
 exiting), ``partitions`` (the ``replay`` partitions owned), ``replays`` (count per status:
 pending, running, completed, canceled, errored), ``reemitted`` (deliveries committed since the
 start), ``slices`` (committed transactions), ``aborted`` (aborted ones), ``quarantined`` and
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from watchtower.agents.tx_health import TxWorkerHealth
 from watchtower.protocol.replay_status import STATUSES, ReplayView
+from watchtower.workers.tx_health import TxWorkerHealth
 
 
 class ReplayHealth(TxWorkerHealth):

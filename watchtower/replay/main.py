@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from watchtower.agents.tx_worker import worker_main
 from watchtower.replay.worker import ReplayWorker
+from watchtower.workers.tx_worker import worker_main
 
 
 def main(argv: list[str]) -> int:

@@ -41,12 +41,6 @@ from typing import ClassVar, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from watchtower.agents.tx_worker import (
-    TXN_TIMEOUT_S,
-    TransactionalWorker,
-    env_int,
-    worker_group,
-)
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ledger import Origin, ReplayFinished
@@ -71,6 +65,12 @@ from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.workers.tx_worker import (
+    TXN_TIMEOUT_S,
+    TransactionalWorker,
+    env_int,
+    worker_group,
+)
 
 log = logging.getLogger("watchtower.replay")
 
@@ -160,7 +160,7 @@ class ReplayWorker(TransactionalWorker):
     # ------------------------------------------------------------------ the replay topic
     def _prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
-        # the next callback of the same consume() (agents.tx_worker).
+        # the next callback of the same consume() (workers.tx_worker).
         self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
         internal = self.consumer.list_topics(self.t_internal, timeout=30).topics[self.t_internal]
         self._internal_partitions = len(internal.partitions)

@@ -1,0 +1,217 @@
+"""Snapshots bound recovery: a new owner loads the latest snapshot and folds only the events after it;
+a snapshot that is garbage, forged or stale is quarantined and the partition is folded whole.
+
+Real broker. Recovery is proven structurally (how many events the new owner folded, read from its
+stats), never by timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import nacl.signing
+import pytest
+from confluent_kafka import Producer
+from worker_harness import RawCommandChannel, partition_for, workers
+
+from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.signed_command import sign_command
+from watchtower.protocol.signing import sign_message
+from watchtower.protocol.snapshots import encode_snapshot
+from watchtower.protocol.stream_actor import StreamState, decide, evolve, state_digest
+from watchtower.schemas.wire import encode_command, encode_event
+from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import read_committed
+from watchtower.workers.aggregates import default_aggregates
+from watchtower.workers.command_processor import CommandProcessor
+from watchtower.workers.event_fold import EventFold
+from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
+from watchtower.workers.state_loader import load_partitions
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+SEEDED = 3_000
+
+
+class Seeded:
+    """A stream whose create and SEEDED publishes were written straight to the events topic."""
+
+    def __init__(self, bootstrap: str, prefix: str, publishes: int = SEEDED) -> None:
+        self.owner = nacl.signing.SigningKey.generate()
+        self.sid = f"snap.{uuid.uuid4().hex[:8]}"
+        self.partition = partition_for(self.sid, PARTITIONS)
+        self.state = StreamState.initial(self.sid)
+        self.nonce = 0
+        self.block = block_height_at(int(time.time() * 1000))
+        events = [self._decide("create_stream", {"publisher_key_hex": bytes(self.owner.verify_key).hex()})]
+        events += [self._decide("publish", self.message()) for _ in range(publishes)]
+        producer = Producer({**kafka_config(bootstrap), "enable.idempotence": True, "log_level": 3})
+        self.bootstrap = bootstrap
+        self.t_events = t_events = topic_name("events", prefix)
+        for event in events:
+            producer.produce(t_events, key=self.sid.encode(), value=encode_event(event), partition=self.partition)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+    def message(self, sequence: int | None = None) -> dict[str, Any]:
+        seq = self.state.head + 1 if sequence is None else sequence
+        msg = sign_message(stream_id=self.sid, sequence=seq, timestamp_unix_ms=1_790_000_000_000,
+                           kind="tick", payload=b'{"n":%d}' % seq, signing_key=self.owner, signing_key_id=1)
+        return msg.to_json_dict()
+
+    def _decide(self, method: str, body: dict[str, Any]) -> Any:
+        self.nonce += 1
+        (event,) = decide(self.state, sign_command(self.owner, method, self.sid, self.nonce, body),
+                          block_height=self.block).events
+        self.state = evolve(self.state, event)
+        return event
+
+    def publish_command(self, sequence: int) -> bytes:
+        """A publish of ``sequence`` sent after the seeded log, signed as the SDK would send it."""
+        self.nonce += 1
+        return encode_command(sign_command(self.owner, "publish", self.sid, self.nonce, self.message(sequence)))
+
+
+@contextmanager
+def in_process_worker(bootstrap: str, prefix: str, worker_id: str, every_events: int) -> Iterator[CommandProcessor]:
+    worker = CommandProcessor(bootstrap, worker_id, prefix=prefix,
+                              snapshots=SnapshotPolicy(every_events=every_events, every_s=3600))
+    thread = threading.Thread(target=worker.run, name=f"worker-{worker_id}", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the worker did not stop"
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)
+
+
+def test_a_new_owner_loads_the_snapshot_and_folds_only_the_events_after_it(kafka_bootstrap: str) -> None:
+    with workers(kafka_bootstrap, partitions=PARTITIONS) as w:
+        stream = Seeded(kafka_bootstrap, w.prefix)
+        channel = RawCommandChannel(kafka_bootstrap, w.prefix)
+        try:
+            with in_process_worker(kafka_bootstrap, w.prefix, "snap-a", every_events=1_000) as a:
+                wait_for(lambda: a.stats.rebuilt_partitions >= PARTITIONS, "worker A has rebuilt its partitions")
+                assert a.stats.folded_events == SEEDED + 1
+                assert a.stats.snapshot_loads == 0
+                # A's first batch carries a snapshot of the state A folded (due: > 1,000 events).
+                reply = channel.request(stream.publish_command(SEEDED + 1), key=stream.sid, timeout=120)[1]
+                assert reply["ok"], reply
+                assert reply["result"]["sequence"] == SEEDED + 1
+                wait_for(lambda: a.stats.snapshots_taken >= 1, "worker A has committed a snapshot")
+            with in_process_worker(kafka_bootstrap, w.prefix, "snap-b", every_events=1_000) as b:
+                wait_for(lambda: b.stats.rebuilt_partitions >= PARTITIONS, "worker B has rebuilt its partitions")
+                # B started from the snapshot: it folded only the publish of the batch that carried it.
+                assert b.stats.snapshot_loads >= 1
+                assert b.stats.folded_events == 1
+                assert b.stats.quarantined == 0
+                # ... and its state is the whole log's: the next publish gets the next sequence.
+                reply = channel.request(stream.publish_command(SEEDED + 2), key=stream.sid, timeout=120)[1]
+                assert reply["ok"], reply
+                assert reply["result"]["sequence"] == SEEDED + 2
+        finally:
+            channel.close()
+        # The snapshot plus the tail is exactly what a full fold of the log gives.
+        events = topic_name("events", w.prefix)
+        full = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS)[stream.partition]
+        snap = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS,
+                               snapshots_topic=topic_name("snapshots", w.prefix))[stream.partition]
+        assert snap.snapshot_offset is not None
+        assert snap.folded < 5 < SEEDED < full.folded
+        assert state_digest(snap.streams[stream.sid]) == state_digest(full.streams[stream.sid])
+
+
+def _parts(states: dict[str, Any]) -> dict[str, bytes]:
+    return {a.name: a.encode_snapshot(states.get(a.name, {})) for a in default_aggregates()}
+
+
+def _other_stream(partition: int) -> StreamState:
+    sid = next(f"elsewhere.{i}" for i in range(100) if partition_for(f"elsewhere.{i}", PARTITIONS) != partition)
+    return StreamState.initial(sid)
+
+
+BAD_SNAPSHOTS: dict[str, Callable[[int, int, dict[str, Any]], bytes]] = {
+    "garbage": lambda *_: b"\x00\xffnot cbor",
+    "pickle": lambda *_: b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.",
+    "another partition": lambda p, end, states: snapshot_value((p + 1) % PARTITIONS, end, states,
+                                                               default_aggregates()),
+    "beyond the log's end": lambda p, end, states: snapshot_value(p, end + 1_000, states, default_aggregates()),
+    "a hosted aggregate missing": lambda p, end, states: encode_snapshot(p, end, {
+        "stream": default_aggregates()[0].encode_snapshot(states["stream"])}),
+    "a stream of another partition": lambda p, end, states: encode_snapshot(p, end, _parts(
+        {**states, "stream": {**states["stream"], _other_stream(p).stream_id: _other_stream(p)}})),
+}
+
+
+@pytest.fixture(scope="module")
+def seeded(kafka_bootstrap: str) -> Iterator[tuple[str, Seeded]]:
+    with workers(kafka_bootstrap, partitions=PARTITIONS) as w:
+        yield w.prefix, Seeded(kafka_bootstrap, w.prefix, publishes=30)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SNAPSHOTS))
+def test_a_bad_snapshot_is_quarantined_and_the_partition_is_folded_whole(
+        kafka_bootstrap: str, seeded: tuple[str, Seeded], case: str) -> None:
+    prefix, stream = seeded
+    events, snapshots = topic_name("events", prefix), topic_name("snapshots", prefix)
+    full = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS)[stream.partition]
+    end = full.folded  # no transactions on this seeded log: one offset per event
+    value = BAD_SNAPSHOTS[case](stream.partition, end, full.states)
+    producer = Producer({**kafka_config(kafka_bootstrap), "log_level": 3})
+    producer.produce(snapshots, key=snapshot_key(stream.partition), value=value, partition=stream.partition)
+    assert producer.flush(30) == 0
+    refused: list[Any] = []
+    loaded = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS, snapshots_topic=snapshots,
+                             on_quarantine=refused.append)[stream.partition]
+    assert [(q.topic, q.partition) for q in refused] == [(snapshots, stream.partition)]
+    assert "snapshot refused" in refused[0].reason
+    assert loaded.snapshot_offset is None
+    assert loaded.folded == full.folded == 31
+    assert state_digest(loaded.streams[stream.sid]) == state_digest(stream.state)
+
+
+def test_a_genuine_snapshot_after_a_bad_one_is_used_again(kafka_bootstrap: str, seeded: tuple[str, Seeded]) -> None:
+    prefix, stream = seeded
+    events, snapshots = topic_name("events", prefix), topic_name("snapshots", prefix)
+    full = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS)[stream.partition]
+    producer = Producer({**kafka_config(kafka_bootstrap), "log_level": 3})
+    producer.produce(snapshots, key=snapshot_key(stream.partition), partition=stream.partition,
+                     value=snapshot_value(stream.partition, full.folded - 10, _states_at(stream, 20),
+                                          default_aggregates()))
+    assert producer.flush(30) == 0
+    loaded = load_partitions(kafka_bootstrap, events, [stream.partition], PARTITIONS,
+                             snapshots_topic=snapshots)[stream.partition]
+    assert loaded.quarantined == []
+    assert loaded.snapshot_offset == full.folded - 10
+    assert loaded.folded == 10
+    assert state_digest(loaded.streams[stream.sid]) == state_digest(stream.state)
+
+
+def _states_at(stream: Seeded, head: int) -> dict[str, Any]:
+    """The partition's states after the create and ``head`` publishes, from a fold of the log."""
+    state = full_fold_until(stream, 1 + head)
+    return {"stream": {stream.sid: state}, "registry": {}}
+
+
+def full_fold_until(stream: Seeded, events: int) -> StreamState:
+    fold = EventFold("events", stream.partition, PARTITIONS)
+    for m in read_committed(stream.bootstrap, [stream.t_events], partition=stream.partition):
+        if fold.state.folded == events:
+            break
+        fold.apply(m.key(), m.value(), int(m.offset() or 0))
+    return fold.state.streams[stream.sid]

@@ -1,0 +1,203 @@
+"""Owning partitions: pausing each one until its aggregates are rebuilt from the log.
+
+:class:`PartitionOwner` is the consumer-facing half of a worker
+(:class:`~watchtower.workers.command_processor.CommandProcessor` is its subclass). On assignment
+each commands partition (with its ``internal`` twin) is paused, its aggregates are rebuilt by
+:func:`~watchtower.workers.state_loader.load_partitions` (the latest snapshot plus the events after
+it; a record that breaks a rule is quarantined, never fatal), and it is resumed. A rebuild that
+cannot read the log yet is retried while the partition stays paused, so a command is never
+decided against a missing state. Nothing raises out of a rebalance callback.
+
+It also derives the health state from the worker's flags (:meth:`PartitionOwner._update_state`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+
+from watchtower.protocol.billing import block_height_at
+from watchtower.workers.aggregate import Aggregate
+from watchtower.workers.decider import CommandDecider
+from watchtower.workers.health import HealthFile
+from watchtower.workers.snapshots import SnapshotPolicy
+from watchtower.workers.state_loader import CommittedOffsets, load_partitions
+
+log = logging.getLogger("watchtower.worker")
+
+#: Timeout of the committed-offsets fetch before a rebuild.
+OFFSETS_TIMEOUT_S: Final = 5.0
+#: How long one rebuild may read the log. Without a snapshot a long log takes minutes to fold; the
+#: bound is for a log that cannot be read at all, not for a slow one.
+LOAD_TIMEOUT_S: Final = 1_800.0
+#: Pause between attempts to rebuild a partition whose log could not be read.
+LOAD_RETRY_S: Final = 2.0
+RETRY_BACKOFF_S: Final = 0.5
+#: Stable offset fetches (OFFSETS_TIMEOUT_S each) tried before a rebuild reads the last committed
+#: offsets instead: together longer than the transaction timeout, so an open transaction of any
+#: producer would have been aborted by then.
+STABLE_TRIES_AFTER_FENCING: Final = 3
+
+
+class PartitionOwner(CommandDecider):
+    """The owned partitions and their rebuilt aggregates; the health state they imply."""
+
+    consumer: Consumer
+
+    def __init__(self, bootstrap: str, worker_id: str, group: str, prefix: str | None,
+                 clock_ms: Callable[[], int] | None, health: HealthFile | None,
+                 aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
+        super().__init__(prefix, clock_ms, aggregates)
+        self.snapshots = snapshots or SnapshotPolicy()
+        self.bootstrap = bootstrap
+        self.worker_id = worker_id
+        self.group = group
+        self.health = health or HealthFile.from_env(worker_id)
+        self._stop = threading.Event()
+        self._owned: list[int] = []
+        self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
+        self._offsets = CommittedOffsets(bootstrap, group, timeout_s=OFFSETS_TIMEOUT_S,
+                                         stable_tries=STABLE_TRIES_AFTER_FENCING)
+        self._next_load_try = 0.0
+        self._assigned = False
+        self._recovering = False
+        self._brokers_down = False
+
+    def _update_state(self) -> None:
+        if self._brokers_down:
+            self.health.set_state("broker_unreachable")
+        elif self._recovering or self._unloaded:
+            self.health.set_state("recovering")
+        elif not self._assigned:
+            self.health.set_state("starting")
+        else:
+            self.health.set_state("serving")
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Never raise out of a rebalance callback: librdkafka would surface it from poll() and the
+        # worker would die on whatever the log or the cluster did. Partitions stay paused until
+        # their aggregates are rebuilt, so no command is ever decided against a missing state.
+        try:
+            # Explicit offsets: left to the consumer, each partition would wait for the group's
+            # *stable* committed offsets before it starts, which a hanging offset commit (after an
+            # unclean broker restart) delays for good, and a seek to a partition not started fails.
+            # The partitions stay paused; the rebuild seeks each to the offsets it fetched itself.
+            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
+            self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
+            for partition in self._owned:  # whatever we held before is stale: another owner may have written
+                self._forget(partition)
+            self._unloaded.update(self._owned)
+            self._set_paused(self._owned, paused=True)
+            self._load_pending()
+        except Exception:
+            log.exception("worker %s: handling the assignment failed; partitions stay paused and are "
+                          "rebuilt again shortly", self.worker_id)
+            self._next_load_try = time.monotonic() + LOAD_RETRY_S
+        self._assigned = True
+        self.health.set_partitions(self._owned)
+        self._update_state()
+        log.info("worker %s assigned %s", self.worker_id, self._owned)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.topic != self.t_commands:
+                continue
+            self._forget(tp.partition)
+            self._unloaded.discard(tp.partition)
+        revoked = {tp.partition for tp in partitions if tp.topic == self.t_commands}
+        self._owned = [p for p in self._owned if p not in revoked]
+        self.health.set_partitions(self._owned)
+
+    def _load_pending(self) -> bool:
+        """Rebuild the owned partitions that have no state yet, in one scan; True when none is left.
+
+        The group's committed offsets of those partitions are fetched first: a read_committed
+        consumer asks for *stable* offsets, so the fetch returns only once any transaction still
+        open on them (a dead owner's last batch) is settled, and the fold after it then sees that
+        batch's outcome (or the last committed ones once stable fetches kept timing out:
+        CommittedOffsets). The rebuilt partitions are moved to those offsets and resumed.
+        """
+        pending = sorted(self._unloaded)
+        if not pending:
+            return True
+        log.info("worker %s rebuilds partitions %s", self.worker_id, pending)
+        # The stable fetch may never settle after a broker restart (CommittedOffsets); this holds on
+        # assignment as after a start over (the rebalance that follows a restart hits it too).
+        try:
+            tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
+            committed = self._offsets.fetch(tps)
+            loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
+                                     now_block_height=block_height_at(self._clock_ms()),
+                                     on_quarantine=self.health.quarantined, aggregates=self.aggregates,
+                                     snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
+            # Every rebuilt partition resumes from the offsets read here (the assignment gave
+            # the consumer none of its own: _on_assign).
+            if committed:
+                for tp in committed:
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        except Exception as exc:
+            log.warning("cannot rebuild partitions %s yet (%s); retrying in %gs", pending, exc, LOAD_RETRY_S)
+            self._next_load_try = time.monotonic() + LOAD_RETRY_S
+            return False
+        for partition, state in loaded.items():
+            self._states[partition] = state.states
+            self.stats.quarantined += len(state.quarantined)
+            self.stats.folded_events += state.folded
+            self.stats.snapshot_loads += state.snapshot_offset is not None
+            # What was folded is not in a snapshot yet: a long fold makes the next one due.
+            self.snapshots.written(partition, state.folded)
+            log.info("worker %s rebuilt partition %d: %d events folded after %s", self.worker_id, partition,
+                     state.folded, "the whole log" if state.snapshot_offset is None
+                     else f"the snapshot at events offset {state.snapshot_offset}")
+        self.stats.rebuilt_partitions += len(loaded)
+        self._unloaded.difference_update(loaded)
+        self._set_paused(pending, paused=False)
+        return True
+
+    def _forget(self, partition: int) -> None:
+        self._states.pop(partition, None)
+        self.snapshots.forget(partition)
+
+    def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
+        tps = [TopicPartition(t, p) for p in partitions for t in (self.t_commands, self.t_internal)]
+        if tps:
+            (self.consumer.pause if paused else self.consumer.resume)(tps)
+
+    def _ready_only(self, batch: list[Message]) -> list[Message]:
+        """The records of partitions with a rebuilt state; the others are put back (never decided)."""
+        ready = [m for m in batch if int(m.partition() or 0) in self._states]
+        if len(ready) < len(batch):
+            try:
+                self._seek_to_firsts([m for m in batch if int(m.partition() or 0) not in self._states])
+            except KafkaException as exc:
+                log.warning("could not put back records of a partition being rebuilt: %s", exc)
+        return ready
+
+    def _seek_to_firsts(self, batch: list[Message]) -> None:
+        firsts: dict[tuple[str, int], int] = {}
+        for m in batch:
+            firsts.setdefault((str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0))
+        for (topic, partition), offset in firsts.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
+
+    def _resync(self) -> None:
+        """Rebuild every owned partition and seek it to the group's committed offsets."""
+        try:
+            self._owned = sorted({tp.partition for tp in self.consumer.assignment() if tp.topic == self.t_commands})
+            for partition in self._owned:
+                self._forget(partition)
+            self._unloaded = set(self._owned)
+            self._set_paused(self._owned, paused=True)
+        except KafkaException as exc:
+            log.warning("reading the assignment failed (%s); the next rebalance rebuilds it", exc.args[0])
+            return
+        while not self._stop.is_set() and not self._load_pending():
+            self._update_state()
+            self.health.tick()
+            self._stop.wait(RETRY_BACKOFF_S)
