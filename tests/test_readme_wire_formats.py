@@ -19,9 +19,9 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
 from watchtower.protocol.stream_state import EVENT_TYPES
-from watchtower.schemas.catalog import CATALOG
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
+from watchtower.schemas.schema_ids import CATALOG
 from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 
 README = Path(__file__).resolve().parents[1] / "README.md"

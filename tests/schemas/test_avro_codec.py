@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.schemas import codec
-from watchtower.schemas.catalog import CATALOG, RETIRED_IDS, SchemaKind, names_of_kind
+from watchtower.schemas.schema_ids import CATALOG, RETIRED_IDS, SchemaKind, names_of_kind
 
 ALL_NAMES = sorted(CATALOG)
 EVENTS = {

@@ -19,8 +19,8 @@ from watchtower.protocol.errors import SchemaMismatchError
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.stream_state import EVENT_TYPES, MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
-from watchtower.schemas.catalog import CATALOG, SchemaKind
 from watchtower.schemas.records import stream_config_to_record
+from watchtower.schemas.schema_ids import CATALOG, SchemaKind
 from watchtower.schemas.wire import decode_event, decode_typed_event, encode_event
 
 SCHEMAS = Path(watchtower.schemas.__file__).parent

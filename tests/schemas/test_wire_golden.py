@@ -35,7 +35,7 @@ from wire_samples import WireSample, all_samples, reference_shape_patch
 import watchtower.schemas
 from watchtower.protocol.ledger import KeymgrForward
 from watchtower.protocol.replay_records import ReplayRecord
-from watchtower.schemas.catalog import CATALOG, SchemaKind
+from watchtower.schemas.schema_ids import CATALOG, SchemaKind
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "wire_v1.json"
 AVSC_DIR = Path(watchtower.schemas.__file__).resolve().parent

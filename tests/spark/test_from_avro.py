@@ -21,9 +21,9 @@ from event_samples import OWNER, SID, one_of_each
 import watchtower.schemas
 from watchtower.protocol import stream_state
 from watchtower.protocol.signing import sign_message
-from watchtower.schemas.catalog import CATALOG
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
+from watchtower.schemas.schema_ids import CATALOG
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.connection import kafka_config, spark_kafka_options
 

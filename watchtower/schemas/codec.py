@@ -3,7 +3,7 @@
 Wire format of a framed record (what goes into a Kafka record value)::
 
     byte 0      magic 0x57 ("W")          -- never 0x00, so it cannot be taken for Confluent framing
-    bytes 1-2   schema id, big-endian u16 -- stable id from `catalog.CATALOG`
+    bytes 1-2   schema id, big-endian u16 -- stable id from `schema_ids.CATALOG`
     bytes 3-4   schema version, u16       -- which ``<Name>.v<N>.avsc`` wrote the body
     bytes 5-    Avro binary body (schemaless, as Spark's `from_avro` expects after `substring(value, 6)`)
 
@@ -49,7 +49,7 @@ import fastavro
 import fastavro.validation
 
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, SchemaMismatchError
-from watchtower.schemas.catalog import BY_ID, CATALOG
+from watchtower.schemas.schema_ids import BY_ID, CATALOG
 
 MAGIC: Final = 0x57
 _HEADER: Final = struct.Struct(">BHH")

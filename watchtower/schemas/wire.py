@@ -42,7 +42,6 @@ from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegiste
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import REPLAY_CANCEL_REQUESTED, REPLAY_REGISTERED, Event
 from watchtower.schemas import codec, events
-from watchtower.schemas.catalog import CATALOG, SchemaKind
 from watchtower.schemas.envelopes import (
     COMMAND_DECODER,
     ENCODER,
@@ -57,6 +56,7 @@ from watchtower.schemas.envelopes import (
     SignedCommandJson,
 )
 from watchtower.schemas.replay_records import encode_replay_record
+from watchtower.schemas.schema_ids import CATALOG, SchemaKind
 
 #: Kafka record headers the client sets on a command so the worker can answer it.
 H_CORRELATION = "wt-correlation-id"

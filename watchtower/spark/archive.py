@@ -16,8 +16,8 @@ from pyspark.sql import functions as sf
 from pyspark.sql.avro.functions import from_avro
 
 import watchtower.schemas
-from watchtower.schemas.catalog import CATALOG
 from watchtower.schemas.codec import latest_version
+from watchtower.schemas.schema_ids import CATALOG
 from watchtower.topics.connection import spark_kafka_options
 
 SCHEMAS = Path(watchtower.schemas.__file__).parent

@@ -1,4 +1,5 @@
-"""The catalogue of Watchtower record schemas: stable numeric ids, kinds and versions.
+"""The schema ids of Watchtower records: stable numeric ids, kinds and versions (the topics and
+their layout are `topics.catalogue`).
 
 The id goes into every framed record's header, so ids are forever: never reuse or renumber one.
 A new schema takes the next free id in its block; a new *version* of a schema keeps its id and
