@@ -18,18 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nacl.public
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_fixture import embedded_spec, free_ports
+from leak_scan import LeakScanner
 
+from watchtower.client.account import Account
+from watchtower.client.http import ApiClient
+from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL
 from watchtower.local.security import CLIENT_PRINCIPAL, PRINCIPALS, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.keyload import Recipient
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message
@@ -192,6 +199,12 @@ def test_the_client_principal_writes_commands_and_reads_replies_and_messages(sec
 
 def _read_stream_ids(settings: dict[str, Any], topic: str) -> set[str]:
     """Stream ids of every committed message in ``topic``, read with assign() (no group offsets)."""
+    return {decode_message(value).stream_id for value in _read_values(settings, topic)}
+
+
+def _read_values(settings: dict[str, Any], topic: str) -> list[bytes]:
+    """The value of every committed record in ``topic``, read with assign() (no group offsets): what
+    kcat with these credentials would print."""
     consumer = Consumer({**settings, "group.id": f"{topic.rsplit('.', 1)[0]}.client.{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 0})
     try:
@@ -199,7 +212,7 @@ def _read_stream_ids(settings: dict[str, Any], topic: str) -> set[str]:
         parts = [TopicPartition(topic, p, 0) for p in md.topics[topic].partitions]
         ends = {p.partition: consumer.get_watermark_offsets(p, timeout=TIMEOUT_S)[1] for p in parts}
         consumer.assign(parts)
-        found: set[str] = set()
+        found: list[bytes] = []
 
         def behind() -> bool:
             # A transactional topic's last offset is a commit marker, never a record, so only the
@@ -213,10 +226,42 @@ def _read_stream_ids(settings: dict[str, Any], topic: str) -> set[str]:
             if record is None:
                 continue
             assert record.error() is None, record.error()
-            found.add(decode_message(record.value()).stream_id)
+            found.append(record.value() or b"")
         return found
     finally:
         consumer.close()
+
+
+def test_a_confidential_feed_is_ciphertext_to_a_client_principal_reading_messages(
+        secure: SecureStack, tmp_path: Path) -> None:
+    """docs/private-feeds.md: the client principal may read ``messages`` (ACLs cannot filter by
+    key), so what it reads of a confidential feed must be ciphertext and sealed boxes only."""
+    api = ApiClient(secure.services.api_url)
+    owner = Account(nacl.signing.SigningKey.generate(), name="secure-owner", home=tmp_path)
+    publisher = nacl.signing.SigningKey.generate()
+    member = nacl.public.PrivateKey.generate()
+    member_address = "0x" + bytes(nacl.signing.SigningKey.generate().verify_key).hex()
+    sid = f"sec-conf-{uuid.uuid4().hex[:8]}"
+    api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    api.command(owner.sign("allowlist_add", sid, {"address": member_address}))
+    wait_until_visible(api, sid, timeout_s=TIMEOUT_S)
+    pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher))
+    keyload = pub.rekey([Recipient(member_address, 1, bytes(member.public_key))])
+    texts = [b"secure-broker plaintext " + os.urandom(16).hex().encode() for _ in range(2)]
+    for text in texts:
+        pub.publish("note", text)
+    wait_until_visible(api, sid, min_head=3, timeout_s=TIMEOUT_S)
+
+    values = _read_values(secure.settings(CLIENT_PRINCIPAL), secure.topic("messages"))
+    mine = [m for m in (decode_message(v) for v in values) if m.stream_id == sid]
+    assert [m.sequence for m in sorted(mine, key=lambda m: m.sequence)] == [1, 2, 3]
+    secrets = {"session key": keyload.session_key, **{f"plaintext {i}": t for i, t in enumerate(texts)}}
+    leaks = [f for v in values for f in LeakScanner(secrets).scan_bytes(v, "messages record")]
+    assert leaks == []
+    reader = ConfidentialReader(member_address, bytes(member))  # the member reads the same records
+    opened = [reader.read(m).plaintext for m in sorted(mine, key=lambda m: m.sequence)]
+    assert opened[1:] == texts
 
 
 def test_a_client_principal_cannot_read_events(secure: SecureStack) -> None:
