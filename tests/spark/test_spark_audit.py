@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nacl.public
 import nacl.signing
 import pytest
 from click.testing import CliRunner
@@ -23,9 +24,13 @@ from kafka_fixture import grant
 from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message, publish_script
 from stack_fixture import start_stack
 
+from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
+from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.keyload import Recipient
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message, encode_message
 from watchtower.topics.admin import ensure_topics
@@ -164,3 +169,46 @@ def test_the_cli_verifies_a_stream_and_prints_the_json_report(
     bad = CliRunner().invoke(group, args)
     assert bad.exit_code == 1
     assert json.loads(bad.stdout)["first_bad_sequence"] == ALTERED
+
+
+def test_an_export_of_a_confidential_feed_is_verified_ciphertext_a_member_alone_can_open(
+        spark: Any, stack: ServiceSet, tmp_path: Path) -> None:
+    """docs/private-feeds.md: Spark verifies a confidential feed's signatures over the ciphertext,
+    and its export holds ciphertext and sealed boxes only (read back from Parquet, decompressed)."""
+    import pyarrow.dataset as ds
+
+    from watchtower.spark.export import export_stream
+    from watchtower.spark.verify import verified_schedule
+
+    api = ApiClient(stack.api_url)
+    owner = Account(nacl.signing.SigningKey.generate(), name="spark-owner", home=tmp_path / "home")
+    publisher = nacl.signing.SigningKey.generate()
+    member = nacl.public.PrivateKey.generate()
+    member_address = "0x" + bytes(nacl.signing.SigningKey.generate().verify_key).hex()
+    sid = f"spark-conf-{uuid.uuid4().hex[:8]}"
+    api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    api.command(owner.sign("allowlist_add", sid, {"address": member_address}))
+    wait_until_visible(api, sid, timeout_s=60)
+    pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher))
+    keyload = pub.rekey([Recipient(member_address, 1, bytes(member.public_key))])
+    texts = [b"exported plaintext " + uuid.uuid4().hex.encode() for _ in range(3)]
+    for text in texts:
+        pub.publish("note", text)
+    wait_until_visible(api, sid, min_head=4, timeout_s=60)
+
+    out = tmp_path / "export"
+    result = export_stream(spark, stack.bootstrap, sid, verified_schedule(api, sid), out, prefix=stack.prefix)
+    rows = sorted(ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist(),
+                  key=lambda r: r["sequence"])
+    assert result.rows == len(rows) == 4
+    assert {r["verification"] for r in rows} == {"verified"}
+    secrets = [keyload.session_key, *texts]
+    for row in rows:
+        cells = json.dumps(row, default=lambda v: bytes(v).hex() if isinstance(v, bytes | bytearray) else str(v))
+        assert not any(s in bytes(row["payload_inline"]) or s.hex() in cells for s in secrets)
+    reader = ConfidentialReader(member_address, bytes(member))
+    stored = {m.sequence: m for m in Subscriber(api, sid).poll(10)}
+    assert [bytes(r["payload_inline"]) for r in rows] == [stored[s].payload_inline for s in (1, 2, 3, 4)]
+    reader.read(stored[1])  # the keyload
+    assert [reader.read(stored[s]).plaintext for s in (2, 3, 4)] == texts
