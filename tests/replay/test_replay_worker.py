@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import nacl.public
+import nacl.signing
 import pytest
 from replay_helpers import (
     DeliveryReader,
@@ -23,11 +26,15 @@ from replay_helpers import (
 )
 from stack_fixture import start_stack
 
+from watchtower.client.private import ConfidentialReader
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload, mask
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayProgress
 from watchtower.protocol.replay_rules import selector_for
+from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.replay_records import encode_replay_record
@@ -182,3 +189,48 @@ def test_a_plan_above_the_spark_threshold_is_handed_off_not_served(env: tuple[Se
     assert view.next_offset == 0
     assert view.delivered == 0
     reader.until(lambda: reader.count(small.replay_id) >= 100, what="the small replay's deliveries")
+
+
+def test_a_replay_of_a_confidential_feed_re_emits_its_ciphertext_which_a_member_alone_opens(
+        env: tuple[ServiceSet, Stream], reader: DeliveryReader) -> None:
+    """docs/private-feeds.md: a replay re-emits the stored records as they are, so what anyone
+    reading ``deliveries`` gets of a confidential feed is ciphertext and sealed boxes; the member's
+    key opens them, the replay service holds no key."""
+    services, _ = env
+    owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
+    member = nacl.public.PrivateKey.generate()
+    owner_address = address_from_public_key(bytes(owner.verify_key))  # the owner is in every keyload
+    stream = Stream(f"s-conf-{uuid.uuid4().hex[:8]}", owner, publisher)
+    client = CommandClient(services.bootstrap, prefix=services.prefix)
+    try:
+        body = {"publisher_key_hex": bytes(publisher.verify_key).hex(), "subscription_policy": "PRIVATE_ALLOWLIST",
+                "confidential": True}
+        client.call(sign_command(owner, "create_stream", stream.stream_id, 1, body), 120)
+        keyload = build_keyload(stream.stream_id, [Recipient(owner_address, 1, bytes(member.public_key))])
+        texts = [b"replayed plaintext " + uuid.uuid4().hex.encode() for _ in range(3)]
+        payloads: list[tuple[str, bytes, dict[str, Any]]] = [
+            (KEYLOAD_KIND, keyload.parts[0], {KEYLOAD_ID_TAG: keyload.keyload_id.hex()})]
+        for i, text in enumerate(texts, start=2):
+            payloads.append(("note", mask(keyload.session_key, keyload_id=keyload.keyload_id,
+                                          stream_id=stream.stream_id, sequence=i, branch="main", kind="note",
+                                          content_type="application/octet-stream", plaintext=text),
+                             {KEYLOAD_ID_TAG: keyload.keyload_id.hex()}))
+        for seq, (kind, payload, tags) in enumerate(payloads, start=1):
+            msg = sign_message(stream_id=stream.stream_id, sequence=seq, timestamp_unix_ms=1_700_000_000_000 + seq,
+                               kind=kind, payload=payload, tags=tags, signing_key=publisher,
+                               content_type="application/cbor" if kind == KEYLOAD_KIND else "application/octet-stream")
+            assert client.call(sign_command(owner, "publish", stream.stream_id, seq + 1, msg.to_json_dict()),
+                               120)["sequence"] == seq
+    finally:
+        client.close()
+    stream.head = len(payloads)
+    reg = register(services.bootstrap, services.prefix, stream, start=1)
+    wait_status(services.bootstrap, services.prefix, reg.replay_id, {"completed"}, timeout_s=300)
+    reader.until(lambda: reader.count(reg.replay_id) >= len(payloads), what="the confidential replay")
+    delivered = [decode_message(m.value()) for m in reader.by_replay[reg.replay_id]]
+    assert [m.sequence for m in delivered] == [1, 2, 3, 4]
+    raw = b"".join(m.value() for m in reader.by_replay[reg.replay_id])
+    assert keyload.session_key not in raw
+    assert not any(text in raw for text in texts)
+    member_reader = ConfidentialReader(owner_address, bytes(member))
+    assert [member_reader.read(m).plaintext for m in delivered] == [None, *texts]
