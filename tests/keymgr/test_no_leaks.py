@@ -41,6 +41,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
 from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
+from watchtower.client.sse import SseSource
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
 from watchtower.protocol.billing import key_epoch_at
@@ -194,13 +195,14 @@ def _confidential_feed(api_url: str, home: Path) -> tuple[dict[str, bytes], str]
     second branch with a keyload of its own. Returns its session keys and plaintexts, after
     checking that the members read every message they should with them (so the scan looks for the
     real secrets, and the worker took the branch and the reseal), and what a stranger with no
-    credentials is served by ``GET /v1/streams/{id}/messages`` (scanned too)."""
+    credentials is served by ``GET /v1/streams/{id}/messages`` and the feed's SSE route (scanned too)."""
     api = ApiClient(api_url)
     owner = Account(nacl.signing.SigningKey.generate(), name="confidential-owner", home=home)
     publisher_key = nacl.signing.SigningKey.generate()
     sid = f"conf-leaks-{uuid.uuid4().hex[:8]}"
     api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
-                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True,
+                                                  "feed": {"name": sid, "description": "confidential"}}))
     members = [(addr(nacl.signing.SigningKey.generate()), nacl.public.PrivateKey.generate()) for _ in range(3)]
     recipients = [Recipient(a, 1, bytes(k.public_key)) for a, k in members]
     for address, _ in members[:2]:
@@ -232,6 +234,17 @@ def _confidential_feed(api_url: str, home: Path) -> tuple[dict[str, bytes], str]
     payloads = {bytes.fromhex(m["payload_inline_hex"]) for m in json.loads(served)["messages"]}
     assert len(payloads) == 8
     assert not payloads & set(texts)
+    # The live feed over SSE, from the start, as a stranger's browser or EventSource would follow it.
+    feed_id = wait_for(lambda: next((f["feed_id"] for f in api.feeds() if f["stream_id"] == sid), None),
+                       timeout_s=120, what="the confidential feed's listing")
+    pushed: list[Any] = []
+    with SseSource(api_url, int(feed_id), last_event_id=0) as sse:
+        deadline = time.monotonic() + 120
+        while len(pushed) < 8 and time.monotonic() < deadline:
+            pushed += sse.poll(1.0)
+    assert [m.sequence for m in pushed] == list(range(1, 9))
+    assert {m.payload_inline for m in pushed} == payloads
+    served += json.dumps([m.to_json_dict() for m in pushed])
     return {"session key 1": first.session_key, "session key 2": second.session_key,
             "session key 3 (branch pro)": third.session_key,
             **{f"confidential plaintext #{i}": t for i, t in enumerate(texts)}}, served
