@@ -194,7 +194,7 @@ def read_history(api: FakeApi, reader: ConfidentialReader, **subscriber: Any) ->
     for msg in messages:
         try:
             out[msg.sequence] = reader.read(msg).plaintext
-        except (UnauthorizedError, DecryptionFailedError) as exc:
+        except (UnauthorizedError, DecryptionFailedError, InvalidArgumentError) as exc:
             out[msg.sequence] = exc
     return out
 
@@ -307,3 +307,23 @@ def test_each_branch_has_its_audience_and_a_subscriber_filters_by_branch(
     assert got == {1: None, 3: b"pro-1", 5: b"pro-2"}                    # the branch's keyload came along
     only_basic = {"field": "tags.wt.branch", "op": "eq", "value": "basic"}
     assert read_history(api, bob.reader(), filter=only_basic) == {2: None, 4: b"basic-1"}
+
+
+def test_an_unreadable_keyload_record_is_reported_on_itself_and_stops_no_history_read(tmp_path: Path) -> None:
+    """On a feed that is not confidential the writer checks no keyload rule, so its publisher can
+    publish any bytes under the reserved kinds: a member's history read reports them and goes on."""
+    owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
+    publisher_key = nacl.signing.SigningKey(b"\x02" * 32)
+    api = FakeApi()
+    api.command(owner.sign("create_stream", SID, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST"}))
+    pub = ConfidentialPublisher(Publisher(api, owner, SID, publisher_key))
+    pub.publisher.publish(KEYLOAD_KIND, b"not a keyload part", {"wt.keyload": "00" * 16})   # 1
+    pub.publisher.publish("wt.reseal", b"\xa0", {"wt.keyload": "00" * 16})                  # 2
+    alice = Person(11)
+    pub.rekey([alice.recipient()])                                                           # 3
+    pub.publish("tick", b"fine")                                                             # 4
+    got = read_history(api, alice.reader())
+    assert got[4] == b"fine"
+    assert isinstance(got[1], InvalidArgumentError)
+    assert isinstance(got[2], InvalidArgumentError)

@@ -153,7 +153,7 @@ def read_confidential(api: ApiClient, stream_id: str, *, cursor: int, limit: int
         row: dict[str, Any] = {"sequence": msg.sequence, "kind": msg.kind, "keyload_id": msg.tags.get(TAG_KEYLOAD)}
         try:
             opened = reader.read(msg)
-        except (UnauthorizedError, DecryptionFailedError) as exc:
+        except (UnauthorizedError, DecryptionFailedError, InvalidArgumentError) as exc:
             rows.append({**row, "error": {"code": exc.code, "message": exc.message}})
             continue
         row["branch"] = opened.branch

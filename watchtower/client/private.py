@@ -205,14 +205,16 @@ class ConfidentialReader:
     def prime(self, messages: Iterable[StreamMessage]) -> None:
         """Take in the keyload parts and reseals among verified `messages` (nothing else is read).
         A part or reseal whose key does not open (a forged one, or one sealed to an account key
-        this reader does not hold) does not stop it: reading a message under that keyload raises
-        the reason."""
+        this reader does not hold), or that does not decode, does not stop it: reading a message
+        under that keyload (or the record itself) raises the reason."""
         for msg in messages:
             if msg.kind in (KEYLOAD_KIND, RESEAL_KIND):
                 try:
                     self.read(msg)
                 except DecryptionFailedError:
                     continue  # kept in _failed: the masked messages under it report it
+                except InvalidArgumentError:
+                    continue  # not a keyload part or a reseal (reading it again says why)
 
     def read(self, msg: StreamMessage) -> Opened:
         """The plaintext of a verified `msg`. A keyload part or a reseal is taken in (its plaintext
