@@ -16,7 +16,7 @@ import nacl.public
 import nacl.signing
 import pytest
 
-from watchtower.protocol.confidential import NO_KEYLOADS, KeyloadState, fold_keyload_part
+from watchtower.protocol.confidential import NO_KEYLOADS, Keyloads, KeyloadState, fold_keyload_part
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -28,6 +28,7 @@ from watchtower.protocol.keyload import (
     BRANCH_TAG,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
+    MAX_BRANCHES,
     RESEAL_KIND,
     Keyload,
     Recipient,
@@ -452,3 +453,17 @@ def test_a_reseal_to_a_member_off_the_allowlist_or_for_another_stream_is_refused
         stream.publish(RESEAL_KIND, valid, {KEYLOAD_ID_TAG: "09" * 16})
     with pytest.raises(InvalidArgumentError, match="names its keyload"):
         stream.publish(RESEAL_KIND, valid, {KEYLOAD_ID_TAG: first.keyload_id.hex(), BRANCH_TAG: "pro"})
+
+
+def test_a_stream_keys_at_most_max_branches_branches_from_the_writer_the_log_and_a_snapshot(stream: Stream) -> None:
+    for i in range(MAX_BRANCHES):
+        publish_branch_keyload(stream, branch_keyload(f"b{i}", ALICE), f"b{i}")
+    with pytest.raises(UnauthorizedError, match=f"already keys {MAX_BRANCHES} branches"):
+        publish_branch_keyload(stream, branch_keyload("one-more", ALICE), "one-more")
+    publish_branch_keyload(stream, branch_keyload("b0", ALICE), "b0")  # an existing branch re-keys as ever
+    forged = {"keyload": {"keyload_id": "07" * 16, "part": 0, "parts": 1, "branch": "one-more"}}
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        fold_keyload_part(stream.state.keyloads, forged)
+    too_many = {f"b{i}": [b"\x07" * 16, 0, False] for i in range(MAX_BRANCHES + 1)}
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        Keyloads.from_canonical(too_many)

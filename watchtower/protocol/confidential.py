@@ -45,6 +45,7 @@ from watchtower.protocol.keyload import (
     KEYLOAD_ID_BYTES,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
+    MAX_BRANCHES,
     MAX_MEMBERS,
     RESEAL_KIND,
     Member,
@@ -107,10 +108,12 @@ class Keyloads:
         return NO_KEYLOAD
 
     def with_branch(self, branch: str, state: KeyloadState) -> Keyloads:
-        """These keyloads with `branch` in `state`."""
+        """These keyloads with `branch` in `state`. INVALID_ARGUMENT past `MAX_BRANCHES` branches."""
         rest = {name: st for name, st in self.branches if name != branch}
         if not state.is_default:
             rest[branch] = state
+        if len(rest) > MAX_BRANCHES:
+            raise InvalidArgumentError(f"a confidential stream keys at most {MAX_BRANCHES} branches; reuse one")
         return Keyloads(tuple(sorted(rest.items())))
 
     def in_progress(self) -> tuple[str, KeyloadState] | None:
@@ -226,6 +229,9 @@ def _check_part(keyloads: Keyloads, msg: StreamMessage, *, stream_id: str, owner
                                    f"{part.branch!r}")
     state = keyloads.of(part.branch)
     pending = keyloads.in_progress()
+    if state.is_default and len(keyloads.branches) >= MAX_BRANCHES:
+        raise UnauthorizedError(f"confidential stream {stream_id!r} already keys {MAX_BRANCHES} branches, the most "
+                                f"it holds; publish on one of them instead of starting {part.branch!r}")
     if part.part == 0:
         if state.keyload_id == part.keyload_id:
             raise InvalidArgumentError(f"keyload {kid} was already started; a new keyload takes a fresh id")

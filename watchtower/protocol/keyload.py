@@ -77,6 +77,9 @@ MAX_PART_BYTES: Final = MAX_INLINE_PAYLOAD_BYTES
 #: Members of one keyload (the issue's scale target, with room).
 MAX_MEMBERS: Final = 20_000
 MAX_BRANCH_CHARS: Final = 32
+#: Branches with a keyload in one stream: each is state the writer keeps, so a publisher cannot
+#: grow it without bound.
+MAX_BRANCHES: Final = 64
 DEFAULT_BRANCH: Final = "main"
 
 _SALT: Final = b"watchtower-keyload-v1"
