@@ -22,21 +22,17 @@ import nacl.public
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
+from confidential_feed import publish_confidential_feed
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka_fixture import embedded_spec, free_ports
 from leak_scan import LeakScanner
 
-from watchtower.client.account import Account
-from watchtower.client.http import ApiClient
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
-from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL
 from watchtower.local.security import CLIENT_PRINCIPAL, PRINCIPALS, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.keyload import Recipient
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message
@@ -236,32 +232,17 @@ def test_a_confidential_feed_is_ciphertext_to_a_client_principal_reading_message
         secure: SecureStack, tmp_path: Path) -> None:
     """docs/private-feeds.md: the client principal may read ``messages`` (ACLs cannot filter by
     key), so what it reads of a confidential feed must be ciphertext and sealed boxes only."""
-    api = ApiClient(secure.services.api_url)
-    owner = Account(nacl.signing.SigningKey.generate(), name="secure-owner", home=tmp_path)
-    publisher = nacl.signing.SigningKey.generate()
-    member = nacl.public.PrivateKey.generate()
-    member_address = "0x" + bytes(nacl.signing.SigningKey.generate().verify_key).hex()
-    sid = f"sec-conf-{uuid.uuid4().hex[:8]}"
-    api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex(),
-                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
-    api.command(owner.sign("allowlist_add", sid, {"address": member_address}))
-    wait_until_visible(api, sid, timeout_s=TIMEOUT_S)
-    pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher))
-    keyload = pub.rekey([Recipient(member_address, 1, bytes(member.public_key))])
-    texts = [b"secure-broker plaintext " + os.urandom(16).hex().encode() for _ in range(2)]
-    for text in texts:
-        pub.publish("note", text)
-    wait_until_visible(api, sid, min_head=3, timeout_s=TIMEOUT_S)
+    feed = publish_confidential_feed(secure.services.api_url, tmp_path, prefix="sec-conf", count=2,
+                                     timeout_s=TIMEOUT_S)
 
     values = _read_values(secure.settings(CLIENT_PRINCIPAL), secure.topic("messages"))
-    mine = [m for m in (decode_message(v) for v in values) if m.stream_id == sid]
-    assert [m.sequence for m in sorted(mine, key=lambda m: m.sequence)] == [1, 2, 3]
-    secrets = {"session key": keyload.session_key, **{f"plaintext {i}": t for i, t in enumerate(texts)}}
-    leaks = [f for v in values for f in LeakScanner(secrets).scan_bytes(v, "messages record")]
+    mine = sorted((m for m in (decode_message(v) for v in values) if m.stream_id == feed.stream_id),
+                  key=lambda m: m.sequence)
+    assert [m.sequence for m in mine] == [1, 2, 3]
+    leaks = [f for v in values for f in LeakScanner(feed.secrets()).scan_bytes(v, "messages record")]
     assert leaks == []
-    reader = ConfidentialReader(member_address, bytes(member))  # the member reads the same records
-    opened = [reader.read(m).plaintext for m in sorted(mine, key=lambda m: m.sequence)]
-    assert opened[1:] == texts
+    reader = feed.reader()  # the member reads the same records
+    assert [reader.read(m).plaintext for m in mine][1:] == list(feed.plaintexts)
 
 
 def test_a_client_principal_cannot_read_events(secure: SecureStack) -> None:

@@ -19,18 +19,16 @@ import nacl.public
 import nacl.signing
 import pytest
 from click.testing import CliRunner
+from confidential_feed import publish_confidential_feed
 from confluent_kafka import Producer
 from kafka_fixture import grant
 from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message, publish_script
 from stack_fixture import start_stack
 
-from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
-from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
+from watchtower.client.sdk import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.keyload import Recipient
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import decode_message, encode_message
 from watchtower.topics.admin import ensure_topics
@@ -181,21 +179,8 @@ def test_an_export_of_a_confidential_feed_is_verified_ciphertext_a_member_alone_
     from watchtower.spark.verify import verified_schedule
 
     api = ApiClient(stack.api_url)
-    owner = Account(nacl.signing.SigningKey.generate(), name="spark-owner", home=tmp_path / "home")
-    publisher = nacl.signing.SigningKey.generate()
-    member = nacl.public.PrivateKey.generate()
-    member_address = "0x" + bytes(nacl.signing.SigningKey.generate().verify_key).hex()
-    sid = f"spark-conf-{uuid.uuid4().hex[:8]}"
-    api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex(),
-                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
-    api.command(owner.sign("allowlist_add", sid, {"address": member_address}))
-    wait_until_visible(api, sid, timeout_s=60)
-    pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher))
-    keyload = pub.rekey([Recipient(member_address, 1, bytes(member.public_key))])
-    texts = [b"exported plaintext " + uuid.uuid4().hex.encode() for _ in range(3)]
-    for text in texts:
-        pub.publish("note", text)
-    wait_until_visible(api, sid, min_head=4, timeout_s=60)
+    feed = publish_confidential_feed(stack.api_url, tmp_path / "home", prefix="spark-conf", count=3)
+    sid = feed.stream_id
 
     out = tmp_path / "export"
     result = export_stream(spark, stack.bootstrap, sid, verified_schedule(api, sid), out, prefix=stack.prefix)
@@ -203,12 +188,12 @@ def test_an_export_of_a_confidential_feed_is_verified_ciphertext_a_member_alone_
                   key=lambda r: r["sequence"])
     assert result.rows == len(rows) == 4
     assert {r["verification"] for r in rows} == {"verified"}
-    secrets = [keyload.session_key, *texts]
+    secrets = list(feed.secrets().values())
     for row in rows:
         cells = json.dumps(row, default=lambda v: bytes(v).hex() if isinstance(v, bytes | bytearray) else str(v))
         assert not any(s in bytes(row["payload_inline"]) or s.hex() in cells for s in secrets)
-    reader = ConfidentialReader(member_address, bytes(member))
+    reader = feed.reader()
     stored = {m.sequence: m for m in Subscriber(api, sid).poll(10)}
     assert [bytes(r["payload_inline"]) for r in rows] == [stored[s].payload_inline for s in (1, 2, 3, 4)]
     reader.read(stored[1])  # the keyload
-    assert [reader.read(stored[s]).plaintext for s in (2, 3, 4)] == texts
+    assert [reader.read(stored[s]).plaintext for s in (2, 3, 4)] == list(feed.plaintexts)
