@@ -53,15 +53,26 @@ def feed(tmp_path: Path) -> tuple[FakeApi, ConfidentialPublisher]:
     return api, ConfidentialPublisher(Publisher(api, owner, SID, publisher_key))
 
 
-def read_all(api: FakeApi, reader: ConfidentialReader) -> dict[int, bytes | Exception | None]:
-    """Every message through a verifying Subscriber, then the member's reader."""
+def read_all(api: FakeApi, reader: ConfidentialReader, *, prime: bool = False,
+             **subscriber: Any) -> dict[int, bytes | Exception | None]:
+    """Every message through a verifying Subscriber, then the member's reader: in order, as a live
+    reader does, or with `prime` as `feed ID get-since --decrypt` does (every keyload and reseal
+    taken in first, so a reseal later in the log unlocks earlier messages)."""
+    messages = Subscriber(api, SID, **subscriber).poll(500)
+    if prime:
+        reader.prime(messages)
     out: dict[int, bytes | Exception | None] = {}
-    for msg in Subscriber(api, SID).poll(500):
+    for msg in messages:
         try:
             out[msg.sequence] = reader.read(msg).plaintext
-        except (UnauthorizedError, DecryptionFailedError) as exc:
+        except (UnauthorizedError, DecryptionFailedError, InvalidArgumentError) as exc:
             out[msg.sequence] = exc
     return out
+
+
+def read_history(api: FakeApi, reader: ConfidentialReader, **subscriber: Any) -> dict[int, bytes | Exception | None]:
+    """`read_all` with `prime`."""
+    return read_all(api, reader, prime=True, **subscriber)
 
 
 def test_members_read_a_removed_member_reads_only_before_and_a_stranger_nothing(
@@ -183,20 +194,6 @@ def test_a_confidential_flag_on_a_public_feed_is_refused(tmp_path: Path) -> None
 
 
 # --- joining later, reseals, key rotation, branches ----------------------------------------------
-
-
-def read_history(api: FakeApi, reader: ConfidentialReader, **subscriber: Any) -> dict[int, bytes | Exception | None]:
-    """A history read as `feed ID get-since --decrypt` does it: prime with every verified message
-    (a reseal later in the log unlocks earlier ones), then read."""
-    messages = Subscriber(api, SID, **subscriber).poll(500)
-    reader.prime(messages)
-    out: dict[int, bytes | Exception | None] = {}
-    for msg in messages:
-        try:
-            out[msg.sequence] = reader.read(msg).plaintext
-        except (UnauthorizedError, DecryptionFailedError, InvalidArgumentError) as exc:
-            out[msg.sequence] = exc
-    return out
 
 
 def test_a_member_added_later_reads_from_its_join_and_what_the_owner_resealed(
