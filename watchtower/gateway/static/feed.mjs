@@ -10,7 +10,7 @@
 // keyload parts and reseals whose signature verified, opens the ones holding the member
 // (static/keyload.mjs), and shows a masked message's plaintext, after its own signature verified,
 // marked "decrypted". Without the key, or under a keyload the member is not in: "encrypted".
-import { hexToBytes, verifyMessage } from "/ui/signing.mjs";
+import { bytesToHex, hexToBytes, verifyMessage } from "/ui/signing.mjs";
 
 // Loaded apart, so that the signature checks work even where the decryption library does not.
 const keyloadModule = import("/ui/keyload.mjs").catch((err) => {
@@ -89,17 +89,13 @@ function payloadText(msg) {
   return formatPayload(bytes, msg.content_type);
 }
 
-function toHex(bytes) {
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 function formatPayload(bytes, contentType) {
   const type = (contentType || "application/json").split(";")[0].trim().toLowerCase();
   let text;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch (err) {
-    return `(binary, ${bytes.length} bytes) ${toHex(bytes.subarray(0, 32))}`;
+    return `(binary, ${bytes.length} bytes) ${bytesToHex(bytes.subarray(0, 32))}`;
   }
   if (type === "application/json" || type.endsWith("+json")) {
     try {
@@ -302,7 +298,7 @@ async function loadKey() {
     return;
   }
   keyEl.value = ""; // the key is not left in the page's inputs
-  const publicKeyHex = toHex(await kl.publicKeyOf(secretKey));
+  const publicKeyHex = bytesToHex(await kl.publicKeyOf(secretKey));
   await enqueue(async () => {
     forget();
     member = { address, secretKey, publicKeyHex };
