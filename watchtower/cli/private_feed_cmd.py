@@ -56,17 +56,15 @@ def is_confidential(api: ApiClient, stream_id: str) -> bool:
     return bool(config.get("confidential", False))
 
 
-def _verified_messages(api: ApiClient, stream_id: str, owner: str | None,
-                       until: int | None = None) -> list[StreamMessage]:
-    """Every retained message up to sequence `until` (all when None), each verified by a Subscriber."""
+def _verified_messages(api: ApiClient, stream_id: str, owner: str | None) -> list[StreamMessage]:
+    """Every retained message, each verified by a Subscriber."""
     subscriber = Subscriber(api, stream_id, 0, None, expected_owner=owner)
     subscriber.key_schedule()  # the chain verifies before any message is trusted
     out: list[StreamMessage] = []
     while True:
         page = subscriber.poll_page(_PAGE)
-        out.extend(m for m in page.messages if until is None or m.sequence <= until)
-        if not page.messages or page.next_cursor >= page.head_sequence or (until is not None
-                                                                          and page.next_cursor >= until):
+        out.extend(page.messages)
+        if not page.messages or page.next_cursor >= page.head_sequence:
             return out
 
 
