@@ -134,9 +134,13 @@ def test_every_service_serves_parseable_metrics_with_build_info_and_process_metr
         assert value(samples, "process_resident_memory_bytes") > 0, name
         assert value(samples, "process_open_fds") > 0, name
         assert bounded_labels(samples, set()) == [], name
-    assert value(scrape(stack, "replay-r1"), "watchtower_tx_worker_state", service="replay", state="serving") == 1
-    delivery = scrape(stack, "delivery-d1")
-    assert value(delivery, "watchtower_tx_worker_owned_partitions", service="delivery") == PARTITIONS
+    # A side worker is serving once its group assigned it partitions, which the stack's readiness
+    # does not wait for: on a loaded machine the first rebalance can still be under way here.
+    wait_for(lambda: value(scrape(stack, "replay-r1"), "watchtower_tx_worker_state", service="replay",
+                           state="serving") == 1, timeout_s=60, what="the replay worker serving")
+    wait_for(lambda: value(scrape(stack, "delivery-d1"), "watchtower_tx_worker_owned_partitions",
+                           service="delivery") == PARTITIONS, timeout_s=60,
+             what=f"the delivery worker owning its {PARTITIONS} partitions")
     assert value(scrape(stack, KEYMGR_NAME), "watchtower_keymgr_sealed_streams") == 0
 
 
