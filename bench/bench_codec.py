@@ -6,8 +6,8 @@ Records (what a worker handles per publish): a signed publish command of a 512-b
 (decoded on the commands topic), its StreamMessagePublished event (encoded by the writer, decoded
 by every fold) and its reply. Cases, each beside its baselines:
 
-- ``before``: the codec this replaces, a JSON envelope (``json.dumps({"v": 1, ...})`` /
-  ``json.loads`` + ``Command.from_dict`` / ``Event.from_dict``), reproduced here;
+- ``before`` (commands only): the JSON envelope the commands codec replaced
+  (``json.dumps({"v": 1, ...})`` / ``json.loads`` + ``Command.from_dict``), reproduced here;
 - ``after``: `watchtower.schemas.wire` (msgspec JSON for commands and replies, framed Avro with
   fastavro's schemaless reader/writer and cached parsed schemas for events);
 - ``raw json`` / ``raw avro``: ``json.dumps``/``json.loads`` of the same dict, and fastavro's
@@ -33,10 +33,10 @@ import fastavro
 import nacl.signing
 
 from watchtower.protocol import stream_state
-from watchtower.protocol.signed_command import Command, sign_command
+from watchtower.protocol.signed_command import Command, json_safe, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.wire import (
     decode_command,
@@ -53,9 +53,8 @@ SID = "bench-stream"
 
 
 @functools.cache
-def records() -> tuple[Command, Event, dict[str, Any], int]:
-    """A signed publish command, its StreamMessagePublished event (reference shape), its reply, and
-    the size of the legacy JSON event that still carried the message."""
+def records() -> tuple[Command, Event, dict[str, Any]]:
+    """A signed publish command, its StreamMessagePublished event and its reply."""
     create = sign_command(OWNER, "create_stream", SID, 1, {"publisher_key": bytes(PUBLISHER.verify_key)})
     state = StreamState.initial(SID)
     for event in decide(state, create, block_height=10).events:
@@ -65,26 +64,18 @@ def records() -> tuple[Command, Event, dict[str, Any], int]:
                            tags={"symbol": "BTC", "venue": "x", "px": 1.5})
     publish = sign_command(OWNER, "publish", SID, 2, message.to_json_dict())
     decision = decide(state, publish, block_height=11)
-    legacy = decision.events[0]
-    legacy_size = len(json.dumps({"v": 1, "event": legacy.to_dict()}, separators=(",", ":")))
-    # The event as it travels from now on: the ten CIP-7 reference fields, never the message.
-    stream_state.EVENT_BODY_FIELDS[stream_state.STREAM_MESSAGE_PUBLISHED] = frozenset(  # type: ignore[index]
-        MESSAGE_CIP7_FIELDS)
-    published = Event(type=legacy.type, stream_id=legacy.stream_id, block_height=legacy.block_height,
-                      caller=legacy.caller, nonce=legacy.nonce, digest=legacy.digest, reply=legacy.reply,
-                      body={k: legacy.body[k] for k in MESSAGE_CIP7_FIELDS})
-    return publish, published, dict(decision.reply), legacy_size
+    return publish, decision.events[0], dict(decision.reply)
 
 
 def cases() -> dict[str, dict[str, Callable[[], object]]]:
-    command, event, reply, legacy_size = records()
+    command, event, reply = records()
     cmd_json_old = json.dumps({"v": 1, "command": command.to_dict()}, separators=(",", ":")).encode()
     cmd_new = encode_command(command)
-    ev_dict = {"v": 1, "event": event.to_dict()}
-    ev_json_old = json.dumps(ev_dict, separators=(",", ":")).encode()
     ev_new = encode_event(event)
     header, parsed = codec.frame(event.type)
-    avro_record = events.to_record(events.from_event(event))
+    avro_record = events.event_record(event)
+    ev_dict = json_safe(avro_record)  # the same record as JSON text would carry it (bytes as hex)
+    ev_json = json.dumps(ev_dict, separators=(",", ":")).encode()
     reply_new = encode_reply(True, result=reply)
     cmd_dict = {"v": 1, "command": command.to_dict()}
 
@@ -106,24 +97,21 @@ def cases() -> dict[str, dict[str, Callable[[], object]]]:
             "raw json": lambda: json.dumps(cmd_dict, separators=(",", ":")),
         },
         "event encode": {
-            "before": lambda: json.dumps({"v": 1, "event": event.to_dict()}, separators=(",", ":")).encode(),
             "after": lambda: encode_event(event),
             "raw json": lambda: json.dumps(ev_dict, separators=(",", ":")),
             "raw avro": raw_avro_write,
         },
         "event decode": {
-            "before": lambda: Event.from_dict(json.loads(ev_json_old)["event"]),
             "after": lambda: decode_event(ev_new),
-            "raw json": lambda: json.loads(ev_json_old),
+            "raw json": lambda: json.loads(ev_json),
             "raw avro": lambda: fastavro.schemaless_reader(io.BytesIO(body), parsed),
         },
         "reply decode": {
             "before": lambda: json.loads(reply_new),
             "after": lambda: decode_reply(reply_new),
         },
-    } | {"_sizes": {"command json": lambda: len(cmd_new), "event json (before)": lambda: len(ev_json_old),
-                    "legacy event json with message": lambda: legacy_size,
-                    "event avro (after)": lambda: len(ev_new), "header": lambda: len(header)}}
+    } | {"_sizes": {"command json": lambda: len(cmd_new), "event as json": lambda: len(ev_json),
+                    "event avro": lambda: len(ev_new), "header": lambda: len(header)}}
 
 
 def measure(fns: dict[str, Callable[[], object]], seconds: float, batch: int) -> dict[str, dict[str, float]]:
@@ -157,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"sizes_bytes": sizes, "results": results}, indent=2))
         return 0
     print("record sizes (bytes):", ", ".join(f"{k} {v}" for k, v in sizes.items()))
-    print(f"{'operation':<16}{'case':<10}{'median µs':>11}{'p99 µs':>9}{'records/s':>12}{'vs before':>11}")
+    print(f"{'operation':<16}{'case':<10}{'median µs':>11}{'p99 µs':>9}{'records/s':>12}{'vs first':>11}")
     for op, res in results.items():
-        before = res["before"]["median_us"]
+        before = next(iter(res.values()))["median_us"]  # "before" where there is one, else "after"
         for name, r in res.items():
             print(f"{op:<16}{name:<10}{r['median_us']:>11.2f}{r['p99_us']:>9.2f}{r['per_s']:>12,.0f}"
                   f"{before / r['median_us']:>10.2f}x")

@@ -49,10 +49,11 @@ from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.events import StreamMessagePublished
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, Event
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
@@ -77,9 +78,11 @@ def seed(bootstrap: str, prefix: str, sid: str, owner: nacl.signing.SigningKey, 
     for seq in tqdm(range(1, events + 1), desc=f"seeding {events:,} events", unit="ev", mininterval=1.0):
         msg = sign_message(stream_id=sid, sequence=seq, timestamp_unix_ms=1_790_000_000_000 + seq, kind="tick",
                            payload=b'{"n":%d}' % seq, signing_key=owner, signing_key_id=1)
-        body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
-        body["payload_format"] = str(msg.payload_format)
-        event = Event(type=STREAM_MESSAGE_PUBLISHED, stream_id=sid, block_height=block, caller=caller, nonce=seq + 1,
+        body = StreamMessagePublished(
+            stream_id=sid, version=msg.version, sequence=seq, kind=msg.kind, content_type=msg.content_type,
+            payload_format=str(msg.payload_format), payload_hash=msg.payload_hash, key_epoch=msg.key_epoch,
+            signing_key_id=msg.signing_key_id, timestamp_unix_ms=msg.timestamp_unix_ms)
+        event = Event(stream_id=sid, block_height=block, caller=caller, nonce=seq + 1,
                       digest=hashlib.sha256(b"seed%d" % seq).digest(), reply={"sequence": seq}, body=body)
         while True:
             try:

@@ -37,6 +37,7 @@ from watchtower.client.sdk import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidSignatureError, WatchtowerError
+from watchtower.protocol.events import PublisherKeyRotated
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -69,12 +70,13 @@ class Scenario:
         self.forged_entry = {"signing_key_id": 2, "publisher_key": bytes(self.attacker.verify_key).hex(),
                              "public_key_hex": bytes(self.attacker.verify_key).hex(), "effective_sequence": 3,
                              "command": rotate.to_dict()}
-        forged = Event(type="PublisherKeyRotated", stream_id=self.sid, block_height=1, caller=rotate.caller,
-                       nonce=rotate.nonce, digest=command_digest(rotate),
+        forged = Event(stream_id=self.sid, block_height=1, caller=rotate.caller, nonce=rotate.nonce,
+                       digest=command_digest(rotate),
                        reply={"old_signing_key_id": 1, "signing_key_id": 2, "effective_sequence": 3},
-                       body={"stream_id": self.sid, "old_key": bytes(self.publisher.verify_key),
-                             "new_key": bytes(self.attacker.verify_key), "old_signing_key_id": 1,
-                             "new_signing_key_id": 2, "effective_sequence": 3, "command": command_json(rotate)})
+                       body=PublisherKeyRotated(
+                           stream_id=self.sid, old_key=bytes(self.publisher.verify_key),
+                           new_key=bytes(self.attacker.verify_key), old_signing_key_id=1, new_signing_key_id=2,
+                           effective_sequence=3, command=command_json(rotate)))
         self.forged_message = sign_message(stream_id=self.sid, sequence=3, timestamp_unix_ms=1_700_000_000_003,
                                            kind="tick", payload=b'{"pwned":true}', signing_key=self.attacker,
                                            signing_key_id=2)

@@ -153,6 +153,6 @@ def test_a_stream_created_with_ingestion_encodes_and_snapshots() -> None:
     decision = decide(StreamState.initial(SID), sign_command(OWNER, "create_stream", SID, 1, {
         "publisher_key": bytes(DELEGATE.verify_key), "ingestion": ingestion}), block_height=HEIGHT)
     decoded = decode_event(encode_event(decision.events[0]))
-    assert decoded.body["config"]["ingestion"]["task_definition"]["select"] == {"p": "$.a[0]"}
+    assert decoded.body.config.to_dict()["ingestion"]["task_definition"]["select"] == {"p": "$.a[0]"}
     restored = decode_streams(encode_streams({SID: s.state}))[SID]
     assert state_digest(restored) == state_digest(s.state)

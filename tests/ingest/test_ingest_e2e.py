@@ -141,13 +141,13 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
     fail_count = env.api.get_head(env.stream_id)["ingest_fail_count"]
     later = ingest_failures(env.services.bootstrap, env.services.prefix, env.stream_id)
     assert len(failures) <= fail_count <= len(later), "ingest_fail_count counts the IngestFailed events"
-    failed_ticks = [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+    failed_ticks = [t for e in failures for t in range(e.body.first_tick, e.body.last_tick + 1)]
     assert not set(failed_ticks) & set(ticks), "a tick both published and failed"
     assert len(failed_ticks) == len(set(failed_ticks)), "a tick reported failed twice"
     covered = sorted(t for t in set(ticks) | set(failed_ticks) if t <= ticks[-1])
     assert covered == list(range(1, ticks[-1] + 1)), "a tick vanished without a message or an IngestFailed"
     assert ticks[-1] >= 60
-    reasons = {e.body["reason"] for e in failures}
+    reasons = {e.body.reason for e in failures}
     assert {"SOURCE_UNAVAILABLE", "SCHEMA_MISMATCH", "QUORUM_NOT_REACHED", "OVERSIZED_RESULT", "TIMEOUT"} <= reasons
     assert len(ticks) + len(failed_ticks) >= 60
 
@@ -240,7 +240,7 @@ def _ingested(env: Env, stream_id: str, owner: str) -> tuple[list[int], list[int
     assert [m.sequence for m in messages] == list(range(1, len(messages) + 1)), "gapless"
     ticks = [int(m.tags["ingest_tick"]) for m in messages]
     failures = ingest_failures(env.services.bootstrap, env.services.prefix, stream_id)
-    return ticks, [t for e in failures for t in range(e.body["first_tick"], e.body["last_tick"] + 1)]
+    return ticks, [t for e in failures for t in range(e.body.first_tick, e.body.last_tick + 1)]
 
 
 @pytest.mark.soak
@@ -332,5 +332,5 @@ def test_a_kafka_topic_feeds_a_stream_and_deployment_topics_are_refused(env: Env
     assert set(seen) <= set(produced), "only produced records, never the liar's (+1) ids beyond them"
     assert env.api.get_head(refused)["head_sequence"] == 0, "nothing of the deployment's own topic was published"
     failures = ingest_failures(bootstrap, prefix, refused)
-    assert {e.body["reason"] for e in failures} == {"SOURCE_UNAVAILABLE"}
-    assert "belongs to the deployment" in failures[0].body["detail"]
+    assert {e.body.reason for e in failures} == {"SOURCE_UNAVAILABLE"}
+    assert "belongs to the deployment" in failures[0].body.detail

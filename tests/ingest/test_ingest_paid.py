@@ -52,7 +52,7 @@ def test_a_paid_feed_ingests_ciphertext_sealed_by_the_key_manager(kafka_bootstra
             assert msg.key_epoch is not None
             assert b"97000" not in msg.payload_inline, "the price travels sealed"
         # The first tick may time out while the runner still joins its group; nothing else fails.
-        early = {e.body["reason"] for e in ingest_failures(services.bootstrap, services.prefix, sid)}
+        early = {e.body.reason for e in ingest_failures(services.bootstrap, services.prefix, sid)}
         assert early <= {"TIMEOUT"}, early
 
         # The same service without a key manager: every tick is refused before publishing.
@@ -65,7 +65,7 @@ def test_a_paid_feed_ingests_ciphertext_sealed_by_the_key_manager(kafka_bootstra
         head = api.get_head(sid)["head_sequence"]
         wait_for("three more refused ticks", lambda: refused() >= 4, 60)
         assert api.get_head(sid)["head_sequence"] == head, "a refused tick consumes no sequence"
-        reasons = {e.body["reason"] for e in ingest_failures(services.bootstrap, services.prefix, sid)}
+        reasons = {e.body.reason for e in ingest_failures(services.bootstrap, services.prefix, sid)}
         # Ticks due while the service was down and past their deadline when it came back are TIMEOUTs.
         assert "ENCRYPT_REFUSED" in reasons
         assert reasons <= {"ENCRYPT_REFUSED", "TIMEOUT", "TICKS_SKIPPED"}

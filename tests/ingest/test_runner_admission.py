@@ -14,6 +14,7 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
+from watchtower.protocol.events import RunnerRegistered
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.wire import encode_event
@@ -48,7 +49,7 @@ def test_the_registrar_admits_a_runner_and_ingestion_selects_from_it() -> None:
                               ctx(address(REGISTRAR)))
     [event] = outcome.events
     assert event.caller == address(REGISTRAR)
-    assert event.body == {"runner": address(RUNNER), "label": "r1"}
+    assert event.body == RunnerRegistered(runner=address(RUNNER), label="r1")
     state = registry.evolve(registry.initial(RUNNERS_KEY), event)
     assert dict(state.runners) == {address(RUNNER): "r1"}
     view = IngestionView()  # what the scheduler and the aggregator select from
@@ -57,7 +58,7 @@ def test_the_registrar_admits_a_runner_and_ingestion_selects_from_it() -> None:
     # The runner may retire itself; so may the registrar, naming it.
     retire = sign_command(RUNNER, "retire_runner", RUNNERS_KEY, 5, {})
     [gone] = registry.decide(state, retire, ctx(address(REGISTRAR))).events
-    assert gone.body["runner"] == address(RUNNER)
+    assert gone.body.runner == address(RUNNER)
 
 
 def test_another_key_naming_a_runner_is_refused_with_or_without_a_registrar() -> None:
@@ -73,7 +74,7 @@ def test_another_key_naming_a_runner_is_refused_with_or_without_a_registrar() ->
 def test_open_registration_is_unchanged_without_a_registrar() -> None:
     registry = RunnerRegistryAggregate()
     [event] = registry.decide(registry.initial(RUNNERS_KEY), registration_command(RUNNER, "r1"), ctx(None)).events
-    assert event.body == {"runner": address(RUNNER), "label": "r1"}
+    assert event.body == RunnerRegistered(runner=address(RUNNER), label="r1")
 
 
 def test_the_workers_read_the_registrar_from_their_environment() -> None:

@@ -8,11 +8,7 @@ writer writes them: the payload comes from the messages topic alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
-from types import MappingProxyType
 from typing import Any
-from unittest import mock
 
 import nacl.signing
 import pytest
@@ -21,7 +17,6 @@ from hypothesis import strategies as st
 
 from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
-from watchtower.protocol import stream_state
 from watchtower.protocol.command_auth import nonce_ceiling
 from watchtower.protocol.key_chain import command_json, key_chain_from_json, verify_key_chain
 from watchtower.protocol.key_schedule import KeySchedule
@@ -30,7 +25,7 @@ from watchtower.protocol.registry import RegistryState, decide_registration
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
-from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, STREAM_MESSAGE_PUBLISHED, state_digest
+from watchtower.protocol.stream_state import state_digest
 from watchtower.protocol.view_checks import (
     ACCEPT,
     DEFER,
@@ -52,28 +47,9 @@ STRANGER = nacl.signing.SigningKey(b"\x07" * 32)
 Record = tuple[str, bytes, bytes]  # (topic, key, value)
 
 
-def reference_only(event: Event) -> Event:
-    """`event` as the writer writes it: a publish event without a copy of its message.
-
-    Built without `Event`'s validation, which still expects the copy until the writer stops making
-    it; for other events, or once it has, this returns `event` unchanged.
-    """
-    if event.type != STREAM_MESSAGE_PUBLISHED or "message" not in event.body:
-        return event
-    stripped = object.__new__(Event)
-    for field in dataclasses.fields(Event):
-        object.__setattr__(stripped, field.name, getattr(event, field.name))
-    body = {k: v for k, v in event.body.items() if k != "message"}
-    object.__setattr__(stripped, "body", MappingProxyType(body))
-    return stripped
-
-
-@contextmanager
-def reference_only_wire() -> Iterator[None]:
-    """Let the event codec decode publish events that hold only the reference (as the writer writes them)."""
-    with mock.patch.dict(stream_state.EVENT_BODY_FIELDS,
-                         {STREAM_MESSAGE_PUBLISHED: frozenset(MESSAGE_CIP7_FIELDS)}):
-        yield
+def rebody(event: Event, **changes: Any) -> Event:
+    """`event` with some of its body's fields changed (a forged record, for the rules to refuse)."""
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))
 
 
 def _log() -> tuple[list[Record], list[Record]]:
@@ -88,7 +64,7 @@ def _log() -> tuple[list[Record], list[Record]]:
         decision = decide(state, sign_command(OWNER, method, SID, nonce, body), block_height=5)
         for event in decision.events:
             state = evolve(state, event)
-            events.append(("events", SID.encode(), encode_event(reference_only(event))))
+            events.append(("events", SID.encode(), encode_event(event)))
         messages.extend(("messages", SID.encode(), encode_message(m)) for m in decision.messages)
 
     run("create_stream", {"publisher_key_hex": bytes(KEYS[0].verify_key).hex()})
@@ -115,9 +91,8 @@ def _log() -> tuple[list[Record], list[Record]]:
     messages.append(("messages", b"other", messages[2][2]))
     # Forged events: a copy of publish 2 claiming sequence 6 (under the key in force at 2, not at 6),
     # and an old publish replayed.
-    publish_2 = reference_only(_events_in(events)[2])
-    with reference_only_wire():
-        forged_6 = dataclasses.replace(publish_2, body={**publish_2.body, "sequence": 6})
+    publish_2 = _events_in(events)[2]
+    forged_6 = rebody(publish_2, sequence=6)
     events.append(("events", SID.encode(), encode_event(forged_6)))
     events.append(("events", SID.encode(), events[1][2]))
     return events, messages
@@ -125,8 +100,7 @@ def _log() -> tuple[list[Record], list[Record]]:
 
 def _events_in(events: list[Record]) -> list[Event]:
     from watchtower.schemas.wire import decode_event
-    with reference_only_wire():
-        return [decode_event(value) for _t, _k, value in events]
+    return [decode_event(value) for _t, _k, value in events]
 
 
 class _Recording(Folder):
@@ -153,11 +127,10 @@ def _fold(events: list[Record], messages: list[Record], order: list[bool],
     folder = _Recording(tables, refused, t_events="events", t_messages="messages", partitions=1)
     queues = {"events": list(enumerate(events)), "messages": list(enumerate(messages))}
     picks = iter(order)
-    with reference_only_wire():
-        while queues["events"] or queues["messages"]:
-            topic = "events" if not queues["messages"] or (queues["events"] and next(picks, True)) else "messages"
-            offset, (_t, key, value) = queues[topic].pop(0)
-            (folder.fold_event if topic == "events" else folder.fold_message)(0, offset, key, value)
+    while queues["events"] or queues["messages"]:
+        topic = "events" if not queues["messages"] or (queues["events"] and next(picks, True)) else "messages"
+        offset, (_t, key, value) = queues[topic].pop(0)
+        (folder.fold_event if topic == "events" else folder.fold_message)(0, offset, key, value)
     if tables_out is not None:
         tables_out.update(tables, **{INDEXES: folder.indexes})
     summary = quarantine.summary(refused.items())
@@ -239,7 +212,7 @@ def _events_of(*commands: tuple[nacl.signing.SigningKey, str, dict[str, Any]]) -
     for nonce, (key, method, body) in enumerate(commands, start=1):
         for event in decide(state, sign_command(key, method, SID, nonce, body), block_height=7).events:
             state = evolve(state, event)
-            out.append(reference_only(event))
+            out.append(event)
     return out
 
 
@@ -260,8 +233,8 @@ def test_a_feed_id_is_given_out_once_and_in_order() -> None:
     tables = new_tables()
     apply_event(tables, event)
     apply_event(tables, event)  # a redelivery changes nothing
-    reuse = dataclasses.replace(event, body={**event.body, "stream_id": "other"})
-    gap = dataclasses.replace(event, body={**event.body, "stream_id": "other", "feed_id": 3})
+    reuse = rebody(event, stream_id="other")
+    gap = rebody(event, stream_id="other", feed_id=3)
     for forged, reason in ((reuse, "reuses feed id 1"), (gap, "does not follow")):
         with pytest.raises(RuleBrokenError, match=reason):
             apply_event(tables, forged)
@@ -275,9 +248,9 @@ def test_events_that_contradict_the_views_are_refused_without_changing_them() ->
         apply_event(tables, publish, offset=1)
     assert tables[INDEXES] == {}  # a refused event leaves no state behind (forged stream ids cost nothing)
     apply_event(tables, create, offset=0)
-    other_config = {**create.body["config"], "ring_buffer_capacity": 5}
+    other_config = dataclasses.replace(create.body.config, ring_buffer_capacity=5)
     with pytest.raises(RuleBrokenError, match="already exists"):
-        apply_event(tables, dataclasses.replace(create, body={**create.body, "config": other_config}), offset=1)
+        apply_event(tables, rebody(create, config=other_config), offset=1)
     before = views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES})
     assert apply_event(tables, publish, offset=2) == 1
     with pytest.raises(RuleBrokenError, match="does not follow head 1"):
@@ -334,8 +307,7 @@ def test_a_forged_reference_for_the_next_sequence_costs_that_sequence_only() -> 
     events, messages = LOG
     decoded = _events_in(events)
     create, publish_1, publish_2, publish_3 = decoded[0], decoded[1], decoded[2], decoded[3]
-    with reference_only_wire():
-        forged_2 = dataclasses.replace(publish_1, body={**publish_1.body, "sequence": 2})
+    forged_2 = rebody(publish_1, sequence=2)
     log = [("events", SID.encode(), encode_event(e)) for e in (create, publish_1, forged_2, publish_2, publish_3)]
     genuine = [messages[i] for i in (0, 2, 4)]  # sequences 1, 2, 3
     tables: dict[str, Any] = {}
@@ -356,8 +328,8 @@ def test_a_rotation_the_owner_did_not_sign_is_refused_by_the_view_and_the_key_ch
     before = views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES})
     forged_cmd = sign_command(attacker, "rotate_publisher_key", SID, 2, {"new_key": bytes(attacker.verify_key)})
     forged = dataclasses.replace(rotate, caller=forged_cmd.caller, digest=command_digest(forged_cmd),
-                                 body={**rotate.body, "new_key": bytes(attacker.verify_key),
-                                       "command": command_json(forged_cmd)})
+                                 body=dataclasses.replace(rotate.body, new_key=bytes(attacker.verify_key),
+                                                          command=command_json(forged_cmd)))
     with pytest.raises(RuleBrokenError, match=r"INVALID_SIGNATURE.*not by the owner"):
         apply_event(tables, forged, offset=1)
     assert views_digest({k: v.items() for k, v in tables.items() if k in TABLE_NAMES}) == before

@@ -16,6 +16,7 @@ from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, keymgr_digest
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.events import EVENT_BODIES
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
@@ -39,8 +40,11 @@ X25519_KEY = bytes(range(1, 33))
 
 def _event(type_: str, instance: str, body: dict[str, Any], *, height: int = 50, caller: str = ALICE,
            nonce: int = 1) -> Event:
-    return Event(type=type_, stream_id=instance, block_height=height, caller=caller, nonce=nonce,
-                 digest=bytes([nonce % 256]) * 32, reply={}, body=body)
+    fields = dict(body)
+    if "paid_stream_config" in fields:
+        fields["paid_stream_config"] = PaidStreamConfig.from_dict(fields["paid_stream_config"])
+    return Event(stream_id=instance, block_height=height, caller=caller, nonce=nonce,
+                 digest=bytes([nonce % 256]) * 32, reply={}, body=EVENT_BODIES[type_](**fields))
 
 
 def _moved(type_: str, account: str, amount: int, reason: str, counterparty: str = "") -> Event:

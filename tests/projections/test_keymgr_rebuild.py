@@ -11,6 +11,7 @@ could: the fold must not depend on who wrote it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,12 @@ def _log() -> list[tuple[str, bytes]]:
 
 
 def _fields(event: Event) -> dict[str, Any]:
-    return {name: getattr(event, name) for name in ("type", "stream_id", "block_height", "caller", "nonce", "digest",
-                                                    "reply", "body")}
+    return {name: getattr(event, name) for name in ("stream_id", "block_height", "caller", "nonce", "digest", "reply",
+                                                    "body")}
 
 
 def _replace_body(event: Event, **changes: Any) -> Event:
-    return Event(type=event.type, stream_id=event.stream_id, block_height=event.block_height, caller=event.caller,
-                 nonce=event.nonce, digest=event.digest, reply=event.reply, body={**event.body, **changes})
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))
 
 
 def _json(url: str) -> Any:

@@ -24,7 +24,7 @@ from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import sign_message, verify_message
-from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED
+from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED, Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
@@ -149,7 +149,7 @@ def test_a_forged_publish_event_that_does_not_follow_the_head_is_quarantined(sta
                  if decode_event(r.value()).type == STREAM_MESSAGE_PUBLISHED]
     # A copy of a real publish event that claims a later sequence, skipping the next one.
     first = decode_event(published[0].value())
-    forged = dataclasses.replace(first, body={**first.body, "sequence": 5})
+    forged = rebody(first, sequence=5)
     before = _quarantined(stack)["count"]
     _produce(stack, "events", feed.sid, encode_event(forged))
     # And the exact copy of an old publish event: a replay that does not follow the head either.
@@ -183,9 +183,8 @@ def test_a_feed_registered_event_reusing_a_feed_id_is_quarantined(stack: Service
     feed_id = genuine.created["feed_id"]
     wait_for(lambda: http("GET", f"{stack.api_url}/v1/feeds/{feed_id}")[0] == 200, what="the listing")
     registered = [e for e in (decode_event(m.value()) for m in _records(stack, "events", "registry"))
-                  if e.body["feed_id"] == feed_id]
-    forged = dataclasses.replace(registered[0], body={**registered[0].body, "stream_id": "someone-elses-stream",
-                                                      "name": "hijacked"})
+                  if e.body.feed_id == feed_id]
+    forged = rebody(registered[0], stream_id="someone-elses-stream", name="hijacked")
     before = _quarantined(stack)["count"]
     _produce(stack, "events", "registry", encode_event(forged))
     # The registry keeps working: the next listing gets the next id (folded after the forged record).
@@ -213,3 +212,8 @@ def test_live_projection_and_rebuild_make_the_same_decisions_with_forged_records
 
     wait_for(lambda: live()["digest"] == offline["digest"], what="live digest == rebuild digest")
     assert live()["quarantined"] == offline["quarantined"]
+
+
+def rebody(event: Event, **changes: Any) -> Event:
+    """`event` with some of its body's fields changed (a forged record, for the rules to refuse)."""
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))

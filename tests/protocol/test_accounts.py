@@ -10,6 +10,16 @@ from ledger_world import ALICE, BOB, SID, World, addr
 
 from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.events import (
+    AccountKeyRegistered,
+    AccountKeyRevoked,
+    ActorAuthorizationGranted,
+    ActorAuthorizationRevoked,
+    CbyCredited,
+    CbyDebited,
+    EventBody,
+    FeedRegistered,
+)
 from watchtower.protocol.ledger import MAX_CBY, account_instance
 
 X_KEY = bytes(range(1, 33))
@@ -122,7 +132,7 @@ def test_a_transfer_debits_the_sender_and_credits_the_receiver_exactly_once() ->
     answer = transfer(world, 40)
     assert answer["result"]["balance_cby"] == 60
     assert (world.balance(ALICE), world.balance(BOB)) == (60, 40)
-    kinds = [(e.type, e.body.get("reason")) for e in world.events]
+    kinds = [(e.type, e.body.reason if isinstance(e.body, CbyCredited | CbyDebited) else None) for e in world.events]
     assert kinds == [("CbyMinted", None), ("CbyCredited", "mint"), ("CbyDebited", "transfer"),
                      ("CbyCredited", "transfer")]
 
@@ -177,10 +187,10 @@ def test_burn_debits_the_holder_and_lowers_the_supply() -> None:
 # --- evolve refuses forged records ---------------------------------------------------------------
 
 
-def forged(world: World, type_: str, body: dict) -> None:
+def forged(world: World, body: EventBody) -> None:
     state = world.accounts.get(account_instance(addr(ALICE))) or AccountState.initial(account_instance(addr(ALICE)))
     template = next(e for e in world.events if e.stream_id == account_instance(addr(ALICE)))
-    event = dataclasses.replace(template, type=type_, body=body)
+    event = dataclasses.replace(template, body=body)
     with pytest.raises(MalformedRecordError):
         evolve_account(state, event)
 
@@ -190,16 +200,15 @@ def test_evolve_refuses_a_debit_below_zero_a_bad_credit_and_key_ids_out_of_order
     world.mint(ALICE, 10)
     a = addr(ALICE)
     move = {"account": a, "ref": "r", "counterparty": ""}
-    forged(world, "CbyDebited", {**move, "amount_cby": 11, "reason": "transfer"})
-    forged(world, "CbyCredited", {**move, "amount_cby": -5, "reason": "mint"})
-    forged(world, "CbyCredited", {**move, "amount_cby": MAX_CBY, "reason": "mint"})  # overflows the balance
-    forged(world, "CbyCredited", {**move, "amount_cby": 5, "reason": "gift"})
-    forged(world, "CbyCredited", {**move, "account": addr(BOB), "amount_cby": 5, "reason": "mint"})
-    forged(world, "AccountKeyRegistered", {"account": a, "account_key_id": 2, "scheme": "X25519",
-                                           "public_key": X_KEY})
-    forged(world, "AccountKeyRevoked", {"account": a, "account_key_id": 1})
-    forged(world, "ActorAuthorizationRevoked", {"account": a, "actor": actor(1), "stream_id": SID})
-    forged(world, "FeedRegistered", {"feed_id": 1, "stream_id": SID, "owner": a, "name": "n", "description": ""})
+    forged(world, CbyDebited(**move, amount_cby=11, reason="transfer"))
+    forged(world, CbyCredited(**move, amount_cby=-5, reason="mint"))
+    forged(world, CbyCredited(**move, amount_cby=MAX_CBY, reason="mint"))  # overflows the balance
+    forged(world, CbyCredited(**move, amount_cby=5, reason="gift"))
+    forged(world, CbyCredited(**{**move, "account": addr(BOB)}, amount_cby=5, reason="mint"))
+    forged(world, AccountKeyRegistered(account=a, account_key_id=2, scheme="X25519", public_key=X_KEY))
+    forged(world, AccountKeyRevoked(account=a, account_key_id=1))
+    forged(world, ActorAuthorizationRevoked(account=a, actor=actor(1), stream_id=SID))
+    forged(world, FeedRegistered(feed_id=1, stream_id=SID, owner=a, name="n", description=""))
 
 
 # --- CIP-7 ActorAuthorization: scope, own actors, existence ----------------------------------------
@@ -219,13 +228,16 @@ def test_a_grant_records_the_spec_scope_stream_decrypt_and_the_legacy_scope_stil
     answer = grant(world, {"actor": actor(1), "stream_id": SID})
     assert answer["result"]["scope"] == "STREAM_DECRYPT"
     event = world.events[-1]
-    assert event.body["scope"] == "STREAM_DECRYPT"
+    assert isinstance(event.body, ActorAuthorizationGranted)
+    assert event.body.scope == "STREAM_DECRYPT"
     state = AccountState.initial(account_instance(addr(ALICE)))
     for scope, who in (("STREAM_DECRYPT", actor(2)), ("DECRYPT", actor(3))):  # another implementation; an old record
-        state = evolve_account(state, dataclasses.replace(event, body={**event.body, "actor": who, "scope": scope}))
+        body = dataclasses.replace(event.body, actor=who, scope=scope)
+        state = evolve_account(state, dataclasses.replace(event, body=body))
         assert state.actor_authorized(who, SID)
     with pytest.raises(MalformedRecordError):
-        evolve_account(state, dataclasses.replace(event, body={**event.body, "actor": actor(4), "scope": "ALL"}))
+        evolve_account(state, dataclasses.replace(event, body=dataclasses.replace(event.body, actor=actor(4),
+                                                                                   scope="ALL")))
 
 
 def test_an_accounts_own_actor_is_authorized_on_every_stream_until_revoked_there() -> None:

@@ -142,7 +142,7 @@ def test_confidential_must_be_a_boolean_and_is_recorded_in_the_config(stream: St
                      subscription_policy="PRIVATE_ALLOWLIST")  # type: ignore[arg-type]
     assert stream.state.config is not None
     assert stream.state.config.confidential is True
-    assert stream.log[0].body["config"]["confidential"] is True
+    assert stream.log[0].body.config.confidential is True
 
 
 def test_a_confidential_stream_cannot_go_public(stream: Stream) -> None:
@@ -274,7 +274,7 @@ def test_a_private_feed_that_is_not_confidential_is_unchanged() -> None:
     s.publish("tick", b"{}")
     assert s.state.head == 2
     assert s.state.keyloads.is_default
-    assert "confidential" not in s.log[0].body["config"]
+    assert "confidential" not in s.log[0].body.config.to_dict()
     assert "keyload" not in s.log[-1].reply
 
 

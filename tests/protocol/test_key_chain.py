@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import nacl.signing
 import pytest
@@ -259,12 +260,12 @@ def test_the_fold_refuses_a_rotation_signed_by_an_attacker() -> None:
 def test_the_fold_refuses_a_rotation_without_a_command_or_with_an_altered_one() -> None:
     state, _ = _created_state()
     (event,) = decide(state, rotate(KEYS[2], 3), block_height=6).events
-    _refused(state, dataclasses.replace(event, body={**event.body, "command": None}), "carries no owner-signed")
-    _refused(state, dataclasses.replace(event, body={**event.body, "new_key": pub(ATTACKER)}),
+    _refused(state, rebody(event, command=None), "carries no owner-signed")
+    _refused(state, rebody(event, new_key=pub(ATTACKER)),
              "not the key the owner's rotation names")
-    text = json.loads(event.body["command"])
+    text = json.loads(event.body.command)
     text["signature_hex"] = ("0" if text["signature_hex"][0] != "0" else "1") + text["signature_hex"][1:]
-    _refused(state, dataclasses.replace(event, body={**event.body, "command": json.dumps(text)}), "does not verify")
+    _refused(state, rebody(event, command=json.dumps(text)), "does not verify")
     assert evolve(state, event).key_schedule.current.public_key == pub(KEYS[2])  # type: ignore[union-attr]
 
 
@@ -277,10 +278,10 @@ def test_the_fold_refuses_a_genuine_command_pasted_into_an_event_of_another_orig
 def test_the_fold_refuses_a_creation_whose_command_names_another_owner_or_key() -> None:
     (event,) = decide(StreamState.initial(SID), create(), block_height=5).events
     theirs = command_json(create(signer=ATTACKER))
-    _refused(StreamState.initial(SID), dataclasses.replace(event, body={**event.body, "command": theirs}),
+    _refused(StreamState.initial(SID), rebody(event, command=theirs),
              "not the command that caused|signed by")
-    other_key = {**event.body["config"], "publisher_key": pub(ATTACKER)}
-    _refused(StreamState.initial(SID), dataclasses.replace(event, body={**event.body, "config": other_key}),
+    other_key = dataclasses.replace(event.body.config, publisher_key=pub(ATTACKER))
+    _refused(StreamState.initial(SID), rebody(event, config=other_key),
              "not the publisher key the owner's create_stream names")
 
 
@@ -338,3 +339,8 @@ def test_a_moved_signed_cut_over_fails(index: int, shift: int) -> None:
     with pytest.raises(WatchtowerError) as info:
         verify_key_chain(SID, chain)
     assert info.value.code in {"INVALID_SIGNATURE", "MALFORMED_RECORD"}
+
+
+def rebody(event: Event, **changes: Any) -> Event:
+    """`event` with some of its body's fields changed (a forged record, for the rules to refuse)."""
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))

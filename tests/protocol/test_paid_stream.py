@@ -31,7 +31,7 @@ def test_a_purchase_debits_the_payer_and_splits_the_fee_exactly_between_the_trea
     types = [e.type for e in world.events if e.stream_id == paid_instance(SID)]
     assert types == ["PaidStreamRegistered", "EpochAccessRequested", "EpochAccessPurchased"]
     purchased = next(e for e in world.events if e.type == "EpochAccessPurchased")
-    assert purchased.body["purchase_id"] == purchased.digest.hex()  # the acquire command's digest
+    assert purchased.body.purchase_id == purchased.digest.hex()  # the acquire command's digest
 
 
 def test_a_sponsored_purchase_entitles_the_beneficiary_only() -> None:
@@ -147,8 +147,9 @@ def test_evolve_refuses_a_purchase_that_was_not_in_flight_or_is_mispriced() -> N
     registered = evolve_paid(registered, world.events[0])
     with pytest.raises(MalformedRecordError):
         evolve_paid(registered, purchased)  # nothing in flight
+    mispriced = dataclasses.replace(requested.body, total_amount_cby=1)
     with pytest.raises(MalformedRecordError):
-        evolve_paid(registered, dataclasses.replace(requested, body={**requested.body, "total_amount_cby": 1}))
+        evolve_paid(registered, dataclasses.replace(requested, body=mispriced))
     with pytest.raises(MalformedRecordError):
         evolve_paid(PaidState.initial(paid_instance(SID)), requested)  # not registered
 
@@ -192,7 +193,7 @@ def test_renew_records_a_new_account_key_hint_and_nothing_otherwise() -> None:
     world, state = stream_with(True)
     assert renew(world, state).events == ()
     decision = renew(world, state, account_key_id=2)
-    assert [(e.type, e.body["account_key_id"]) for e in decision.events] == [("SubscriberUpdated", 2)]
+    assert [(e.type, e.body.account_key_id) for e in decision.events] == [("SubscriberUpdated", 2)]
 
 
 def test_a_purchase_no_account_could_pay_never_states_a_balance_the_stream_does_not_know() -> None:

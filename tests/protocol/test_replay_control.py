@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
+from watchtower.protocol import events as ev
 from watchtower.protocol.account_commands import decide_account
 from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.addresses import address_from_public_key
@@ -203,7 +204,7 @@ def test_the_price_is_the_per_event_price_times_the_charged_events(per_event: in
     price = per_event * charged_events(plan.first, plan.end_exclusive, skip)
     body = request(frm, to, skip=None if skip is None else list(skip), max_payment_cby=price)
     decision = s.do(ALICE, "register_replay", body)
-    assert decision.events[0].body["price_cby"] == price
+    assert decision.events[0].body.price_cby == price
     assert decision.events[0].type == ("ReplayOrdered" if price else "ReplayRegistered")
     if price:
         (charge,) = decision.forwards
@@ -320,7 +321,7 @@ def test_a_replay_the_worker_finished_cannot_be_cancelled() -> None:
     bob_before = s.state.callers[addr(BOB)]
     (event,) = finish(s, ReplayFinished(replay_id, SID, addr(BOB), "completed", origin))
     assert event.type == "ReplayFinished"
-    assert event.body == {"stream_id": SID, "replay_id": replay_id, "requester": addr(BOB), "outcome": "completed"}
+    assert event.body == ev.ReplayFinished(stream_id=SID, replay_id=replay_id, requester=addr(BOB), outcome="completed")
     assert s.state.replays[str(replay_id)] == (addr(BOB), "finished")
     assert s.state.callers[addr(BOB)] == bob_before  # the requester's replay protection does not move
     err = s.rejects("CANNOT_CANCEL", s.command(BOB, "cancel_replay", {"replay_id": replay_id}))
@@ -371,10 +372,9 @@ def test_a_finish_must_name_a_registered_replay_of_its_requester_with_its_regist
 
 
 def _finished_event(replay_id: int, requester: str, origin: Origin, **body: Any) -> Event:
-    return Event(type="ReplayFinished", stream_id=SID, block_height=HEIGHT, caller=origin.caller, nonce=origin.nonce,
-                 digest=origin.digest, reply={},
-                 body={"stream_id": SID, "replay_id": replay_id, "requester": requester, "outcome": "completed",
-                       **body})
+    fields = {"stream_id": SID, "replay_id": replay_id, "requester": requester, "outcome": "completed", **body}
+    return Event(stream_id=SID, block_height=HEIGHT, caller=origin.caller, nonce=origin.nonce, digest=origin.digest,
+                 reply={}, body=ev.ReplayFinished(**fields))
 
 
 def test_a_forged_replay_finished_event_is_quarantined_and_changes_nothing() -> None:
@@ -463,8 +463,8 @@ def test_the_account_pays_a_replay_charge_exactly_or_refuses_it_without_moving_a
     rich = dataclasses.replace(poor, balance_cby=31)
     paid = decide_account(rich, charge, block_height=HEIGHT)
     (debit,) = paid.events
-    assert dict(debit.body) == {"account": addr(ALICE), "amount_cby": 30, "reason": "replay", "ref": "42",
-                                "counterparty": addr(OWNER)}
+    assert debit.body == ev.CbyDebited(account=addr(ALICE), amount_cby=30, reason="replay", ref="42",
+                                    counterparty=addr(OWNER))
     assert evolve_account(rich, debit).balance_cby == 1
     credit, settled = paid.forwards
     assert credit.key == account_instance(addr(OWNER))
@@ -491,8 +491,9 @@ def test_a_state_with_an_order_in_flight_survives_the_snapshot() -> None:
 
 def _forge(s: Stream, type_: str, body: dict[str, Any], *, caller: str | None = None,
            digest: bytes = b"\x05" * 32) -> Event:
-    return Event(type=type_, stream_id=SID, block_height=HEIGHT, caller=caller or addr(ALICE), nonce=9,
-                 digest=digest, reply={}, body=body)
+    fields = {**body, "skip": tuple(body["skip"])} if body.get("skip") is not None else body
+    return Event(stream_id=SID, block_height=HEIGHT, caller=caller or addr(ALICE), nonce=9,
+                 digest=digest, reply={}, body=ev.EVENT_BODIES[type_](**fields))
 
 
 def _registration(s: Stream, **changes: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from ledger_world import ALICE, BOB, MINTER, World, addr
 
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import MalformedRecordError
+from watchtower.protocol.events import CbyBurned
 from watchtower.protocol.ledger import MAX_CBY, SUPPLY_KEY
 from watchtower.protocol.supply import SupplyState, evolve_supply
 
@@ -59,10 +60,10 @@ def test_evolve_refuses_a_total_that_does_not_follow() -> None:
     world = World()
     world.mint(ALICE, 5)
     minted = next(e for e in world.events if e.type == "CbyMinted")
+    wrong_total = dataclasses.replace(minted.body, total_supply_cby=6)
     with pytest.raises(MalformedRecordError):
-        evolve_supply(SupplyState(), dataclasses.replace(minted, body={**minted.body, "total_supply_cby": 6}))
-    burn = dataclasses.replace(minted, type="CbyBurned", body={"account": addr(ALICE), "amount_cby": 6,
-                                                               "total_supply_cby": -1})
+        evolve_supply(SupplyState(), dataclasses.replace(minted, body=wrong_total))
+    burn = dataclasses.replace(minted, body=CbyBurned(account=addr(ALICE), amount_cby=6, total_supply_cby=-1))
     with pytest.raises(MalformedRecordError):
         evolve_supply(SupplyState(5), burn)
     with pytest.raises(MalformedRecordError):

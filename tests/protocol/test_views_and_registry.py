@@ -9,6 +9,7 @@ import pytest
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
+from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
@@ -148,10 +149,9 @@ def test_the_writer_and_the_view_refuse_the_same_forged_listing_and_keep_later_i
     """A forged FeedRegistered listing an already-listed stream under the next id is refused by both
     folds, so the genuine next listing (which the live writer gave that id) is kept by both."""
     def listing(feed_id: int, stream_id: str) -> Event:
-        return Event(type="FeedRegistered", stream_id=REGISTRY_KEY, block_height=1, caller=OWNER_ADDR, nonce=feed_id,
-                     digest=bytes(32), reply={},
-                     body={"feed_id": feed_id, "stream_id": stream_id, "owner": OWNER_ADDR, "name": f"f{feed_id}",
-                           "description": ""})
+        return Event(stream_id=REGISTRY_KEY, block_height=1, caller=OWNER_ADDR, nonce=feed_id, digest=bytes(32),
+                     reply={}, body=FeedRegistered(feed_id=feed_id, stream_id=stream_id, owner=OWNER_ADDR,
+                                                   name=f"f{feed_id}", description=""))
 
     genuine1, forged2, genuine2 = listing(1, "s-a"), listing(2, "s-a"), listing(2, "s-b")
     state = evolve_registry(RegistryState(), genuine1)

@@ -1,5 +1,4 @@
-"""One event of each type, built to the reference shape (StreamMessagePublished without the
-message; the `reference_shape` fixture in conftest lets the protocol's Event accept it)."""
+"""One event of each type, written as the field values a reader of its Avro record sees."""
 
 from __future__ import annotations
 
@@ -7,7 +6,10 @@ import hashlib
 
 import nacl.signing
 
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.events import EVENT_BODIES, StreamCreated
 from watchtower.protocol.key_chain import command_json
+from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import StreamState, decide
@@ -20,9 +22,11 @@ SID = "s-1"
 HASH = hashlib.sha256(b"{}").digest()
 
 
-def created_config() -> dict[str, object]:
+def created_config() -> StreamConfig:
     create = sign_command(KEY, "create_stream", SID, 1, {"publisher_key": bytes(KEY.verify_key)})
-    return dict(decide(StreamState.initial(SID), create, block_height=10).events[0].body["config"])
+    body = decide(StreamState.initial(SID), create, block_height=10).events[0].body
+    assert isinstance(body, StreamCreated)
+    return body.config
 
 
 def create_command() -> str:
@@ -35,14 +39,19 @@ def rotate_command() -> str:
 
 def event(type_: str, body: dict[str, object], *, stream_id: str = SID, nonce: int = 2,
           reply: dict[str, object] | None = None) -> Event:
-    return Event(type=type_, stream_id=stream_id, block_height=11, caller=OWNER, nonce=nonce,
+    fields = dict(body)
+    if type_ == "PaidStreamRegistered":
+        fields["paid_stream_config"] = PaidStreamConfig.from_dict(fields["paid_stream_config"])
+    if fields.get("skip") is not None:
+        fields["skip"] = tuple(fields["skip"])  # type: ignore[arg-type]
+    return Event(stream_id=stream_id, block_height=11, caller=OWNER, nonce=nonce,
                  digest=hashlib.sha256(type_.encode()).digest(),
                  reply=reply if reply is not None else {"ok": True, "list": [1, "a"], "raw": b"\x00\x01"},
-                 body=body)
+                 body=EVENT_BODIES[type_](**fields))
 
 
 def one_of_each() -> list[Event]:
-    """Requires `reference_shape` (StreamMessagePublished is built without its message)."""
+    """One event of each of the 30 types, in a fixed order."""
     return [
         event("StreamCreated", {"config": created_config(), "command": create_command()}, nonce=1),
         event("StreamMessagePublished", {

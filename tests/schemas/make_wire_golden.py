@@ -32,7 +32,7 @@ GOLDEN = HERE / "golden" / "wire_v1.json"
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from wire_samples import all_samples, dumps, golden_document, reference_shape_patch  # noqa: E402
+from wire_samples import all_samples, dumps, golden_document  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-changes", action="store_true",
                         help="also rewrite or drop records already in the golden file (a new schema version only)")
     args = parser.parse_args(argv)
-    with reference_shape_patch():
-        document = golden_document(all_samples())
+    document = golden_document(all_samples())
     if GOLDEN.exists() and not args.allow_changes:
         old = {r["name"]: r["hex"] for r in json.loads(GOLDEN.read_text(encoding="utf-8"))["records"]}
         new = {r["name"]: r["hex"] for r in document["records"]}

@@ -6,6 +6,7 @@ from typing import Any
 
 from wire_samples import confidential_stream, open_stream
 
+from watchtower.protocol.events import StreamCreated
 from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas import codec, events, wire
 
@@ -27,7 +28,8 @@ def test_a_v3_record_carries_confidential_and_decodes_to_it() -> None:
     data = wire.encode_event(event)
     assert codec.read_header(data) == ("StreamCreated", 3)
     decoded = wire.decode_event(data)
-    assert decoded.body["config"]["confidential"] is True
+    assert isinstance(decoded.body, StreamCreated)
+    assert decoded.body.config.confidential is True
     state = evolve(StreamState.initial(event.stream_id), decoded)
     assert state.config is not None
     assert state.config.confidential
@@ -50,5 +52,8 @@ def test_v2_and_v1_records_decode_as_not_confidential() -> None:
 
 def test_a_stream_that_is_not_confidential_keeps_its_config_dict() -> None:
     event = _created([e for _, d in open_stream().decided for e in d.events])
-    assert "confidential" not in event.body["config"]
-    assert "confidential" not in wire.decode_event(wire.encode_event(event)).body["config"]
+    decoded = wire.decode_event(wire.encode_event(event))
+    assert isinstance(event.body, StreamCreated)
+    assert isinstance(decoded.body, StreamCreated)
+    assert "confidential" not in event.body.config.to_dict()
+    assert "confidential" not in decoded.body.config.to_dict()

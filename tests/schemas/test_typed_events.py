@@ -1,4 +1,4 @@
-"""Typed events and their `.avsc` files cannot drift, and every event survives the events codec."""
+"""The core's typed events and their `.avsc` files cannot drift, and every event survives the events codec."""
 
 from __future__ import annotations
 
@@ -11,20 +11,27 @@ from typing import Any
 
 import fastavro
 import pytest
-from event_samples import SID, one_of_each
+from event_samples import SID, created_config, one_of_each
 
 import watchtower.schemas
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.errors import SchemaMismatchError
+from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
+from watchtower.protocol.events import (
+    BODY_FIELDS,
+    EVENT_BODIES,
+    EVENT_TYPES,
+    FeedRegistered,
+    StreamMessagePublished,
+    event_fields,
+)
 from watchtower.protocol.paid import PaidStreamConfig
-from watchtower.protocol.stream_state import EVENT_TYPES, MESSAGE_CIP7_FIELDS, Event
+from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.records import stream_config_to_record
 from watchtower.schemas.schema_ids import CATALOG, SchemaKind
-from watchtower.schemas.wire import decode_event, decode_typed_event, encode_event
+from watchtower.schemas.wire import decode_event, encode_event
 
 SCHEMAS = Path(watchtower.schemas.__file__).parent
-pytestmark = pytest.mark.usefixtures("reference_shape")
 
 # The Avro type each Python annotation must have in the schema.
 AVRO_OF: dict[Any, Any] = {
@@ -34,7 +41,7 @@ AVRO_OF: dict[Any, Any] = {
     bytes: "bytes",
     int | None: ["null", "long"],
     str | None: ["null", "string"],
-    list[int] | None: ["null", {"type": "array", "items": "long"}],
+    tuple[int, ...] | None: ["null", {"type": "array", "items": "long"}],
 }
 AVRO_INTS = {("StreamMessagePublished", "version")}  # CIP-7's StreamMessage version is an Avro int
 
@@ -44,20 +51,17 @@ def schema_file(name: str) -> dict[str, Any]:
     return json.loads((SCHEMAS / f"{name}.v{codec.latest_version(name)}.avsc").read_text(encoding="utf-8"))
 
 
-def assert_record_matches_class(record: dict[str, Any], cls: type, owner: str) -> None:
+def assert_record_matches_class(record: dict[str, Any], cls: type, owner: str, *, envelope: bool) -> None:
     hints = typing.get_type_hints(cls)
     fields = [f.name for f in dataclasses.fields(cls)]
-    assert [f["name"] for f in record["fields"]] == fields, owner
-    for avro_field in record["fields"]:
+    avro_fields = record["fields"][:-2] if envelope else record["fields"]
+    assert [f["name"] for f in avro_fields] == fields, owner
+    for avro_field in avro_fields:
         name, avro = avro_field["name"], avro_field["type"]
         hint = hints[name]
-        if hint is events.EventOrigin:
-            assert avro["name"] == "EventOrigin"
-            assert_record_matches_class(avro, events.EventOrigin, f"{owner}.caused_by")
-        elif hint is StreamConfig:
+        if hint is StreamConfig:
             assert avro["name"] == "StreamConfig"
-            assert [f["name"] for f in avro["fields"]] == list(stream_config_to_record(
-                StreamConfig.from_dict(one_of_each()[0].body["config"])))
+            assert [f["name"] for f in avro["fields"]] == list(stream_config_to_record(created_config()))
         elif hint is PaidStreamConfig:
             assert avro["name"] == "PaidStreamConfig"
             assert [f["name"] for f in avro["fields"]] == [f.name for f in dataclasses.fields(PaidStreamConfig)]
@@ -65,30 +69,36 @@ def assert_record_matches_class(record: dict[str, Any], cls: type, owner: str) -
             assert (hint, avro) == (int, "int")
         else:
             assert avro == AVRO_OF[hint], f"{owner}.{name}: {hint} vs {avro}"
+    if envelope:
+        block_height, caused_by = record["fields"][-2:]
+        assert (block_height["name"], block_height["type"]) == ("block_height", "long")
+        assert caused_by["name"] == "caused_by"
+        assert caused_by["type"]["name"] == "EventOrigin"
+        assert_record_matches_class(caused_by["type"], events.EventOrigin, f"{owner}.caused_by", envelope=False)
 
 
 def test_there_is_one_typed_class_and_one_schema_per_event_type() -> None:
-    assert set(events.EVENT_CLASSES) == set(EVENT_TYPES)
+    assert set(EVENT_BODIES) == set(EVENT_TYPES)
     assert {n for n, info in CATALOG.items() if info.kind is SchemaKind.EVENT} == set(EVENT_TYPES)
-    for name, cls in events.EVENT_CLASSES.items():
-        assert cls.__name__ == f"{name}V{codec.latest_version(name)}"  # past tense and versioned
+    for name, cls in EVENT_BODIES.items():
+        assert cls.__name__ == name == cls.TYPE  # past tense, named as its schema
         assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_TYPES))
 def test_typed_class_equals_its_avsc_field_by_field(name: str) -> None:
-    assert_record_matches_class(schema_file(name), events.EVENT_CLASSES[name], name)
+    assert_record_matches_class(schema_file(name), EVENT_BODIES[name], name, envelope=True)
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_TYPES))
 def test_event_bodies_are_the_schema_fields_without_the_envelope(name: str) -> None:
     fields = [f["name"] for f in schema_file(name)["fields"]]
     assert fields[-2:] == list(events.ENVELOPE_FIELDS)
-    assert tuple(fields[:-2]) == events.BODY_FIELDS[name]
+    assert tuple(fields[:-2]) == BODY_FIELDS[name]
 
 
 def test_a_publish_event_refers_to_its_message_by_the_ten_cip7_fields_only() -> None:
-    assert events.BODY_FIELDS["StreamMessagePublished"] == MESSAGE_CIP7_FIELDS
+    assert BODY_FIELDS["StreamMessagePublished"] == MESSAGE_CIP7_FIELDS
     names = {f["name"] for f in schema_file("StreamMessagePublished")["fields"]}
     assert "message" not in names
     assert "payload_inline" not in names
@@ -105,10 +115,10 @@ def test_every_event_type_survives_the_events_codec(index: int) -> None:
     event = one_of_each()[index]
     data = encode_event(event)
     assert codec.read_header(data) == (event.type, codec.latest_version(event.type))
-    assert decode_event(data) == event
-    typed = decode_typed_event(data)
-    assert isinstance(typed, events.EVENT_CLASSES[event.type])
-    assert encode_event(events.to_event(typed)) == data
+    decoded = decode_event(data)
+    assert decoded == event
+    assert type(decoded.body) is EVENT_BODIES[event.type]
+    assert encode_event(decoded) == data
 
 
 @pytest.mark.parametrize("index", range(len(EVENT_TYPES)))
@@ -123,30 +133,31 @@ def test_each_event_record_reads_with_its_avsc_file_alone(index: int) -> None:
 
 
 @pytest.mark.parametrize("index", range(len(EVENT_TYPES)))
-def test_the_writers_direct_path_builds_the_typed_record(index: int) -> None:
+def test_an_avro_record_maps_back_to_the_same_event(index: int) -> None:
     event = one_of_each()[index]
-    assert events.event_record(event) == events.to_record(events.from_event(event))
-
-
-def test_a_message_in_a_legacy_publish_body_is_not_carried() -> None:
-    published = one_of_each()[1]
-    typed = events.from_event(published)
-    assert dataclasses.asdict(typed).keys() == {*MESSAGE_CIP7_FIELDS, "block_height", "caused_by"}
+    assert events.event_from_record(event.type, events.event_record(event)) == event
 
 
 def test_an_event_whose_body_does_not_fit_its_schema_is_schema_mismatch() -> None:
     published = one_of_each()[1]
-    bad = dataclasses.replace(published)
-    object.__setattr__(bad, "body", {**published.body, "sequence": "one"})
+    assert isinstance(published.body, StreamMessagePublished)
+    bad = dataclasses.replace(published, body=dataclasses.replace(published.body, sequence="one"))  # type: ignore[arg-type]
     with pytest.raises(SchemaMismatchError, match="StreamMessagePublished"):
         encode_event(bad)
 
 
+def test_an_event_body_is_one_of_the_event_classes() -> None:
+    published = one_of_each()[1]
+    with pytest.raises(InvalidArgumentError, match="event class"):
+        dataclasses.replace(published, body=event_fields(published.body))  # type: ignore[arg-type]
+
+
 def test_the_registry_event_keeps_the_registry_key_and_the_listed_stream() -> None:
-    feed = one_of_each()[-1]
+    feed = next(e for e in one_of_each() if isinstance(e.body, FeedRegistered))
     decoded = decode_event(encode_event(feed))
     assert decoded.stream_id == feed.stream_id != SID
-    assert decoded.body["stream_id"] == SID
+    assert isinstance(decoded.body, FeedRegistered)
+    assert decoded.body.stream_id == SID
 
 
 def test_reply_keeps_bytes_and_lists() -> None:

@@ -11,7 +11,6 @@ import contextlib
 import json
 
 import nacl.signing
-import pytest
 from avro_strategies import PROPERTY, records_for
 from byte_mutations import mutated_bytes
 from event_samples import one_of_each
@@ -39,7 +38,6 @@ KEY = nacl.signing.SigningKey(b"\x03" * 32)
 CREATE = sign_command(KEY, "create_stream", "s-1", 1, {"publisher_key": bytes(KEY.verify_key), "n": [1.5, None]})
 MESSAGE = sign_message(stream_id="s-1", sequence=1, timestamp_unix_ms=1, kind="k", payload=b'{"p":1}',
                        signing_key=KEY, signing_key_id=1, tags={"a": "b"})
-pytestmark = pytest.mark.usefixtures("reference_shape")
 
 
 @st.composite

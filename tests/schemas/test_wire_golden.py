@@ -22,7 +22,7 @@ import io
 import json
 import struct
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import cbor2
 import fastavro
 import pytest
-from wire_samples import WireSample, all_samples, reference_shape_patch
+from wire_samples import WireSample, all_samples
 
 import watchtower.schemas
 from watchtower.protocol.ledger import KeymgrForward
@@ -52,15 +52,8 @@ GOLDEN_RECORDS = _golden_records()
 NAMES = [r["name"] for r in GOLDEN_RECORDS]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _reference_shape() -> Iterator[None]:
-    """conftest's `reference_shape`, for the whole module (samples are built once)."""
-    with reference_shape_patch():
-        yield
-
-
 @pytest.fixture(scope="module")
-def samples(_reference_shape: None) -> dict[str, WireSample]:
+def samples() -> dict[str, WireSample]:
     return {s.name: s for s in all_samples()}
 
 

@@ -8,17 +8,13 @@ same code always gives the same bytes. `test_wire_golden.py` checks those bytes 
 Each `WireSample` says how today's code writes the record (`encode`), how today's code reads it
 back and writes it again (`reencode`), and which field values a decoder that is not ours must
 find in the bytes (`expect`, built from the protocol values, never from the codec).
-
-Events need StreamMessagePublished's reference shape (`reference_shape` in conftest): call
-`reference_shape_patch` (or use the fixture) before building or encoding them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -27,11 +23,11 @@ import nacl.signing
 from event_samples import KEY, OTHER, OWNER, SID, keymgr_events, one_of_each
 from event_samples import event as sample_event
 
-from watchtower.protocol import stream_state
 from watchtower.protocol.ciphertext_receipt import sign_receipt
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.envelope import encrypt_for_epoch
 from watchtower.protocol.errors import InsufficientCbyBalanceError, StaleSequenceError, WatchtowerError
+from watchtower.protocol.events import ReplayRegistered, StreamCreated, event_fields
 from watchtower.protocol.ledger import (
     CbyBurn,
     CbyCredit,
@@ -59,7 +55,7 @@ from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.snapshots import decode_snapshot, encode_snapshot
 from watchtower.protocol.stream_actor import Decision, StreamState, decide, evolve
-from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas import codec, delivery_records, keymgr_records, replay_records, wire
 from watchtower.schemas.events import event_record
 from watchtower.schemas.keymgr_records import AuditRecord, NonceReservationRecord, WrappedSeedRecord
@@ -98,21 +94,6 @@ class WireSample:
     encode: Callable[[], bytes]
     reencode: Callable[[bytes], bytes]
     expect: Mapping[str, Any]
-
-
-# --- StreamMessagePublished's reference shape ----------------------------------------------------
-
-
-@contextmanager
-def reference_shape_patch() -> Iterator[None]:
-    """What conftest's `reference_shape` fixture does, for code without pytest (the generator)."""
-    fields = stream_state.EVENT_BODY_FIELDS
-    saved = fields["StreamMessagePublished"]
-    fields["StreamMessagePublished"] = frozenset(MESSAGE_CIP7_FIELDS)  # type: ignore[index]
-    try:
-        yield
-    finally:
-        fields["StreamMessagePublished"] = saved  # type: ignore[index]
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -212,7 +193,9 @@ def open_stream() -> DecidedStream:
     s.do(KEY, "rotate_publisher_key", {"new_key": pub(NEW_PUBLISHER)})
     s.do(ALICE, "register_replay", {"namespace": SID, "from": 1, "to": 3, "memo_hex": "ab" * 32,
                                     "config": {"filter": None, "skip": None, "max_payment_cby": None}})
-    replay_id = s.decided[-1][1].events[0].body["replay_id"]
+    registered = s.decided[-1][1].events[0].body
+    assert isinstance(registered, ReplayRegistered)
+    replay_id = registered.replay_id
     s.do(ALICE, "cancel_replay", {"replay_id": replay_id})
     # A priced replay: the order is recorded and the charge forwarded to the requester's account.
     s.do(KEY, "set_replay_price", {"price_per_event_cby": 4})
@@ -244,7 +227,8 @@ def paid_stream() -> DecidedStream:
 
 def _event_expect(event: Event) -> dict[str, Any]:
     """What the Avro record of `event` holds: its body's fields (nested configs too) and the envelope."""
-    body = {k: (list(v) if isinstance(v, tuple) else v) for k, v in event.body.items()}
+    body = {k: (list(v) if isinstance(v, tuple) else v.to_dict() if hasattr(v, "to_dict") else v)
+            for k, v in event_fields(event.body).items()}
     return {**body, "block_height": event.block_height,
             "caused_by": {"aggregate_id": event.stream_id, "caller": event.caller, "nonce": event.nonce,
                           "digest": event.digest}}
@@ -261,12 +245,11 @@ def _stream_created_v2(event: Event) -> bytes:
 def _event_sample(name: str, event: Event) -> list[WireSample]:
     latest = WireSample("events", event.type, name, "avro", lambda: wire.encode_event(event),
                         lambda data: wire.encode_event(wire.decode_event(data)), _event_expect(event))
-    if event.type != "StreamCreated" or event.body["config"].get("confidential"):
+    if not isinstance(event.body, StreamCreated) or event.body.config.confidential:
         return [latest]  # a confidential stream has no v2 record: v3 brought the flag
     v2 = WireSample("events", event.type, name, "avro", lambda: _stream_created_v2(event),
                     lambda data: _stream_created_v2(wire.decode_event(data)), _event_expect(event))
-    expect = {**latest.expect, "config": {**latest.expect["config"], "confidential": event.body["config"].get(
-        "confidential", False)}}
+    expect = {**latest.expect, "config": {**latest.expect["config"], "confidential": False}}
     return [v2, dataclasses.replace(latest, name=f"{name}-v3", expect=expect)]
 
 
@@ -577,7 +560,7 @@ def snapshot_samples() -> list[WireSample]:
 
 
 def all_samples() -> list[WireSample]:
-    """Every sample, in a fixed order (events need `reference_shape_patch`)."""
+    """Every sample, in a fixed order."""
     samples = [*event_samples(), *message_samples(), *command_samples(), *internal_samples(), *reply_samples(),
                *replay_samples(), *checkpoint_samples(), *keymgr_samples(), *snapshot_samples()]
     names = [s.name for s in samples]

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "schemas"))
 from event_samples import OWNER, SID, one_of_each
 
 import watchtower.schemas
-from watchtower.protocol import stream_state
+from watchtower.protocol.events import StreamMessagePublished, event_fields
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
@@ -32,13 +32,6 @@ pyspark = pytest.importorskip("pyspark")
 README = Path(__file__).resolve().parents[2] / "README.md"
 SCHEMAS = Path(watchtower.schemas.__file__).parent
 BODY = "substring(value, 6, length(value) - 5)"  # the Avro body after the 5-byte frame
-
-
-@pytest.fixture(autouse=True)
-def reference_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Publish events in their reference shape (see tests/schemas/conftest.py)."""
-    monkeypatch.setitem(stream_state.EVENT_BODY_FIELDS, "StreamMessagePublished",  # type: ignore[index]
-                        frozenset(stream_state.MESSAGE_CIP7_FIELDS))
 
 
 def header_filter(name: str) -> str:
@@ -85,9 +78,10 @@ def test_spark_reads_every_event_type_from_a_mixed_events_topic(spark: Any) -> N
             assert row["config"]["stream_id"] == SID
             assert row["config"]["owner"] == OWNER
         else:
-            for field, value in event.body.items():
+            for field, value in event_fields(event.body).items():
                 got = row[field]
                 got = got.asDict() if hasattr(got, "asDict") else got  # a nested record (PaidStreamConfig)
+                value = value.to_dict() if hasattr(value, "to_dict") else value
                 value = list(value) if isinstance(value, tuple) else value  # an array (a frozen body's tuple)
                 assert (bytes(got) if isinstance(got, bytearray) else got) == value, (event.type, field)
 
@@ -129,6 +123,7 @@ def test_spark_reads_the_events_topic_from_kafka_with_the_readme_expressions(spa
                  .select(from_avro(expr("substring(value, 6, length(value) - 5)"), schema).alias("e"))
                  .select("e.*")
                  .collect())
-    expected = next(e for e in events if e.type == "StreamMessagePublished")
+    expected = next(e for e in events if isinstance(e.body, StreamMessagePublished))
+    assert isinstance(expected.body, StreamMessagePublished)
     assert [(r["stream_id"], r["sequence"], bytes(r["payload_hash"])) for r in published] == [
-        (SID, expected.body["sequence"], expected.body["payload_hash"])]
+        (SID, expected.body.sequence, expected.body.payload_hash)]

@@ -18,6 +18,8 @@ from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_reg
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve, state_digest
+from watchtower.schemas import codec
+from watchtower.schemas.events import event_record
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.event_fold import EventFold, Quarantined
@@ -81,12 +83,24 @@ def fold_of(log: Log, *extra: tuple[bytes | None, bytes | None]) -> tuple[EventF
     return fold, refused
 
 
+def record_of(event: Event) -> dict[str, Any]:
+    """The event's Avro record, with its schema's name under ``type``: what a forger with the
+    public schemas edits."""
+    return {"type": event.type, **event_record(event)}
+
+
+def encoded(obj: dict[str, Any]) -> bytes:
+    """`obj` (a `record_of`) written with the schema it names, field by field (`codec.encode`)."""
+    fields = {k: v for k, v in obj.items() if k != "type"}
+    return codec.encode(obj["type"], fields)
+
+
 def forged(event: Event, edit: Any) -> bytes:
-    """The event's wire bytes after ``edit`` changed its JSON form (``Event.to_dict``), encoded with
-    the writer's codec as a forger with the public schemas would."""
-    obj = event.to_dict()
+    """The event's wire bytes after ``edit`` changed its Avro record, encoded as a forger with the
+    public schemas would."""
+    obj = record_of(event)
     edit(obj)
-    return encode_event(Event.from_dict(obj))
+    return encoded(obj)
 
 
 def test_a_genuine_log_folds_to_the_live_state() -> None:
@@ -125,8 +139,8 @@ def test_a_publish_that_skips_a_sequence_is_quarantined() -> None:
     log = genuine(2)
 
     def skip(e: dict[str, Any]) -> None:
-        e["body"]["sequence"] = 4
-        e["nonce"] += 1  # a fresh nonce, so the gap itself must be caught
+        e["sequence"] = 4
+        e["caused_by"]["nonce"] += 1  # a fresh nonce, so the gap itself must be caught
 
     fold, refused = fold_of(log, (SID.encode(), forged(log.events[-1], skip)))
     assert len(refused) == 1
@@ -211,16 +225,16 @@ def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 def test_no_edited_event_makes_the_fold_raise(data: st.DataObject, replacement: Any) -> None:
     """Any leaf of a genuine event replaced by any JSON value: refused or applied, never a crash."""
     log = genuine(2)
-    obj = log.events[-1].to_dict()
+    obj = record_of(log.events[-1])
     path = data.draw(st.sampled_from(_leaves(obj)))
     target = obj
     for step in path[:-1]:
         target = target[step]
     target[path[-1]] = replacement
     try:  # an edit the schemas can carry travels as the codec writes it ...
-        value = encode_event(Event.from_dict(obj))
-    except WatchtowerError:  # ... any other reaches the log as foreign bytes
-        value = json.dumps(obj).encode()
+        value = encoded(obj)
+    except (WatchtowerError, KeyError):  # ... any other reaches the log as foreign bytes
+        value = json.dumps(obj, default=repr).encode()
     fold, refused = fold_of(log, (SID.encode(), value))
     assert fold.state.streams[SID].head in (2, 3)
     assert len(refused) <= 1
@@ -232,10 +246,10 @@ def test_an_event_stamped_more_than_a_day_ahead_is_quarantined_when_the_fold_has
     day_of_blocks = 10**9  # far more than a day of blocks at any block interval
 
     def from_the_future(e: dict[str, Any]) -> None:
-        e["type"] = "SubscriptionPolicyChanged"
-        e["body"] = {"stream_id": SID, "policy": "PUBLIC"}
-        e["block_height"] = 7 + day_of_blocks
-        e["nonce"] = 2**62
+        origin = e["caused_by"]
+        e.clear()
+        e.update(type="SubscriptionPolicyChanged", stream_id=SID, policy="PUBLIC", block_height=7 + day_of_blocks,
+                 caused_by={**origin, "nonce": 2**62})
 
     forged_event = forged(log.events[-1], from_the_future)
     fold = EventFold(TOPIC, HOME, PARTITIONS, now_block_height=7)
@@ -254,9 +268,10 @@ def test_a_nonce_beyond_its_blocks_ceiling_is_quarantined() -> None:
     log = genuine(1)
 
     def huge_nonce(e: dict[str, Any]) -> None:
-        e["type"] = "SubscriptionPolicyChanged"
-        e["body"] = {"stream_id": SID, "policy": "PUBLIC"}
-        e["nonce"] = 2**62
+        origin, height = e["caused_by"], e["block_height"]
+        e.clear()
+        e.update(type="SubscriptionPolicyChanged", stream_id=SID, policy="PUBLIC", block_height=height,
+                 caused_by={**origin, "nonce": 2**62})
 
     _, refused = fold_of(log, (SID.encode(), forged(log.events[-1], huge_nonce)))
     assert len(refused) == 1

@@ -33,6 +33,7 @@ from worker_harness import Workers, partition_for, read_health, workers
 from watchtower.gateway.archive import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.events import PublisherKeyRotated
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import command_digest, sign_command
@@ -267,12 +268,12 @@ def forged_rotation(stream: Stream, attacker: nacl.signing.SigningKey, *, with_c
     access can write it: its own signed rotate command (it cannot sign as the owner), or none."""
     cmd = sign_command(attacker, "rotate_publisher_key", stream.stream_id, 1, {"new_key": bytes(attacker.verify_key)})
     return Event(
-        type="PublisherKeyRotated", stream_id=stream.stream_id, block_height=1, caller=cmd.caller, nonce=cmd.nonce,
-        digest=command_digest(cmd),
+        stream_id=stream.stream_id, block_height=1, caller=cmd.caller, nonce=cmd.nonce, digest=command_digest(cmd),
         reply={"old_signing_key_id": 1, "signing_key_id": 2, "effective_sequence": stream.head + 1},
-        body={"stream_id": stream.stream_id, "old_key": bytes(stream.publisher.verify_key),
-              "new_key": bytes(attacker.verify_key), "old_signing_key_id": 1, "new_signing_key_id": 2,
-              "effective_sequence": stream.head + 1, "command": command_json(cmd) if with_command else None})
+        body=PublisherKeyRotated(
+            stream_id=stream.stream_id, old_key=bytes(stream.publisher.verify_key), new_key=bytes(attacker.verify_key),
+            old_signing_key_id=1, new_signing_key_id=2, effective_sequence=stream.head + 1,
+            command=command_json(cmd) if with_command else None))
 
 
 def test_a_forged_key_rotation_is_quarantined_and_the_owner_keeps_publishing(bench: Bench, stream: Stream) -> None:

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import nacl.signing
 import pytest
@@ -39,6 +39,7 @@ from worker_harness import read_committed_events
 from watchtower.gateway.transport import CommandClient
 from watchtower.projections.rebuild import rebuild_keymgr_digest
 from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.events import event_fields
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 
@@ -217,22 +218,23 @@ def _fold(bootstrap: str, prefix: str) -> dict[str, Any]:
     failed: set[str] = set()
     minted = burned = supply = 0
     for logged in read_committed_events(bootstrap, prefix):
-        ev, body = logged.event, logged.event.body
+        ev, body = logged.event, logged.event.body  # narrowed by ev.type; read as the typed class
+        body = cast(Any, body)
         if ev.type in ("CbyCredited", "CbyDebited"):
             sign = 1 if ev.type == "CbyCredited" else -1
-            balances[body["account"]] += sign * body["amount_cby"]
-            moves[(ev.type, body["reason"], body["ref"], body["account"], body["amount_cby"])] += 1
+            balances[body.account] += sign * body.amount_cby
+            moves[(ev.type, body.reason, body.ref, body.account, body.amount_cby)] += 1
         elif ev.type == "CbyMinted":
-            minted += body["amount_cby"]
-            supply = body["total_supply_cby"]
+            minted += body.amount_cby
+            supply = body.total_supply_cby
         elif ev.type == "CbyBurned":
-            burned += body["amount_cby"]
-            supply = body["total_supply_cby"]
+            burned += body.amount_cby
+            supply = body.total_supply_cby
         elif ev.type == "EpochAccessPurchased":
-            assert body["purchase_id"] not in purchased, f"purchase {body['purchase_id']} completed twice"
-            purchased[body["purchase_id"]] = dict(body)
+            assert body.purchase_id not in purchased, f"purchase {body.purchase_id} completed twice"
+            purchased[body.purchase_id] = event_fields(body)
         elif ev.type == "EpochAccessFailed":
-            failed.add(body["purchase_id"])
+            failed.add(body.purchase_id)
     return {"balances": dict(balances), "moves": moves, "purchased": purchased,
             "failed": failed, "minted": minted, "burned": burned, "supply": supply}
 

@@ -26,6 +26,7 @@ from worker_harness import RawCommandChannel, Workers, read_committed_events, wo
 
 from watchtower.protocol.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.errors import MalformedRecordError
+from watchtower.protocol.events import CbyCredited, CbyDebited, EpochAccessFailed, EpochAccessIdempotent, event_fields
 from watchtower.protocol.keymgr_access import KeymgrState
 from watchtower.protocol.ledger import SUPPLY_KEY, CbyCredit, Origin, account_instance, paid_instance
 from watchtower.protocol.signed_command import Command, sign_command
@@ -204,7 +205,8 @@ def test_an_idempotent_repeat_charges_nothing(ledger: Ledger) -> None:
     again = ok(ledger.acquire(buyer, target))
     assert (again["epochs_charged"], again["total_amount_cby"]) == (0, 0)
     events = [e.event for e in read_committed_events(ledger.bootstrap, ledger.workers.prefix)]
-    assert any(e.type == "EpochAccessIdempotent" and e.body["beneficiary_account"] == addr(buyer) for e in events)
+    assert any(isinstance(e.body, EpochAccessIdempotent) and e.body.beneficiary_account == addr(buyer)
+               for e in events)
     assert ledger.balance(ledger.view(), buyer) == ledger.balance(view, buyer)
 
 
@@ -218,7 +220,7 @@ def test_insufficient_balance_refuses_the_purchase_and_moves_no_cby(ledger: Ledg
     assert after.balances() == before.balances()
     assert after.active_until(ledger.stream_id, addr(poor)) is None
     events = [e.event for e in read_committed_events(ledger.bootstrap, ledger.workers.prefix)]
-    assert any(e.type == "EpochAccessFailed" and e.body["beneficiary_account"] == addr(poor) for e in events)
+    assert any(isinstance(e.body, EpochAccessFailed) and e.body.beneficiary_account == addr(poor) for e in events)
 
 
 def test_the_ninth_key_and_the_sixty_fifth_authorization_get_their_limit_codes(ledger: Ledger) -> None:
@@ -373,9 +375,10 @@ def test_a_debit_forged_onto_the_events_log_is_quarantined_when_a_worker_rebuild
             led = Ledger(w, w.pid("forged-a"), channel, kafka_bootstrap, "unused", minter, key())
             led.fund(victim, 100)
             credit = next(e for e in read_committed_events(kafka_bootstrap, w.prefix)
-                          if e.event.type == "CbyCredited" and e.event.body["account"] == addr(victim))
-            forged = dataclasses.replace(credit.event, type="CbyDebited", body={
-                **credit.event.body, "amount_cby": 1_000, "reason": "transfer", "counterparty": addr(friend)})
+                          if isinstance(e.event.body, CbyCredited) and e.event.body.account == addr(victim))
+            forged = dataclasses.replace(credit.event, body=CbyDebited(
+                **{**event_fields(credit.event.body), "amount_cby": 1_000, "reason": "transfer",
+                   "counterparty": addr(friend)}))
             producer = Producer({**kafka_config(kafka_bootstrap), "log_level": 3})
             producer.produce(topic_name("events", w.prefix), key=credit.event.stream_id.encode(),
                              value=encode_event(forged), partition=credit.partition)

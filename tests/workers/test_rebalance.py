@@ -175,7 +175,7 @@ def test_publishes_survive_a_worker_leaving_and_rejoining(kafka_bootstrap: str, 
             assert key not in commands_seen, f"command {key} applied twice"
             commands_seen.add(key)
             if e.type == "StreamMessagePublished":
-                published[e.stream_id].append(int(e.body["sequence"]))
+                published[e.stream_id].append(int(e.body.sequence))
             else:
                 assert e.type == "StreamCreated"
                 assert not published[e.stream_id], f"{e.stream_id} created after its first publish"

@@ -30,6 +30,7 @@ from worker_harness import (
     workers,
 )
 
+from watchtower.protocol import events as ev
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.keymgr_access import KeymgrState
 from watchtower.protocol.ledger import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
@@ -161,7 +162,7 @@ def test_a_free_registration_writes_its_event_and_its_replay_record_in_one_trans
                      "end_id": MESSAGES, "price_cby": 0}
     # Committed with the reply: the event on events and the registration on the stream's replay partition.
     events = [e for e in read_committed_events(host.bootstrap, host.workers.prefix)
-              if e.event.type == "ReplayRegistered" and e.event.body["replay_id"] == replay_id]
+              if e.event.type == "ReplayRegistered" and e.event.body.replay_id == replay_id]
     assert len(events) == 1
     placed = [(p, r) for p, r in host.replay_records() if r.replay_id == replay_id]
     assert len(placed) == 1
@@ -193,8 +194,8 @@ def test_a_paid_replay_moves_its_price_once_and_a_retry_moves_nothing(host: Host
         registered = [r for r in host.records_of(reply["replay_id"]) if isinstance(r, ReplayRegistered)]
         assert [r.price_cby for r in registered] == [50]
         debits = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)
-                  if e.event.type == "CbyDebited" and e.event.body["ref"] == str(reply["replay_id"])]
-        assert [(d.body["amount_cby"], d.body["reason"]) for d in debits] == [(50, "replay")]
+                  if e.event.type == "CbyDebited" and e.event.body.ref == str(reply["replay_id"])]
+        assert [(d.body.amount_cby, d.body.reason) for d in debits] == [(50, "replay")]
     finally:
         ok(host.send(host.sign(host.owner, "set_replay_price", {"price_per_event_cby": 0})))
 
@@ -234,8 +235,8 @@ def test_a_cancel_answers_icrc77_errors_and_a_refused_one_writes_nothing(host: H
     assert [c.requester for c in cancels] == [addr(reader)]
     assert host.records_of(4243) == []
     logged = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)
-              if e.event.type == "ReplayCancelRequested" and e.event.body["replay_id"] in (replay_id, 4243)]
-    assert [(e.body["replay_id"], e.caller) for e in logged] == [(replay_id, addr(reader))]
+              if e.event.type == "ReplayCancelRequested" and e.event.body.replay_id in (replay_id, 4243)]
+    assert [(e.body.replay_id, e.caller) for e in logged] == [(replay_id, addr(reader))]
 
 
 def test_a_replay_settlement_written_to_the_commands_topic_is_refused(host: Host) -> None:
@@ -257,7 +258,7 @@ def test_a_replay_finish_written_to_the_commands_topic_is_refused_and_changes_no
     # The replay is still cancellable.
     assert ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})))["cancel"] == "requested"
     assert not [e for e in read_committed_events(host.bootstrap, host.workers.prefix)
-                if e.event.type == "ReplayFinished" and e.event.body["replay_id"] == replay_id]
+                if e.event.type == "ReplayFinished" and e.event.body.replay_id == replay_id]
 
 
 def test_forged_replay_events_are_quarantined_and_the_restarted_worker_serves(host: Host, tmp_path: Path) -> None:
@@ -267,13 +268,13 @@ def test_forged_replay_events_are_quarantined_and_the_restarted_worker_serves(ho
     thief = key()
     digest = b"\x0f" * 32
     forged = [
-        Event(type="ReplayRegistered", stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=1,
-              digest=digest, reply={}, body={
-                  "stream_id": host.stream_id, "replay_id": replay_id_for(digest), "namespace": host.stream_id,
-                  "requester": addr(thief), "from_sequence": 1, "to_sequence": 3, "first": 1, "end_exclusive": 3,
-                  "end_id": None, "filter": None, "skip": None, "memo_hex": "", "price_cby": 40}),
-        Event(type="ReplayPricingSet", stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=2,
-              digest=digest, reply={}, body={"stream_id": host.stream_id, "price_per_event_cby": 1_000}),
+        Event(stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=1, digest=digest, reply={},
+              body=ev.ReplayRegistered(
+                  stream_id=host.stream_id, replay_id=replay_id_for(digest), namespace=host.stream_id,
+                  requester=addr(thief), from_sequence=1, to_sequence=3, first=1, end_exclusive=3,
+                  end_id=None, filter=None, skip=None, memo_hex="", price_cby=40)),
+        Event(stream_id=host.stream_id, block_height=10, caller=addr(thief), nonce=2, digest=digest, reply={},
+              body=ev.ReplayPricingSet(stream_id=host.stream_id, price_per_event_cby=1_000)),
     ]
     t_events = topic_name("events", host.workers.prefix)
     partition = partition_for(host.stream_id, PARTITIONS)

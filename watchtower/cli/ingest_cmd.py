@@ -18,7 +18,7 @@ from watchtower.client.ingestion import http_ingestion, ingestion_status
 from watchtower.client.sdk import create_feed, new_stream_id, wait_until_visible
 from watchtower.ingest import keys
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.stream_state import INGEST_FAILED
+from watchtower.protocol.events import IngestFailed
 
 _INGEST_OPTIONS = [
     click.Option(["--ingest-url"], default=None, metavar="URL",
@@ -88,8 +88,10 @@ def _failures(bootstrap: str, stream_id: str, limit: int = 10) -> list[dict[str,
             event = decode_event(msg.value())
         except WatchtowerError:
             continue
-        if event.type == INGEST_FAILED:
-            out.append({k: event.body[k] for k in ("reason", "first_tick", "last_tick", "timestamp_unix_ms", "detail")})
+        body = event.body
+        if isinstance(body, IngestFailed):
+            out.append({"reason": body.reason, "first_tick": body.first_tick, "last_tick": body.last_tick,
+                        "timestamp_unix_ms": body.timestamp_unix_ms, "detail": body.detail})
     return out[-limit:]
 
 

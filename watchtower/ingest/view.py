@@ -14,8 +14,9 @@ from collections import Counter
 
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.events import IngestFailed
 from watchtower.protocol.ingestion_runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
-from watchtower.protocol.stream_state import INGEST_FAILED, STREAM_CREATED, Event, StreamState, evolve
+from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
 
 
@@ -54,8 +55,8 @@ class IngestionView:
                 self._created(event)
             elif event.type in RUNNER_EVENTS and event.stream_id == RUNNERS_KEY:
                 self.registry = evolve_runners(self.registry, event)
-            elif event.type == INGEST_FAILED and event.stream_id in self.streams:
-                last = int(event.body["last_tick"])
+            elif isinstance(event.body, IngestFailed) and event.stream_id in self.streams:
+                last = int(event.body.last_tick)
                 self.last_failed_tick[event.stream_id] = max(self.last_failed_tick.get(event.stream_id, 0), last)
                 self.fail_count[event.stream_id] = self.fail_count.get(event.stream_id, 0) + 1
             else:

@@ -34,6 +34,13 @@ from typing import Any, Final
 from watchtower.protocol import cbor
 from watchtower.protocol.accounts import AccountState
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.events import (
+    EpochAccessFailed,
+    EpochAccessIdempotent,
+    EpochAccessPurchased,
+    EpochAccessRequested,
+    KeyEpochRotated,
+)
 from watchtower.protocol.keymgr_access import KEYMGR_EVENTS, KeymgrState
 from watchtower.protocol.ledger import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
 from watchtower.protocol.stream_state import Event
@@ -45,6 +52,7 @@ KEYMGR_TABLES: Final = ("accounts", "paid_streams", "entitlements", "supply", "k
 KEYMGR_VIEW: Final = "keymgr_view"
 """The in-memory, undigested table holding the partition's `KeymgrState` under `_VIEW_KEY`."""
 _VIEW_KEY: Final = "state"
+_BENEFICIARY_BODIES: Final = (EpochAccessRequested, EpochAccessPurchased, EpochAccessIdempotent, EpochAccessFailed)
 
 
 def new_keymgr_tables() -> dict[str, dict[str, Any]]:
@@ -91,7 +99,8 @@ def _paid_rows(tables: Mapping[str, Table], view: KeymgrState, event: Event) -> 
         tables["paid_streams"][state.stream_id] = {
             "stream_id": state.stream_id, "owner": state.owner, "paid_stream_config": state.config.to_dict(),
             "registered_at_block": event.block_height}
-    beneficiary = event.body.get("beneficiary_account")
+    body = event.body
+    beneficiary = body.beneficiary_account if isinstance(body, _BENEFICIARY_BODIES) else None
     if isinstance(beneficiary, str) and beneficiary in state.entitlements:
         tables["entitlements"][entitlement_key(state.stream_id, beneficiary)] = {
             "stream_id": state.stream_id, "beneficiary_account": beneficiary,
@@ -116,12 +125,14 @@ def account_row(state: AccountState) -> dict[str, Any]:
 def apply_key_epoch(tables: Mapping[str, Table], event: Event) -> None:
     """Record a KeyEpochRotated the stream views accepted in the stream's key epoch schedule."""
     body = event.body
+    if not isinstance(body, KeyEpochRotated):
+        return  # only a KeyEpochRotated changes the schedule
     current = tables["key_epochs"].get(event.stream_id)
     epochs = [] if current is None else list(current["epochs"])
-    if any(int(e["key_epoch"]) == int(body["key_epoch"]) for e in epochs):
+    if any(int(e["key_epoch"]) == int(body.key_epoch) for e in epochs):
         return  # announced again (the writer allows equal epochs): the schedule keeps the first
-    epochs.append({"key_epoch": int(body["key_epoch"]), "effective_block_height": int(body["effective_block_height"]),
-                   "announced_by": body["announced_by"], "announced_at_block": event.block_height})
+    epochs.append({"key_epoch": int(body.key_epoch), "effective_block_height": int(body.effective_block_height),
+                   "announced_by": body.announced_by, "announced_at_block": event.block_height})
     tables["key_epochs"][event.stream_id] = {"stream_id": event.stream_id, "epochs": epochs}
 
 

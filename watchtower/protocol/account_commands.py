@@ -47,6 +47,14 @@ from watchtower.protocol.errors import (
     KeyRevokedError,
     UnauthorizedError,
 )
+from watchtower.protocol.events import (
+    AccountKeyRegistered,
+    AccountKeyRevoked,
+    ActorAuthorizationGranted,
+    ActorAuthorizationRevoked,
+    CbyCredited,
+    CbyDebited,
+)
 from watchtower.protocol.ledger import (
     ACCOUNT_METHODS,
     MAX_CBY,
@@ -68,14 +76,6 @@ from watchtower.protocol.ledger import (
     require_amount,
 )
 from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
-from watchtower.protocol.stream_state import (
-    ACCOUNT_KEY_REGISTERED,
-    ACCOUNT_KEY_REVOKED,
-    ACTOR_AUTHORIZATION_GRANTED,
-    ACTOR_AUTHORIZATION_REVOKED,
-    CBY_CREDITED,
-    CBY_DEBITED,
-)
 from watchtower.protocol.validation import require_text
 
 
@@ -127,10 +127,9 @@ def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int
     key_id = state.next_key_id
     reply = {"account": state.account, "account_key_id": key_id, "scheme": ACCOUNT_KEY_SCHEME_X25519,
              "public_key_hex": key.hex(), "status": ACTIVE, "registered_at_block": height}
-    body_out = {"account": state.account, "account_key_id": key_id, "scheme": ACCOUNT_KEY_SCHEME_X25519,
-                "public_key": key}
-    return LedgerDecision((make_event(ACCOUNT_KEY_REGISTERED, state.instance, height, origin, reply, body_out),),
-                          reply)
+    body_out = AccountKeyRegistered(account=state.account, account_key_id=key_id, scheme=ACCOUNT_KEY_SCHEME_X25519,
+                                    public_key=key)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, body_out),), reply)
 
 
 def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
@@ -145,8 +144,8 @@ def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) 
         raise KeyRevokedError(f"key {key_id} of account {state.account} is already revoked (block "
                               f"{key.revoked_at_block})", details={"account_key_id": key_id})
     reply = {"account": state.account, "account_key_id": key_id, "status": REVOKED, "revoked_at_block": height}
-    body = {"account": state.account, "account_key_id": key_id}
-    return LedgerDecision((make_event(ACCOUNT_KEY_REVOKED, state.instance, height, origin, reply, body),), reply)
+    body = AccountKeyRevoked(account=state.account, account_key_id=key_id)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
 
 
 def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
@@ -196,9 +195,9 @@ def _authorize(state: AccountState, cmd: Command, origin: Origin, height: int) -
         )
     reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "scope": AUTHORIZATION_SCOPE,
              "status": ACTIVE, "granted_at_block": height}
-    body = {"account": state.account, "actor": actor, "stream_id": stream_id, "scope": AUTHORIZATION_SCOPE}
-    return LedgerDecision((make_event(ACTOR_AUTHORIZATION_GRANTED, state.instance, height, origin, reply, body),),
-                          reply)
+    body = ActorAuthorizationGranted(account=state.account, actor=actor, stream_id=stream_id,
+                                     scope=AUTHORIZATION_SCOPE)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
 
 
 def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
@@ -210,9 +209,8 @@ def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int
                                    f"account {state.account}; nothing to revoke")
     reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "status": REVOKED,
              "revoked_at_block": height}
-    body = {"account": state.account, "actor": actor, "stream_id": stream_id}
-    return LedgerDecision((make_event(ACTOR_AUTHORIZATION_REVOKED, state.instance, height, origin, reply, body),),
-                          reply)
+    body = ActorAuthorizationRevoked(account=state.account, actor=actor, stream_id=stream_id)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
 
 
 def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCbyBalanceError:
@@ -238,9 +236,9 @@ def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) ->
     ref = origin.digest.hex()
     reply = {"from": state.account, "to": to, "amount_cby": amount, "balance_cby": state.balance_cby - amount,
              "ref": ref}
-    event = make_event(CBY_DEBITED, state.instance, height, origin, reply,
-                       {"account": state.account, "amount_cby": amount, "reason": "transfer", "ref": ref,
-                        "counterparty": to})
+    event = make_event(state.instance, height, origin, reply,
+                       CbyDebited(account=state.account, amount_cby=amount, reason="transfer", ref=ref,
+                                  counterparty=to))
     credit = CbyCredit(to, amount, "transfer", ref, state.account, origin)
     return LedgerDecision((event,), reply, (Routed(account_instance(to), credit, False),))
 
@@ -251,9 +249,9 @@ def _burn(state: AccountState, cmd: Command, origin: Origin, height: int) -> Led
         raise insufficient(state, amount, "this burn")
     ref = origin.digest.hex()
     reply = {"account": state.account, "amount_cby": amount, "balance_cby": state.balance_cby - amount, "ref": ref}
-    event = make_event(CBY_DEBITED, state.instance, height, origin, reply,
-                       {"account": state.account, "amount_cby": amount, "reason": "burn", "ref": ref,
-                        "counterparty": ""})
+    event = make_event(state.instance, height, origin, reply,
+                       CbyDebited(account=state.account, amount_cby=amount, reason="burn", ref=ref,
+                                  counterparty=""))
     return LedgerDecision((event,), reply, (Routed(SUPPLY_KEY, CbyBurn(state.account, amount, origin), False),))
 
 
@@ -272,9 +270,9 @@ def _credit(state: AccountState, credit: CbyCredit, height: int) -> LedgerDecisi
         raise InvalidArgumentError(f"a credit for {credit.account} reached {state.instance!r}")
     if state.balance_cby + credit.amount_cby > MAX_CBY:  # impossible while the supply bound holds
         raise InvalidArgumentError(f"crediting {credit.amount_cby} would take {state.account} above {MAX_CBY}")
-    body = {"account": state.account, "amount_cby": credit.amount_cby, "reason": credit.reason, "ref": credit.ref,
-            "counterparty": credit.counterparty}
-    event = make_event(CBY_CREDITED, state.instance, height, credit.origin, {}, body)
+    body = CbyCredited(account=state.account, amount_cby=credit.amount_cby, reason=credit.reason, ref=credit.ref,
+                       counterparty=credit.counterparty)
+    event = make_event(state.instance, height, credit.origin, {}, body)
     return LedgerDecision((event,), None)
 
 
@@ -287,9 +285,9 @@ def _purchase_debit(state: AccountState, debit: PurchaseDebit, height: int) -> L
         settled = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, err.to_dict(),
                                   debit.origin)
         return LedgerDecision((), None, (Routed(back, settled, True),))
-    body = {"account": state.account, "amount_cby": debit.total_amount_cby, "reason": "purchase",
-            "ref": debit.purchase_id, "counterparty": debit.publisher_treasury}
-    event = make_event(CBY_DEBITED, state.instance, height, debit.origin, {}, body)
+    body = CbyDebited(account=state.account, amount_cby=debit.total_amount_cby, reason="purchase",
+                      ref=debit.purchase_id, counterparty=debit.publisher_treasury)
+    event = make_event(state.instance, height, debit.origin, {}, body)
     forwards = []
     for treasury, amount, reason in ((debit.publisher_treasury, debit.publisher_amount_cby, "publisher_revenue"),
                                      (debit.protocol_treasury, debit.protocol_fee_cby, "protocol_fee")):
@@ -310,9 +308,9 @@ def _replay_charge(state: AccountState, charge: ReplayCharge, height: int) -> Le
         refused = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, err.to_dict(), charge.origin,
                                 charge.command)
         return LedgerDecision((), None, (Routed(charge.stream_id, refused, True),))
-    body = {"account": state.account, "amount_cby": charge.price_cby, "reason": "replay", "ref": ref,
-            "counterparty": charge.owner}
-    event = make_event(CBY_DEBITED, state.instance, height, charge.origin, {}, body)
+    body = CbyDebited(account=state.account, amount_cby=charge.price_cby, reason="replay", ref=ref,
+                      counterparty=charge.owner)
+    event = make_event(state.instance, height, charge.origin, {}, body)
     credit = CbyCredit(charge.owner, charge.price_cby, "replay", ref, state.account, charge.origin)
     paid = ReplaySettled(charge.replay_id, charge.stream_id, charge.requester, None, charge.origin, charge.command)
     return LedgerDecision((event,), None, (Routed(account_instance(charge.owner), credit, False),

@@ -14,7 +14,7 @@ purchase debits descend from commands sent to other instances.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
@@ -29,6 +29,14 @@ from watchtower.protocol.errors import (
     InvalidArgumentError,
     MalformedRecordError,
     WatchtowerError,
+)
+from watchtower.protocol.events import (
+    AccountKeyRegistered,
+    AccountKeyRevoked,
+    ActorAuthorizationGranted,
+    ActorAuthorizationRevoked,
+    CbyCredited,
+    CbyDebited,
 )
 from watchtower.protocol.ledger import (
     ACCOUNT_PREFIX,
@@ -71,6 +79,8 @@ ACCOUNT_EVENTS: Final = frozenset(
 )
 # Debits the holder signed at this instance (a purchase debit's command went to the paid stream).
 _HOLDER_DEBITS: Final = frozenset({"transfer", "burn"})
+_ACCOUNT_BODIES: Final = (AccountKeyRegistered, AccountKeyRevoked, ActorAuthorizationGranted,
+                          ActorAuthorizationRevoked, CbyCredited, CbyDebited)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -161,13 +171,13 @@ class AccountState:
 def evolve_account(state: AccountState, event: Event) -> AccountState:
     """The account after `event`; MALFORMED_RECORD for an event that cannot apply (quarantine)."""
     check_event_envelope(event, state.instance)
+    body = event.body
+    if not isinstance(body, _ACCOUNT_BODIES):
+        raise MalformedRecordError(f"an account does not fold {event.type} events")
     try:
-        apply = _APPLY[event.type]
-        if event.body["account"] != state.account:
-            raise InvalidArgumentError(f"the event names account {event.body['account']!r}")
-        changed, holder_command = apply(state, event)
-    except KeyError:
-        raise MalformedRecordError(f"an account does not fold {event.type} events") from None
+        if body.account != state.account:
+            raise InvalidArgumentError(f"the event names account {body.account!r}")
+        changed, holder_command = _APPLY[event.type](state, event, body)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type} breaks a rule ({exc.code}): {exc.message}") from None
     except (TypeError, ValueError) as exc:
@@ -177,14 +187,13 @@ def evolve_account(state: AccountState, event: Event) -> AccountState:
     return changed
 
 
-def _key_registered(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    body = event.body
-    key_id = event_int(body, "account_key_id", minimum=1)
+def _key_registered(state: AccountState, event: Event, body: AccountKeyRegistered) -> tuple[AccountState, bool]:
+    key_id = event_int(body.account_key_id, "account_key_id", minimum=1)
     if key_id != state.next_key_id:
         raise InvalidArgumentError(f"account key id {key_id} does not follow {state.next_key_id - 1}")
-    if body["scheme"] != ACCOUNT_KEY_SCHEME_X25519:
-        raise InvalidArgumentError(f"scheme {body['scheme']!r} is not X25519")
-    key = body["public_key"]
+    if body.scheme != ACCOUNT_KEY_SCHEME_X25519:
+        raise InvalidArgumentError(f"scheme {body.scheme!r} is not X25519")
+    key = body.public_key
     if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES or key == bytes(X25519_PUBLIC_KEY_BYTES):
         raise InvalidArgumentError("public_key is not a 32-byte, non-zero X25519 key")
     if state.active_keys >= MAX_ACCOUNT_KEYS_PER_ACCOUNT:
@@ -193,8 +202,8 @@ def _key_registered(state: AccountState, event: Event) -> tuple[AccountState, bo
     return dataclasses.replace(state, keys=(*state.keys, record), next_key_id=key_id + 1), True
 
 
-def _key_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    key_id = event_int(event.body, "account_key_id", minimum=1)
+def _key_revoked(state: AccountState, event: Event, body: AccountKeyRevoked) -> tuple[AccountState, bool]:
+    key_id = event_int(body.account_key_id, "account_key_id", minimum=1)
     key = state.key(key_id)
     if key is None or key.status != ACTIVE:
         raise InvalidArgumentError(f"key {key_id} is not an ACTIVE key of the account")
@@ -202,11 +211,10 @@ def _key_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]
     return dataclasses.replace(state, keys=tuple(revoked if k is key else k for k in state.keys)), True
 
 
-def _granted(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    body = event.body
-    actor = require_address(body["actor"], "actor")
-    stream_id = body["stream_id"] if body["stream_id"] == ALL_STREAMS else require_text(body["stream_id"], "stream_id")
-    if (body["scope"] != AUTHORIZATION_SCOPE and body["scope"] not in LEGACY_AUTHORIZATION_SCOPES) \
+def _granted(state: AccountState, event: Event, body: ActorAuthorizationGranted) -> tuple[AccountState, bool]:
+    actor = require_address(body.actor, "actor")
+    stream_id = body.stream_id if body.stream_id == ALL_STREAMS else require_text(body.stream_id, "stream_id")
+    if (body.scope != AUTHORIZATION_SCOPE and body.scope not in LEGACY_AUTHORIZATION_SCOPES) \
             or actor == state.account:
         raise InvalidArgumentError(f"an authorization has scope {AUTHORIZATION_SCOPE} and names another account")
     existing = state.authorization(actor, stream_id)
@@ -223,8 +231,8 @@ def _granted(state: AccountState, event: Event) -> tuple[AccountState, bool]:
     ), True
 
 
-def _actor_revoked(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    actor, stream_id = str(event.body["actor"]), str(event.body["stream_id"])
+def _actor_revoked(state: AccountState, event: Event, body: ActorAuthorizationRevoked) -> tuple[AccountState, bool]:
+    actor, stream_id = str(body.actor), str(body.stream_id)
     existing = state.authorization(actor, stream_id)
     if existing is None and stream_id != ALL_STREAMS and state.own_actor(actor):
         # An own actor revoked on one stream: the revocation is recorded there; no grant slot was taken.
@@ -241,31 +249,30 @@ def _actor_revoked(state: AccountState, event: Event) -> tuple[AccountState, boo
     ), True
 
 
-def _movement(event: Event, reasons: frozenset[str]) -> tuple[int, str]:
-    body = event.body
-    amount = event_int(body, "amount_cby", minimum=1)
-    if body["reason"] not in reasons:
-        raise InvalidArgumentError(f"reason {body['reason']!r} is not one of {sorted(reasons)}")
-    if not isinstance(body["ref"], str) or not isinstance(body["counterparty"], str):
+def _movement(body: CbyCredited | CbyDebited, reasons: frozenset[str]) -> tuple[int, str]:
+    amount = event_int(body.amount_cby, "amount_cby", minimum=1)
+    if body.reason not in reasons:
+        raise InvalidArgumentError(f"reason {body.reason!r} is not one of {sorted(reasons)}")
+    if not isinstance(body.ref, str) or not isinstance(body.counterparty, str):
         raise InvalidArgumentError("ref and counterparty are text")
-    return amount, str(body["reason"])
+    return amount, str(body.reason)
 
 
-def _credited(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    amount, _ = _movement(event, CREDIT_REASONS)
+def _credited(state: AccountState, _event: Event, body: CbyCredited) -> tuple[AccountState, bool]:
+    amount, _ = _movement(body, CREDIT_REASONS)
     if state.balance_cby + amount > MAX_CBY:
         raise InvalidArgumentError(f"the credit takes the balance above {MAX_CBY}")
     return dataclasses.replace(state, balance_cby=state.balance_cby + amount), False
 
 
-def _debited(state: AccountState, event: Event) -> tuple[AccountState, bool]:
-    amount, reason = _movement(event, DEBIT_REASONS)
+def _debited(state: AccountState, _event: Event, body: CbyDebited) -> tuple[AccountState, bool]:
+    amount, reason = _movement(body, DEBIT_REASONS)
     if amount > state.balance_cby:
         raise InvalidArgumentError(f"a debit of {amount} exceeds the balance {state.balance_cby}")
     return dataclasses.replace(state, balance_cby=state.balance_cby - amount), reason in _HOLDER_DEBITS
 
 
-_APPLY: Final[Mapping[str, Any]] = {
+_APPLY: Final[Mapping[str, Callable[[AccountState, Event, Any], tuple[AccountState, bool]]]] = {
     ACCOUNT_KEY_REGISTERED: _key_registered,
     ACCOUNT_KEY_REVOKED: _key_revoked,
     ACTOR_AUTHORIZATION_GRANTED: _granted,

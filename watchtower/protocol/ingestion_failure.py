@@ -23,17 +23,18 @@ from typing import Any, Final
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
+from watchtower.protocol.events import IngestFailed
 from watchtower.protocol.ingestion import MAX_SAFE_JSON_INT, REASON_HINTS, parse_reason
 from watchtower.protocol.signed_command import Command, body_fields
-from watchtower.protocol.stream_state import INGEST_FAILED, StreamState
+from watchtower.protocol.stream_state import StreamState
 from watchtower.protocol.validation import require_int, require_text
 
 MAX_DETAIL: Final = 512
 _FIELDS: Final = frozenset({"reason", "timestamp_unix_ms", "first_tick", "last_tick", "detail"})
 
 
-def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(event type, body, reply) of a report_ingest_failure that passed signature, nonce and existence."""
+def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[IngestFailed, dict[str, Any]]:
+    """(event body, reply) of a report_ingest_failure that passed signature, nonce and existence."""
     config = state.config
     if config is None or config.ingestion is None or not config.ingestion.enabled:
         raise InvalidArgumentError(f"stream {state.stream_id!r} has no enabled ingestion; nothing can fail to ingest")
@@ -57,8 +58,8 @@ def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[str, dict[s
             "it is recorded, do not report it again",
             details={"last_failed_tick": state.last_failed_tick},
         )
-    event = {"stream_id": state.stream_id, "reason": str(reason), "timestamp_unix_ms": timestamp,
-             "first_tick": first, "last_tick": last, "detail": detail}
+    event = IngestFailed(stream_id=state.stream_id, reason=str(reason), timestamp_unix_ms=timestamp,
+                         first_tick=first, last_tick=last, detail=detail)
     reply = {"ingest_fail_count": state.ingest_fail_count + 1, "reason": str(reason), "last_tick": last,
              "head_sequence": state.head, "hint": REASON_HINTS[reason]}
-    return INGEST_FAILED, event, reply
+    return event, reply

@@ -26,6 +26,7 @@ import cbor2
 from watchtower.protocol.addresses import public_key_from_address, require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, UnauthorizedError, WatchtowerError
+from watchtower.protocol.events import RunnerRegistered, RunnerRetired
 from watchtower.protocol.signed_command import (
     Command,
     Method,
@@ -89,8 +90,7 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
             raise InvalidArgumentError(f"a runner label is at most {MAX_LABEL} characters")
         if runner not in state.runners and len(state.runners) >= MAX_RUNNERS:
             raise InvalidArgumentError(f"the registry holds its maximum of {MAX_RUNNERS} runners; retire one first")
-        body: dict[str, Any] = {"runner": runner, "label": label}
-        kind = RUNNER_REGISTERED
+        body: RunnerRegistered | RunnerRetired = RunnerRegistered(runner=runner, label=label)
     else:
         if by_registrar:
             runner = require_address(body_fields(cmd, frozenset({"runner"}))["runner"], "runner")
@@ -99,10 +99,9 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
             runner = cmd.caller
         if runner not in state.runners:
             raise UnauthorizedError(f"{runner} is not a registered runner; there is nothing to retire")
-        body = {"runner": runner, "label": state.runners[runner]}
-        kind = RUNNER_RETIRED
-    reply = {"runner": runner, "registered": kind == RUNNER_REGISTERED, "label": body["label"]}
-    event = Event(type=kind, stream_id=RUNNERS_KEY, block_height=block_height, caller=cmd.caller, nonce=cmd.nonce,
+        body = RunnerRetired(runner=runner, label=state.runners[runner])
+    reply = {"runner": runner, "registered": isinstance(body, RunnerRegistered), "label": body.label}
+    event = Event(stream_id=RUNNERS_KEY, block_height=block_height, caller=cmd.caller, nonce=cmd.nonce,
                   digest=digest, reply=reply, body=body)
     return event, reply
 
@@ -114,11 +113,13 @@ def evolve_runners(state: RunnerRegistry, event: Event) -> RunnerRegistry:
     registrar): an event does not carry the command's signature, so a reader cannot check it
     again; the ``events`` ACL keeps other writers out (docs/security.md)."""
     try:
-        if event.type not in RUNNER_EVENTS or event.stream_id != RUNNERS_KEY:
+        body = event.body
+        if not isinstance(body, RunnerRegistered | RunnerRetired) or event.stream_id != RUNNERS_KEY:
             raise InvalidArgumentError(f"{event.type} on {event.stream_id!r} is not a runner-registry event")
-        runner = require_address(event.body["runner"], "runner")
-        label = require_text(event.body["label"], "label")
-        runners = state.runners.set(runner, label) if event.type == RUNNER_REGISTERED else state.runners.without(runner)
+        runner = require_address(body.runner, "runner")
+        label = require_text(body.label, "label")
+        registered = isinstance(body, RunnerRegistered)
+        runners = state.runners.set(runner, label) if registered else state.runners.without(runner)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type}: {exc.message}") from None
     callers = state.callers.set(event.caller, CallerRecord(event.nonce, event.digest, event.reply))

@@ -29,6 +29,7 @@ from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce, nonce_ceiling
 from watchtower.protocol.constants import MAX_WIRE_UINT64
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.events import EventBody
 from watchtower.protocol.replay_fold import REPLAY_OUTCOMES
 from watchtower.protocol.signed_command import Command, Method, command_digest
 from watchtower.protocol.stream_state import CallerRecord, Event, FrozenMap
@@ -282,10 +283,9 @@ class LedgerDecision(NamedTuple):
 # --- Events and replay protection ----------------------------------------------------------------
 
 
-def make_event(type_: str, instance: str, height: int, origin: Origin, reply: Mapping[str, Any],
-               body: Mapping[str, Any]) -> Event:
+def make_event(instance: str, height: int, origin: Origin, reply: Mapping[str, Any], body: EventBody) -> Event:
     """An event on `instance` caused by the command `origin` names."""
-    return Event(type=type_, stream_id=instance, block_height=height, caller=origin.caller, nonce=origin.nonce,
+    return Event(stream_id=instance, block_height=height, caller=origin.caller, nonce=origin.nonce,
                  digest=origin.digest, reply=reply, body=body)
 
 
@@ -316,9 +316,8 @@ def record_caller(callers: FrozenMap[CallerRecord], event: Event) -> FrozenMap[C
     return callers.set(event.caller, CallerRecord(event.nonce, event.digest, event.reply))
 
 
-def event_int(body: Mapping[str, Any], name: str, minimum: int = 0, maximum: int = MAX_CBY) -> int:
-    """An integer body field of a log record; InvalidArgumentError (quarantine) when out of range."""
-    value = body[name]
+def event_int(value: object, name: str, minimum: int = 0, maximum: int = MAX_CBY) -> int:
+    """An integer body field `name` of a log record; InvalidArgumentError (quarantine) when out of range."""
     if type(value) is not int or not minimum <= value <= maximum:
         raise InvalidArgumentError(f"{name} must be an integer in {minimum}..{maximum}, got {value!r}")
     return value

@@ -23,7 +23,7 @@ to_key_epoch) and the KeyAccessReceipt; refused → EpochAccessFailed and the ca
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
@@ -38,6 +38,14 @@ from watchtower.protocol.errors import (
     NotReadyError,
     UnauthorizedError,
     WatchtowerError,
+)
+from watchtower.protocol.events import (
+    EpochAccessFailed,
+    EpochAccessIdempotent,
+    EpochAccessPurchased,
+    EpochAccessRequested,
+    PaidStreamRegistered,
+    event_fields,
 )
 from watchtower.protocol.ledger import (
     MAX_CBY,
@@ -64,7 +72,6 @@ from watchtower.protocol.stream_state import (
     EPOCH_ACCESS_PURCHASED,
     EPOCH_ACCESS_REQUESTED,
     PAID_STREAM_REGISTERED,
-    PURCHASE_FIELDS,
     CallerRecord,
     Event,
     FrozenMap,
@@ -78,18 +85,20 @@ PAID_EVENTS: Final = frozenset(
 _ACQUIRE_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account"})
 _RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
 _ERROR_KEY: Final = "error"  # a failed purchase's caller record holds {"error": {code, message, ...}}
+_PAID_BODIES: Final = (PaidStreamRegistered, EpochAccessRequested, EpochAccessPurchased, EpochAccessIdempotent,
+                       EpochAccessFailed)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PaidState:
     """One paid stream. `config` None: not (yet) registered. `in_flight`: beneficiary → the
-    EpochAccessRequested body of its unsettled purchase (at most one per beneficiary)."""
+    EpochAccessRequested of its unsettled purchase (at most one per beneficiary)."""
 
     stream_id: str
     owner: str | None = None
     config: PaidStreamConfig | None = None
     entitlements: FrozenMap[int] = dataclasses.field(default_factory=FrozenMap)
-    in_flight: FrozenMap[Mapping[str, Any]] = dataclasses.field(default_factory=FrozenMap)
+    in_flight: FrozenMap[EpochAccessRequested] = dataclasses.field(default_factory=FrozenMap)
     callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
 
     @classmethod
@@ -146,11 +155,10 @@ def _register(state: PaidState, create: Command, height: int, deployment: Deploy
     if not config.is_paid or config.paid_stream_config is None or config.owner != create.caller:
         raise NotPlatformManagedStreamError(f"stream {create.stream_id!r} is not a PLATFORM_MANAGED stream of "
                                             f"{create.caller}")
-    body = {"stream_id": state.stream_id, "owner": create.caller,
-            "paid_stream_config": config.paid_stream_config.to_dict()}
+    body = PaidStreamRegistered(stream_id=state.stream_id, owner=create.caller,
+                                paid_stream_config=config.paid_stream_config)
     reply = {"stream_id": state.stream_id, "owner": create.caller}
-    return LedgerDecision((make_event(PAID_STREAM_REGISTERED, state.instance, height, Origin.of(create), reply,
-                                      body),), None)
+    return LedgerDecision((make_event(state.instance, height, Origin.of(create), reply, body),), None)
 
 
 def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[str]) -> LedgerDecision:
@@ -159,7 +167,7 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
     origin = Origin.of(cmd)
     purchase_id = origin.digest.hex()
     if record is not None:
-        if any(p["purchase_id"] == purchase_id for p in state.in_flight.values()):
+        if any(p.purchase_id == purchase_id for p in state.in_flight.values()):
             raise NotReadyError("this purchase is still settling with the payer's account; retry the same command "
                                 "in a moment to get its receipt")
         error = record.last_reply.get(_ERROR_KEY)
@@ -194,10 +202,10 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
     )
     receipt = decision.receipt.to_dict()
     if decision.idempotent:
-        event_body = {"stream_id": state.stream_id, "beneficiary_account": beneficiary, "target_key_epoch": target,
-                      "active_until_key_epoch": decision.active_until_key_epoch}
-        return LedgerDecision((make_event(EPOCH_ACCESS_IDEMPOTENT, state.instance, height, origin, receipt,
-                                          event_body),), receipt)
+        event_body = EpochAccessIdempotent(stream_id=state.stream_id, beneficiary_account=beneficiary,
+                                           target_key_epoch=target,
+                                           active_until_key_epoch=decision.active_until_key_epoch)
+        return LedgerDecision((make_event(state.instance, height, origin, receipt, event_body),), receipt)
     if receipt["total_amount_cby"] > MAX_CBY:
         # No account can hold that much (the supply bound), so no balance can pay it: refused here,
         # without sending the debit, and without stating a balance this instance does not know.
@@ -207,27 +215,27 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
             details={"account": payer, "required_cby": str(receipt["total_amount_cby"]),
                      "max_balance_cby": str(MAX_CBY)},
         )
-    requested = {"purchase_id": purchase_id, **{k: receipt[k] for k in PURCHASE_FIELDS if k != "purchase_id"}}
+    requested = EpochAccessRequested(purchase_id=purchase_id, **receipt)
     debit = PurchaseDebit(purchase_id, state.stream_id, payer, beneficiary, config.publisher_treasury,
                           config.protocol_treasury, receipt["publisher_amount_cby"], receipt["protocol_fee_cby"],
                           receipt["total_amount_cby"], origin)
-    event = make_event(EPOCH_ACCESS_REQUESTED, state.instance, height, origin, {}, requested)
+    event = make_event(state.instance, height, origin, {}, requested)
     return LedgerDecision((event,), None, (Routed(account_instance(payer), debit, True),))
 
 
 def _settle(state: PaidState, settled: PurchaseSettled, height: int) -> LedgerDecision:
     pending = state.in_flight.get(settled.beneficiary)
-    if pending is None or pending["purchase_id"] != settled.purchase_id:
+    if pending is None or pending.purchase_id != settled.purchase_id:
         raise InvalidArgumentError(f"purchase {settled.purchase_id} is not in flight on {state.instance!r}")
     if settled.error is None:
-        receipt = {k: pending[k] for k in PURCHASE_FIELDS if k != "purchase_id"}
-        event = make_event(EPOCH_ACCESS_PURCHASED, state.instance, height, settled.origin, receipt, dict(pending))
+        purchased = EpochAccessPurchased(**event_fields(pending))
+        receipt = {k: v for k, v in event_fields(purchased).items() if k != "purchase_id"}
+        event = make_event(state.instance, height, settled.origin, receipt, purchased)
         return LedgerDecision((event,), receipt)
     error = WatchtowerError.from_dict(settled.error)
-    body = {"purchase_id": settled.purchase_id, "stream_id": state.stream_id,
-            "beneficiary_account": settled.beneficiary, "code": error.code, "message": error.message}
-    event = make_event(EPOCH_ACCESS_FAILED, state.instance, height, settled.origin, {_ERROR_KEY: error.to_dict()},
-                       body)
+    body = EpochAccessFailed(purchase_id=settled.purchase_id, stream_id=state.stream_id,
+                             beneficiary_account=settled.beneficiary, code=error.code, message=error.message)
+    event = make_event(state.instance, height, settled.origin, {_ERROR_KEY: error.to_dict()}, body)
     return LedgerDecision((event,), None, error=error)
 
 
@@ -237,17 +245,22 @@ def _settle(state: PaidState, settled: PurchaseSettled, height: int) -> LedgerDe
 def evolve_paid(state: PaidState, event: Event) -> PaidState:
     """The paid stream after `event`; MALFORMED_RECORD for one that cannot apply (quarantine)."""
     check_event_envelope(event, state.instance)
+    body = event.body
     try:
-        if event.body["stream_id"] != state.stream_id:
-            raise InvalidArgumentError(f"the event names stream {event.body['stream_id']!r}")
-        if event.type == PAID_STREAM_REGISTERED:
+        if not isinstance(body, _PAID_BODIES):
+            raise KeyError(event.type)  # reported below as before: "<type> cannot apply to a paid stream"
+        if body.stream_id != state.stream_id:
+            raise InvalidArgumentError(f"the event names stream {body.stream_id!r}")
+        if isinstance(body, PaidStreamRegistered):
             if state.config is not None:
                 raise InvalidArgumentError("the stream is already registered")
-            config = PaidStreamConfig.from_dict(event.body["paid_stream_config"])
-            return dataclasses.replace(state, owner=require_address(event.body["owner"], "owner"), config=config)
+            config = body.paid_stream_config
+            if not isinstance(config, PaidStreamConfig):
+                raise InvalidArgumentError("paid_stream_config must be a paid stream configuration")
+            return dataclasses.replace(state, owner=require_address(body.owner, "owner"), config=config)
         if state.config is None:
             raise InvalidArgumentError("the stream is not registered as a paid stream")
-        changed = _APPLY[event.type](state, state.config, event.body)
+        changed = _APPLY[event.type](state, state.config, body)
     except WatchtowerError as exc:
         raise MalformedRecordError(f"{event.type} breaks a rule ({exc.code}): {exc.message}") from None
     except (KeyError, TypeError, ValueError) as exc:
@@ -255,62 +268,57 @@ def evolve_paid(state: PaidState, event: Event) -> PaidState:
     return dataclasses.replace(changed, callers=record_caller(changed.callers, event))
 
 
-def _check_purchase(config: PaidStreamConfig, body: Mapping[str, Any]) -> str:
-    require_address(body["payer_account"], "payer_account")
-    first = event_int(body, "from_key_epoch")
-    last = event_int(body, "to_key_epoch")
-    charged = event_int(body, "epochs_charged", minimum=1)
+def _check_purchase(config: PaidStreamConfig, body: EpochAccessRequested) -> str:
+    require_address(body.payer_account, "payer_account")
+    first = event_int(body.from_key_epoch, "from_key_epoch")
+    last = event_int(body.to_key_epoch, "to_key_epoch")
+    charged = event_int(body.epochs_charged, "epochs_charged", minimum=1)
     if last - first + 1 != charged:
         raise InvalidArgumentError(f"epochs_charged {charged} is not {first}..{last}")
     price = price_epochs(charged, config.pricing)
-    amounts = (body["publisher_amount_cby"], body["protocol_fee_cby"], body["total_amount_cby"])
+    amounts = (body.publisher_amount_cby, body.protocol_fee_cby, body.total_amount_cby)
     if amounts != (price.publisher_amount_cby, price.protocol_fee_cby, price.total_amount_cby):
         raise InvalidArgumentError(f"the amounts {amounts} are not the price of {charged} epoch(s)")
-    return require_address(body["beneficiary_account"], "beneficiary_account")
+    return require_address(body.beneficiary_account, "beneficiary_account")
 
 
-def _requested(state: PaidState, config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
+def _requested(state: PaidState, config: PaidStreamConfig, body: EpochAccessRequested) -> PaidState:
     beneficiary = _check_purchase(config, body)
     if beneficiary in state.in_flight:
         raise InvalidArgumentError(f"a purchase for {beneficiary} is already in flight")
     active = state.entitlements.get(beneficiary)
-    if active is not None and body["from_key_epoch"] != active + 1:
-        raise InvalidArgumentError(f"the purchase starts at {body['from_key_epoch']}, not after {active}")
-    return dataclasses.replace(state, in_flight=state.in_flight.set(beneficiary, dict(body)))
+    if active is not None and body.from_key_epoch != active + 1:
+        raise InvalidArgumentError(f"the purchase starts at {body.from_key_epoch}, not after {active}")
+    return dataclasses.replace(state, in_flight=state.in_flight.set(beneficiary, body))
 
 
-def _purchased(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
-    beneficiary = str(body["beneficiary_account"])
+def _purchased(state: PaidState, _config: PaidStreamConfig, body: EpochAccessPurchased) -> PaidState:
+    beneficiary = str(body.beneficiary_account)
     pending = state.in_flight.get(beneficiary)
-    if pending is None or dict(pending) != dict(body):
-        raise InvalidArgumentError(f"purchase {body['purchase_id']} is not the one in flight for {beneficiary}")
-    return dataclasses.replace(state, in_flight=_without(state.in_flight, beneficiary),
-                               entitlements=state.entitlements.set(beneficiary, int(body["to_key_epoch"])))
+    if pending is None or event_fields(pending) != event_fields(body):
+        raise InvalidArgumentError(f"purchase {body.purchase_id} is not the one in flight for {beneficiary}")
+    return dataclasses.replace(state, in_flight=state.in_flight.without(beneficiary),
+                               entitlements=state.entitlements.set(beneficiary, int(body.to_key_epoch)))
 
 
-def _failed(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
-    beneficiary = str(body["beneficiary_account"])
+def _failed(state: PaidState, _config: PaidStreamConfig, body: EpochAccessFailed) -> PaidState:
+    beneficiary = str(body.beneficiary_account)
     pending = state.in_flight.get(beneficiary)
-    if pending is None or pending["purchase_id"] != body["purchase_id"]:
-        raise InvalidArgumentError(f"purchase {body['purchase_id']} is not the one in flight for {beneficiary}")
-    return dataclasses.replace(state, in_flight=_without(state.in_flight, beneficiary))
+    if pending is None or pending.purchase_id != body.purchase_id:
+        raise InvalidArgumentError(f"purchase {body.purchase_id} is not the one in flight for {beneficiary}")
+    return dataclasses.replace(state, in_flight=state.in_flight.without(beneficiary))
 
 
-def _idempotent(state: PaidState, _config: PaidStreamConfig, body: Mapping[str, Any]) -> PaidState:
-    beneficiary = require_address(body["beneficiary_account"], "beneficiary_account")
+def _idempotent(state: PaidState, _config: PaidStreamConfig, body: EpochAccessIdempotent) -> PaidState:
+    beneficiary = require_address(body.beneficiary_account, "beneficiary_account")
     active = state.entitlements.get(beneficiary)
-    target = event_int(body, "target_key_epoch")
-    if active is None or body["active_until_key_epoch"] != active or target > active:
+    target = event_int(body.target_key_epoch, "target_key_epoch")
+    if active is None or body.active_until_key_epoch != active or target > active:
         raise InvalidArgumentError(f"{beneficiary} holds no entitlement covering epoch {target}")
     return state
 
 
-def _without(entries: FrozenMap[Mapping[str, Any]], key: str) -> FrozenMap[Mapping[str, Any]]:
-    # FrozenMap has no delete; in-flight maps hold one entry per unsettled purchase, so a rebuild is cheap.
-    return FrozenMap((k, v) for k, v in entries.items() if k != key)
-
-
-_APPLY: Final = {
+_APPLY: Final[Mapping[str, Callable[[PaidState, PaidStreamConfig, Any], PaidState]]] = {
     EPOCH_ACCESS_REQUESTED: _requested,
     EPOCH_ACCESS_PURCHASED: _purchased,
     EPOCH_ACCESS_FAILED: _failed,

@@ -19,8 +19,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from watchtower.protocol.errors import InvalidArgumentError
+from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
-from watchtower.protocol.stream_state import FEED_REGISTERED, Event, FrozenMap
+from watchtower.protocol.stream_state import Event, FrozenMap
 from watchtower.protocol.validation import require_int
 
 REGISTRY_KEY: Final = "registry"
@@ -75,20 +76,19 @@ def decide_registration(
     feed_id = state.next_feed_id
     reply = {**base, "feed_id": feed_id}
     event = Event(
-        type=FEED_REGISTERED,
         stream_id=REGISTRY_KEY,
         block_height=height,
         caller=create.caller,
         nonce=create.nonce,
         digest=command_digest(create),
         reply=reply,
-        body={
-            "feed_id": feed_id,
-            "stream_id": create.stream_id,
-            "owner": create.caller,
-            "name": listing["name"],
-            "description": listing["description"],
-        },
+        body=FeedRegistered(
+            feed_id=feed_id,
+            stream_id=create.stream_id,
+            owner=create.caller,
+            name=listing["name"],
+            description=listing["description"],
+        ),
     )
     return event, reply
 
@@ -97,12 +97,13 @@ def evolve_registry(state: RegistryState, event: Event) -> RegistryState:
     """The registry after a FeedRegistered event; ids must arrive in order (a gap is a corrupt log)
     and a stream is listed once (decide_registration never lists one twice), the same rules the
     projection's registry view applies, so both refuse the same forged listings."""
-    if event.type != FEED_REGISTERED:
+    body = event.body
+    if not isinstance(body, FeedRegistered):
         raise InvalidArgumentError(f"the registry folds FeedRegistered events, not {event.type}")
-    feed_id = require_int(event.body["feed_id"], "feed_id", minimum=1)
+    feed_id = require_int(body.feed_id, "feed_id", minimum=1)
     if feed_id != state.next_feed_id:
         raise InvalidArgumentError(f"feed id {feed_id} does not follow {state.next_feed_id - 1}")
-    listed = state.by_stream.get(str(event.body["stream_id"]))
+    listed = state.by_stream.get(str(body.stream_id))
     if listed is not None:
-        raise InvalidArgumentError(f"stream {event.body['stream_id']!r} is already feed {listed}")
-    return RegistryState(feed_id + 1, state.by_stream.set(str(event.body["stream_id"]), feed_id))
+        raise InvalidArgumentError(f"stream {body.stream_id!r} is already feed {listed}")
+    return RegistryState(feed_id + 1, state.by_stream.set(str(body.stream_id), feed_id))

@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
+from watchtower.protocol import events as ev
 from watchtower.protocol.enums import SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     CannotCancelError,
@@ -89,12 +90,6 @@ from watchtower.protocol.replay_rules import (
 )
 from watchtower.protocol.signed_command import Command, Method, body_fields
 from watchtower.protocol.stream_state import (
-    REPLAY_CANCEL_REQUESTED,
-    REPLAY_FINISHED,
-    REPLAY_ORDERED,
-    REPLAY_PAYMENT_FAILED,
-    REPLAY_PRICING_SET,
-    REPLAY_REGISTERED,
     Event,
     StreamState,
 )
@@ -199,41 +194,43 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
             f"{'no payment' if max_payment is None else max_payment}; resend it with config.max_payment_cby ≥ "
             f"{price}", details={"price_cby": price, "per_event_cby": per_event, "events": charged},
         )
-    fields: dict[str, Any] = {
-        "stream_id": state.stream_id, "replay_id": replay_id, "namespace": namespace, "requester": cmd.caller,
-        "from_sequence": start, "to_sequence": to, "first": plan.first, "end_exclusive": plan.end_exclusive,
-        "end_id": plan.end_id, "filter": canonical_filter(node), "skip": None if skip is None else list(skip),
-        "memo_hex": memo_hex, "price_cby": price,
-    }
+    order = ev.ReplayOrdered(
+        stream_id=state.stream_id, replay_id=replay_id, namespace=namespace, requester=cmd.caller,
+        from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive,
+        end_id=plan.end_id, filter=canonical_filter(node), skip=None if skip is None else tuple(skip),
+        memo_hex=memo_hex, price_cby=price,
+    )
     origin = Origin(cmd.caller, cmd.nonce, digest)
     if price == 0:
-        reply = registration_reply(fields)
-        return ReplayDecision((make_event(REPLAY_REGISTERED, state.stream_id, height, origin, reply, fields),), reply)
+        registered = ev.ReplayRegistered(**ev.event_fields(order))
+        reply = registration_reply(registered)
+        return ReplayDecision((make_event(state.stream_id, height, origin, reply, registered),), reply)
     charge = ReplayCharge(replay_id, state.stream_id, cmd.caller, _owner(state), price, origin, cmd)
-    event = make_event(REPLAY_ORDERED, state.stream_id, height, origin, {}, fields)
+    event = make_event(state.stream_id, height, origin, {}, order)
     return ReplayDecision((event,), None, (Routed(account_instance(cmd.caller), charge, True),))
 
 
-def registration_reply(fields: Mapping[str, Any]) -> dict[str, Any]:
+def registration_reply(plan: ev.ReplayOrdered | ev.ReplayRegistered) -> dict[str, Any]:
     """The answer to an accepted register_replay."""
-    return {name: fields[name] for name in ("replay_id", "stream_id", "first", "end_exclusive", "end_id", "price_cby")}
+    return {"replay_id": plan.replay_id, "stream_id": plan.stream_id, "first": plan.first,
+            "end_exclusive": plan.end_exclusive, "end_id": plan.end_id, "price_cby": plan.price_cby}
 
 
 def settle_replay(state: StreamState, settled: ReplaySettled, *, height: int) -> ReplayDecision:
     """The requester's account paid (ReplayRegistered + reply) or refused (ReplayPaymentFailed + error)."""
     order = state.replay_orders.get(settled.requester)
-    if settled.stream_id != state.stream_id or order is None or order["replay_id"] != settled.replay_id:
+    if settled.stream_id != state.stream_id or order is None or order.replay_id != settled.replay_id:
         raise InvalidArgumentError(f"replay {settled.replay_id} of {settled.requester} is not being paid for on "
                                    f"stream {state.stream_id!r}")
     if settled.error is None:
         reply = registration_reply(order)
-        return ReplayDecision((make_event(REPLAY_REGISTERED, state.stream_id, height, settled.origin, reply,
-                                          dict(order)),), reply)
+        registered = ev.ReplayRegistered(**ev.event_fields(order))
+        return ReplayDecision((make_event(state.stream_id, height, settled.origin, reply, registered),), reply)
     error = WatchtowerError.from_dict(settled.error)
-    body = {"stream_id": state.stream_id, "replay_id": settled.replay_id, "requester": settled.requester,
-            "price_cby": order["price_cby"], "code": error.code, "message": error.message}
-    event = make_event(REPLAY_PAYMENT_FAILED, state.stream_id, height, settled.origin, {ERROR_KEY: error.to_dict()},
-                       body)
+    body = ev.ReplayPaymentFailed(stream_id=state.stream_id, replay_id=settled.replay_id,
+                                  requester=settled.requester, price_cby=order.price_cby, code=error.code,
+                                  message=error.message)
+    event = make_event(state.stream_id, height, settled.origin, {ERROR_KEY: error.to_dict()}, body)
     return ReplayDecision((event,), None, error=error)
 
 
@@ -256,9 +253,9 @@ def cancel_replay(state: StreamState, cmd: Command, *, height: int, digest: byte
                                 f"`watchtower replay status {replay_id}` (GET /v1/replays/{replay_id})",
                                 details={"replay_id": replay_id, "status": status})
     reply = {"replay_id": replay_id, "cancel": "requested"}
-    body = {"stream_id": state.stream_id, "replay_id": replay_id, "requester": cmd.caller}
+    body = ev.ReplayCancelRequested(stream_id=state.stream_id, replay_id=replay_id, requester=cmd.caller)
     origin = Origin(cmd.caller, cmd.nonce, digest)
-    return ReplayDecision((make_event(REPLAY_CANCEL_REQUESTED, state.stream_id, height, origin, reply, body),), reply)
+    return ReplayDecision((make_event(state.stream_id, height, origin, reply, body),), reply)
 
 
 def finish_replay(state: StreamState, finished: ReplayFinished, *, height: int) -> ReplayDecision:
@@ -276,9 +273,9 @@ def finish_replay(state: StreamState, finished: ReplayFinished, *, height: int) 
         return ReplayDecision((), None)  # a repeat changes nothing
     check_finish(state, finished.replay_id, finished.requester, finished.origin.caller, finished.origin.digest,
                  finished.outcome)
-    body = {"stream_id": state.stream_id, "replay_id": finished.replay_id, "requester": finished.requester,
-            "outcome": finished.outcome}
-    return ReplayDecision((make_event(REPLAY_FINISHED, state.stream_id, height, finished.origin, {}, body),), None)
+    body = ev.ReplayFinished(stream_id=state.stream_id, replay_id=finished.replay_id, requester=finished.requester,
+                             outcome=finished.outcome)
+    return ReplayDecision((make_event(state.stream_id, height, finished.origin, {}, body),), None)
 
 
 def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: bytes) -> ReplayDecision:
@@ -289,9 +286,9 @@ def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: b
     price = require_int(body_fields(cmd, frozenset({"price_per_event_cby"}))["price_per_event_cby"],
                         "price_per_event_cby", maximum=MAX_REPLAY_PRICE)
     reply = {"price_per_event_cby": price, **pricing(price)}
-    body = {"stream_id": state.stream_id, "price_per_event_cby": price}
+    body = ev.ReplayPricingSet(stream_id=state.stream_id, price_per_event_cby=price)
     origin = Origin(cmd.caller, cmd.nonce, digest)
-    return ReplayDecision((make_event(REPLAY_PRICING_SET, state.stream_id, height, origin, reply, body),), reply)
+    return ReplayDecision((make_event(state.stream_id, height, origin, reply, body),), reply)
 
 
 def pricing(per_event_cby: int) -> dict[str, Any]:

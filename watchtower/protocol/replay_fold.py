@@ -46,6 +46,15 @@ from typing import TYPE_CHECKING, Final
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import MAX_WIRE_UINT64
 from watchtower.protocol.errors import InvalidArgumentError
+from watchtower.protocol.events import (
+    ReplayCancelRequested,
+    ReplayFinished,
+    ReplayOrdered,
+    ReplayPaymentFailed,
+    ReplayPricingSet,
+    ReplayRegistered,
+    event_fields,
+)
 from watchtower.protocol.replay_rules import (
     MAX_REPLAY_ID,
     canonical_filter,
@@ -73,56 +82,60 @@ MAX_MEMO_HEX: Final = 64
 MAX_NAMESPACE: Final = 256
 _FEED_NAMESPACE: Final = re.compile(r"feed:[1-9][0-9]{0,18}")
 _HEX: Final = re.compile(r"(?:[0-9a-f]{2})*")
+_REPLAY_BODIES: Final = (ReplayPricingSet, ReplayOrdered, ReplayRegistered, ReplayPaymentFailed, ReplayCancelRequested,
+                         ReplayFinished)
 
 
 def apply_replay_event(state: StreamState, event: Event) -> StreamState:
     """`state` after a replay control event; InvalidArgumentError (→ MALFORMED_RECORD) when it breaks a rule."""
     body = event.body
-    if body["stream_id"] != state.stream_id:
-        raise InvalidArgumentError(f"the event names stream {body['stream_id']!r}")
-    if event.type == "ReplayPricingSet":
+    if not isinstance(body, _REPLAY_BODIES):
+        raise InvalidArgumentError(f"{event.type} is not a replay control event")
+    if body.stream_id != state.stream_id:
+        raise InvalidArgumentError(f"the event names stream {body.stream_id!r}")
+    if isinstance(body, ReplayPricingSet):
         if event.caller != state.owner:
             raise InvalidArgumentError("only the owner sets the replay price")
-        return dataclasses.replace(state, replay_price_per_event_cby=_price(body["price_per_event_cby"]))
-    if event.type == "ReplayCancelRequested":
-        if body["requester"] != event.caller:
+        return dataclasses.replace(state, replay_price_per_event_cby=_price(body.price_per_event_cby))
+    if isinstance(body, ReplayCancelRequested):
+        if body.requester != event.caller:
             raise InvalidArgumentError("a cancel is requested by its signer")
-        key = str(_replay_id(body["replay_id"]))
+        key = str(_replay_id(body.replay_id))
         known = state.replays.get(key)
-        if known is None or known[0] != body["requester"] or known[1] != REGISTERED:
+        if known is None or known[0] != body.requester or known[1] != REGISTERED:
             return state  # a log written before cancels were refused may hold such a cancel: it changes nothing
         return dataclasses.replace(state, replays=state.replays.set(key, (known[0], CANCEL_REQUESTED)))
-    if event.type == "ReplayFinished":
-        return _finished(state, event)
-    if event.type == "ReplayPaymentFailed":
-        order = state.replay_orders.get(str(body["requester"]))
-        if order is None or order["replay_id"] != body["replay_id"] or order["price_cby"] != body["price_cby"]:
-            raise InvalidArgumentError(f"replay {body['replay_id']!r} is not the order in flight for "
-                                       f"{body['requester']!r}")
-        if not isinstance(body["code"], str) or not isinstance(body["message"], str):
+    if isinstance(body, ReplayFinished):
+        return _finished(state, event, body)
+    if isinstance(body, ReplayPaymentFailed):
+        order = state.replay_orders.get(str(body.requester))
+        if order is None or order.replay_id != body.replay_id or order.price_cby != body.price_cby:
+            raise InvalidArgumentError(f"replay {body.replay_id!r} is not the order in flight for "
+                                       f"{body.requester!r}")
+        if not isinstance(body.code, str) or not isinstance(body.message, str):
             raise InvalidArgumentError("code and message are text")
-        return dataclasses.replace(state, replay_orders=state.replay_orders.without(str(body["requester"])))
-    expected = check_registration(state, event)
-    requester = str(body["requester"])
+        return dataclasses.replace(state, replay_orders=state.replay_orders.without(str(body.requester)))
+    expected = check_registration(state, event, body)
+    requester = str(body.requester)
     order = state.replay_orders.get(requester)
-    if event.type == "ReplayOrdered":
+    if isinstance(body, ReplayOrdered):
         if order is not None:
-            raise InvalidArgumentError(f"{requester} already has replay {order['replay_id']} in flight")
-        if body["price_cby"] == 0:
+            raise InvalidArgumentError(f"{requester} already has replay {order.replay_id} in flight")
+        if body.price_cby == 0:
             raise InvalidArgumentError("a free replay is registered, never ordered")
-        return dataclasses.replace(state, replay_orders=state.replay_orders.set(requester, dict(body)))
+        return dataclasses.replace(state, replay_orders=state.replay_orders.set(requester, body))
     # ReplayRegistered: it settles the requester's order, or it is free.
-    if str(body["replay_id"]) in state.replays:
-        raise InvalidArgumentError(f"replay {body['replay_id']} is already registered")
-    status = FINISHED if body["end_exclusive"] == body["first"] else REGISTERED
-    replays = _bounded(state.replays.set(str(body["replay_id"]), (requester, status)))
-    if order is not None and order["replay_id"] == body["replay_id"]:
-        if dict(order) != dict(body):
-            raise InvalidArgumentError(f"replay {body['replay_id']} is registered with another plan or price "
+    if str(body.replay_id) in state.replays:
+        raise InvalidArgumentError(f"replay {body.replay_id} is already registered")
+    status = FINISHED if body.end_exclusive == body.first else REGISTERED
+    replays = _bounded(state.replays.set(str(body.replay_id), (requester, status)))
+    if order is not None and order.replay_id == body.replay_id:
+        if event_fields(order) != event_fields(body):
+            raise InvalidArgumentError(f"replay {body.replay_id} is registered with another plan or price "
                                        "than it was ordered with")
         return dataclasses.replace(state, replay_orders=state.replay_orders.without(requester), replays=replays)
-    if body["price_cby"] != 0 or expected != 0:
-        raise InvalidArgumentError(f"replay {body['replay_id']} is registered free, but no order paid its price "
+    if body.price_cby != 0 or expected != 0:
+        raise InvalidArgumentError(f"replay {body.replay_id} is registered free, but no order paid its price "
                                    f"of {expected}")
     return dataclasses.replace(state, replays=replays)
 
@@ -150,46 +163,46 @@ def check_finish(state: StreamState, replay_id: object, requester: object, calle
     return key, known[1]
 
 
-def _finished(state: StreamState, event: Event) -> StreamState:
-    body = event.body
-    key, _status = check_finish(state, body["replay_id"], body["requester"], event.caller, event.digest,
-                                body["outcome"])
-    return dataclasses.replace(state, replays=state.replays.set(key, (str(body["requester"]), FINISHED)))
+def _finished(state: StreamState, event: Event, body: ReplayFinished) -> StreamState:
+    key, _status = check_finish(state, body.replay_id, body.requester, event.caller, event.digest,
+                                body.outcome)
+    return dataclasses.replace(state, replays=state.replays.set(key, (str(body.requester), FINISHED)))
 
 
-def check_registration(state: StreamState, event: Event) -> int:
+def check_registration(state: StreamState, event: Event, body: ReplayOrdered | ReplayRegistered) -> int:
     """The rules a ReplayOrdered / ReplayRegistered body obeys (the ones `replay_control` decided
     by); returns the price the plan has at the stream's current per-event price."""
-    body = event.body
-    requester = require_address(body["requester"], "requester")
+    requester = require_address(body.requester, "requester")
     if requester != event.caller:
         raise InvalidArgumentError("a replay is requested by the command's signer")
-    if body["replay_id"] != replay_id_for(event.digest):
-        raise InvalidArgumentError(f"replay id {body['replay_id']!r} is not derived from the command's digest")
-    check_namespace(body["namespace"], state.stream_id, recorded=True)
-    start, to = body["from_sequence"], body["to_sequence"]
-    first, end, end_id = body["first"], body["end_exclusive"], body["end_id"]
-    if not all(is_int(v) for v in (start, first, end)) or start < 1 or first != start or end < first:
+    if body.replay_id != replay_id_for(event.digest):
+        raise InvalidArgumentError(f"replay id {body.replay_id!r} is not derived from the command's digest")
+    check_namespace(body.namespace, state.stream_id, recorded=True)
+    start, to = body.from_sequence, body.to_sequence
+    first, end, end_id = body.first, body.end_exclusive, body.end_id
+    if not (is_int(start) and is_int(first) and is_int(end)) or start < 1 or first != start or end < first:
         raise InvalidArgumentError(f"[{first!r}, {end!r}) is not the plan of a replay from {start!r}")
     if end > first and end > state.head + 1:
         raise InvalidArgumentError(f"the plan ends at {end}, past the stream head {state.head}")
     if to is None:
-        if not is_int(end_id) or end_id < 0 or end_id > state.head or (end > first and end_id != end - 1):
+        if (end_id is None or not is_int(end_id) or end_id < 0 or end_id > state.head
+                or (end > first and end_id != end - 1)):
             raise InvalidArgumentError(f"end_id {end_id!r} is not the last sequence of an open-ended replay")
     elif not is_int(to) or to < start or end > to or end_id is not None:
         raise InvalidArgumentError(f"the plan [{first}, {end}) does not fit the range [{start}, {to!r})")
-    raw_filter = body["filter"]
+    raw_filter = body.filter
     if raw_filter is not None and (
         not isinstance(raw_filter, str) or canonical_filter(parse_replay_filter(json.loads(raw_filter))) != raw_filter
     ):
         raise InvalidArgumentError("the filter is not a canonical CIP-7 filter")
-    skip = body["skip"]
+    skip = body.skip
     if skip is not None and (not isinstance(skip, tuple | list) or len(skip) != 2 or parse_skip(skip) != tuple(skip)):
         raise InvalidArgumentError(f"skip {skip!r} is not [modulus, offset]")
-    check_memo(body["memo_hex"])
-    price = _price(body["price_cby"])
-    expected = state.replay_price_per_event_cby * charged_events(first, end, None if skip is None else tuple(skip))
-    if event.type == "ReplayOrdered" and price != expected:
+    check_memo(body.memo_hex)
+    price = _price(body.price_cby)
+    plan_skip = None if skip is None else (skip[0], skip[1])
+    expected = state.replay_price_per_event_cby * charged_events(first, end, plan_skip)
+    if isinstance(body, ReplayOrdered) and price != expected:
         raise InvalidArgumentError(f"the order's price {price} is not {expected} (per-event price × charged events)")
     return expected
 

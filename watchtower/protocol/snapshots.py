@@ -33,6 +33,7 @@ from watchtower.protocol.confidential import Keyloads
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.events import BODY_FIELDS, EpochAccessRequested, ReplayOrdered, event_fields
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.ledger import ACCOUNT_PREFIX, MAX_CBY, PAID_PREFIX
 from watchtower.protocol.paid import PaidStreamConfig
@@ -139,11 +140,29 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "callers": [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(s.callers.items())],
         "last_publish_digest": s.last_publish_digest,
         "replay_price": s.replay_price_per_event_cby,
-        "replay_orders": [[k, json_safe(v)] for k, v in sorted(s.replay_orders.items())],
+        "replay_orders": [[k, json_safe(event_fields(v))] for k, v in sorted(s.replay_orders.items())],
         "replays": [[k, *v] for k, v in sorted(s.replays.items())],
         "ingest": [s.ingest_fail_count, s.last_failed_tick],
     } | ({} if s.keyloads.is_default else {
         "keyloads": s.keyloads.canonical()})
+
+
+def _purchase(value: object) -> EpochAccessRequested:
+    # A purchase in flight is the EpochAccessRequested body it was folded from, as a JSON-safe map.
+    fields = from_json_safe(value, "purchase")
+    _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[EpochAccessRequested.TYPE]),
+             "a purchase in flight must be a map of the EpochAccessRequested fields")
+    return EpochAccessRequested(**fields)
+
+
+def _replay_order(value: object) -> ReplayOrdered:
+    # A replay order is the ReplayOrdered body it was folded from, spelled as a JSON-safe map.
+    fields = from_json_safe(value, "replay order")
+    _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[ReplayOrdered.TYPE]),
+             "a replay order must be a map of the ReplayOrdered fields")
+    skip = fields["skip"]
+    _require(skip is None or isinstance(skip, tuple), "a replay order's skip must be a list or null")
+    return ReplayOrdered(**fields)
 
 
 def _row(value: object, length: int, what: str) -> list[Any]:
@@ -192,10 +211,9 @@ def _stream_from(d: Any) -> StreamState:
     # Snapshots written before replay pricing existed lack the two replay keys: free, no orders.
     replay_price = _int(d.get("replay_price", 0), "replay_price")
     _require(replay_price <= MAX_CBY, "replay_price must be at most 2**63-1")
-    orders = FrozenMap((_key(row, "replay order"), freeze_json(from_json_safe(row[1], "replay order")))
+    orders = FrozenMap((_key(row, "replay order"), _replay_order(row[1]))
                        for row in (_row(r, 2, "replay order") for r in _rows(d.get("replay_orders", []),
                                                                               "replay_orders")))
-    _require(all(isinstance(o, Mapping) for o in orders.values()), "a replay order must be a map")
     # Snapshots written before replays were kept lack them.
     replays = FrozenMap((_key(row, "replay"), (str(row[1]), str(row[2])))
                         for row in (_row(r, 3, "replay") for r in _rows(d.get("replays", []), "replays")))
@@ -320,7 +338,7 @@ def _paid_doc(s: PaidState) -> dict[str, Any]:
         "owner": s.owner,
         "config": None if s.config is None else s.config.to_dict(),
         "entitlements": [[k, v] for k, v in sorted(s.entitlements.items())],
-        "in_flight": [[k, json_safe(v)] for k, v in sorted(s.in_flight.items())],
+        "in_flight": [[k, json_safe(event_fields(v))] for k, v in sorted(s.in_flight.items())],
         "callers": _callers_doc(s.callers),
     }
 
@@ -333,7 +351,7 @@ def _paid_from(d: Any) -> PaidState:
         config=None if d["config"] is None else PaidStreamConfig.from_dict(d["config"]),
         entitlements=FrozenMap((_key(r, "entitlement"), _int(r[1], "active_until_key_epoch"))
                                for r in (_row(x, 2, "entitlement") for x in _rows(d["entitlements"], "entitlements"))),
-        in_flight=FrozenMap((_key(r, "purchase"), freeze_json(from_json_safe(r[1], "purchase")))
+        in_flight=FrozenMap((_key(r, "purchase"), _purchase(r[1]))
                             for r in (_row(x, 2, "purchase") for x in _rows(d["in_flight"], "in_flight"))),
         callers=_callers_from(d["callers"]),
     )

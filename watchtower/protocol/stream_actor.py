@@ -61,6 +61,15 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
+from watchtower.protocol.events import (
+    AllowlistChanged,
+    EventBody,
+    KeyEpochRotated,
+    PublisherKeyRotated,
+    StreamCreated,
+    StreamMessagePublished,
+    SubscriptionPolicyChanged,
+)
 from watchtower.protocol.filters import parse_filter
 from watchtower.protocol.ingestion_failure import decide_ingest_failure
 from watchtower.protocol.key_chain import command_json
@@ -93,14 +102,6 @@ from watchtower.protocol.stream_reads import (
 from watchtower.protocol.stream_reads import require_config as _config
 from watchtower.protocol.stream_reads import require_schedule as _schedule
 from watchtower.protocol.stream_state import (
-    ALLOWLIST_CHANGED,
-    KEY_EPOCH_ROTATED,
-    MESSAGE_CIP7_FIELDS,
-    PUBLISHER_KEY_ROTATED,
-    STREAM_CREATED,
-    STREAM_MESSAGE_PUBLISHED,
-    SUBSCRIBER_UPDATED,
-    SUBSCRIPTION_POLICY_CHANGED,
     CallerRecord,
     Event,
     FrozenMap,
@@ -108,6 +109,7 @@ from watchtower.protocol.stream_state import (
     Subscription,
     evolve,
     state_digest,
+    subscriber_updated,
 )
 from watchtower.protocol.validation import require_bytes, require_int
 
@@ -153,7 +155,7 @@ class _Context(NamedTuple):
 
 
 # A handler returns (event type, event body, reply) for a command that passed steps 1-3.
-_Outcome = tuple[str, dict[str, Any], dict[str, Any]]
+_Outcome = tuple[EventBody, dict[str, Any]]
 
 
 def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: Deployment = NO_TREASURY) -> Decision:
@@ -195,9 +197,8 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     handler = _HANDLERS.get(cmd.method)
     if handler is None:  # a key-manager method: the host routes those to their own aggregates
         raise InvalidArgumentError(f"{cmd.method} is not a stream method; it is sent to the key manager")
-    event_type, body, reply = handler(state, cmd, _Context(height, deployment))
+    body, reply = handler(state, cmd, _Context(height, deployment))
     event = Event(
-        type=event_type,
         stream_id=state.stream_id,
         block_height=height,
         caller=cmd.caller,
@@ -272,10 +273,12 @@ def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: D
                                           allowlist=state.allowlist)
         if part is not None:
             reply[confidential.REPLY_KEY] = part
-    event_body: dict[str, Any] = {name: getattr(msg, name) for name in MESSAGE_CIP7_FIELDS}
-    event_body["payload_format"] = str(msg.payload_format)
+    event_body = StreamMessagePublished(
+        stream_id=msg.stream_id, version=msg.version, sequence=msg.sequence, kind=msg.kind,
+        content_type=msg.content_type, payload_format=str(msg.payload_format), payload_hash=msg.payload_hash,
+        key_epoch=msg.key_epoch, signing_key_id=msg.signing_key_id, timestamp_unix_ms=msg.timestamp_unix_ms,
+    )
     event = Event(
-        type=STREAM_MESSAGE_PUBLISHED,
         stream_id=state.stream_id,
         block_height=height,
         caller=cmd.caller,
@@ -313,10 +316,10 @@ def _require_no_order_in_flight(state: StreamState, cmd: Command, digest: bytes)
     order = state.replay_orders.get(cmd.caller)
     if order is None:
         return
-    if cmd.method == Method.REGISTER_REPLAY and replay_id_for(digest) == order["replay_id"]:
-        raise NotReadyError(f"replay {order['replay_id']} is still being paid for by your account; retry the same "
+    if cmd.method == Method.REGISTER_REPLAY and replay_id_for(digest) == order.replay_id:
+        raise NotReadyError(f"replay {order.replay_id} is still being paid for by your account; retry the same "
                             "command in a moment to get its answer")
-    raise NotReadyError(f"your replay {order['replay_id']} on stream {state.stream_id!r} is still being paid for; "
+    raise NotReadyError(f"your replay {order.replay_id} on stream {state.stream_id!r} is still being paid for; "
                         "retry this command in a moment")
 
 
@@ -371,7 +374,7 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
     # The signed command travels with the event: readers verify the key schedule from it (key_chain).
-    return STREAM_CREATED, {"config": config.to_dict(), "command": command_json(cmd)}, reply
+    return StreamCreated(config=config, command=command_json(cmd)), reply
 
 
 _SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
@@ -436,7 +439,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         "created_at_sequence": sub.created_at_sequence,
         "start_cursor": sub.start_cursor,
     }
-    return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **sub.to_dict()}, reply
+    return subscriber_updated(state.stream_id, sub), reply
 
 
 def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -455,7 +458,7 @@ def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         account_key_id=existing.account_key_id,
     )
     reply = {"subscriber": cmd.caller, "status": str(cancelled.status)}
-    return SUBSCRIBER_UPDATED, {"stream_id": state.stream_id, **cancelled.to_dict()}, reply
+    return subscriber_updated(state.stream_id, cancelled), reply
 
 
 def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -489,21 +492,21 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
             f"{state.head + 1} (or leave it out)",
             details={"expected_sequence": signed_cutover, "head": state.head},
         )
-    event = {
-        "stream_id": state.stream_id,
-        "old_key": old.public_key,
-        "new_key": new.public_key,
-        "old_signing_key_id": old.signing_key_id,
-        "new_signing_key_id": new.signing_key_id,
-        "effective_sequence": new.effective_sequence,
-        "command": command_json(cmd),  # the owner's signed rotation, for readers to verify (key_chain)
-    }
+    event = PublisherKeyRotated(
+        stream_id=state.stream_id,
+        old_key=old.public_key,
+        new_key=new.public_key,
+        old_signing_key_id=old.signing_key_id,
+        new_signing_key_id=new.signing_key_id,
+        effective_sequence=new.effective_sequence,
+        command=command_json(cmd),  # the owner's signed rotation, for readers to verify (key_chain)
+    )
     reply = {
         "old_signing_key_id": old.signing_key_id,
         "signing_key_id": new.signing_key_id,
         "effective_sequence": new.effective_sequence,
     }
-    return PUBLISHER_KEY_ROTATED, event, reply
+    return event, reply
 
 
 def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -518,7 +521,7 @@ def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -
         raise InvalidArgumentError(
             f"stream {state.stream_id!r} is confidential, which needs PRIVATE_ALLOWLIST: its keyloads are sealed to "
             "the allowlist. Create a new stream that is not confidential to publish in the clear")
-    return SUBSCRIPTION_POLICY_CHANGED, {"stream_id": state.stream_id, "policy": str(policy)}, {"policy": str(policy)}
+    return SubscriptionPolicyChanged(stream_id=state.stream_id, policy=str(policy)), {"policy": str(policy)}
 
 
 def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outcome]:
@@ -526,8 +529,8 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
         """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
         _require_owner(state, cmd)
         address = require_address(body_fields(cmd, frozenset({"address"}))["address"], "address")
-        event = {"stream_id": state.stream_id, "address": address, "added": added}
-        return ALLOWLIST_CHANGED, event, {"address": address, "added": added}
+        event = AllowlistChanged(stream_id=state.stream_id, address=address, added=added)
+        return event, {"address": address, "added": added}
 
     return handler
 
@@ -542,13 +545,13 @@ def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Out
             f"key_epoch must be non-decreasing: {last} was already announced, so announce {last} or later",
             details={"key_epoch": key_epoch, "last_key_epoch": last},
         )
-    event = {
-        "stream_id": state.stream_id,
-        "key_epoch": key_epoch,
-        "effective_block_height": ctx.block_height,
-        "announced_by": cmd.caller,
-    }
-    return KEY_EPOCH_ROTATED, event, {"key_epoch": key_epoch, "effective_block_height": ctx.block_height}
+    event = KeyEpochRotated(
+        stream_id=state.stream_id,
+        key_epoch=key_epoch,
+        effective_block_height=ctx.block_height,
+        announced_by=cmd.caller,
+    )
+    return event, {"key_epoch": key_epoch, "effective_block_height": ctx.block_height}
 
 
 _RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
@@ -582,8 +585,8 @@ def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: b
     if hint == existing.account_key_id:
         return Decision((), reply)
     sub = dataclasses.replace(existing, account_key_id=hint)
-    event = Event(type=SUBSCRIBER_UPDATED, stream_id=state.stream_id, block_height=height, caller=cmd.caller,
-                  nonce=cmd.nonce, digest=digest, reply=reply, body={"stream_id": state.stream_id, **sub.to_dict()})
+    event = Event(stream_id=state.stream_id, block_height=height, caller=cmd.caller, nonce=cmd.nonce, digest=digest,
+                  reply=reply, body=subscriber_updated(state.stream_id, sub))
     return Decision((event,), reply)
 
 

@@ -27,8 +27,8 @@ AllowlistChanged removing a member there requires a re-key (`confidential`).
 StreamMessagePublished carries the ten CIP-7 reference fields only (stream, sequence, hash, ...),
 never the message: the messages topic is the one archive of payloads.
 
-Event bodies use the Avro field names of ``watchtower/schemas/<Type>.v1.avsc`` (without the
-envelope's ``block_height`` / ``caused_by``), so the edge maps them field for field.
+An event's body is a typed class of `events`, with the Avro field names of its schema (without
+the envelope's ``block_height`` / ``caused_by``), so the edge maps them field for field.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import dataclasses
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 from watchtower.protocol import cbor
@@ -48,11 +48,28 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.events import (
+    EVENT_BODIES,
+    AllowlistChanged,
+    EventBody,
+    IngestFailed,
+    KeyEpochRotated,
+    PublisherKeyRotated,
+    ReplayOrdered,
+    StreamCreated,
+    StreamMessagePublished,
+    SubscriberUpdated,
+    SubscriptionPolicyChanged,
+    event_fields,
+)
+from watchtower.protocol.events import (
+    EVENT_TYPES as EVENT_TYPES,
+)
 from watchtower.protocol.key_chain import command_json, verify_creation_command, verify_rotation_command
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.replay_fold import apply_replay_event
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.signed_command import Command, command_digest, freeze_json, from_json_safe, json_safe
+from watchtower.protocol.signed_command import Command, command_digest, freeze_json
 from watchtower.protocol.validation import require_bytes, require_int, require_text
 
 V = TypeVar("V")
@@ -159,6 +176,15 @@ class Subscription:
         }
 
 
+def subscriber_updated(stream_id: str, sub: Subscription) -> SubscriberUpdated:
+    """The SubscriberUpdated event body that records `sub` on `stream_id`."""
+    return SubscriberUpdated(
+        stream_id=stream_id, subscriber=sub.subscriber, mode=str(sub.mode), status=str(sub.status),
+        filter_json=sub.filter_json, created_at_sequence=sub.created_at_sequence, start_cursor=sub.start_cursor,
+        account_key_id=sub.account_key_id,
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallerRecord:
     """Replay protection for one caller: its last accepted nonce, that command's digest and reply."""
@@ -193,7 +219,7 @@ class StreamState:
     """`publish_digest` of the message at `head` (None before the first publish)."""
     replay_price_per_event_cby: int = 0
     """ICRC-77 ``icrc77:pricing`` perEvent: what one replayed event costs, in CBY wei (0: free)."""
-    replay_orders: FrozenMap[Mapping[str, Any]] = dataclasses.field(default_factory=FrozenMap)
+    replay_orders: FrozenMap[ReplayOrdered] = dataclasses.field(default_factory=FrozenMap)
     """requester -> the ReplayOrdered body of its priced replay still settling (at most one each)."""
     replays: FrozenMap[tuple[str, str]] = dataclasses.field(default_factory=FrozenMap)
     """replay id (decimal text) -> (requester, status) of every replay registered on the stream, so a
@@ -312,64 +338,7 @@ MESSAGE_CIP7_FIELDS: Final = (
 """The CIP-7 StreamMessagePublished fields: the whole event body, a reference to the message by
 stream, sequence and hash. The message itself goes to the messages topic only."""
 
-EVENT_BODY_FIELDS: Final[Mapping[str, frozenset[str]]] = {
-    STREAM_CREATED: frozenset({"config", "command"}),
-    STREAM_MESSAGE_PUBLISHED: frozenset(MESSAGE_CIP7_FIELDS),
-    SUBSCRIBER_UPDATED: frozenset(
-        {
-            "stream_id",
-            "subscriber",
-            "mode",
-            "status",
-            "filter_json",
-            "created_at_sequence",
-            "start_cursor",
-            "account_key_id",
-        }
-    ),
-    PUBLISHER_KEY_ROTATED: frozenset(
-        {
-            "stream_id",
-            "old_key",
-            "new_key",
-            "old_signing_key_id",
-            "new_signing_key_id",
-            "effective_sequence",
-            "command",
-        }
-    ),
-    SUBSCRIPTION_POLICY_CHANGED: frozenset({"stream_id", "policy"}),
-    ALLOWLIST_CHANGED: frozenset({"stream_id", "address", "added"}),
-    KEY_EPOCH_ROTATED: frozenset({"stream_id", "key_epoch", "effective_block_height", "announced_by"}),
-    REPLAY_PRICING_SET: frozenset({"stream_id", "price_per_event_cby"}),
-    REPLAY_ORDERED: frozenset(REPLAY_FIELDS),
-    REPLAY_REGISTERED: frozenset(REPLAY_FIELDS),
-    REPLAY_PAYMENT_FAILED: frozenset({"stream_id", "replay_id", "requester", "price_cby", "code", "message"}),
-    REPLAY_CANCEL_REQUESTED: frozenset({"stream_id", "replay_id", "requester"}),
-    REPLAY_FINISHED: frozenset({"stream_id", "replay_id", "requester", "outcome"}),
-    FEED_REGISTERED: frozenset({"feed_id", "stream_id", "owner", "name", "description"}),
-    INGEST_FAILED: frozenset({"stream_id", "reason", "timestamp_unix_ms", "first_tick", "last_tick", "detail"}),
-    RUNNER_REGISTERED: frozenset({"runner", "label"}),
-    RUNNER_RETIRED: frozenset({"runner", "label"}),
-    ACCOUNT_KEY_REGISTERED: frozenset({"account", "account_key_id", "scheme", "public_key"}),
-    ACCOUNT_KEY_REVOKED: frozenset({"account", "account_key_id"}),
-    ACTOR_AUTHORIZATION_GRANTED: frozenset({"account", "actor", "stream_id", "scope"}),
-    ACTOR_AUTHORIZATION_REVOKED: frozenset({"account", "actor", "stream_id"}),
-    CBY_CREDITED: frozenset({"account", "amount_cby", "reason", "ref", "counterparty"}),
-    CBY_DEBITED: frozenset({"account", "amount_cby", "reason", "ref", "counterparty"}),
-    CBY_MINTED: frozenset({"to", "amount_cby", "total_supply_cby"}),
-    CBY_BURNED: frozenset({"account", "amount_cby", "total_supply_cby"}),
-    PAID_STREAM_REGISTERED: frozenset({"stream_id", "owner", "paid_stream_config"}),
-    EPOCH_ACCESS_REQUESTED: frozenset(PURCHASE_FIELDS),
-    EPOCH_ACCESS_PURCHASED: frozenset(PURCHASE_FIELDS),
-    EPOCH_ACCESS_IDEMPOTENT: frozenset(
-        {"stream_id", "beneficiary_account", "target_key_epoch", "active_until_key_epoch"}
-    ),
-    EPOCH_ACCESS_FAILED: frozenset({"purchase_id", "stream_id", "beneficiary_account", "code", "message"}),
-}
-"""The exact body keys of each event type."""
 
-EVENT_TYPES: Final = frozenset(EVENT_BODY_FIELDS)
 
 STREAM_EVENT_TYPES: Final = frozenset(
     {
@@ -400,88 +369,44 @@ REPLAY_EVENT_TYPES: Final = frozenset(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Event:
-    """A fact in a stream's log: what happened (`type`, `body`) and who caused it.
+    """A fact in a log: what happened (`body`, a typed `events` class) and who caused it.
 
     `caller`, `nonce`, `digest` and `reply` identify the command, so evolve can rebuild replay
-    protection; `block_height` is stamped by the agent (DESIGN §5). Body and reply are deep-frozen.
-    For a StreamMessagePublished, `caller` is the owner the command named, `nonce` is as sent (not
-    authenticated: a publish carries no checked caller signature) and `digest` is the message's
-    `signing.publish_digest`.
+    protection; `block_height` is stamped by the worker (DESIGN §5); `stream_id` is the key of the
+    log the event is on. The reply is deep-frozen. For a StreamMessagePublished, `caller` is the
+    owner the command named, `nonce` is as sent (not authenticated: a publish carries no checked
+    caller signature) and `digest` is the message's `signing.publish_digest`.
     """
 
-    type: str
     stream_id: str
     block_height: int
     caller: str
     nonce: int
     digest: bytes
     reply: Mapping[str, Any]
-    body: Mapping[str, Any]
+    body: EventBody
 
     def __post_init__(self) -> None:
-        put = object.__setattr__
-        if not isinstance(self.type, str) or self.type not in EVENT_TYPES:
-            raise InvalidArgumentError(f"unknown event type {self.type!r}")
+        if type(self.body) not in _BODY_CLASSES:
+            raise InvalidArgumentError(f"an event body must be an event class, got {type(self.body).__name__}")
         require_text(self.stream_id, "stream_id")
         require_int(self.block_height, "block_height")
         require_address(self.caller, "caller")
         require_int(self.nonce, "nonce", minimum=1)
         if not isinstance(self.digest, bytes) or len(self.digest) != _DIGEST_BYTES:
             raise InvalidArgumentError("digest must be a 32-byte SHA-256")
-        for name in ("reply", "body"):
-            if not isinstance(getattr(self, name), Mapping):
-                raise InvalidArgumentError(f"event {name} must be an object")
-            put(self, name, freeze_json(getattr(self, name), name))
-        keys, expected = self.body.keys(), EVENT_BODY_FIELDS[self.type]
-        if keys != expected:
-            raise InvalidArgumentError(
-                f"{self.type} body must have exactly {sorted(expected)}; got {sorted(map(str, keys))}"
-            )
+        if not isinstance(self.reply, Mapping):
+            raise InvalidArgumentError("event reply must be an object")
+        object.__setattr__(self, "reply", freeze_json(self.reply, "reply"))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe form (digest as hex, bytes in body/reply as ``{"$bytes": hex}``)."""
-        return {
-            "type": self.type,
-            "stream_id": self.stream_id,
-            "block_height": self.block_height,
-            "caller": self.caller,
-            "nonce": self.nonce,
-            "digest_hex": self.digest.hex(),
-            "reply": json_safe(self.reply),
-            "body": json_safe(self.body),
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> Event:
-        """Inverse of `to_dict`; anything else is MALFORMED_RECORD (it came from the log)."""
-        try:
-            if not isinstance(data, Mapping):
-                raise InvalidArgumentError(f"an event must be an object, got {type(data).__name__}")
-            if set(data) != _EVENT_JSON_KEYS:
-                raise InvalidArgumentError(f"an event has exactly the fields {sorted(_EVENT_JSON_KEYS)}")
-            digest_hex = data["digest_hex"]
-            if not isinstance(digest_hex, str):
-                raise InvalidArgumentError("digest_hex must be a hex string")
-            return cls(
-                type=data["type"],
-                stream_id=data["stream_id"],
-                block_height=data["block_height"],
-                caller=data["caller"],
-                nonce=data["nonce"],
-                digest=bytes.fromhex(digest_hex),
-                reply=from_json_safe(data["reply"], "reply"),
-                body=from_json_safe(data["body"], "body"),
-            )
-        except ValueError:
-            raise MalformedRecordError("event digest_hex is not valid hex") from None
-        except WatchtowerError as exc:
-            raise MalformedRecordError(f"not a StreamActor event: {exc.message}") from None
+    @property
+    def type(self) -> str:
+        """The event type's name (= its Avro record name)."""
+        return self.body.TYPE
 
 
 _DIGEST_BYTES: Final = 32  # SHA-256
-_EVENT_JSON_KEYS: Final = frozenset(
-    {"type", "stream_id", "block_height", "caller", "nonce", "digest_hex", "reply", "body"}
-)
+_BODY_CLASSES: Final = frozenset(EVENT_BODIES.values())
 
 
 # --- evolve --------------------------------------------------------------------------------------
@@ -543,7 +468,10 @@ def _check_command_origin(event: Event) -> None:
     # The carried command must be the one the envelope says caused the event, so a genuine
     # command cannot be pasted into an event that claims another origin. Its signature and
     # signer are checked by the apply functions (key_chain).
-    text = event.body["command"]
+    body = event.body
+    if not isinstance(body, (StreamCreated, PublisherKeyRotated)):
+        return
+    text = body.command
     if text is None:
         return  # refused with the reason by the apply function
     cmd = Command.from_dict(json.loads(text))
@@ -554,12 +482,14 @@ def _check_command_origin(event: Event) -> None:
         )
 
 
-def _created(state: StreamState, body: Mapping[str, Any]) -> StreamState:
-    config = StreamConfig.from_dict(body["config"])
+def _created(state: StreamState, body: StreamCreated) -> StreamState:
+    config = body.config
+    if not isinstance(config, StreamConfig):
+        raise InvalidArgumentError("config must be a stream configuration")
     if config.stream_id != state.stream_id:
         raise InvalidArgumentError(f"the config names stream {config.stream_id!r}")
     cmd = verify_creation_command(
-        state.stream_id, body["command"], publisher_key=config.publisher_key, owner=config.owner
+        state.stream_id, body.command, publisher_key=config.publisher_key, owner=config.owner
     )
     return dataclasses.replace(
         state,
@@ -570,24 +500,24 @@ def _created(state: StreamState, body: Mapping[str, Any]) -> StreamState:
     )
 
 
-def _published(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+def _published(state: StreamState, body: StreamMessagePublished) -> StreamState:
     # The one invariant a rebuild re-checks: the log's sequences are gapless (a gap or a duplicate
     # means a corrupt log, or an event applied twice by a projection that lost its offset).
-    sequence = require_int(body["sequence"], "sequence", minimum=1)
+    sequence = require_int(body.sequence, "sequence", minimum=1)
     if sequence != state.head + 1:
         raise InvalidArgumentError(f"sequence {sequence} does not follow head {state.head}")
     return dataclasses.replace(state, head=sequence)
 
 
-def _subscriber_updated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+def _subscriber_updated(state: StreamState, body: SubscriberUpdated) -> StreamState:
     sub = Subscription(
-        subscriber=require_text(body["subscriber"], "subscriber"),
-        mode=DeliveryMode(body["mode"]),
-        status=SubscriptionStatus(body["status"]),
-        created_at_sequence=require_int(body["created_at_sequence"], "created_at_sequence"),
-        start_cursor=require_int(body["start_cursor"], "start_cursor"),
-        filter_json=_optional(body["filter_json"], str, "filter_json"),
-        account_key_id=_optional(body["account_key_id"], int, "account_key_id"),
+        subscriber=require_text(body.subscriber, "subscriber"),
+        mode=DeliveryMode(body.mode),
+        status=SubscriptionStatus(body.status),
+        created_at_sequence=require_int(body.created_at_sequence, "created_at_sequence"),
+        start_cursor=require_int(body.start_cursor, "start_cursor"),
+        filter_json=_optional(body.filter_json, str, "filter_json"),
+        account_key_id=_optional(body.account_key_id, int, "account_key_id"),
     )
     previous = state.subscriptions.get(sub.subscriber)
     was_active = previous is not None and previous.status is SubscriptionStatus.ACTIVE
@@ -612,22 +542,22 @@ def _created_parts(state: StreamState) -> tuple[StreamConfig, KeySchedule]:
     return state.config, state.key_schedule
 
 
-def _key_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+def _key_rotated(state: StreamState, body: PublisherKeyRotated) -> StreamState:
     config, schedule = _created_parts(state)
-    effective = require_int(body["effective_sequence"], "effective_sequence", minimum=1)
-    new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
+    effective = require_int(body.effective_sequence, "effective_sequence", minimum=1)
+    new_key = require_bytes(body.new_key, "new_key", length=ED25519_PUBLIC_KEY_BYTES)
     cmd = verify_rotation_command(
         state.stream_id,
-        body["command"],
+        body.command,
         new_key=new_key,
         owner=config.owner,
         signing_key_id=schedule.current.signing_key_id + 1,
         effective_sequence=effective,
     )
     rotated = schedule.rotate(new_key, head_sequence=effective - 1, command=command_json(cmd))
-    if rotated.current.signing_key_id != body["new_signing_key_id"]:
+    if rotated.current.signing_key_id != body.new_signing_key_id:
         raise InvalidArgumentError(
-            f"new_signing_key_id {body['new_signing_key_id']} does not follow key {schedule.current.signing_key_id}"
+            f"new_signing_key_id {body.new_signing_key_id} does not follow key {schedule.current.signing_key_id}"
         )
     config = dataclasses.replace(
         config,
@@ -637,15 +567,15 @@ def _key_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
     return dataclasses.replace(state, key_schedule=rotated, config=config)
 
 
-def _policy_changed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+def _policy_changed(state: StreamState, body: SubscriptionPolicyChanged) -> StreamState:
     config, _ = _created_parts(state)
-    config = dataclasses.replace(config, subscription_policy=SubscriptionPolicy(body["policy"]))
+    config = dataclasses.replace(config, subscription_policy=SubscriptionPolicy(body.policy))
     return dataclasses.replace(state, config=config)
 
 
-def _allowlist_changed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
-    address = require_address(body["address"], "address")
-    added = body["added"]
+def _allowlist_changed(state: StreamState, body: AllowlistChanged) -> StreamState:
+    address = require_address(body.address, "address")
+    added = body.added
     if not isinstance(added, bool):
         raise InvalidArgumentError("added must be true or false")
     allowlist = state.allowlist | {address} if added else state.allowlist - {address}
@@ -655,18 +585,18 @@ def _allowlist_changed(state: StreamState, body: Mapping[str, Any]) -> StreamSta
     return dataclasses.replace(state, allowlist=allowlist, keyloads=keyloads)
 
 
-def _key_epoch_rotated(state: StreamState, body: Mapping[str, Any]) -> StreamState:
-    return dataclasses.replace(state, last_key_epoch=require_int(body["key_epoch"], "key_epoch"))
+def _key_epoch_rotated(state: StreamState, body: KeyEpochRotated) -> StreamState:
+    return dataclasses.replace(state, last_key_epoch=require_int(body.key_epoch, "key_epoch"))
 
 
-def _ingest_failed(state: StreamState, body: Mapping[str, Any]) -> StreamState:
+def _ingest_failed(state: StreamState, body: IngestFailed) -> StreamState:
     # Never touches head: CIP-7 "Ingestion failures MUST NOT increment sequence".
-    last = require_int(body["last_tick"], "last_tick", minimum=1)
+    last = require_int(body.last_tick, "last_tick", minimum=1)
     return dataclasses.replace(state, ingest_fail_count=state.ingest_fail_count + 1,
                                last_failed_tick=max(state.last_failed_tick, last))
 
 
-_APPLY: Final = {
+_APPLY: Final[Mapping[str, Callable[[StreamState, Any], StreamState]]] = {
     STREAM_CREATED: _created,
     STREAM_MESSAGE_PUBLISHED: _published,
     SUBSCRIBER_UPDATED: _subscriber_updated,
@@ -706,7 +636,7 @@ def state_digest(state: StreamState) -> str:
         },
         "last_publish_digest": state.last_publish_digest,
         "replay_price_per_event_cby": state.replay_price_per_event_cby,
-        "replay_orders": {k: dict(v) for k, v in state.replay_orders.items()},
+        "replay_orders": {k: event_fields(v) for k, v in state.replay_orders.items()},
     }
     if state.replays:  # absent while empty: the digest of a stream without replays is what it always was
         canonical["replays"] = {k: list(v) for k, v in state.replays.items()}

@@ -24,6 +24,7 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
+from watchtower.protocol.events import CbyBurned, CbyMinted
 from watchtower.protocol.ledger import (
     MAX_CBY,
     SUPPLY_KEY,
@@ -62,8 +63,8 @@ def decide_supply(state: SupplyState, item: Command | CbyBurn, *, block_height: 
         if item.amount_cby > state.total_supply_cby:  # impossible: the account held it
             raise InvalidArgumentError(f"burning {item.amount_cby} exceeds the supply {state.total_supply_cby}")
         total = state.total_supply_cby - item.amount_cby
-        body = {"account": item.account, "amount_cby": item.amount_cby, "total_supply_cby": total}
-        return LedgerDecision((make_event(CBY_BURNED, SUPPLY_KEY, block_height, item.origin, {}, body),), None)
+        body = CbyBurned(account=item.account, amount_cby=item.amount_cby, total_supply_cby=total)
+        return LedgerDecision((make_event(SUPPLY_KEY, block_height, item.origin, {}, body),), None)
     cmd = item
     if cmd.method != Method.MINT_CBY:
         raise InvalidArgumentError(f"{cmd.method} is not a supply method")
@@ -93,8 +94,8 @@ def decide_supply(state: SupplyState, item: Command | CbyBurn, *, block_height: 
     origin = Origin.of(cmd)
     total = state.total_supply_cby + amount
     reply = {"to": to, "amount_cby": amount, "total_supply_cby": total, "ref": origin.digest.hex()}
-    event = make_event(CBY_MINTED, SUPPLY_KEY, block_height, origin, reply,
-                       {"to": to, "amount_cby": amount, "total_supply_cby": total})
+    event = make_event(SUPPLY_KEY, block_height, origin, reply,
+                       CbyMinted(to=to, amount_cby=amount, total_supply_cby=total))
     credit = CbyCredit(to, amount, "mint", origin.digest.hex(), "", origin)
     return LedgerDecision((event,), reply, (Routed(account_instance(to), credit, False),))
 
@@ -102,17 +103,18 @@ def decide_supply(state: SupplyState, item: Command | CbyBurn, *, block_height: 
 def evolve_supply(state: SupplyState, event: Event) -> SupplyState:
     """The supply after `event`; MALFORMED_RECORD when the total does not follow (quarantine)."""
     check_event_envelope(event, SUPPLY_KEY)
+    body = event.body
     try:
-        amount = event_int(event.body, "amount_cby", minimum=1)
-        total = event_int(event.body, "total_supply_cby")
-        if event.type == CBY_MINTED:
-            require_address(event.body["to"], "to")
-            expected = state.total_supply_cby + amount
-        elif event.type == CBY_BURNED:
-            require_address(event.body["account"], "account")
-            expected = state.total_supply_cby - amount
-        else:
+        if not isinstance(body, CbyMinted | CbyBurned):
             raise InvalidArgumentError(f"the supply does not fold {event.type} events")
+        amount = event_int(body.amount_cby, "amount_cby", minimum=1)
+        total = event_int(body.total_supply_cby, "total_supply_cby")
+        if isinstance(body, CbyMinted):
+            require_address(body.to, "to")
+            expected = state.total_supply_cby + amount
+        else:
+            require_address(body.account, "account")
+            expected = state.total_supply_cby - amount
         if total != expected:
             raise InvalidArgumentError(f"total_supply_cby {total} does not follow {state.total_supply_cby} "
                                        f"and {event.type} of {amount}")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from watchtower.protocol.errors import MalformedRecordError
+from watchtower.protocol.events import PublisherKeyRotated, StreamMessagePublished
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
@@ -41,27 +42,27 @@ def broken(reason: str) -> RuleBrokenError:
     return RuleBrokenError(reason)
 
 
-def check_rotation(schedule: KeySchedule, head: int, body: Mapping[str, Any]) -> bool:
+def check_rotation(schedule: KeySchedule, head: int, body: PublisherKeyRotated) -> bool:
     """True to fold a PublisherKeyRotated, False for a redelivery of the one already folded.
 
     The new key must be the next id, take effect at head + 1 (the head this projection has folded,
     which is the writer's head when it rotated), and be a 32-byte key.
     """
-    new_id, current = body["new_signing_key_id"], schedule.current.signing_key_id
+    new_id, current = body.new_signing_key_id, schedule.current.signing_key_id
     if not isinstance(new_id, int) or isinstance(new_id, bool):
         raise broken(f"PublisherKeyRotated: new_signing_key_id {new_id!r} is not an integer")
     if new_id <= current:
         entry = schedule.entries[new_id - 1] if new_id >= 1 else None
-        if (entry is not None and entry.public_key == body["new_key"]
-                and entry.effective_sequence == body["effective_sequence"]):
+        if (entry is not None and entry.public_key == body.new_key
+                and entry.effective_sequence == body.effective_sequence):
             return False
         raise broken(f"PublisherKeyRotated: key {new_id} already exists with another key or cut-over")
-    if new_id != current + 1 or body["old_signing_key_id"] != current:
+    if new_id != current + 1 or body.old_signing_key_id != current:
         raise broken(f"PublisherKeyRotated: key {new_id} does not follow the current key {current}")
-    if body["effective_sequence"] != head + 1:
-        raise broken(f"PublisherKeyRotated: effective_sequence {body['effective_sequence']!r} is not head + 1 "
+    if body.effective_sequence != head + 1:
+        raise broken(f"PublisherKeyRotated: effective_sequence {body.effective_sequence!r} is not head + 1 "
                      f"(head {head})")
-    new_key = body["new_key"]
+    new_key = body.new_key
     if not isinstance(new_key, bytes) or len(new_key) != 32:
         raise broken("PublisherKeyRotated: new_key is not a 32-byte ed25519 key")
     return True
@@ -74,9 +75,10 @@ REF_FIELDS: Final = ("version", "kind", "content_type", "payload_format", "paylo
                      "signing_key_id", "timestamp_unix_ms")
 
 
-def published_ref(body: Mapping[str, Any]) -> MessageRef:
+def published_ref(body: StreamMessagePublished) -> MessageRef:
     """The reference a StreamMessagePublished body holds (its `REF_FIELDS`)."""
-    return tuple(body[name] for name in REF_FIELDS)
+    return (body.version, body.kind, body.content_type, body.payload_format, body.payload_hash, body.key_epoch,
+            body.signing_key_id, body.timestamp_unix_ms)
 
 
 def message_ref(message: StreamMessage) -> MessageRef:
@@ -85,7 +87,7 @@ def message_ref(message: StreamMessage) -> MessageRef:
                  for name in REF_FIELDS)
 
 
-def check_published(stream_id: str, body: Mapping[str, Any], schedule: KeySchedule, head: int,
+def check_published(stream_id: str, body: StreamMessagePublished, schedule: KeySchedule, head: int,
                     event_offset: int | None, offset: int | None) -> bool:
     """True to fold a StreamMessagePublished, False for a redelivery of one already folded.
 
@@ -94,9 +96,9 @@ def check_published(stream_id: str, body: Mapping[str, Any], schedule: KeySchedu
     sequence and hold a 32-byte payload hash. The signature is checked once, on the message itself,
     when the messages record is bound to this reference (`message_verdict`).
     """
-    sequence = body["sequence"]
-    if body["stream_id"] != stream_id:
-        raise broken(f"StreamMessagePublished for {stream_id!r} names stream {body['stream_id']!r}")
+    sequence = body.sequence
+    if body.stream_id != stream_id:
+        raise broken(f"StreamMessagePublished for {stream_id!r} names stream {body.stream_id!r}")
     if not isinstance(sequence, int) or isinstance(sequence, bool):
         raise broken(f"StreamMessagePublished: sequence {sequence!r} is not an integer")
     if sequence <= head and (offset is None or event_offset is None or offset <= event_offset):
@@ -104,10 +106,10 @@ def check_published(stream_id: str, body: Mapping[str, Any], schedule: KeySchedu
     if sequence != head + 1:
         raise broken(f"sequence {sequence} does not follow head {head}")
     in_force = schedule.key_at_sequence(sequence).signing_key_id
-    if body["signing_key_id"] != in_force:
-        raise broken(f"StreamMessagePublished {stream_id}#{sequence} names signing key {body['signing_key_id']!r}, "
+    if body.signing_key_id != in_force:
+        raise broken(f"StreamMessagePublished {stream_id}#{sequence} names signing key {body.signing_key_id!r}, "
                      f"but key {in_force} is in force at that sequence")
-    payload_hash = body["payload_hash"]
+    payload_hash = body.payload_hash
     if not isinstance(payload_hash, bytes) or len(payload_hash) != 32:
         raise broken(f"StreamMessagePublished {stream_id}#{sequence}: payload_hash is not a 32-byte SHA-256")
     return True

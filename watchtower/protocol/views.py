@@ -40,18 +40,20 @@ from typing import Any, Final
 from watchtower.protocol import cbor
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import StreamNotFoundError, WatchtowerError
+from watchtower.protocol.events import (
+    FeedRegistered,
+    PublisherKeyRotated,
+    RunnerRegistered,
+    RunnerRetired,
+    StreamCreated,
+    StreamMessagePublished,
+    SubscriberUpdated,
+    event_fields,
+)
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
 from watchtower.protocol.replay_rules import ICRC77_CAPABLE, icrc77_pricing
 from watchtower.protocol.ring_window import floor_for
-from watchtower.protocol.signed_command import json_safe
 from watchtower.protocol.stream_state import (
-    FEED_REGISTERED,
-    PUBLISHER_KEY_ROTATED,
-    RUNNER_REGISTERED,
-    RUNNER_RETIRED,
-    STREAM_CREATED,
-    STREAM_MESSAGE_PUBLISHED,
-    SUBSCRIBER_UPDATED,
     Event,
     StreamState,
     evolve,
@@ -198,27 +200,28 @@ def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None
     unchanged. `offset` (the event's position in its partition) tells a redelivered publish from a
     forged copy of an old one.
     """
-    if event.type == FEED_REGISTERED:
-        _register(tables["registry"], json_safe(event.body), event.block_height)
+    body = event.body
+    if isinstance(body, FeedRegistered):
+        _register(tables["registry"], body, event.block_height)
         return None
-    if event.type in (RUNNER_REGISTERED, RUNNER_RETIRED):
+    if isinstance(body, RunnerRegistered | RunnerRetired):
         return None  # the runner registry's own log (`ingestion_runners`): no read-side table holds it
     streams = tables["streams"]
     index = tables[INDEXES].get(event.stream_id)  # created only once a creation folds: refused events leave none
     state = StreamState.initial(event.stream_id) if index is None else index.state
-    if event.type == STREAM_CREATED and state.created:
-        _check_recreated(streams[event.stream_id], event)
+    if isinstance(body, StreamCreated) and state.created:
+        _check_recreated(streams[event.stream_id], event.stream_id, body)
         return None  # a redelivered creation must not reset what later events built
-    if not state.created and event.type != STREAM_CREATED:
+    if not state.created and not isinstance(body, StreamCreated):
         raise broken(f"{event.type} for stream {event.stream_id!r}, which was never created")
     heads = tables["heads"]
     current = heads.get(event.stream_id)
     published = 0 if current is None else int(current["published"])
-    if event.type == STREAM_MESSAGE_PUBLISHED:
+    if isinstance(body, StreamMessagePublished):
         event_offset = None if current is None else current.get("event_offset")
-        if not check_published(event.stream_id, event.body, _schedule(state), published, event_offset, offset):
+        if not check_published(event.stream_id, body, _schedule(state), published, event_offset, offset):
             return None
-    elif event.type == PUBLISHER_KEY_ROTATED and not check_rotation(_schedule(state), published, event.body):
+    elif isinstance(body, PublisherKeyRotated) and not check_rotation(_schedule(state), published, body):
         return None  # a redelivered rotation: already folded
     try:
         new = evolve(state, event)
@@ -227,16 +230,16 @@ def apply_event(tables: Mapping[str, Table], event: Event, *, offset: int | None
     if index is None:
         index = stream_index(tables, event.stream_id)
     index.state = new
-    if event.type == STREAM_MESSAGE_PUBLISHED:
+    if isinstance(body, StreamMessagePublished):
         sequence = new.head
-        index.refs[sequence] = published_ref(event.body)
+        index.refs[sequence] = published_ref(body)
         heads[event.stream_id] = {**(current or _empty_head(new)), "published": sequence, "event_offset": offset}
         return sequence
-    if event.type == STREAM_CREATED:
+    if isinstance(body, StreamCreated):
         streams[event.stream_id] = _stream_view(new, event.block_height)
         return None
-    if event.type == SUBSCRIBER_UPDATED:
-        subscriber = event.body["subscriber"]
+    if isinstance(body, SubscriberUpdated):
+        subscriber = body.subscriber
         tables["subscriptions"][subscription_key(event.stream_id, subscriber)] = new.subscriptions[subscriber].to_dict()
     streams[event.stream_id] = _stream_view(new, streams[event.stream_id]["created_at_block"])
     return None
@@ -278,14 +281,10 @@ def _stream_view(state: StreamState, created_at_block: int) -> dict[str, Any]:
     }
 
 
-def _check_recreated(view: Mapping[str, Any], event: Event) -> None:
+def _check_recreated(view: Mapping[str, Any], stream_id: str, body: StreamCreated) -> None:
     # A second StreamCreated is a redelivery only if it holds the config the stream was created with.
-    try:
-        config = StreamConfig.from_dict(event.body["config"])
-    except WatchtowerError as exc:
-        raise broken(f"StreamCreated: the config is invalid ({exc.message})") from None
-    if _canon(view["config"]) != _canon(_initial_config(view, config)):
-        raise broken(f"StreamCreated: stream {event.stream_id!r} already exists")
+    if _canon(view["config"]) != _canon(_initial_config(view, body.config)):
+        raise broken(f"StreamCreated: stream {stream_id!r} already exists")
 
 
 def _initial_config(view: Mapping[str, Any], config: StreamConfig) -> dict[str, Any]:
@@ -297,23 +296,24 @@ def _initial_config(view: Mapping[str, Any], config: StreamConfig) -> dict[str, 
 _EDITED_CONFIG: Final = ("publisher_key_hex", "current_signing_key_id", "subscription_policy")
 
 
-def _register(registry: Table, body: dict[str, Any], block_height: int) -> None:
+def _register(registry: Table, body: FeedRegistered, block_height: int) -> None:
     # The registry's own rule (registry.evolve_registry): ids are given out in order, once each,
     # and a stream is listed once.
-    feed_id = body["feed_id"]
+    feed_id = body.feed_id
+    fields = event_fields(body)
     if not isinstance(feed_id, int) or isinstance(feed_id, bool) or feed_id < 1:
         raise broken(f"FeedRegistered: feed id {feed_id!r} is not a positive integer")
     existing = registry.get(str(feed_id))
     if existing is not None:
-        if all(_canon(existing.get(k)) == _canon(v) for k, v in body.items()):
+        if all(_canon(existing.get(k)) == _canon(v) for k, v in fields.items()):
             return  # a redelivery
         raise broken(f"FeedRegistered reuses feed id {feed_id}, already listing stream {existing['stream_id']!r}")
     if feed_id > 1 and str(feed_id - 1) not in registry:
         raise broken(f"FeedRegistered: feed id {feed_id} does not follow the last id given out")
     for listed in registry.values():
-        if listed["stream_id"] == body["stream_id"]:
-            raise broken(f"FeedRegistered: stream {body['stream_id']!r} is already feed {listed['feed_id']}")
-    registry[str(feed_id)] = {**body, "registered_at_block": block_height}
+        if listed["stream_id"] == body.stream_id:
+            raise broken(f"FeedRegistered: stream {body.stream_id!r} is already feed {listed['feed_id']}")
+    registry[str(feed_id)] = {**fields, "registered_at_block": block_height}
 
 
 # --- Messages -> readable head + offset index ----------------------------------------------------

@@ -138,7 +138,7 @@ def schema_names() -> tuple[str, ...]:
 
 
 def _require_known(name: str) -> None:
-    if name not in CATALOG:
+    if not isinstance(name, str) or name not in CATALOG:
         raise SchemaMismatchError(f"no schema named {name!r}; known schemas: {', '.join(sorted(CATALOG))}")
 
 

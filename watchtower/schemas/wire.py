@@ -31,6 +31,7 @@ from watchtower.protocol.errors import (
     SchemaMismatchError,
     WatchtowerError,
 )
+from watchtower.protocol.events import ReplayCancelRequested, ReplayRegistered
 from watchtower.protocol.ledger import (
     KeymgrForward,
     Origin,
@@ -40,7 +41,7 @@ from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayReco
 from watchtower.protocol.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
 from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegisteredRecord
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import REPLAY_CANCEL_REQUESTED, REPLAY_REGISTERED, Event
+from watchtower.protocol.stream_state import Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.envelopes import (
     COMMAND_DECODER,
@@ -206,30 +207,19 @@ def encode_event(event: Event) -> bytes:
     return out.getvalue()
 
 
-def decode_typed_event(data: bytes | None) -> events.TypedEvent:
-    """The typed event in an events-topic record (MalformedRecordError / SchemaMismatchError)."""
+def decode_event(data: bytes | None) -> Event:
+    """The Event in an events-topic record, decoded once (MalformedRecordError / SchemaMismatchError)."""
     if data is None:
         raise MalformedRecordError("the event record has no value; events are framed Avro records")
     decoded = codec.decode(data, expect=EVENT_SCHEMAS)
     try:
-        return events.from_record(decoded.name, decoded.record)
+        return events.event_from_record(decoded.name, decoded.record)
     except WatchtowerError as exc:
         if isinstance(exc, MalformedRecordError):
             raise
-        raise MalformedRecordError(f"the {decoded.name} record breaks a rule ({exc.code}): {exc.message}") from None
-    except (KeyError, TypeError, ValueError) as exc:
+        raise MalformedRecordError(f"not a valid {decoded.name} event ({exc.code}): {exc.message}") from None
+    except (KeyError, TypeError, ValueError, RecursionError) as exc:
         raise MalformedRecordError(f"the {decoded.name} record is malformed: {_short(exc)}") from None
-
-
-def decode_event(data: bytes | None) -> Event:
-    """The fold's Event in an events-topic record (MalformedRecordError / SchemaMismatchError)."""
-    typed = decode_typed_event(data)
-    try:
-        return events.to_event(typed)
-    except WatchtowerError as exc:
-        raise MalformedRecordError(f"not a valid {typed.TYPE} event ({exc.code}): {exc.message}") from None
-    except (ValueError, TypeError, RecursionError) as exc:  # reply_json that is not JSON
-        raise MalformedRecordError(f"the {typed.TYPE} record's reply_json is not JSON: {_short(exc)}") from None
 
 
 # --- replay records written with stream events ---------------------------------------------------
@@ -244,20 +234,19 @@ def replay_record_for(event: Event, command: Command | None = None) -> bytes | N
     (`replay_status.check_registration_command`)."""
     body = event.body
     record: ReplayRecord
-    if event.type == REPLAY_REGISTERED:
-        skip = body["skip"]
+    if isinstance(body, ReplayRegistered):
         record = ReplayRegisteredRecord(
-            v=REPLAY_RECORD_VERSION, replay_id=body["replay_id"], stream_id=body["stream_id"],
-            namespace=body["namespace"], requester=body["requester"], from_sequence=body["from_sequence"],
-            to_sequence=body["to_sequence"], first=body["first"], end_exclusive=body["end_exclusive"],
-            end_id=body["end_id"], filter=body["filter"], skip=None if skip is None else list(skip),
-            memo_hex=body["memo_hex"], price_cby=body["price_cby"], block_height=event.block_height,
+            v=REPLAY_RECORD_VERSION, replay_id=body.replay_id, stream_id=body.stream_id,
+            namespace=body.namespace, requester=body.requester, from_sequence=body.from_sequence,
+            to_sequence=body.to_sequence, first=body.first, end_exclusive=body.end_exclusive,
+            end_id=body.end_id, filter=body.filter, skip=None if body.skip is None else list(body.skip),
+            memo_hex=body.memo_hex, price_cby=body.price_cby, block_height=event.block_height,
             caller=event.caller, nonce=event.nonce, digest_hex=event.digest.hex(),
             command=None if command is None else command.to_dict())
-    elif event.type == REPLAY_CANCEL_REQUESTED:
+    elif isinstance(body, ReplayCancelRequested):
         record = ReplayCancelRequestedRecord(
-            v=REPLAY_RECORD_VERSION, replay_id=body["replay_id"], stream_id=body["stream_id"],
-            requester=body["requester"], block_height=event.block_height, nonce=event.nonce,
+            v=REPLAY_RECORD_VERSION, replay_id=body.replay_id, stream_id=body.stream_id,
+            requester=body.requester, block_height=event.block_height, nonce=event.nonce,
             digest_hex=event.digest.hex())
     else:
         return None

@@ -21,6 +21,7 @@ from typing import Any
 
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
+from watchtower.protocol.events import StreamCreated
 from watchtower.protocol.ingestion_runners import RUNNER_METHODS
 from watchtower.protocol.ledger import (
     REPLAY_METHODS,
@@ -61,7 +62,7 @@ def _replay_records(events: Sequence[Event], command: Command | None) -> list[Re
 
 
 def _is_paid(created: Event) -> bool:
-    return bool(created.body["config"].get("access_mode") == "PLATFORM_MANAGED")
+    return isinstance(created.body, StreamCreated) and created.body.config.is_paid
 
 
 REPLAY_FORWARDS_ONLY = ("replay settlements are written by workers only; send a signed register_replay to the "
