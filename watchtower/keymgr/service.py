@@ -37,6 +37,7 @@ from watchtower.keymgr.vault import Vault
 from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.ciphertext_receipt import envelope_hash, sign_receipt
+from watchtower.protocol.commands import EpochKeys, StreamDecrypt, StreamEncrypt, read_body
 from watchtower.protocol.envelope import (
     derive_content_key,
     derive_nonce,
@@ -55,7 +56,7 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.keymgr_access import check_decrypt_access, sealing_key
-from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
+from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream_reads import require_config, require_schedule
 from watchtower.protocol.validation import require_bytes, require_int
 
@@ -124,10 +125,10 @@ class KeyManager:
     # ------------------------------------------------------------------ encrypt
     @keymgr_metrics.timed("encrypt")
     def encrypt(self, cmd: Command) -> dict[str, Any]:
-        body = body_fields(cmd, frozenset({"key_epoch", "aad", "plaintext"}))
-        key_epoch = require_int(body["key_epoch"], "key_epoch")
-        aad = require_bytes(body["aad"], "aad")
-        plaintext = require_bytes(body["plaintext"], "plaintext")
+        body = read_body(cmd, StreamEncrypt)
+        key_epoch = require_int(body.key_epoch, "key_epoch")
+        aad = require_bytes(body.aad, "aad")
+        plaintext = require_bytes(body.plaintext, "plaintext")
         _require_aad_for(aad, cmd.stream_id, key_epoch)
         # A view that already lets the caller encrypt needs no catch-up: the owner and the access
         # mode never change, and a receipt for a key rotated away since is useless (a publish must
@@ -187,11 +188,11 @@ class KeyManager:
     # ------------------------------------------------------------------ decrypt
     @keymgr_metrics.timed("decrypt")
     def decrypt(self, cmd: Command) -> dict[str, Any]:
-        body = body_fields(cmd, frozenset({"beneficiary_account", "key_epoch", "aad", "envelope"}))
-        account = require_address(body["beneficiary_account"], "beneficiary_account")
-        key_epoch = require_int(body["key_epoch"], "key_epoch")
-        aad = require_bytes(body["aad"], "aad")
-        envelope = require_bytes(body["envelope"], "envelope")
+        body = read_body(cmd, StreamDecrypt)
+        account = require_address(body.beneficiary_account, "beneficiary_account")
+        key_epoch = require_int(body.key_epoch, "key_epoch")
+        aad = require_bytes(body.aad, "aad")
+        envelope = require_bytes(body.envelope, "envelope")
         self.follower.catch_up()
         with self.follower.reading():
             check_decrypt_access(
@@ -210,10 +211,10 @@ class KeyManager:
     # ------------------------------------------------------------------ epoch keys
     @keymgr_metrics.timed("epoch_keys")
     def epoch_keys(self, cmd: Command) -> dict[str, Any]:
-        body = body_fields(cmd, frozenset({"account", "from_key_epoch", "to_key_epoch"}), frozenset({"account_key_id"}))
-        account = require_address(body["account"], "account")
-        first = require_int(body["from_key_epoch"], "from_key_epoch")
-        last = require_int(body["to_key_epoch"], "to_key_epoch")
+        body = read_body(cmd, EpochKeys)
+        account = require_address(body.account, "account")
+        first = require_int(body.from_key_epoch, "from_key_epoch")
+        last = require_int(body.to_key_epoch, "to_key_epoch")
         if last < first:
             raise InvalidArgumentError("to_key_epoch must be at least from_key_epoch")
         if last - first + 1 > MAX_EPOCHS:
@@ -221,8 +222,7 @@ class KeyManager:
                 f"at most {MAX_EPOCHS} epochs per call; ask for {first}..{first + MAX_EPOCHS - 1} first",
                 details={"max_epochs": MAX_EPOCHS},
             )
-        key_id = body.get("account_key_id")
-        key_id = None if key_id is None else require_int(key_id, "account_key_id")
+        key_id = None if body.account_key_id is None else require_int(body.account_key_id, "account_key_id")
         self.follower.catch_up()
         with self.follower.reading():
             view = self.follower.keymgr

@@ -31,6 +31,15 @@ from nacl.bindings import crypto_core_ed25519_is_valid_point
 
 from watchtower.protocol.accounts import ACTIVE, ALL_STREAMS, AUTHORIZATION_SCOPE, REVOKED, AccountState
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.commands import (
+    ABSENT,
+    ActorAuthorization,
+    BurnCby,
+    RegisterAccountKey,
+    RevokeAccountKey,
+    TransferCby,
+    read_body,
+)
 from watchtower.protocol.constants import (
     ACCOUNT_KEY_SCHEME_X25519,
     MAX_ACCOUNT_KEYS_PER_ACCOUNT,
@@ -75,7 +84,7 @@ from watchtower.protocol.ledger import (
     replay_record,
     require_amount,
 )
-from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
+from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.validation import require_text
 
 
@@ -108,11 +117,11 @@ def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebi
 
 
 def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = body_fields(cmd, frozenset({"scheme", "public_key"}))
-    if body["scheme"] != ACCOUNT_KEY_SCHEME_X25519:
+    body = read_body(cmd, RegisterAccountKey)
+    if body.scheme != ACCOUNT_KEY_SCHEME_X25519:
         raise InvalidAccountKeyError(f"scheme must be {ACCOUNT_KEY_SCHEME_X25519} (the only CIP-7 v1 scheme), "
-                                     f"got {body['scheme']!r}")
-    key = body["public_key"]
+                                     f"got {body.scheme!r}")
+    key = body.public_key
     if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES:
         raise InvalidAccountKeyError(f"public_key must be the {X25519_PUBLIC_KEY_BYTES}-byte X25519 public key "
                                      "(send it as bytes)")
@@ -133,7 +142,7 @@ def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int
 
 
 def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    key_id = body_fields(cmd, frozenset({"account_key_id"}))["account_key_id"]
+    key_id = read_body(cmd, RevokeAccountKey).account_key_id
     if type(key_id) is not int or key_id < 1:
         raise InvalidArgumentError(f"account_key_id must be a positive integer, got {key_id!r}")
     key = state.key(key_id)
@@ -150,15 +159,15 @@ def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) 
 
 def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
     """(actor, stream id); the stream id is ALL_STREAMS for ``"all_streams": true`` (an own actor)."""
-    body = body_fields(cmd, frozenset({"actor"}), frozenset({"stream_id", "all_streams"}))
-    actor = require_address(body["actor"], "actor")
-    all_streams = body.get("all_streams", False)
+    body = read_body(cmd, ActorAuthorization)
+    actor = require_address(body.actor, "actor")
+    all_streams = body.all_streams
     if all_streams is not True and all_streams is not False:
         raise InvalidArgumentError("all_streams must be true or false")
-    if all_streams == ("stream_id" in body):
+    if all_streams == (body.stream_id is not ABSENT):
         raise InvalidArgumentError('name one stream ("stream_id") or every stream of the account '
                                    '("all_streams": true: the account\'s own actor), not both or neither')
-    stream_id = ALL_STREAMS if all_streams else require_text(body["stream_id"], "stream_id")
+    stream_id = ALL_STREAMS if all_streams else require_text(body.stream_id, "stream_id")
     if actor == state.account:
         raise InvalidArgumentError("an account is always authorized for itself; name another actor")
     return actor, stream_id
@@ -223,10 +232,10 @@ def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCby
 
 
 def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = body_fields(cmd, frozenset({"to", "amount_cby"}), frozenset({"memo"}))
-    to = require_address(body["to"], "to")
-    amount = require_amount(body["amount_cby"])
-    memo = body.get("memo", "")
+    body = read_body(cmd, TransferCby)
+    to = require_address(body.to, "to")
+    amount = require_amount(body.amount_cby)
+    memo = body.memo
     if not isinstance(memo, str) or len(memo) > MAX_MEMO:
         raise InvalidArgumentError(f"memo must be text of at most {MAX_MEMO} characters")
     if to == state.account:
@@ -244,7 +253,7 @@ def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) ->
 
 
 def _burn(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    amount = require_amount(body_fields(cmd, frozenset({"amount_cby"}))["amount_cby"])
+    amount = require_amount(read_body(cmd, BurnCby).amount_cby)
     if amount > state.balance_cby:
         raise insufficient(state, amount, "this burn")
     ref = origin.digest.hex()

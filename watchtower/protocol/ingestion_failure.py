@@ -22,10 +22,11 @@ from __future__ import annotations
 from typing import Any, Final
 
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.commands import ReportIngestFailure, read_body
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
 from watchtower.protocol.events import IngestFailed
 from watchtower.protocol.ingestion import MAX_SAFE_JSON_INT, REASON_HINTS, parse_reason
-from watchtower.protocol.signed_command import Command, body_fields
+from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream_state import StreamState
 from watchtower.protocol.validation import require_int, require_text
 
@@ -44,12 +45,12 @@ def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[IngestFaile
             f"only the stream's current publisher key ({delegated}) reports ingestion failures; "
             f"{cmd.caller} is not it: delegate the key to ingestion with rotate_publisher_key"
         )
-    body = body_fields(cmd, _FIELDS)
-    reason = parse_reason(body["reason"])
-    timestamp = require_int(body["timestamp_unix_ms"], "timestamp_unix_ms", maximum=MAX_SAFE_JSON_INT)
-    first = require_int(body["first_tick"], "first_tick", minimum=1, maximum=MAX_SAFE_JSON_INT)
-    last = require_int(body["last_tick"], "last_tick", minimum=first, maximum=MAX_SAFE_JSON_INT)
-    detail = require_text(body["detail"], "detail", allow_empty=True)
+    body = read_body(cmd, ReportIngestFailure)
+    reason = parse_reason(body.reason)
+    timestamp = require_int(body.timestamp_unix_ms, "timestamp_unix_ms", maximum=MAX_SAFE_JSON_INT)
+    first = require_int(body.first_tick, "first_tick", minimum=1, maximum=MAX_SAFE_JSON_INT)
+    last = require_int(body.last_tick, "last_tick", minimum=first, maximum=MAX_SAFE_JSON_INT)
+    detail = require_text(body.detail, "detail", allow_empty=True)
     if len(detail) > MAX_DETAIL:
         raise InvalidArgumentError(f"detail is at most {MAX_DETAIL} characters")
     if first <= state.last_failed_tick:

@@ -25,12 +25,12 @@ import cbor2
 
 from watchtower.protocol.addresses import public_key_from_address, require_address
 from watchtower.protocol.command_auth import check_nonce
+from watchtower.protocol.commands import AdmitRunner, RegisterRunner, RemoveRunner, RetireRunner, read_body
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, UnauthorizedError, WatchtowerError
 from watchtower.protocol.events import RunnerRegistered, RunnerRetired
 from watchtower.protocol.signed_command import (
     Command,
     Method,
-    body_fields,
     command_digest,
     freeze_json,
     from_json_safe,
@@ -76,16 +76,15 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
     by_registrar = registrar is not None and cmd.caller == registrar
     if cmd.method == Method.REGISTER_RUNNER:
         if by_registrar:
-            fields = body_fields(cmd, frozenset({"label", "runner"}))
-            runner = require_address(fields["runner"], "runner")
+            admitted = read_body(cmd, AdmitRunner)
+            runner, raw_label = require_address(admitted.runner, "runner"), admitted.label
         else:
             if registrar is not None:
                 raise UnauthorizedError(
                     f"this deployment admits runners through its registrar ({registrar}); ask its operator to "
                     f"admit {cmd.caller} (`watchtower runner admit {cmd.caller}`)")
-            fields = body_fields(cmd, frozenset({"label"}))
-            runner = cmd.caller
-        label = require_text(fields["label"], "label")
+            runner, raw_label = cmd.caller, read_body(cmd, RegisterRunner).label
+        label = require_text(raw_label, "label")
         if len(label) > MAX_LABEL:
             raise InvalidArgumentError(f"a runner label is at most {MAX_LABEL} characters")
         if runner not in state.runners and len(state.runners) >= MAX_RUNNERS:
@@ -93,9 +92,9 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
         body: RunnerRegistered | RunnerRetired = RunnerRegistered(runner=runner, label=label)
     else:
         if by_registrar:
-            runner = require_address(body_fields(cmd, frozenset({"runner"}))["runner"], "runner")
+            runner = require_address(read_body(cmd, RemoveRunner).runner, "runner")
         else:
-            body_fields(cmd, frozenset())
+            read_body(cmd, RetireRunner)
             runner = cmd.caller
         if runner not in state.runners:
             raise UnauthorizedError(f"{runner} is not a registered runner; there is nothing to retire")

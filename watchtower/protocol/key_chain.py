@@ -58,6 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.commands import CreateStreamKeys, RotatePublisherKey, given, peek_body
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -121,11 +122,11 @@ def parse_chain_command(text: str | None, what: str) -> Command:
 
 def created_publisher_key(cmd: Command) -> bytes:
     """The first publisher key a create_stream command's body names (MALFORMED_RECORD if none)."""
-    body = cmd.body
-    raw: Any = body.get("publisher_key")
-    if raw is None and isinstance(body.get("publisher_key_hex"), str):
+    body = peek_body(cmd, CreateStreamKeys)
+    raw: Any = body.publisher_key
+    if raw is None and isinstance(body.publisher_key_hex, str):
         try:
-            raw = bytes.fromhex(body["publisher_key_hex"])
+            raw = bytes.fromhex(body.publisher_key_hex)
         except ValueError:
             raw = None
     if not isinstance(raw, bytes) or len(raw) != ED25519_PUBLIC_KEY_BYTES:
@@ -141,7 +142,7 @@ def verify_creation_command(stream_id: str, text: str | None, *, publisher_key: 
     what = f"key {FIRST_SIGNING_KEY_ID} (0x{publisher_key.hex()}) of stream {stream_id!r}"
     cmd = parse_chain_command(text, what)
     _require_method(cmd, Method.CREATE_STREAM, stream_id, what)
-    declared = cmd.body.get("owner", cmd.caller)
+    declared = given(peek_body(cmd, CreateStreamKeys).owner, cmd.caller)
     if declared != cmd.caller:
         raise MalformedRecordError(f"{what}: the create_stream command names owner {declared!r}, not its signer")
     if cmd.caller != owner:
@@ -172,10 +173,11 @@ def verify_rotation_command(
             f"{what} was put in force by a rotation signed by {cmd.caller}, not by the owner {owner}: "
             f"a forged rotation. {_FIX}"
         )
-    if cmd.body.get("new_key") != new_key:
+    rotation = peek_body(cmd, RotatePublisherKey)
+    if rotation.new_key != new_key:
         raise InvalidSignatureError(f"{what} is not the key the owner's rotation names; a forged key. {_FIX}")
-    for field, served in (("signing_key_id", signing_key_id), ("effective_sequence", effective_sequence)):
-        signed = cmd.body.get(field)
+    for field, served, signed in (("signing_key_id", signing_key_id, rotation.signing_key_id),
+                                  ("effective_sequence", effective_sequence, rotation.effective_sequence)):
         if signed is not None and (type(signed) is not int or signed != served):
             raise InvalidSignatureError(
                 f"{what}: the owner signed {field} {signed!r} for it, but it is served with {served}; "
@@ -287,7 +289,7 @@ def chain_entries(commands: Iterable[tuple[Command, int]]) -> tuple[KeyScheduleE
     """
     out: list[KeyScheduleEntry] = []
     for index, (cmd, effective) in enumerate(commands):
-        key = created_publisher_key(cmd) if index == 0 else cmd.body.get("new_key")
+        key = created_publisher_key(cmd) if index == 0 else peek_body(cmd, RotatePublisherKey).new_key
         if not isinstance(key, bytes):
             raise MalformedRecordError(f"command {index + 1} names no publisher key")
         out.append(KeyScheduleEntry(FIRST_SIGNING_KEY_ID + index, key, effective, command_json(cmd)))

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.billing import acquire_epoch_access, key_epoch_of_height, price_epochs
+from watchtower.protocol.commands import AcquireEpochAccess, RenewSubscription, given, read_body
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import (
@@ -65,7 +66,7 @@ from watchtower.protocol.ledger import (
     replay_record,
 )
 from watchtower.protocol.paid import PaidStreamConfig
-from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
+from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream_state import (
     EPOCH_ACCESS_FAILED,
     EPOCH_ACCESS_IDEMPOTENT,
@@ -82,8 +83,6 @@ PAID_EVENTS: Final = frozenset(
     {PAID_STREAM_REGISTERED, EPOCH_ACCESS_REQUESTED, EPOCH_ACCESS_PURCHASED, EPOCH_ACCESS_IDEMPOTENT,
      EPOCH_ACCESS_FAILED}
 )
-_ACQUIRE_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account"})
-_RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
 _ERROR_KEY: Final = "error"  # a failed purchase's caller record holds {"error": {code, message, ...}}
 _PAID_BODIES: Final = (PaidStreamRegistered, EpochAccessRequested, EpochAccessPurchased, EpochAccessIdempotent,
                        EpochAccessFailed)
@@ -128,14 +127,14 @@ def decide_paid(state: PaidState, item: Command | PaidCommand | PurchaseSettled,
                                        f"not {cmd.method}")
         if cmd.stream_id != state.stream_id:
             raise InvalidArgumentError(f"a renew for {cmd.stream_id!r} reached {state.instance!r}")
-        return _purchase(state, cmd, block_height, _RENEW_OPTIONAL)
+        return _purchase(state, cmd, block_height, RenewSubscription)
     cmd = item
     if cmd.method != Method.ACQUIRE_EPOCH_ACCESS:
         raise InvalidArgumentError(f"{cmd.method} is not a paid-stream method")
     if cmd.stream_id != state.instance:
         raise InvalidArgumentError(f"acquire_epoch_access for stream S is sent with stream_id 'paid:S'; this one "
                                    f"went to {cmd.stream_id!r}, which is not {state.instance!r}")
-    return _purchase(state, cmd, block_height, _ACQUIRE_OPTIONAL)
+    return _purchase(state, cmd, block_height, AcquireEpochAccess)
 
 
 def _register(state: PaidState, create: Command, height: int, deployment: Deployment) -> LedgerDecision:
@@ -161,7 +160,8 @@ def _register(state: PaidState, create: Command, height: int, deployment: Deploy
     return LedgerDecision((make_event(state.instance, height, Origin.of(create), reply, body),), None)
 
 
-def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[str]) -> LedgerDecision:
+def _purchase(state: PaidState, cmd: Command, height: int,
+              shape: type[RenewSubscription] | type[AcquireEpochAccess]) -> LedgerDecision:
     verify_command(cmd)
     record = replay_record(state.callers, cmd, height)
     origin = Origin.of(cmd)
@@ -180,13 +180,12 @@ def _purchase(state: PaidState, cmd: Command, height: int, optional: frozenset[s
             f"stream {state.stream_id!r} is not a PLATFORM_MANAGED stream (or its creation is still being "
             "registered: retry in a moment); OPEN streams are plaintext and there is nothing to buy"
         )
-    body = body_fields(cmd, frozenset({"target_key_epoch"}), optional | ({"stream_id"} if
-                       cmd.method == Method.ACQUIRE_EPOCH_ACCESS else set()))
-    if cmd.method == Method.ACQUIRE_EPOCH_ACCESS and body.get("stream_id") != state.stream_id:
+    body = read_body(cmd, shape)
+    if isinstance(body, AcquireEpochAccess) and body.stream_id != state.stream_id:
         raise InvalidArgumentError(f"body stream_id must be {state.stream_id!r}, the stream of {cmd.stream_id!r}")
-    target = require_int(body["target_key_epoch"], "target_key_epoch")
-    beneficiary = require_address(body.get("beneficiary_account", cmd.caller), "beneficiary_account")
-    payer = require_address(body.get("payer_account", cmd.caller), "payer_account")
+    target = require_int(body.target_key_epoch, "target_key_epoch")
+    beneficiary = require_address(given(body.beneficiary_account, cmd.caller), "beneficiary_account")
+    payer = require_address(given(body.payer_account, cmd.caller), "payer_account")
     if payer != cmd.caller:
         raise UnauthorizedError(f"the payer signs its own purchase (CIP-7): {cmd.caller} cannot spend the balance "
                                 f"of {payer}; have {payer} sign the command, or omit payer_account")

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
+from watchtower.protocol.commands import FeedListing, peek_body
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
@@ -67,7 +68,7 @@ def decide_registration(
     verify_command(create)
     if create.method != Method.CREATE_STREAM:
         raise InvalidArgumentError(f"only create_stream commands are registered, not {create.method}")
-    listing = parse_feed_listing(create.body.get("feed"))
+    listing = parse_feed_listing(peek_body(create, FeedListing).feed)
     existing = state.by_stream.get(create.stream_id)
     base = {"stream_id": create.stream_id, "owner": create.caller, "head_sequence": 0, "floor_sequence": 1,
             "head": 0, "floor": 1, "signing_key_id": 1}  # head/floor: the 0.1 names, deprecated

@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from watchtower.protocol import events as ev
+from watchtower.protocol.commands import CancelReplay, RegisterReplay, SetReplayPrice, claimed_namespace, read_body
 from watchtower.protocol.enums import SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     CannotCancelError,
@@ -88,7 +89,7 @@ from watchtower.protocol.replay_rules import (
     plan_replay,
     replay_id_for,
 )
-from watchtower.protocol.signed_command import Command, Method, body_fields
+from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.stream_state import (
     Event,
     StreamState,
@@ -96,8 +97,6 @@ from watchtower.protocol.stream_state import (
 from watchtower.protocol.validation import is_int, require_int
 
 CONFIG_FIELDS: Final = frozenset({"filter", "skip", "max_payment_cby"})
-_REQUIRED: Final = frozenset({"namespace", "from"})
-_OPTIONAL: Final = frozenset({"to", "config", "memo_hex"})
 ERROR_KEY: Final = "error"
 """A failed payment's caller record holds {"error": {code, message, ...}}: a retry gets it again."""
 
@@ -149,16 +148,16 @@ def replay_price(per_event_cby: int, first: int, end_exclusive: int, skip: tuple
 def register_replay(state: StreamState, cmd: Command, *, height: int, digest: bytes,
                     max_range: int) -> ReplayDecision:
     """Steps 2-6 of the module docstring (the stream exists)."""
-    raw_namespace = cmd.body.get("namespace")
+    raw_namespace = claimed_namespace(cmd)
     authorize_requester(state, cmd.caller, raw_namespace if isinstance(raw_namespace, str) else state.stream_id)
     try:
-        body = body_fields(cmd, _REQUIRED, _OPTIONAL)
-        namespace = check_namespace(body["namespace"], state.stream_id)
-        memo = body.get("memo_hex", "")
+        body = read_body(cmd, RegisterReplay)
+        namespace = check_namespace(body.namespace, state.stream_id)
+        memo = body.memo_hex
         memo_hex = check_memo(memo.lower() if isinstance(memo, str) else memo)
     except InvalidArgumentError as exc:
         raise ImproperConfigError(exc.message, details=exc.details) from None
-    config = body.get("config") or {}
+    config = body.config or {}
     if not isinstance(config, Mapping) or not set(config) <= CONFIG_FIELDS:
         raise ImproperConfigError(f"config must be an object with at most {sorted(CONFIG_FIELDS)}, got {config!r}",
                                   details={"field": "config"})
@@ -168,7 +167,7 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
     if max_payment is not None and not (is_int(max_payment) and 0 <= max_payment <= MAX_CBY):
         raise ImproperConfigError(f"max_payment_cby must be null or a whole number of CBY wei in 0..{MAX_CBY}, "
                                   f"got {max_payment!r}", details={"field": "max_payment_cby"})
-    start, to = body["from"], body.get("to")
+    start, to = body.from_, body.to
     for name, value in (("from", start), ("to", to)):
         if isinstance(value, int) and value > MAX_CBY:
             raise ImproperConfigError(f"{name} {value} is beyond the largest sequence", details={"field": name})
@@ -237,7 +236,7 @@ def settle_replay(state: StreamState, settled: ReplaySettled, *, height: int) ->
 def cancel_replay(state: StreamState, cmd: Command, *, height: int, digest: bytes) -> ReplayDecision:
     """Body: replay_id. Refused per ICRC-77 CancelReplayError (module docstring), else recorded for
     the replay fold."""
-    replay_id = require_int(body_fields(cmd, frozenset({"replay_id"}))["replay_id"], "replay_id", minimum=1)
+    replay_id = require_int(read_body(cmd, CancelReplay).replay_id, "replay_id", minimum=1)
     known = state.replays.get(str(replay_id))
     if known is None:
         raise ReplayNotFoundError(f"stream {state.stream_id!r} has no replay {replay_id}; list your replays "
@@ -283,8 +282,8 @@ def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: b
     if cmd.caller != state.owner:
         raise UnauthorizedError(f"set_replay_price is owner-only and {cmd.caller} is not the owner of stream "
                                 f"{state.stream_id!r}; sign it with the owner's key")
-    price = require_int(body_fields(cmd, frozenset({"price_per_event_cby"}))["price_per_event_cby"],
-                        "price_per_event_cby", maximum=MAX_REPLAY_PRICE)
+    price = require_int(read_body(cmd, SetReplayPrice).price_per_event_cby, "price_per_event_cby",
+                        maximum=MAX_REPLAY_PRICE)
     reply = {"price_per_event_cby": price, **pricing(price)}
     body = ev.ReplayPricingSet(stream_id=state.stream_id, price_per_event_cby=price)
     origin = Origin(cmd.caller, cmd.nonce, digest)

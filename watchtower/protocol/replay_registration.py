@@ -27,8 +27,8 @@ is not fulfilled. Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from watchtower.protocol.commands import RegisterReplay, peek_body
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.replay_records import ReplayRegistered
 from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, parse_skip, replay_id_for
@@ -61,28 +61,28 @@ def check_registration_command(record: ReplayRegistered) -> Command:
         ) if not ok
     ]
     if not mismatches:
-        mismatches = _request_mismatches(cmd.body, record)
+        mismatches = _request_mismatches(peek_body(cmd, RegisterReplay), record)
     if mismatches:
         raise ReplayRuleError(f"replay {record.replay_id} does not match the register_replay command it carries "
                               f"(differs in: {', '.join(mismatches)})")
     return cmd
 
 
-def _request_mismatches(body: Mapping[str, Any], record: ReplayRegistered) -> list[str]:
+def _request_mismatches(body: RegisterReplay, record: ReplayRegistered) -> list[str]:
     """The requested fields (rule 3) in which the record differs from the command's body."""
-    config = body.get("config") or {}
+    config = body.config or {}
     if not isinstance(config, Mapping):
         return ["config"]
-    memo = body.get("memo_hex", "")
+    memo = body.memo_hex
     try:
         flt = canonical_filter(parse_replay_filter(config.get("filter")))
         skip = parse_skip(config.get("skip"))
     except WatchtowerError:
         return ["config"]
     return [*_plan_mismatches(record), *(name for name, ok in (
-        ("namespace", body.get("namespace") == record.namespace),
-        ("from", body.get("from") == record.from_sequence),
-        ("to", body.get("to") == record.to_sequence),
+        ("namespace", body.namespace == record.namespace),
+        ("from", body.from_ == record.from_sequence),
+        ("to", body.to == record.to_sequence),
         ("memo_hex", (memo.lower() if isinstance(memo, str) else memo) == record.memo_hex),
         ("filter", flt == record.filter),
         ("skip", (None if skip is None else list(skip)) == record.skip),

@@ -39,6 +39,17 @@ from watchtower.protocol import confidential
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.ciphertext_receipt import RECEIPT_FIELD, verify_receipt
 from watchtower.protocol.command_auth import check_nonce
+from watchtower.protocol.commands import (
+    AllowlistChange,
+    AnnounceKeyEpoch,
+    RenewSubscription,
+    RotatePublisherKey,
+    SetSubscriptionPolicy,
+    Subscribe,
+    Unsubscribe,
+    read_body,
+    split_publish,
+)
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.deployment import NO_TREASURY, Deployment
@@ -82,7 +93,6 @@ from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.signed_command import (
     Command,
     Method,
-    body_fields,
     command_digest,
     json_safe,
     verify_command,
@@ -236,10 +246,9 @@ def _decide_publish(state: StreamState, cmd: Command, height: int, deployment: D
     config = _config(state)
     body: Mapping[str, Any] = cmd.body
     receipt: object = None
-    if config.is_paid and RECEIPT_FIELD in body:
+    if config.is_paid:
         # The receipt rides beside the message's fields; the message itself is parsed without it.
-        receipt = body[RECEIPT_FIELD]
-        body = {k: v for k, v in body.items() if k != RECEIPT_FIELD}
+        body, receipt = split_publish(cmd, RECEIPT_FIELD)
     msg = StreamMessage.from_json_dict(body)  # structure, size (PAYLOAD_TOO_LARGE), format/epoch
     if msg.stream_id != state.stream_id:
         raise InvalidArgumentError(f"message.stream_id {msg.stream_id!r} differs from the command's stream id")
@@ -377,8 +386,6 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     return StreamCreated(config=config, command=command_json(cmd)), reply
 
 
-_SUBSCRIBE_FIELDS: Final = frozenset({"filter", "start_cursor", "account_key_id"})
-_ROTATE_OPTIONAL: Final = frozenset({"signing_key_id", "effective_sequence"})
 
 
 def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
@@ -388,23 +395,23 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     created_at_sequence and start_cursor are fixed when the subscription is first created, even
     when a CANCELLED one is re-activated (CIP-7: start_cursor applies only on create).
     """
-    body = body_fields(cmd, frozenset({"mode"}), _SUBSCRIBE_FIELDS)
+    body = read_body(cmd, Subscribe)
     try:
-        mode = DeliveryMode(body["mode"])
+        mode = DeliveryMode(body.mode)
     except ValueError:
         raise InvalidArgumentError(
-            f"mode must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {body['mode']!r}"
+            f"mode must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {body.mode!r}"
         ) from None
-    raw_filter = body.get("filter")
+    raw_filter = body.filter
     parse_filter(raw_filter)  # INVALID_FILTER
     filter_json = (
         None if raw_filter is None else json.dumps(json_safe(raw_filter), sort_keys=True, separators=(",", ":"))
     )
     existing = state.subscriptions.get(cmd.caller)
     # CIP-7: start_cursor applies only on create; on update it is ignored, not validated.
-    start = body.get("start_cursor") if existing is None else None
+    start = body.start_cursor if existing is None else None
     start_cursor = state.head if start is None else require_int(start, "start_cursor", maximum=state.head)
-    key_id = body.get("account_key_id")
+    key_id = body.account_key_id
     account_key_id = None if key_id is None else require_int(key_id, "account_key_id", minimum=1)
 
     config = _config(state)
@@ -444,7 +451,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
 
 def _unsubscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: empty. Cancels the caller's ACTIVE or PAUSED subscription."""
-    body_fields(cmd, frozenset())
+    read_body(cmd, Unsubscribe)
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is SubscriptionStatus.CANCELLED:
         raise SubscriptionNotFoundError(f"{cmd.caller} has no live subscription to stream {state.stream_id!r}")
@@ -470,11 +477,11 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
     head + 1 (STALE_SEQUENCE otherwise, with the head: re-sign for head + 1).
     """
     _require_owner(state, cmd)
-    body = body_fields(cmd, frozenset({"new_key"}), _ROTATE_OPTIONAL)
-    new_key = require_bytes(body["new_key"], "new_key", length=ED25519_PUBLIC_KEY_BYTES)
+    body = read_body(cmd, RotatePublisherKey)
+    new_key = require_bytes(body.new_key, "new_key", length=ED25519_PUBLIC_KEY_BYTES)
     old = _schedule(state).current
     new = _schedule(state).rotate(new_key, head_sequence=state.head).current
-    signed_id = body.get("signing_key_id")
+    signed_id = body.signing_key_id
     if signed_id is not None and require_int(signed_id, "signing_key_id", minimum=1) != new.signing_key_id:
         raise InvalidArgumentError(
             f"the rotation is signed for signing_key_id {signed_id!r}, but the current key is "
@@ -482,7 +489,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
             f"(or leave signing_key_id out)",
             details={"signing_key_id": new.signing_key_id},
         )
-    signed_cutover = body.get("effective_sequence")
+    signed_cutover = body.effective_sequence
     if signed_cutover is not None and require_int(signed_cutover, "effective_sequence", minimum=1) != (
         new.effective_sequence
     ):
@@ -512,11 +519,11 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
 def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: policy, PUBLIC or PRIVATE_ALLOWLIST. Existing subscriptions are left as they are."""
     _require_owner(state, cmd)
-    body = body_fields(cmd, frozenset({"policy"}))
+    body = read_body(cmd, SetSubscriptionPolicy)
     try:
-        policy = SubscriptionPolicy(body["policy"])
+        policy = SubscriptionPolicy(body.policy)
     except ValueError:
-        raise InvalidArgumentError(f"policy must be PUBLIC or PRIVATE_ALLOWLIST, got {body['policy']!r}") from None
+        raise InvalidArgumentError(f"policy must be PUBLIC or PRIVATE_ALLOWLIST, got {body.policy!r}") from None
     if _config(state).confidential and policy is not SubscriptionPolicy.PRIVATE_ALLOWLIST:
         raise InvalidArgumentError(
             f"stream {state.stream_id!r} is confidential, which needs PRIVATE_ALLOWLIST: its keyloads are sealed to "
@@ -528,7 +535,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
     def handler(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
         _require_owner(state, cmd)
-        address = require_address(body_fields(cmd, frozenset({"address"}))["address"], "address")
+        address = require_address(read_body(cmd, AllowlistChange).address, "address")
         event = AllowlistChanged(stream_id=state.stream_id, address=address, added=added)
         return event, {"address": address, "added": added}
 
@@ -538,7 +545,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
 def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     """Body: key_epoch, non-decreasing. effective_block_height is the announcing block."""
     _require_owner(state, cmd)
-    key_epoch = require_int(body_fields(cmd, frozenset({"key_epoch"}))["key_epoch"], "key_epoch")
+    key_epoch = require_int(read_body(cmd, AnnounceKeyEpoch).key_epoch, "key_epoch")
     last = state.last_key_epoch
     if last is not None and key_epoch < last:
         raise InvalidArgumentError(
@@ -554,7 +561,6 @@ def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Out
     return event, {"key_epoch": key_epoch, "effective_block_height": ctx.block_height}
 
 
-_RENEW_OPTIONAL: Final = frozenset({"beneficiary_account", "payer_account", "account_key_id"})
 
 
 def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: bytes) -> Decision:
@@ -571,15 +577,15 @@ def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: b
         raise NotPlatformManagedStreamError(
             f"stream {state.stream_id!r} is OPEN: there is no subscription to pay for; subscribe and read it"
         )
-    body = body_fields(cmd, frozenset({"target_key_epoch"}), _RENEW_OPTIONAL)
-    require_int(body["target_key_epoch"], "target_key_epoch")
+    body = read_body(cmd, RenewSubscription)
+    require_int(body.target_key_epoch, "target_key_epoch")
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is not SubscriptionStatus.ACTIVE:
         raise PaymentRequiredError(
             f"{cmd.caller} has no ACTIVE subscription to stream {state.stream_id!r} to renew; subscribe first, "
             "or buy access with acquire_epoch_access"
         )
-    key_id = body.get("account_key_id")
+    key_id = body.account_key_id
     hint = existing.account_key_id if key_id is None else require_int(key_id, "account_key_id", minimum=1)
     reply: dict[str, Any] = {"subscriber": cmd.caller, "account_key_id": hint, "renewal": "forwarded"}
     if hint == existing.account_key_id:

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Final
 
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.commands import MintCby, read_body
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import (
     InvalidArgumentError,
@@ -41,7 +42,7 @@ from watchtower.protocol.ledger import (
     replay_record,
     require_amount,
 )
-from watchtower.protocol.signed_command import Command, Method, body_fields, verify_command
+from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream_state import CBY_BURNED, CBY_MINTED, CallerRecord, Event, FrozenMap
 
 ENV_CBY_MINTER: Final = "WATCHTOWER_CBY_MINTER"
@@ -82,9 +83,9 @@ def decide_supply(state: SupplyState, item: Command | CbyBurn, *, block_height: 
     record = replay_record(state.callers, cmd, block_height)
     if record is not None:
         return LedgerDecision((), {**record.last_reply, "duplicate": True})
-    fields = body_fields(cmd, frozenset({"to", "amount_cby"}))
-    to = require_address(fields["to"], "to")
-    amount = require_amount(fields["amount_cby"])
+    mint = read_body(cmd, MintCby)
+    to = require_address(mint.to, "to")
+    amount = require_amount(mint.amount_cby)
     if amount > MAX_CBY - state.total_supply_cby:
         raise InvalidArgumentError(
             f"minting {amount} would take the total supply above {MAX_CBY} (it is {state.total_supply_cby}); "
