@@ -21,15 +21,18 @@ from watchtower.protocol.events import (
     EVENT_BODIES,
     EVENT_TYPES,
     FeedRegistered,
+    ReplayRegistered,
     StreamMessagePublished,
     event_fields,
 )
 from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegisteredRecord
 from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.records import stream_config_to_record
+from watchtower.schemas.replay_records import decode_replay_record
 from watchtower.schemas.schema_ids import CATALOG, SchemaKind
-from watchtower.schemas.wire import decode_event, encode_event
+from watchtower.schemas.wire import decode_event, encode_event, replay_record_for
 
 SCHEMAS = Path(watchtower.schemas.__file__).parent
 
@@ -164,3 +167,17 @@ def test_reply_keeps_bytes_and_lists() -> None:
     event: Event = one_of_each()[2]
     assert decode_event(encode_event(event)).reply == event.reply
     assert event.reply["raw"] == b"\x00\x01"
+
+
+def test_the_replay_topics_registration_carries_the_events_plan_field_for_field() -> None:
+    """The ``replay`` topic's registered record keeps its own JSON field order (pinned by the golden
+    bytes), so it is a class of its own; every field of the ReplayRegistered event is in it, with
+    the event's value, and what it adds is the envelope."""
+    event = next(e for e in one_of_each() if isinstance(e.body, ReplayRegistered))
+    record = decode_replay_record(replay_record_for(event))
+    assert isinstance(record, ReplayRegisteredRecord)
+    for name, value in event_fields(event.body).items():
+        got = getattr(record, name)
+        assert (list(value) if isinstance(value, tuple) else value) == got, name
+    added = set(ReplayRegisteredRecord.__struct_fields__) - set(BODY_FIELDS["ReplayRegistered"])
+    assert added == {"v", "block_height", "caller", "nonce", "digest_hex", "command"}

@@ -167,10 +167,9 @@ class ActorAuthorizationRevoked:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CbyCredited:
-    """CBY credited to an account (mint, transfer, publisher_revenue or protocol_fee)."""
+class _CbyMovement:
+    """The fields of a CBY movement on an account: which account, how much, why, and against what."""
 
-    TYPE: ClassVar[str] = "CbyCredited"
     account: str
     amount_cby: int
     reason: str
@@ -179,15 +178,17 @@ class CbyCredited:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CbyDebited:
+class CbyCredited(_CbyMovement):
+    """CBY credited to an account (mint, transfer, publisher_revenue or protocol_fee)."""
+
+    TYPE: ClassVar[str] = "CbyCredited"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CbyDebited(_CbyMovement):
     """CBY debited from an account (transfer, purchase or burn)."""
 
     TYPE: ClassVar[str] = "CbyDebited"
-    account: str
-    amount_cby: int
-    reason: str
-    ref: str
-    counterparty: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -221,10 +222,9 @@ class PaidStreamRegistered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class EpochAccessRequested:
-    """A priced purchase sent to the payer's account (in flight until settled)."""
+class _Purchase:
+    """The fields of a purchase of key epochs: its id and the CIP-7 KeyAccessReceipt's fields."""
 
-    TYPE: ClassVar[str] = "EpochAccessRequested"
     purchase_id: str
     stream_id: str
     beneficiary_account: str
@@ -238,20 +238,17 @@ class EpochAccessRequested:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class EpochAccessPurchased:
+class EpochAccessRequested(_Purchase):
+    """A priced purchase sent to the payer's account (in flight until settled)."""
+
+    TYPE: ClassVar[str] = "EpochAccessRequested"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochAccessPurchased(_Purchase):
     """CIP-7 EpochAccessPurchased (the receipt's fields and the purchase id)."""
 
     TYPE: ClassVar[str] = "EpochAccessPurchased"
-    purchase_id: str
-    stream_id: str
-    beneficiary_account: str
-    payer_account: str
-    from_key_epoch: int
-    to_key_epoch: int
-    epochs_charged: int
-    publisher_amount_cby: int
-    protocol_fee_cby: int
-    total_amount_cby: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -287,10 +284,9 @@ class ReplayPricingSet:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayOrdered:
-    """A priced ICRC-77 replay being paid for by the requester's account (in flight until settled)."""
+class _ReplayPlan:
+    """The fields of one ICRC-77 replay request, as planned."""
 
-    TYPE: ClassVar[str] = "ReplayOrdered"
     stream_id: str
     replay_id: int
     namespace: str
@@ -307,23 +303,17 @@ class ReplayOrdered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayRegistered:
+class ReplayOrdered(_ReplayPlan):
+    """A priced ICRC-77 replay being paid for by the requester's account (in flight until settled)."""
+
+    TYPE: ClassVar[str] = "ReplayOrdered"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayRegistered(_ReplayPlan):
     """An accepted ICRC-77 replay (free, or paid): what the replay topic's registration holds."""
 
     TYPE: ClassVar[str] = "ReplayRegistered"
-    stream_id: str
-    replay_id: int
-    namespace: str
-    requester: str
-    from_sequence: int
-    to_sequence: int | None
-    first: int
-    end_exclusive: int
-    end_id: int | None
-    filter: str | None
-    skip: tuple[int, ...] | None
-    memo_hex: str
-    price_cby: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -374,21 +364,25 @@ class IngestFailed:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RunnerRegistered:
-    """An ingestion runner registered (on the runner registry's key)."""
+class _RunnerEntry:
+    """The fields of a runner-registry entry: the runner's address and its label."""
 
-    TYPE: ClassVar[str] = "RunnerRegistered"
     runner: str
     label: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RunnerRetired:
+class RunnerRegistered(_RunnerEntry):
+    """An ingestion runner registered (on the runner registry's key)."""
+
+    TYPE: ClassVar[str] = "RunnerRegistered"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunnerRetired(_RunnerEntry):
     """An ingestion runner left the registry."""
 
     TYPE: ClassVar[str] = "RunnerRetired"
-    runner: str
-    label: str
 
 
 EventBody = (

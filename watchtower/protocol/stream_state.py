@@ -292,37 +292,6 @@ EPOCH_ACCESS_PURCHASED: Final = "EpochAccessPurchased"
 EPOCH_ACCESS_IDEMPOTENT: Final = "EpochAccessIdempotent"
 EPOCH_ACCESS_FAILED: Final = "EpochAccessFailed"
 
-PURCHASE_FIELDS: Final = (
-    "purchase_id",
-    "stream_id",
-    "beneficiary_account",
-    "payer_account",
-    "from_key_epoch",
-    "to_key_epoch",
-    "epochs_charged",
-    "publisher_amount_cby",
-    "protocol_fee_cby",
-    "total_amount_cby",
-)
-"""The body of EpochAccessRequested and EpochAccessPurchased: the CIP-7 receipt fields plus its id."""
-
-REPLAY_FIELDS: Final = (
-    "stream_id",
-    "replay_id",
-    "namespace",
-    "requester",
-    "from_sequence",
-    "to_sequence",
-    "first",
-    "end_exclusive",
-    "end_id",
-    "filter",
-    "skip",
-    "memo_hex",
-    "price_cby",
-)
-"""The body of ReplayOrdered and ReplayRegistered: one ICRC-77 replay request, as planned."""
-
 MESSAGE_CIP7_FIELDS: Final = (
     "stream_id",
     "version",
