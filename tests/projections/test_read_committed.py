@@ -9,6 +9,7 @@ must both know the committed stream and answer STREAM_NOT_FOUND for the aborted 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -20,6 +21,7 @@ from confluent_kafka import Producer
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
+from watchtower.protocol.events import StreamCreated
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.stream_state import STREAM_CREATED, Event
@@ -32,24 +34,27 @@ from watchtower.topics.reader import read_committed
 pytestmark = pytest.mark.integration
 
 
-def _created_event(bootstrap: str, events: str, stream_id: str) -> dict[str, object]:
+def _created_event(bootstrap: str, events: str, stream_id: str) -> Event:
     for m in read_committed(bootstrap, [events]):
         if m.key() == stream_id.encode() and decode_event(m.value()).type == STREAM_CREATED:
-            return {"event": decode_event(m.value()).to_dict()}
+            return decode_event(m.value())
     raise AssertionError(f"no StreamCreated for {stream_id}")
 
 
-def _write_copy(bootstrap: str, events: str, wire: dict[str, object], stream_id: str, owner: nacl.signing.SigningKey,
+def _write_copy(bootstrap: str, events: str, created: Event, stream_id: str, owner: nacl.signing.SigningKey,
                 *, commit: bool) -> None:
-    copy = json.loads(json.dumps(wire))
-    copy["event"]["stream_id"] = stream_id
-    copy["event"]["body"]["config"]["stream_id"] = stream_id  # else the fold quarantines it as forged
-    # Likewise the owner's signed create command, which names the stream it creates (key chain).
-    original = Command.from_dict(json.loads(copy["event"]["body"]["command"]))
+    body = created.body
+    assert isinstance(body, StreamCreated)
+    assert body.command is not None
+    # The config names the stream, else the fold quarantines it as forged; likewise the owner's
+    # signed create command, which names the stream it creates (key chain).
+    original = Command.from_dict(json.loads(body.command))
     resigned = sign_command(owner, "create_stream", stream_id, original.nonce, dict(original.body))
-    copy["event"]["body"]["command"] = command_json(resigned)
-    copy["event"]["digest_hex"] = command_digest(resigned).hex()
-    value = encode_event(Event.from_dict(copy["event"]))
+    copy = dataclasses.replace(
+        created, stream_id=stream_id, digest=command_digest(resigned),
+        body=StreamCreated(config=dataclasses.replace(body.config, stream_id=stream_id),
+                           command=command_json(resigned)))
+    value = encode_event(copy)
     assert decode_event(value).stream_id == stream_id  # a well-formed event: only the abort may hide it
     producer = Producer({**kafka_config(bootstrap), "transactional.id": f"test-{uuid.uuid4().hex}"})
     producer.init_transactions(30)

@@ -17,7 +17,7 @@ records of the cases before it too.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +33,7 @@ from worker_harness import Workers, partition_for, read_health, workers
 from watchtower.gateway.archive import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.events import PublisherKeyRotated
+from watchtower.protocol.events import FeedRegistered, PublisherKeyRotated, SubscriptionPolicyChanged
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import command_digest, sign_command
@@ -144,16 +144,16 @@ def stream(bench: Bench) -> Stream:
     return s
 
 
-def logged_events(bench: Bench, key: str) -> list[tuple[int, int, dict[str, Any]]]:
-    """(partition, offset, envelope ``{"event": Event.to_dict()}``) of every committed event keyed ``key``."""
-    return [(int(m.partition() or 0), int(m.offset() or 0), {"event": decode_event(m.value()).to_dict()})
+def logged_events(bench: Bench, key: str) -> list[tuple[int, int, Event]]:
+    """(partition, offset, event) of every committed event keyed ``key``."""
+    return [(int(m.partition() or 0), int(m.offset() or 0), decode_event(m.value()))
             for m in read_committed(bench.workers.bootstrap, [bench.t_events]) if m.key() == key.encode()]
 
 
-def last_event(bench: Bench, key: str, event_type: str) -> dict[str, Any]:
-    envelopes = [env for _, _, env in logged_events(bench, key) if env["event"]["type"] == event_type]
-    assert envelopes, f"no {event_type} event keyed {key}"
-    return envelopes[-1]
+def last_event(bench: Bench, key: str, event_type: str) -> Event:
+    events = [event for _, _, event in logged_events(bench, key) if event.type == event_type]
+    assert events, f"no {event_type} event keyed {key}"
+    return events[-1]
 
 
 def inject(bench: Bench, partition: int, key: str | None, value: bytes) -> int:
@@ -168,15 +168,18 @@ def inject(bench: Bench, partition: int, key: str | None, value: bytes) -> int:
     return offsets[0]
 
 
-def wire(envelope: dict[str, Any]) -> bytes:
+def wire(event: Event) -> bytes:
     """The event's bytes as the writer's codec encodes them (a forger uses the same public schemas)."""
-    return encode_event(Event.from_dict(envelope["event"]))
+    return encode_event(event)
 
 
-def edited(envelope: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> bytes:
-    copy = json.loads(json.dumps(envelope))
-    edit(copy["event"])
-    return wire(copy)
+def edited(event: Event, edit: Callable[[Event], Event]) -> bytes:
+    return wire(edit(event))
+
+
+def rebody(event: Event, **changes: Any) -> Event:
+    """`event` with some of its body's fields changed."""
+    return dataclasses.replace(event, body=dataclasses.replace(event.body, **changes))
 
 
 def check_restart_quarantines(bench: Bench, stream: Stream, partition: int, offset: int, reason: str) -> None:
@@ -192,22 +195,22 @@ def test_a_forged_publish_at_head_plus_one_cannot_make_the_log_skip_or_repeat(be
     # own, so a forged copy at head + 1 folds; what the rebuild guarantees is a gapless head: the
     # genuine head + 1 after it is quarantined, and the next publish is head + 2. (Message
     # signatures are checked by whoever reads the messages topic, the one archive of payloads.)
-    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    event = last_event(bench, stream.stream_id, "StreamMessagePublished")
 
-    def next_sequence(event: dict[str, Any]) -> None:
-        event["body"]["sequence"] = stream.head + 1
+    def next_sequence(event: Event) -> Event:
+        return rebody(event, sequence=stream.head + 1)
 
-    inject(bench, stream.partition, stream.stream_id, edited(envelope, next_sequence))
+    inject(bench, stream.partition, stream.stream_id, edited(event, next_sequence))
     # The running worker never reads it: the owner's genuine head+1 is accepted on top of it.
     stream.publish_next()
-    genuine = [off for _, off, env in logged_events(bench, stream.stream_id)
-               if env["event"]["type"] == "StreamMessagePublished"][-1]
+    genuine = [off for _, off, logged in logged_events(bench, stream.stream_id)
+               if logged.type == "StreamMessagePublished"][-1]
     check_restart_quarantines(bench, stream, stream.partition, genuine, "does not follow head")
 
 
 def test_copy_of_the_last_event_is_quarantined(bench: Bench, stream: Stream) -> None:
-    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
-    offset = inject(bench, stream.partition, stream.stream_id, wire(envelope))
+    event = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    offset = inject(bench, stream.partition, stream.stream_id, wire(event))
     check_restart_quarantines(bench, stream, stream.partition, offset, "does not follow head")
 
 
@@ -215,10 +218,11 @@ def test_feed_registration_reusing_feed_id_1_is_quarantined(bench: Bench) -> Non
     bench.streams += 1
     listed = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
     assert listed.create(feed={"name": "first"})["feed_id"] == 1
-    envelope = last_event(bench, REGISTRY_KEY, "FeedRegistered")
-    assert envelope["event"]["body"]["feed_id"] == 1
+    event = last_event(bench, REGISTRY_KEY, "FeedRegistered")
+    assert isinstance(event.body, FeedRegistered)
+    assert event.body.feed_id == 1
     home = partition_for(REGISTRY_KEY, PARTITIONS)
-    offset = inject(bench, home, REGISTRY_KEY, wire(envelope))
+    offset = inject(bench, home, REGISTRY_KEY, wire(event))
     check_restart_quarantines(bench, listed, home, offset, "feed id 1 does not follow 1")
     bench.streams += 1
     another = Stream(bench, f"hostile.{bench.workers.prefix}.{bench.streams}")
@@ -231,19 +235,19 @@ def test_random_garbage_is_quarantined(bench: Bench, stream: Stream) -> None:
 
 
 def test_event_on_the_wrong_partition_is_quarantined(bench: Bench, stream: Stream) -> None:
-    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    event = last_event(bench, stream.stream_id, "StreamMessagePublished")
     elsewhere = (stream.partition + 1) % PARTITIONS
-    offset = inject(bench, elsewhere, stream.stream_id, wire(envelope))
+    offset = inject(bench, elsewhere, stream.stream_id, wire(event))
     check_restart_quarantines(bench, stream, elsewhere, offset, f"belong on partition {stream.partition}")
 
 
 def test_event_under_another_key_is_quarantined(bench: Bench, stream: Stream) -> None:
-    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    event = last_event(bench, stream.stream_id, "StreamMessagePublished")
 
-    def next_sequence(event: dict[str, Any]) -> None:
-        event["body"]["sequence"] = stream.head + 1
+    def next_sequence(event: Event) -> Event:
+        return rebody(event, sequence=stream.head + 1)
 
-    offset = inject(bench, stream.partition, None, edited(envelope, next_sequence))
+    offset = inject(bench, stream.partition, None, edited(event, next_sequence))
     stream.publish_next()
     check_restart_quarantines(bench, stream, stream.partition, offset, "record key None")
 
@@ -251,15 +255,13 @@ def test_event_under_another_key_is_quarantined(bench: Bench, stream: Stream) ->
 def test_forged_nonce_from_the_future_does_not_lock_the_owner_out(bench: Bench, stream: Stream) -> None:
     """A forged last event with nonce 2**62, stamped with a far-future block so that its own nonce
     ceiling allows it: after a restart the owner's ordinary next nonce must still be accepted."""
-    envelope = last_event(bench, stream.stream_id, "StreamMessagePublished")
+    event = last_event(bench, stream.stream_id, "StreamMessagePublished")
 
-    def lockout(event: dict[str, Any]) -> None:
-        event["type"] = "SubscriptionPolicyChanged"
-        event["body"] = {"stream_id": stream.stream_id, "policy": "PUBLIC"}
-        event["nonce"] = 2**62
-        event["block_height"] = 2**50  # its ceiling then allows 2**62
+    def lockout(event: Event) -> Event:
+        return dataclasses.replace(event, body=SubscriptionPolicyChanged(stream_id=stream.stream_id, policy="PUBLIC"),
+                                   nonce=2**62, block_height=2**50)  # its ceiling then allows 2**62
 
-    offset = inject(bench, stream.partition, stream.stream_id, edited(envelope, lockout))
+    offset = inject(bench, stream.partition, stream.stream_id, edited(event, lockout))
     check_restart_quarantines(bench, stream, stream.partition, offset, "more than a day after the current block")
 
 
