@@ -227,8 +227,9 @@ def _settle(state: PaidState, settled: PurchaseSettled, height: int) -> LedgerDe
     if pending is None or pending.purchase_id != settled.purchase_id:
         raise InvalidArgumentError(f"purchase {settled.purchase_id} is not in flight on {state.instance!r}")
     if settled.error is None:
-        purchased = EpochAccessPurchased(**event_fields(pending))
-        receipt = {k: v for k, v in event_fields(purchased).items() if k != "purchase_id"}
+        fields = event_fields(pending)
+        purchased = EpochAccessPurchased(**fields)
+        receipt = {k: v for k, v in fields.items() if k != "purchase_id"}
         event = make_event(state.instance, height, settled.origin, receipt, purchased)
         return LedgerDecision((event,), receipt)
     error = WatchtowerError.from_dict(settled.error)

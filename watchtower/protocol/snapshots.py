@@ -17,7 +17,7 @@ the loader can quarantine it and fold the whole partition instead.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import cbor2
 
@@ -147,22 +147,16 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
         "keyloads": s.keyloads.canonical()})
 
 
-def _purchase(value: object) -> EpochAccessRequested:
-    # A purchase in flight is the EpochAccessRequested body it was folded from, as a JSON-safe map.
-    fields = from_json_safe(value, "purchase")
-    _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[EpochAccessRequested.TYPE]),
-             "a purchase in flight must be a map of the EpochAccessRequested fields")
-    return EpochAccessRequested(**fields)
+B = TypeVar("B", EpochAccessRequested, ReplayOrdered)
 
 
-def _replay_order(value: object) -> ReplayOrdered:
-    # A replay order is the ReplayOrdered body it was folded from, spelled as a JSON-safe map.
-    fields = from_json_safe(value, "replay order")
-    _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[ReplayOrdered.TYPE]),
-             "a replay order must be a map of the ReplayOrdered fields")
-    skip = fields["skip"]
-    _require(skip is None or isinstance(skip, tuple), "a replay order's skip must be a list or null")
-    return ReplayOrdered(**fields)
+def _folded_body(value: object, cls: type[B], what: str) -> B:
+    # A purchase in flight or a replay order is the event body it was folded from, spelled as a
+    # JSON-safe map of exactly that class's fields (a list, such as a replay's skip, reads as a tuple).
+    fields = from_json_safe(value, what)
+    _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[cls.TYPE]),
+             f"a {what} must be a map of the {cls.TYPE} fields")
+    return cls(**fields)
 
 
 def _row(value: object, length: int, what: str) -> list[Any]:
@@ -211,7 +205,7 @@ def _stream_from(d: Any) -> StreamState:
     # Snapshots written before replay pricing existed lack the two replay keys: free, no orders.
     replay_price = _int(d.get("replay_price", 0), "replay_price")
     _require(replay_price <= MAX_CBY, "replay_price must be at most 2**63-1")
-    orders = FrozenMap((_key(row, "replay order"), _replay_order(row[1]))
+    orders = FrozenMap((_key(row, "replay order"), _folded_body(row[1], ReplayOrdered, "replay order"))
                        for row in (_row(r, 2, "replay order") for r in _rows(d.get("replay_orders", []),
                                                                               "replay_orders")))
     # Snapshots written before replays were kept lack them.
@@ -351,7 +345,7 @@ def _paid_from(d: Any) -> PaidState:
         config=None if d["config"] is None else PaidStreamConfig.from_dict(d["config"]),
         entitlements=FrozenMap((_key(r, "entitlement"), _int(r[1], "active_until_key_epoch"))
                                for r in (_row(x, 2, "entitlement") for x in _rows(d["entitlements"], "entitlements"))),
-        in_flight=FrozenMap((_key(r, "purchase"), _purchase(r[1]))
+        in_flight=FrozenMap((_key(r, "purchase"), _folded_body(r[1], EpochAccessRequested, "purchase in flight"))
                             for r in (_row(x, 2, "purchase") for x in _rows(d["in_flight"], "in_flight"))),
         callers=_callers_from(d["callers"]),
     )
