@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import click
 
+from watchtower.cli.json_output import echo_json
 from watchtower.local.broker import LocalKafka, recorded_secure
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
 from watchtower.local.paths import default_data_dir
@@ -95,7 +95,7 @@ def status(port: int, controller_port: int, data_dir: Path | None, nodes: int, a
     """Report state, bootstrap address and data directory."""
     st = LocalKafka(_spec(port, controller_port, data_dir, nodes)).status()
     if as_json:
-        click.echo(json.dumps(st, indent=2))
+        echo_json(st)
         return
     click.echo(f"state:     {st['state']}")
     click.echo(f"bootstrap: {st['bootstrap']}")

@@ -11,7 +11,6 @@ as ``keymgr_url`` to ``config.json`` (docs/keymgr.md).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from click.core import ParameterSource
 
 from watchtower.cli import settings
 from watchtower.cli.genesis import ENV_KEYMGR_PUBLIC_KEY, ENV_RUNNER_REGISTRAR, Genesis, ensure_genesis
+from watchtower.cli.json_output import echo_json
 from watchtower.cli.runner_cmd import admit, runner_address
 from watchtower.client.account import read_key_file
 from watchtower.ingest.keys import ENV_INGEST_KEK_FILE
@@ -345,7 +345,7 @@ def status(as_json: bool, max_lag: int | None, max_lag_seconds: float | None) ->
         if code == 0 and body["lagging"]:
             code = EXIT_LAGGING
     if as_json:
-        click.echo(json.dumps(body, indent=2))
+        echo_json(body)
     elif record is None:
         click.echo("not up; start the stack with `watchtower up`")
     else:
