@@ -6,13 +6,13 @@ order in which the signing account is found). No command here ever prints a seed
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from watchtower.cli.json_output import echo_json
 from watchtower.client.account import (
     DEFAULT_ACCOUNT,
     ENV_ACCOUNT,
@@ -50,11 +50,6 @@ def json_option(func: F) -> F:
 def load_account(account: str | None, key_file: Path | None) -> Account:
     """The signing account for the flags (flag, then environment, then 'default')."""
     return resolve_account(account, key_file)
-
-
-def echo_json(data: Any) -> None:
-    """Print `data` as indented JSON."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str) -> None:

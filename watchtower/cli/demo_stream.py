@@ -20,6 +20,7 @@ from watchtower.cli.demo_replay import show_replay
 from watchtower.cli.demo_trust import show_client_side_trust
 from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, demo_step
 from watchtower.cli.genesis import ENV_PROTOCOL_TREASURY, ensure_genesis
+from watchtower.cli.json_output import json_text
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
@@ -151,7 +152,7 @@ def _drive(api: ApiClient, services: ServiceSet, home: Path) -> None:
 
     click.secho("  -- a filter at work (header-only CIP-7 filter DSL)", bold=True)
     btc = Subscriber(api, sid, filter=BTC_ONLY).poll(100)
-    click.echo(f"  filter {json.dumps(BTC_ONLY)} -> sequences {[m.sequence for m in btc]}")
+    click.echo(f"  filter {json_text(BTC_ONLY, line=True)} -> sequences {[m.sequence for m in btc]}")
 
     show_client_side_trust(api, owner, sid, BTC_ONLY)
 

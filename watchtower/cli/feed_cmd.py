@@ -18,7 +18,7 @@ from typing import Any
 import click
 import nacl.signing
 
-from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, load_account
+from watchtower.cli.account_cmd import echo_table, identity_options, load_account
 from watchtower.cli.feed_config import POLICIES, stream_config_fields
 from watchtower.cli.feed_group import (
     FeedRef,
@@ -30,6 +30,7 @@ from watchtower.cli.feed_group import (
     write_options,
 )
 from watchtower.cli.follow_cmd import feed_id_of, follow_feed, follow_options
+from watchtower.cli.json_output import echo_json
 from watchtower.client import account as keys
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import (
@@ -435,7 +436,7 @@ def feed_subscribe(ref: FeedRef, mode: str, filter_json: str | None, cursor: int
     me = load_account(account, key_file)
     reply = api.command(me.sign("subscribe", stream_id, body))
     if follow and as_json:
-        click.echo(json.dumps(reply, separators=(",", ":")))  # JSON lines: the reply, then one per message
+        echo_json(reply, line=True)  # JSON lines: the reply, then one per message
     else:
         _done(reply, as_json, f"{reply.get('status', 'ACTIVE').lower()} {MODES[mode]} subscription to {stream_id} "
                               f"from cursor {reply.get('start_cursor')}")

@@ -9,13 +9,13 @@ the stream's owner-signed key chain, printed once, in ascending order, without g
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from watchtower.cli.feed_group import message_line
+from watchtower.cli.json_output import echo_json
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
 from watchtower.client.stream_modes import StreamStats
@@ -76,7 +76,10 @@ def follow_feed(api: ApiClient, subscriber: Subscriber, feed_id: int | None, *, 
     printed = 0
     try:
         for msg in subscriber.stream(mode, source, pull_interval_s=pull_interval_s, idle_timeout_s=idle_timeout_s):
-            click.echo(json.dumps(msg.to_json_dict(), separators=(",", ":")) if as_json else message_line(msg))
+            if as_json:
+                echo_json(msg.to_json_dict(), line=True)
+            else:
+                click.echo(message_line(msg))
             printed += 1
             if count is not None and printed >= count:
                 break

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from watchtower.cli import settings
+from watchtower.cli.json_output import echo_json
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import DEFAULT_PARTITIONS, catalogue
 
@@ -22,7 +21,7 @@ def init(bootstrap: str | None, partitions: int, as_json: bool) -> None:
     results = ensure_topics(bs, catalogue(partitions=partitions))
     settings.save({"bootstrap": bs, "partitions": partitions})
     if as_json:
-        click.echo(json.dumps({"bootstrap": bs, "topics": [r.__dict__ for r in results]}, indent=2))
+        echo_json({"bootstrap": bs, "topics": [r.__dict__ for r in results]})
         return
     for r in results:
         click.echo(f"{r.action:8} {r.name}  partitions={r.partitions} rf={r.replication_factor}")

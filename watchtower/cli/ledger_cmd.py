@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from watchtower.cli.account_cmd import account, account_actors_list, echo_json, echo_table, load_account
+from watchtower.cli.account_cmd import account, account_actors_list, echo_table, load_account
 from watchtower.cli.feed_group import FeedRef, read_options, write_options
+from watchtower.cli.json_output import echo_json
 from watchtower.client.account import Account, actor_key_path, resolve_account
 from watchtower.client.account import account_key_path as account_file_path
 from watchtower.client.account_keys import account_key_path, local_account_key_ids

@@ -79,12 +79,10 @@ def _echo_json_error(code: str, message: str, details: Mapping[str, object] | No
     """The spec error object, as the HTTP API answers it: ``{"error": {"code", "message", "details"}}``
     on stdout (where the command's JSON goes), so a script reads its details (e.g. CURSOR_TOO_OLD's
     ready register_replay request) the same way it reads a success."""
-    import json
-
-    from watchtower.protocol.json_ints import json_safe
+    from watchtower.cli.json_output import echo_json
 
     body = {"error": {"code": code, "message": message, "details": dict(details) if details else {}}}
-    click.echo(json.dumps(json_safe(body)))
+    echo_json(body, line=True)
 
 
 def main() -> None:

@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 import click
 
-from watchtower.cli.account_cmd import echo_json, load_account
+from watchtower.cli.account_cmd import load_account
 from watchtower.cli.feed_group import FeedRef, feed, pass_feed, read_options, write_options
+from watchtower.cli.json_output import echo_json
 from watchtower.cli.ledger_cmd import address_of
 from watchtower.client.account import Account
 from watchtower.client.account_keys import sealed_keys_path

@@ -14,7 +14,6 @@ stderr, until the replay is done. ``status --watch`` shows the progress bar alon
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -24,8 +23,9 @@ from typing import Any, TypeVar
 import click
 
 from watchtower.cli import settings
-from watchtower.cli.account_cmd import echo_json, echo_table, identity_options, json_option, load_account
+from watchtower.cli.account_cmd import echo_table, identity_options, json_option, load_account
 from watchtower.cli.feed_group import FeedRef, api_option, feed, message_line, parse_json, pass_feed, write_options
+from watchtower.cli.json_output import echo_json
 from watchtower.client.http import ApiClient
 from watchtower.client.replay import TERMINAL, ReplayClient, ReplayRequest, ReplayTicket, state_of
 from watchtower.protocol.errors import PaymentRequiredError, WatchtowerError
@@ -159,8 +159,10 @@ def replay_request(namespace: str, from_sequence: int, to_sequence: int | None, 
     try:
         for msg in client.messages(ticket, timeout_s=timeout_s, on_status=progress):
             count += 1
-            click.echo(json.dumps({"replay_id": str(ticket.replay_id), **msg.to_json_dict()}) if as_json
-                       else message_line(msg))
+            if as_json:
+                echo_json({"replay_id": str(ticket.replay_id), **msg.to_json_dict()}, line=True)
+            else:
+                click.echo(message_line(msg))
     except WatchtowerError as err:
         raise explained(err) from None
     finally:

@@ -9,7 +9,6 @@ other commands. Progress lines go to stderr (and Spark's console progress bar, o
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from watchtower.cli import settings
+from watchtower.cli.json_output import echo_json
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,7 +74,10 @@ def _resolve(api: ApiClient, feed_id: int | None, stream_id: str | None) -> tupl
 
 
 def _emit(data: dict[str, Any], as_json: bool, human: str) -> None:
-    click.echo(json.dumps(data, sort_keys=True) if as_json else human)
+    if as_json:
+        echo_json(data, line=True, sort_keys=True)
+    else:
+        click.echo(human)
 
 
 @click.group()

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from watchtower.cli.json_output import echo_json
 from watchtower.protocol.conformance import VectorFormatError, VectorOutcome, run_document
 
 
@@ -42,7 +43,7 @@ def check(files: tuple[Path, ...], as_json: bool) -> None:
     passed = sum(1 for r in rows if r["passed"])
     failed = len(rows) - passed
     if as_json:
-        click.echo(json.dumps({"passed": passed, "failed": failed, "results": rows}, indent=2))
+        echo_json({"passed": passed, "failed": failed, "results": rows})
     else:
         for r in rows:
             click.echo(f"PASS {r['id']}" if r["passed"] else f"FAIL {r['id']}: {r['reason']}")
