@@ -63,3 +63,28 @@ def test_booleans() -> None:
     assert params.bool_param({}, "active_only") is False
     with pytest.raises(InvalidArgumentError):
         params.bool_param({"active_only": "maybe"}, "active_only")
+
+
+@pytest.mark.parametrize("number", ["1" * 5_000, "-" + "9" * 5_000, "1" * 41])
+def test_a_filter_with_a_huge_integer_is_invalid_filter(number: str) -> None:
+    """Failed before the fix for 5,000 digits: Python's int-digits limit raised ValueError (a 500)."""
+    text = '{"field":"sequence","op":"gte","value":' + number + "}"
+    with pytest.raises(InvalidFilterError, match=r"integer of \d+ digits; integers here have at most 40"):
+        params.filter_param({"filter": text})
+
+
+def test_a_filter_integer_of_40_digits_still_reaches_the_filter_rules() -> None:
+    text = '{"field":"sequence","op":"gte","value":' + "9" * 40 + "}"
+    assert params.filter_param({"filter": text}) == {"field": "sequence", "op": "gte", "value": 10**40 - 1}
+
+
+@pytest.mark.parametrize("body", [b'{"command": {"nonce": ' + b"7" * 5_000 + b"}}", b'{"n": [' + b"1" * 100 + b"]}"])
+def test_a_request_body_with_a_huge_integer_is_invalid_argument_naming_the_bound(body: bytes) -> None:
+    with pytest.raises(InvalidArgumentError, match="the request body holds an integer of"):
+        params.json_text(body, what="the request body", usage="send {}")
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000])
+def test_a_request_body_that_is_not_json_is_invalid_argument(body: bytes) -> None:
+    with pytest.raises(InvalidArgumentError, match="the request body (is not JSON|nests too deep); send"):
+        params.json_text(body, what="the request body", usage="send {}")

@@ -49,3 +49,10 @@ def test_a_last_event_id_that_is_not_plain_digits_is_invalid_argument(value: str
 def test_a_well_formed_request_passes_the_checks_and_reaches_the_api() -> None:
     _, body = answer(f"/v1/feeds/1/events?subscriber={ALICE}", {"Last-Event-ID": "5"})
     assert body["error"]["code"] == "NOT_READY"  # type: ignore[index]  # the (absent) API, not a check
+
+
+def test_a_filter_with_a_5000_digit_integer_is_invalid_filter() -> None:
+    """Failed before the fix: ValueError from Python's int-digits limit escaped the route (a 500)."""
+    status, body = answer('/v1/feeds/1/events?filter={"field":"sequence","op":"gte","value":' + "1" * 5_000 + "}")
+    assert (status, body["error"]["code"]) == (400, "INVALID_FILTER"), body  # type: ignore[index]
+    assert "5000 digits" in body["error"]["message"]  # type: ignore[index]

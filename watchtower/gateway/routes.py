@@ -148,10 +148,7 @@ async def _reply(future: Future[dict[str, Any]], timeout_s: float) -> dict[str, 
 
 
 async def _json_body(request: web.Request, usage: str = _USAGE) -> Any:
-    try:
-        return await request.json()
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise InvalidArgumentError(f"the request body is not JSON (or nests too deep); send {usage}") from None
+    return params.json_text(await request.read(), what="the request body", usage=f"send {usage}")
 
 
 async def _parse(request: web.Request) -> tuple[Command, float]:

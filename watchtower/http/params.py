@@ -14,6 +14,12 @@ Bounds that are this API's own rules, documented in docs/http-api.md:
 - ``timeout_s`` (``POST /v1/commands``): a number in (0, 120] seconds. A command is produced only
   after its timeout passed this check, so a rejected timeout never leaves a command applied behind
   a TIMEOUT answer.
+
+Every JSON a request carries (a ``filter``, a command body) is read by `json_text`: an integer
+literal of more than `MAX_JSON_INT_DIGITS` digits is refused while parsing, with the caller's spec
+code. No integer this API takes is wider than 2**64 (20 digits), and without the bound a number of
+more than 4,300 digits makes Python's ``int()`` itself raise, which used to surface as a server
+error (and a message echoing such a number could not even be formatted).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT, MAX_WIRE_UINT64, MIN_GET_SINCE_LIMIT
 from watchtower.protocol.errors import InvalidArgumentError, InvalidFilterError, LimitExceededError, WatchtowerError
@@ -36,6 +42,9 @@ DEFAULT_LIMIT: Final = 100
 # A filter has at most 16 predicates and depth 4 (DESIGN §7.4); 16 KiB of JSON is far beyond
 # any valid one, and caps the work a hostile filter can cause before it is refused.
 MAX_FILTER_CHARS: Final = 16_384
+# Twice the digits of 2**64, so a wider number than any field takes still reaches that field's own
+# check (which names the field and its range), while Python's int() of long text stays far away.
+MAX_JSON_INT_DIGITS: Final = 40
 
 # Plain ASCII digits; a minus sign only before a non-zero digit (never "-0", "-007", "+5" or " 5").
 _DIGITS = re.compile(r"[0-9]{1,19}|-[1-9][0-9]{0,18}")
@@ -73,6 +82,38 @@ def wait_ms_param(query: Mapping[str, str]) -> int:
     return int_param(query, "wait_ms", DEFAULT_WAIT_MS, maximum=MAX_WAIT_MS)
 
 
+def json_text(text: str | bytes, *, what: str, usage: str,
+              error: type[WatchtowerError] = InvalidArgumentError) -> Any:
+    """`text` decoded as JSON, else `error` saying what `what` must be (`usage`).
+
+    Refused: text that is not JSON (or not UTF-8), nesting deep enough to exhaust the recursion
+    limit, and an integer literal of more than `MAX_JSON_INT_DIGITS` digits.
+    """
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except _IntTooWideError as wide:
+        raise error(f"{what} holds an integer of {wide.digits} digits; integers here have at most "
+                    f"{MAX_JSON_INT_DIGITS} digits (none of them is wider than 2**64); {usage}") from None
+    except (ValueError, UnicodeDecodeError):  # json.JSONDecodeError is a ValueError
+        raise error(f"{what} is not JSON; {usage}") from None
+    except RecursionError:
+        raise error(f"{what} nests too deep; {usage}") from None
+
+
+class _IntTooWideError(Exception):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _bounded_int(literal: str) -> int:
+    # json's scanner hands every integer literal here as text (an optional "-", then digits).
+    digits = len(literal) - literal.startswith("-")
+    if digits > MAX_JSON_INT_DIGITS:
+        raise _IntTooWideError(digits)
+    return int(literal)
+
+
 def bool_param(query: Mapping[str, str], name: str) -> bool:
     """``true/1/yes`` or ``false/0/no`` (absent: false); anything else is INVALID_ARGUMENT."""
     text = query.get(name, "").lower()
@@ -91,11 +132,8 @@ def filter_param(query: Mapping[str, str], name: str = "filter") -> object:
     if len(text) > MAX_FILTER_CHARS:
         raise InvalidFilterError(f"{name} is {len(text)} characters; a valid filter (at most 16 predicates, "
                                  f"depth 4) fits in {MAX_FILTER_CHARS}")
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        raise InvalidFilterError(f"{name} is not JSON (or nests too deep); pass the filter DSL as JSON text, "
-                                 "at most 4 levels deep") from None
+    return json_text(text, what=name, error=InvalidFilterError,
+                     usage="pass the filter DSL as JSON text, at most 4 levels deep")
 
 
 def timeout_param(body: Mapping[str, object]) -> float:

@@ -14,13 +14,13 @@ Nothing here logs a request body.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web
 
+from watchtower.http import params
 from watchtower.http import server as web_server
 from watchtower.http.errors import error_body, http_status
 from watchtower.keymgr.openapi import OPENAPI
@@ -65,12 +65,8 @@ def _route(
     manager: KeyManager, method: Method, op: Callable[[Any], dict[str, Any]]
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
-        try:
-            payload = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError):
-            raise InvalidArgumentError('the request body must be JSON: {"command": <a signed command>}') from None
-        except RecursionError:
-            raise InvalidArgumentError("the request nests too deep; send flat JSON") from None
+        payload = params.json_text(await request.read(), what="the request body",
+                                   usage='send {"command": <a signed command>}')
 
         def work() -> dict[str, Any]:
             return op(manager.authenticate(payload, method))
