@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from api_calls import wait_for
 from click.testing import CliRunner
 from kafka_fixture import free_port_block
 
@@ -20,14 +22,25 @@ from watchtower.local.supervisor import (
     ServiceRecord,
     StackRecord,
     process_runs,
+    process_start_ticks,
     read_health,
 )
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 @pytest.fixture
 def stand_in_worker() -> Iterator[subprocess.Popen[bytes]]:
     """A process whose command line names the worker module and id, as a real worker's does."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", WORKER_MODULE, "w1"])
+    # Right after Popen the child may not have finished its exec: /proc/PID/cmdline can still be
+    # the parent's argv, or empty. Wait until it names the module, as a started worker's does.
+    wait_for(lambda: WORKER_MODULE.encode() in _cmdline(proc.pid), 30, "the stand-in worker's exec")
     yield proc
     proc.kill()
     proc.wait(10)
@@ -52,6 +65,43 @@ def test_a_live_pid_running_another_program_is_not_counted_as_the_worker(
     assert process_runs(stand_in_worker.pid, WORKER_MODULE, "w1")
     assert not process_runs(stand_in_worker.pid, WORKER_MODULE, "w2"), "another worker id"
     assert not process_runs(stand_in_worker.pid, "watchtower.api.main", "w1"), "another module"
+
+
+# A process that has been forked but has not exec'd its program yet: it reads one byte from stdin,
+# then execs the stand-in worker. Until then its command line names neither module nor worker id.
+EXEC_LATER = ("import os, sys; sys.stdin.read(1); os.execv(sys.executable, "
+              "[sys.executable, '-c', 'import time; time.sleep(120)', os.environ['STAND_IN_MODULE'], 'w1'])")
+
+
+def test_a_worker_started_a_moment_ago_is_running_before_its_exec_shows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`watchtower up` records a pid right after the spawn, before the child's exec may show in
+    /proc/PID/cmdline: `status` (and `up` deciding what to restart) still counts it as running,
+    before and after the exec; a recorded pid whose start time differs is not the worker."""
+    proc = subprocess.Popen([sys.executable, "-c", EXEC_LATER], stdin=subprocess.PIPE,
+                            env={**os.environ, "STAND_IN_MODULE": WORKER_MODULE})
+    try:
+        record = _record(tmp_path, None)
+        record.services["worker-w1"].attach(proc.pid)
+        assert WORKER_MODULE.encode() not in _cmdline(proc.pid)  # the state right after the spawn
+        assert record.services["worker-w1"].alive()
+        code, out = _status(tmp_path, monkeypatch, "--json")
+        assert code == EXIT_NOT_UP  # nothing recorded yet: save it, as `up` does
+        record.save()
+        code, out = _status(tmp_path, monkeypatch, "--json")
+        assert json.loads(out)["services"]["worker-w1"]["state"] == "running"
+        assert proc.stdin is not None
+        proc.stdin.write(b"x")
+        proc.stdin.flush()
+        wait_for(lambda: WORKER_MODULE.encode() in _cmdline(proc.pid), 30, "the exec of the stand-in worker")
+        assert record.services["worker-w1"].alive()
+        # The same pid with another start time is another process (a pid reused after a reboot or a wrap).
+        other = ServiceRecord("worker-w1", "worker", "w1", pid=proc.pid,
+                              started=(process_start_ticks(proc.pid) or 0) + 1)
+        assert not other.alive()
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_health_file_missing_corrupt_stale_and_current(tmp_path: Path) -> None:

@@ -9,8 +9,10 @@ import logging.config
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from api_calls import wait_for
 
 from watchtower.logs import JsonFormatter, faust_logging_config, log_format, setup_logging
 from watchtower.protocol.errors import StaleSequenceError
@@ -67,21 +69,24 @@ def test_setup_replaces_the_root_handlers(monkeypatch: pytest.MonkeyPatch) -> No
         root.setLevel(saved[1])
 
 
-def test_a_worker_process_logs_json_lines() -> None:
+def test_a_worker_process_logs_json_lines(tmp_path: Path) -> None:
     """A stream worker pointed at an address where no broker listens logs its client's connection
     failures; with JSON chosen, every log line it writes is one JSON object naming the service
     and the worker (librdkafka's own lines reach Python logging through the worker's logger)."""
     env = {**os.environ, "WATCHTOWER_LOG_FORMAT": "json", "WATCHTOWER_LOG_LEVEL": "INFO",
            "WATCHTOWER_METRICS_PORT": "off"}
-    proc = subprocess.Popen([sys.executable, "-m", "watchtower.workers.worker_main", "127.0.0.1:1", "w9", "tjsonlogs"],
-                            env=env, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "watchtower.workers.worker_main", "127.0.0.1:1", "w9",
+                                 "tjsonlogs"], env=env, stderr=out)
     try:
-        proc.wait(timeout=4)
-    except subprocess.TimeoutExpired:
+        # Until it has logged a line of its own (not for a fixed time: a busy machine starts it slowly).
+        wait_for(lambda: proc.poll() is not None or b'"service": "worker"' in log.read_bytes(), 60,
+                 "the worker's first JSON log line")
+    finally:
         proc.terminate()
         proc.wait(timeout=60)
-    assert proc.stderr is not None
-    err = proc.stderr.read().splitlines()
+    err = log.read_text().splitlines()
     lines = [ln for ln in err if ln.startswith("{")]
     assert lines, f"the worker logged nothing as JSON: {err[-5:]}"
     # Nothing of ours in the old text format (librdkafka's own "%3|" lines are not Python logging).

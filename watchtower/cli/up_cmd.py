@@ -128,7 +128,7 @@ def up(ctx: click.Context, **options: Any) -> None:
             services.start_runner(s.worker_id)
         else:
             services.start_projection(s.worker_id, port=s.port)
-        s.pid = services.procs[s.name].pid
+        s.attach(services.procs[s.name].pid)
         restarted.append(s.name)
     record.save()
     keymgr_url = _keymgr_url(services, record)
@@ -310,7 +310,7 @@ def down(keep_kafka: bool) -> None:
     if keep_kafka:
         # The broker stays recorded so a later `down` stops it and `up` starts the services again.
         for s in record.services.values():
-            s.pid = None
+            s.attach(None)
         record.save()
         click.echo(f"kafka kept running ({record.bootstrap}); `watchtower down` stops it")
         return

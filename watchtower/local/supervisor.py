@@ -6,8 +6,13 @@ even after an `up` that failed half-way. The record holds the broker's ports, th
 partitions, and the planned services (stream-actor workers ``worker-wN`` and projection/API
 workers ``projection-pN``, each with its HTTP port) with the pid of their current process.
 
-A process counts as alive only when its pid is alive, is not a zombie, and its command line still
-names the service's module and worker id, so a pid reused by an unrelated program is not ours.
+A process counts as alive only when its pid is alive, is not a zombie, and it is the process that
+was started: its start time (``/proc/PID/stat``, recorded with the pid) is the recorded one, so a
+pid reused by an unrelated program is not ours. The start time is known from the fork on, while
+``/proc/PID/cmdline`` shows the program only once the child's exec is done: a worker started a
+moment ago is running although its command line does not name it yet. A record without a start
+time (an earlier release's) falls back to the command line, which must name the service's module
+and worker id.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class ServiceRecord:
     worker_id: str
     port: int | None = None  # projections: the HTTP API port
     pid: int | None = None  # the current process, if one was started
+    started: int | None = None  # its start time, clock ticks after boot (`process_start_ticks`)
 
     @property
     def module(self) -> str:
@@ -67,8 +73,13 @@ class ServiceRecord:
                 "delivery": DELIVERY_MODULE, "ingest": INGEST_MODULE, "runner": INGEST_MODULE}.get(
                     self.kind, PROJECTION_MODULE)
 
+    def attach(self, pid: int | None) -> None:
+        """Record `pid` (None: no process) as this service's process, with its start time."""
+        self.pid = pid
+        self.started = None if pid is None else process_start_ticks(pid)
+
     def alive(self) -> bool:
-        return self.pid is not None and process_runs(self.pid, self.module, self.worker_id)
+        return self.pid is not None and process_runs(self.pid, self.module, self.worker_id, self.started)
 
 
 @dataclass
@@ -155,10 +166,25 @@ def _from_v1(data: dict[str, Any]) -> StackRecord:
 
 
 # ---------------------------------------------------------------------------- processes
-def process_runs(pid: int, module: str, worker_id: str) -> bool:
-    """True when ``pid`` is a live, non-zombie process running ``python -m module ... worker_id``."""
+def process_start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks after boot (field 22 of ``/proc/PID/stat``); None
+    when there is no such process. Set at the fork and never changed by an exec."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        # The command name (field 2) may hold spaces and parentheses: count the fields after its ')'.
+        return int(raw[raw.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_runs(pid: int, module: str, worker_id: str, started: int | None = None) -> bool:
+    """True when ``pid`` is a live, non-zombie process and the one recorded: started at `started`
+    (clock ticks, `process_start_ticks`), or, when no start time was recorded, running
+    ``python -m module ... worker_id``."""
     if not _pid_alive(pid):
         return False
+    if started is not None:
+        return process_start_ticks(pid) == started
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
