@@ -13,16 +13,29 @@ offset and reason, counted, skipped; the fold goes on from the last valid state.
 `catch_up` is what makes a refusal "from the next block": a request first asks the broker for
 the last stable offset of every events partition, then waits until the thread has folded up to
 it, so any revocation or purchase committed before the request arrived is seen.
+
+The end offsets come from an AdminClient that is replaced when its answers show stale metadata
+(`EndOffsets`): librdkafka's admin ListOffsets sends each partition's leader epoch from the
+client's metadata cache and refreshes that cache only on NOT_LEADER_OR_FOLLOWER and
+LEADER_NOT_AVAILABLE, so after a broker restart a long-lived client keeps sending the old epoch and
+gets FENCED_LEADER_EPOCH until the cache entry expires (``metadata.max.age.ms``, 15 minutes).
+
+`readiness` is what ``/v1/health`` reports: whether the last check of the broker's end offsets and
+of the fold succeeded, and why not. A watch thread repeats that check every few seconds, so health
+turns not-ready while reads fail even when no request arrives, and the client is replaced before
+the next request needs it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -39,7 +52,97 @@ from watchtower.topics.connection import kafka_config
 log = logging.getLogger("watchtower.keymgr.follower")
 
 CATCH_UP_TIMEOUT_S: Final = 30.0
+#: How long the watch thread waits for the broker's end offsets before it calls the service not ready.
+PROBE_TIMEOUT_S: Final = 5.0
+#: The watch thread's period while ready, and while not ready (recovery is seen sooner).
+PROBE_INTERVAL_S: Final = 5.0
+PROBE_RETRY_S: Final = 1.0
+#: A client failing this long without one answer is replaced, whatever its error.
+RENEW_AFTER_S: Final = 10.0
+#: The pause between two end-offset queries of one catch-up.
+_RETRY_PAUSE_S: Final = 0.25
 _MAX_REASON: Final = 300
+
+#: Answers that mean the client's partition metadata (leader, leader epoch) is stale.
+_STALE_METADATA: Final = frozenset({
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._NOENT,  # "Failed to query partition leaders: No leaders found"
+})
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a request would be served now; `reason` says why not (None when ready)."""
+
+    ready: bool
+    reason: str | None = None
+
+
+class EndOffsets:
+    """The events partitions' last stable offsets, from an AdminClient replaced when it goes stale.
+
+    Thread-safe: concurrent requests share one client; a failure replaces the client it came from
+    (not a newer one) when the error names stale metadata, or when that client has not answered
+    for `RENEW_AFTER_S`.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: list[int]) -> None:
+        self._bootstrap, self._topic, self._partitions = bootstrap, topic, partitions
+        self._lock = threading.Lock()
+        self._admin = self._new_admin()
+        self._failing_since: float | None = None
+        self.renewals = 0
+
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(kafka_config(self._bootstrap, log_level=3))
+
+    def query(self, timeout_s: float) -> dict[int, int]:
+        """``{partition: last stable offset}``; KafkaException or TimeoutError once `timeout_s` is spent."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                admin = self._admin
+            left = max(deadline - time.monotonic(), 0.1)
+            try:
+                futures = admin.list_offsets(
+                    {TopicPartition(self._topic, p): OffsetSpec.latest() for p in self._partitions},
+                    isolation_level=IsolationLevel.READ_COMMITTED,
+                    request_timeout=left,
+                )
+                ends = {tp.partition: int(f.result(timeout=left).offset) for tp, f in futures.items()}
+            except (KafkaException, TimeoutError) as exc:
+                self._failed(admin, exc)
+                if deadline - time.monotonic() <= _RETRY_PAUSE_S:
+                    raise
+                time.sleep(_RETRY_PAUSE_S)  # a back-off between queries to the broker, not a synchronisation
+                continue
+            with self._lock:
+                if admin is self._admin:
+                    self._failing_since = None
+            return ends
+
+    def _failed(self, admin: AdminClient, exc: Exception) -> None:
+        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
+        now = time.monotonic()
+        with self._lock:
+            if admin is not self._admin:
+                return  # another request replaced it already
+            if self._failing_since is None:
+                self._failing_since = now
+            if code not in _STALE_METADATA and now - self._failing_since < RENEW_AFTER_S:
+                return
+            # A fresh client starts with an empty metadata cache: its first query looks the
+            # leaders and their current epochs up again. The old one is destroyed when the last
+            # request still holding it lets go.
+            self._admin = self._new_admin()
+            self._failing_since = None
+            self.renewals += 1
+        log.warning("replaced the events end-offsets client after %s", str(exc)[:_MAX_REASON])
 
 
 class EventFollower:
@@ -54,6 +157,8 @@ class EventFollower:
         self._reached: dict[int, int] = {}
         self._stop = threading.Event()
         self._error: str | None = None
+        self._readiness = Readiness(False, "the key manager is reading the events topic")
+        self._readiness_at = 0.0  # when the check behind `_readiness` started
         self._consumer = Consumer(
             kafka_config(
                 bootstrap,
@@ -66,20 +171,23 @@ class EventFollower:
                 },
             )
         )
-        self._admin = AdminClient(kafka_config(bootstrap, log_level=3))
         meta = self._consumer.list_topics(self.topic, timeout=30).topics[self.topic]
         if meta.error is not None:
             raise NotReadyError(f"the events topic {self.topic} is not available ({meta.error}); run watchtower init")
         self.partitions = sorted(meta.partitions)
+        self.end_offsets = EndOffsets(bootstrap, self.topic, self.partitions)
         self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.partitions])
         self._thread = threading.Thread(target=self._run, name="keymgr-follower", daemon=True)
+        self._watch_thread = threading.Thread(target=self._watch, name="keymgr-readiness", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._watch_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        self._watch_thread.join(PROBE_TIMEOUT_S + 5)
         self._consumer.close()
 
     # ------------------------------------------------------------------ fold
@@ -127,29 +235,60 @@ class EventFollower:
             self.keymgr.apply(event)
 
     # ------------------------------------------------------------------ reads
-    def _stable_ends(self, timeout_s: float) -> dict[int, int]:
-        futures = self._admin.list_offsets(
-            {TopicPartition(self.topic, p): OffsetSpec.latest() for p in self.partitions},
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=timeout_s,
-        )
-        return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+    def catch_up(self, timeout_s: float = CATCH_UP_TIMEOUT_S, *, ends_timeout_s: float | None = None) -> None:
+        """Block until everything committed before this call is folded (NOT_READY after `timeout_s`).
 
-    def catch_up(self, timeout_s: float = CATCH_UP_TIMEOUT_S) -> None:
-        """Block until everything committed before this call is folded (NOT_READY after `timeout_s`)."""
+        The broker has `ends_timeout_s` (default: all of `timeout_s`) to answer the end offsets.
+        Every outcome is what `readiness` reports next.
+        """
+        started = time.monotonic()
+        try:
+            self._catch_up(started + timeout_s, ends_timeout_s if ends_timeout_s is not None else timeout_s)
+        except NotReadyError as err:
+            self._record(started, Readiness(False, err.message))
+            raise
+        self._record(started, Readiness(True))
+
+    def _catch_up(self, deadline: float, ends_timeout_s: float) -> None:
         if self._error is not None:
             raise NotReadyError(f"the key manager lost its view of the events topic ({self._error}); restart it")
+        ends_timeout_s = min(ends_timeout_s, deadline - time.monotonic())
         try:
-            targets = self._stable_ends(timeout_s)
+            targets = self.end_offsets.query(ends_timeout_s)
         except (KafkaException, TimeoutError) as exc:
-            raise NotReadyError(f"the broker did not answer the events topic's end offsets ({exc}); retry") from None
-        deadline = time.monotonic() + timeout_s
+            why = str(exc) or f"no answer in {ends_timeout_s:.0f}s"
+            raise NotReadyError(f"the broker did not answer the events topic's end offsets ({why}); retry") from None
         with self._cond:
             while not all(self._reached.get(p, 0) >= end for p, end in targets.items()):
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._stop.is_set():
                     raise NotReadyError("the key manager is still reading the events topic; retry in a moment")
                 self._cond.wait(min(left, 0.5))
+
+    # ------------------------------------------------------------------ readiness
+    def readiness(self) -> Readiness:
+        """The outcome of the latest check: a request's catch-up or the watch thread's."""
+        if self._error is not None:
+            return Readiness(False, f"the key manager lost its view of the events topic ({self._error}); restart it")
+        with self._cond:
+            return self._readiness
+
+    def _record(self, started: float, outcome: Readiness) -> None:
+        # A check that started before the one recorded last is older news: it does not overwrite it.
+        with self._cond:
+            if started < self._readiness_at:
+                return
+            before, self._readiness, self._readiness_at = self._readiness, outcome, started
+        if before.ready and not outcome.ready:
+            log.warning("not ready: %s", (outcome.reason or "")[:_MAX_REASON])
+        elif outcome.ready and not before.ready:
+            log.info("ready again")
+
+    def _watch(self) -> None:
+        """Check the end offsets and the fold every few seconds, until stopped."""
+        while not self._stop.wait(PROBE_INTERVAL_S if self.readiness().ready else PROBE_RETRY_S):
+            with contextlib.suppress(NotReadyError):  # recorded by catch_up; health reports it
+                self.catch_up(ends_timeout_s=PROBE_TIMEOUT_S)
 
     @contextmanager
     def reading(self) -> Iterator[EventFollower]:

@@ -84,8 +84,7 @@ def build_app(manager: KeyManager) -> web.Application:
 
     async def health(_request: web.Request) -> web.Response:
         # "ready" as the projections' /v1/health, so `watchtower status` reads both the same way.
-        return web.json_response({"ok": True, "ready": True, "quarantined": manager.follower.quarantined,
-                                  "sealed_seeds": len(manager.vault.sealed_streams)})
+        return web.json_response(manager.health())
 
     app.router.add_post("/v1/keymgr/encrypt", _route(manager, Method.STREAM_ENCRYPT, manager.encrypt))
     app.router.add_post("/v1/keymgr/decrypt", _route(manager, Method.STREAM_DECRYPT, manager.decrypt))

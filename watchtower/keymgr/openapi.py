@@ -27,6 +27,11 @@ def _object(required: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "required": sorted(required), "properties": required}
 
 
+#: ``reason`` is there only while ``ready`` is false.
+_HEALTH: Final = {"type": "object", "required": ["ok", "quarantined", "ready", "sealed_seeds"], "properties": {
+    "ok": {"type": "boolean"}, "ready": {"type": "boolean"}, "reason": _STR, "quarantined": _INT,
+    "sealed_seeds": _INT}}
+
 _ERRORS: Final = {
     str(status): _json(_ERROR_REF, "a spec error: {\"error\": {\"code\", \"message\", \"details\"?}}")
     for status in sorted({400, 401, 402, 403, 404, 409, 413, 503})
@@ -67,11 +72,10 @@ OPENAPI: Final[dict[str, Any]] = {
             "summary": "the ed25519 key whose receipts workers require on every paid publish",
             "responses": {"200": _json(_object({"public_key_hex": _HEX}))}}},
         "/v1/health": {"get": {
-            "summary": "readiness and records the event fold quarantined",
-            "responses": {"200": _json(_object({"ok": {"type": "boolean"}, "ready": {"type": "boolean"},
-                                                "quarantined": _INT}))}}},
-        "/healthz": {"get": {"summary": "the same as /v1/health", "responses": {"200": _json(_object(
-            {"ok": {"type": "boolean"}, "ready": {"type": "boolean"}, "quarantined": _INT}))}}},
+            "summary": "readiness (false, with its reason, while the events topic cannot be read up to its end) "
+                       "and records the event fold quarantined",
+            "responses": {"200": _json(_HEALTH)}}},
+        "/healthz": {"get": {"summary": "the same as /v1/health", "responses": {"200": _json(_HEALTH)}}},
     },
     "components": {"schemas": {
         "Error": _object({"error": {"type": "object", "required": ["code", "message"], "properties": {

@@ -3,10 +3,16 @@
 Every request is a `Command` signed by its caller with method stream_encrypt, stream_decrypt or
 fetch_epoch_keys, the stream id in its envelope, and a nonce from the caller's microsecond clock.
 `KeyManager.authenticate` checks, in order: the method, the signature, the nonce within
-`FRESHNESS_US` of this service's clock and above the caller's last accepted nonce
+`FRESHNESS_US` of this service's clock and above the caller's last nonce, spent or in flight
 (NONCE_REPLAYED otherwise). Last nonces live in memory: after a restart a request may be replayed
 within the freshness window, which repeats an idempotent read or encrypts the same plaintext
 again under a fresh actor_nonce, and never reveals anything the caller was not entitled to.
+
+A nonce is held while its operation runs and spent when the operation answers or refuses for a
+reason of the request's own (ENTITLEMENT_REQUIRED, ...). An operation that fails for a reason of
+the service's (NOT_READY, TIMEOUT, an unexpected failure: `is_transient`) releases it, so the
+same signed request succeeds when it is sent again once the service is ready: nothing was
+answered, so nothing is repeated.
 
 Then each operation catches the events fold up to the broker's current end (`EventFollower.catch_up`)
 and decides against that state:
@@ -26,14 +32,15 @@ or plaintext. Master seeds and content keys exist only in this process's memory.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Final, Protocol
 
-from watchtower.keymgr.follower import EventFollower
+from watchtower.keymgr.follower import Readiness
 from watchtower.keymgr.kek import Kek
-from watchtower.keymgr.vault import Vault
 from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.ciphertext_receipt import envelope_hash, sign_receipt
@@ -50,20 +57,54 @@ from watchtower.protocol.errors import (
     InvalidArgumentError,
     NonceReplayedError,
     NotPlatformManagedStreamError,
+    NotReadyError,
     RangeTooLargeError,
+    RequestTimeoutError,
     StreamNotFoundError,
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.keymgr_access import check_decrypt_access, sealing_key
+from watchtower.protocol.keymgr_access import KeymgrState, check_decrypt_access, sealing_key
 from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream_reads import require_config, require_schedule
+from watchtower.protocol.stream_state import StreamState
 from watchtower.protocol.validation import require_bytes, require_int
 
 FRESHNESS_US: Final = 5 * 60 * 1_000_000
 MAX_EPOCHS: Final = 1_024
 #: Content keys kept in memory (32 bytes each); the seed stays the only long-lived secret.
 CONTENT_KEY_CACHE: Final = 4_096
+
+
+class EventView(Protocol):
+    """The events fold the operations decide on (`follower.EventFollower`)."""
+
+    keymgr: KeymgrState
+    streams: dict[str, StreamState]
+    quarantined: int
+
+    def catch_up(self, timeout_s: float = ...) -> None:
+        """Return once everything committed before the call is folded; NOT_READY otherwise."""
+
+    def reading(self) -> AbstractContextManager[object]:
+        """Hold the fold still (and the nonce table) while the caller reads."""
+
+    def readiness(self) -> Readiness:
+        """Whether a request would be served now, and why not."""
+
+
+class SeedStore(Protocol):
+    """Where master seeds and actor nonces come from (`vault.Vault`)."""
+
+    @property
+    def sealed_streams(self) -> dict[str, str]:
+        """Streams whose stored seed no KEK of this process opens, with the KEK id each names."""
+
+    def next_actor_nonce(self) -> int:
+        """A fresh actor_nonce, never issued before."""
+
+    def seed_for(self, stream_id: str) -> bytes:
+        """The stream's master seed, created on first need."""
 
 
 class Audit(Protocol):
@@ -73,13 +114,43 @@ class Audit(Protocol):
                account_key_id: int | None = None) -> None: ...
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether `exc` refuses a request for the service's reason, not the request's: the same signed
+    request may be sent again (NOT_READY, TIMEOUT, or a failure that is no spec refusal)."""
+    return isinstance(exc, (NotReadyError, RequestTimeoutError)) or not isinstance(exc, WatchtowerError)
+
+
+_Operation = Callable[["KeyManager", Command], dict[str, Any]]
+
+
+def _settles_nonce(op: _Operation) -> _Operation:
+    """Spend the request's nonce when `op` answers or refuses it; release it when `op` fails
+    transiently (`is_transient`)."""
+
+    @functools.wraps(op)
+    def run(self: KeyManager, cmd: Command) -> dict[str, Any]:
+        try:
+            result = op(self, cmd)
+        except BaseException as exc:
+            self._settle_nonce(cmd, spent=not is_transient(exc))
+            raise
+        self._settle_nonce(cmd, spent=True)
+        return result
+
+    return run
+
+
 class KeyManager:
-    """The operations behind the HTTP routes (thread-safe; blocking)."""
+    """The operations behind the HTTP routes (thread-safe; blocking).
+
+    A route calls `authenticate`, then the operation with the command it returned; the nonce
+    `authenticate` holds is settled by that operation.
+    """
 
     def __init__(
         self,
-        vault: Vault,
-        follower: EventFollower,
+        vault: SeedStore,
+        follower: EventView,
         kek: Kek,
         audit: Audit,
         *,
@@ -91,7 +162,8 @@ class KeyManager:
         self.public_key = bytes(self._signer.verify_key)
         self.audit = audit
         self._clock_us = clock_us
-        self._last_nonce: dict[str, int] = {}
+        self._last_nonce: dict[str, int] = {}  # per caller: the highest spent nonce
+        self._in_flight: dict[str, set[int]] = {}  # per caller: nonces held by running operations
         self._content_keys: dict[tuple[str, int], bytes] = {}
         self._keys_lock = threading.Lock()
 
@@ -112,18 +184,41 @@ class KeyManager:
                 details={"nonce": cmd.nonce, "server_time_us": now},
             )
         with self.follower.reading():  # the fold's lock doubles as the nonce table's
-            last = self._last_nonce.get(cmd.caller, 0)
+            held = self._in_flight.setdefault(cmd.caller, set())
+            last = max(self._last_nonce.get(cmd.caller, 0), max(held, default=0))
             if cmd.nonce <= last:
+                if not held:
+                    del self._in_flight[cmd.caller]
                 raise NonceReplayedError(
                     f"nonce {cmd.nonce} is not above {last}, the last this caller used here; sign again with "
                     "a fresh nonce",
                     details={"last_nonce": last},
                 )
-            self._last_nonce[cmd.caller] = cmd.nonce
+            held.add(cmd.nonce)
         return cmd
+
+    def _settle_nonce(self, cmd: Command, *, spent: bool) -> None:
+        """End the hold `authenticate` put on the command's nonce; a spent nonce is never accepted again."""
+        with self.follower.reading():
+            held = self._in_flight.get(cmd.caller)
+            if held is not None:
+                held.discard(cmd.nonce)
+                if not held:
+                    del self._in_flight[cmd.caller]
+            if spent and cmd.nonce > self._last_nonce.get(cmd.caller, 0):
+                self._last_nonce[cmd.caller] = cmd.nonce
+
+    def health(self) -> dict[str, Any]:
+        """The ``/v1/health`` answer: ``ready`` as the projections', and ``reason`` while not ready."""
+        readiness = self.follower.readiness()
+        body: dict[str, Any] = {"ok": True, "ready": readiness.ready}
+        if readiness.reason is not None:
+            body["reason"] = readiness.reason
+        return {**body, "quarantined": self.follower.quarantined, "sealed_seeds": len(self.vault.sealed_streams)}
 
     # ------------------------------------------------------------------ encrypt
     @keymgr_metrics.timed("encrypt")
+    @_settles_nonce
     def encrypt(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, StreamEncrypt)
         key_epoch = require_int(body.key_epoch, "key_epoch")
@@ -187,6 +282,7 @@ class KeyManager:
 
     # ------------------------------------------------------------------ decrypt
     @keymgr_metrics.timed("decrypt")
+    @_settles_nonce
     def decrypt(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, StreamDecrypt)
         account = require_address(body.beneficiary_account, "beneficiary_account")
@@ -210,6 +306,7 @@ class KeyManager:
 
     # ------------------------------------------------------------------ epoch keys
     @keymgr_metrics.timed("epoch_keys")
+    @_settles_nonce
     def epoch_keys(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, EpochKeys)
         account = require_address(body.account, "account")
