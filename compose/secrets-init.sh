@@ -2,12 +2,39 @@
 # One-shot: a private CA, a TLS keystore per broker, an admin client certificate, random SCRAM
 # passwords, and the credentials files the Watchtower services and clients read
 # (docs/security.md). Runs in the apache/kafka image (keytool from its JRE); idempotent: a volume
-# that already holds secrets is left alone, so a restart never changes a password.
+# that already holds secrets is left alone, so a restart never changes a password; a principal a
+# newer release added (the runner's) is made on the next run, the others kept.
+# The runners' own volume (/runner-secrets) gets runner.json and the CA, nothing else.
 set -eu
 umask 077
 cd /secrets
-if [ -f .done ]; then echo "secrets already generated"; exit 0; fi
 rand() { head -c 24 /dev/urandom | base64 | tr -d '/+=\n'; }
+INTERNAL="kafka-1:19094,kafka-2:19094,kafka-3:19094"
+HOST="127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+entry() { # name password bootstrap ca
+  printf '"%s": {"bootstrap": "%s", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "username": "%s", "password": "%s", "ssl_ca_location": "%s"}' "$1" "$3" "$1" "$2" "$4"
+}
+principal() { # name: its password and credentials files, unless it has them already
+  if [ -f "$1.password" ]; then return 0; fi
+  pw=$(rand)
+  printf '%s\n' "$pw" > "$1.password"
+  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$1" "$pw" "$INTERNAL" /secrets/ca.pem)" > "$1.json"
+  # The same principal as seen from the host (published ports; copy ca.pem next to it).
+  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$1" "$pw" "$HOST" ./ca.pem)" > "$1.host.json"
+  # The brokers run as uid 1000 in the apache/kafka image (scram-setup reads the password as it).
+  chown 1000:1000 "$1.password"
+}
+runner_volume() {
+  cp runner.json ca.pem /runner-secrets/
+  chmod 0600 /runner-secrets/runner.json
+  chmod 0644 /runner-secrets/ca.pem
+}
+if [ -f .done ]; then
+  for who in admin service runner client; do principal "$who"; done
+  runner_volume
+  echo "secrets already generated"
+  exit 0
+fi
 STORE_PASS=$(rand)
 DAYS=825
 keytool -genkeypair -alias ca -dname "CN=watchtower-ca" -keyalg RSA -keysize 3072 -validity 3650 \
@@ -40,21 +67,11 @@ ssl.truststore.type=PKCS12
 ssl.truststore.location=/secrets/truststore.p12
 ssl.truststore.password=$STORE_PASS
 PROPS
-INTERNAL="kafka-1:19094,kafka-2:19094,kafka-3:19094"
-HOST="127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
-entry() { # name password bootstrap ca
-  printf '"%s": {"bootstrap": "%s", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "username": "%s", "password": "%s", "ssl_ca_location": "%s"}' "$1" "$3" "$1" "$2" "$4"
-}
-for who in admin service client; do
-  pw=$(rand)
-  printf '%s\n' "$pw" > "$who.password"
-  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$who" "$pw" "$INTERNAL" /secrets/ca.pem)" > "$who.json"
-  # The same principal as seen from the host (published ports; copy ca.pem next to it).
-  printf '{"version": 1, "principals": {%s}}\n' "$(entry "$who" "$pw" "$HOST" ./ca.pem)" > "$who.host.json"
-done
+for who in admin service runner client; do principal "$who"; done
 chmod 0600 ./*
 # The brokers run as uid 1000 in the apache/kafka image; the Watchtower images run as root.
 chown 1000:1000 kafka-*.p12 truststore.p12 broker.properties admin.p12 admin-ssl.properties ./*.password
 chmod 0644 ca.pem
+runner_volume
 touch .done
 echo "secrets generated"

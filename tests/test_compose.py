@@ -130,3 +130,39 @@ def test_compose_runs_the_command_gateway_apart_from_the_read_api() -> None:
     for name, api in services.items():
         if name.startswith("api-"):
             assert api["environment"]["WATCHTOWER_GATEWAY"] == "0", f"{name} answers reads only"
+
+
+def _mounts(service: dict[str, object]) -> list[tuple[str, str]]:
+    """(volume or path, target) of every mount of a compose service, short or long syntax."""
+    out = []
+    for entry in service.get("volumes", []):  # type: ignore[attr-defined]
+        if isinstance(entry, str):
+            source, target = entry.split(":")[:2]
+        else:
+            source, target = entry["source"], entry["target"]
+        out.append((source, target))
+    return out
+
+
+def test_compose_runners_hold_the_runner_principal_and_no_other_secret() -> None:
+    """A runner with the service principal could write `events` and `snapshots` directly, and one
+    with the secrets volume could read admin.json: runners get a volume with their own credentials
+    (runner.json) and the CA, made by the secrets service and given a SCRAM user by scram-setup."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    runners = {name: s for name, s in services.items() if name.startswith("runner-")}
+    assert len(runners) >= 2
+    for name, runner in runners.items():
+        assert runner["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/runner.json", name
+        sources = [source for source, _ in _mounts(runner)]
+        assert "secrets" not in sources, f"{name} mounts the whole secrets volume (admin.json included)"
+        assert ("runner-secrets", "/secrets") in _mounts(runner), name
+    # Only the secrets service writes the runners' volume; no other service mounts it.
+    holders = {name for name, s in services.items() if "runner-secrets" in [src for src, _ in _mounts(s)]}
+    assert holders == {"secrets", *runners}
+    script = (REPO / "compose" / "secrets-init.sh").read_text()
+    assert "runner" in script.split("for who in", 1)[1].split(";", 1)[0], "secrets-init makes runner.json"
+    assert "/runner-secrets" in script
+    setup = (REPO / "compose" / "scram-setup.sh").read_text()
+    assert "runner" in setup.split("for who in", 1)[1].split(";", 1)[0], "scram-setup creates the runner user"
+    # The ingestion service (scheduler and aggregator) stays the service principal.
+    assert services["ingest"]["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/service.json"

@@ -31,7 +31,17 @@ from leak_scan import LeakScanner
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ADMIN_PRINCIPAL
-from watchtower.local.security import CLIENT_PRINCIPAL, PRINCIPALS, SERVICE_PRINCIPAL, credentials_file
+from watchtower.local.errors import LocalStackError
+from watchtower.local.security import (
+    CLIENT_PRINCIPAL,
+    PRINCIPALS,
+    RUNNER_PRINCIPAL,
+    SERVICE_PRINCIPAL,
+    credentials_file,
+    ensure_credentials,
+    runner_group_prefix,
+)
+from watchtower.local.security import main as security_main
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
@@ -286,6 +296,18 @@ def test_without_a_credentials_file_the_config_is_exactly_plaintext(monkeypatch:
         kafka_config("h:1")
 
 
+def test_a_runner_is_never_handed_the_service_principal(tmp_path: Path) -> None:
+    service = tmp_path / f"{SERVICE_PRINCIPAL}.json"
+    service.write_text("{}")
+    services = ServiceSet("127.0.0.1:1", "p", tmp_path / "logs", credentials=service)
+    with pytest.raises(LocalStackError, match="runner principal, never as the service"):
+        services.start_runner("r1")
+    assert services.procs == {}
+    (tmp_path / f"{RUNNER_PRINCIPAL}.json").write_text("{}")
+    assert services.runner_file() == tmp_path / f"{RUNNER_PRINCIPAL}.json"
+    assert ServiceSet("127.0.0.1:1", "p", tmp_path / "logs").runner_file() is None  # plaintext: the environment's
+
+
 def _local(*args: str) -> Any:
     from click.testing import CliRunner
 
@@ -315,12 +337,73 @@ def test_local_up_secure_on_a_running_cluster_says_so_and_keeps_its_acls(secure:
     assert status.exit_code == 0, status.output
 
 
+def test_a_runner_of_the_stack_connects_as_the_runner_principal_and_reads_its_tasks(
+        secure: SecureStack, tmp_path: Path) -> None:
+    """A runner's process gets the runner principal (not the service's, which could write `events`),
+    and with it joins its group on `ingest.tasks`; its idempotent producer may write `ingest.results`."""
+    name = secure.services.start_runner("acl", extra_env={"WATCHTOWER_HOME": str(tmp_path)})
+    proc = secure.services.procs[name]
+    try:
+        admin = AdminClient(secure.settings(ADMIN_PRINCIPAL))
+        prefix = runner_group_prefix(secure.prefix)
+
+        def joined() -> bool:
+            groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=10).result(TIMEOUT_S).valid
+                      if g.group_id.startswith(prefix)]
+            found = admin.describe_consumer_groups(groups, request_timeout=10) if groups else {}
+            return any(f.result(TIMEOUT_S).members for f in found.values())
+
+        wait_for(lambda: proc.poll() is not None or joined(), TIMEOUT_S, "the runner to join its group")
+        assert proc.poll() is None, (secure.services.log_dir / f"{name}.log").read_text()[-2000:]
+        environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0")
+                       if b"=" in item)
+        assert environ[ENV_CREDENTIALS.encode()] == str(credentials_file(secure.kafka.spec, RUNNER_PRINCIPAL)).encode()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    runner = secure.settings(RUNNER_PRINCIPAL, **{"enable.idempotence": True})
+    assert _produce_error(runner, secure.topic("ingest.results")) is None
+    for role in ("events", "snapshots", "commands"):
+        err = _produce_error(runner, secure.topic(role))
+        assert err is not None, f"the runner principal wrote {role}"
+        assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, (role, err)
+
+
+def test_a_cluster_formatted_before_the_runner_principal_gets_it_on_its_next_up(secure: SecureStack) -> None:
+    """An earlier release's cluster has no runner principal: `up` (grant) draws it, writes its file
+    and creates its SCRAM credential, leaving the other principals' secrets as they were."""
+    spec = secure.kafka.spec
+    before = read_credentials(credentials_file(spec))
+    from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
+
+    admin = AdminClient(secure.settings(ADMIN_PRINCIPAL))
+    deletion = UserScramCredentialDeletion(RUNNER_PRINCIPAL, ScramMechanism.SCRAM_SHA_512)
+    admin.alter_user_scram_credentials([deletion])[RUNNER_PRINCIPAL].result(TIMEOUT_S)
+    old = {name: p for name, p in before.items() if name != RUNNER_PRINCIPAL}
+    from watchtower.topics.connection import write_credentials
+
+    write_credentials(credentials_file(spec), list(old.values()))
+    credentials_file(spec, RUNNER_PRINCIPAL).unlink()
+    with pytest.raises(Exception, match="lacks a principal"):
+        ensure_credentials(spec)  # reading alone does not invent a principal
+    secure.kafka.grant(secure.prefix)
+    after = read_credentials(credentials_file(spec))
+    assert {n: p for n, p in after.items() if n != RUNNER_PRINCIPAL} == old
+    assert after[RUNNER_PRINCIPAL].password != before[RUNNER_PRINCIPAL].password
+    assert list(read_credentials(credentials_file(spec, RUNNER_PRINCIPAL))) == [RUNNER_PRINCIPAL]
+    served, errors = _connect_errors(secure.settings(RUNNER_PRINCIPAL))
+    assert served, errors
+
+
 # --- The ACL matrix -------------------------------------------------------------------------------
 # What each principal may do with each topic of a deployment (docs/security.md), written out by hand
 # so that it is checked against the ACLs the product creates (`acl_bindings`), not derived from them.
 # A topic the catalogue gains without a row here fails `test_every_catalogue_topic_has_a_row`.
 R, W = "read", "write"
 SERVICE_ONLY: dict[str, frozenset[str]] = {SERVICE_PRINCIPAL: frozenset({R, W})}
+# The runner principal reads its tasks and writes its results, and nothing else: a runner that
+# could write `events` or `snapshots` (or read `keymgr-state`) would undo what QUORUM and MEDIAN
+# protect against.
 ACL_MATRIX: dict[str, dict[str, frozenset[str]]] = {
     "commands": {**SERVICE_ONLY, CLIENT_PRINCIPAL: frozenset({W})},
     "events": SERVICE_ONLY,
@@ -333,19 +416,28 @@ ACL_MATRIX: dict[str, dict[str, frozenset[str]]] = {
     "keymgr": SERVICE_ONLY,
     "keymgr-state": SERVICE_ONLY,
     "delivery-state": SERVICE_ONLY,
-    "ingest-tasks": SERVICE_ONLY,
-    "ingest-results": SERVICE_ONLY,
+    "ingest-tasks": {**SERVICE_ONLY, RUNNER_PRINCIPAL: frozenset({R})},
+    "ingest-results": {**SERVICE_ONLY, RUNNER_PRINCIPAL: frozenset({W})},
 }
 # Faust's own topics (changelogs, the assignor's) live under this prefix: the service's alone.
 FAUST_ROW = "faust"
+# A user's topic outside the deployment's prefix that a `kafka_topic` task reads: granted to the
+# runner principal by name (`grant-source`), read only; no other principal but the admin reaches it.
+SOURCE_ROW = "source"
+EXTRA_ROWS: dict[str, dict[str, frozenset[str]]] = {FAUST_ROW: SERVICE_ONLY,
+                                                    SOURCE_ROW: {RUNNER_PRINCIPAL: frozenset({R})}}
 # Consumer groups and transactional ids: (name pattern, principals allowed to use it).
 GROUP_MATRIX = {
     "{prefix}.client.probe": {CLIENT_PRINCIPAL},  # the service has ALL on wt-* groups only
     "wt-client-probe": {CLIENT_PRINCIPAL, SERVICE_PRINCIPAL},
     "wt-projections-{prefix}-g1": {SERVICE_PRINCIPAL},
     "wt-{prefix}.stream-worker": {SERVICE_PRINCIPAL},
+    "wt-{prefix}.ingest-runner-0123456789abcdef": {SERVICE_PRINCIPAL, RUNNER_PRINCIPAL},
+    "wt-ingest-read-probe": {SERVICE_PRINCIPAL, RUNNER_PRINCIPAL},
+    "wt-{prefix}.ingest": {SERVICE_PRINCIPAL},  # the scheduler's and aggregator's, not a runner's
 }
-TXN_MATRIX = {"wt-{prefix}.worker-w1": {SERVICE_PRINCIPAL}, "{prefix}.client-txn": set[str]()}
+TXN_MATRIX = {"wt-{prefix}.worker-w1": {SERVICE_PRINCIPAL}, "{prefix}.client-txn": set[str](),
+              "wt-{prefix}.ingest-runner-txn": {SERVICE_PRINCIPAL}}
 
 
 def test_every_catalogue_topic_has_a_row() -> None:
@@ -361,12 +453,20 @@ def matrix_topics(secure: SecureStack) -> dict[str, str]:
     prefix = f"m{uuid.uuid4().hex[:8]}"
     names = {spec.role: spec.name for spec in catalogue(prefix, partitions=1)}
     names[FAUST_ROW] = f"wt-projections-{prefix}-probe-changelog"
+    names[SOURCE_ROW] = f"prices-{prefix}"  # a user's topic: outside the prefix
     from confluent_kafka.admin import NewTopic
 
     admin = AdminClient(secure.settings(ADMIN_PRINCIPAL))
     for future in admin.create_topics([NewTopic(n, 1, 1) for n in names.values()]).values():
         future.result(TIMEOUT_S)
     secure.kafka.grant(prefix)
+    # The operator makes the user's topic a source, as docs/security.md says, as the admin.
+    saved = _set_env({ENV_CREDENTIALS: str(credentials_file(secure.kafka.spec, ADMIN_PRINCIPAL)),
+                      ENV_PRINCIPAL: None, "WATCHTOWER_BOOTSTRAP": secure.bootstrap})
+    try:
+        assert security_main(["grant-source", names[SOURCE_ROW]]) == 0
+    finally:
+        _set_env(saved)
     for name in names.values():
         assert _produce_error(secure.settings(ADMIN_PRINCIPAL), name) is None, name
     return {**names, "prefix": prefix}
@@ -375,7 +475,7 @@ def matrix_topics(secure: SecureStack) -> dict[str, str]:
 def _expected(principal: str, role: str, op: str) -> bool:
     if principal == ADMIN_PRINCIPAL:
         return True  # the brokers' identity, the one super user
-    row = SERVICE_ONLY if role == FAUST_ROW else ACL_MATRIX[role]
+    row = EXTRA_ROWS[role] if role in EXTRA_ROWS else ACL_MATRIX[role]
     return op in row.get(principal, frozenset())
 
 
@@ -427,7 +527,7 @@ def _read_outcomes(settings: dict[str, Any], topics: dict[str, str]) -> dict[str
         consumer.close()
 
 
-@pytest.mark.parametrize("principal", [ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL])
+@pytest.mark.parametrize("principal", [ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, RUNNER_PRINCIPAL, CLIENT_PRINCIPAL])
 def test_the_acl_matrix_holds_for_every_topic(secure: SecureStack, matrix_topics: dict[str, str],
                                                principal: str) -> None:
     topics = {role: name for role, name in matrix_topics.items() if role != "prefix"}
@@ -462,7 +562,7 @@ def _txn_allowed(settings: dict[str, Any], txn_id: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("principal", [SERVICE_PRINCIPAL, CLIENT_PRINCIPAL])
+@pytest.mark.parametrize("principal", [SERVICE_PRINCIPAL, RUNNER_PRINCIPAL, CLIENT_PRINCIPAL])
 def test_consumer_groups_and_transactional_ids_follow_the_matrix(secure: SecureStack,
                                                                   matrix_topics: dict[str, str],
                                                                   principal: str) -> None:

@@ -30,7 +30,7 @@ from watchtower.local.config import ADMIN_PRINCIPAL, DEFAULT_CONTROLLER_PORT, DE
 from watchtower.local.errors import LocalStackError
 from watchtower.local.paths import watchtower_home
 from watchtower.local.ports import port_bindable
-from watchtower.local.security import CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
+from watchtower.local.security import CLIENT_PRINCIPAL, RUNNER_PRINCIPAL, SERVICE_PRINCIPAL, credentials_file
 from watchtower.local.stack import KEYMGR_NAME, LOOPBACK, ServiceSet, is_loopback
 from watchtower.local.supervisor import (
     EXIT_NOT_UP,
@@ -70,7 +70,8 @@ EXIT_LAGGING = 4  # `status --max-lag`: every part runs, but something lags past
               help="Address the HTTP API listens on. Anything but loopback makes it reachable from the network.")
 @click.option("--secure", is_flag=True, default=False,
               help="Run the broker with SASL/SCRAM-SHA-512 and ACLs; the services connect as the service "
-                   "principal, credentials are written 0600 under WATCHTOWER_HOME (docs/security.md).")
+                   "principal, the ingestion runners as the runner principal; credentials are written 0600 "
+                   "under WATCHTOWER_HOME (docs/security.md).")
 @click.pass_context
 def up(ctx: click.Context, **options: Any) -> None:
     """Start the embedded Kafka, create the topics, and run the workers and the HTTP API.
@@ -106,8 +107,10 @@ def up(ctx: click.Context, **options: Any) -> None:
     genesis = _use_genesis()
     ensure_topics(record.bootstrap, catalogue(record.prefix, partitions=record.partitions))
     log_dir = Path(record.log_dir)
+    # The runners get a principal of their own: read tasks, write results, nothing else.
+    runner_file = credentials_file(broker.spec, RUNNER_PRINCIPAL) if service_file is not None else None
     services = ServiceSet(record.bootstrap, record.prefix, log_dir, api_port=record.api_port, bind=record.bind,
-                          credentials=service_file)
+                          credentials=service_file, runner_credentials=runner_file)
     for s in record.services.values():
         if s.alive():
             continue
@@ -263,7 +266,8 @@ def _use_genesis() -> Genesis:
 
 
 def _use_credentials(record: StackRecord) -> Path | None:
-    """Point this process's Kafka clients at the stack's broker; the service principal's file, if secure.
+    """Point this process's Kafka clients at the stack's broker; the service principal's file, if
+    secure (the runners get the runner principal's instead, `ServiceSet.runner_credentials`).
 
     This command creates topics, so it connects as the admin of a secure broker. Credentials in the
     environment are for some other cluster: a plaintext stack must not send them.

@@ -27,7 +27,13 @@ from watchtower.local.config import ADMIN_PRINCIPAL, BROKER_SESSION_TIMEOUT_MS, 
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, jolokia_agent_jar, require_tool
 from watchtower.local.ports import port_bindable
-from watchtower.local.security import admin_settings, ensure_acls, ensure_credentials, scram_format_args
+from watchtower.local.security import (
+    admin_settings,
+    ensure_acls,
+    ensure_credentials,
+    ensure_scram_users,
+    scram_format_args,
+)
 from watchtower.topics.catalogue import topic_prefix
 from watchtower.topics.connection import Principal
 
@@ -70,7 +76,10 @@ class LocalKafka:
         """Create the ACLs of deployment ``prefix`` on this (secure, running) cluster; idempotent."""
         if not self.spec.secure:
             raise LocalStackError("ACLs need a secure cluster; start it with --secure")
-        ensure_acls(self.spec.bootstrap, self.principals(), prefix)
+        # A principal a newer release added is drawn now, and its SCRAM credential created.
+        principals = self.principals(create=True)
+        ensure_scram_users(self.spec.bootstrap, principals)
+        ensure_acls(self.spec.bootstrap, principals, prefix)
 
     def principals(self, *, create: bool = False) -> dict[str, Principal]:
         """The principals of a secure cluster (``create``: drawn and written when there are none yet)."""

@@ -1,15 +1,19 @@
 """Secure mode of the embedded cluster: its principals, their credentials files, and their ACLs.
 
-Three principals (docs/security.md):
+Four principals (docs/security.md):
 
 - ``admin``: the brokers' own identity and the only super user; creates topics and ACLs;
-- ``service``: the stream-actor workers, the projections and the command gateway;
+- ``service``: the stream-actor workers, the projections, the command gateway and the other
+  deployment services (replay, delivery, key manager, the ingestion scheduler and aggregator);
+- ``runner``: the ingestion runners, which the deployment does not trust with its log (QUORUM
+  and MEDIAN exist because one runner may lie): they read their tasks and write their results;
 - ``client``: the SDK, the CLI and any outside consumer (kcat, Spark, a Java consumer).
 
 Passwords are random per cluster, drawn when the cluster is first formatted, and kept in
 ``<data dir>/credentials/``: ``credentials.json`` holds every principal, and ``admin.json``,
-``service.json`` and ``client.json`` one each (so a process can be handed only its own secret).
-Every file is 0600.
+``service.json``, ``runner.json`` and ``client.json`` one each (so a process can be handed only
+its own secret). Every file is 0600. A cluster formatted before a principal existed gets it on its
+next ``up``: drawn, written, and its SCRAM credential created by the admin (`ensure_scram_users`).
 
 ACLs for a topic prefix ``P`` (created with the admin principal; creating one that exists is a no-op):
 
@@ -18,7 +22,13 @@ ACLs for a topic prefix ``P`` (created with the admin principal; creating one th
   command client's reply reader);
 - service: ALL on topics prefixed ``P.`` and ``wt-projections-P-`` (Faust's changelog and
   assignor topics), ALL on groups and transactional ids prefixed ``wt-`` (every group and
-  transactional id Watchtower's processes use starts so), and IDEMPOTENT_WRITE + DESCRIBE on the cluster.
+  transactional id Watchtower's processes use starts so), and IDEMPOTENT_WRITE + DESCRIBE on the cluster;
+- runner: READ+DESCRIBE ``P.ingest.tasks``; WRITE+DESCRIBE ``P.ingest.results``; READ on the
+  consumer groups prefixed ``wt-P.ingest-runner-`` (its task reader) and ``wt-ingest-read-`` (a
+  ``kafka_topic`` task's reader, which commits nothing); IDEMPOTENT_WRITE on the cluster (its
+  producer is idempotent). Nothing else: not ``events``, ``snapshots`` or ``commands``. A
+  ``kafka_topic`` task reads a user's topic, outside the prefix: READ+DESCRIBE on that one topic
+  is granted by name (`runner_source_bindings`, ``grant-source``), never by pattern.
 """
 
 from __future__ import annotations
@@ -33,12 +43,15 @@ from watchtower.local.errors import LocalStackError
 from watchtower.topics.connection import CredentialsError, Principal, read_credentials, write_credentials
 
 SERVICE_PRINCIPAL = "service"
+RUNNER_PRINCIPAL = "runner"
 CLIENT_PRINCIPAL = "client"
-PRINCIPALS = (ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, CLIENT_PRINCIPAL)
+PRINCIPALS = (ADMIN_PRINCIPAL, SERVICE_PRINCIPAL, RUNNER_PRINCIPAL, CLIENT_PRINCIPAL)
 ALL_FILE = "credentials.json"
 # Every consumer group and transactional id Watchtower's own processes use starts with this.
 SERVICE_ID_PREFIX = "wt-"
 COMMAND_CLIENT_GROUP_PREFIX = "wt-client-"
+# The consumer group of a `kafka_topic` task's one-off reader (watchtower.ingest.kafka_source).
+SOURCE_READ_GROUP_PREFIX = "wt-ingest-read-"
 ACL_TIMEOUT_S = 30.0
 
 
@@ -52,6 +65,11 @@ def client_group_prefix(prefix: str) -> str:
     return f"{prefix}.client."
 
 
+def runner_group_prefix(prefix: str) -> str:
+    """A runner's task reader's consumer group starts with this (watchtower.ingest.runner.serve)."""
+    return f"{SERVICE_ID_PREFIX}{prefix}.ingest-runner-"
+
+
 def ensure_credentials(spec: ClusterSpec, *, create: bool = False) -> dict[str, Principal]:
     """The cluster's principals: read from its credentials file, or (``create``) drawn and written."""
     path = credentials_file(spec)
@@ -62,22 +80,31 @@ def ensure_credentials(spec: ClusterSpec, *, create: bool = False) -> dict[str, 
             found = read_credentials(path)
         except CredentialsError as exc:
             raise LocalStackError(f"{exc}; or remove the cluster (`watchtower local down --purge`)") from None
-        if not all(name in found for name in PRINCIPALS):
-            raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(PRINCIPALS)} "
-                                  "are needed); remove the cluster (`watchtower local down --purge`) and "
-                                  "start it again")
-        if create and any(p.bootstrap != spec.bootstrap for p in found.values()):
-            # Credentials placed before the first start (copied from another cluster): same
-            # secrets, but the files must name this cluster's address for the tools that read them.
+        missing = [name for name in PRINCIPALS if name not in found]
+        if ADMIN_PRINCIPAL in missing or (missing and not create):
+            raise LocalStackError(f"the credentials file {path} lacks a principal ({', '.join(missing)}); start "
+                                  "the cluster with `watchtower local up --secure` (it adds a principal a newer "
+                                  "release introduced), or remove it (`watchtower local down --purge`)")
+        stale = any(p.bootstrap != spec.bootstrap for p in found.values())
+        if missing or (create and stale):
+            # A principal this release added (its SCRAM credential is created once the cluster
+            # answers, `ensure_scram_users`), or credentials placed before the first start, copied
+            # from another cluster: same secrets, but the files must name this cluster's address.
             found = {name: replace(p, bootstrap=spec.bootstrap) for name, p in found.items()}
+            found.update({name: _draw(spec, name) for name in missing})
+            found = {name: found[name] for name in PRINCIPALS}
             _write_all(spec, found)
         return found
     # token_urlsafe draws [A-Za-z0-9_-] only, so a password needs no quoting in a JAAS line or
     # in the `--add-scram` argument.
-    principals = {name: Principal(name, spec.bootstrap, SECURE_LISTENER, SCRAM_MECHANISM, name,
-                                  secrets.token_urlsafe(24)) for name in PRINCIPALS}
+    principals = {name: _draw(spec, name) for name in PRINCIPALS}
     _write_all(spec, principals)
     return principals
+
+
+def _draw(spec: ClusterSpec, name: str) -> Principal:
+    """Principal `name` of this cluster with a new random password."""
+    return Principal(name, spec.bootstrap, SECURE_LISTENER, SCRAM_MECHANISM, name, secrets.token_urlsafe(24))
 
 
 def _write_all(spec: ClusterSpec, principals: dict[str, Principal]) -> None:
@@ -133,15 +160,81 @@ def acl_bindings(prefix: str) -> list[Any]:
     bindings.append(grant(service, ResourceType.TRANSACTIONAL_ID, SERVICE_ID_PREFIX, pre, op.ALL))
     bindings += [grant(service, ResourceType.BROKER, "kafka-cluster", lit, o)
                  for o in (op.IDEMPOTENT_WRITE, op.DESCRIBE)]
+    runner = RUNNER_PRINCIPAL
+    bindings += [grant(runner, ResourceType.TOPIC, f"{prefix}.ingest.tasks", lit, o) for o in (op.READ, op.DESCRIBE)]
+    bindings += [grant(runner, ResourceType.TOPIC, f"{prefix}.ingest.results", lit, o)
+                 for o in (op.WRITE, op.DESCRIBE)]
+    bindings.append(grant(runner, ResourceType.GROUP, runner_group_prefix(prefix), pre, op.READ))
+    bindings.append(grant(runner, ResourceType.GROUP, SOURCE_READ_GROUP_PREFIX, pre, op.READ))
+    bindings.append(grant(runner, ResourceType.BROKER, "kafka-cluster", lit, op.IDEMPOTENT_WRITE))
     return bindings
+
+
+def runner_source_bindings(topic: str) -> list[Any]:
+    """READ+DESCRIBE on one topic, by its exact name, for the runner principal: what a
+    ``kafka_topic`` task reading `topic` needs. Granted per topic, by the operator who sets up such
+    a feed (``python -m watchtower.local.security grant-source TOPIC``), never by a pattern: a
+    runner reads only the topics someone chose to make a source."""
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+
+    return [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{RUNNER_PRINCIPAL}", "*", o,
+                       AclPermissionType.ALLOW) for o in (AclOperation.READ, AclOperation.DESCRIBE)]
+
+
+def ensure_scram_users(bootstrap: str, principals: dict[str, Principal]) -> list[str]:
+    """Create, as the admin, the SCRAM credential of every principal in `principals` the cluster
+    does not know yet (a principal a newer release added to a cluster formatted before it); an
+    existing credential is left alone. Returns the names created."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialAlteration,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
+    names = [name for name in principals if name != ADMIN_PRINCIPAL]
+    described = admin.describe_user_scram_credentials(names, request_timeout=ACL_TIMEOUT_S)
+    assert isinstance(described, dict)  # a dict of futures when users are named
+    known = {name for name, future in described.items() if _has_credential(future)}
+    missing = [principals[name] for name in names if name not in known]
+    if not missing:
+        return []
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(p.username, info, p.password.encode()) for p in missing]
+    for name, future in admin.alter_user_scram_credentials(upserts, request_timeout=ACL_TIMEOUT_S).items():
+        try:
+            future.result(timeout=ACL_TIMEOUT_S)
+        except Exception as exc:
+            raise LocalStackError(f"creating the SCRAM credential of {name!r} failed ({exc}); check the broker "
+                                  "log (`watchtower local logs`) and run the command again") from None
+    return [p.username for p in missing]
+
+
+def _has_credential(future: Any) -> bool:
+    """Whether a described user has a SCRAM credential (a user without one is RESOURCE_NOT_FOUND)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        return bool(future.result(timeout=ACL_TIMEOUT_S).scram_credential_infos)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
+            return False
+        raise LocalStackError(f"the broker did not describe the SCRAM users ({exc}); check the broker log "
+                              "(`watchtower local logs`) and run the command again") from None
 
 
 def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -> int:
     """Create (idempotently) every ACL of :func:`acl_bindings` as the admin; returns how many."""
+    return _create_acls(bootstrap, principals, acl_bindings(prefix))
+
+
+def _create_acls(bootstrap: str, principals: dict[str, Principal], bindings: list[Any]) -> int:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
-    bindings = acl_bindings(prefix)
     futures = admin.create_acls(bindings, request_timeout=ACL_TIMEOUT_S)
     for binding, future in futures.items():
         try:
@@ -153,8 +246,13 @@ def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -
 
 
 
+USAGE = ("usage: python -m watchtower.local.security grant PREFIX\n"
+         "       python -m watchtower.local.security grant-source TOPIC  (a kafka_topic task's source, for runners)")
+
+
 def main(argv: list[str]) -> int:
-    """``python -m watchtower.local.security grant PREFIX``: create the ACLs of deployment PREFIX.
+    """``python -m watchtower.local.security grant PREFIX``: create the ACLs of deployment PREFIX;
+    ``grant-source TOPIC``: let the runner principal read TOPIC (a ``kafka_topic`` task's source).
 
     For a cluster this module did not start (compose, a managed cluster): it connects as the
     principal ``WATCHTOWER_KAFKA_CREDENTIALS`` names, which must be a super user, to
@@ -165,8 +263,8 @@ def main(argv: list[str]) -> int:
 
     from watchtower.topics.connection import current_principal
 
-    if len(argv) != 2 or argv[0] != "grant" or not argv[1]:
-        print("usage: python -m watchtower.local.security grant PREFIX", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("grant", "grant-source") or not argv[1]:
+        print(USAGE, file=sys.stderr)
         return 2
     admin = current_principal()
     if admin is None:
@@ -174,6 +272,10 @@ def main(argv: list[str]) -> int:
               "point it at the admin principal's credentials file", file=sys.stderr)
         return 2
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP") or admin.bootstrap
+    if argv[0] == "grant-source":
+        count = _create_acls(bootstrap, {ADMIN_PRINCIPAL: admin}, runner_source_bindings(argv[1]))
+        print(f"{count} ACL bindings in place: the {RUNNER_PRINCIPAL} principal reads topic {argv[1]!r} on {bootstrap}")
+        return 0
     count = ensure_acls(bootstrap, {ADMIN_PRINCIPAL: admin}, argv[1])
     print(f"{count} ACL bindings in place for prefix {argv[1]!r} on {bootstrap}")
     return 0

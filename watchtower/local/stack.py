@@ -20,7 +20,10 @@ with SIGTERM, then SIGKILL after a grace period. Per process ``<name>``:
   (``WATCHTOWER_METRICS_PORT=0``) and writes that URL to ``<log_dir>/<name>.metrics.json``
   (`metrics_url`; :mod:`watchtower.metrics.exposition`), so no two processes ever collide;
 - with `credentials` (a secure broker) every process gets ``WATCHTOWER_KAFKA_CREDENTIALS`` pointing
-  at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`).
+  at that file, which should hold the service principal alone (see :mod:`watchtower.local.security`),
+  except the ingestion runners: they get `runner_credentials` (default: ``runner.json`` beside
+  `credentials`), the runner principal, which reads tasks and writes results and nothing else. A
+  runner is never handed the service principal: without a runner file it is not started.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchtower.local.errors import LocalStackError
+from watchtower.local.security import RUNNER_PRINCIPAL
 
 WORKER_MODULE = "watchtower.workers.worker_main"
 PROJECTION_MODULE = "watchtower.api.main"
@@ -97,6 +101,8 @@ class ServiceSet:
     bind: str | None = None
     # The service principal's credentials file when the broker is secure; None: the environment's.
     credentials: Path | None = None
+    # The runner principal's file (None: ``runner.json`` beside `credentials`).
+    runner_credentials: Path | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # HTTP base URL of every projection started, by process name.
     urls: dict[str, str] = field(default_factory=dict)
@@ -124,15 +130,31 @@ class ServiceSet:
         except (OSError, ValueError, KeyError):
             return None
 
-    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None, nice: int = 0) -> None:
-        """Start ``python -m args...`` as process `name`; `nice` > 0 lowers its CPU priority by that much."""
+    def runner_file(self) -> Path | None:
+        """The credentials file the runners get (None: a plaintext broker, the environment's)."""
+        path = self.runner_credentials
+        if path is None:
+            if self.credentials is None:
+                return None
+            path = self.credentials.with_name(f"{RUNNER_PRINCIPAL}.json")
+        if not path.is_file():
+            raise LocalStackError(f"no runner credentials at {path}: a runner connects as the runner principal, "
+                                  "never as the service; start the cluster with `watchtower local up --secure` "
+                                  "(it adds the principal), or pass the runner's credentials file")
+        return path
+
+    def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None, nice: int = 0,
+               credentials: Path | None = None) -> None:
+        """Start ``python -m args...`` as process `name`; `nice` > 0 lowers its CPU priority by that much;
+        `credentials` replaces the service's credentials file for this process."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_file(name).unlink(missing_ok=True)  # an earlier process's port is not this one's
         env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"),
                "WATCHTOWER_METRICS_PORT": "0", "WATCHTOWER_METRICS_FILE": str(self.metrics_file(name)),
                **(extra_env or {})}
-        if self.credentials is not None:
-            env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(self.credentials)
+        credentials = credentials or self.credentials
+        if credentials is not None:
+            env["WATCHTOWER_KAFKA_CREDENTIALS"] = str(credentials)
             env.pop("WATCHTOWER_KAFKA_PRINCIPAL", None)  # the file holds one principal
         argv = [sys.executable, "-m", *args]
         nice_bin = shutil.which("nice") if nice > 0 else None
@@ -201,7 +223,7 @@ class ServiceSet:
         `lie` makes it the demo's liar (every number + 1), which QUORUM outvotes."""
         name = f"runner-{runner}"
         self._spawn(name, [INGEST_MODULE, "runner", runner, *(["--lie"] if lie else [])],
-                    self._ingest_env(name, extra_env))
+                    self._ingest_env(name, extra_env), credentials=self.runner_file())
         return name
 
     def start_projection(
