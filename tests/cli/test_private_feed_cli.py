@@ -224,3 +224,36 @@ def test_the_demo_step_shows_each_member_what_it_may_read(api: FakeApi, capsys: 
             "'UNAUTHORIZED']") in out
     assert ("carol reads: ['before bob left #1', 'before bob left #2', 'UNAUTHORIZED', 'after carol joined', "
             "'UNAUTHORIZED']") in out
+
+
+def test_after_a_removal_publish_is_refused_before_anything_is_sent_and_rekey_re_keys_first(api: FakeApi) -> None:
+    owner = named("owner")
+    assert run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential",
+               "--stream-id", SID, "--account", "owner").exit_code == 0
+    accounts = Accounts(api)
+    alice, bob = named("alice"), named("bob")
+    for who in (owner, alice, bob):
+        accounts.register(who)
+    for who in (alice, bob):
+        api.command(owner.sign("allowlist_add", SID, {"address": who.address}))
+    assert run("feed", SID, "rekey", "--account", "owner").exit_code == 0
+    assert run("feed", SID, "publish", "--kind", "tick", "--data", '{"n":1}', "--account", "owner").exit_code == 0
+    api.command(owner.sign("allowlist_remove", SID, {"address": bob.address}))
+
+    sent: list[object] = []
+    command = api.command
+    api.command = lambda cmd, **kw: (sent.append(cmd), command(cmd, **kw))[1]  # type: ignore[method-assign]
+    said = refusal("feed", SID, "publish", "--kind", "tick", "--data", '{"secret":1}', "--account", "owner")
+    assert sent == []                                                       # nothing masked left the process
+    assert f"{bob.address} left the allowlist" in said
+    assert f"watchtower feed {SID} rekey --branch main" in said
+
+    bob_key = accounts.keys[bob.address][0]
+    accounts.register(alice, key_id=2)                                      # alice rotates: stale as well
+    done = run("feed", SID, "publish", "--kind", "tick", "--data", '{"n":2}', "--rekey", "--json", "--account", "owner")
+    assert done.exit_code == 0, done.output
+    assert [c.method for c in sent] == ["publish", "publish"]              # a new keyload, then the message
+    rows = read_as("alice")
+    assert rows[max(rows)]["plaintext"] == '{"n":2}'
+    assert read_as("bob")[max(rows)]["error"]["code"] == "UNAUTHORIZED"
+    assert bob_key["status"] == "ACTIVE"                                    # bob left by the allowlist alone

@@ -27,6 +27,8 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
 )
 from watchtower.protocol.keyload import KEYLOAD_KIND, Recipient
+from watchtower.protocol.ledger import account_instance
+from watchtower.protocol.signed_command import Command
 
 SID = "private-feed"
 
@@ -324,3 +326,119 @@ def test_an_unreadable_keyload_record_is_reported_on_itself_and_stops_no_history
     assert got[4] == b"fine"
     assert isinstance(got[1], InvalidArgumentError)
     assert isinstance(got[2], InvalidArgumentError)
+
+
+# --- the publisher checks the audience before it masks: nothing leaves for a reader gone ----------
+
+
+class RecordingApi(FakeApi):
+    """The in-memory API, keeping every signed command it was sent (what reached the command path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Command] = []
+
+    def command(self, cmd: Command, *, timeout_s: float = 30.0) -> dict[str, Any]:
+        self.sent.append(cmd)
+        return super().command(cmd, timeout_s=timeout_s)
+
+
+class Holder:
+    """A member with an account of its own, whose X25519 account keys are registered in the API."""
+
+    def __init__(self, seed: int, api: FakeApi, home: Path) -> None:
+        self.api = api
+        self.account = Account(nacl.signing.SigningKey(bytes([seed]) * 32), name=f"m{seed}", home=home)
+        self.address = self.account.address
+        self.keys: dict[int, nacl.public.PrivateKey] = {}
+        self.rotate(seed)
+
+    def rotate(self, seed: int) -> int:
+        key = nacl.public.PrivateKey(bytes([seed, 0x55]) * 16)
+        reply = self.api.command(self.account.sign("register_account_key", account_instance(self.address),
+                                                   {"scheme": "X25519", "public_key": bytes(key.public_key)}))
+        self.keys[int(reply["account_key_id"])] = key
+        return int(reply["account_key_id"])
+
+    def revoke(self, key_id: int) -> None:
+        self.api.command(self.account.sign("revoke_account_key", account_instance(self.address),
+                                           {"account_key_id": key_id}))
+
+    def recipient(self) -> Recipient:
+        key_id = max(self.keys)
+        return Recipient(self.address, key_id, bytes(self.keys[key_id].public_key))
+
+    def reader(self) -> ConfidentialReader:
+        return ConfidentialReader(self.address, [bytes(self.keys[i]) for i in sorted(self.keys)])
+
+
+@pytest.fixture
+def members(tmp_path: Path) -> tuple[RecordingApi, ConfidentialPublisher, Account, Holder, Holder]:
+    owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
+    publisher_key = nacl.signing.SigningKey(b"\x02" * 32)
+    api = RecordingApi()
+    api.command(owner.sign("create_stream", SID, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    alice, bob = Holder(31, api, tmp_path), Holder(32, api, tmp_path)
+    for person in (alice, bob):
+        api.command(owner.sign("allowlist_add", SID, {"address": person.address}))
+    pub = ConfidentialPublisher(Publisher(api, owner, SID, publisher_key))  # type: ignore[arg-type]
+    pub.rekey([alice.recipient(), bob.recipient()])                      # 1
+    pub.publish("tick", b"both")                                         # 2
+    return api, pub, owner, alice, bob
+
+
+def test_after_a_removal_the_publish_is_refused_before_anything_is_sent(
+        members: tuple[RecordingApi, ConfidentialPublisher, Account, Holder, Holder]) -> None:
+    api, pub, owner, alice, bob = members
+    api.command(owner.sign("allowlist_remove", SID, {"address": bob.address}))
+    sent = len(api.sent)
+    with pytest.raises(UnauthorizedError, match=f"{bob.address} left the allowlist") as refused:
+        pub.publish("tick", b"secret after bob left")
+    assert len(api.sent) == sent                                         # nothing reached the command path
+    assert f"watchtower feed {SID} rekey --branch main" in refused.value.message
+    assert refused.value.details["removed"] == [bob.address]
+    assert api.get_head(SID)["head_sequence"] == 2
+    pub.rekey([alice.recipient()])                                       # 3
+    pub.publish("tick", b"alice only")                                   # 4
+    assert read_all(api, alice.reader())[4] == b"alice only"
+    assert isinstance(read_all(api, bob.reader())[4], UnauthorizedError)
+
+
+@pytest.mark.parametrize("change", ["revoked", "rotated"])
+def test_a_members_revoked_or_rotated_key_refuses_the_publish_before_anything_is_sent(
+        change: str, members: tuple[RecordingApi, ConfidentialPublisher, Account, Holder, Holder]) -> None:
+    api, pub, _owner, alice, bob = members
+    if change == "revoked":
+        bob.revoke(1)
+    else:
+        bob.rotate(99)
+    sent = len(api.sent)
+    with pytest.raises(UnauthorizedError, match=bob.address) as refused:
+        pub.publish("tick", b"secret under a stale key")
+    assert len(api.sent) == sent
+    assert refused.value.details[f"{change}_keys"] == [{"address": bob.address, "account_key_id": 1}]
+    assert api.get_head(SID)["head_sequence"] == 2
+    with pytest.raises(UnauthorizedError, match=bob.address):            # no new keyload to the old key either
+        pub.rekey([alice.recipient(), Recipient(bob.address, 1, bytes(bob.keys[1].public_key))])
+    assert len(api.sent) == sent
+
+
+def test_rekey_on_change_re_keys_for_the_remaining_members_before_it_masks(
+        members: tuple[RecordingApi, ConfidentialPublisher, Account, Holder, Holder]) -> None:
+    api, pub, owner, alice, bob = members
+    carol = Holder(33, api, pub.publisher.owner.home)
+    api.command(owner.sign("allowlist_add", SID, {"address": carol.address}))  # not in the keyload: stays out
+    api.command(owner.sign("allowlist_remove", SID, {"address": bob.address}))
+    alice.rotate(77)                                                     # alice's newest key is id 2 now
+    before = pub.keyload_id
+    pub.rekey_on_change = True
+    pub.publish("tick", b"after the change")                             # 3: keyload, 4: the message
+    messages = Subscriber(api, SID).poll(500)
+    assert [m.kind for m in messages] == [KEYLOAD_KIND, "tick", KEYLOAD_KIND, "tick"]
+    assert pub.keyload_id != before
+    assert read_all(api, alice.reader())[4] == b"after the change"
+    assert isinstance(read_all(api, bob.reader())[4], UnauthorizedError)
+    assert isinstance(read_all(api, carol.reader())[4], UnauthorizedError)
+    assert pub.audience().clean
+    assert pub.audience().details() == {"removed": [], "revoked_keys": [], "rotated_keys": []}

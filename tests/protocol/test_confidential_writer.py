@@ -467,3 +467,32 @@ def test_a_stream_keys_at_most_max_branches_branches_from_the_writer_the_log_and
     too_many = {f"b{i}": [b"\x07" * 16, 0, False] for i in range(MAX_BRANCHES + 1)}
     with pytest.raises(InvalidArgumentError, match="at most"):
         Keyloads.from_canonical(too_many)
+
+
+# --- the publisher's rule: a keyload's audience against who may read now (keyload_audience) -------
+
+
+def test_audience_drift_names_removed_members_and_revoked_or_superseded_keys() -> None:
+    from watchtower.protocol.keyload import Member
+    from watchtower.protocol.keyload_audience import audience_drift, require_current_audience, require_sealable
+
+    owner, alice, bob, carol, dave = ("0x" + c * 64 for c in "01234")
+    members = [Member(owner, 1), Member(alice, 1), Member(bob, 2), Member(carol, 1), Member(dave, 5)]
+    keys = {owner: {1: "ACTIVE"}, alice: {1: "ACTIVE"}, bob: {1: "ACTIVE", 2: "REVOKED"},
+            carol: {1: "ACTIVE", 2: "REVOKED", 3: "ACTIVE"}, dave: {}}
+    drift = audience_drift(members, owner=owner, allowlist={alice, bob, carol, dave}, account_keys=keys)
+    assert drift.clean is False
+    assert (drift.removed, drift.revoked, drift.rotated) == ((), (Member(bob, 2),), (Member(carol, 1),))
+    # dave's key 5 was never registered: the publisher's own choice, not judged
+    gone = audience_drift(members, owner=owner, allowlist={bob}, account_keys=keys)
+    assert gone.removed == tuple(sorted((alice, carol, dave)))           # the owner needs no allowlist entry
+    assert audience_drift(members, owner=owner, allowlist=None, account_keys=keys).removed == ()  # not confidential
+    clean = audience_drift(members[:2], owner=owner, allowlist={alice}, account_keys=keys)
+    assert clean.clean
+    require_current_audience(clean, stream_id="s", branch="main", keyload_id=b"\x01" * 16)
+    require_sealable(clean, stream_id="s")
+    with pytest.raises(UnauthorizedError, match="rekey --branch main") as refused:
+        require_current_audience(gone, stream_id="s", branch="main", keyload_id=b"\x01" * 16)
+    assert refused.value.details["removed"] == sorted((alice, carol, dave))
+    with pytest.raises(UnauthorizedError, match=f"account key 2 of {bob} is revoked"):
+        require_sealable(drift, stream_id="s")

@@ -228,17 +228,23 @@ def _done(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
               help="Paid feeds: the Stream Key Manager that encrypts [env WATCHTOWER_KEYMGR].")
 @click.option("--branch", default="main", show_default=True,
               help="Confidential feeds: the branch whose current keyload masks the message.")
+@click.option("--rekey", "rekey_on_change", is_flag=True, default=False,
+              help="Confidential feeds: when a member left the allowlist or a member's account key was revoked or "
+                   "rotated since the current keyload, publish a new keyload for the remaining members first "
+                   "(without it, such a message is refused before anything is sent).")
 @write_options
 @pass_feed
 def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_type: str, sequence: int | None,
-                 publisher_key_file: Path | None, keymgr_url: str | None, branch: str, api_url: str | None,
-                 account: str | None, key_file: Path | None, as_json: bool) -> None:
+                 publisher_key_file: Path | None, keymgr_url: str | None, branch: str, rekey_on_change: bool,
+                 api_url: str | None, account: str | None, key_file: Path | None, as_json: bool) -> None:
     """Append one signed message (owner only); --sequence makes it conditional.
 
     On a paid feed the data is encrypted by the key manager's stream_encrypt and published as
     CIPHERTEXT with the key manager's receipt; the plaintext never reaches the stream. On a
     confidential feed it is masked under the branch's current keyload, which the owner opens
-    from the log with its own account key (`feed ID rekey` publishes one).
+    from the log with its own account key (`feed ID rekey` publishes one); nothing is masked or
+    sent while that keyload still seals to a member who left or to a revoked or superseded
+    account key (--rekey re-keys first instead).
     """
     from watchtower.cli.paid_feed_cmd import is_paid
     from watchtower.cli.private_feed_cmd import is_confidential, publish_confidential
@@ -256,7 +262,7 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
                                    "the sequence it is published at, so it always appends")
         reply = with_spec_names(publish_confidential(
             api, owner, stream_id, publisher_key_file, branch=branch, kind=kind, plaintext=data.encode(),
-            tags=parse_tags(tags), content_type=content_type))
+            tags=parse_tags(tags), content_type=content_type, rekey_on_change=rekey_on_change))
         _done(reply, as_json, f"published sequence {reply['sequence']} masked under branch {branch}'s keyload "
                               f"(head {reply['head_sequence']})")
         return

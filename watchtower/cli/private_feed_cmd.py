@@ -183,9 +183,9 @@ def read_confidential(api: ApiClient, stream_id: str, *, cursor: int, limit: int
 
 
 def _owner_publisher(api: ApiClient, who: Account, stream_id: str, publisher_key_file: Path | None,
-                     branch: str) -> ConfidentialPublisher:
+                     branch: str, *, rekey_on_change: bool = False) -> ConfidentialPublisher:
     key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
-    return ConfidentialPublisher(Publisher(api, who, stream_id, key), branch=branch)
+    return ConfidentialPublisher(Publisher(api, who, stream_id, key), branch=branch, rekey_on_change=rekey_on_change)
 
 
 def current_keyload_summary(messages: list[StreamMessage], branch: str) -> dict[str, Any] | None:
@@ -320,9 +320,11 @@ def feed_reseal(ref: FeedRef, to: tuple[str, ...], keyload_ids: tuple[str, ...],
 
 def publish_confidential(api: ApiClient, who: Account, stream_id: str, publisher_key_file: Path | None, *,
                          branch: str, kind: str, plaintext: bytes, tags: dict[str, TagValue],
-                         content_type: str) -> dict[str, Any]:
+                         content_type: str, rekey_on_change: bool = False) -> dict[str, Any]:
     """Mask `plaintext` under the branch's current keyload, which the owner opens from the log, and
-    publish it. UNAUTHORIZED when the branch has no keyload the owner can open."""
+    publish it. UNAUTHORIZED when the branch has no keyload the owner can open, and, before anything
+    is masked, when that keyload seals to a member who left or to a revoked or superseded account
+    key (`ConfidentialPublisher.audience`), unless `rekey_on_change` (then it re-keys first)."""
     branch = require_branch(branch)
     messages = _verified_messages(api, stream_id, None)
     current = current_keyload_summary(messages, branch)
@@ -335,11 +337,11 @@ def publish_confidential(api: ApiClient, who: Account, stream_id: str, publisher
     if keyload is None:
         raise UnauthorizedError(f"the current keyload {current['keyload_id']} of branch {branch!r} is not sealed to "
                                 f"this account's keys; run `watchtower feed {stream_id} rekey --branch {branch}`")
-    publisher = _owner_publisher(api, who, stream_id, publisher_key_file, branch)
+    publisher = _owner_publisher(api, who, stream_id, publisher_key_file, branch, rekey_on_change=rekey_on_change)
     publisher.resume(keyload)
     try:
         return publisher.publish(kind, plaintext, tags, content_type)
     except WatchtowerError as exc:
-        if exc.code == "UNAUTHORIZED" and "left the allowlist" in exc.message:
+        if exc.code == "UNAUTHORIZED" and "left the allowlist" in exc.message and "rekey --branch" not in exc.message:
             raise UnauthorizedError(f"{exc.message} (`watchtower feed {stream_id} rekey --branch {branch}`)") from None
         raise

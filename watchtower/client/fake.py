@@ -7,6 +7,10 @@ does) and answers reads with the same fields, the same order of checks and the s
 codes as the HTTP API. tests/client/test_sdk_contract.py drives one scenario against this fake
 and a real stack and requires equal answers, so the two cannot drift apart silently.
 
+Account keys are modelled too: a signed ``register_account_key`` or ``revoke_account_key`` is
+decided by the pure account rules (`account_commands.decide_account`) and `account_info` answers
+``GET /v1/accounts/{address}``'s keys (balances and grants stay empty).
+
 Not modelled: the feed registry (`feeds`, `feed`), long-poll waiting (nothing can change while
 a single-threaded fake waits, so `min_head` answers at once) and time-outs. Error *messages* may
 differ from the server's; error *codes* do not.
@@ -19,21 +23,25 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from watchtower.protocol import stream_actor
+from watchtower.protocol.account_commands import decide_account
+from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, StreamNotFoundError
 from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.key_chain import key_chain_from_json
 from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.ledger import ACCOUNT_PREFIX, account_instance
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.page_proof import build_page_proof
 from watchtower.protocol.ring_window import check_limit
-from watchtower.protocol.signed_command import Command
+from watchtower.protocol.signed_command import Command, Method
 from watchtower.protocol.stream_state import STREAM_CREATED, StreamState, evolve
 
 #: The largest integer a query parameter takes (as the HTTP API: a signed 64-bit integer).
 MAX_QUERY_INT: Final = 2**63 - 1
 MAX_KEY_PAGE: Final = 500
+_KEY_METHODS: Final = frozenset({Method.REGISTER_ACCOUNT_KEY, Method.REVOKE_ACCOUNT_KEY})
 
 
 class FakeApi:
@@ -44,12 +52,16 @@ class FakeApi:
         #: The archive: every StreamMessage appended, by stream and sequence (as the messages topic).
         self.messages: dict[str, dict[int, StreamMessage]] = {}
         self.created_at_block: dict[str, int] = {}
+        self.accounts: dict[str, AccountState] = {}
 
     # ------------------------------------------------------------------ commands
     def command(self, cmd: Command, *, timeout_s: float = 30.0) -> dict[str, Any]:  # noqa: ARG002 (ApiClient's)
         """Decide and apply `cmd`; the committed result, or the spec error raised."""
+        height = block_height_at(int(time.time() * 1000))
+        if cmd.stream_id.startswith(ACCOUNT_PREFIX):
+            return self._account_command(cmd, height)
         state = self.states.get(cmd.stream_id) or StreamState.initial(cmd.stream_id)
-        decision = stream_actor.decide(state, cmd, block_height=block_height_at(int(time.time() * 1000)))
+        decision = stream_actor.decide(state, cmd, block_height=height)
         for event in decision.events:
             state = evolve(state, event)
             if event.type == STREAM_CREATED:
@@ -59,7 +71,26 @@ class FakeApi:
         self.states[cmd.stream_id] = state
         return dict(decision.reply)
 
+    def _account_command(self, cmd: Command, height: int) -> dict[str, Any]:
+        if cmd.method not in _KEY_METHODS:
+            raise InvalidArgumentError(f"FakeApi models account keys only, not {cmd.method}; use a real stack")
+        account = self.accounts.get(cmd.stream_id) or AccountState.initial(cmd.stream_id)
+        decision = decide_account(account, cmd, block_height=height)
+        for event in decision.events:
+            account = evolve_account(account, event)
+        self.accounts[cmd.stream_id] = account
+        return dict(decision.reply or {})
+
     # ------------------------------------------------------------------ reads
+    def account_info(self, address: str) -> dict[str, Any]:
+        """As ``GET /v1/accounts/{address}``: the account keys (an account never seen has none)."""
+        state = self.accounts.get(account_instance(address))
+        keys = [] if state is None else [
+            {"account_key_id": k.account_key_id, "scheme": k.scheme, "public_key_hex": k.public_key.hex(),
+             "status": k.status, "registered_at_block": k.registered_at_block, "revoked_at_block": k.revoked_at_block}
+            for k in state.keys]
+        return {"account": address, "balance_cby": 0, "keys": keys, "authorizations": []}
+
     def health(self) -> dict[str, Any]:
         return {"ok": True, "ready": True, "worker": "fake"}
 

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
-from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher
 from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import (
@@ -59,6 +58,12 @@ from watchtower.protocol.keyload import (
     require_branch,
     unmask,
 )
+from watchtower.protocol.keyload_audience import (
+    AudienceDrift,
+    audience_drift,
+    require_current_audience,
+    require_sealable,
+)
 from watchtower.protocol.message import StreamMessage, TagValue
 
 #: Tags of a masked message: which keyload's key masks it, and its branch.
@@ -72,12 +77,34 @@ TAG_LAST: Final = "wt.last"
 KEYLOAD_CONTENT_TYPE: Final = "application/cbor"
 
 
-class ConfidentialPublisher:
-    """Masks every message of one branch under the branch's current keyload (see the module docstring)."""
+@runtime_checkable
+class AudienceApi(Protocol):
+    """What a confidential publisher reads before it seals or masks (`ApiClient` and `FakeApi` have it)."""
 
-    def __init__(self, publisher: Publisher, *, branch: str = DEFAULT_BRANCH) -> None:
+    def stream_info(self, stream_id: str) -> dict[str, Any]: ...
+
+    def account_info(self, address: str) -> dict[str, Any]: ...
+
+
+class ConfidentialPublisher:
+    """Masks every message of one branch under the branch's current keyload (see the module docstring).
+
+    Before it seals a keyload or masks a message it reads the stream's allowlist and each member's
+    account keys from the API (`audience`; protocol.keyload_audience): nothing is sealed or masked
+    for a member who left the allowlist or whose sealed account key was revoked or superseded. A
+    message under such a keyload is refused with UNAUTHORIZED before anything is sent, or, with
+    `rekey_on_change`, a new keyload is published first for the members that remain, each under its
+    newest ACTIVE key (one without any is left out: `left_out`). That is one stream read plus one
+    account read per member for every message; a change between that check and the publish is
+    still refused by the writer for a removal.
+    """
+
+    def __init__(self, publisher: Publisher, *, branch: str = DEFAULT_BRANCH, rekey_on_change: bool = False) -> None:
         self.publisher = publisher
         self.branch = require_branch(branch)
+        self.rekey_on_change = rekey_on_change
+        #: The members the last automatic re-key left out, for having no ACTIVE X25519 account key.
+        self.left_out: list[str] = []
         self._keyload: Keyload | None = None
 
     @property
@@ -87,8 +114,13 @@ class ConfidentialPublisher:
 
     def rekey(self, members: Iterable[Recipient]) -> Keyload:
         """Publish a new keyload for `members` (the owner among them, to read its own feed); every
-        later message is masked under it. Returns it (its `session_key` stays in this process)."""
-        keyload = build_keyload(self.publisher.stream_id, members, branch=self.branch)
+        later message is masked under it. Returns it (its `session_key` stays in this process).
+        UNAUTHORIZED, with nothing built or sent, for a member off the allowlist or under a revoked
+        or superseded account key (`audience`)."""
+        recipients = list(members)
+        require_sealable(self.audience([Member(r.address, r.account_key_id) for r in recipients]),
+                         stream_id=self.publisher.stream_id)
+        keyload = build_keyload(self.publisher.stream_id, recipients, branch=self.branch)
         parts = [decode_part(p) for p in keyload.parts]
         for raw, part in zip(keyload.parts, parts, strict=True):
             tags: dict[str, TagValue] = {TAG_KEYLOAD: keyload.keyload_id.hex(), TAG_BRANCH: self.branch,
@@ -97,6 +129,25 @@ class ConfidentialPublisher:
             self.publisher.publish(KEYLOAD_KIND, raw, tags, KEYLOAD_CONTENT_TYPE)
         self._keyload = keyload
         return keyload
+
+    def audience(self, members: Iterable[Member] | None = None) -> AudienceDrift:
+        """How `members` (default: the current keyload's) differ from who may read now: the stream's
+        owner and allowlist and each member's account keys, read from the API."""
+        api = self.publisher.api
+        if not isinstance(api, AudienceApi):
+            raise InvalidArgumentError("a confidential publisher reads the allowlist and the members' account keys "
+                                       "before it seals or masks: its API needs stream_info and account_info")
+        if members is None:
+            if self._keyload is None:
+                raise InvalidArgumentError("no keyload yet: call rekey(members) before the first message")
+            members = self._keyload.members
+        chosen = list(members)
+        info = api.stream_info(self.publisher.stream_id)
+        confidential = (info.get("config") or {}).get("confidential") is True
+        keys = {address: account_key_statuses(api.account_info(address)) for address in {m.address for m in chosen}}
+        return audience_drift(chosen, owner=str(info.get("owner")),
+                              allowlist=frozenset(info.get("allowlist") or ()) if confidential else None,
+                              account_keys=keys)
 
     def resume(self, keyload: Keyload) -> None:
         """Mask the next messages under `keyload`, already published (e.g. the current keyload, which
@@ -134,6 +185,7 @@ class ConfidentialPublisher:
         for name in (TAG_KEYLOAD, TAG_BRANCH):
             if tags and name in tags:
                 raise InvalidArgumentError(f"the tag {name!r} is set by the confidential publisher")
+        self._require_audience()
         all_tags: dict[str, TagValue] = {**(tags or {}), TAG_KEYLOAD: self._keyload.keyload_id.hex(),
                                          TAG_BRANCH: self.branch}
         for attempt in range(2):
@@ -148,6 +200,26 @@ class ConfidentialPublisher:
                 if attempt:
                     raise
         raise AssertionError("unreachable")
+
+    def _require_audience(self) -> None:
+        """Refuse (or, with `rekey_on_change`, re-key) before masking for a stale audience."""
+        assert self._keyload is not None
+        drift = self.audience()
+        if drift.clean:
+            return
+        if not self.rekey_on_change:
+            require_current_audience(drift, stream_id=self.publisher.stream_id, branch=self.branch,
+                                     keyload_id=self._keyload.keyload_id)
+        api = self.publisher.api
+        assert isinstance(api, AudienceApi)
+        remaining = {m.address for m in self._keyload.members} - set(drift.removed)
+        recipients, self.left_out = member_recipients(api, remaining)
+        if not recipients:
+            raise UnauthorizedError(
+                f"no member of keyload {self._keyload.keyload_id.hex()} of branch {self.branch!r} may still be sealed "
+                f"to ({drift.details()}); re-key with the audience you want (`watchtower feed "
+                f"{self.publisher.stream_id} rekey --branch {self.branch}`)", details=drift.details())
+        self.rekey(recipients)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -316,7 +388,13 @@ def newest_active_key(account: Mapping[str, Any]) -> tuple[int, bytes] | None:
     return int(newest["account_key_id"]), bytes.fromhex(newest["public_key_hex"])
 
 
-def member_recipients(api: ApiClient, addresses: Iterable[str]) -> tuple[list[Recipient], list[str]]:
+def account_key_statuses(account: Mapping[str, Any]) -> dict[int, str]:
+    """{account key id: status} of the X25519 keys in a ``GET /v1/accounts/{address}`` body."""
+    return {int(k["account_key_id"]): str(k.get("status")) for k in account.get("keys", [])
+            if k.get("scheme", ACCOUNT_KEY_SCHEME_X25519) == ACCOUNT_KEY_SCHEME_X25519}
+
+
+def member_recipients(api: AudienceApi, addresses: Iterable[str]) -> tuple[list[Recipient], list[str]]:
     """The recipients of a keyload for `addresses`: each member's newest active account key, read
     from the API, and the addresses that have none (they cannot be sealed to: register a key).
     A rotated key (a newer one registered) or a revoked one changes the result, so a publisher
@@ -331,4 +409,5 @@ def member_recipients(api: ApiClient, addresses: Iterable[str]) -> tuple[list[Re
     return recipients, missing
 
 
-__all__ = ["ConfidentialPublisher", "ConfidentialReader", "Opened", "member_recipients", "newest_active_key"]
+__all__ = ["AudienceApi", "ConfidentialPublisher", "ConfidentialReader", "Opened", "account_key_statuses",
+           "member_recipients", "newest_active_key"]
