@@ -49,7 +49,17 @@ UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
 
 
 class TransientError(Exception):
-    """The sink could not act now (API down, timeout): keep the tick and try again."""
+    """The sink could not act now (no reply in time, key manager down): keep the tick and try again."""
+
+
+class HeadMovedError(TransientError):
+    """The stream's head is not where the sink thought (STALE_SEQUENCE): a command sent earlier,
+    perhaps by a previous aggregator, landed. The tick is decided again once the events fold has
+    read up to `head`, from what the log then says was finished."""
+
+    def __init__(self, head: int) -> None:
+        super().__init__(f"the stream's head moved to {head}; waiting for the events fold to read it")
+        self.head = head
 
 
 class SinkRefusedError(Exception):
@@ -99,6 +109,11 @@ class Aggregator:
         self.last_reasons: dict[str, list[str]] = {}
         self.lock = threading.RLock()
         self.busy: set[str] = set()
+        self.dirty: set[str] = set()
+        """Streams with news since their last drain (a task, a result, a retry); the others wait for the next block."""
+        self.resync: dict[str, int] = {}
+        """Streams whose head moved under the sink: the head the events fold must reach first."""
+        self._height = -1
         self.waiting: dict[str, int] = {}  # stream -> the tick a transient error holds back (logged once)
         """Streams a thread is draining now (`step`)."""
         self.lags_ms: deque[int] = deque(maxlen=2_000)
@@ -110,32 +125,61 @@ class Aggregator:
         self.quarantined[code] += 1
         log.warning("quarantined %s: %s: %s", where, code, why)
 
-    def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> None:
+    def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> str | None:
+        """Take one ``ingest.tasks`` record; the stream id of a task this aggregator accepted."""
         with self.lock:
-            self._on_task(value, where)
+            return self._on_task(value, where)
 
     def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
         with self.lock:
             self._on_result(value, where)
 
-    def _on_task(self, value: bytes | None, where: str) -> None:
+    def _on_task(self, value: bytes | None, where: str) -> str | None:
         try:
             task = decode_task(value)
             verify_task(task, self.scheduler)
         except WatchtowerError as exc:
             self._quarantine(exc.code, exc.message, where)
-            return
+            return None
         stream = self.view.streams.get(task.stream_id)
         if stream is not None and task.task_definition != json_safe(stream.config.task_definition):
             self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
-            return
+            return None
         ticks = self.pending.setdefault(task.stream_id, {})
         if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
-            return  # a task read twice (the reader resumed earlier than it stopped)
+            return task.stream_id  # a task read twice (the reader resumed earlier than it stopped)
         pending = ticks[task.tick] = Pending(task)
         self.tasks += 1
+        self.dirty.add(task.stream_id)
         for result in self.early.pop((task.stream_id, task.tick), []):
             self._accept(pending, result, where)
+        return task.stream_id
+
+    # --- ownership (scale-out) -------------------------------------------------------------------
+
+    def forget_finished(self) -> None:
+        """Drop what this aggregator remembers as finished: each stream's last finished tick is
+        read again from the events fold (after a rebalance, another member may have finished more)."""
+        with self.lock:
+            self.done.clear()
+            self.resync.clear()
+
+    def release(self, streams: set[str], timeout_s: float) -> bool:
+        """Stop working on `streams` (another aggregator takes them): drop their pending ticks, then
+        wait until none of them has a publish in flight. False when one was still busy at `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self.lock:
+            for sid in streams:
+                self.pending.pop(sid, None)
+                self.done.pop(sid, None)
+                self.resync.pop(sid, None)
+                self.dirty.discard(sid)
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.busy & streams:
+                    return True
+            time.sleep(0.05)
+        return False
 
     def _on_result(self, value: bytes | None, where: str) -> None:
         try:
@@ -156,6 +200,7 @@ class Aggregator:
         self._accept(pending, result, where)
 
     def _accept(self, pending: Pending, result: IngestResult, where: str) -> None:
+        self.dirty.add(pending.task.stream_id)
         try:
             check_result(result, pending.task, self.view.registered())
         except WatchtowerError as exc:
@@ -190,10 +235,17 @@ class Aggregator:
     def step(self, height: int, pool: Executor | None = None) -> None:
         """Finish every tick that can be finished at block `height`, in tick order per stream.
 
-        With `pool`, streams are drained concurrently (their publishes are independent), each
-        stream by one thread at a time, so its ticks still finish in order."""
+        Each step looks at the streams with news (`dirty`), and at every pending stream once per
+        new block (a deadline may have passed). With `pool`, streams are drained concurrently
+        (their publishes are independent), each stream by one thread at a time, so its ticks still
+        finish in order."""
         with self.lock:
-            ready = [sid for sid in self.pending if sid not in self.busy]
+            if height != self._height:
+                self._height = height
+                ready = [sid for sid in self.pending if sid not in self.busy]
+            else:
+                ready = [sid for sid in self.dirty if sid in self.pending and sid not in self.busy]
+            self.dirty.difference_update(ready)
             self.busy.update(ready)
         for stream_id in ready:
             if pool is None:
@@ -229,6 +281,15 @@ class Aggregator:
                 return True
             return False  # the events fold has not seen the stream yet
         try:
+            moved_to = self.resync.get(stream_id)
+            if moved_to is not None:
+                folded = self.view.head(stream_id)
+                if folded is None or folded[0] < moved_to:
+                    self._retry(stream_id)
+                    return False
+                with self.lock:
+                    del self.resync[stream_id]
+                    self.done.pop(stream_id, None)  # decided again from the log
             if stream_id not in self.done:
                 self.done[stream_id] = max(self.view.last_failed_tick.get(stream_id, 0),
                                            self.sink.last_ingested_tick(stream))
@@ -247,11 +308,21 @@ class Aggregator:
                 return True
             self._publish(stream, task, verdict.result)
             return True
+        except HeadMovedError as exc:
+            with self.lock:
+                self.resync[stream_id] = exc.head
+            self._retry(stream_id)
+            return False
         except TransientError as exc:
             if self.waiting.get(stream_id) != task.tick:  # once per tick, not once per step
                 self.waiting[stream_id] = task.tick
                 log.warning("ingestion of %s tick %d waits: %s", stream_id, task.tick, exc)
+            self._retry(stream_id)
             return False
+
+    def _retry(self, stream_id: str) -> None:
+        with self.lock:
+            self.dirty.add(stream_id)
 
     def _publish(self, stream: IngestingStream, task: IngestTask, result: bytes) -> None:
         try:

@@ -2,9 +2,10 @@
 serve`, `watchtower runner start` and `watchtower up` start).
 
 Configuration comes from the environment, like every other Watchtower worker:
-``WATCHTOWER_BOOTSTRAP``, ``WATCHTOWER_TOPIC_PREFIX``, ``WATCHTOWER_API`` (the command gateway /
-API URL), ``WATCHTOWER_HOME`` (key files), ``WATCHTOWER_INGEST_HEALTH`` (a JSON health file),
-``WATCHTOWER_INGEST_ALLOW_NETS`` (non-public networks runners may fetch from).
+``WATCHTOWER_BOOTSTRAP``, ``WATCHTOWER_TOPIC_PREFIX``, ``WATCHTOWER_API`` (the API URL a runner
+registers through; the aggregator writes its commands to Kafka itself), ``WATCHTOWER_HOME`` (key
+files), ``WATCHTOWER_INGEST_HEALTH`` (a JSON health file), ``WATCHTOWER_INGEST_ALLOW_NETS``
+(non-public networks runners may fetch from).
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def _register(api: ApiClient, runner: Runner, label: str, deadline_s: float = 60
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="watchtower.ingest.main")
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("serve")
+    serve_cmd = sub.add_parser("serve")
+    serve_cmd.add_argument("--role", choices=("all", "aggregator", "scheduler"), default="all",
+                           help="run both parts (default), or only the aggregator (scale-out) or the scheduler")
     run = sub.add_parser("runner")
     run.add_argument("name")
     run.add_argument("--lie", action="store_true")
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "serve":
         from watchtower.ingest.service import serve as serve_ingest
 
-        serve_ingest(bootstrap, prefix, api.base_url, scheduler, keys.ingestion_publisher_key(), _health())
+        serve_ingest(bootstrap, prefix, scheduler, keys.ingestion_publisher_key(), _health(), role=args.role)
         return
     key = keys.runner_key(args.name)
     runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie,

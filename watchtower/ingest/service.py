@@ -1,10 +1,22 @@
 """``watchtower ingest serve``: the ingestion service process — the scheduler (Faust) and the
-aggregator (a thread with its own confluent-kafka reader).
+aggregator (a thread with its own confluent-kafka readers and command producer).
 
-The aggregator folds ``events`` from the beginning (`IngestionView`), then reads ``ingest.tasks``
-and ``ingest.results`` from `LOOKBACK_MS` before its start (every task whose deadline can still
-matter: timeout_blocks is at most 600) and tails all three, read_committed. It keeps no state of
-its own between runs: the log and the stream heads are its memory (`aggregator`).
+Aggregators scale out by stream: they share one consumer group on ``ingest.tasks`` and
+``ingest.results`` (both keyed by stream id, with the same partitions, so the range assignor gives
+a stream's tasks and results to the same member), and each folds the whole ``events`` log
+(`IngestionView`). A member finishes only the ticks of the partitions it holds:
+
+- on revoke it drops those streams' pending ticks and waits for their publishes in flight to be
+  answered, so the next owner never races one of them;
+- on assign it first waits until the stream workers have decided every command already on
+  ``commands`` (`topics.groups.wait_commands_decided`: a predecessor killed with kill -9 may have
+  left publishes nobody has decided yet), then folds ``events`` to its end, and only then reads the
+  new partitions' tasks and results from `LOOKBACK_MS` before now (every task whose deadline can
+  still matter: timeout_blocks is at most 600). What was finished is whatever the log says: a tick
+  at or below a stream's last finished tick is never finished again.
+
+It keeps no state of its own between runs: the log is its memory (`aggregator`). Decisions leave as
+signed commands on ``commands`` (`sink.KafkaSink`), a few hundred in flight at once.
 
 Keys (`keys`): the scheduler key signs tasks; the publisher key is the one owners delegate to.
 """
@@ -14,21 +26,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient
+from watchtower.gateway.transport import CommandClient
 from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.runner import now_height
-from watchtower.ingest.sink import ApiSink
+from watchtower.ingest.sink import KafkaSink
 from watchtower.ingest.view import IngestionView
 from watchtower.metrics.exposition import start_metrics
 from watchtower.metrics.ingest import AggregatorCollector
@@ -37,12 +50,21 @@ from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
-PUBLISH_THREADS: Final = 8
-"""Streams whose ticks are published at once (each stream by one thread at a time, in tick order)."""
+PUBLISH_THREADS: Final = 64
+"""Streams whose ticks are in flight at once (each stream by one thread at a time, in tick order).
+A thread mostly waits for its command's reply, so this bounds commands in flight, not CPU."""
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
+RELEASE_TIMEOUT_S: Final = 45.0
+"""Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
+
+
+def aggregator_group(prefix: str | None) -> str:
+    """The aggregators' consumer group on ``ingest.tasks`` and ``ingest.results``."""
+    return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.ingest-aggregator"
 
 
 def _partitions(consumer: Consumer, topic: str) -> list[int]:
@@ -50,71 +72,157 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
     return sorted(meta.topics[topic].partitions)
 
 
-def run_aggregator(bootstrap: str, prefix: str | None, api: ApiClient, scheduler: str,
-                   publisher: nacl.signing.SigningKey, stop: threading.Event, health_file: Path | None = None) -> None:
-    """The aggregator loop until `stop` (see the module docstring)."""
-    view = IngestionView()
-    events, tasks, results = (topic_name(r, prefix) for r in ("events", "ingest-tasks", "ingest-results"))
-    next_offset: dict[int, int] = {}
-    for msg in read_committed(bootstrap, [events]):
-        view.fold(msg.value())
+class AggregatorService:
+    """One aggregator member (see the module docstring). `run` drives it until `stop`."""
+
+    def __init__(self, bootstrap: str, prefix: str | None, scheduler: str, publisher: nacl.signing.SigningKey,
+                 stop: threading.Event, health_file: Path | None = None, *, group: str | None = None) -> None:
+        self.bootstrap, self.prefix, self.stop, self.health_file = bootstrap, prefix, stop, health_file
+        self.t_events, self.t_tasks, self.t_results = (
+            topic_name(r, prefix) for r in ("events", "ingest-tasks", "ingest-results"))
+        self.view = IngestionView()
+        self.events_next: dict[int, int] = {}
+        self.commands = CommandClient(bootstrap, prefix=prefix)
+        keymgr_url = os.environ.get(ENV_KEYMGR)
+        keymgr = KeyManagerClient(keymgr_url) if keymgr_url else None
+        self.aggregator = Aggregator(self.view, scheduler, KafkaSink(self.commands, self.view, publisher, keymgr))
+        self.stream_partition: dict[str, int] = {}
+        self.owned: set[int] = set()
+        self.pool = ThreadPoolExecutor(max_workers=PUBLISH_THREADS, thread_name_prefix="ingest-publish")
+        self.events = Consumer(kafka_config(bootstrap, **{
+            "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
+        self.work = Consumer(kafka_config(bootstrap, **{
+            "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "range"}))
+
+    # --- the events fold -------------------------------------------------------------------------
+
+    def _fold(self, msg: Message) -> None:
         partition, offset = msg.partition(), msg.offset()
-        if partition is not None and offset is not None:
-            next_offset[partition] = offset + 1
-    keymgr_url = os.environ.get(ENV_KEYMGR)
-    keymgr = KeyManagerClient(keymgr_url) if keymgr_url else None
-    aggregator = Aggregator(view, scheduler, ApiSink(api, publisher, keymgr))
-    start_metrics("ingest", [AggregatorCollector(aggregator)])
-    consumer = Consumer(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-aggregator-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
-    since = int(time.time() * 1000) - LOOKBACK_MS
-    assignment = [TopicPartition(events, p, next_offset.get(p, OFFSET_BEGINNING))
-                  for p in _partitions(consumer, events)]
-    for topic in (tasks, results):
-        wanted = [TopicPartition(topic, p, since) for p in _partitions(consumer, topic)]
-        assignment += consumer.offsets_for_times(wanted, timeout=30)
-    consumer.assign(assignment)
-    pool = ThreadPoolExecutor(max_workers=PUBLISH_THREADS, thread_name_prefix="ingest-publish")
-    last_health = 0.0
-    try:
-        while not stop.is_set():
-            for msg in consumer.consume(500, 0.1):
-                error = msg.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        log.warning("ingest reader: %s", error)
-                    continue
-                where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
-                if msg.topic() == events:
-                    view.fold(msg.value())
-                elif msg.topic() == tasks:
-                    aggregator.on_task(msg.value(), where)
-                else:
-                    aggregator.on_result(msg.value(), where)
-            aggregator.step(now_height(), pool)
-            if health_file is not None and time.monotonic() - last_health > 0.5:
-                last_health = time.monotonic()
-                doc = {"pid": os.getpid(), **aggregator.health(), "streams": sorted(view.streams),
-                       "runners": sorted(view.registered())}
-                tmp = health_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(doc))
-                tmp.replace(health_file)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        consumer.close()
+        if partition is None or offset is None or offset < self.events_next.get(partition, 0):
+            return  # read already (the catch-up scan and the tail overlap)
+        self.view.fold(msg.value())
+        self.events_next[partition] = offset + 1
+
+    def catch_up(self) -> None:
+        """Fold ``events`` to its current end."""
+        for msg in read_committed(self.bootstrap, [self.t_events], start=dict(self.events_next)):
+            self._fold(msg)
+
+    # --- partitions ------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        mine = sorted({tp.partition for tp in partitions})
+        log.info("aggregator takes partitions %s: waiting for the commands already sent to be decided", mine)
+        if not wait_commands_decided(self.bootstrap, self.prefix, stop=self.stop, log=log):
+            return
+        self.catch_up()
+        self.aggregator.forget_finished()
+        since = int(time.time() * 1000) - LOOKBACK_MS
+        wanted = [TopicPartition(tp.topic, tp.partition, since) for tp in partitions]
+        placed = consumer.offsets_for_times(wanted, timeout=30) if wanted else []
+        consumer.assign(placed)
+        self.owned = set(mine)
+        log.info("aggregator holds partitions %s", mine)
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        streams = {sid for sid, p in self.stream_partition.items() if p in gone}
+        self.owned -= gone
+        if not self.aggregator.release(streams, RELEASE_TIMEOUT_S):
+            log.error("publishes of released streams were still in flight after %.0f s", RELEASE_TIMEOUT_S)
+        log.info("aggregator released partitions %s (%d streams)", sorted(gone), len(streams))
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.catch_up()
+        self.events.assign([TopicPartition(self.t_events, p, self.events_next.get(p, OFFSET_BEGINNING))
+                            for p in _partitions(self.events, self.t_events)])
+        self.work.subscribe([self.t_tasks, self.t_results], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        start_metrics("ingest", [AggregatorCollector(self.aggregator)])
+        last_health = 0.0
+        try:
+            while not self.stop.is_set():
+                for msg in self.events.consume(1000, 0):
+                    error = msg.error()
+                    if error is None:
+                        self._fold(msg)
+                    elif error.code() != KafkaError._PARTITION_EOF:
+                        log.warning("events reader: %s", error)
+                for msg in self.work.consume(1000, 0.05):
+                    self._handle(msg)
+                self.aggregator.step(now_height(), self.pool)
+                if self.health_file is not None and time.monotonic() - last_health > 0.5:
+                    last_health = time.monotonic()
+                    self._write_health()
+        finally:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.work.close()
+            self.events.close()
+            self.commands.close()
+
+    def _handle(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("ingest reader: %s", error)
+            return
+        if msg.partition() not in self.owned:
+            return  # read before a revoke took effect
+        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+        if msg.topic() == self.t_tasks:
+            stream_id = self.aggregator.on_task(msg.value(), where)
+            if stream_id is not None:
+                self.stream_partition[stream_id] = int(msg.partition() or 0)
+        else:
+            self.aggregator.on_result(msg.value(), where)
+
+    def health(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), **self.aggregator.health(), "streams": sorted(self.view.streams),
+                "runners": sorted(self.view.registered()), "partitions": sorted(self.owned)}
+
+    def _write_health(self) -> None:
+        assert self.health_file is not None
+        tmp = self.health_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.health()))
+        tmp.replace(self.health_file)
 
 
-def serve(bootstrap: str, prefix: str | None, api_url: str, scheduler_key: nacl.signing.SigningKey,
-          publisher_key: nacl.signing.SigningKey, health_file: Path | None = None) -> None:
-    """Run the aggregator thread and the scheduler (foreground, Faust) until the process stops."""
+def run_aggregator(bootstrap: str, prefix: str | None, scheduler: str, publisher: nacl.signing.SigningKey,
+                   stop: threading.Event, health_file: Path | None = None) -> None:
+    """The aggregator loop until `stop` (see the module docstring)."""
+    AggregatorService(bootstrap, prefix, scheduler, publisher, stop, health_file).run()
+
+
+ROLES: Final = ("all", "aggregator", "scheduler")
+"""What one ``ingest serve`` process runs: both parts (the default), or one of them. Aggregators
+scale out (any number share the feeds); one scheduler writes at a time (a second fences the first)."""
+
+
+def serve(bootstrap: str, prefix: str | None, scheduler_key: nacl.signing.SigningKey,
+          publisher_key: nacl.signing.SigningKey, health_file: Path | None = None, role: str = "all") -> None:
+    """Run the aggregator thread and the scheduler (foreground, Faust) until the process stops;
+    `role` runs one of them alone (`ROLES`)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    scheduler = address_from_public_key(bytes(scheduler_key.verify_key))
+    if role == "aggregator":
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        run_aggregator(bootstrap, prefix, scheduler, publisher_key, stop, health_file)
+        return
     from watchtower.ingest import scheduler as scheduler_mod  # Faust is imported only by the serving process
 
+    if role == "scheduler":
+        scheduler_mod.run(bootstrap, prefix, scheduler_key)
+        return
     stop = threading.Event()
-    scheduler = address_from_public_key(bytes(scheduler_key.verify_key))
     thread = threading.Thread(target=run_aggregator, name="ingest-aggregator", daemon=True,
-                              args=(bootstrap, prefix, ApiClient(api_url), scheduler, publisher_key, stop,
-                                    health_file))
+                              args=(bootstrap, prefix, scheduler, publisher_key, stop, health_file))
     thread.start()
     try:
         scheduler_mod.run(bootstrap, prefix, scheduler_key)

@@ -1,27 +1,34 @@
-"""The aggregator's edge to the stream actor: publishes and failure reports go through the normal
-signed command path (the command gateway), so sequencing and every publish check stay where they
-are.
+"""The aggregator's edge to the stream actor: publishes and failure reports are signed commands on
+``commands``, produced by the aggregator's own Kafka client (`CommandClient`: one idempotent
+producer batching every stream's commands, one reader of its reply partition), so sequencing and
+every publish check stay where they are, and a tick costs no HTTP round trip.
 
 A publish is signed by the ingestion publisher key, the key the owner delegated with an
 owner-signed create or rotation (so the key chain a client verifies shows the delegation); the
 command names the owner as its caller, as every publish does (docs/publish-auth.md: a publish is
-authorised by its message signature). Each message carries the tag ``ingest_tick``, which is how a
-restarted aggregator finds the last tick it published. A failure is ``report_ingest_failure``,
-signed by the same key.
+authorised by its message signature). Each message is stamped with its tick's block start and
+carries the tag ``ingest_tick``. A failure is ``report_ingest_failure``, signed by the same key.
+
+Heads come from the replies, and where none is known yet from the aggregator's fold of ``events``
+(`IngestionView`): no read of the API. A publish refused with STALE_SEQUENCE means the head moved
+under us (a command of a previous aggregator landed, or the fold lags): `HeadMovedError` tells
+the aggregator to wait until its fold has read that far and to decide the tick again from the log.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
-from typing import Any
+from typing import Any, Final, Protocol
 
 import nacl.signing
 
 from watchtower.client.account import Account
-from watchtower.client.http import ApiClient, ApiUnavailableError
+from watchtower.client.http import ApiUnavailableError
 from watchtower.client.keymgr import KeyManagerClient
-from watchtower.ingest.aggregator import SinkRefusedError, TransientError
-from watchtower.ingest.view import IngestingStream
+from watchtower.ingest.aggregator import HeadMovedError, SinkRefusedError, TransientError
+from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import public_key_from_address
 from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.enums import PayloadFormat
@@ -38,78 +45,90 @@ from watchtower.protocol.ingestion_transform import Payload
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 
-TICK_TAG = "ingest_tick"
-_TRANSIENT = (ApiUnavailableError, NotReadyError, RequestTimeoutError)
+TICK_TAG: Final = "ingest_tick"
+REPLY_TIMEOUT_S: Final = 30.0
+"""How long a publish or report waits for the worker's reply before the tick is tried again."""
+_TRANSIENT = (NotReadyError, RequestTimeoutError)
 
 
-class ApiSink:
-    """Publishes and reports through the HTTP command gateway (`ApiClient`)."""
+class Commands(Protocol):
+    """What the sink needs of the command transport (`gateway.transport.CommandClient`)."""
 
-    def __init__(self, api: ApiClient, publisher: nacl.signing.SigningKey,
-                 keymgr: KeyManagerClient | None = None) -> None:
-        self.api = api
+    def submit(self, cmd: Command, *, key: str | None = None) -> concurrent.futures.Future[dict[str, Any]]: ...
+
+
+class KafkaSink:
+    """Publishes and reports as signed commands on ``commands`` (see the module docstring).
+
+    Thread-safe for different streams at once; the aggregator drives each stream from one thread
+    at a time, in tick order."""
+
+    def __init__(self, commands: Commands, view: IngestionView, publisher: nacl.signing.SigningKey,
+                 keymgr: KeyManagerClient | None = None, *, reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
+        self.commands = commands
+        self.view = view
         self.publisher = publisher
         self.keymgr = keymgr  # paid streams: stream_encrypt, as the stream's active publisher key
         self.identity = Account(publisher)
-        self.public_hex = bytes(publisher.verify_key).hex()
+        self.public_key = bytes(publisher.verify_key)
+        self.reply_timeout_s = reply_timeout_s
         self.heads: dict[str, tuple[int, int]] = {}
         self.nonce = 0
+        self._nonce_lock = threading.Lock()
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _send(self, cmd: Command) -> dict[str, Any]:
+        future = self.commands.submit(cmd)
         try:
-            return fn(*args, **kwargs)
+            return future.result(self.reply_timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TransientError(f"no reply to {cmd.method} on {cmd.stream_id} in {self.reply_timeout_s:g} s "
+                                 "(is a stream worker running?)") from None
         except _TRANSIENT as exc:
             raise TransientError(exc.message) from None
         except OSError as exc:
             raise TransientError(str(exc)) from None
 
-    def _sync(self, stream_id: str) -> tuple[int, int]:
-        info = self._call(self.api.get_head, stream_id)
-        head = (int(info["head_sequence"]), int(info["signing_key_id"]))
-        if info.get("publisher_key") != self.public_hex:
+    def _head(self, stream_id: str) -> tuple[int, int]:
+        known = self.heads.get(stream_id)
+        if known is not None:
+            return known
+        folded = self.view.head(stream_id)
+        if folded is None:
+            raise TransientError(f"stream {stream_id} is not in the events fold yet")
+        head, key_id, key = folded
+        if key != self.public_key:
             raise InvalidArgumentError(
-                f"stream {stream_id!r}'s current publisher key is not the ingestion key {self.public_hex[:16]}…; the "
-                "owner delegates ingestion with rotate_publisher_key to that key")
-        self.heads[stream_id] = head
-        return head
+                f"stream {stream_id!r}'s current publisher key is not the ingestion key {self.public_key.hex()[:16]}…; "
+                "the owner delegates ingestion with rotate_publisher_key to that key")
+        return head, key_id
 
     def last_ingested_tick(self, stream: IngestingStream) -> int:
-        info = self._call(self.api.get_head, stream.stream_id)
-        head = int(info["head_sequence"])
-        if head == 0:
-            return 0
-        page = self._call(self.api.get_since, stream.stream_id, head - 1, 1)
-        messages = page.get("messages") or []
-        tags = messages[-1].get("tags", {}) if messages else {}
-        tick = tags.get(TICK_TAG)
-        return int(tick) if isinstance(tick, int | float) and not isinstance(tick, bool) else 0
+        """The tick the stream's newest message finished, as far as the events fold has read."""
+        return self.view.last_published_tick.get(stream.stream_id, 0)
 
     def _next_nonce(self) -> int:
-        self.nonce = max(self.nonce + 1, time.time_ns() // 1000)
-        return self.nonce
+        with self._nonce_lock:
+            self.nonce = max(self.nonce + 1, time.time_ns() // 1000)
+            return self.nonce
 
     def publish(self, stream: IngestingStream, tick: int, timestamp_ms: int, payloads: tuple[Payload, ...]) -> None:
+        sid = stream.stream_id
         for payload in payloads:
-            for attempt in range(2):
-                head, key_id = self.heads.get(stream.stream_id) or self._sync(stream.stream_id)
-                body = self._message(stream, head + 1, key_id, tick, timestamp_ms, payload)
-                cmd = Command("publish", stream.stream_id, public_key_from_address(stream.owner), self._next_nonce(),
-                              body, bytes.fromhex(body["publisher_sig_hex"]))
-                try:
-                    reply = self._call(self.api.command, cmd)
-                except StaleSequenceError:
-                    self.heads.pop(stream.stream_id, None)
-                    if attempt:
-                        raise
-                    continue
-                except WatchtowerError:
-                    self.heads.pop(stream.stream_id, None)
-                    raise
-                except TransientError:
-                    self.heads.pop(stream.stream_id, None)  # it may have landed: re-read before the next one
-                    raise
-                self.heads[stream.stream_id] = (int(reply["head_sequence"]), key_id)
-                break
+            head, key_id = self._head(sid)
+            body = self._message(stream, head + 1, key_id, tick, timestamp_ms, payload)
+            cmd = Command("publish", sid, public_key_from_address(stream.owner), self._next_nonce(),
+                          body, bytes.fromhex(body["publisher_sig_hex"]))
+            try:
+                reply = self._send(cmd)
+            except StaleSequenceError as exc:
+                self.heads.pop(sid, None)
+                moved = exc.details.get("head") if isinstance(exc.details, dict) else None
+                raise HeadMovedError(int(moved) if isinstance(moved, int) else head + 1) from None
+            except (WatchtowerError, TransientError):
+                self.heads.pop(sid, None)  # it may have landed: the next attempt starts from the log
+                raise
+            self.heads[sid] = (int(reply["head_sequence"]), key_id)
 
     def _message(self, stream: IngestingStream, sequence: int, key_id: int, tick: int, timestamp_ms: int,
                  payload: Payload) -> dict[str, Any]:
@@ -127,7 +146,7 @@ class ApiSink:
         aad = envelope_aad(stream_id=stream.stream_id, sequence=sequence, key_epoch=epoch, kind=payload.kind,
                            content_type=payload.content_type)
         try:
-            sealed = self._call(self.keymgr.encrypt, self.identity, stream.stream_id, key_epoch=epoch, aad=aad,
+            sealed = self._encrypt(self.keymgr.encrypt, self.identity, stream.stream_id, key_epoch=epoch, aad=aad,
                                 plaintext=payload.payload)
         except WatchtowerError as exc:
             raise SinkRefusedError(IngestReason.ENCRYPT_REFUSED, f"stream_encrypt: {exc.code}: {exc.message}") from None
@@ -137,13 +156,22 @@ class ApiSink:
                            key_epoch=sealed.key_epoch, signing_key_id=key_id)
         return {**msg.to_json_dict(), "keymgr_receipt": sealed.keymgr_receipt}
 
+    @staticmethod
+    def _encrypt(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ApiUnavailableError, *_TRANSIENT) as exc:
+            raise TransientError(exc.message) from None
+        except OSError as exc:
+            raise TransientError(str(exc)) from None
+
     def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
                timestamp_ms: int) -> None:
         cmd = sign_command(self.publisher, "report_ingest_failure", stream.stream_id, self._next_nonce(), {
             "reason": str(reason), "timestamp_unix_ms": timestamp_ms, "first_tick": first, "last_tick": last,
             "detail": detail})
         try:
-            self._call(self.api.command, cmd)
+            self._send(cmd)
         except InvalidArgumentError as exc:
             if "last_failed_tick" not in exc.details:
                 raise

@@ -1,10 +1,12 @@
 """What ingestion knows from the ``events`` log: the streams with ingestion enabled (config, owner,
-creation block), the runner registry, and each stream's last failed tick.
+creation block), the runner registry, each stream's last failed tick, and, for the aggregator, each
+ingesting stream's head, publisher key and last published tick.
 
 The scheduler and the aggregator each fold the log into one of these from the beginning when they
-start (a stream's config never changes after creation, so the fold is small: one entry per
-ingesting stream, one per runner). Records that do not decode or do not apply are counted, never
-raised: the log is hostile.
+start (one entry per ingesting stream, one per runner). An ingesting stream's events are applied
+with the writer's own `evolve`, so its head and key are exactly what the stream actor holds once
+the fold has read as far. Records that do not decode or do not apply are counted, never raised:
+the log is hostile.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections import Counter
 
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.events import IngestFailed
+from watchtower.protocol.events import IngestFailed, StreamMessagePublished
+from watchtower.protocol.ingestion import tick_stamped
 from watchtower.protocol.ingestion_runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
 from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
@@ -41,6 +44,10 @@ class IngestionView:
         self.registry = RunnerRegistry()
         self.last_failed_tick: dict[str, int] = {}
         self.fail_count: dict[str, int] = {}
+        self.states: dict[str, StreamState] = {}
+        """Each ingesting stream's state as the writer folds it (head, key schedule)."""
+        self.last_published_tick: dict[str, int] = {}
+        """The tick each ingesting stream's newest message is stamped with (`tick_stamped`)."""
         self.refused: Counter[str] = Counter()
 
     def fold(self, value: bytes | None) -> Event | None:
@@ -55,10 +62,8 @@ class IngestionView:
                 self._created(event)
             elif event.type in RUNNER_EVENTS and event.stream_id == RUNNERS_KEY:
                 self.registry = evolve_runners(self.registry, event)
-            elif isinstance(event.body, IngestFailed) and event.stream_id in self.streams:
-                last = int(event.body.last_tick)
-                self.last_failed_tick[event.stream_id] = max(self.last_failed_tick.get(event.stream_id, 0), last)
-                self.fail_count[event.stream_id] = self.fail_count.get(event.stream_id, 0) + 1
+            elif event.stream_id in self.streams:
+                self._ingesting(event)
             else:
                 return None
         except (WatchtowerError, KeyError, TypeError, ValueError) as exc:
@@ -77,6 +82,35 @@ class IngestionView:
         self.streams[event.stream_id] = IngestingStream(event.stream_id, state.owner, config.ingestion,
                                                         event.block_height, config.is_paid,
                                                         0 if paid is None else paid.key_epoch_blocks)
+        self.states[event.stream_id] = state
+
+    def _ingesting(self, event: Event) -> None:
+        sid = event.stream_id
+        state = self.states[sid]
+        if isinstance(event.body, StreamMessagePublished) and event.body.sequence <= state.head:
+            return  # redelivered (a reader that resumed earlier than it stopped)
+        self.states[sid] = evolve(state, event)
+        body = event.body
+        if isinstance(body, IngestFailed):
+            last = int(body.last_tick)
+            self.last_failed_tick[sid] = max(self.last_failed_tick.get(sid, 0), last)
+            self.fail_count[sid] = self.fail_count.get(sid, 0) + 1
+        elif isinstance(body, StreamMessagePublished):
+            stream = self.streams[sid]
+            tick = tick_stamped(stream.anchor, stream.config.interval_blocks, body.timestamp_unix_ms)
+            if tick is not None:
+                self.last_published_tick[sid] = max(self.last_published_tick.get(sid, 0), tick)
+
+    def head(self, stream_id: str) -> tuple[int, int, bytes] | None:
+        """(head sequence, current signing key id, current publisher key) of an ingesting stream."""
+        state = self.states.get(stream_id)
+        if state is None or state.config is None:
+            return None
+        return state.head, state.config.current_signing_key_id, state.config.publisher_key
+
+    def last_finished_tick(self, stream_id: str) -> int:
+        """The last tick of `stream_id` that ended in a message or an IngestFailed, as far as read."""
+        return max(self.last_failed_tick.get(stream_id, 0), self.last_published_tick.get(stream_id, 0))
 
     def runner_keys(self) -> tuple[bytes, ...]:
         return self.registry.public_keys()

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from watchtower.protocol import cbor
 from watchtower.protocol.config import IngestionConfig
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.validation import is_int, require_int, require_text
 
@@ -287,6 +288,21 @@ def check_config(config: IngestionConfig) -> TaskSpec:
 def tick_height(anchor: int, interval_blocks: int, tick: int) -> int:
     """The block height of `tick` (tick ≥ 1) for a stream anchored at `anchor`."""
     return anchor + tick * interval_blocks
+
+
+def tick_stamped(anchor: int, interval_blocks: int, timestamp_unix_ms: int) -> int | None:
+    """The tick whose message carries `timestamp_unix_ms`, or None when no tick's does.
+
+    An ingested message is stamped with the start of its tick's block (``GENESIS_UNIX_MS +
+    tick_height * BLOCK_INTERVAL_MS``), so the ``events`` log alone tells which tick a stream's
+    newest message finished: an aggregator that restarts reads it there, not from the messages."""
+    offset = timestamp_unix_ms - GENESIS_UNIX_MS
+    if offset < 0 or offset % BLOCK_INTERVAL_MS or interval_blocks < 1:
+        return None
+    steps = offset // BLOCK_INTERVAL_MS - anchor
+    if steps < interval_blocks or steps % interval_blocks:
+        return None
+    return steps // interval_blocks
 
 
 def latest_tick(anchor: int, interval_blocks: int, height: int) -> int:

@@ -8,9 +8,18 @@ rebalance each other.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Mapping
 from typing import Final
 
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.reader import end_offsets
 
 STREAM_WORKER_GROUP: Final = "wt-stream-actor"
 
@@ -33,3 +42,53 @@ def projection_fold_group(prefix: str | None = None) -> str:
     restart from their tables); each commits its owned partitions' fold positions to it now and
     then, so the lag of a projection that stopped keeps growing where any process can read it."""
     return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.projection-fold"
+
+
+def commands_pending(bootstrap: str, prefix: str | None, ends: Mapping[int, int],
+                     timeout_s: float = 10.0) -> dict[int, int]:
+    """The ``commands`` partitions whose records before `ends` (partition -> offset) the stream
+    workers have not all decided yet, each with how many remain (empty: all decided).
+
+    The stream workers commit their ``commands`` offsets in the transaction that writes the events
+    and replies, so an offset committed at or past ``ends[p]`` means every command before it has
+    its outcome on the log. ``commands`` is written without transactions, so a committed offset
+    can reach the end exactly."""
+    group = stream_worker_group(prefix)
+    topic = topic_name("commands", prefix)
+    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
+    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in ends])
+    found = admin.list_consumer_group_offsets([wanted], request_timeout=timeout_s)[group].result(timeout_s)
+    committed = {tp.partition: max(int(tp.offset), 0) for tp in found.topic_partitions}
+    return {p: end - committed.get(p, 0) for p, end in ends.items() if committed.get(p, 0) < end}
+
+
+def wait_commands_decided(bootstrap: str, prefix: str | None, *, stop: threading.Event | None = None,
+                          log: logging.Logger | None = None, poll_s: float = 0.2) -> bool:
+    """Block until every command on ``commands`` now has been decided by the stream workers
+    (`commands_pending`); False when `stop` was set first.
+
+    A process that acts on what the log says was decided (the ingestion aggregator after a restart
+    or a rebalance) calls this first, so a command its predecessor sent and nobody has decided yet
+    cannot land after it has decided the same thing again. It waits as long as it takes: without a
+    stream worker nothing can be decided anyway. Broker errors are retried."""
+    topic = topic_name("commands", prefix)
+    ends: dict[int, int] | None = None
+    said = 0.0
+    while stop is None or not stop.is_set():
+        try:
+            if ends is None:
+                admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
+                partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+                ends = end_offsets(bootstrap, topic, sorted(partitions))
+            behind = commands_pending(bootstrap, prefix, ends)
+        except (KafkaException, TimeoutError, KeyError) as exc:
+            reason = f"the broker did not answer ({exc})"
+        else:
+            if not behind:
+                return True
+            reason = f"{sum(behind.values())} commands on partitions {sorted(behind)} are not decided yet"
+        if log is not None and time.monotonic() - said > 10:
+            said = time.monotonic()
+            log.warning("waiting for the stream workers: %s", reason)
+        time.sleep(poll_s)
+    return False
