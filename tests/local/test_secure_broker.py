@@ -277,6 +277,23 @@ def test_every_credentials_file_is_readable_by_its_owner_only(secure: SecureStac
         assert list(read_credentials(credentials_file(spec, principal))) == [principal]
 
 
+def test_the_brokers_data_and_config_are_readable_by_their_owner_only(secure: SecureStack) -> None:
+    """ACLs guard the broker's port, not its disk: `events`, `keymgr.state` and every delivery
+    sit in the data directory, so no other local user may list or read it (dirs 0700, files 0600)."""
+    _publish_and_read(secure)  # segments, checkpoints and logs written since the start included
+    spec = secure.kafka.spec
+    open_to_others = []
+    for path in [spec.data_dir, *spec.data_dir.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if mode & 0o077:
+            open_to_others.append((str(path.relative_to(spec.data_dir)), oct(mode)))
+    assert open_to_others == [], open_to_others[:10]
+    segments = [p for n in spec.node_specs for p in n.log_dirs.rglob("*.log")]
+    assert segments, "no segment was written"
+
+
 def test_the_credentials_fields_map_onto_kafka_client_settings(secure: SecureStack) -> None:
     entry = read_credentials(credentials_file(secure.kafka.spec))[CLIENT_PRINCIPAL]
     assert entry.bootstrap == secure.bootstrap

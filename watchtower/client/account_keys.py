@@ -148,8 +148,11 @@ def store_sealed_keys(account: Account, stream_id: str, sealed: dict[int, tuple[
     Under an exclusive lock on the store, so two processes filling it at once (two `wrap-daemon`s,
     a daemon and a reader) never lose each other's keys or trip over each other's temporary file."""
     path = sealed_keys_path(account, stream_id)
+    _private_dir(account.home / EPOCH_KEYS_DIR)  # the store's root too, not only the account's directory
     _private_dir(path.parent)
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, _FILE_MODE)
+    os.fchmod(fd, _FILE_MODE)  # a lock file an earlier release made 0644
+    with os.fdopen(fd, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         merged = {**load_sealed_keys(account, stream_id), **sealed}
         body: dict[str, Any] = {"stream_id": stream_id, "account": account.address,

@@ -38,6 +38,8 @@ from watchtower.topics.catalogue import topic_prefix
 from watchtower.topics.connection import Principal
 
 MARKER = "watchtower-kafka.json"
+#: The broker's JVM and `kafka-storage format` run with it: what they create is owner-only.
+PRIVATE_UMASK = 0o077
 READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 
@@ -93,7 +95,9 @@ class LocalKafka:
         require_tool("java", "to run the embedded Kafka broker")
         cp = classpath(KAFKA_BUNDLE)
         agent = jolokia_agent_jar() if self.spec.metrics_port is not None else None
-        self.spec.data_dir.mkdir(parents=True, exist_ok=True)
+        # The data directory holds every topic's segments (`events`, `keymgr.state`, deliveries):
+        # ACLs guard the port, file modes the disk. Owner-only, also for a directory made earlier.
+        _private_dir(self.spec.data_dir)
         with self._lock():
             cluster_id = self._check_or_claim_data_dir()
             to_start = [n for n in self.spec.all_node_specs if not self._alive(n)]
@@ -228,8 +232,8 @@ class LocalKafka:
                     "Watchtower-made directory"
                 )
             cluster_id = random_cluster_id()
-            marker.write_text(json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
-                                          "kafka_version": KAFKA_VERSION, "secure": self.spec.secure}))
+            _write_private(marker, json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
+                                               "kafka_version": KAFKA_VERSION, "secure": self.spec.secure}))
             return cluster_id
         try:
             meta = json.loads(marker.read_text())
@@ -274,16 +278,18 @@ class LocalKafka:
 
     # ---------------------------------------------------------------- processes
     def _prepare_node(self, node: NodeSpec, cluster_id: str, cp: str) -> None:
-        node.directory.mkdir(parents=True, exist_ok=True)
+        _private_dir(node.directory)
+        if node.log_dirs.exists():  # made by an earlier release with the default modes
+            _private_dir(node.log_dirs)
         principals = self.principals(create=True) if self.spec.secure else {}
         admin_password = principals[ADMIN_PRINCIPAL].password if principals else None
         # The properties of a secure node hold the admin password: owner-only, like the credentials.
         _write_private(node.properties_file, self.spec.server_properties(node, admin_password))
-        node.log4j_file.write_text(self.spec.log4j_properties(node))
+        _write_private(node.log4j_file, self.spec.log4j_properties(node))
         if (node.log_dirs / "meta.properties").exists():
             return
         argv = storage_format_argv(cp, node, cluster_id) + scram_format_args(principals)
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, umask=PRIVATE_UMASK)
         if proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise LocalStackError(
@@ -299,11 +305,12 @@ class LocalKafka:
             f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", cp,
             "kafka.Kafka", str(node.properties_file),
         ]
-        out = (node.directory / "broker.out").open("ab")
+        out = os.fdopen(os.open(node.directory / "broker.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        # Every file and directory the broker makes (segments, checkpoints, its logs) is owner-only.
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=node.directory)
+                                start_new_session=True, cwd=node.directory, umask=PRIVATE_UMASK)
         out.close()
-        node.pid_file.write_text(str(proc.pid))
+        _write_private(node.pid_file, str(proc.pid))
 
     def _wait_ready(self, nodes: list[NodeSpec], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -368,7 +375,8 @@ class LocalKafka:
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         """Serialise up/down on one data directory across processes."""
-        with (self.spec.data_dir / ".lock").open("w") as fh:
+        fd = os.open(self.spec.data_dir / ".lock", os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -482,6 +490,12 @@ def _wait_metadata(bootstrap: str, brokers: int, deadline: float, security: dict
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
                           "see `watchtower local logs`")
+
+
+def _private_dir(path: Path) -> None:
+    """Make ``path`` (and missing parents) and give it mode 0700, also when it existed."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
 
 
 def _write_private(path: Path, text: str) -> None:
