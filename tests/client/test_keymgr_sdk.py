@@ -43,7 +43,12 @@ from watchtower.protocol.envelope import (
     seal_payload,
     wrap_epoch_key,
 )
-from watchtower.protocol.errors import DecryptionFailedError, EntitlementRequiredError, WatchtowerError
+from watchtower.protocol.errors import (
+    DecryptionFailedError,
+    EntitlementRequiredError,
+    KeyRevokedError,
+    WatchtowerError,
+)
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command, verify_command
@@ -253,10 +258,62 @@ def test_a_subscriber_decrypts_locally_fetching_each_epoch_key_once(
     assert len(fetches) == 1  # one fetch, then every message of the epoch decrypts locally
     assert "EpochKeyRing" in repr(ring)
     assert derive_content_key(SEED, STREAM, 5).hex() not in repr(ring)
-    # A new process opens the stored sealed key without asking again.
-    again = Subscriber(None, STREAM, decrypt=True, epoch_keys=EpochKeyRing(KeyManagerClient(url), account))  # type: ignore[arg-type]
+    # A new process opens the stored sealed key without asking again (its account key still ACTIVE).
+    accounts = _AccountKeys({account.address: {1: "ACTIVE"}})
+    again = Subscriber(None, STREAM, decrypt=True,  # type: ignore[arg-type]
+                       epoch_keys=EpochKeyRing(KeyManagerClient(url), account, accounts=accounts))
     assert again.plaintext(messages[0]) == b"tick 1"
     assert len([p for p, _ in service.requests if p == "/v1/keymgr/epoch-keys"]) == 1
+
+
+class _AccountKeys:
+    """The API's account view of account keys: address -> {account key id: status}."""
+
+    def __init__(self, keys: dict[str, dict[int, str]]) -> None:
+        self.keys = keys
+
+    def account_info(self, address: str) -> dict[str, Any]:
+        return {"account": address, "keys": [{"account_key_id": i, "scheme": "X25519", "status": status}
+                                             for i, status in self.keys.get(address, {}).items()]}
+
+
+def test_a_stored_epoch_key_sealed_to_a_revoked_account_key_is_never_opened(
+        account: Account, keymgr: tuple[_KeyManager, str]) -> None:
+    service, url = keymgr
+    key = _registered_key(account, 1)
+    api = FakeApi()  # the account view: key 1 registered, then revoked
+    reply = api.command(account.sign("register_account_key", f"acct:{account.address}",
+                                     {"scheme": "X25519", "public_key": bytes(key.public_key)}))
+    assert reply["account_key_id"] == 1
+    service.account_keys[account.address] = (1, bytes(key.public_key))
+    service.entitled_until[account.address] = 5
+    assert EpochKeyRing(KeyManagerClient(url), account, accounts=api).fetch(STREAM, 4, 5) == [4, 5]
+
+    def fetches() -> int:
+        return len([p for p, _ in service.requests if p == "/v1/keymgr/epoch-keys"])
+
+    assert EpochKeyRing(KeyManagerClient(url), account, accounts=api).content_key(STREAM, 5) == \
+        derive_content_key(SEED, STREAM, 5)                       # ACTIVE: opened from the store
+    api.command(account.sign("revoke_account_key", f"acct:{account.address}", {"account_key_id": 1}))
+    ring = EpochKeyRing(KeyManagerClient(url), account, accounts=api)
+    with pytest.raises(KeyRevokedError, match="rewrap-epochs") as refused:
+        ring.content_key(STREAM, 4)
+    assert refused.value.details["account_key_id"] == 1
+    assert "account keys add" in refused.value.message
+    assert "cached=0" in repr(ring)                               # nothing was opened
+    assert fetches() == 1
+    # Without an account view the store cannot be checked: the key is fetched again instead.
+    assert EpochKeyRing(KeyManagerClient(url), account).content_key(STREAM, 4) == derive_content_key(SEED, STREAM, 4)
+    assert fetches() == 2
+
+
+def test_the_cli_s_key_ring_checks_the_store_against_the_api(tmp_path: Path) -> None:
+    from watchtower.cli.paid_feed_cmd import epoch_key_ring
+    from watchtower.client.http import ApiClient
+
+    api = ApiClient("http://127.0.0.1:9")
+    ring = epoch_key_ring(api, "http://127.0.0.1:9", Account.create("reader", home=tmp_path))
+    assert ring.accounts is api
 
 
 def test_a_sponsor_without_entitlement_gets_no_key(tmp_path: Path, keymgr: tuple[_KeyManager, str]) -> None:

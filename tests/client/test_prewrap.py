@@ -56,8 +56,19 @@ def add_key(account: Account, key_id: int) -> bytes:
     return bytes(private.public_key)
 
 
+class ActiveKeys:
+    """The API's account view, every account key the fake key manager seals to ACTIVE."""
+
+    def __init__(self, keymgr: FakeKeymgr) -> None:
+        self.keymgr = keymgr
+
+    def account_info(self, address: str) -> dict[str, object]:
+        keys = [{"account_key_id": i, "status": "ACTIVE"} for i in self.keymgr.public_keys]
+        return {"account": address, "keys": keys}
+
+
 def ring_for(reader: Account, keymgr: FakeKeymgr, key_id: int | None = None) -> EpochKeyRing:
-    return EpochKeyRing(keymgr, reader, account_key_id=key_id)  # type: ignore[arg-type]
+    return EpochKeyRing(keymgr, reader, account_key_id=key_id, accounts=ActiveKeys(keymgr))  # type: ignore[arg-type]
 
 
 def test_pre_wrap_seals_a_range_once_and_reading_it_asks_the_key_manager_nothing(reader: Account) -> None:

@@ -83,7 +83,8 @@ def show_paid_feed(api: ApiClient, keymgr: KeyManagerClient, minter: Account, pr
     click.secho("  -- who can read it", bold=True)
     ledger.wait_for_entitlement(sid, reader.address, epoch + 1, timeout_s=STEP_TIMEOUT_S)
     # The key manager learns of the purchase from the log a moment later: retry within the step's bound.
-    entitled = Subscriber(api, sid, decrypt=True, epoch_keys=EpochKeyRing(keymgr, reader, settle_s=STEP_TIMEOUT_S))
+    ring = EpochKeyRing(keymgr, reader, settle_s=STEP_TIMEOUT_S, accounts=api)
+    entitled = Subscriber(api, sid, decrypt=True, epoch_keys=ring)
     wait_until_visible(api, sid, min_head=3, timeout_s=STEP_TIMEOUT_S)
     page = entitled.poll_page(100, min_head=3, wait_ms=5000)
     click.echo(f"  the reader verifies, then decrypts locally: {[p.decode() for p in page.plaintexts]}")

@@ -331,7 +331,7 @@ def feed_get_since(ref: FeedRef, cursor: int, limit: int, filter_json: str | Non
         read_confidential(api, stream_id, cursor=cursor, limit=limit, owner=owner, account=account,
                           key_file=key_file, as_json=as_json)
         return
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account) if decrypt else None
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account) if decrypt else None
     subscriber = Subscriber(api, stream_id, cursor, flt, proof=proof, expected_owner=owner, decrypt=decrypt,
                             epoch_keys=ring)
     subscriber.key_schedule()  # even an empty page is refused when the chain does not verify

@@ -173,13 +173,15 @@ def for_account_option(func: F) -> F:
                              "actor (default: your own account).")(func)
 
 
-def epoch_key_ring(keymgr_url: str | None, signer: Account, for_account: str | None = None,
+def epoch_key_ring(api: ApiClient, keymgr_url: str | None, signer: Account, for_account: str | None = None,
                    account_key_id: int | None = None) -> EpochKeyRing:
     """The epoch keys of `for_account` (default: `signer` itself), fetched by `signer`, through the
     key manager at `keymgr_url`, sealed to `account_key_id` (default: the holder's ACTIVE key). An
-    actor signing for its account must be authorized for the feed."""
+    actor signing for its account must be authorized for the feed. A key kept on this machine is
+    opened only while `api` shows the account key it is sealed to ACTIVE (KEY_REVOKED otherwise)."""
     holder = Account.load(for_account) if for_account else signer
-    return EpochKeyRing(KeyManagerClient(keymgr_url), holder, caller=signer, account_key_id=account_key_id)
+    return EpochKeyRing(KeyManagerClient(keymgr_url), holder, caller=signer, account_key_id=account_key_id,
+                        accounts=api)
 
 
 @feed.command("fetch-keys")
@@ -204,7 +206,7 @@ def feed_fetch_keys(ref: FeedRef, from_epoch: int | None, until_epoch: int | Non
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account, account_key_id)
     holder = ring.holder
     if epochs_text is not None:
         if from_epoch is not None or until_epoch is not None:
@@ -278,7 +280,7 @@ def feed_consume(ref: FeedRef, account_key_id: int | None, cursor: int, limit: i
         read_confidential(api, stream_id, cursor=cursor, limit=limit, owner=None, account=account,
                           key_file=key_file, as_json=as_json)
         return
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account, account_key_id)
     subscriber = Subscriber(api, stream_id, cursor, None, decrypt=True, epoch_keys=ring)
     subscriber.key_schedule()  # the chain verifies before any message is trusted
     echo_decrypted_page(subscriber.poll_page(limit), as_json)
@@ -323,7 +325,7 @@ def feed_pre_wrap_epochs(ref: FeedRef, from_epoch: int, to_epoch: int, account_k
         raise click.UsageError("--to must not be below --from")
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account, account_key_id)
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account, account_key_id)
     if ring.account_key_id is None:
         ring.account_key_id = _active_key_id(api, ring.holder.address)
     _echo_wrap(pre_wrap(ring, stream_id, from_epoch, to_epoch), as_json, "sealed")
@@ -349,7 +351,7 @@ def feed_wrap_daemon(ref: FeedRef, depth: int, interval_s: float | None, once: b
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account)
     config = paid_config({"stream_id": stream_id, **api.stream_info(stream_id)})
     ledger = Ledger(api, ring.holder)
     pause = interval_s if interval_s is not None else min(60.0, max(0.1, config.key_epoch_blocks / 10))
@@ -379,6 +381,6 @@ def feed_rewrap_epochs(ref: FeedRef, account_key_id: int | None, from_epoch: int
     already sealed to it are left as they are)."""
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(keymgr_url, load_account(account, key_file), for_account)
+    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account)
     target = account_key_id if account_key_id is not None else _active_key_id(api, ring.holder.address)
     _echo_wrap(rewrap(ring, stream_id, target, from_epoch=from_epoch), as_json, "re-sealed")

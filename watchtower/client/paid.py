@@ -7,7 +7,9 @@
 - `EpochKeyRing` is where a decrypting `Subscriber` gets epoch keys: fetched from the key manager
   sealed to the account's X25519 key, kept sealed on disk (`account_keys.store_sealed_keys`) and
   opened in memory, so each epoch costs one request and then every message decrypts locally (the
-  fast path). The payer of a sponsored purchase is not entitled: the key manager answers it
+  fast path). A key from the store is opened only while the account key it is sealed to is still
+  ACTIVE in the API's account view (CIP-7: a revoked key is never used to decrypt); KEY_REVOKED
+  otherwise. The payer of a sponsored purchase is not entitled: the key manager answers it
   ENTITLEMENT_REQUIRED, and so does it for any epoch past the entitlement.
 
 The current key epoch is computed, like the workers do, from the clock: floor(block height /
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import nacl.signing
 
@@ -32,6 +34,7 @@ from watchtower.protocol.envelope import envelope_aad
 from watchtower.protocol.errors import (
     EntitlementRequiredError,
     InvalidArgumentError,
+    KeyRevokedError,
     MalformedRecordError,
     NotPlatformManagedStreamError,
 )
@@ -113,6 +116,13 @@ class PaidPublisher(Publisher):
         return self.owner.sign("publish", self.stream_id, body)
 
 
+class AccountView(Protocol):
+    """Where a ring reads the status of the account key a stored epoch key is sealed to
+    (``GET /v1/accounts/{address}``: `ApiClient`, `FakeApi`)."""
+
+    def account_info(self, address: str) -> dict[str, Any]: ...
+
+
 class EpochKeyRing:
     """Epoch content keys of `holder`'s entitlements, fetched sealed and opened locally.
 
@@ -122,15 +132,20 @@ class EpochKeyRing:
 
     `settle_s`: the key manager learns of a purchase from the log a moment after it is
     acknowledged; right after buying, retry ENTITLEMENT_REQUIRED for up to this long.
+
+    `accounts`: the API's account view. A key kept sealed on disk is opened only after the view
+    shows the account key it is sealed to ACTIVE (KEY_REVOKED otherwise); without a view the store
+    cannot be checked, so its keys are fetched again (the key manager seals only to ACTIVE keys).
     """
 
     def __init__(self, keymgr: KeyManagerClient, holder: Account, *, caller: Account | None = None,
-                 account_key_id: int | None = None, settle_s: float = 0.0) -> None:
+                 account_key_id: int | None = None, settle_s: float = 0.0, accounts: AccountView | None = None) -> None:
         self.keymgr = keymgr
         self.holder = holder
         self.caller = caller or holder
         self.account_key_id = account_key_id
         self.settle_s = settle_s
+        self.accounts = accounts
         self._open: dict[tuple[str, int], bytes] = {}
 
     def __repr__(self) -> str:  # never the keys
@@ -170,17 +185,32 @@ class EpochKeyRing:
                 time.sleep(0.1)
 
     def content_key(self, stream_id: str, key_epoch: int) -> bytes:
-        """The content key of (`stream_id`, `key_epoch`): from memory, else the sealed store, else fetched."""
+        """The content key of (`stream_id`, `key_epoch`): from memory, else the sealed store (KEY_REVOKED
+        when it is sealed to an account key no longer ACTIVE), else fetched."""
         key = self._open.get((stream_id, key_epoch))
         if key is not None:
             return key
-        stored = load_sealed_keys(self.holder, stream_id).get(key_epoch)
+        stored = load_sealed_keys(self.holder, stream_id).get(key_epoch) if self.accounts is not None else None
         if stored is not None:
+            self._require_active(stream_id, key_epoch, stored[0])
             key = open_sealed_key(self.holder, *stored)
             self._open[(stream_id, key_epoch)] = key
             return key
         self.fetch(stream_id, key_epoch, key_epoch)
         return self._open[(stream_id, key_epoch)]
+
+    def _require_active(self, stream_id: str, key_epoch: int, account_key_id: int) -> None:
+        assert self.accounts is not None
+        keys = self.accounts.account_info(self.holder.address).get("keys", [])
+        status = next((k.get("status") for k in keys if k.get("account_key_id") == account_key_id), None)
+        if status == "ACTIVE":
+            return
+        raise KeyRevokedError(
+            f"the epoch key {key_epoch} of {stream_id} kept on this machine is sealed to account key {account_key_id} "
+            f"of {self.holder.address}, which is {'revoked' if status else 'not a registered key'}; a revoked key is "
+            "never used to decrypt. Register a new key (`watchtower account keys add`) and fetch the epoch keys "
+            f"again, sealed to it (`watchtower feed {stream_id} rewrap-epochs`, or `fetch-keys`)",
+            details={"account_key_id": account_key_id, "key_epoch": key_epoch, "status": status})
 
     def cached_epochs(self, stream_id: str) -> list[int]:
         """The epochs of `stream_id` whose keys this machine holds (sealed or open)."""
