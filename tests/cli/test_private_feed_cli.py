@@ -257,3 +257,27 @@ def test_after_a_removal_publish_is_refused_before_anything_is_sent_and_rekey_re
     assert rows[max(rows)]["plaintext"] == '{"n":2}'
     assert read_as("bob")[max(rows)]["error"]["code"] == "UNAUTHORIZED"
     assert bob_key["status"] == "ACTIVE"                                    # bob left by the allowlist alone
+
+
+def test_allowlist_remove_returns_once_the_read_side_shows_the_removal(api: FakeApi,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next publish checks the allowlist on the read side, which folds a removal a moment after
+    the writer acknowledged it: `allowlist remove` waits for it."""
+    owner = named("owner")
+    assert run("new", "feed", "--name", "c", "--policy", "private-allowlist", "--confidential",
+               "--stream-id", SID, "--account", "owner").exit_code == 0
+    bob = "0x" + "b0" * 32
+    api.command(owner.sign("allowlist_add", SID, {"address": bob}))
+    fresh = api.stream_info
+    lagging = {"reads": 0}
+
+    def stream_info(stream_id: str) -> dict[str, object]:
+        lagging["reads"] += 1
+        info = fresh(stream_id)
+        return {**info, "allowlist": [*info["allowlist"], bob]} if lagging["reads"] <= 3 else info
+
+    monkeypatch.setattr(api, "stream_info", stream_info)
+    done = run("feed", SID, "allowlist", "remove", bob, "--account", "owner")
+    assert done.exit_code == 0, done.output
+    assert lagging["reads"] >= 4                                            # returned only once it showed
+    assert bob not in api.stream_info(SID)["allowlist"]

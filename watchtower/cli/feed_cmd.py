@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 import nacl.signing
@@ -545,6 +545,21 @@ def feed_allowlist() -> None:
     """Add or remove subscribers of a private-allowlist feed (owner only)."""
 
 
+#: How long ``allowlist remove`` waits for the read side to show a removal: a confidential feed's
+#: publisher checks the allowlist there before it masks, so the next `publish` must see it.
+REMOVAL_VISIBLE_S: Final = 10.0
+
+
+def _removal_visible(api: ApiClient, stream_id: str, address: str, timeout_s: float = REMOVAL_VISIBLE_S) -> bool:
+    """Whether the read side stops listing `address` on the allowlist within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while address in (api.stream_info(stream_id).get("allowlist") or []):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _allowlist_command(action: str, method: str) -> None:
     @feed_allowlist.command(action)
     @click.argument("address")
@@ -554,6 +569,10 @@ def _allowlist_command(action: str, method: str) -> None:
                 as_json: bool) -> None:
         stream_id, reply = _signed(ref, api_url, account, key_file, method,
                                    {"address": require_address(address, "ADDR")})
+        if action == "remove" and not _removal_visible(ApiClient(api_url), stream_id, address):
+            click.echo(f"note: the read side does not show the removal yet; on a confidential feed wait until "
+                       f"`watchtower feed {ref.ref} info` no longer lists {address} before the next publish",
+                       err=True)
         _done(reply, as_json, f"{'added' if action == 'add' else 'removed'} {address} "
                               f"{'to' if action == 'add' else 'from'} the allowlist of {stream_id}")
 
