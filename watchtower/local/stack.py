@@ -213,10 +213,13 @@ class ServiceSet:
         return {"WATCHTOWER_BOOTSTRAP": self.bootstrap, "WATCHTOWER_TOPIC_PREFIX": self.prefix,
                 "WATCHTOWER_API": self.api_url, "WATCHTOWER_INGEST_HEALTH": str(health), **(extra_env or {})}
 
-    def start_ingest(self, extra_env: dict[str, str] | None = None) -> str:
-        """The CIP-7 ingestion service (scheduler + aggregator, :mod:`watchtower.ingest`); returns ``ingest``."""
-        self._spawn("ingest", [INGEST_MODULE, "serve"], self._ingest_env("ingest", extra_env))
-        return "ingest"
+    def start_ingest(self, extra_env: dict[str, str] | None = None, *, name: str = "ingest",
+                     role: str = "all") -> str:
+        """The CIP-7 ingestion service (scheduler + aggregator, :mod:`watchtower.ingest`), or with
+        `role` only one part (``aggregator``: another member that takes a share of the feeds;
+        ``scheduler``); returns `name`."""
+        self._spawn(name, [INGEST_MODULE, "serve", "--role", role], self._ingest_env(name, extra_env))
+        return name
 
     def start_runner(self, runner: str, *, lie: bool = False, extra_env: dict[str, str] | None = None) -> str:
         """An ingestion runner with its own key (``runners/<runner>.key``); returns ``runner-<runner>``.
