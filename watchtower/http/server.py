@@ -14,6 +14,16 @@ Errors reach a client from four places, and each answers ``{"error": {"code", "m
 The same runner cancels a handler whose client disconnected (so an abandoned long poll is
 cancelled and its waiter removed) and gives open requests `SHUTDOWN_GRACE_S`, not aiohttp's 60 s,
 when the worker stops.
+
+A request body is read by `bounded_body`, the one middleware every server here (the API, the
+gateway, the key manager) runs before its handlers: a declared ``Content-Length`` over the
+server's limit is refused at once (413 PAYLOAD_TOO_LARGE, nothing read), and the whole body must
+arrive within `BODY_DEADLINE_S` (else 408 TIMEOUT). Either refusal closes the connection: the
+`JsonErrorRunner`'s connections read and discard what such a client still sends for at most
+`LINGER_S` (so it sees the answer instead of a reset), then close. A client that declares a body
+and never sends it, or sends it a byte at a time, so holds a connection for at most
+`BODY_DEADLINE_S` + `LINGER_S`. aiohttp alone checks the size only as the bytes arrive, puts no
+deadline on them, and lingers 10 s.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.http_exceptions import LineTooLong
+from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
@@ -37,6 +48,7 @@ from watchtower.protocol.errors import (
     InvalidArgumentError,
     NotReadyError,
     PayloadTooLargeError,
+    RequestTimeoutError,
     WatchtowerError,
 )
 from watchtower.protocol.json_ints import json_safe
@@ -47,6 +59,12 @@ log = logging.getLogger("watchtower.projections.web")
 MAX_BODY_BYTES: Final = 256 * 1024
 #: How long a stopping worker lets open requests finish (long polls are answered at once first).
 SHUTDOWN_GRACE_S: Final = 1.0
+#: How long a request's whole body may take to arrive: the largest (256 KiB) needs 26 KiB/s; a
+#: signed command, a few KiB, arrives in one round trip. Read at each request, so tests can lower it.
+BODY_DEADLINE_S: float = 10.0
+#: How long a connection whose request was refused with its body unread keeps reading (and dropping)
+#: the body before it closes. Read when a `JsonErrorRunner` is made.
+LINGER_S: float = 2.0
 
 
 def error_response(err: WatchtowerError, status: int | None = None) -> web.Response:
@@ -92,6 +110,51 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     return response
 
 
+def bounded_body(max_bytes: int) -> Middleware:
+    """The middleware that reads each request's body before the handler runs, within bounds.
+
+    A ``Content-Length`` over `max_bytes` answers 413 PAYLOAD_TOO_LARGE before a byte is read; a
+    body (declared or chunked) that has not wholly arrived within `BODY_DEADLINE_S` answers 408
+    TIMEOUT; a chunked body that grows past `max_bytes` answers 413. Each of these closes the
+    connection (the unread rest of the body must not be read as the next request). The body read
+    here is kept by aiohttp, so the handler's ``read()`` / ``json()`` return it at once. A client
+    that disconnects mid-body ends the request with nothing answered.
+    """
+
+    @web.middleware
+    async def read_body_first(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.body_exists:
+            declared = request.content_length
+            if declared is not None and declared > max_bytes:
+                return _closing(PayloadTooLargeError(
+                    f"the request declares a {declared}-byte body; this server takes at most {max_bytes} bytes "
+                    "(a signed command is a few KiB), so check what is being sent"), 413)
+            try:
+                async with asyncio.timeout(BODY_DEADLINE_S):
+                    await request.read()
+            except TimeoutError:
+                return _closing(RequestTimeoutError(
+                    f"the request body did not arrive within {BODY_DEADLINE_S:g} s; send the whole body at "
+                    "once, and retry"), 408)
+            except web.HTTPRequestEntityTooLarge:
+                return _closing(PayloadTooLargeError(
+                    f"the request body is over {max_bytes} bytes; a signed command is far smaller, so check "
+                    "what is being sent"), 413)
+            except ConnectionError:  # the client went away mid-body: nobody is left to answer
+                log.debug("a client disconnected while sending %s %s", request.method, request.path)
+                return _closing(InvalidArgumentError("the request body was cut off; send it again"), 400)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    return read_body_first
+
+
+def _closing(err: WatchtowerError, status: int) -> web.Response:
+    response = error_response(err, status)
+    response.force_close()
+    return response
+
+
 class JsonView(View):
     """Faust view whose Faust-level errors (e.g. no partition owner yet) are spec JSON too."""
 
@@ -128,7 +191,11 @@ class _JsonErrorServer(Server):
 
 
 class JsonErrorRunner(web.AppRunner):
-    """An AppRunner whose connections use `JsonErrorRequestHandler`."""
+    """An AppRunner whose connections use `JsonErrorRequestHandler`, lingering at most `LINGER_S`."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        kwargs.setdefault("lingering_time", LINGER_S)
+        super().__init__(app, **kwargs)
 
     async def _make_server(self) -> Server:
         plain = await super()._make_server()
@@ -137,8 +204,9 @@ class JsonErrorRunner(web.AppRunner):
 
 
 def application_options() -> dict[str, Any]:
-    """Faust's ``web_application_options``: the error middleware and the body limit."""
-    return {"middlewares": [json_errors], "client_max_size": MAX_BODY_BYTES}
+    """The API's and the gateway's aiohttp application options (Faust's ``web_application_options``):
+    the error middleware, the body limit, and the bounded body read (`bounded_body`)."""
+    return {"middlewares": [json_errors, bounded_body(MAX_BODY_BYTES)], "client_max_size": MAX_BODY_BYTES}
 
 
 def install(faust_web: Any, *, on_shutdown: Callable[[], None]) -> None:

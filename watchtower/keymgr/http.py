@@ -6,7 +6,8 @@
   document of all of them (`keymgr.openapi`).
 
 Every refusal is ``{"error": {"code", "message", "details"?}}`` with the spec code and the API's
-status for it; bodies are bounded (`MAX_BODY_BYTES`, PAYLOAD_TOO_LARGE beyond). The blocking work
+status for it; bodies are bounded in size (`MAX_BODY_BYTES`, PAYLOAD_TOO_LARGE beyond, refused from
+the declared length at once) and in time (`web_server.bounded_body`, 408 TIMEOUT). The blocking work
 (catch-up, vault writes, crypto) runs in a thread so one slow request never stalls the others.
 Nothing here logs a request body.
 """
@@ -77,7 +78,8 @@ def _route(
 
 
 def build_app(manager: KeyManager) -> web.Application:
-    app = web.Application(middlewares=[_json_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[_json_errors, web_server.bounded_body(MAX_BODY_BYTES)],
+                          client_max_size=MAX_BODY_BYTES)
 
     async def public_key(_request: web.Request) -> web.Response:
         return web.json_response({"public_key_hex": manager.public_key.hex()})
