@@ -58,11 +58,31 @@ def test_a_filter_nested_beyond_recursion_or_too_long_is_invalid_filter() -> Non
         params.filter_param({"filter": "{not json"})
 
 
-def test_booleans() -> None:
-    assert params.bool_param({"active_only": "TRUE"}, "active_only") is True
-    assert params.bool_param({}, "active_only") is False
-    with pytest.raises(InvalidArgumentError):
-        params.bool_param({"active_only": "maybe"}, "active_only")
+def test_booleans_are_exactly_true_or_false() -> None:
+    assert params.bool_param({"proof": "true"}, "proof") is True
+    assert params.bool_param({"proof": "false"}, "proof") is False
+    assert params.bool_param({}, "proof") is False
+
+
+@pytest.mark.parametrize("text", ["yes", "1", "TRUE", "True", "no", "0", "FALSE", "", " true", "maybe"])
+def test_a_boolean_other_than_true_or_false_is_invalid_argument_saying_what_is_accepted(text: str) -> None:
+    """Failed before the fix for yes, 1, TRUE, True, no, 0, FALSE and empty (read as true or false)."""
+    with pytest.raises(InvalidArgumentError, match="proof takes true or false") as info:
+        params.bool_param({"proof": text}, "proof")
+    assert info.value.code == "INVALID_ARGUMENT"
+
+
+def test_an_empty_limit_is_limit_exceeded_saying_what_is_accepted() -> None:
+    """Failed before the fix: ``limit=`` read as the default 100. The spec refuses an invalid get_since
+    limit with LIMIT_EXCEEDED, whatever it is (``limit=abc`` already was)."""
+    with pytest.raises(LimitExceededError, match=r"limit must be an integer in 1\.\.500, got ''"):
+        params.limit_param({"limit": ""})
+
+
+@pytest.mark.parametrize("name", ["cursor", "min_head", "from"])
+def test_any_other_empty_integer_parameter_is_invalid_argument(name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"{name} must be an integer in 0\\.\\.9223372036854775807, got ''"):
+        params.int_param({name: ""}, name, 0)
 
 
 @pytest.mark.parametrize("number", ["1" * 5_000, "-" + "9" * 5_000, "1" * 41])
@@ -86,5 +106,5 @@ def test_a_request_body_with_a_huge_integer_is_invalid_argument_naming_the_bound
 
 @pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000])
 def test_a_request_body_that_is_not_json_is_invalid_argument(body: bytes) -> None:
-    with pytest.raises(InvalidArgumentError, match="the request body (is not JSON|nests too deep); send"):
+    with pytest.raises(InvalidArgumentError, match=r"the request body (is not JSON|nests too deep); send"):
         params.json_text(body, what="the request body", usage="send {}")

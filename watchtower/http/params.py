@@ -64,9 +64,10 @@ def int_text(text: str, name: str, *, minimum: int = 0, maximum: int = MAX_INT,
 
 def int_param(query: Mapping[str, str], name: str, default: int, *, minimum: int = 0, maximum: int = MAX_INT,
               error: type[WatchtowerError] = InvalidArgumentError) -> int:
-    """Query parameter `name` (absent or empty: `default`) through `int_text`."""
+    """Query parameter `name` (absent: `default`) through `int_text`; given empty (``limit=``) it
+    is refused like any other text that is not an integer: a client that meant a value sent none."""
     text = query.get(name)
-    if text is None or text == "":
+    if text is None:
         return default
     return int_text(text, name, minimum=minimum, maximum=maximum, error=error)
 
@@ -115,13 +116,15 @@ def _bounded_int(literal: str) -> int:
 
 
 def bool_param(query: Mapping[str, str], name: str) -> bool:
-    """``true/1/yes`` or ``false/0/no`` (absent: false); anything else is INVALID_ARGUMENT."""
-    text = query.get(name, "").lower()
-    if text in ("", "0", "false", "no"):
+    """Exactly ``true`` or ``false``, as documented (absent: false); anything else (``1``, ``yes``,
+    ``TRUE``, empty) is INVALID_ARGUMENT, so a typo never silently reads as false."""
+    text = query.get(name)
+    if text is None or text == "false":
         return False
-    if text in ("1", "true", "yes"):
+    if text == "true":
         return True
-    raise InvalidArgumentError(f"{name} must be true or false, got {text[:40]!r}")
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    raise InvalidArgumentError(f"{name} takes true or false (lowercase), got {shown!r}; drop it for false")
 
 
 def filter_param(query: Mapping[str, str], name: str = "filter") -> object:
