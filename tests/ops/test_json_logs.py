@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from api_calls import wait_for
 
-from watchtower.logs import JsonFormatter, faust_logging_config, log_format, setup_logging
+from watchtower.logs import JsonFormatter, faust_logging_config, faust_worker_argv, log_format, setup_logging
 from watchtower.protocol.errors import StaleSequenceError
 
 
@@ -118,3 +118,46 @@ def test_a_faust_worker_gets_the_same_json_lines(monkeypatch: pytest.MonkeyPatch
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+FAUST_CHILD = """
+import sys
+import faust
+from watchtower.logs import faust_logging_config, faust_worker_argv
+app = faust.App("tjsonlogs-faust", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False,
+                datadir=sys.argv[1])
+app.conf.logging_config = faust_logging_config("projection", "p9")
+sys.argv = faust_worker_argv(app, "--loglevel", "warn", "--without-web")
+app.main()
+"""
+
+
+def test_a_faust_worker_writes_json_lines_only(tmp_path: Path) -> None:
+    """The API process and the ingestion scheduler run `app.main()` with `faust_worker_argv`: with
+    JSON logs, nothing but JSON lines, where Faust's worker wrote its start-up banner (a table on
+    stdout) and, with the first record at WARNING or above, its spinner's cursor-hide escape
+    (ESC[?25l) in front of that record's line. Pointed at an address where no broker listens, the
+    worker logs the connection error and exits by itself."""
+    env = {**os.environ, "WATCHTOWER_LOG_FORMAT": "json", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", FAUST_CHILD, str(tmp_path / "data")], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, check=False)
+    lines = done.stdout.decode(errors="replace").splitlines()
+    assert any('"logger": "aiokafka"' in ln for ln in lines), lines[-5:]
+    not_json = [ln for ln in lines if not ln.startswith("{")]
+    assert not_json == [], not_json[:5]
+    for ln in lines:
+        assert json.loads(ln)["service"] == "projection"
+
+
+def test_the_faust_worker_argv_is_quiet_only_under_json_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Conf:
+        Worker: object = "faust.worker:Worker"
+
+    class App:
+        conf = Conf()
+
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "json")
+    assert faust_worker_argv(App(), "--loglevel", "warn") == ["faust", "--quiet", "worker", "--loglevel", "warn"]
+    assert App.conf.Worker == "watchtower.logs.faust_worker:QuietWorker"
+    monkeypatch.setenv("WATCHTOWER_LOG_FORMAT", "text")  # people read the banner; the spinner stays off
+    assert faust_worker_argv(App(), "-l", "info") == ["faust", "worker", "-l", "info"]

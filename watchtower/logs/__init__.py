@@ -21,6 +21,9 @@ import os
 import sys
 from typing import Any, Final
 
+#: ``app.conf.Worker`` of a Faust app run by `faust_worker_argv` (a path: Faust is imported only then).
+QUIET_WORKER: Final = "watchtower.logs.faust_worker:QuietWorker"
+
 ENV_FORMAT: Final = "WATCHTOWER_LOG_FORMAT"
 ENV_LEVEL: Final = "WATCHTOWER_LOG_LEVEL"
 TEXT_FORMAT: Final = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -101,3 +104,14 @@ def faust_logging_config(service: str, worker_id: str | None = None, *,
                                  "stream": "ext://sys.stderr", "level": level}},
         "root": {"level": level, "handlers": ["default"]},
     }
+
+
+def faust_worker_argv(app: Any, *worker_args: str) -> list[str]:
+    """The ``sys.argv`` with which ``app.main()`` runs ``faust worker worker_args...`` and writes
+    nothing of Faust's own beside the logs: the app's worker is `QuietWorker` (no terminal spinner,
+    whose first frame is a cursor-hide escape written even to a file), and under JSON logs
+    ``faust --quiet`` drops the start-up banner, which is not a log line (with text logs it stays,
+    on stdout, for people)."""
+    app.conf.Worker = QUIET_WORKER
+    quiet = ["--quiet"] if log_format() == "json" else []
+    return ["faust", *quiet, "worker", *worker_args]
