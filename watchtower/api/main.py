@@ -15,7 +15,7 @@ import sys
 
 from watchtower.gateway.page import mount_live_feeds
 from watchtower.gateway.routes import CommandGateway
-from watchtower.logs import faust_logging_config
+from watchtower.logs import faust_logging_config, faust_worker_argv
 from watchtower.metrics import http as http_metrics
 from watchtower.metrics import projection as projection_metrics
 from watchtower.metrics.exposition import start_metrics
@@ -49,8 +49,8 @@ def main(argv: list[str]) -> None:
     if logging_config is not None:
         projection.app.conf.logging_config = logging_config
     # Faust's App.main() parses sys.argv like the `faust` command.
-    sys.argv = ["faust", "worker", "--loglevel", "warn", "--web-port", str(port), "--web-host",
-                os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1")]
+    sys.argv = faust_worker_argv(projection.app, "--loglevel", "warn", "--web-port", str(port), "--web-host",
+                                 os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1"))  # no banner, no spinner
     projection.app.main()
 
 

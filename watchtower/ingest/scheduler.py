@@ -34,7 +34,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.view import IngestionView
-from watchtower.logs import faust_logging_config
+from watchtower.logs import faust_logging_config, faust_worker_argv
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion import DEFAULT_MAX_CATCH_UP, due_ticks, parse_task_definition, tick_height
 from watchtower.protocol.ingestion_records import IngestTask, new_task
@@ -171,5 +171,5 @@ def run(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey) -> Non
     logging_config = faust_logging_config("ingest", default_level="INFO")  # JSON lines when chosen
     if logging_config is not None:
         app.conf.logging_config = logging_config
-    sys.argv = ["faust", "worker", "--loglevel", "warn", "--without-web"]
+    sys.argv = faust_worker_argv(app, "--loglevel", "warn", "--without-web")  # no banner, no spinner
     app.main()
