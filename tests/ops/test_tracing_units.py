@@ -77,3 +77,51 @@ def test_a_span_continues_the_records_trace_and_what_it_writes_carries_its_own(t
     assert spans["over http"]["parent_id"] == one["context"]["span_id"]
     assert alone["parent_id"] is None
     assert alone["context"]["trace_id"] != one["context"]["trace_id"]
+
+
+HTTP_CHILD = textwrap.dedent('''
+    import asyncio, sys
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from watchtower import tracing
+    assert tracing.configure("keymgr", env={"WATCHTOWER_TRACES": "file:" + sys.argv[1]})
+
+    async def main():
+        app = web.Application()
+        app.router.add_get("/v1/keys/{stream_id}", lambda r: web.json_response({"ok": True}))
+        assert tracing.install_http(app)
+        async with TestClient(TestServer(app)) as client:
+            tp = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
+            assert (await client.get("/v1/keys/s-secret", headers={"traceparent": tp})).status == 200
+            assert (await client.get("/nowhere")).status == 404
+
+    asyncio.run(main())
+    tracing.shutdown()
+''')
+
+
+def test_an_http_service_writes_a_span_per_request_continuing_the_callers_trace(tmp_path: Path) -> None:
+    """The key manager (and any aiohttp service that installs it) writes a span per request: its
+    parent is the request's traceparent; its attributes name the route pattern, never the path."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", HTTP_CHILD, str(tmp_path)], capture_output=True, text=True,
+                          check=False, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [path] = tmp_path.glob("keymgr-*.jsonl")
+    spans = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [s["name"] for s in spans] == ["http request", "http request"]
+    keys, missing = spans
+    assert keys["context"]["trace_id"] == "0x" + "c" * 32
+    assert keys["parent_id"] == "0x" + "d" * 16
+    assert keys["attributes"] == {"http.method": "GET", "http.route": "/v1/keys/{stream_id}", "http.status_code": 200}
+    assert "s-secret" not in path.read_text()
+    assert missing["attributes"]["http.status_code"] == 404
+    assert missing["parent_id"] is None
+
+
+def test_with_tracing_off_no_http_middleware_is_installed() -> None:
+    from aiohttp import web
+
+    app = web.Application()
+    assert not tracing.install_http(app)
+    assert list(app.middlewares) == []

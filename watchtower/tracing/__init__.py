@@ -155,3 +155,33 @@ def shutdown() -> None:
     flush = getattr(provider, "force_flush", None)
     if _tracer is not None and flush is not None:
         flush()
+
+
+def install_http(app: Any) -> bool:
+    """Give an aiohttp `app` (a key manager's, a gateway's) a span per request, `http request`,
+    child of the request's ``traceparent`` header, with the route's pattern (never the path: it may
+    hold a stream id) and the status as attributes. Nothing is installed while tracing is off, so a
+    process without tracing pays nothing per request. True when installed."""
+    if _tracer is None:
+        return False
+    from aiohttp import web
+
+    tracer = _tracer
+
+    @web.middleware
+    async def traced(request: web.Request, handler: Any) -> Any:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        with tracer.start_as_current_span("http request", context=context_of(request.headers),
+                                          kind=trace.SpanKind.SERVER,
+                                          attributes={"http.method": request.method, "http.route": route}) as current:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                current.set_attribute("http.status_code", exc.status)
+                raise
+            current.set_attribute("http.status_code", response.status)
+            return response
+
+    app.middlewares.append(traced)
+    return True
