@@ -18,6 +18,7 @@ from typing import Final
 
 from aiohttp import web
 
+from watchtower import tracing
 from watchtower.keymgr.audit import KafkaAudit
 from watchtower.keymgr.follower import EventFollower
 from watchtower.keymgr.http import build_app, serve_app
@@ -58,6 +59,7 @@ def serve(bootstrap: str, port: int = DEFAULT_PORT, prefix: str | None = None, b
         log.info("key manager %s serving on %s:%d", kek, bind or "127.0.0.1", port)
         app = build_app(manager)
         http_metrics.install(app)
+        tracing.install_http(app)  # a span per request with WATCHTOWER_TRACES (as every hop traces)
         asyncio.run(_serve_until_signalled(app, bind or os.environ.get(ENV_BIND, "127.0.0.1"), port))
     finally:
         follower.stop()
