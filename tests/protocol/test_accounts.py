@@ -177,6 +177,21 @@ def test_a_transfer_to_oneself_or_to_a_non_address_is_invalid_argument() -> None
     assert code(transfer(world, 1, to="bob")) == "INVALID_ARGUMENT"
 
 
+@pytest.mark.parametrize("to", ["0x" + "00" * 32, "0x" + (1).to_bytes(32, "little").hex(), "0x" + "ab" * 32,
+                                "0x" + "ff" * 32])
+def test_a_transfer_to_an_address_no_key_pair_holds_is_invalid_argument_and_moves_nothing(to: str) -> None:
+    """Failed before the fix: the zero address (and any 32 bytes) took the CBY, which no one could ever spend."""
+    world = World()
+    world.mint(ALICE, 100)
+    answer = transfer(world, 40, to=to)
+    assert code(answer) == "INVALID_ARGUMENT"
+    assert "could never be spent" in answer["error"].message
+    assert answer["error"].details == {"to": to}
+    assert (world.balance(ALICE), world.balance(to)) == (100, 0)
+    assert [e.type for e in world.events] == ["CbyMinted", "CbyCredited"]  # nothing of the transfer was written
+    assert transfer(world, 40)["ok"]  # a real key pair's address still takes it
+
+
 def test_burn_debits_the_holder_and_lowers_the_supply() -> None:
     world = World()
     world.mint(ALICE, 100)

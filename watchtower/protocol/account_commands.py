@@ -12,7 +12,9 @@ the signature (INVALID_SIGNATURE), replay protection (an exact retry gets the or
 - authorize_actor: at most 64 ACTIVE authorizations per (account, stream)
   (AUTHORIZATION_LIMIT_REACHED); revoke_actor needs an ACTIVE one;
 - transfer_cby / burn_cby: amounts in 1..2**63-1 (INVALID_ARGUMENT), at most the balance
-  (INSUFFICIENT_CBY_BALANCE with the balance and amount in details).
+  (INSUFFICIENT_CBY_BALANCE with the balance and amount in details); a transfer's ``to`` is an
+  address some key pair holds (`holds_a_key_pair`), never the zero address or another point no one
+  can sign for, where the CBY would be stranded for good (INVALID_ARGUMENT).
 
 Forwards: a CbyCredit always applies (the supply bound keeps every balance ≤ 2**63-1); a
 PurchaseDebit debits the payer and forwards both treasury credits and "settled" to the paid
@@ -173,6 +175,14 @@ def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
     return actor, stream_id
 
 
+def holds_a_key_pair(address: str) -> bool:
+    """Whether `address` (a well-formed address) is an ed25519 public key some key pair holds: a
+    point of the curve's prime-order subgroup, which every key pair's public key is. The zero
+    address, the other small-order points and 32 bytes off the curve are not: no one can ever sign
+    as them."""
+    return bool(crypto_core_ed25519_is_valid_point(bytes.fromhex(address[2:])))
+
+
 def require_actor_exists(actor: str) -> None:
     """CIP-7 authorize_actor step 2, "validate actor address exists": UNAUTHORIZED unless `actor` is an
     ed25519 public key some key pair holds (a valid curve point of prime order).
@@ -183,7 +193,7 @@ def require_actor_exists(actor: str) -> None:
     authorizing it is refused. (The account's writer sees only its own account, one aggregate per
     account, so it cannot look up another address's history; this check needs none.)
     """
-    if not crypto_core_ed25519_is_valid_point(bytes.fromhex(actor[2:])):
+    if not holds_a_key_pair(actor):
         raise UnauthorizedError(
             f"actor {actor} does not exist: it is not an ed25519 public key any key pair holds, so it can never "
             "sign a request; check the address (`watchtower account show` prints an account's own)",
@@ -238,6 +248,11 @@ def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) ->
     memo = body.memo
     if not isinstance(memo, str) or len(memo) > MAX_MEMO:
         raise InvalidArgumentError(f"memo must be text of at most {MAX_MEMO} characters")
+    if not holds_a_key_pair(to):
+        raise InvalidArgumentError(
+            f"to {to} is not an address any key pair holds (the zero address, or not an ed25519 public key of "
+            "prime order), so CBY sent there could never be spent; check the address (`watchtower account show` "
+            "prints an account's own)", details={"to": to})
     if to == state.account:
         raise InvalidArgumentError("a transfer to the sender's own account moves nothing; name another account")
     if amount > state.balance_cby:
