@@ -1,9 +1,10 @@
 """kill -9 the broker under load and start it again: every long-running service serves again by itself.
 
 The test runs its own one-broker cluster (it kills the broker) and a whole stack on it: a stream worker, a
-projection (the HTTP API), a replay worker and a push delivery worker, plus a publisher that keeps
-a window of signed publishes in flight to a few streams. Once the worker's health file says
-``broker_unreachable``, the broker is started again on the same ports and data directory. Then:
+projection (the HTTP API), a replay worker, a push delivery worker and the Stream Key Manager, plus a
+publisher that keeps a window of signed publishes in flight to a few streams. Once the worker's health
+file says ``broker_unreachable`` and the key manager's health says not ready, the broker is started
+again on the same ports and data directory. Then:
 
 - publishes are answered again (a probe publish sent right after the broker's return is answered,
   and the publisher makes progress), with a generous deadline as a safety net only;
@@ -14,6 +15,11 @@ a window of signed publishes in flight to a few streams. Once the worker's healt
   a push and a replay requested after the restart) is pinned, cheaper, by
   `test_the_delivery_and_replay_workers_serve_again_after_the_broker_is_killed_and_restarted`;
 - the replay worker completes a replay registered after the restart;
+- the key manager serves a key fetch within 30 s of the broker's return, and the very request it
+  refused while the broker was away (its nonce is not spent by a NOT_READY), then one that needs an
+  account key registered after the restart (its fold of the events topic goes on). Before the fix
+  its AdminClient kept a stale leader epoch and answered NOT_READY (FENCED_LEADER_EPOCH) for
+  minutes, while its health said ready;
 - every acknowledged publish is in the messages log, and each stream's log is exactly 1..N;
 - every service is the same process the whole time, and the worker's health file says ``serving``.
 
@@ -41,18 +47,24 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import nacl.public
 import nacl.signing
 import pytest
+from api_calls import http
 from confluent_kafka import Message
 from deliveries_reader import CommittedDeliveries
-from kafka_fixture import embedded_spec
+from kafka_fixture import embedded_spec, free_ports
 from stack_fixture import start_stack
 from worker_harness import partition_for, read_all_messages, wait_for_health
 
 from watchtower.gateway.transport import CommandClient
+from watchtower.keymgr.kek import Kek, new_kek_text
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.constants import MAX_UINT32
+from watchtower.protocol.envelope import unwrap_epoch_key
+from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
@@ -63,7 +75,8 @@ PARTITIONS = 3
 STREAMS = 4
 WINDOW = 4  # rounds of publishes in flight at once
 DEADLINE_S = 60.0  # safety net for "answered again"; the measured time is reported, not asserted
-SERVICES = ("worker-w1", "projection-p1", "replay-r1", "delivery-d1")
+SERVICES = ("worker-w1", "projection-p1", "replay-r1", "delivery-d1", "keymgr")
+KEYMGR_DEADLINE_S = 30.0  # the key manager serves a key fetch again within this of the broker's return
 
 
 @pytest.fixture
@@ -164,25 +177,113 @@ def http_json(url: str) -> tuple[int, Any]:
         return 0, str(exc)
 
 
+MINTER = nacl.signing.SigningKey(b"\x6d" * 32)
+READER = nacl.signing.SigningKey(b"\x72" * 32)
+FIRST_KEY = nacl.public.PrivateKey(b"\x61" * 32)
+SECOND_KEY = nacl.public.PrivateKey(b"\x62" * 32)
+UNTIL_EPOCH = 2
+
+
+class PaidReader:
+    """A PLATFORM_MANAGED stream and a reader entitled to its key epochs 0..UNTIL_EPOCH with an
+    X25519 key, made through the workers; its epoch-key fetches go to the stack's key manager."""
+
+    def __init__(self, stack: ServiceSet, client: CommandClient, owner: nacl.signing.SigningKey,
+                 stream_id: str) -> None:
+        self.stack, self.client, self.stream_id = stack, client, stream_id
+        self.account = address_from_public_key(bytes(READER.verify_key))
+        self._nonces = 0
+        # key_epoch_blocks at its maximum keeps the current key epoch at 0 for the whole test.
+        client.call(sign_command(owner, "create_stream", stream_id, 1, {
+            "publisher_key_hex": bytes(owner.verify_key).hex(), "access_mode": "PLATFORM_MANAGED",
+            "paid_stream_config": {"fee_per_key_epoch_cby": 10, "protocol_fee_bps": 100,
+                                   "publisher_treasury": address_from_public_key(bytes(owner.verify_key)),
+                                   "key_epoch_blocks": MAX_UINT32}}), timeout=120)
+        client.call(sign_command(MINTER, "mint_cby", "cby:supply", 1, {"to": self.account, "amount_cby": 1_000}),
+                    timeout=DEADLINE_S)
+        # The paid stream is registered by a forward from the stream's writer; until then it is refused.
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                self.command("acquire_epoch_access", f"paid:{stream_id}",
+                             {"stream_id": stream_id, "target_key_epoch": UNTIL_EPOCH})
+                break
+            except WatchtowerError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.register_key(FIRST_KEY)
+
+    def command(self, method: str, instance: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._nonces += 1
+        return self.client.call(sign_command(READER, method, instance, self._nonces, body), timeout=DEADLINE_S)
+
+    def register_key(self, key: nacl.public.PrivateKey) -> None:
+        self.command("register_account_key", f"acct:{self.account}",
+                     {"scheme": "X25519", "public_key": bytes(key.public_key)})
+
+    def request(self, **extra: Any) -> dict[str, Any]:
+        """A signed epoch-key request (the microsecond clock as its nonce, as the SDK signs it)."""
+        body = {"account": self.account, "from_key_epoch": 0, "to_key_epoch": UNTIL_EPOCH, **extra}
+        return {"command": sign_command(READER, "fetch_epoch_keys", self.stream_id, time.time_ns() // 1_000,
+                                        body).to_dict()}
+
+    def fetch(self, request: dict[str, Any]) -> tuple[int, Any]:
+        return http("POST", f"{self.stack.keymgr_url}/v1/keymgr/epoch-keys", request)
+
+    def fetch_until_served(self, request: dict[str, Any], deadline: float) -> None:
+        """Send `request` until it is served; only NOT_READY may refuse it meanwhile."""
+        while True:
+            status, answer = self.fetch(request)
+            if status == 200:
+                self.opens(answer, FIRST_KEY)
+                return
+            assert answer["error"]["code"] == "NOT_READY", answer
+            if time.monotonic() > deadline:
+                pytest.fail(f"the key manager still refused a key fetch {KEYMGR_DEADLINE_S:g}s after the broker's "
+                            f"return: {answer}; its log tail:\n{tail(self.stack, 'keymgr', 40)}")
+            time.sleep(0.5)
+
+    def opens(self, answer: dict[str, Any], key: nacl.public.PrivateKey) -> None:
+        assert [k["key_epoch"] for k in answer["keys"]] == list(range(UNTIL_EPOCH + 1)), answer
+        for sealed in answer["keys"]:
+            assert len(unwrap_epoch_key(bytes.fromhex(sealed["sealed_key_hex"]), bytes(key))) == 32
+
+    def health(self) -> dict[str, Any]:
+        status, body = http_json(f"{self.stack.keymgr_url}/v1/health")
+        return body if status == 200 and isinstance(body, dict) else {}
+
+
 @pytest.mark.slow
 def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own_broker: LocalKafka,
-                                                                             tmp_path: Path) -> None:
-    """The stream worker under publish load, and the projection, the replay worker and the push
-    delivery worker beside it: after ``kill -9`` of the broker and its restart every one is the
-    same process, and each does its job again (publishes acknowledged, reads answered with what was
-    published after the restart, a replay registered after the restart completed, a message
-    published after the restart pushed)."""
+                                                                             tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream worker under publish load, and the projection, the replay worker, the push
+    delivery worker and the key manager beside it: after ``kill -9`` of the broker and its restart
+    every one is the same process, and each does its job again (publishes acknowledged, reads
+    answered with what was published after the restart, a replay registered after the restart
+    completed, a message published after the restart pushed, epoch keys fetched)."""
     bootstrap = own_broker.spec.bootstrap
     owner, publisher = nacl.signing.SigningKey.generate(), nacl.signing.SigningKey.generate()
+    kek_file = tmp_path / "kek.key"
+    kek_file.write_text(new_kek_text())
+    kek_file.chmod(0o600)
+    kek = Kek(bytes.fromhex(kek_file.read_text()))
+    monkeypatch.setenv("WATCHTOWER_KEYMGR_PUBLIC_KEY", kek.receipt_public_key().hex())
+    monkeypatch.setenv("WATCHTOWER_CBY_MINTER", address_from_public_key(bytes(MINTER.verify_key)))
     with start_stack(bootstrap, tmp_path / "logs", workers=1, partitions=PARTITIONS, projections=1,
                      replay=True, delivery=True) as stack:
         health = stack.health_file("worker-w1")
+        stack.start_keymgr(free_ports(1)[0], kek_file)  # it reads the events topic while the streams are made
         pids = stack.pids()
         assert set(pids) == set(SERVICES), pids
         client = CommandClient(bootstrap, prefix=stack.prefix)
         stream_ids = spread_streams(stack.prefix)
         probe_sid = f"restart.{stack.prefix}.probe"
         try:
+            paid = PaidReader(stack, client, owner, f"restart.{stack.prefix}.paid")
+            stack.wait_keymgr()
+            assert paid.fetch(paid.request())[0] == 200
             for sid in [*stream_ids, probe_sid]:
                 cfg = {"stream_id": sid, "owner": address_from_public_key(bytes(owner.verify_key)),
                        "publisher_key_hex": bytes(publisher.verify_key).hex(), "ring_buffer_capacity": 100_000}
@@ -201,12 +302,19 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             pub.start()
             wait_until("100 answered publishes", lambda: pub.answered() >= 100, timeout=60)
 
-            # kill -9 mid-load; restart once the worker has noticed.
+            # kill -9 mid-load; restart once the worker and the key manager have noticed.
             own_broker.kill_node(1, signal.SIGKILL)
             killed = time.monotonic()
             down = wait_for_health(health, lambda h: h["state"] == "broker_unreachable", timeout=30)
             assert down["pid"] == pids["worker-w1"]
             noticed = time.monotonic() - killed
+            wait_until("the key manager's health to say not ready", lambda: paid.health().get("ready") is False,
+                       timeout=30)
+            assert paid.health()["reason"], paid.health()
+            # Refused while the broker is away; its nonce stays unspent, so this very request is served later.
+            refused_request = paid.request()
+            status, refused = paid.fetch(refused_request)
+            assert (status, refused["error"]["code"]) == (503, "NOT_READY"), refused
             own_broker.up()
             returned = time.monotonic()
 
@@ -215,6 +323,10 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
                                  kind="tick", payload=b'{"probe":1}', signing_key=publisher)
             probe_reply = client.submit(sign_command(owner, "publish", probe_sid, 2, probe.to_json_dict()))
             client.flush()
+            # Meanwhile the key manager serves the request it refused, by itself, soon after the broker's return.
+            paid.fetch_until_served(refused_request, returned + KEYMGR_DEADLINE_S)
+            keys_after = time.monotonic() - returned
+            assert paid.health()["ready"] is True, paid.health()
             try:
                 assert probe_reply.result(timeout=DEADLINE_S)["sequence"] == 1
             except TimeoutError:
@@ -223,7 +335,7 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             served_after = time.monotonic() - returned
             print(f"\nworker reported broker_unreachable {noticed:.2f}s after the kill; the broker was back "
                   f"{returned - killed:.1f}s after the kill; the probe publish was answered {served_after:.2f}s "
-                  "after the broker's return")
+                  f"after the broker's return, the key fetch it refused before was served {keys_after:.2f}s after it")
 
             # The projection reads what was published after the restart.
             wait_until("the projection to show the probe", lambda: head_of(stack, probe_sid) == 1, timeout=DEADLINE_S)
@@ -235,6 +347,12 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             wait_until("the replay registered after the restart to complete",
                        lambda: (http_json(replay_url)[1] or {}).get("status") == {"completed": 1},
                        timeout=DEADLINE_S)
+
+            # The key manager's fold goes on: a key registered after the restart is the one keys are sealed to.
+            paid.register_key(SECOND_KEY)
+            status, sealed = paid.fetch(paid.request(account_key_id=2))
+            assert status == 200, sealed
+            paid.opens(sealed, SECOND_KEY)
 
             wait_until("100 more answered publishes", lambda: pub.answered_since(returned) >= 100, timeout=DEADLINE_S)
             pub.halt.set()

@@ -53,9 +53,9 @@ log = logging.getLogger("watchtower.keymgr.follower")
 
 CATCH_UP_TIMEOUT_S: Final = 30.0
 #: How long the watch thread waits for the broker's end offsets before it calls the service not ready.
-PROBE_TIMEOUT_S: Final = 5.0
+PROBE_TIMEOUT_S: Final = 3.0
 #: The watch thread's period while ready, and while not ready (recovery is seen sooner).
-PROBE_INTERVAL_S: Final = 5.0
+PROBE_INTERVAL_S: Final = 2.0
 PROBE_RETRY_S: Final = 1.0
 #: A client failing this long without one answer is replaced, whatever its error.
 RENEW_AFTER_S: Final = 10.0
@@ -159,6 +159,7 @@ class EventFollower:
         self._error: str | None = None
         self._readiness = Readiness(False, "the key manager is reading the events topic")
         self._readiness_at = 0.0  # when the check behind `_readiness` started
+        self._ends_failing = False  # whether the last end-offsets query went unanswered
         self._consumer = Consumer(
             kafka_config(
                 bootstrap,
@@ -238,12 +239,15 @@ class EventFollower:
     def catch_up(self, timeout_s: float = CATCH_UP_TIMEOUT_S, *, ends_timeout_s: float | None = None) -> None:
         """Block until everything committed before this call is folded (NOT_READY after `timeout_s`).
 
-        The broker has `ends_timeout_s` (default: all of `timeout_s`) to answer the end offsets.
-        Every outcome is what `readiness` reports next.
+        The broker has `ends_timeout_s` to answer the end offsets; by default all of `timeout_s`, or
+        `PROBE_TIMEOUT_S` while the last query went unanswered (a request is refused in seconds, not
+        held, while the broker is known to be away). Every outcome is what `readiness` reports next.
         """
         started = time.monotonic()
+        if ends_timeout_s is None:
+            ends_timeout_s = min(timeout_s, PROBE_TIMEOUT_S) if self._ends_failing else timeout_s
         try:
-            self._catch_up(started + timeout_s, ends_timeout_s if ends_timeout_s is not None else timeout_s)
+            self._catch_up(started + timeout_s, ends_timeout_s)
         except NotReadyError as err:
             self._record(started, Readiness(False, err.message))
             raise
@@ -256,8 +260,10 @@ class EventFollower:
         try:
             targets = self.end_offsets.query(ends_timeout_s)
         except (KafkaException, TimeoutError) as exc:
+            self._ends_failing = True
             why = str(exc) or f"no answer in {ends_timeout_s:.0f}s"
             raise NotReadyError(f"the broker did not answer the events topic's end offsets ({why}); retry") from None
+        self._ends_failing = False
         with self._cond:
             while not all(self._reached.get(p, 0) >= end for p, end in targets.items()):
                 left = deadline - time.monotonic()
