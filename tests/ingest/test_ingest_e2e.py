@@ -243,8 +243,23 @@ def _ingested(env: Env, stream_id: str, owner: str) -> tuple[list[int], list[int
     return ticks, [t for e in failures for t in range(e.body.first_tick, e.body.last_tick + 1)]
 
 
+def _exactly_once(env: Env, stream_id: str, owner: str) -> int:
+    """Every tick up to the last published one ended as exactly one message or one IngestFailed;
+    the number of ticks published."""
+    ticks, failed = _ingested(env, stream_id, owner)
+    assert ticks == sorted(set(ticks)), f"{stream_id}: a tick was published twice or out of order"
+    assert len(failed) == len(set(failed)), f"{stream_id}: a tick was reported failed twice"
+    assert not set(ticks) & set(failed), f"{stream_id}: a tick was both published and reported failed"
+    covered = sorted(t for t in set(ticks) | set(failed) if t <= ticks[-1])
+    assert covered == list(range(1, ticks[-1] + 1)), f"{stream_id}: a tick was skipped without an IngestFailed"
+    return len(ticks)
+
+
 @pytest.mark.soak
-def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: Env) -> None:
+def test_scale_out_and_kill_9_finish_every_tick_exactly_once(env: Env) -> None:
+    """Feeds keep ticking while a second aggregator and a fourth runner join (the feeds are shared
+    by stream), and while the scheduler + aggregator, the second aggregator and a runner are each
+    killed with kill -9 and started again: no tick is published twice or lost."""
     owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
     delegated = keys.ingestion_publisher_key(env.home)
     env.source.mode = "ok"
@@ -252,31 +267,46 @@ def test_kill_9_of_the_scheduler_and_of_a_runner_publishes_no_tick_twice(env: En
                  "result_schema": RESULT_SCHEMA, "transform_method": "price_batch",
                  "task_definition": {"kind": "http_json", "url": env.url, "timeout_blocks": 2,
                                      "select": {"price": "$.data.price", "symbol": "$.data.symbol"}}}
-    sid = create_feed(env.api, owner, name="kill-9", publisher_key_hex=bytes(delegated.verify_key).hex(),
-                      ingestion=ingestion)["stream_id"]
-    wait_until_visible(env.api, sid)
+    feeds = [create_feed(env.api, owner, name=f"scale-{i}", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                         ingestion=ingestion)["stream_id"] for i in range(scale(6, 24))]
+    for sid in feeds:
+        wait_until_visible(env.api, sid)
     extra = {"WATCHTOWER_HOME": str(env.home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+    n = scale(4, 60)  # messages per feed between the faults (CI: enough that each fault lands mid-run)
 
-    def head() -> int:
-        return int(env.api.get_head(sid)["head_sequence"])
+    def heads() -> list[int]:
+        return [int(env.api.get_head(sid)["head_sequence"]) for sid in feeds]
 
-    n = scale(5, 60)  # messages between the faults (CI: enough that each kill lands mid-run)
-    wait_for(f"{n} ingested messages", lambda: head() >= n, 60)
-    env.services.kill9("ingest")  # scheduler and aggregator, mid-run
+    def advance(what: str) -> None:
+        at = heads()
+        wait_for(f"{n} more messages on every feed after {what}",
+                 lambda: all(h >= a + n for h, a in zip(heads(), at, strict=True)), 120)
+
+    advance("the start")
+    env.services.start_ingest(extra_env=extra, name="ingest-b", role="aggregator")
+    env.services.start_runner("r4", extra_env=extra)
+    def holders() -> list[Any]:
+        return [health(env.services.health_file(name)).get("partitions") for name in ("ingest", "ingest-b")]
+
+    wait_for("both aggregators holding partitions", lambda: all(holders()), 90)
+    wait_for("four registered runners", lambda: len(env.agg().get("runners", [])) == 4, 60)
+    advance("a second aggregator and a fourth runner joined")
+    published_b = int(health(env.services.health_file("ingest-b")).get("published", 0))
+    assert published_b > 0, "the second aggregator took a share of the feeds"
+
+    env.services.kill9("ingest")  # the scheduler and an aggregator, mid-run
     env.services.start_ingest(extra_env=extra)
-    at = head()
-    wait_for(f"{n} more after the scheduler's kill -9", lambda: head() >= at + n, 120)
+    advance("kill -9 of the scheduler and an aggregator")
+    env.services.kill9("ingest-b")
+    env.services.start_ingest(extra_env=extra, name="ingest-b", role="aggregator")
+    advance("kill -9 of the second aggregator")
     env.services.kill9("runner-r1")
     env.services.start_runner("r1", extra_env=extra)
-    at = head()
-    wait_for(f"{n} more after a runner's kill -9", lambda: head() >= at + n, 120)
+    advance("kill -9 of a runner")
+    env.services.kill9("ingest-b")  # the service's aggregator takes its feeds back (r4 stays: it is registered)
 
-    ticks, failed = _ingested(env, sid, owner.address)
-    assert ticks == sorted(set(ticks)), "a tick was published twice or out of order"
-    assert len(failed) == len(set(failed)), "a tick was reported failed twice"
-    assert not set(ticks) & set(failed)
-    covered = sorted(t for t in set(ticks) | set(failed) if t <= ticks[-1])
-    assert covered == list(range(1, ticks[-1] + 1)), "a tick was skipped without an IngestFailed"
+    published = sum(_exactly_once(env, sid, owner.address) for sid in feeds)
+    assert published >= len(feeds) * 5 * n
 
 
 def test_a_kafka_topic_feeds_a_stream_and_deployment_topics_are_refused(env: Env) -> None:

@@ -138,12 +138,15 @@ def ingest() -> None:
 
 @ingest.command("serve")
 @click.option("--bootstrap", default=None, help="Kafka bootstrap [env WATCHTOWER_BOOTSTRAP].")
-@click.option("--api", "api_url", default=None, help="The Watchtower API / command gateway [env WATCHTOWER_API].")
+@click.option("--api", "api_url", default=None,
+              help="Accepted for older scripts; the aggregator writes its commands to Kafka itself.")
+@click.option("--role", type=click.Choice(["all", "aggregator", "scheduler"]), default="all", show_default=True,
+              help="Run both parts, or only an aggregator (add one per machine to share the feeds) or the scheduler.")
 @click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def ingest_serve(bootstrap: str | None, api_url: str | None, health_file: Path | None) -> None:
-    """Run the scheduler (Faust) and the aggregator in the foreground."""
+def ingest_serve(bootstrap: str | None, api_url: str | None, role: str, health_file: Path | None) -> None:  # noqa: ARG001
+    """Run the scheduler (Faust) and the aggregator in the foreground (docs/ingestion.md, Capacity)."""
     from watchtower.ingest.service import serve
     from watchtower.topics.catalogue import topic_prefix
 
-    serve(resolve_bootstrap(bootstrap), topic_prefix(), ApiClient(api_url).base_url, keys.scheduler_key(),
-          keys.ingestion_publisher_key(), health_file)
+    serve(resolve_bootstrap(bootstrap), topic_prefix(), keys.scheduler_key(), keys.ingestion_publisher_key(),
+          health_file, role=role)

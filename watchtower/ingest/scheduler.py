@@ -33,10 +33,16 @@ from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from watchtower.ingest.runner import now_height
-from watchtower.ingest.view import IngestionView
+from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.logs import faust_logging_config, faust_worker_argv
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.ingestion import DEFAULT_MAX_CATCH_UP, due_ticks, parse_task_definition, tick_height
+from watchtower.protocol.ingestion import (
+    DEFAULT_MAX_CATCH_UP,
+    due_ticks,
+    latest_tick,
+    parse_task_definition,
+    tick_height,
+)
 from watchtower.protocol.ingestion_records import IngestTask, new_task
 from watchtower.schemas.ingest_records import decode_task, encode_task
 from watchtower.topics.catalogue import topic_name
@@ -78,17 +84,19 @@ class TaskWriter:
 
 def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signing.SigningKey,
          max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> list[IngestTask]:
-    """The signed tasks due at `height` for every ingesting stream after its `last` written tick."""
+    """The signed tasks due at `height` for every ingesting stream after its `last` written tick.
+
+    One pass over the streams per round; a stream with nothing due costs one comparison."""
     out: list[IngestTask] = []
-    keys = view.runner_keys()
+    keys: tuple[bytes, ...] | None = None
     for stream in view.streams.values():
         cfg = stream.config
+        if latest_tick(stream.anchor, cfg.interval_blocks, height) <= last.get(stream.stream_id, 0):
+            continue
         due = due_ticks(last.get(stream.stream_id, 0), stream.anchor, cfg.interval_blocks, height, max_catch_up)
-        try:
-            timeout_blocks = parse_task_definition(cfg.task_definition).timeout_blocks
-        except Exception:
-            timeout_blocks = 1
-        config = cfg.to_dict()
+        timeout_blocks, config = _task_parts(view, stream)
+        if keys is None:
+            keys = view.runner_keys()
         if due.skipped is not None:
             first, last_skipped = due.skipped
             out.append(new_task(stream_id=stream.stream_id, tick=last_skipped, skip_from=first,
@@ -99,6 +107,21 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
                             timeout_blocks=timeout_blocks, config=config, runner_keys=keys, scheduler=key)
                    for t in due.ticks)
     return out
+
+
+def _task_parts(view: IngestionView, stream: IngestingStream) -> tuple[int, dict[str, Any]]:
+    """A stream's timeout in blocks and its config as a task carries it: a stream's config never
+    changes after creation (the view keeps its first StreamCreated), so each is computed once per
+    stream, not once per tick."""
+    parts = view.task_parts.get(stream.stream_id)
+    if parts is None:
+        cfg = stream.config
+        try:
+            timeout_blocks = parse_task_definition(cfg.task_definition).timeout_blocks
+        except Exception:
+            timeout_blocks = 1
+        parts = view.task_parts[stream.stream_id] = (timeout_blocks, cfg.to_dict())
+    return parts
 
 
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -138,7 +161,7 @@ def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, 
         processing_guarantee="at_least_once", web_enabled=False, topic_disable_leader=True,
         consumer_auto_offset_reset="earliest", topic_allow_declare=False,
     )
-    view = IngestionView()
+    view = IngestionView(heads=False)
     state: dict[str, Any] = {"writer": None}
     events = app.topic(topic_name("events", prefix), value_type=bytes, value_serializer="raw", key_serializer="raw")
 

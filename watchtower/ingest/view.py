@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import Any
 
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import WatchtowerError
@@ -39,7 +40,10 @@ class IngestingStream:
 class IngestionView:
     """The fold (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, heads: bool = True) -> None:
+        self.heads = heads
+        """Fold ingesting streams' own events (head, key, finished ticks): the aggregator needs
+        them; the scheduler, which only needs the configs and the runners, does not."""
         self.streams: dict[str, IngestingStream] = {}
         self.registry = RunnerRegistry()
         self.last_failed_tick: dict[str, int] = {}
@@ -49,6 +53,8 @@ class IngestionView:
         self.last_published_tick: dict[str, int] = {}
         """The tick each ingesting stream's newest message is stamped with (`tick_stamped`)."""
         self.refused: Counter[str] = Counter()
+        self.task_parts: dict[str, tuple[int, dict[str, Any]]] = {}
+        """The scheduler's per-stream memo of what every task of the stream repeats."""
 
     def fold(self, value: bytes | None) -> Event | None:
         """Fold one events record; the event, or None when it is not ingestion's or is refused."""
@@ -62,7 +68,7 @@ class IngestionView:
                 self._created(event)
             elif event.type in RUNNER_EVENTS and event.stream_id == RUNNERS_KEY:
                 self.registry = evolve_runners(self.registry, event)
-            elif event.stream_id in self.streams:
+            elif self.heads and event.stream_id in self.streams:
                 self._ingesting(event)
             else:
                 return None
