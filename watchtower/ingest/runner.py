@@ -7,31 +7,36 @@ that selects it, and whose deadline has not passed, runs the task definition and
 `IngestResult` to ``ingest.results``. A forged, unsigned or malformed task is quarantined: logged
 with partition and offset, counted in the health file, never run. ``--lie`` (the demo's and the
 tests' liar) adds 1 to every number it returns; it exists to show that QUORUM outvotes it.
+
+Tasks run on a `dispatch.Dispatcher`: bounded per source and per host, identical sources of one tick
+fetched once, each fetch under one deadline (`fetch`), so no feed can take the threads another
+feed needs; a stopped runner returns at once, abandoning what its sources still hold.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import httpx
 import nacl.signing
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from watchtower.ingest.fetch import FetchError, Network, run_http_task
+from watchtower.ingest.dispatch import DEFAULT_WORKERS, Dispatcher, deadline_at
+from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, select_result
 from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import GENESIS_UNIX_MS
-from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, parse_task_definition
+from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
+from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, TaskSpec, parse_task_definition
 from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result, verify_task
 from watchtower.protocol.ingestion_results import canonical_json, parse_result
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
@@ -89,6 +94,7 @@ class Runner:
         self.quarantined: Counter[str] = Counter()
         self.results = 0
         self.skipped = 0
+        self._count = threading.Lock()
 
     def accept(self, value: bytes | None, where: str = "") -> IngestTask | None:
         """The task in one ``ingest.tasks`` record if this runner is to run it now; None when it is
@@ -103,80 +109,169 @@ class Runner:
         if task.skip_from is not None or self.address not in task.runners:
             return None
         if now_height() > task.deadline_height:
-            self.skipped += 1
+            self.count_late(1)
             return None
         return task
+
+    def count_late(self, n: int) -> None:
+        with self._count:
+            self.skipped += n
+
+    def spec(self, task: IngestTask) -> TaskSpec:
+        """`task`'s parsed definition (INVALID_ARGUMENT if it does not parse), parsed once per
+        distinct definition text: a feed's tasks all carry the same one."""
+        return _parse_definition(task.task_definition_json)
 
     def handle(self, value: bytes | None, where: str = "") -> IngestResult | None:
         """`accept` then `run_task`, in the caller's thread."""
         task = self.accept(value, where)
         return None if task is None else self.run_task(task)
 
-    def run_task(self, task: IngestTask, client: httpx.Client | None = None) -> IngestResult:
-        """Run `task` (thread-safe: `serve` runs several at once) and sign the result."""
+    def run_task(self, task: IngestTask, fetcher: Fetcher | None = None) -> IngestResult:
+        """Run `task` in the caller's thread and sign the result."""
         try:
-            spec = parse_task_definition(task.task_definition)
-            if isinstance(spec.source, HttpJsonTask):
-                result = run_http_task(spec.source, allow=self.allow, client=client)
-            elif self.bootstrap is None:
-                raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner has no Kafka to read topics from")
-            else:
-                result = run_kafka_task(spec.source, task.tick_height, self.bootstrap, self.prefix)
+            spec = self.spec(task)
+        except WatchtowerError as exc:  # the task definition itself does not parse
+            return self.failed(task, FetchError(IngestReason.SOURCE_UNAVAILABLE, exc.message))
+        try:
+            outcome = self.fetch(spec, task.tick_height, deadline_at(task), fetcher)
+        except FetchError as exc:
+            outcome = exc
+        return self.finish(task, spec, outcome)
+
+    def fetch(self, spec: TaskSpec, tick_height: int, deadline: float, fetcher: Fetcher | None = None) -> Any:
+        """What `spec`'s source answers: the JSON document of an http_json source, the result bytes
+        of a kafka_topic one (FetchError when it cannot)."""
+        if isinstance(spec.source, HttpJsonTask):
+            return fetch_json(spec.source, allow=self.allow, client=fetcher, deadline=deadline)
+        if self.bootstrap is None:
+            raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner has no Kafka to read topics from")
+        return run_kafka_task(spec.source, tick_height, self.bootstrap, self.prefix)
+
+    def finish(self, task: IngestTask, spec: TaskSpec, outcome: Any) -> IngestResult:
+        """`task`'s signed result from what its source answered (`fetch`), or from its failure."""
+        if isinstance(outcome, FetchError):
+            return self.failed(task, outcome)
+        try:
+            result = select_result(spec.source, outcome) if isinstance(spec.source, HttpJsonTask) else outcome
             if self.lie:
                 result = canonical_json(_lie(parse_result(result)))
-            self.results += 1
-            return new_result(task, self.key, result=result)
         except FetchError as exc:
-            return new_result(task, self.key, error=exc.reason, detail=exc.detail)
-        except WatchtowerError as exc:  # the task definition itself does not parse
-            return new_result(task, self.key, error=IngestReason.SOURCE_UNAVAILABLE, detail=exc.message)
+            return self.failed(task, exc)
+        with self._count:
+            self.results += 1
+        return new_result(task, self.key, result=result)
+
+    def failed(self, task: IngestTask, error: FetchError) -> IngestResult:
+        return new_result(task, self.key, error=error.reason, detail=error.detail)
 
     def health(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "runner": self.address, "results": self.results, "late": self.skipped,
                 "quarantined": dict(self.quarantined)}
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_definition(text: str) -> TaskSpec:
+    try:
+        definition = json.loads(text)
+    except (ValueError, RecursionError):
+        definition = None
+    if not isinstance(definition, dict):
+        raise MalformedRecordError("a task definition is a JSON object")
+    return parse_task_definition(definition)
+
+
+def register(send: Callable[[Command], Any], runner: Runner, label: str, deadline_s: float = 60.0) -> bool:
+    """Register `runner` itself (open registration) through `send` (the API's ``command``): True
+    once registered, False when refused (logged with its code: on a deployment with a runner
+    registrar that is UNAUTHORIZED, and the runner serves anyway, selected once admitted). A
+    transient refusal is retried until `deadline_s`, then raised."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            send(registration_command(runner.key, label))
+            return True
+        except WatchtowerError as exc:
+            if exc.code == "UNAUTHORIZED":
+                log.warning("runner %s: registration refused (%s): %s; it runs the tasks it is selected for once "
+                            "the registrar admits it", runner.address, exc.code, exc.message)
+                return False
+            if time.monotonic() > end:
+                log.error("runner %s: registration refused (%s): %s", runner.address, exc.code, exc.message)
+                raise
+            log.info("runner %s: registration waits (%s): %s", runner.address, exc.code, exc.message)
+            time.sleep(0.5)
+
+
+def dispatcher(runner: Runner, emit: Callable[[IngestResult], None], fetcher: Fetcher, *,
+               workers: int = DEFAULT_WORKERS) -> Dispatcher:
+    """A `Dispatcher` running `runner`'s tasks on `fetcher`'s connections, each result to `emit`."""
+    return Dispatcher(lambda job: runner.fetch(job.spec, job.tick_height, job.deadline, fetcher), runner.finish,
+                      emit, late=runner.count_late, workers=workers)
+
+
+def submit(runner: Runner, pool: Dispatcher, task: IngestTask, emit: Callable[[IngestResult], None]) -> None:
+    """Hand `task` to `pool`; a task whose definition does not parse is answered at once."""
+    try:
+        spec = runner.spec(task)
+    except WatchtowerError as exc:
+        emit(runner.failed(task, FetchError(IngestReason.SOURCE_UNAVAILABLE, exc.message)))
+        return
+    pool.submit(task, spec)
+
+
+MAX_WAITING: Final = 10_000
+"""Jobs queued in the dispatcher beyond which the runner stops reading tasks for a moment."""
+
+
 def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Event,
-          health_file: Path | None = None, concurrency: int = 16) -> None:
+          health_file: Path | None = None, concurrency: int = DEFAULT_WORKERS) -> None:
     """The runner's loop until `stop`: tasks in, results out (at least once; the aggregator counts
-    the first result of each runner). Up to `concurrency` tasks run at once on one shared HTTP
-    client (its connection pool), so one slow source does not hold back every other stream."""
+    the first result of each runner). Tasks run on a `Dispatcher` (no feed takes another's
+    threads), over one pool of keep-alive connections; results are produced in batches.
+
+    On `stop` it returns within about two seconds whatever its sources do: running fetches are
+    abandoned on their daemon threads and their results dropped."""
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
-    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 2}))
+    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
     results_topic = topic_name("ingest-results", prefix)
     consumer.subscribe([topic_name("ingest-tasks", prefix)])
+    fetcher = Fetcher(runner.allow, max_connections=concurrency)
+
+    def emit(result: IngestResult) -> None:
+        value = encode_result(result)
+        while True:
+            try:
+                producer.produce(results_topic, key=result.stream_id.encode(), value=value)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+
+    pool = dispatcher(runner, emit, fetcher, workers=concurrency)
     last_health = 0.0
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="runner-task")
-    client = httpx.Client(follow_redirects=False, trust_env=False,
-                          limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency))
-    in_flight = threading.BoundedSemaphore(concurrency * 4)
-
-    def send(future: Future[IngestResult]) -> None:
-        in_flight.release()
-        result = future.result()
-        producer.produce(results_topic, key=result.stream_id.encode(), value=encode_result(result))
-
     try:
         while not stop.is_set():
-            msg = consumer.poll(0.2)
+            if pool.waiting() > MAX_WAITING:
+                producer.poll(0)
+                stop.wait(0.05)
+                continue
+            for msg in consumer.consume(500, 0.1):
+                error = msg.error()
+                if error is None:
+                    task = runner.accept(msg.value(), f"p{msg.partition()}@{msg.offset()}")
+                    if task is not None:
+                        submit(runner, pool, task, emit)
+                elif error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("ingest.tasks: %s", error)
             producer.poll(0)
-            error = None if msg is None else msg.error()
-            if msg is not None and error is None:
-                task = runner.accept(msg.value(), f"p{msg.partition()}@{msg.offset()}")
-                if task is not None:
-                    in_flight.acquire()
-                    pool.submit(runner.run_task, task, client).add_done_callback(send)
-            elif error is not None and error.code() != KafkaError._PARTITION_EOF:
-                log.warning("ingest.tasks: %s", error)
             if health_file is not None and time.monotonic() - last_health > 0.5:
                 last_health = time.monotonic()
                 tmp = health_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps(runner.health()))
                 tmp.replace(health_file)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        client.close()
-        producer.flush(5)
+        pool.close()  # never joins a thread a source holds
+        producer.flush(2)
         consumer.close()
