@@ -14,11 +14,9 @@ offset and reason, counted, skipped; the fold goes on from the last valid state.
 the last stable offset of every events partition, then waits until the thread has folded up to
 it, so any revocation or purchase committed before the request arrived is seen.
 
-The end offsets come from an AdminClient that is replaced when its answers show stale metadata
-(`EndOffsets`): librdkafka's admin ListOffsets sends each partition's leader epoch from the
-client's metadata cache and refreshes that cache only on NOT_LEADER_OR_FOLLOWER and
-LEADER_NOT_AVAILABLE, so after a broker restart a long-lived client keeps sending the old epoch and
-gets FENCED_LEADER_EPOCH until the cache entry expires (``metadata.max.age.ms``, 15 minutes).
+The end offsets come from `end_offsets.EndOffsets`, whose AdminClient is replaced when its answers
+show stale metadata (after a broker restart a long-lived one answered FENCED_LEADER_EPOCH for
+minutes).
 
 `readiness` is what ``/v1/health`` reports: whether the last check of the broker's end offsets and
 of the fold succeeded, and why not. A watch thread repeats that check every few seconds, so health
@@ -38,9 +36,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from watchtower.keymgr.end_offsets import EndOffsets
 from watchtower.protocol.errors import NotReadyError, WatchtowerError
 from watchtower.protocol.keymgr_access import KeymgrState
 from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event, StreamState, evolve
@@ -57,22 +55,7 @@ PROBE_TIMEOUT_S: Final = 3.0
 #: The watch thread's period while ready, and while not ready (recovery is seen sooner).
 PROBE_INTERVAL_S: Final = 2.0
 PROBE_RETRY_S: Final = 1.0
-#: A client failing this long without one answer is replaced, whatever its error.
-RENEW_AFTER_S: Final = 10.0
-#: The pause between two end-offset queries of one catch-up.
-_RETRY_PAUSE_S: Final = 0.25
 _MAX_REASON: Final = 300
-
-#: Answers that mean the client's partition metadata (leader, leader epoch) is stale.
-_STALE_METADATA: Final = frozenset({
-    KafkaError.FENCED_LEADER_EPOCH,
-    KafkaError.UNKNOWN_LEADER_EPOCH,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.REPLICA_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._NOENT,  # "Failed to query partition leaders: No leaders found"
-})
 
 
 @dataclass(frozen=True)
@@ -81,68 +64,6 @@ class Readiness:
 
     ready: bool
     reason: str | None = None
-
-
-class EndOffsets:
-    """The events partitions' last stable offsets, from an AdminClient replaced when it goes stale.
-
-    Thread-safe: concurrent requests share one client; a failure replaces the client it came from
-    (not a newer one) when the error names stale metadata, or when that client has not answered
-    for `RENEW_AFTER_S`.
-    """
-
-    def __init__(self, bootstrap: str, topic: str, partitions: list[int]) -> None:
-        self._bootstrap, self._topic, self._partitions = bootstrap, topic, partitions
-        self._lock = threading.Lock()
-        self._admin = self._new_admin()
-        self._failing_since: float | None = None
-        self.renewals = 0
-
-    def _new_admin(self) -> AdminClient:
-        return AdminClient(kafka_config(self._bootstrap, log_level=3))
-
-    def query(self, timeout_s: float) -> dict[int, int]:
-        """``{partition: last stable offset}``; KafkaException or TimeoutError once `timeout_s` is spent."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self._lock:
-                admin = self._admin
-            left = max(deadline - time.monotonic(), 0.1)
-            try:
-                futures = admin.list_offsets(
-                    {TopicPartition(self._topic, p): OffsetSpec.latest() for p in self._partitions},
-                    isolation_level=IsolationLevel.READ_COMMITTED,
-                    request_timeout=left,
-                )
-                ends = {tp.partition: int(f.result(timeout=left).offset) for tp, f in futures.items()}
-            except (KafkaException, TimeoutError) as exc:
-                self._failed(admin, exc)
-                if deadline - time.monotonic() <= _RETRY_PAUSE_S:
-                    raise
-                time.sleep(_RETRY_PAUSE_S)  # a back-off between queries to the broker, not a synchronisation
-                continue
-            with self._lock:
-                if admin is self._admin:
-                    self._failing_since = None
-            return ends
-
-    def _failed(self, admin: AdminClient, exc: Exception) -> None:
-        code = exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
-        now = time.monotonic()
-        with self._lock:
-            if admin is not self._admin:
-                return  # another request replaced it already
-            if self._failing_since is None:
-                self._failing_since = now
-            if code not in _STALE_METADATA and now - self._failing_since < RENEW_AFTER_S:
-                return
-            # A fresh client starts with an empty metadata cache: its first query looks the
-            # leaders and their current epochs up again. The old one is destroyed when the last
-            # request still holding it lets go.
-            self._admin = self._new_admin()
-            self._failing_since = None
-            self.renewals += 1
-        log.warning("replaced the events end-offsets client after %s", str(exc)[:_MAX_REASON])
 
 
 class EventFollower:
