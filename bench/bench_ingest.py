@@ -1,21 +1,31 @@
 """Timer-driven ingestion under load, beside the plain publish path, in one run.
 
 Starts an embedded broker, one stream-actor worker, one projection worker (API + gateway), the
-ingestion service (one scheduler + aggregator) and ONE runner, plus a local HTTP source. Creates
-`--streams` feeds with ``interval_blocks=1``, ``NONE`` proof and one runner (the cheapest proof:
-it measures the pipeline, not a quorum), and one plain feed published by a `Publisher` once a
-block. Runs for `--seconds`, then reports:
+ingestion service (scheduler + aggregator, or with ``--aggregators N`` a scheduler and N
+aggregators), `--runners` runners (the last one lying with ``--liar``) and a local HTTP source.
+Creates `--streams` feeds ticking every block (``interval_blocks=1``) with `--proof` over
+`--num-runners` runners, and one plain feed. Then, in three windows:
 
-- ingestion, offered: streams × blocks; sustained: ticks finished per second (published + failed)
-  and what was still pending at the end (a growing backlog means one scheduler + one runner do not
-  keep up);
-- ingestion tick-to-visible latency, p50/p99: for a sample of `--sample` ingesting streams, the
-  moment a message is first readable through ``get_since`` minus its tick's block start (the
-  message's ``timestamp_unix_ms``);
-- the aggregator's own tick-to-acknowledged latency (its health file);
-- baseline, the plain path in the same run: publish sent to first readable, p50/p99.
+1. the plain path alone: one publish per block through the SDK (`--plain-seconds`);
+2. ingestion starts, and is left `--warmup` seconds to reach its steady state (the first tick of
+   each feed is a catch-up over the blocks since its creation);
+3. the measured window (`--seconds`): ingestion and the plain path together.
 
-    .venv/bin/python bench/bench_ingest.py [--streams 1000] [--seconds 60] [--sample 20] [--json]
+It reports, for the measured window:
+
+- offered ticks/s (streams × blocks) and sustained ticks/s (ticks finished: published + failed),
+  the ticks still pending at the end, and failures by reason;
+- tick → visible p50/p99 for a sample of `--sample` ingesting feeds (the moment a message is first
+  readable through a long-polling ``get_since``, minus the start of its tick's block, which is the
+  message's timestamp); beside it the plain path's publish → visible p50/p99, alone and during
+  ingestion (the baseline, measured in the same run);
+- CPU per tick of every process (µs of user + system time per finished tick): scheduler and
+  aggregator (the ``ingest`` processes), runners, worker, projection, broker, and this client;
+- with ``--broker-requests`` (the broker's Jolokia agent), the broker's requests per tick by type.
+- with ``--profile DIR``, py-spy profiles of every process over the window (bench/profiles.py).
+
+    .venv/bin/python bench/bench_ingest.py --streams 500 --seconds 60
+    .venv/bin/python bench/bench_ingest.py --streams 200 --proof QUORUM --num-runners 3 --runners 3 --liar
 
 A script, not a test. Every figure is printed beside its baseline.
 """
@@ -23,27 +33,36 @@ A script, not a test. Every figure is printed beside its baseline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ingest"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nacl.signing
+from bench_stream_actor import cpu_seconds
+from broker_requests import count_delta, read_request_counts
 from ingest_harness import PriceSource, health, serve_source
 from kafka_fixture import embedded_spec, free_ports
+from profiles import SpyRecorder
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.ingest import keys
 from watchtower.local.broker import LocalKafka
+from watchtower.local.errors import LocalStackError
+from watchtower.local.jars import jolokia_agent_jar
 from watchtower.local.stack import ServiceSet
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue
@@ -53,42 +72,103 @@ def pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
 
 
-def watch(api: ApiClient, stream_id: str, stop: threading.Event, seen: dict[int, float]) -> None:
-    """Long-poll `stream_id`; record when each sequence is first readable."""
+def dist(values: list[float]) -> dict[str, Any]:
+    return {"p50": pct(values, 0.5), "p99": pct(values, 0.99), "n": len(values)}
+
+
+def watch(api: ApiClient, stream_id: str, stop: threading.Event, seen: dict[int, tuple[float, float]]) -> None:
+    """Long-poll `stream_id`; record, per sequence, (first readable, the message's timestamp)."""
     cursor = 0
     while not stop.is_set():
         try:
             page = api.get_since(stream_id, cursor, 100, min_head=cursor + 1, wait_ms=1000)
         except Exception as exc:  # a benchmark keeps measuring through a slow answer
             print(f"watch {stream_id}: {exc}", file=sys.stderr)
+            time.sleep(0.2)
             continue
         now = time.time()
         for m in page.get("messages", []):
-            seen.setdefault(m["sequence"], now)
-            seen.setdefault(-m["sequence"], m["timestamp_unix_ms"] / 1000)  # the tick's block start
+            seen.setdefault(m["sequence"], (now, m["timestamp_unix_ms"] / 1000))
             cursor = max(cursor, m["sequence"])
 
 
+def finished(h: dict[str, Any]) -> int:
+    return int(h.get("published", 0)) + sum(h.get("failed", {}).values())
+
+
+def ingest_totals(healths: list[dict[str, Any]]) -> dict[str, Any]:
+    """The aggregators' counters added up."""
+    failed: dict[str, int] = {}
+    for h in healths:
+        for reason, n in h.get("failed", {}).items():
+            failed[reason] = failed.get(reason, 0) + int(n)
+    return {"published": sum(int(h.get("published", 0)) for h in healths), "failed": failed,
+            "pending": sum(int(h.get("pending", 0)) for h in healths),
+            "tasks": sum(int(h.get("tasks", 0)) for h in healths)}
+
+
+@dataclasses.dataclass
+class PlainPath:
+    """The baseline: one SDK publish per block on a plain feed; publish → first readable."""
+
+    publisher: Publisher
+    seen: dict[int, tuple[float, float]]
+    sent: dict[int, float] = dataclasses.field(default_factory=dict)
+
+    def run(self, seconds: float) -> list[int]:
+        sequences = []
+        start = time.time()
+        while time.time() - start < seconds:
+            t = time.time()
+            reply = self.publisher.publish("price", b'{"p": 1}')
+            sequence = int(reply["sequence"])
+            self.sent[sequence] = t
+            sequences.append(sequence)
+            time.sleep(max(0.0, 1.0 - (time.time() - t)))
+        return sequences
+
+    def latencies(self, sequences: list[int]) -> list[float]:
+        return [(self.seen[s][0] - self.sent[s]) * 1000 for s in sequences if s in self.seen]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", type=int, default=1000)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--sample", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--plain-seconds", type=float, default=20.0, help="the plain path alone, before ingestion")
+    parser.add_argument("--sample", type=int, default=20, help="ingesting feeds whose latency is measured")
+    parser.add_argument("--proof", default="NONE", choices=("NONE", "QUORUM", "MEDIAN"))
+    parser.add_argument("--num-runners", type=int, default=1, help="runners each tick asks for")
+    parser.add_argument("--runners", type=int, default=1, help="runner processes")
+    parser.add_argument("--liar", action="store_true", help="the last runner adds 1 to every number")
+    parser.add_argument("--aggregators", type=int, default=1, help="aggregator members (one shares the scheduler)")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-ingest-"))
     home = tmp / "home"
-    lk = LocalKafka(embedded_spec(tmp / "kafka"))
+    spec = embedded_spec(tmp / "kafka")
+    if args.broker_requests:
+        try:
+            jolokia_agent_jar()
+            spec = dataclasses.replace(spec, metrics_port=free_ports(1)[0])
+        except LocalStackError as exc:
+            print(f"no broker request counts (the Jolokia agent is unavailable: {exc})", file=sys.stderr)
+    lk = LocalKafka(spec)
     services: ServiceSet | None = None
     source = PriceSource()
+    stop = threading.Event()
     try:
         lk.up()
         bootstrap = lk.spec.bootstrap
         prefix = f"bench{uuid.uuid4().hex[:8]}"
-        ensure_topics(bootstrap, catalogue(prefix, partitions=3))
+        ensure_topics(bootstrap, catalogue(prefix, partitions=args.partitions))
         (api_port,) = free_ports(1)
         services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=api_port)
         services.start_worker("w1")
@@ -99,59 +179,92 @@ def main() -> None:
         extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
         api = ApiClient(services.api_url)
         with serve_source(source) as url:
-            services.start_runner("r1", extra_env=extra)
+            runner_names = [f"r{i + 1}" for i in range(args.runners)]
+            for i, name in enumerate(runner_names):
+                services.start_runner(name, lie=args.liar and i == len(runner_names) - 1, extra_env=extra)
             owner = Account(nacl.signing.SigningKey.generate(), home=home)
-            ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 1, "proof_type": "NONE",
-                         "result_schema": {"type": "object"},
+            ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": args.num_runners,
+                         "proof_type": args.proof, "result_schema": {"type": "object"},
                          "task_definition": {"kind": "http_json", "url": url, "select": {"p": "$.data.price"}}}
             t0 = time.time()
-            streams = [create_feed(api, owner, name=f"ingest-{i}", ingestion=ingestion,
-                                   publisher_key_hex=bytes(delegated.verify_key).hex())["stream_id"]
-                       for i in range(args.streams)]
+            with ThreadPoolExecutor(16) as pool:
+                streams = list(pool.map(lambda i: create_feed(
+                    api, owner, name=f"ingest-{i}", ingestion=ingestion,
+                    publisher_key_hex=bytes(delegated.verify_key).hex())["stream_id"], range(args.streams)))
             plain_key = nacl.signing.SigningKey.generate()
             plain = create_feed(api, owner, name="plain", publisher_key_hex=bytes(plain_key.verify_key).hex())
             wait_until_visible(api, plain["stream_id"])
-            print(f"created {args.streams} ingesting feeds in {time.time() - t0:.1f}s", flush=True)
-            services.start_ingest(extra_env=extra)
-            stop = threading.Event()
-            seen: dict[str, dict[int, float]] = {sid: {} for sid in streams[: args.sample]}
-            plain_seen: dict[int, float] = {}
+            print(f"created {args.streams} ingesting feeds in {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
+
+            seen: dict[str, dict[int, tuple[float, float]]] = {sid: {} for sid in streams[: args.sample]}
+            plain_path = PlainPath(Publisher(api, owner, plain["stream_id"], plain_key), {})
             threads = [threading.Thread(target=watch, args=(api, sid, stop, seen[sid]), daemon=True) for sid in seen]
-            threads.append(threading.Thread(target=watch, args=(api, plain["stream_id"], stop, plain_seen),
+            threads.append(threading.Thread(target=watch, args=(api, plain["stream_id"], stop, plain_path.seen),
                                             daemon=True))
             for t in threads:
                 t.start()
-            publisher = Publisher(api, owner, plain["stream_id"], plain_key)
-            sent: dict[int, float] = {}
-            start = time.time()
-            first = health(services.health_file("ingest"))
-            while time.time() - start < args.seconds:
-                t = time.time()
-                reply = publisher.publish("price", b'{"p": 1}')
-                sent[int(reply["sequence"])] = t
-                time.sleep(max(0.0, 1.0 - (time.time() - t)))
-            end = health(services.health_file("ingest"))
-            elapsed = time.time() - start
+            print(f"plain path alone for {args.plain_seconds:.0f}s", file=sys.stderr, flush=True)
+            plain_alone = plain_path.run(args.plain_seconds)
+
+            ingest_names = ["ingest"]
+            services.start_ingest(extra_env=extra)
+            for i in range(1, args.aggregators):
+                ingest_names.append(services.start_ingest(extra_env=extra, name=f"ingest-{i + 1}", role="aggregator"))
+            print(f"ingestion warming up for {args.warmup:.0f}s", file=sys.stderr, flush=True)
+            plain_path.run(args.warmup)
+
+            pids = services.pids()
+            procs = {name: pids[name] for name in [*ingest_names, *(f"runner-{r}" for r in runner_names)]}
+            procs |= {"worker": pids["worker-w1"], "projection": pids["projection-p1"],
+                      "broker": int(lk.status()["nodes"][0]["pid"]), "bench client": os.getpid()}
+            metrics_url = lk.metrics_url()
+            spy = (SpyRecorder(args.profile, {n: p for n, p in procs.items() if n != "broker"}, args.seconds)
+                   if args.profile else None)
+            first = [health(services.health_file(n)) for n in ingest_names]
+            cpu0 = {n: cpu_seconds(p) for n, p in procs.items()}
+            req0 = read_request_counts(metrics_url) if metrics_url else None
+            window_start = time.time()
+            if spy is not None:
+                spy.start()
+            print(f"measuring for {args.seconds:.0f}s", file=sys.stderr, flush=True)
+            plain_during = plain_path.run(args.seconds)
+            elapsed = time.time() - window_start
+            cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
+            req1 = read_request_counts(metrics_url) if metrics_url else None
+            end = [health(services.health_file(n)) for n in ingest_names]
             time.sleep(3)
             stop.set()
-        finished = lambda h: int(h.get("published", 0)) + sum(h.get("failed", {}).values())  # noqa: E731
-        ingest_lat = [(s[seq] - s[-seq]) * 1000 for s in seen.values() for seq in s if seq > 0 and -seq in s]
-        plain_lat = [(plain_seen[seq] - t) * 1000 for seq, t in sent.items() if seq in plain_seen]
+            profiles = spy.finish() if spy is not None else None
+
+        before, after = ingest_totals(first), ingest_totals(end)
+        ticks = sum(finished(h) for h in end) - sum(finished(h) for h in first)
+        failed = {r: n - before["failed"].get(r, 0) for r, n in after["failed"].items()
+                  if n - before["failed"].get(r, 0)}
+        ingest_lat = [(now - stamp) * 1000 for s in seen.values() for now, stamp in s.values()
+                      if window_start <= stamp <= window_start + elapsed]
         report: dict[str, Any] = {
-            "streams": args.streams, "seconds": round(elapsed, 1),
+            "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
+            "liar": args.liar, "aggregators": args.aggregators, "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
-            "sustained_ticks_per_s": round((finished(end) - finished(first)) / elapsed, 1),
-            "scheduler_tasks_per_s": round((int(end.get("tasks", 0)) - int(first.get("tasks", 0))) / elapsed, 1),
-            "pending_at_end": end.get("pending"), "failed": end.get("failed"),
-            "ingest_tick_to_visible_ms": {"p50": pct(ingest_lat, 0.5), "p99": pct(ingest_lat, 0.99),
-                                          "n": len(ingest_lat)},
-            "ingest_tick_to_ack_ms (aggregator)": end.get("tick_to_ack_ms"),
-            "baseline_plain_publish_to_visible_ms": {"p50": pct(plain_lat, 0.5), "p99": pct(plain_lat, 0.99),
-                                                     "n": len(plain_lat)},
-            "runner": health(services.health_file("runner-r1")),
+            "sustained_ticks_per_s": round(ticks / elapsed, 1),
+            "scheduler_tasks_per_s": round((after["tasks"] - before["tasks"]) / elapsed, 1),
+            "pending_at_end": after["pending"], "failed_in_window": failed,
+            "ingest_tick_to_visible_ms": dist(ingest_lat),
+            "plain_publish_to_visible_ms": {"alone": dist(plain_path.latencies(plain_alone)),
+                                             "during_ingestion": dist(plain_path.latencies(plain_during))},
+            "cpu_us_per_tick": {n: round((cpu1[n] - cpu0[n]) * 1e6 / max(ticks, 1)) for n in procs},
+            "cores": {n: round((cpu1[n] - cpu0[n]) / elapsed, 2) for n in procs},
+            "runners_health": {r: health(services.health_file(f"runner-{r}")) for r in runner_names},
         }
+        if req0 is not None and req1 is not None:
+            delta = count_delta(req0, req1)
+            report["broker_requests_per_tick"] = {t: round(v / max(ticks, 1), 3) for t, v in
+                                                  sorted(delta.items(), key=lambda kv: -kv[1]) if v}
+        if profiles is not None:  # the files: NAME.svg, NAME.speedscope.json, NAME.top.txt
+            report["profiles"] = {"dir": str(args.profile), "processes": sorted(profiles)}
         print(json.dumps(report, indent=None if args.json else 2, default=str))
     finally:
+        stop.set()
         if services is not None:
             services.stop()
         lk.down()

@@ -122,19 +122,14 @@ class Aggregator:
     # --- input -----------------------------------------------------------------------------------
 
     def _quarantine(self, code: str, why: str, where: str) -> None:
-        self.quarantined[code] += 1
+        self._count(code)
         log.warning("quarantined %s: %s: %s", where, code, why)
 
     def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> str | None:
-        """Take one ``ingest.tasks`` record; the stream id of a task this aggregator accepted."""
-        with self.lock:
-            return self._on_task(value, where)
+        """Take one ``ingest.tasks`` record; the stream id of a task this aggregator accepted.
 
-    def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
-        with self.lock:
-            self._on_result(value, where)
-
-    def _on_task(self, value: bytes | None, where: str) -> str | None:
+        One reader thread calls this and `on_result`; the signature checks run outside the lock,
+        so the publishing threads are never held up by them."""
         try:
             task = decode_task(value)
             verify_task(task, self.scheduler)
@@ -145,15 +140,38 @@ class Aggregator:
         if stream is not None and task.task_definition != json_safe(stream.config.task_definition):
             self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
             return None
-        ticks = self.pending.setdefault(task.stream_id, {})
-        if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
-            return task.stream_id  # a task read twice (the reader resumed earlier than it stopped)
-        pending = ticks[task.tick] = Pending(task)
-        self.tasks += 1
-        self.dirty.add(task.stream_id)
-        for result in self.early.pop((task.stream_id, task.tick), []):
+        with self.lock:
+            ticks = self.pending.setdefault(task.stream_id, {})
+            if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
+                return task.stream_id  # a task read twice (the reader resumed earlier than it stopped)
+            pending = ticks[task.tick] = Pending(task)
+            self.tasks += 1
+            self.dirty.add(task.stream_id)
+            early = self.early.pop((task.stream_id, task.tick), [])
+        for result in early:
             self._accept(pending, result, where)
         return task.stream_id
+
+    def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
+        """Take one ``ingest.results`` record (see `on_task`)."""
+        try:
+            result = decode_result(value)
+        except WatchtowerError as exc:
+            self._quarantine(exc.code, exc.message, where)
+            return
+        with self.lock:
+            stale = result.tick <= self.done.get(result.stream_id, 0)
+            pending = None if stale else self.pending.get(result.stream_id, {}).get(result.tick)
+            if not stale and pending is None:
+                self.early.setdefault((result.stream_id, result.tick), []).append(result)
+                while len(self.early) > MAX_EARLY:
+                    self.early.popitem(last=False)
+                    self.quarantined["UNMATCHED_RESULT"] += 1
+                return
+        if pending is None:
+            self._quarantine("STALE_SEQUENCE", f"a result for tick {result.tick}, already finished (a replay)", where)
+            return
+        self._accept(pending, result, where)
 
     # --- ownership (scale-out) -------------------------------------------------------------------
 
@@ -181,54 +199,46 @@ class Aggregator:
             time.sleep(0.05)
         return False
 
-    def _on_result(self, value: bytes | None, where: str) -> None:
-        try:
-            result = decode_result(value)
-        except WatchtowerError as exc:
-            self._quarantine(exc.code, exc.message, where)
-            return
-        if result.tick <= self.done.get(result.stream_id, 0):
-            self._quarantine("STALE_SEQUENCE", f"a result for tick {result.tick}, already finished (a replay)", where)
-            return
-        pending = self.pending.get(result.stream_id, {}).get(result.tick)
-        if pending is None:
-            self.early.setdefault((result.stream_id, result.tick), []).append(result)
-            while len(self.early) > MAX_EARLY:
-                self.early.popitem(last=False)
-                self.quarantined["UNMATCHED_RESULT"] += 1
-            return
-        self._accept(pending, result, where)
-
     def _accept(self, pending: Pending, result: IngestResult, where: str) -> None:
-        self.dirty.add(pending.task.stream_id)
+        outcome = self._judge(pending.task, result, where)
+        if outcome is None:
+            return
+        with self.lock:
+            self.dirty.add(pending.task.stream_id)
+            if any(o.runner == result.runner for o in pending.outcomes):
+                self.quarantined["DUPLICATE_RESULT"] += 1
+                return
+            pending.outcomes.append(outcome)
+
+    def _judge(self, task: IngestTask, result: IngestResult, where: str) -> Outcome | None:
+        """The runner's answer to `task` as the proof rule counts it, or None when it does not count
+        (quarantined). Runs outside the lock: it only reads the task and the runner registry."""
         try:
-            check_result(result, pending.task, self.view.registered())
+            check_result(result, task, self.view.registered())
         except WatchtowerError as exc:
             self._quarantine(exc.code, exc.message, where)
-            return
-        if any(o.runner == result.runner for o in pending.outcomes):
-            self.quarantined["DUPLICATE_RESULT"] += 1
-            return
+            return None
         if result.error is not None:
-            pending.outcomes.append(Outcome(result.runner, error=IngestReason(result.error), detail=result.detail))
-            return
+            return Outcome(result.runner, error=IngestReason(result.error), detail=result.detail)
         data = (result.result_json or "").encode("utf-8")
         if len(data) > MAX_RESULT_BYTES:
-            self.quarantined["OVERSIZED_RESULT"] += 1
-            pending.outcomes.append(Outcome(result.runner, error=IngestReason.OVERSIZED_RESULT))
-            return
+            self._count("OVERSIZED_RESULT")
+            return Outcome(result.runner, error=IngestReason.OVERSIZED_RESULT)
         try:
             value = parse_result(data)
         except WatchtowerError as exc:
             self._quarantine(exc.code, f"runner {result.runner} sent garbage: {exc.message}", where)
-            return
+            return None
         try:
-            validate_result(value, pending.task.result_schema)
+            validate_result(value, task.result_schema)
         except SchemaMismatchError as exc:
-            self.quarantined[exc.code] += 1
-            pending.outcomes.append(Outcome(result.runner, error=IngestReason.SCHEMA_MISMATCH))
-            return
-        pending.outcomes.append(Outcome(result.runner, result=canonical_json(value)))
+            self._count(exc.code)
+            return Outcome(result.runner, error=IngestReason.SCHEMA_MISMATCH)
+        return Outcome(result.runner, result=canonical_json(value))
+
+    def _count(self, code: str) -> None:
+        with self.lock:
+            self.quarantined[code] += 1
 
     # --- decisions -------------------------------------------------------------------------------
 

@@ -54,9 +54,10 @@ from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
-PUBLISH_THREADS: Final = 64
+PUBLISH_THREADS: Final = 256
 """Streams whose ticks are in flight at once (each stream by one thread at a time, in tick order).
-A thread mostly waits for its command's reply, so this bounds commands in flight, not CPU."""
+A thread mostly waits for its command's reply, so this bounds commands in flight, not CPU: a
+member keeps up with about PUBLISH_THREADS / reply latency ticks a second (1,000 at 250 ms)."""
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
