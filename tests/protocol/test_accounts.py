@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import nacl.signing
@@ -293,3 +294,88 @@ def test_authorizing_an_actor_that_cannot_exist_is_unauthorized(who: str) -> Non
     assert answer["error"].details == {"actor": who}
     assert code(grant(world, {"actor": who, "all_streams": True})) == "UNAUTHORIZED"
     assert grant(world, {"actor": addr(BOB), "stream_id": SID})["ok"]  # a real key pair's address
+
+
+# --- a credit applies once -------------------------------------------------------------------------
+
+
+def _credits_to(world: World, who: str) -> list:
+    return [e for e in world.events if isinstance(e.body, CbyCredited) and e.body.account == who]
+
+
+def test_a_verbatim_copy_of_a_credit_is_refused_by_every_fold_and_counted_once() -> None:
+    """Failed before the fix: the copy of BOB's credit was folded again (balance 80, not 40)."""
+    from watchtower.protocol.keymgr_access import KeymgrState
+
+    world = World()
+    world.mint(ALICE, 100)
+    assert transfer(world, 40)["ok"]
+    credit = _credits_to(world, addr(BOB))[-1]
+    # The key manager's and the projections' fold of the whole log, the copy appended to it.
+    view = KeymgrState()
+    for event in world.events:
+        view.apply(event)
+    with contextlib.suppress(MalformedRecordError):  # refused: the host quarantines it
+        view.apply(credit)
+    assert view.balances()[addr(BOB)] == 40
+    # The writer's own state (evolve_account, as the worker folds its log) refuses it, naming why.
+    bob = world.accounts[account_instance(addr(BOB))]
+    with pytest.raises(MalformedRecordError, match="was already applied to the account: this record is a copy"):
+        evolve_account(bob, credit)
+    assert credit.reply == {"credit_number": 1}
+
+
+def test_an_old_copy_is_refused_after_later_credits_and_each_purchase_credit_counts_once() -> None:
+    from ledger_world import PAID_CONFIG, PUBLISHER, TREASURY
+
+    world = World()
+    world.register_paid_stream()
+    world.mint(ALICE, 100_000)
+    world.mint(PUBLISHER, 5)
+    assert world.acquire(ALICE, 12)["ok"]
+    assert transfer(world, 7, to=addr(PUBLISHER))["ok"]
+    publisher = account_instance(addr(PUBLISHER))
+    numbers = [e.reply["credit_number"] for e in _credits_to(world, addr(PUBLISHER))]
+    assert numbers == [1, 2, 3]  # the mint, the purchase's revenue, the transfer
+    balance = world.balance(PUBLISHER)
+    for old in _credits_to(world, addr(PUBLISHER)):
+        with pytest.raises(MalformedRecordError, match="copy"):
+            evolve_account(world.accounts[publisher], old)
+    assert world.balance(PUBLISHER) == balance
+    assert [e.reply for e in _credits_to(world, addr(TREASURY))] == [{"credit_number": 1}]
+    assert PAID_CONFIG["publisher_treasury"] == addr(PUBLISHER)
+
+
+def test_a_credit_number_must_follow_and_an_unnumbered_credit_only_precedes_the_numbered_ones() -> None:
+    world = World()
+    world.mint(BOB, 10)
+    credit = _credits_to(world, addr(BOB))[0]
+    fresh = AccountState.initial(account_instance(addr(BOB)))
+    for reply in ({"credit_number": 2}, {"credit_number": 0}, {"credit_number": "1"}):
+        with pytest.raises(MalformedRecordError):
+            evolve_account(fresh, dataclasses.replace(credit, reply=reply))
+    # A log written before credits were numbered still folds, each record as before...
+    legacy = dataclasses.replace(credit, reply={})
+    before = evolve_account(evolve_account(fresh, legacy), credit)
+    assert (before.balance_cby, before.credits) == (20, 1)
+    # ...but an unnumbered record after a numbered credit is not one this release wrote: a copy.
+    with pytest.raises(MalformedRecordError, match="without a number"):
+        evolve_account(before, legacy)
+
+
+def test_the_applied_credits_survive_a_snapshot_and_a_rebuild_so_a_copy_stays_refused() -> None:
+    from watchtower.protocol.snapshots import decode_ledger, encode_ledger
+
+    world = World()
+    world.mint(ALICE, 100)
+    assert transfer(world, 40)["ok"]
+    assert transfer(world, 2)["ok"]
+    bob = account_instance(addr(BOB))
+    restored = decode_ledger("accounts", encode_ledger("accounts", world.accounts))
+    assert restored == world.accounts
+    assert restored[bob].credits == 2
+    rebuilt = world.view().accounts  # the same log folded from nothing
+    assert rebuilt == world.accounts
+    for state in (restored[bob], rebuilt[bob]):
+        with pytest.raises(MalformedRecordError, match="copy"):
+            evolve_account(state, _credits_to(world, addr(BOB))[0])

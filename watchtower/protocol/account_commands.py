@@ -16,7 +16,8 @@ the signature (INVALID_SIGNATURE), replay protection (an exact retry gets the or
   address some key pair holds (`holds_a_key_pair`), never the zero address or another point no one
   can sign for, where the CBY would be stranded for good (INVALID_ARGUMENT).
 
-Forwards: a CbyCredit always applies (the supply bound keeps every balance ≤ 2**63-1); a
+Forwards: a CbyCredit always applies (the supply bound keeps every balance ≤ 2**63-1), as the
+account's next numbered credit (`accounts.credit_reply`); a
 PurchaseDebit debits the payer and forwards both treasury credits and "settled" to the paid
 stream, or forwards "settled" with INSUFFICIENT_CBY_BALANCE and changes nothing (docs/ledger.md).
 A ReplayCharge (a priced ICRC-77 replay) likewise debits the requester (reason "replay", ref the
@@ -31,7 +32,14 @@ from typing import Any, Final
 
 from nacl.bindings import crypto_core_ed25519_is_valid_point
 
-from watchtower.protocol.accounts import ACTIVE, ALL_STREAMS, AUTHORIZATION_SCOPE, REVOKED, AccountState
+from watchtower.protocol.accounts import (
+    ACTIVE,
+    ALL_STREAMS,
+    AUTHORIZATION_SCOPE,
+    REVOKED,
+    AccountState,
+    credit_reply,
+)
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.commands import (
     ABSENT,
@@ -296,7 +304,8 @@ def _credit(state: AccountState, credit: CbyCredit, height: int) -> LedgerDecisi
         raise InvalidArgumentError(f"crediting {credit.amount_cby} would take {state.account} above {MAX_CBY}")
     body = CbyCredited(account=state.account, amount_cby=credit.amount_cby, reason=credit.reason, ref=credit.ref,
                        counterparty=credit.counterparty)
-    event = make_event(state.instance, height, credit.origin, {}, body)
+    # Numbered, so the fold applies it once even if its record is copied (`accounts`).
+    event = make_event(state.instance, height, credit.origin, credit_reply(state), body)
     return LedgerDecision((event,), None)
 
 

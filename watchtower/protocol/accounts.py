@@ -9,6 +9,18 @@ overflows, key ids out of order, a ninth active key, a 65th active authorization
 not ACTIVE, an event of another account) and raises MALFORMED_RECORD so the host quarantines it.
 Only events caused by the holder's own commands move the holder's replay record; credits and
 purchase debits descend from commands sent to other instances.
+
+**A credit applies once.** Forwards are exactly once (`ledger`), so a genuine log never holds the
+same credit twice; but where anyone can append to ``events`` (a plaintext broker), a verbatim copy
+of a genuine CbyCredited would otherwise be counted again. So each credit is numbered: the
+account's writer gives the n-th credit it decides the number n (`credit_reply`, in the event's
+``reply``: the event's body schema stays as it is), and the fold applies a numbered credit only
+when its number is the next one (`AccountState.credits` + 1). A copy repeats a number the fold has
+passed and is refused (quarantined) whatever its age, with one integer of state per account, which
+snapshots carry like the balance. A credit written before credits were numbered carries no
+number: the fold applies it as before, but only ahead of the account's first numbered credit, so
+once an account has received a credit from this release, no unnumbered record (a copy of an older
+one) applies to it either.
 """
 
 from __future__ import annotations
@@ -77,6 +89,8 @@ ACCOUNT_EVENTS: Final = frozenset(
     {ACCOUNT_KEY_REGISTERED, ACCOUNT_KEY_REVOKED, ACTOR_AUTHORIZATION_GRANTED, ACTOR_AUTHORIZATION_REVOKED,
      CBY_CREDITED, CBY_DEBITED}
 )
+CREDIT_NUMBER: Final = "credit_number"
+"""The key of a CbyCredited event's reply holding the credit's number at its account (module docstring)."""
 # Debits the holder signed at this instance (a purchase debit's command went to the paid stream).
 _HOLDER_DEBITS: Final = frozenset({"transfer", "burn"})
 _ACCOUNT_BODIES: Final = (AccountKeyRegistered, AccountKeyRevoked, ActorAuthorizationGranted,
@@ -113,7 +127,8 @@ def authorization_key(actor: str, stream_id: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AccountState:
-    """One account. `keys` is in id order; `active_per_stream` counts ACTIVE authorizations."""
+    """One account. `keys` is in id order; `active_per_stream` counts ACTIVE authorizations;
+    `credits` is the number of the last numbered credit folded (module docstring: a credit applies once)."""
 
     account: str
     balance_cby: int = 0
@@ -122,6 +137,7 @@ class AccountState:
     authorizations: FrozenMap[AuthorizationRecord] = dataclasses.field(default_factory=FrozenMap)
     active_per_stream: FrozenMap[int] = dataclasses.field(default_factory=FrozenMap)
     callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
+    credits: int = 0
 
     @classmethod
     def initial(cls, instance: str) -> AccountState:
@@ -258,11 +274,29 @@ def _movement(body: CbyCredited | CbyDebited, reasons: frozenset[str]) -> tuple[
     return amount, str(body.reason)
 
 
-def _credited(state: AccountState, _event: Event, body: CbyCredited) -> tuple[AccountState, bool]:
-    amount, _ = _movement(body, CREDIT_REASONS)
+def credit_reply(state: AccountState) -> dict[str, int]:
+    """The reply of the next credit the account's writer decides: its number (module docstring)."""
+    return {CREDIT_NUMBER: state.credits + 1}
+
+
+def _credited(state: AccountState, event: Event, body: CbyCredited) -> tuple[AccountState, bool]:
+    amount, reason = _movement(body, CREDIT_REASONS)
     if state.balance_cby + amount > MAX_CBY:
         raise InvalidArgumentError(f"the credit takes the balance above {MAX_CBY}")
-    return dataclasses.replace(state, balance_cby=state.balance_cby + amount), False
+    balance = state.balance_cby + amount
+    number = event.reply.get(CREDIT_NUMBER)
+    if number is not None:
+        number = event_int(number, CREDIT_NUMBER, minimum=1)
+        if number <= state.credits:
+            raise InvalidArgumentError(f"credit {number} ({reason}, ref {body.ref}) was already applied to the "
+                                       "account: this record is a copy")
+        if number != state.credits + 1:
+            raise InvalidArgumentError(f"credit number {number} does not follow {state.credits}, the account's last")
+        return dataclasses.replace(state, balance_cby=balance, credits=number), False
+    if state.credits:
+        raise InvalidArgumentError(f"a credit without a number ({reason}, ref {body.ref}) follows numbered credit "
+                                   f"{state.credits}; every credit since the first numbered one carries its number")
+    return dataclasses.replace(state, balance_cby=balance), False
 
 
 def _debited(state: AccountState, _event: Event, body: CbyDebited) -> tuple[AccountState, bool]:

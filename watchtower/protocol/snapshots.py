@@ -288,7 +288,7 @@ def _opt_int(value: object, name: str) -> int | None:
 
 
 def _account_doc(s: AccountState) -> dict[str, Any]:
-    return {
+    doc = {
         "account": s.account,
         "balance_cby": s.balance_cby,
         "keys": [[k.account_key_id, k.scheme, k.public_key, k.status, k.registered_at_block, k.revoked_at_block]
@@ -298,6 +298,9 @@ def _account_doc(s: AccountState) -> dict[str, Any]:
                   for _, a in sorted(s.authorizations.items())],
         "callers": _callers_doc(s.callers),
     }
+    if s.credits:  # only then: an account without numbered credits is written as before they existed
+        doc["credits"] = s.credits
+    return doc
 
 
 def _account_from(d: Any) -> AccountState:
@@ -323,6 +326,7 @@ def _account_from(d: Any) -> AccountState:
         authorizations=FrozenMap((authorization_key(a.actor, a.stream_id), a) for a in auths),
         active_per_stream=FrozenMap(per_stream),
         callers=_callers_from(d["callers"]),
+        credits=_int(d.get("credits", 0), "credits"),  # absent: no numbered credit was folded
     )
 
 
