@@ -38,6 +38,9 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 _ERROR: Final = _json(_ref("Error"), "a spec error: {\"error\": {\"code\", \"message\"}}")
 # Every route can be refused before its handler runs (a request line or header over 8,190 bytes).
 _ALWAYS: Final = ("400",)
+# A route that reads a body answers every spec status, and 408 TIMEOUT for a body that did not wholly
+# arrive in time (`server.bounded_body`).
+_POSTED: Final = frozenset({str(s) for s in STATUS_BY_CODE.values()} | {"408"})
 _TABLE: Final = ("400", "404", "503")  # a table read: bad parameter, unknown id, worker not ready
 
 
@@ -227,7 +230,7 @@ OPENAPI: Final[dict[str, Any]] = {
                                "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_S,
                                              "default": 30}}}}}},
             "responses": {"200": _json(_object({"result": _OBJ}), "the method's reply"),
-                          **dict.fromkeys(sorted({str(s) for s in STATUS_BY_CODE.values()} - {"410"}), _ERROR)},
+                          **dict.fromkeys(sorted(_POSTED - {"410"}), _ERROR)},
         }},
         "/v1/commands/batch": {"post": {
             "summary": "ICRC-77 icrc77_register_replay: signed register_replay commands in, one result each out",
@@ -251,7 +254,7 @@ OPENAPI: Final[dict[str, Any]] = {
                     _object({"ok": {"const": False}, "error": _object({"code": _STR, "message": _STR},
                                                                       {"details": _OBJ})})]}}}),
                              "one result per command, in request order"),
-                **dict.fromkeys(sorted({str(s) for s in STATUS_BY_CODE.values()} - {"400", "410"}), _ERROR),
+                **dict.fromkeys(sorted(_POSTED - {"400", "410"}), _ERROR),
                 "400": _json({"anyOf": [_ref("Error"), _object({"error": _object(
                     {"code": {"type": "string", "enum": ["GENERIC_BATCH_ERROR"]}, "message": _STR},
                     {"details": _OBJ})})]}, "a spec error, or the batch refused as a whole (GENERIC_BATCH_ERROR)"),
