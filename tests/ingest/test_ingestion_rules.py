@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -12,8 +13,10 @@ from hypothesis import strategies as st
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
 from watchtower.protocol.ingestion import (
+    HttpJsonTask,
     IngestReason,
     ProofType,
+    SecretRef,
     SelectionError,
     apply_selection,
     check_config,
@@ -242,6 +245,75 @@ def test_config_checks_schema_proof_task_and_transform() -> None:
     for change in bad:
         with pytest.raises(InvalidArgumentError):
             check_config(IngestionConfig(**{**base, **change}))
+
+
+# --- credentials: by reference only ---------------------------------------------------------------
+
+
+def _http(**fields: Any) -> dict[str, Any]:
+    return {"kind": "http_json", "url": "https://prices.example/btc", **fields}
+
+
+@pytest.mark.parametrize("name", ["Authorization", "proxy-authorization", "Cookie", "X-Api-Key", "X-Auth-Token",
+                                  "X-Client-Secret", "apikey", "X-ACCESS-TOKEN", "Session-Key"])
+def test_a_literal_credential_header_is_refused_with_the_way_to_name_a_secret(name: str) -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_task_definition(_http(headers={name: "Bearer s3cr3t-value"}))
+    assert refused.value.code == "INVALID_ARGUMENT"
+    assert '{"secret": "NAME"}' in refused.value.message
+    assert "s3cr3t-value" not in refused.value.message
+
+
+@pytest.mark.parametrize("url", ["https://user:pass@prices.example/btc", "http://token@prices.example/",
+                                 "https://:pw@prices.example:8443/x"])
+def test_credentials_in_a_url_are_refused(url: str) -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_task_definition(_http(url=url))
+    assert "secret" in refused.value.message
+    assert "pass" not in refused.value.message.replace("password", "")
+
+
+def test_a_header_may_name_a_secret() -> None:
+    spec = parse_task_definition(_http(headers={"Authorization": {"secret": "btc-api.token"}, "Accept": "json"}))
+    assert isinstance(spec.source, HttpJsonTask)
+    assert spec.source.headers == (("Accept", "json"), ("Authorization", SecretRef("btc-api.token")))
+
+
+@pytest.mark.parametrize("value", [{"secret": "../etc/passwd"}, {"secret": ""}, {"secret": ".hidden"},
+                                   {"secret": "a", "fallback": "x"}, {"name": "a"}, {"secret": 5}])
+def test_a_malformed_secret_reference_is_refused(value: Any) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_task_definition(_http(headers={"Authorization": value}))
+
+
+def test_create_stream_refuses_a_credential_and_an_older_config_still_folds() -> None:
+    import nacl.signing
+
+    from watchtower.ingest.view import IngestionView
+    from watchtower.protocol.config import StreamConfig
+    from watchtower.protocol.events import StreamCreated
+    from watchtower.protocol.signed_command import sign_command
+    from watchtower.protocol.stream_actor import StreamState, decide, evolve
+    from watchtower.schemas.wire import decode_event, encode_event
+
+    owner = nacl.signing.SigningKey(b"\x05" * 32)
+    leaky = {"enabled": True, "num_runners": 1, "proof_type": "NONE", "result_schema": {},
+             "task_definition": _http(headers={"Authorization": "Bearer s3cr3t"})}
+    create = sign_command(owner, "create_stream", "leaky", 1, {"publisher_key": bytes(32), "ingestion": leaky})
+    with pytest.raises(InvalidArgumentError, match="secret"):
+        decide(StreamState.initial("leaky"), create, block_height=100)
+    # The same config, created before the rule, is on the log: its event decodes and folds.
+    accepted = {**leaky, "task_definition": _http(headers={"Authorization": {"secret": "t"}})}
+    create = sign_command(owner, "create_stream", "leaky", 1, {"publisher_key": bytes(32), "ingestion": accepted})
+    [event] = decide(StreamState.initial("leaky"), create, block_height=100).events
+    old_config = StreamConfig.from_dict({**event.body.config.to_dict(), "ingestion": leaky})
+    old = dataclasses.replace(event, body=StreamCreated(config=old_config, command=event.body.command))
+    state = evolve(StreamState.initial("leaky"), decode_event(encode_event(old)))
+    assert state.config is not None
+    assert state.config.ingestion is not None
+    view = IngestionView()
+    view.fold(encode_event(old))
+    assert "leaky" in view.streams
 
 
 def test_selection_paths() -> None:

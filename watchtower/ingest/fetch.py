@@ -45,6 +45,7 @@ from watchtower.protocol.ingestion import (
     IngestReason,
     SelectionError,
     apply_selection,
+    is_credential_header,
 )
 from watchtower.protocol.ingestion_results import canonical_json
 
@@ -198,12 +199,13 @@ class Fetcher:
 
     def fetch_json(self, task: HttpJsonTask, *, headers: Mapping[str, str] | None = None,
                    secret_headers: Iterable[str] = (), deadline: float | None = None) -> Any:
-        """The decoded JSON document the source answers. `headers`: the request headers (default:
-        the task's); `secret_headers`: the names of those not to carry to another origin;
+        """The decoded JSON document the source answers. `headers`: the request headers with the
+        task's secret references resolved (default: the task's, which then may name no secret);
+        `secret_headers`: the names of those resolved, never carried to another origin;
         `deadline`: a monotonic instant to stop by, if sooner than ``timeout_ms``."""
         at = time.monotonic() + task.timeout_ms / 1000
         at = at if deadline is None else min(at, deadline)
-        sent = dict(task.headers) if headers is None else dict(headers)
+        sent = _literal(task) if headers is None else dict(headers)
         private = {name.lower() for name in secret_headers}
         with _until(at):
             url, origin = task.url, _origin(task.url)
@@ -216,19 +218,19 @@ class Fetcher:
                     raise FetchError(IngestReason.SOURCE_UNAVAILABLE,
                                      f"a redirect to another scheme ({_origin(url)[0]!r}) is refused")
                 if _origin(url) != origin:  # the credentials were for the first origin only
-                    sent = {k: v for k, v in sent.items() if k.lower() not in private and not _credential(k)}
+                    sent = {k: v for k, v in sent.items() if k.lower() not in private and not is_credential_header(k)}
             raise FetchError(IngestReason.SOURCE_UNAVAILABLE, f"more than {MAX_REDIRECTS} redirects")
 
     def _request(self, task: HttpJsonTask, url: str, headers: Mapping[str, str]) -> tuple[bytes, str | None]:
         parts = urllib.parse.urlsplit(url)
         if not parts.hostname:
             raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "the source URL has no host")
-        content = None if task.body is None else task.body.encode()
-        raw = [(b"Host", parts.netloc.rpartition("@")[2].encode("ascii")), (b"User-Agent", USER_AGENT),
-               *((k.encode(), v.encode()) for k, v in headers.items())]
-        if content is not None:
-            raw.append((b"Content-Length", str(len(content)).encode()))
         try:
+            content = None if task.body is None else task.body.encode()
+            raw = [(b"Host", parts.netloc.rpartition("@")[2].encode("ascii")), (b"User-Agent", USER_AGENT),
+                   *((k.encode(), v.encode()) for k, v in headers.items())]
+            if content is not None:
+                raw.append((b"Content-Length", str(len(content)).encode()))
             left = _left()
             timeouts = {"connect": left, "read": left, "write": left, "pool": left}
             with self._pool.stream(task.method, url, headers=raw, content=content,
@@ -256,12 +258,15 @@ class Fetcher:
                              f"the source is unreachable ({type(exc).__name__})") from None
 
 
-_CREDENTIAL_PARTS: Final = ("token", "secret", "key", "auth", "cookie")
-
-
-def _credential(name: str) -> bool:
-    lowered = name.lower()
-    return any(part in lowered for part in _CREDENTIAL_PARTS)
+def _literal(task: HttpJsonTask) -> dict[str, str]:
+    """The task's headers when no secret was resolved for it: a reference cannot be sent."""
+    out = {}
+    for name, value in task.headers:
+        if not isinstance(value, str):
+            raise FetchError(IngestReason.SOURCE_UNAVAILABLE,
+                             f"the header {name} names a secret, and this fetch was given none")
+        out[name] = value
+    return out
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -291,11 +296,13 @@ def _decode(body: bytes) -> Any:
 
 
 def fetch_json(task: HttpJsonTask, *, allow: Iterable[Network] | None = None, client: Fetcher | None = None,
-               deadline: float | None = None) -> Any:
-    """The decoded JSON document the task's source answers (see the module docstring for the fences)."""
+               deadline: float | None = None, headers: Mapping[str, str] | None = None,
+               secret_headers: Iterable[str] = ()) -> Any:
+    """The decoded JSON document the task's source answers (see the module docstring for the fences
+    and `Fetcher.fetch_json` for the arguments)."""
     fetcher = client or Fetcher(allow, max_connections=1)
     try:
-        return fetcher.fetch_json(task, deadline=deadline)
+        return fetcher.fetch_json(task, headers=headers, secret_headers=secret_headers, deadline=deadline)
     finally:
         if client is None:
             fetcher.close()

@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from watchtower.ingest.dispatch import DEFAULT_WORKERS, Dispatcher, deadline_at
 from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, select_result
 from watchtower.ingest.kafka_source import run_kafka_task
+from watchtower.ingest.secrets import SecretStore
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import GENESIS_UNIX_MS
@@ -83,7 +84,8 @@ class Runner:
     """Runs the tasks it is selected for (see the module docstring)."""
 
     def __init__(self, key: nacl.signing.SigningKey, scheduler: str, *, allow: tuple[Network, ...] = (),
-                 lie: bool = False, bootstrap: str | None = None, prefix: str | None = None) -> None:
+                 lie: bool = False, bootstrap: str | None = None, prefix: str | None = None,
+                 secrets: SecretStore | None = None) -> None:
         self.key = key
         self.address = address_from_public_key(bytes(key.verify_key))
         self.scheduler = scheduler
@@ -91,6 +93,7 @@ class Runner:
         self.lie = lie
         self.bootstrap = bootstrap  # for kafka_topic tasks
         self.prefix = prefix
+        self.secrets = SecretStore.from_env() if secrets is None else secrets  # what task headers name
         self.quarantined: Counter[str] = Counter()
         self.results = 0
         self.skipped = 0
@@ -143,7 +146,9 @@ class Runner:
         """What `spec`'s source answers: the JSON document of an http_json source, the result bytes
         of a kafka_topic one (FetchError when it cannot)."""
         if isinstance(spec.source, HttpJsonTask):
-            return fetch_json(spec.source, allow=self.allow, client=fetcher, deadline=deadline)
+            headers, private = self.secrets.resolve(spec.source.headers)
+            return fetch_json(spec.source, allow=self.allow, client=fetcher, deadline=deadline, headers=headers,
+                              secret_headers=private)
         if self.bootstrap is None:
             raise FetchError(IngestReason.SOURCE_UNAVAILABLE, "this runner has no Kafka to read topics from")
         return run_kafka_task(spec.source, tick_height, self.bootstrap, self.prefix)

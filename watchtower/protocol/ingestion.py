@@ -6,13 +6,18 @@ schedule a scheduler follows and the one an auditor recomputes cannot differ.
 
 Task definition (``IngestionConfig.task_definition``), one of two kinds:
 
-- ``{"kind": "http_json", "url", "method"?: "GET"|"POST", "headers"?: {text: text}, "body"?: text,
-  "select"?: {name: path} | path, "timeout_ms"?, "max_bytes"?, "timeout_blocks"?}``: an HTTP(S)
-  JSON fetch; ``select`` picks fields with a restricted JSONPath (`select_path`);
+- ``{"kind": "http_json", "url", "method"?: "GET"|"POST", "headers"?: {text: text | {"secret": NAME}},
+  "body"?: text, "select"?: {name: path} | path, "timeout_ms"?, "max_bytes"?, "timeout_blocks"?}``:
+  an HTTP(S) JSON fetch; ``select`` picks fields with a restricted JSONPath (`select_path`);
 - ``{"kind": "kafka_topic", "topic", "max_records"?, "select"?, "window_blocks"?, "timeout_blocks"?}``:
   the JSON records of an existing topic timestamped in the `window_blocks` blocks before the tick
   (`topic_window`), as ``{"records": [...], "count": n, "skipped": k}``; a deployment's own topics
   are refused by the runner.
+
+Credentials never travel in a task definition: it is public (served with the stream's config and
+written in clear on ``ingest.tasks``). A header's value may be a secret reference,
+``{"secret": NAME}``, which each runner resolves from the secrets it holds; a credential-bearing
+header (`is_credential_header`) must be one, and a URL may not carry ``user:password@``.
 
 Plus, for the transforms (`ingestion_transform`): ``publish_kind`` (the messages' kind), and the
 transform's own parameters (``field_map``, ``price_batch``).
@@ -30,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import urllib.parse
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
@@ -108,9 +114,38 @@ def parse_reason(value: object) -> IngestReason:
 
 # --- The task definition -------------------------------------------------------------------------
 
+_TOKEN_RE: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")  # an RFC 9110 field name
 _PATH_RE: Final = re.compile(r"^\$?(?:(?:^|\.)[A-Za-z_][A-Za-z0-9_\-]*|\[\d{1,4}\])*$")
 _STEP_RE: Final = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d{1,4})\]")
 _FORBIDDEN_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+_CREDENTIAL_PARTS: Final = ("token", "secret", "key", "auth")
+_SECRET_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+REFERENCE_HINT: Final = ('name a secret the runners hold instead: {"secret": "NAME"} as the header\'s value, and give '
+                      "each runner the file NAME in its WATCHTOWER_INGEST_SECRETS_DIR (docs/ingestion.md, Secrets)")
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether header `name` carries a credential: Authorization, Proxy-Authorization, Cookie,
+    X-Api-Key, or any name containing token, secret, key or auth (case-insensitive)."""
+    lowered = name.lower()
+    return lowered in _CREDENTIAL_HEADERS or any(part in lowered for part in _CREDENTIAL_PARTS)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A header value named by reference: the runner sends the secret `name` it holds."""
+
+    name: str
+
+
+def require_secret_name(name: object) -> str:
+    """`name` if it names a secret: 1..64 of letters, digits, ``_``, ``.``, ``-``, not starting with a dot."""
+    if not isinstance(name, str) or not _SECRET_NAME_RE.match(name):
+        raise InvalidArgumentError(
+            f"a secret name is 1 to 64 letters, digits, '_', '.' or '-' (not starting with '.' or '-'), got {name!r}"
+        )
+    return name
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,7 +154,7 @@ class HttpJsonTask:
 
     url: str
     method: str
-    headers: tuple[tuple[str, str], ...]
+    headers: tuple[tuple[str, str | SecretRef], ...]
     body: str | None
     select: Mapping[str, str] | str | None
     timeout_ms: int
@@ -190,25 +225,43 @@ def _http_task(d: Mapping[str, Any], select: Mapping[str, str] | str | None) -> 
     url = require_text(d.get("url"), "task_definition.url")
     if not (url.startswith("http://") or url.startswith("https://")) or len(url) > 2048:
         raise InvalidArgumentError("task_definition.url must be an http:// or https:// URL of at most 2048 characters")
+    if "@" in urllib.parse.urlsplit(url).netloc:
+        raise InvalidArgumentError(f"task_definition.url may not carry credentials (user:password@): the config is "
+                                   f"public. Send them in a header instead, and {REFERENCE_HINT}")
     method = d.get("method", "GET")
     if method not in ("GET", "POST"):
         raise InvalidArgumentError(f"task_definition.method must be GET or POST, got {method!r}")
     raw_headers = d.get("headers", {})
     if not isinstance(raw_headers, Mapping) or len(raw_headers) > MAX_HEADERS:
         raise InvalidArgumentError(f"task_definition.headers must be an object of at most {MAX_HEADERS} headers")
-    headers = []
+    headers: list[tuple[str, str | SecretRef]] = []
     for name, value in sorted(raw_headers.items()):
-        if not isinstance(name, str) or not isinstance(value, str) or "\n" in name + value or "\r" in name + value:
-            raise InvalidArgumentError("task_definition.headers must map header names to single-line text")
+        if not isinstance(name, str) or not _TOKEN_RE.match(name):
+            raise InvalidArgumentError(f"task_definition.headers: {name!r} is not a header name")
         if name.lower() in _FORBIDDEN_HEADERS:
             raise InvalidArgumentError(f"task_definition.headers may not set {name}")
-        headers.append((name, value))
+        headers.append((name, _header_value(name, value)))
     body = d.get("body")
     if body is not None and not isinstance(body, str):
         raise InvalidArgumentError("task_definition.body must be text")
     timeout_ms = _opt_int(d, "timeout_ms", DEFAULT_FETCH_TIMEOUT_MS, 1, MAX_FETCH_TIMEOUT_MS)
     max_bytes = _opt_int(d, "max_bytes", DEFAULT_MAX_BYTES, 1, MAX_RESPONSE_BYTES)
     return HttpJsonTask(url, str(method), tuple(headers), body, select, timeout_ms, max_bytes)
+
+
+def _header_value(name: str, value: object) -> str | SecretRef:
+    if isinstance(value, Mapping):
+        if set(value) != {"secret"}:
+            raise InvalidArgumentError(f'task_definition.headers.{name}: a secret reference is {{"secret": "NAME"}}')
+        return SecretRef(require_secret_name(value["secret"]))
+    if not isinstance(value, str) or "\n" in value or "\r" in value or "\0" in value:
+        raise InvalidArgumentError("task_definition.headers must map header names to single-line text or "
+                                   '{"secret": "NAME"}')
+    if is_credential_header(name):
+        raise InvalidArgumentError(f"task_definition.headers.{name} carries a credential, and a task definition is "
+                                   f"public (served with the stream's config, written in clear on ingest.tasks): "
+                                   f"{REFERENCE_HINT}")
+    return value
 
 
 def _opt_int(d: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:

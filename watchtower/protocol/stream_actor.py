@@ -82,6 +82,7 @@ from watchtower.protocol.events import (
     SubscriptionPolicyChanged,
 )
 from watchtower.protocol.filters import parse_filter
+from watchtower.protocol.ingestion import check_config as check_ingestion_config
 from watchtower.protocol.ingestion_failure import decide_ingest_failure
 from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.ledger import REPLAY_METHODS, Routed
@@ -381,6 +382,10 @@ def _create_stream(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
         raise InvalidArgumentError("the owner of a new stream is its creator: omit owner or set it to the caller")
     if config.current_signing_key_id != FIRST_SIGNING_KEY_ID:
         raise InvalidArgumentError("a new stream's publisher key has signing_key_id 1; omit current_signing_key_id")
+    if config.ingestion is not None and config.ingestion.enabled:
+        # No config that cannot run, or that carries a credential, enters the log. The fold does not
+        # check again, so a config already on the log from before these rules stays readable.
+        check_ingestion_config(config.ingestion)
     reply = {"stream_id": state.stream_id, "owner": config.owner, **_window_reply(0, 1), "signing_key_id": 1}
     # The signed command travels with the event: readers verify the key schedule from it (key_chain).
     return StreamCreated(config=config, command=command_json(cmd)), reply
