@@ -12,6 +12,7 @@ import pytest
 from watchtower.client.account import KeyFileError, write_key_file
 from watchtower.ingest import keys
 from watchtower.keymgr.kek import Kek, new_kek_text
+from watchtower.protocol.addresses import address_from_public_key
 
 
 def kek_file(path: Path, mode: int = 0o600) -> Path:
@@ -68,3 +69,21 @@ def test_without_a_kek_it_stays_a_plain_key_file(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv(keys.ENV_INGEST_KEK_FILE, raising=False)
     key = keys.ingestion_publisher_key(tmp_path)
     assert (tmp_path / "ingest" / "publisher.key").read_text().strip() == bytes(key).hex()
+
+
+def test_a_runner_learns_the_scheduler_from_its_public_key_alone(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner checks the scheduler's signatures and never signs a task: it is given the public
+    key (or the address) and works with the private key out of its reach."""
+    from watchtower.ingest.keys import ENV_SCHEDULER, scheduler_address, scheduler_key
+
+    monkeypatch.delenv(ENV_SCHEDULER, raising=False)
+    with pytest.raises(KeyFileError, match="start the ingestion service first"):
+        scheduler_address(tmp_path, wait_s=0)
+    key = scheduler_key(tmp_path)
+    (tmp_path / "ingest" / "scheduler.key").unlink()  # what a runner's machine holds: the .pub only
+    expected = address_from_public_key(bytes(key.verify_key))
+    assert scheduler_address(tmp_path, wait_s=0) == expected
+    other = address_from_public_key(bytes(nacl.signing.SigningKey.generate().verify_key))
+    monkeypatch.setenv(ENV_SCHEDULER, other)
+    assert scheduler_address(tmp_path, wait_s=0) == other, "the environment names the scheduler first"

@@ -24,6 +24,7 @@ from watchtower.protocol.ingestion_records import IngestTask, new_result, new_ta
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
+from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream_actor import StreamState, decide, evolve
 from watchtower.schemas.ingest_records import encode_result, encode_task
 from watchtower.schemas.wire import encode_event
@@ -164,3 +165,26 @@ def test_a_tick_is_read_back_from_its_stamp_and_nothing_else_is(anchor: int, int
     assert tick_stamped(anchor, interval, GENESIS_UNIX_MS + anchor * BLOCK_INTERVAL_MS) is None
     if interval > 1:
         assert tick_stamped(anchor, interval, stamp + BLOCK_INTERVAL_MS) is None
+
+
+def test_the_fold_skips_other_streams_records_by_their_header_and_key() -> None:
+    """Most of ``events`` is other streams' publishes: the aggregator's fold reads their header and
+    key only, and the scheduler's fold (no heads) reads only creations and runner events."""
+    actor, view, _ = world()
+    published = sign_message(stream_id=SID, sequence=1, timestamp_unix_ms=GENESIS_UNIX_MS, kind="x", payload=b"{}",
+                             signing_key=DELEGATE)
+    header = encode_event(decide(actor.state, Command("publish", SID, OWNER.verify_key.encode(), 1,
+                                                      published.to_json_dict(), published.publisher_sig),
+                                 block_height=now_height()).events[0])[:5]
+    garbage = header + b"\xff" * 8  # a StreamMessagePublished header over a body that does not decode
+    view.fold(garbage, b"someone-else")
+    assert view.refused.total() == 0, "another stream's publish is skipped undecoded"
+    view.fold(garbage, SID.encode())
+    assert view.refused.total() == 1, "an ingesting stream's record is decoded (and this one refused)"
+    scheduler_view = IngestionView(heads=False)
+    for record in actor.log:
+        scheduler_view.fold(record)
+    scheduler_view.fold(garbage, SID.encode())
+    assert scheduler_view.refused.total() == 0
+    assert SID in scheduler_view.streams
+    assert SID not in scheduler_view.states, "the scheduler keeps no stream state"

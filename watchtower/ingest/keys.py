@@ -34,6 +34,7 @@ from watchtower.client.account import (
 )
 from watchtower.client.home import watchtower_home
 from watchtower.keymgr.kek import Kek, KekError, read_kek_file
+from watchtower.protocol.addresses import address_from_public_key, require_address
 
 
 def _load_or_create(path: Path) -> nacl.signing.SigningKey:
@@ -55,7 +56,35 @@ def _load_or_create(path: Path) -> nacl.signing.SigningKey:
 
 
 def scheduler_key(home: Path | None = None) -> nacl.signing.SigningKey:
-    return _load_or_create((home or watchtower_home()) / "ingest" / "scheduler.key")
+    """The scheduler's signing key (the ingestion service's alone); its public half is written
+    beside it as ``scheduler.pub`` for the runners, which never read the private key."""
+    directory = (home or watchtower_home()) / "ingest"
+    key = _load_or_create(directory / "scheduler.key")
+    _write_public(directory / "scheduler.pub", key)
+    return key
+
+
+ENV_SCHEDULER: Final = "WATCHTOWER_INGEST_SCHEDULER"
+
+
+def scheduler_address(home: Path | None = None, *, wait_s: float = 120.0) -> str:
+    """The address of the deployment's scheduler, whose tasks a runner runs: ``$WATCHTOWER_INGEST_SCHEDULER``
+    (an address), else ``ingest/scheduler.pub`` (waiting up to `wait_s` for the ingestion service
+    to write it). A runner needs nothing more: it checks the scheduler's signatures, it never signs
+    a task, so it is never handed the scheduler's private key."""
+    named = os.environ.get(ENV_SCHEDULER, "").strip()
+    if named:
+        return require_address(named, ENV_SCHEDULER)
+    path = (home or watchtower_home()) / "ingest" / "scheduler.pub"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return address_from_public_key(bytes.fromhex(path.read_text(encoding="ascii").strip()))
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise KeyFileError(f"no scheduler public key at {path}: start the ingestion service first "
+                                   f"(watchtower ingest serve), or set {ENV_SCHEDULER} to its address") from None
+            time.sleep(0.5)
 
 
 #: What the KEK wraps the ingestion publisher seed for (bound into the wrap's AAD).

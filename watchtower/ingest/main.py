@@ -26,7 +26,6 @@ from watchtower.ingest.runner import Runner, registration_command, serve
 from watchtower.logs import setup_logging
 from watchtower.metrics.exposition import start_metrics
 from watchtower.metrics.ingest import RunnerCollector
-from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_prefix
 
@@ -76,15 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
     api = ApiClient(os.environ.get("WATCHTOWER_API"))
-    scheduler = keys.scheduler_key()
     if args.what == "serve":
         from watchtower.ingest.service import serve as serve_ingest
 
-        serve_ingest(bootstrap, prefix, scheduler, keys.ingestion_publisher_key(), _health(), role=args.role)
+        serve_ingest(bootstrap, prefix, keys.scheduler_key(), keys.ingestion_publisher_key(), _health(),
+                     role=args.role)
         return
     key = keys.runner_key(args.name)
-    runner = Runner(key, address_from_public_key(bytes(scheduler.verify_key)), allow=allowed_nets(), lie=args.lie,
-                    bootstrap=bootstrap, prefix=prefix)
+    runner = Runner(key, keys.scheduler_address(), allow=allowed_nets(), lie=args.lie, bootstrap=bootstrap,
+                    prefix=prefix)
     _register(api, runner, args.name)
     start_metrics("runner", [RunnerCollector(runner)])
     stop = threading.Event()

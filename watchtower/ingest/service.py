@@ -104,7 +104,7 @@ class AggregatorService:
         partition, offset = msg.partition(), msg.offset()
         if partition is None or offset is None or offset < self.events_next.get(partition, 0):
             return  # read already (the catch-up scan and the tail overlap)
-        self.view.fold(msg.value())
+        self.view.fold(msg.value(), msg.key())
         self.events_next[partition] = offset + 1
 
     def catch_up(self) -> None:

@@ -21,6 +21,7 @@ from watchtower.protocol.events import IngestFailed, StreamMessagePublished
 from watchtower.protocol.ingestion import tick_stamped
 from watchtower.protocol.ingestion_runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
 from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
+from watchtower.schemas.codec import read_header
 from watchtower.schemas.wire import decode_event
 
 
@@ -56,8 +57,14 @@ class IngestionView:
         self.task_parts: dict[str, tuple[int, dict[str, Any]]] = {}
         """The scheduler's per-stream memo of what every task of the stream repeats."""
 
-    def fold(self, value: bytes | None) -> Event | None:
-        """Fold one events record; the event, or None when it is not ingestion's or is refused."""
+    def fold(self, value: bytes | None, key: bytes | None = None) -> Event | None:
+        """Fold one events record; the event, or None when it is not ingestion's or is refused.
+
+        With the record's `key` (the stream id every writer keys an event by), a record this view
+        does not fold is skipped from its header alone, undecoded: most of ``events`` is other
+        streams' publishes."""
+        if value is not None and not self._wanted(value, key):
+            return None
         try:
             event = decode_event(value)
         except WatchtowerError as exc:
@@ -77,6 +84,19 @@ class IngestionView:
             return None
         return event
 
+    def _wanted(self, value: bytes, key: bytes | None) -> bool:
+        try:
+            name, _ = read_header(value)
+        except WatchtowerError:
+            return True  # decode_event counts it
+        if name == STREAM_CREATED or name in RUNNER_EVENTS:
+            return True
+        if not self.heads:
+            return False  # the scheduler folds creations and runners only
+        if key is None:
+            return True  # nothing to judge by: decode it and look
+        return key.decode("utf-8", "replace") in self.streams
+
     def _created(self, event: Event) -> None:
         if event.stream_id in self.streams:
             return  # a redelivered creation (a second one was never accepted by the writer)
@@ -88,7 +108,8 @@ class IngestionView:
         self.streams[event.stream_id] = IngestingStream(event.stream_id, state.owner, config.ingestion,
                                                         event.block_height, config.is_paid,
                                                         0 if paid is None else paid.key_epoch_blocks)
-        self.states[event.stream_id] = state
+        if self.heads:
+            self.states[event.stream_id] = state
 
     def _ingesting(self, event: Event) -> None:
         sid = event.stream_id
