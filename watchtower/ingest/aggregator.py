@@ -38,7 +38,6 @@ from watchtower.protocol.ingestion_transform import (
     check_payload_size,
     parse_transform,
 )
-from watchtower.protocol.signed_command import json_safe
 from watchtower.schemas.ingest_records import decode_result, decode_task
 
 log = logging.getLogger("watchtower.ingest.aggregator")
@@ -137,7 +136,7 @@ class Aggregator:
             self._quarantine(exc.code, exc.message, where)
             return None
         stream = self.view.streams.get(task.stream_id)
-        if stream is not None and task.task_definition != json_safe(stream.config.task_definition):
+        if stream is not None and task.task_definition_json != self.view.template(stream).task_definition_json:
             self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
             return None
         with self.lock:
@@ -230,7 +229,7 @@ class Aggregator:
             self._quarantine(exc.code, f"runner {result.runner} sent garbage: {exc.message}", where)
             return None
         try:
-            validate_result(value, task.result_schema)
+            validate_result(value, task.result_schema_json)
         except SchemaMismatchError as exc:
             self._count(exc.code)
             return Outcome(result.runner, error=IngestReason.SCHEMA_MISMATCH)

@@ -33,14 +33,14 @@ from confluent_kafka import Producer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from watchtower.ingest.runner import now_height
-from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.ingest.view import IngestionView
 from watchtower.logs import faust_logging_config, faust_worker_argv
+from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion import (
     DEFAULT_MAX_CATCH_UP,
     due_ticks,
     latest_tick,
-    parse_task_definition,
     tick_height,
 )
 from watchtower.protocol.ingestion_records import IngestTask, new_task
@@ -73,6 +73,8 @@ class TaskWriter:
         self.written = 0
 
     def write(self, tasks: list[IngestTask]) -> None:
+        if not tasks:
+            return
         self.producer.begin_transaction()
         for task in tasks:
             self.producer.produce(self.topic, key=task.stream_id.encode(), value=encode_task(task))
@@ -89,39 +91,27 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
     One pass over the streams per round; a stream with nothing due costs one comparison."""
     out: list[IngestTask] = []
     keys: tuple[bytes, ...] | None = None
+    address = address_from_public_key(bytes(key.verify_key))
     for stream in view.streams.values():
         cfg = stream.config
         if latest_tick(stream.anchor, cfg.interval_blocks, height) <= last.get(stream.stream_id, 0):
             continue
         due = due_ticks(last.get(stream.stream_id, 0), stream.anchor, cfg.interval_blocks, height, max_catch_up)
-        timeout_blocks, config = _task_parts(view, stream)
+        timeout_blocks, template = view.timeout_and_template(stream)
         if keys is None:
             keys = view.runner_keys()
         if due.skipped is not None:
             first, last_skipped = due.skipped
             out.append(new_task(stream_id=stream.stream_id, tick=last_skipped, skip_from=first,
                                 tick_height=tick_height(stream.anchor, cfg.interval_blocks, last_skipped),
-                                timeout_blocks=0, config=config, runner_keys=(), scheduler=key))
+                                timeout_blocks=0, config=template, runner_keys=(), scheduler=key,
+                                scheduler_address=address))
         out.extend(new_task(stream_id=stream.stream_id, tick=t,
                             tick_height=tick_height(stream.anchor, cfg.interval_blocks, t),
-                            timeout_blocks=timeout_blocks, config=config, runner_keys=keys, scheduler=key)
+                            timeout_blocks=timeout_blocks, config=template, runner_keys=keys, scheduler=key,
+                            scheduler_address=address)
                    for t in due.ticks)
     return out
-
-
-def _task_parts(view: IngestionView, stream: IngestingStream) -> tuple[int, dict[str, Any]]:
-    """A stream's timeout in blocks and its config as a task carries it: a stream's config never
-    changes after creation (the view keeps its first StreamCreated), so each is computed once per
-    stream, not once per tick."""
-    parts = view.task_parts.get(stream.stream_id)
-    if parts is None:
-        cfg = stream.config
-        try:
-            timeout_blocks = parse_task_definition(cfg.task_definition).timeout_blocks
-        except Exception:
-            timeout_blocks = 1
-        parts = view.task_parts[stream.stream_id] = (timeout_blocks, cfg.to_dict())
-    return parts
 
 
 class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -180,9 +170,10 @@ def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, 
         writer: TaskWriter | None = state["writer"]
         if writer is None:
             return
-        tasks = plan(view, writer.last, now_height(), key, max_catch_up)
-        if tasks:
-            await asyncio.get_running_loop().run_in_executor(None, writer.write, tasks)
+        # Planned and written off the event loop: signing a block's tasks would otherwise hold up
+        # the agent that folds events.
+        await asyncio.get_running_loop().run_in_executor(None, lambda: writer.write(
+            plan(view, writer.last, now_height(), key, max_catch_up)))
 
     app.ingestion_view = view  # type: ignore[attr-defined]
     return app

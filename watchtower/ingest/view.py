@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any
 
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.events import IngestFailed, StreamMessagePublished
-from watchtower.protocol.ingestion import tick_stamped
+from watchtower.protocol.ingestion import parse_task_definition, tick_stamped
+from watchtower.protocol.ingestion_records import TaskTemplate
 from watchtower.protocol.ingestion_runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
 from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas.codec import read_header
@@ -54,8 +54,8 @@ class IngestionView:
         self.last_published_tick: dict[str, int] = {}
         """The tick each ingesting stream's newest message is stamped with (`tick_stamped`)."""
         self.refused: Counter[str] = Counter()
-        self.task_parts: dict[str, tuple[int, dict[str, Any]]] = {}
-        """The scheduler's per-stream memo of what every task of the stream repeats."""
+        self.templates: dict[str, tuple[int, TaskTemplate]] = {}
+        """Per stream, what every task of it repeats (`template`), computed once."""
 
     def fold(self, value: bytes | None, key: bytes | None = None) -> Event | None:
         """Fold one events record; the event, or None when it is not ingestion's or is refused.
@@ -127,6 +127,22 @@ class IngestionView:
             tick = tick_stamped(stream.anchor, stream.config.interval_blocks, body.timestamp_unix_ms)
             if tick is not None:
                 self.last_published_tick[sid] = max(self.last_published_tick.get(sid, 0), tick)
+
+    def template(self, stream: IngestingStream) -> TaskTemplate:
+        """The stream's `TaskTemplate` (a stream's config never changes after creation)."""
+        return self.timeout_and_template(stream)[1]
+
+    def timeout_and_template(self, stream: IngestingStream) -> tuple[int, TaskTemplate]:
+        """The stream's task timeout in blocks and its `TaskTemplate`, computed once per stream."""
+        known = self.templates.get(stream.stream_id)
+        if known is None:
+            cfg = stream.config
+            try:
+                timeout_blocks = parse_task_definition(cfg.task_definition).timeout_blocks
+            except WatchtowerError:
+                timeout_blocks = 1
+            known = self.templates[stream.stream_id] = (timeout_blocks, TaskTemplate.of(cfg.to_dict()))
+        return known
 
     def head(self, stream_id: str) -> tuple[int, int, bytes] | None:
         """(head sequence, current signing key id, current publisher key) of an ingesting stream."""

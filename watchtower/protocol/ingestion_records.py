@@ -98,21 +98,45 @@ def _verify(address: str, data: bytes, signature: bytes, what: str) -> None:
         raise InvalidSignatureError(f"the {what} signature does not verify for {address}") from None
 
 
-def new_task(*, stream_id: str, tick: int, tick_height: int, timeout_blocks: int, config: Mapping[str, Any],
-             runner_keys: tuple[bytes, ...], scheduler: nacl.signing.SigningKey,
-             skip_from: int | None = None) -> IngestTask:
-    """The signed task of (stream, tick) under `config` (an IngestionConfig dict): runners selected
-    from `runner_keys`, none for a skip notice."""
-    n = int(config["num_runners"])
+def config_json(value: Any) -> str:
+    """A task definition or result schema as a task carries it: JSON with sorted keys, no spaces."""
+    return json.dumps(json_safe(value), sort_keys=True, separators=(",", ":"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskTemplate:
+    """What every task of one stream repeats, serialised once: a scheduler issues a stream's tasks
+    from it every block without serialising its config again."""
+
+    task_definition_json: str
+    result_schema_json: str
+    proof_type: str
+    num_runners: int
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> TaskTemplate:
+        """The template of an IngestionConfig dict."""
+        return cls(config_json(config["task_definition"]), config_json(config["result_schema"]),
+                   str(config["proof_type"]), int(config["num_runners"]))
+
+
+def new_task(*, stream_id: str, tick: int, tick_height: int, timeout_blocks: int,
+             config: Mapping[str, Any] | TaskTemplate, runner_keys: tuple[bytes, ...],
+             scheduler: nacl.signing.SigningKey, skip_from: int | None = None,
+             scheduler_address: str | None = None) -> IngestTask:
+    """The signed task of (stream, tick) under `config` (an IngestionConfig dict, or its
+    `TaskTemplate`): runners selected from `runner_keys`, none for a skip notice.
+    `scheduler_address` is the address of `scheduler`, when the caller already has it."""
+    template = config if isinstance(config, TaskTemplate) else TaskTemplate.of(config)
+    n = template.num_runners
     selected = () if skip_from is not None else select_runners(task_id(stream_id, tick), runner_keys, n)
     return IngestTask(
         stream_id=stream_id, tick=tick, skip_from=skip_from, tick_height=tick_height,
         deadline_height=tick_height + timeout_blocks,
-        task_definition_json=json.dumps(json_safe(config["task_definition"]), sort_keys=True, separators=(",", ":")),
-        result_schema_json=json.dumps(json_safe(config["result_schema"]), sort_keys=True, separators=(",", ":")),
-        proof_type=str(config["proof_type"]), num_runners=n,
+        task_definition_json=template.task_definition_json, result_schema_json=template.result_schema_json,
+        proof_type=template.proof_type, num_runners=n,
         runners=tuple(address_from_public_key(k) for k in selected),
-        scheduler=address_from_public_key(bytes(scheduler.verify_key)),
+        scheduler=scheduler_address or address_from_public_key(bytes(scheduler.verify_key)),
     ).signed(scheduler)
 
 

@@ -77,9 +77,16 @@ def _validator(schema_text: str) -> Any:
     return _VALIDATOR(schema, registry=_REGISTRY)
 
 
-def validate_result(value: Any, schema: Mapping[str, Any]) -> None:
-    """SCHEMA_MISMATCH naming the first failing place unless `value` satisfies `schema`."""
-    validator = _validator(canonical_json(json_safe(schema)).decode())
+@lru_cache(maxsize=256)
+def _validator_of_text(schema_json: str) -> Any:
+    return _validator(canonical_json(json_safe(json.loads(schema_json))).decode())
+
+
+def validate_result(value: Any, schema: Mapping[str, Any] | str) -> None:
+    """SCHEMA_MISMATCH naming the first failing place unless `value` satisfies `schema` (a JSON
+    Schema, or its JSON text as a task carries it: read once per distinct text)."""
+    validator = _validator_of_text(schema) if isinstance(schema, str) else _validator(
+        canonical_json(json_safe(schema)).decode())
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except referencing.exceptions.Unresolvable as exc:
