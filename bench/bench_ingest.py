@@ -145,7 +145,9 @@ def main() -> None:
     parser.add_argument("--num-runners", type=int, default=1, help="runners each tick asks for")
     parser.add_argument("--runners", type=int, default=1, help="runner processes")
     parser.add_argument("--liar", action="store_true", help="the last runner adds 1 to every number")
-    parser.add_argument("--aggregators", type=int, default=1, help="aggregator members (one shares the scheduler)")
+    parser.add_argument("--aggregators", type=int, default=1, help="aggregator members")
+    parser.add_argument("--split", action="store_true",
+                        help="the scheduler in a process of its own (by default it shares one with an aggregator)")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
@@ -207,14 +209,17 @@ def main() -> None:
             plain_alone = plain_path.run(args.plain_seconds)
 
             ingest_names = ["ingest"]
-            services.start_ingest(extra_env=extra)
+            services.start_ingest(extra_env=extra, role="aggregator" if args.split else "all")
+            if args.split:
+                services.start_ingest(extra_env=extra, name="scheduler", role="scheduler")
             for i in range(1, args.aggregators):
                 ingest_names.append(services.start_ingest(extra_env=extra, name=f"ingest-{i + 1}", role="aggregator"))
             print(f"ingestion warming up for {args.warmup:.0f}s", file=sys.stderr, flush=True)
             plain_path.run(args.warmup)
 
             pids = services.pids()
-            procs = {name: pids[name] for name in [*ingest_names, *(f"runner-{r}" for r in runner_names)]}
+            procs = {name: pids[name] for name in [*ingest_names, *(["scheduler"] if args.split else []),
+                                                   *(f"runner-{r}" for r in runner_names)]}
             procs |= {"worker": pids["worker-w1"], "projection": pids["projection-p1"],
                       "broker": int(lk.status()["nodes"][0]["pid"]), "bench client": os.getpid()}
             metrics_url = lk.metrics_url()
@@ -244,7 +249,7 @@ def main() -> None:
                       if window_start <= stamp <= window_start + elapsed]
         report: dict[str, Any] = {
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
-            "liar": args.liar, "aggregators": args.aggregators, "seconds": round(elapsed, 1),
+            "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),
             "scheduler_tasks_per_s": round((after["tasks"] - before["tasks"]) / elapsed, 1),
