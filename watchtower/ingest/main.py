@@ -16,17 +16,15 @@ import os
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 
 from watchtower.client.http import ApiClient
 from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
-from watchtower.ingest.runner import Runner, registration_command, serve
+from watchtower.ingest.runner import Runner, register, serve
 from watchtower.logs import setup_logging
 from watchtower.metrics.exposition import start_metrics
 from watchtower.metrics.ingest import RunnerCollector
-from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.catalogue import topic_prefix
 
 log = logging.getLogger("watchtower.ingest")
@@ -35,26 +33,6 @@ log = logging.getLogger("watchtower.ingest")
 def _health() -> Path | None:
     raw = os.environ.get("WATCHTOWER_INGEST_HEALTH")
     return Path(raw) if raw else None
-
-
-def _register(api: ApiClient, runner: Runner, label: str, deadline_s: float = 60.0) -> None:
-    """Register this runner itself (open registration). On a deployment with a runner registrar
-    the writer refuses that (UNAUTHORIZED): the runner then serves anyway and is selected once the
-    registrar has admitted it (`watchtower runner admit`)."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            api.command(registration_command(runner.key, label))
-            return
-        except WatchtowerError as exc:
-            if exc.code == "UNAUTHORIZED":
-                log.warning("runner %s runs the tasks it is selected for once the registrar admits it: %s",
-                            runner.address, exc.message)
-                return
-            if time.monotonic() > end:
-                raise
-            log.info("runner registration waits: %s", exc.code)
-            time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -84,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     key = keys.runner_key(args.name)
     runner = Runner(key, keys.scheduler_address(), allow=allowed_nets(), lie=args.lie, bootstrap=bootstrap,
                     prefix=prefix)
-    _register(api, runner, args.name)
+    register(api.command, runner, args.name)
     start_metrics("runner", [RunnerCollector(runner)])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
