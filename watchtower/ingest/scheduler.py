@@ -92,7 +92,7 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
     out: list[IngestTask] = []
     keys: tuple[bytes, ...] | None = None
     address = address_from_public_key(bytes(key.verify_key))
-    for stream in view.streams.values():
+    for stream in list(view.streams.values()):  # a snapshot: the fold adds streams from another thread
         cfg = stream.config
         if latest_tick(stream.anchor, cfg.interval_blocks, height) <= last.get(stream.stream_id, 0):
             continue
