@@ -188,32 +188,33 @@ def main() -> None:
             ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": args.num_runners,
                          "proof_type": args.proof, "result_schema": {"type": "object"},
                          "task_definition": {"kind": "http_json", "url": url, "select": {"p": "$.data.price"}}}
-            t0 = time.time()
-            with ThreadPoolExecutor(16) as pool:
-                streams = list(pool.map(lambda i: create_feed(
-                    api, owner, name=f"ingest-{i}", ingestion=ingestion,
-                    publisher_key_hex=bytes(delegated.verify_key).hex())["stream_id"], range(args.streams)))
             plain_key = nacl.signing.SigningKey.generate()
             plain = create_feed(api, owner, name="plain", publisher_key_hex=bytes(plain_key.verify_key).hex())
             wait_until_visible(api, plain["stream_id"])
-            print(f"created {args.streams} ingesting feeds in {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
-
-            seen: dict[str, dict[int, tuple[float, float]]] = {sid: {} for sid in streams[: args.sample]}
             plain_path = PlainPath(Publisher(api, owner, plain["stream_id"], plain_key), {})
-            threads = [threading.Thread(target=watch, args=(api, sid, stop, seen[sid]), daemon=True) for sid in seen]
-            threads.append(threading.Thread(target=watch, args=(api, plain["stream_id"], stop, plain_path.seen),
-                                            daemon=True))
-            for t in threads:
-                t.start()
+            threads = [threading.Thread(target=watch, args=(api, plain["stream_id"], stop, plain_path.seen),
+                                        daemon=True)]
+            threads[0].start()
             print(f"plain path alone for {args.plain_seconds:.0f}s", file=sys.stderr, flush=True)
             plain_alone = plain_path.run(args.plain_seconds)
 
+            # Ingestion runs before the feeds exist, so each feed ticks from its creation on (no
+            # catch-up burst at the start).
             ingest_names = ["ingest"]
             services.start_ingest(extra_env=extra, role="aggregator" if args.split else "all")
             if args.split:
                 services.start_ingest(extra_env=extra, name="scheduler", role="scheduler")
             for i in range(1, args.aggregators):
                 ingest_names.append(services.start_ingest(extra_env=extra, name=f"ingest-{i + 1}", role="aggregator"))
+            t0 = time.time()
+            with ThreadPoolExecutor(16) as pool:
+                streams = list(pool.map(lambda i: create_feed(
+                    api, owner, name=f"ingest-{i}", ingestion=ingestion,
+                    publisher_key_hex=bytes(delegated.verify_key).hex())["stream_id"], range(args.streams)))
+            print(f"created {args.streams} ingesting feeds in {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
+            seen: dict[str, dict[int, tuple[float, float]]] = {sid: {} for sid in streams[: args.sample]}
+            for sid in seen:
+                threading.Thread(target=watch, args=(api, sid, stop, seen[sid]), daemon=True).start()
             print(f"ingestion warming up for {args.warmup:.0f}s", file=sys.stderr, flush=True)
             plain_path.run(args.warmup)
 

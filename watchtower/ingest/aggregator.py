@@ -45,6 +45,7 @@ log = logging.getLogger("watchtower.ingest.aggregator")
 MAX_EARLY: Final = 10_000
 """Results read before their task (another topic) wait here, oldest dropped first."""
 UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
+QUARANTINE_LOG_S: Final = 10.0
 
 
 class TransientError(Exception):
@@ -102,6 +103,7 @@ class Aggregator:
         self.done: dict[str, int] = {}
         self.early: OrderedDict[tuple[str, int], list[IngestResult]] = OrderedDict()
         self.quarantined: Counter[str] = Counter()
+        self._logged: dict[str, tuple[float, int]] = {}  # code -> (last line, records not logged since)
         self.published = 0
         self.tasks = 0  # tasks accepted (the scheduler's output, as this aggregator saw it)
         self.failed: Counter[str] = Counter()
@@ -121,8 +123,18 @@ class Aggregator:
     # --- input -----------------------------------------------------------------------------------
 
     def _quarantine(self, code: str, why: str, where: str) -> None:
-        self._count(code)
-        log.warning("quarantined %s: %s: %s", where, code, why)
+        """Count a refused record; log it, at most once per code every `QUARANTINE_LOG_S` (a flood
+        of late or hostile records must not turn into a flood of log lines: the counters are exact)."""
+        now = time.monotonic()
+        with self.lock:
+            self.quarantined[code] += 1
+            last, held = self._logged.get(code, (-QUARANTINE_LOG_S, 0))
+            if now - last < QUARANTINE_LOG_S:
+                self._logged[code] = (last, held + 1)
+                return
+            self._logged[code] = (now, 0)
+        more = f" ({held} more {code} since the last line)" if held else ""
+        log.warning("quarantined %s: %s: %s%s", where, code, why, more)
 
     def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> str | None:
         """Take one ``ingest.tasks`` record; the stream id of a task this aggregator accepted.
