@@ -155,3 +155,27 @@ def test_hostile_results_are_counted_and_ignored() -> None:
     agg.step(HEIGHT + 5)
     assert sink.published == []
     assert sink.reports == [(1, 1, "SCHEMA_MISMATCH")]
+
+
+def test_a_lagging_reader_does_not_time_out_an_answer_written_in_time() -> None:
+    """Past the deadline by the clock, but the results read so far end before the deadline did:
+    the tick waits for the rest of the results instead of timing out, and the answer counts."""
+    from watchtower.ingest.aggregator import block_ms
+
+    sink = Sink()
+    agg = aggregator(sink)
+    t1 = task(1)
+    agg.on_task(encode_task(t1))
+    deadline_end = block_ms(t1.deadline_height + 1)
+    read_to = {"ms": deadline_end - 1}
+    agg.step(HEIGHT + 9, lambda _sid: read_to["ms"])
+    assert sink.reports == [], "results written before the deadline may still be unread"
+    for runner in range(3):
+        agg.on_result(result(t1, runner, {"p": 3}))
+    read_to["ms"] = deadline_end + 5_000
+    agg.step(HEIGHT + 9, lambda _sid: read_to["ms"])
+    assert sink.published == [(1, b'{"p":3}')]
+    t2 = task(2)
+    agg.on_task(encode_task(t2))
+    agg.step(HEIGHT + 9, lambda _sid: read_to["ms"])
+    assert sink.reports == [(2, 2, "TIMEOUT")], "read past its deadline with no answer: TIMEOUT"

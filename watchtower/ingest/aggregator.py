@@ -21,8 +21,9 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from concurrent.futures import Executor
-from typing import Final, Protocol
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Final, Protocol
 
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
@@ -46,6 +47,8 @@ MAX_EARLY: Final = 10_000
 """Results read before their task (another topic) wait here, oldest dropped first."""
 UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
 QUARANTINE_LOG_S: Final = 10.0
+REPLY_TIMEOUT_S: Final = 30.0
+"""How long a publish or report waits for the worker's answer before its tick is tried again."""
 
 
 class TransientError(Exception):
@@ -81,6 +84,37 @@ class Sink(Protocol):
     def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
                timestamp_ms: int) -> None: ...
 
+    def forget_head(self, stream_id: str) -> None:
+        """Drop what the sink believes the stream's head is (a command may have landed unseen)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flight:
+    """A stream's publish or report on its way: at most one per stream."""
+
+    stream: IngestingStream
+    task: IngestTask
+    kind: str  # "publish" or "report"
+    future: Future[None]
+    started: float  # monotonic
+    reason: IngestReason | None = None  # a report's
+
+
+def _submitted(sink: Sink, kind: str, *args: Any) -> Future[None]:
+    """The sink's `submit_publish`/`submit_report` when it has them; else its blocking
+    `publish`/`report` called now, its outcome in a finished future."""
+    submit = getattr(sink, f"submit_{kind}", None)
+    if submit is not None:
+        return submit(*args)
+    future: Future[None] = Future()
+    try:
+        getattr(sink, kind)(*args)
+    except Exception as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
+    return future
+
 
 @dataclasses.dataclass
 class Pending:
@@ -95,7 +129,8 @@ def block_ms(height: int) -> int:
 class Aggregator:
     """See the module docstring. Not thread-safe: one loop drives it."""
 
-    def __init__(self, view: IngestionView, scheduler: str, sink: Sink) -> None:
+    def __init__(self, view: IngestionView, scheduler: str, sink: Sink, *,
+                 reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
         self.view = view
         self.scheduler = scheduler
         self.sink = sink
@@ -109,7 +144,9 @@ class Aggregator:
         self.failed: Counter[str] = Counter()
         self.last_reasons: dict[str, list[str]] = {}
         self.lock = threading.RLock()
-        self.busy: set[str] = set()
+        self.flights: dict[str, Flight] = {}
+        """Each stream's publish or report on its way (`step`)."""
+        self.reply_timeout_s = reply_timeout_s
         self.dirty: set[str] = set()
         """Streams with news since their last drain (a task, a result, a retry); the others wait for the next block."""
         self.resync: dict[str, int] = {}
@@ -195,7 +232,8 @@ class Aggregator:
 
     def release(self, streams: set[str], timeout_s: float) -> bool:
         """Stop working on `streams` (another aggregator takes them): drop their pending ticks, then
-        wait until none of them has a publish in flight. False when one was still busy at `timeout_s`."""
+        wait until none of them has a publish or report in flight (its outcome is then on the log,
+        where the next owner reads it). False when one was still unanswered at `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         with self.lock:
             for sid in streams:
@@ -203,12 +241,13 @@ class Aggregator:
                 self.done.pop(sid, None)
                 self.resync.pop(sid, None)
                 self.dirty.discard(sid)
-        while time.monotonic() < deadline:
-            with self.lock:
-                if not self.busy & streams:
-                    return True
-            time.sleep(0.05)
-        return False
+            flights = [self.flights.pop(sid) for sid in streams if sid in self.flights]
+        for flight in flights:
+            try:
+                flight.future.exception(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return False
+        return True
 
     def _accept(self, pending: Pending, result: IngestResult, where: str) -> None:
         outcome = self._judge(pending.task, result, where)
@@ -253,138 +292,178 @@ class Aggregator:
 
     # --- decisions -------------------------------------------------------------------------------
 
-    def step(self, height: int, pool: Executor | None = None) -> None:
-        """Finish every tick that can be finished at block `height`, in tick order per stream.
+    def step(self, height: int, expired_at: Callable[[str], int] | None = None) -> None:
+        """Advance every stream that can move at block `height`: land the answers that came back,
+        finish ticks in order, and send each stream's next publish or report.
 
-        Each step looks at the streams with news (`dirty`), and at every pending stream once per
-        new block (a deadline may have passed). With `pool`, streams are drained concurrently
-        (their publishes are independent), each stream by one thread at a time, so its ticks still
-        finish in order."""
+        One thread drives it (the reader's). Nothing here waits for a reply: a stream with a
+        command in flight (`flights`, at most one per stream, so its ticks still finish in order)
+        is looked at again once the answer is in. Each step looks at the streams with news
+        (`dirty`: a task, a result, an answer, a retry), and at every stream once per new block (a
+        deadline may have passed).
+
+        A tick times out once `height` is past its deadline and, with `expired_at(stream_id)` (the
+        instant, Unix ms, up to which the stream's results have been read), once every result
+        written before its deadline ended is in: a reader that lags never turns a runner's timely
+        answer into a TIMEOUT."""
         with self.lock:
             if height != self._height:
                 self._height = height
-                ready = [sid for sid in self.pending if sid not in self.busy]
+                ready = list(self.pending.keys() | self.flights.keys())
             else:
-                ready = [sid for sid in self.dirty if sid in self.pending and sid not in self.busy]
+                ready = [sid for sid in self.dirty if sid in self.pending or sid in self.flights]
             self.dirty.difference_update(ready)
-            self.busy.update(ready)
         for stream_id in ready:
-            if pool is None:
-                self._drain(stream_id, height)
-            else:
-                pool.submit(self._drain, stream_id, height)
+            try:
+                self._advance(stream_id, height, None if expired_at is None else expired_at(stream_id))
+            except Exception:
+                log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
+                self._retry(stream_id)
 
-    def _drain(self, stream_id: str, height: int) -> None:
-        try:
-            while True:
-                with self.lock:
-                    ticks = self.pending.get(stream_id)
-                    if not ticks:
-                        self.pending.pop(stream_id, None)
-                        return
-                    tick = min(ticks)
-                    task, outcomes = ticks[tick].task, list(ticks[tick].outcomes)
-                if not self._finish(stream_id, task, outcomes, height):
+    def _advance(self, stream_id: str, height: int, read_to_ms: int | None) -> None:
+        while True:
+            flight = self.flights.get(stream_id)
+            if flight is not None:
+                if not flight.future.done():
+                    if time.monotonic() - flight.started > self.reply_timeout_s:
+                        flight.future.cancel()
+                        self.flights.pop(stream_id, None)
+                        self.sink.forget_head(stream_id)  # it may have landed: the next attempt starts from the log
+                        self._wait(stream_id, flight.task.tick, f"no answer to its {flight.kind} in "
+                                   f"{self.reply_timeout_s:g} s (is a stream worker running?)")
                     return
-                with self.lock:
-                    ticks.pop(tick, None)
-        except Exception:
-            log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
-        finally:
+                self.flights.pop(stream_id, None)
+                following = self._land(stream_id, flight)
+                if isinstance(following, Flight):
+                    self.flights[stream_id] = following
+                    continue
+                if not following:
+                    return
+                self._tick_finished(stream_id, flight.task.tick)
+                continue
             with self.lock:
-                self.busy.discard(stream_id)
+                ticks = self.pending.get(stream_id)
+                if not ticks:
+                    self.pending.pop(stream_id, None)
+                    return
+                tick = min(ticks)
+                task, outcomes = ticks[tick].task, list(ticks[tick].outcomes)
+            outcome = self._finish(stream_id, task, outcomes, height, read_to_ms)
+            if isinstance(outcome, Flight):
+                self.flights[stream_id] = outcome
+                continue
+            if not outcome:
+                return
+            self._tick_finished(stream_id, tick)
 
-    def _finish(self, stream_id: str, task: IngestTask, outcomes: list[Outcome], height: int) -> bool:
+    def _tick_finished(self, stream_id: str, tick: int) -> None:
+        with self.lock:
+            ticks = self.pending.get(stream_id)
+            if ticks is not None:
+                ticks.pop(tick, None)
+
+    def _finish(self, stream_id: str, task: IngestTask, outcomes: list[Outcome], height: int,
+                read_to_ms: int | None) -> Flight | bool | None:
+        """True: the tick is finished; a Flight: its publish or report is on its way; None: wait."""
         stream = self.view.streams.get(stream_id)
         if stream is None:
             if height > task.deadline_height + UNKNOWN_STREAM_GRACE_BLOCKS:
-                self.quarantined["STREAM_NOT_FOUND"] += 1
+                self._count("STREAM_NOT_FOUND")
                 return True
-            return False  # the events fold has not seen the stream yet
-        try:
-            moved_to = self.resync.get(stream_id)
-            if moved_to is not None:
-                folded = self.view.head(stream_id)
-                if folded is None or folded[0] < moved_to:
-                    self._retry(stream_id)
-                    return False
-                with self.lock:
-                    del self.resync[stream_id]
-                    self.done.pop(stream_id, None)  # decided again from the log
-            if stream_id not in self.done:
-                self.done[stream_id] = max(self.view.last_failed_tick.get(stream_id, 0),
-                                           self.sink.last_ingested_tick(stream))
-            if task.tick <= self.done[stream_id]:
-                return True
-            if task.skip_from is not None:
-                self._report(stream, task, IngestReason.TICKS_SKIPPED,
-                             f"ticks {task.skip_from}..{task.tick} were past the scheduler's catch-up limit")
-                return True
-            verdict = decide_proof(ProofType(task.proof_type), task.num_runners, outcomes,
-                                   expired=height > task.deadline_height)
-            if verdict.pending:
-                return False
-            if verdict.result is None:
-                self._report(stream, task, verdict.reason or IngestReason.TIMEOUT, verdict.detail)
-                return True
-            self._publish(stream, task, verdict.result)
-            return True
-        except HeadMovedError as exc:
+            return None  # the events fold has not seen the stream yet
+        moved_to = self.resync.get(stream_id)
+        if moved_to is not None:
+            folded = self.view.head(stream_id)
+            if folded is None or folded[0] < moved_to:
+                self._retry(stream_id)
+                return None
             with self.lock:
-                self.resync[stream_id] = exc.head
-            self._retry(stream_id)
-            return False
-        except TransientError as exc:
-            if self.waiting.get(stream_id) != task.tick:  # once per tick, not once per step
-                self.waiting[stream_id] = task.tick
-                log.warning("ingestion of %s tick %d waits: %s", stream_id, task.tick, exc)
-            self._retry(stream_id)
-            return False
+                del self.resync[stream_id]
+                self.done.pop(stream_id, None)  # decided again from the log
+        if stream_id not in self.done:
+            self.done[stream_id] = max(self.view.last_failed_tick.get(stream_id, 0),
+                                       self.sink.last_ingested_tick(stream))
+        if task.tick <= self.done[stream_id]:
+            return True
+        if task.skip_from is not None:
+            return self._report(stream, task, IngestReason.TICKS_SKIPPED,
+                                f"ticks {task.skip_from}..{task.tick} were past the scheduler's catch-up limit")
+        expired = height > task.deadline_height and (read_to_ms is None
+                                                     or read_to_ms >= block_ms(task.deadline_height + 1))
+        verdict = decide_proof(ProofType(task.proof_type), task.num_runners, outcomes, expired=expired)
+        if verdict.pending:
+            return None
+        if verdict.result is None:
+            return self._report(stream, task, verdict.reason or IngestReason.TIMEOUT, verdict.detail)
+        return self._publish(stream, task, verdict.result)
 
-    def _retry(self, stream_id: str) -> None:
-        with self.lock:
-            self.dirty.add(stream_id)
-
-    def _publish(self, stream: IngestingStream, task: IngestTask, result: bytes) -> None:
+    def _publish(self, stream: IngestingStream, task: IngestTask, result: bytes) -> Flight:
         try:
             transform = parse_transform(stream.config.transform_method, stream.config.task_definition)
             payloads = apply_transform(transform, result)
             for payload in payloads:
                 check_payload_size(payload, paid=stream.paid)
         except TransformError as exc:
-            self._report(stream, task, exc.reason, exc.detail)
-            return
+            return self._report(stream, task, exc.reason, exc.detail)
         except WatchtowerError as exc:
-            self._report(stream, task, IngestReason.TRANSFORM_FAILED, exc.message)
-            return
-        try:
-            self.sink.publish(stream, task.tick, block_ms(task.tick_height), payloads)
-        except SinkRefusedError as exc:
-            self._report(stream, task, exc.reason, exc.detail)
-            return
-        except WatchtowerError as exc:
-            self._report(stream, task, IngestReason.PUBLISH_REFUSED, f"{exc.code}: {exc.message}")
-            return
-        with self.lock:
-            self.done[stream.stream_id] = task.tick
-            self.published += 1
-            self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
+            return self._report(stream, task, IngestReason.TRANSFORM_FAILED, exc.message)
+        future = _submitted(self.sink, "publish", stream, task.tick, block_ms(task.tick_height), payloads)
+        return Flight(stream, task, "publish", future, time.monotonic())
 
-    def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> None:
+    def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> Flight:
         first = task.skip_from if task.skip_from is not None else task.tick
-        try:
-            self.sink.report(stream, first, task.tick, reason, detail[:512], block_ms(task.tick_height))
-        except WatchtowerError as exc:
+        future = _submitted(self.sink, "report", stream, first, task.tick, reason, detail[:512],
+                            block_ms(task.tick_height))
+        return Flight(stream, task, "report", future, time.monotonic(), reason)
+
+    def _land(self, stream_id: str, flight: Flight) -> Flight | bool | None:
+        """Apply a flight's answer: True when its tick is finished, a Flight when a report follows
+        a refused publish, None when the tick waits (a retry, or the fold must catch up)."""
+        task = flight.task
+        exc = flight.future.exception()
+        if isinstance(exc, HeadMovedError):
+            with self.lock:
+                self.resync[stream_id] = exc.head
+            self._retry(stream_id)
+            return None
+        if isinstance(exc, TransientError):
+            self._wait(stream_id, task.tick, str(exc))
+            return None
+        if flight.kind == "publish":
+            if isinstance(exc, SinkRefusedError):
+                return self._report(flight.stream, task, exc.reason, exc.detail)
+            if isinstance(exc, WatchtowerError):
+                return self._report(flight.stream, task, IngestReason.PUBLISH_REFUSED, f"{exc.code}: {exc.message}")
+            if exc is not None:
+                raise exc
+            with self.lock:
+                self.done[stream_id] = task.tick
+                self.published += 1
+                self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
+            return True
+        if isinstance(exc, WatchtowerError):
             # Refused for good (e.g. the key is no longer delegated): retrying cannot succeed.
-            self.quarantined["REPORT_REFUSED"] += 1
-            log.error("IngestFailed for %s tick %d refused: %s: %s", stream.stream_id, task.tick, exc.code,
-                      exc.message)
+            self._count("REPORT_REFUSED")
+            log.error("IngestFailed for %s tick %d refused: %s: %s", stream_id, task.tick, exc.code, exc.message)
+        elif exc is not None:
+            raise exc
         with self.lock:
-            self.done[stream.stream_id] = task.tick
-            self.failed[str(reason)] += 1
-            reasons = self.last_reasons.setdefault(stream.stream_id, [])
-            reasons.append(str(reason))
+            self.done[stream_id] = task.tick
+            self.failed[str(flight.reason)] += 1
+            reasons = self.last_reasons.setdefault(stream_id, [])
+            reasons.append(str(flight.reason))
             del reasons[:-10]
+        return True
+
+    def _wait(self, stream_id: str, tick: int, why: str) -> None:
+        if self.waiting.get(stream_id) != tick:  # once per tick, not once per step
+            self.waiting[stream_id] = tick
+            log.warning("ingestion of %s tick %d waits: %s", stream_id, tick, why)
+        self._retry(stream_id)
+
+    def _retry(self, stream_id: str) -> None:
+        with self.lock:
+            self.dirty.add(stream_id)
 
     def health(self) -> dict[str, object]:
         with self.lock:

@@ -30,7 +30,6 @@ import signal
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -54,10 +53,6 @@ from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
-PUBLISH_THREADS: Final = 256
-"""Streams whose ticks are in flight at once (each stream by one thread at a time, in tick order).
-A thread mostly waits for its command's reply, so this bounds commands in flight, not CPU: a
-member keeps up with about PUBLISH_THREADS / reply latency ticks a second (1,000 at 250 ms)."""
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
@@ -89,14 +84,16 @@ class AggregatorService:
         self.aggregator = Aggregator(self.view, scheduler, KafkaSink(self.commands, self.view, publisher, keymgr))
         self.stream_partition: dict[str, int] = {}
         self.owned: set[int] = set()
-        self.pool = ThreadPoolExecutor(max_workers=PUBLISH_THREADS, thread_name_prefix="ingest-publish")
+        self.read_to: dict[int, int] = {}
+        """Per results partition: the instant (Unix ms) up to which its results are all read."""
+        self.at_end: set[int] = set()
         self.events = Consumer(kafka_config(bootstrap, **{
             "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
         self.work = Consumer(kafka_config(bootstrap, **{
             "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range"}))
+            "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
     # --- the events fold -------------------------------------------------------------------------
 
@@ -121,6 +118,9 @@ class AggregatorService:
             return
         self.catch_up()
         self.aggregator.forget_finished()
+        for partition in mine:
+            self.at_end.discard(partition)
+            self.read_to.pop(partition, None)
         since = int(time.time() * 1000) - LOOKBACK_MS
         wanted = [TopicPartition(tp.topic, tp.partition, since) for tp in partitions]
         placed = consumer.offsets_for_times(wanted, timeout=30) if wanted else []
@@ -155,12 +155,11 @@ class AggregatorService:
                         log.warning("events reader: %s", error)
                 for msg in self.work.consume(1000, 0.05):
                     self._handle(msg)
-                self.aggregator.step(now_height(), self.pool)
+                self.aggregator.step(now_height(), self.results_read_to)
                 if self.health_file is not None and time.monotonic() - last_health > 0.5:
                     last_health = time.monotonic()
                     self._write_health()
         finally:
-            self.pool.shutdown(wait=False, cancel_futures=True)
             self.work.close()
             self.events.close()
             self.commands.close()
@@ -168,11 +167,20 @@ class AggregatorService:
     def _handle(self, msg: Message) -> None:
         error = msg.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if msg.topic() == self.t_results:
+                    self.at_end.add(int(msg.partition() or 0))
+            else:
                 log.warning("ingest reader: %s", error)
             return
         if msg.partition() not in self.owned:
             return  # read before a revoke took effect
+        if msg.topic() == self.t_results:
+            partition = int(msg.partition() or 0)
+            self.at_end.discard(partition)
+            _, stamp = msg.timestamp()
+            # A runner's clock cannot push the mark past now (it would time out others' ticks early).
+            self.read_to[partition] = max(self.read_to.get(partition, 0), min(stamp, time.time_ns() // 1_000_000))
         where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         if msg.topic() == self.t_tasks:
             stream_id = self.aggregator.on_task(msg.value(), where)
@@ -180,6 +188,14 @@ class AggregatorService:
                 self.stream_partition[stream_id] = int(msg.partition() or 0)
         else:
             self.aggregator.on_result(msg.value(), where)
+
+    def results_read_to(self, stream_id: str) -> int:
+        """The instant up to which `stream_id`'s results are all read: now when its partition is
+        read to its end, else the newest result read there (`Aggregator.step`)."""
+        partition = self.stream_partition.get(stream_id)
+        if partition is None or partition in self.at_end:
+            return time.time_ns() // 1_000_000
+        return self.read_to.get(partition, 0)
 
     def health(self) -> dict[str, Any]:
         return {"pid": os.getpid(), **self.aggregator.health(), "streams": sorted(self.view.streams),

@@ -48,6 +48,8 @@ from watchtower.protocol.signing import sign_message
 TICK_TAG: Final = "ingest_tick"
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's reply before the tick is tried again."""
+PAID_THREADS: Final = 16
+"""Paid streams' publishes in flight at once (each waits for the key manager's stream_encrypt)."""
 _TRANSIENT = (NotReadyError, RequestTimeoutError)
 
 
@@ -75,6 +77,7 @@ class KafkaSink:
         self.heads: dict[str, tuple[int, int]] = {}
         self.nonce = 0
         self._nonce_lock = threading.Lock()
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=PAID_THREADS, thread_name_prefix="ingest-paid")
 
     def _send(self, cmd: Command) -> dict[str, Any]:
         future = self.commands.submit(cmd)
@@ -102,6 +105,79 @@ class KafkaSink:
                 f"stream {stream_id!r}'s current publisher key is not the ingestion key {self.public_key.hex()[:16]}…; "
                 "the owner delegates ingestion with rotate_publisher_key to that key")
         return head, key_id
+
+    def forget_head(self, stream_id: str) -> None:
+        self.heads.pop(stream_id, None)
+
+    def submit_publish(self, stream: IngestingStream, tick: int, timestamp_ms: int,
+                       payloads: tuple[Payload, ...]) -> concurrent.futures.Future[None]:
+        """`publish` without waiting: a future of its outcome (the same exceptions). An OPEN stream's
+        messages are signed and sent at once, head + 1 onwards, in one go; a paid stream's go
+        through the key manager first, on a thread of `pool`."""
+        if stream.paid:
+            return self.pool.submit(self.publish, stream, tick, timestamp_ms, payloads)
+        out: concurrent.futures.Future[None] = concurrent.futures.Future()
+        sid = stream.stream_id
+        try:
+            head, key_id = self._head(sid)
+            commands = []
+            for i, payload in enumerate(payloads, start=1):
+                body = self._message(stream, head + i, key_id, tick, timestamp_ms, payload)
+                commands.append(Command("publish", sid, public_key_from_address(stream.owner), self._next_nonce(),
+                                        body, bytes.fromhex(body["publisher_sig_hex"])))
+        except Exception as exc:  # before anything was sent
+            out.set_exception(exc)
+            return out
+        replies = [self.commands.submit(cmd) for cmd in commands]
+        left = [len(replies)]
+        lock = threading.Lock()
+
+        def answered(_: concurrent.futures.Future[dict[str, Any]]) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            # Every answer is in (this runs on the reply reader's thread: keep it short).
+            for reply in replies:
+                exc = reply.exception()
+                if exc is None:
+                    continue
+                self.heads.pop(sid, None)
+                if isinstance(exc, StaleSequenceError):
+                    moved = exc.details.get("head") if isinstance(exc.details, dict) else None
+                    exc = HeadMovedError(int(moved) if isinstance(moved, int) else head + 1)
+                elif isinstance(exc, _TRANSIENT):
+                    exc = TransientError(exc.message)
+                out.set_exception(exc)
+                return
+            self.heads[sid] = (int(replies[-1].result()["head_sequence"]), key_id)
+            out.set_result(None)
+
+        for reply in replies:
+            reply.add_done_callback(answered)
+        return out
+
+    def submit_report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
+                      timestamp_ms: int) -> concurrent.futures.Future[None]:
+        """`report` without waiting: a future of its outcome (the same exceptions)."""
+        cmd = sign_command(self.publisher, "report_ingest_failure", stream.stream_id, self._next_nonce(), {
+            "reason": str(reason), "timestamp_unix_ms": timestamp_ms, "first_tick": first, "last_tick": last,
+            "detail": detail})
+        out: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def answered(reply: concurrent.futures.Future[dict[str, Any]]) -> None:
+            exc = reply.exception()
+            if isinstance(exc, InvalidArgumentError) and "last_failed_tick" in exc.details:
+                exc = None  # already recorded (a restarted aggregator reporting again)
+            elif isinstance(exc, _TRANSIENT):
+                exc = TransientError(exc.message)
+            if exc is None:
+                out.set_result(None)
+            else:
+                out.set_exception(exc)
+
+        self.commands.submit(cmd).add_done_callback(answered)
+        return out
 
     def last_ingested_tick(self, stream: IngestingStream) -> int:
         """The tick the stream's newest message finished, as far as the events fold has read."""
