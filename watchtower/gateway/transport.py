@@ -39,14 +39,16 @@ REPLY_BATCH = 500
 class CommandClient:
     """Thread-safe: many callers may ``submit`` concurrently; one thread reads replies."""
 
-    def __init__(self, bootstrap: str, *, prefix: str | None = None) -> None:
+    def __init__(self, bootstrap: str, *, prefix: str | None = None, linger_ms: int = 2) -> None:
+        """`linger_ms`: how long the producer gathers commands into one request (a service that
+        sends hundreds a second trades a few ms for fewer broker requests)."""
         self.t_commands = topic_name("commands", prefix)
         self.t_replies = topic_name("replies", prefix)
         self.producer = Producer({
             **kafka_config(bootstrap),
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 2,
+            "linger.ms": linger_ms,
             # The same partitioner Faust and Kafka's Java clients use, so every client agrees
             # on which partition (and so which worker) owns a stream.
             "partitioner": "murmur2_random",

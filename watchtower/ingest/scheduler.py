@@ -24,8 +24,9 @@ import logging
 import os
 import sys
 import tempfile
+import time
 import uuid
-from typing import Any
+from typing import Any, Final
 
 import faust
 import nacl.signing
@@ -36,6 +37,7 @@ from watchtower.ingest.runner import now_height
 from watchtower.ingest.view import IngestionView
 from watchtower.logs import faust_logging_config, faust_worker_argv
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion import (
     DEFAULT_MAX_CATCH_UP,
@@ -137,7 +139,11 @@ class SchedulerApp(faust.App):
         return _Transport(self.conf.broker_consumer, self)
 
 
-def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, *, tick_s: float = 0.2,
+BLOCK_START_MARGIN_MS: Final = 2
+"""How long after a block starts the scheduler plans it (the clock's own jitter)."""
+
+
+def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, *, tick_s: float = 0.25,
               max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> SchedulerApp:
     """The scheduler's Faust app (see the module docstring).
 
@@ -165,15 +171,28 @@ def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, 
         state["writer"] = await asyncio.get_running_loop().run_in_executor(None, TaskWriter, bootstrap, prefix)
         log.info("ingest scheduler ready: %d streams already have ticks", len(state["writer"].last))
 
-    @app.timer(interval=tick_s)
+    def _round(writer: TaskWriter) -> None:
+        writer.write(plan(view, writer.last, now_height(), key, max_catch_up))
+
+    @app.task
     async def tick() -> None:
-        writer: TaskWriter | None = state["writer"]
-        if writer is None:
-            return
-        # Planned and written off the event loop: signing a block's tasks would otherwise hold up
-        # the agent that folds events.
-        await asyncio.get_running_loop().run_in_executor(None, lambda: writer.write(
-            plan(view, writer.last, now_height(), key, max_catch_up)))
+        # Ticks fall due at block starts: wake just after each one (and at least every `tick_s`, for
+        # streams created meanwhile), rather than polling on a timer that is late by up to its interval.
+        loop = asyncio.get_running_loop()
+        while True:
+            now_ms = time.time_ns() // 1_000_000
+            await asyncio.sleep(min(tick_s, (BLOCK_INTERVAL_MS - (now_ms - GENESIS_UNIX_MS) % BLOCK_INTERVAL_MS
+                                             + BLOCK_START_MARGIN_MS) / 1000))
+            writer: TaskWriter | None = state["writer"]
+            if writer is None:
+                continue
+            # Planned and written off the event loop: signing a block's tasks would otherwise hold up
+            # the agent that folds events.
+            try:
+                await loop.run_in_executor(None, _round, writer)
+            except Exception:  # the next round writes what this one did not (`TaskWriter.last`)
+                log.exception("ingest scheduler round failed; the next block tries again")
+                await asyncio.sleep(tick_s)
 
     app.ingestion_view = view  # type: ignore[attr-defined]
     return app

@@ -88,6 +88,8 @@ def validate_result(value: Any, schema: Mapping[str, Any] | str) -> None:
     validator = _validator_of_text(schema) if isinstance(schema, str) else _validator(
         canonical_json(json_safe(schema)).decode())
     try:
+        if validator.is_valid(value):  # the common case, without collecting errors
+            return
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     except referencing.exceptions.Unresolvable as exc:
         raise SchemaMismatchError(f"result_schema refers to {exc}, which is not resolvable offline") from None
