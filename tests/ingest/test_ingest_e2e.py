@@ -12,6 +12,7 @@ failure path shows up with its own reason; forged tasks and results are quaranti
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from ingest_harness import PriceSource, health, ingest_failures, serve_source, wait_for
 from stack_fixture import start_stack
 from tiers import scale
@@ -32,6 +34,7 @@ from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
+from watchtower.protocol.partitioning import partition_for_key
 from watchtower.schemas.ingest_records import decode_result, encode_result, encode_task
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
@@ -267,12 +270,21 @@ def test_scale_out_and_kill_9_finish_every_tick_exactly_once(env: Env) -> None:
                  "result_schema": RESULT_SCHEMA, "transform_method": "price_batch",
                  "task_definition": {"kind": "http_json", "url": env.url, "timeout_blocks": 2,
                                      "select": {"price": "$.data.price", "symbol": "$.data.symbol"}}}
-    feeds = [create_feed(env.api, owner, name=f"scale-{i}", publisher_key_hex=bytes(delegated.verify_key).hex(),
-                         ingestion=ingestion)["stream_id"] for i in range(scale(6, 24))]
+    # Stream ids chosen so that the feeds cover every partition of ingest.tasks: each aggregator
+    # then holds some feeds, whichever partitions the group gives it.
+    t_tasks = topic_name("ingest-tasks", env.services.prefix)
+    partitions = len(AdminClient(kafka_config(env.services.bootstrap)).list_topics(t_tasks, timeout=30)
+                     .topics[t_tasks].partitions)
+    tag = uuid.uuid4().hex[:8]
+    ids = [f"scale-{tag}-{i}" for i in range(1_000)]
+    chosen = [next(sid for sid in ids if partition_for_key(sid.encode(), partitions) == p) for p in range(partitions)]
+    chosen += [sid for sid in ids if sid not in chosen][: max(0, scale(4, 24) - len(chosen))]
+    feeds = [create_feed(env.api, owner, name=sid, stream_id=sid, publisher_key_hex=bytes(delegated.verify_key).hex(),
+                         ingestion=ingestion)["stream_id"] for sid in chosen]
     for sid in feeds:
         wait_until_visible(env.api, sid)
     extra = {"WATCHTOWER_HOME": str(env.home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
-    n = scale(4, 60)  # messages per feed between the faults (CI: enough that each fault lands mid-run)
+    n = scale(3, 60)  # messages per feed between the faults (CI: enough that each fault lands mid-run)
 
     def heads() -> list[int]:
         return [int(env.api.get_head(sid)["head_sequence"]) for sid in feeds]

@@ -240,7 +240,9 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
     consumer = Consumer(kafka_config(bootstrap, **{
         "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
-    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5}))
+    # Placed as the scheduler places tasks (scheduler.INGEST_PARTITIONER): a result shares its task's partition.
+    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5,
+                                                   "partitioner": "murmur2_random"}))
     results_topic = topic_name("ingest-results", prefix)
     consumer.subscribe([topic_name("ingest-tasks", prefix)])
     fetcher = Fetcher(runner.allow, max_connections=concurrency)

@@ -55,6 +55,12 @@ from watchtower.topics.reader import read_committed
 log = logging.getLogger("watchtower.ingest.scheduler")
 
 
+INGEST_PARTITIONER: Final = "murmur2_random"
+"""Tasks and results are placed by stream id with Kafka's own partitioner (the one Java clients
+and `protocol.partitioning.partition_for_key` use), so a stream's tasks and results share a
+partition number and the aggregators' range assignment gives both to the same member."""
+
+
 class TaskWriter:
     """The one writer of ``ingest.tasks`` (see the module docstring)."""
 
@@ -62,7 +68,7 @@ class TaskWriter:
         self.topic = topic_name("ingest-tasks", prefix)
         self.producer = Producer(kafka_config(bootstrap, **{
             "transactional.id": f"wt-{prefix or 'wt'}.ingest-scheduler", "enable.idempotence": True,
-            "linger.ms": 2}))
+            "linger.ms": 2, "partitioner": INGEST_PARTITIONER}))
         self.producer.init_transactions(60)
         self.last: dict[str, int] = {}
         for msg in read_committed(bootstrap, [self.topic]):
