@@ -29,7 +29,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "replay": frozenset({"logs", "workers", "metrics", "protocol", "schemas", "topics"}),
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "gateway": frozenset({"http", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
-    "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics"}),
+    "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "api": frozenset({"gateway", "logs", "metrics", "projections"}),
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),
