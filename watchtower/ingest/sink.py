@@ -53,6 +53,12 @@ PAID_THREADS: Final = 16
 _TRANSIENT = (NotReadyError, RequestTimeoutError)
 
 
+def _cancel_all(futures: list[concurrent.futures.Future[dict[str, Any]]]) -> None:
+    # The aggregator gave up waiting: the transport forgets the replies (they may still come).
+    for future in futures:
+        future.cancel()
+
+
 class Commands(Protocol):
     """What the sink needs of the command transport (`gateway.transport.CommandClient`)."""
 
@@ -138,6 +144,8 @@ class KafkaSink:
                 if left[0]:
                     return
             # Every answer is in (this runs on the reply reader's thread: keep it short).
+            if out.done():
+                return  # the aggregator gave up waiting (cancelled)
             for reply in replies:
                 exc = reply.exception()
                 if exc is None:
@@ -155,6 +163,7 @@ class KafkaSink:
 
         for reply in replies:
             reply.add_done_callback(answered)
+        out.add_done_callback(lambda f: _cancel_all(replies) if f.cancelled() else None)
         return out
 
     def submit_report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
@@ -166,6 +175,8 @@ class KafkaSink:
         out: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def answered(reply: concurrent.futures.Future[dict[str, Any]]) -> None:
+            if out.done():
+                return  # the aggregator gave up waiting (cancelled)
             exc = reply.exception()
             if isinstance(exc, InvalidArgumentError) and "last_failed_tick" in exc.details:
                 exc = None  # already recorded (a restarted aggregator reporting again)
@@ -176,7 +187,9 @@ class KafkaSink:
             else:
                 out.set_exception(exc)
 
-        self.commands.submit(cmd).add_done_callback(answered)
+        reply = self.commands.submit(cmd)
+        reply.add_done_callback(answered)
+        out.add_done_callback(lambda f: reply.cancel() if f.cancelled() else None)
         return out
 
     def last_ingested_tick(self, stream: IngestingStream) -> int:
