@@ -179,3 +179,44 @@ def test_a_lagging_reader_does_not_time_out_an_answer_written_in_time() -> None:
     agg.on_task(encode_task(t2))
     agg.step(HEIGHT + 9, lambda _sid: read_to["ms"])
     assert sink.reports == [(2, 2, "TIMEOUT")], "read past its deadline with no answer: TIMEOUT"
+
+
+def test_a_publish_without_an_answer_is_given_up_and_its_tick_tried_again() -> None:
+    """No reply in time (no stream worker): the aggregator stops waiting, forgets the head (the
+    publish may still land) and sends the tick again; the tick is never counted as published
+    until an answer says so."""
+    from concurrent.futures import Future
+
+    class Silent(Sink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent: list[Future[None]] = []
+            self.forgotten = 0
+
+        def submit_publish(self, *_: Any) -> Future[None]:
+            self.sent.append(Future())
+            return self.sent[-1]
+
+        def forget_head(self, stream_id: str) -> None:  # noqa: ARG002
+            self.forgotten += 1
+
+    sink = Silent()
+    agg = aggregator(sink)
+    t1 = task(1)
+    agg.on_task(encode_task(t1))
+    for runner in range(3):
+        agg.on_result(result(t1, runner, {"p": 1}))
+    agg.step(HEIGHT + 1)
+    assert len(sink.sent) == 1
+    agg.reply_timeout_s = 0.0
+    agg.step(HEIGHT + 2)  # the answer is overdue: given up, the transport's future cancelled
+    assert sink.sent[0].cancelled()
+    assert sink.forgotten == 1
+    assert agg.published == 0
+    agg.reply_timeout_s = 30.0
+    agg.step(HEIGHT + 2)
+    assert len(sink.sent) == 2, "the tick is sent again"
+    sink.sent[1].set_result(None)
+    agg.step(HEIGHT + 3)
+    assert agg.published == 1
+    assert agg.done[SID] == 1
