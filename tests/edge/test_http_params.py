@@ -67,7 +67,7 @@ def test_booleans_are_exactly_true_or_false() -> None:
 @pytest.mark.parametrize("text", ["yes", "1", "TRUE", "True", "no", "0", "FALSE", "", " true", "maybe"])
 def test_a_boolean_other_than_true_or_false_is_invalid_argument_saying_what_is_accepted(text: str) -> None:
     """Failed before the fix for yes, 1, TRUE, True, no, 0, FALSE and empty (read as true or false)."""
-    with pytest.raises(InvalidArgumentError, match="proof takes true or false") as info:
+    with pytest.raises(InvalidArgumentError, match="proof must be true or false") as info:
         params.bool_param({"proof": text}, "proof")
     assert info.value.code == "INVALID_ARGUMENT"
 

@@ -124,7 +124,7 @@ def bool_param(query: Mapping[str, str], name: str) -> bool:
     if text == "true":
         return True
     shown = text if len(text) <= 40 else text[:37] + "..."
-    raise InvalidArgumentError(f"{name} takes true or false (lowercase), got {shown!r}; drop it for false")
+    raise InvalidArgumentError(f"{name} must be true or false (lowercase), got {shown!r}; drop it for false")
 
 
 def filter_param(query: Mapping[str, str], name: str = "filter") -> object:
