@@ -358,6 +358,9 @@ def test_a_runner_of_the_stack_connects_as_the_runner_principal_and_reads_its_ta
         secure: SecureStack, tmp_path: Path) -> None:
     """A runner's process gets the runner principal (not the service's, which could write `events`),
     and with it joins its group on `ingest.tasks`; its idempotent producer may write `ingest.results`."""
+    from watchtower.ingest import keys
+
+    keys.scheduler_key(tmp_path)  # the deployment's scheduler: the runner reads its public key
     name = secure.services.start_runner("acl", extra_env={"WATCHTOWER_HOME": str(tmp_path)})
     proc = secure.services.procs[name]
     try:
