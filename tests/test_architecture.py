@@ -34,7 +34,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
     "local": frozenset({"topics"}),
     "spark": frozenset({"local", "protocol", "schemas", "topics"}),
-    "ingest": frozenset({"client", "gateway", "keymgr", "logs", "metrics", "protocol", "schemas", "topics"}),  # keymgr: kek
+    # keymgr: its kek only; gateway: its Kafka transport only
+    "ingest": frozenset({"client", "gateway", "keymgr", "logs", "metrics", "protocol", "schemas", "topics"}),
     "cli": frozenset({"client", "gateway", "ingest", "keymgr", "local", "metrics", "protocol", "schemas", "spark",
                       "topics"}),
 }
