@@ -69,14 +69,17 @@ def test_the_ninth_active_key_is_refused_until_one_is_revoked() -> None:
     assert register(world)["result"]["account_key_id"] == 9  # ids never reused
 
 
-def test_revoking_twice_is_key_revoked_and_an_unknown_id_invalid_account_key() -> None:
+def test_revoking_twice_is_key_revoked_and_an_unknown_id_unauthorized() -> None:
+    """CIP-7 lists UNAUTHORIZED and KEY_REVOKED for revoke_account_key (failed before: INVALID_ACCOUNT_KEY)."""
     world = World()
     register(world)
     sign = lambda kid: world.sign(ALICE, "revoke_account_key", account_instance(addr(ALICE)),  # noqa: E731
                                   {"account_key_id": kid})
     assert world.send(sign(1))["ok"]
     assert code(world.send(sign(1))) == "KEY_REVOKED"
-    assert code(world.send(sign(7))) == "INVALID_ACCOUNT_KEY"
+    unknown = world.send(sign(7))
+    assert code(unknown) == "UNAUTHORIZED"
+    assert unknown["error"].details == {"account_key_id": 7}
 
 
 def test_an_account_method_sent_to_another_account_is_unauthorized() -> None:
@@ -116,10 +119,13 @@ def test_the_sixty_fifth_authorization_on_a_stream_is_refused_but_another_stream
     assert not view.actor_authorized(addr(ALICE), actor(1), SID)
 
 
-def test_revoking_an_actor_without_a_grant_is_refused() -> None:
+def test_revoking_an_actor_without_a_grant_is_unauthorized() -> None:
+    """CIP-7 lists UNAUTHORIZED for revoke_actor (failed before: INVALID_ARGUMENT)."""
     world = World()
     cmd = world.sign(ALICE, "revoke_actor", account_instance(addr(ALICE)), {"actor": actor(1), "stream_id": SID})
-    assert code(world.send(cmd)) == "INVALID_ARGUMENT"
+    answer = world.send(cmd)
+    assert code(answer) == "UNAUTHORIZED"
+    assert answer["error"].details == {"actor": actor(1), "stream_id": SID}
 
 
 def transfer(world: World, amount: object, to: str | None = None, signer=ALICE) -> dict:
@@ -238,6 +244,19 @@ def revoke(world: World, body: dict, signer=ALICE) -> dict:
     return world.send(world.sign(signer, "revoke_actor", account_instance(addr(signer)), body))
 
 
+def test_the_grant_schema_and_class_name_the_scope_stream_decrypt() -> None:
+    """Failed before the fix: the schema's doc and the class docstring still said DECRYPT."""
+    import json
+    from pathlib import Path
+
+    import watchtower.schemas
+
+    schema = json.loads((Path(watchtower.schemas.__file__).parent / "ActorAuthorizationGranted.v1.avsc").read_text())
+    scope_doc = next(f["doc"] for f in schema["fields"] if f["name"] == "scope")
+    assert scope_doc.startswith("STREAM_DECRYPT")
+    assert "scope STREAM_DECRYPT" in (ActorAuthorizationGranted.__doc__ or "")
+
+
 def test_a_grant_records_the_spec_scope_stream_decrypt_and_the_legacy_scope_still_folds() -> None:
     """Failed before the fix: the reply and the event said DECRYPT, and a STREAM_DECRYPT event was refused."""
     world = World()
@@ -269,7 +288,7 @@ def test_an_accounts_own_actor_is_authorized_on_every_stream_until_revoked_there
     view = world.view()
     assert not view.actor_authorized(addr(ALICE), actor(1), "s1")
     assert view.actor_authorized(addr(ALICE), actor(1), "s2")
-    assert code(revoke(world, {"actor": actor(1), "stream_id": "s1"})) == "INVALID_ARGUMENT"  # already revoked
+    assert code(revoke(world, {"actor": actor(1), "stream_id": "s1"})) == "UNAUTHORIZED"  # already revoked
     assert grant(world, {"actor": actor(1), "stream_id": "s1"})["ok"]  # granted again there
     assert world.view().actor_authorized(addr(ALICE), actor(1), "s1")
     assert revoke(world, {"actor": actor(1), "all_streams": True})["ok"]  # no longer the account's actor

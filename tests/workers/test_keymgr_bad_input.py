@@ -159,7 +159,7 @@ def test_registering_a_key_on_another_account_is_unauthorized(ledger: Ledger) ->
 def test_revoking_a_key_that_was_never_registered_is_refused(ledger: Ledger) -> None:
     alice = ledger.alice
     error = refused(ledger.send(alice.sign("revoke_account_key", f"acct:{alice.address}", {"account_key_id": 99})),
-                    "INVALID_ACCOUNT_KEY")
+                    "UNAUTHORIZED")
     assert "99" in error["message"]
     ledger.still_serving()
 

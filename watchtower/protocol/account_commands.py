@@ -8,9 +8,11 @@ the signature (INVALID_SIGNATURE), replay protection (an exact retry gets the or
 
 - register_account_key: scheme X25519 and a 32-byte, not all-zero key (INVALID_ACCOUNT_KEY), fewer
   than 8 ACTIVE keys (ACCOUNT_KEY_LIMIT_REACHED); ids count up from 1 per account;
-- revoke_account_key: an unknown id is INVALID_ACCOUNT_KEY, a revoked one KEY_REVOKED;
+- revoke_account_key: an id the account never registered is UNAUTHORIZED (not a key of the
+  signer's to revoke), a revoked one KEY_REVOKED: the two codes CIP-7 lists for the method;
 - authorize_actor: at most 64 ACTIVE authorizations per (account, stream)
-  (AUTHORIZATION_LIMIT_REACHED); revoke_actor needs an ACTIVE one;
+  (AUTHORIZATION_LIMIT_REACHED); revoke_actor needs an ACTIVE one or an own actor standing on the
+  stream (UNAUTHORIZED otherwise, CIP-7's one code for the method);
 - transfer_cby / burn_cby: amounts in 1..2**63-1 (INVALID_ARGUMENT), at most the balance
   (INSUFFICIENT_CBY_BALANCE with the balance and amount in details); a transfer's ``to`` is an
   address some key pair holds (`holds_a_key_pair`), never the zero address or another point no one
@@ -157,8 +159,9 @@ def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) 
         raise InvalidArgumentError(f"account_key_id must be a positive integer, got {key_id!r}")
     key = state.key(key_id)
     if key is None:
-        raise InvalidAccountKeyError(f"account {state.account} has no key {key_id}; list the account's keys",
-                                     details={"account_key_id": key_id})
+        raise UnauthorizedError(f"account {state.account} has no key {key_id}, so it is not the signer's to revoke; "
+                                "list the account's keys (`watchtower account keys list`) and name one of them",
+                                details={"account_key_id": key_id})
     if key.status != ACTIVE:
         raise KeyRevokedError(f"key {key_id} of account {state.account} is already revoked (block "
                               f"{key.revoked_at_block})", details={"account_key_id": key_id})
@@ -232,8 +235,10 @@ def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int
     existing = state.authorization(actor, stream_id)
     own_here = existing is None and stream_id != ALL_STREAMS and state.own_actor(actor)
     if not own_here and (existing is None or existing.status != ACTIVE):
-        raise InvalidArgumentError(f"actor {actor} holds no ACTIVE authorization on stream {stream_id!r} of "
-                                   f"account {state.account}; nothing to revoke")
+        raise UnauthorizedError(f"actor {actor} holds no ACTIVE authorization on stream {stream_id!r} of "
+                                f"account {state.account}, so there is nothing of the signer's to revoke; "
+                                "`watchtower account info` lists the account's authorizations",
+                                details={"actor": actor, "stream_id": stream_id})
     reply = {"account": state.account, "actor": actor, "stream_id": stream_id, "status": REVOKED,
              "revoked_at_block": height}
     body = ActorAuthorizationRevoked(account=state.account, actor=actor, stream_id=stream_id)

@@ -147,7 +147,7 @@ class AccountKeyRevoked:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ActorAuthorizationGranted:
-    """CIP-7 ActorAuthorizationGranted (scope DECRYPT)."""
+    """CIP-7 ActorAuthorizationGranted (scope STREAM_DECRYPT; DECRYPT in records of earlier releases)."""
 
     TYPE: ClassVar[str] = "ActorAuthorizationGranted"
     account: str
