@@ -398,3 +398,47 @@ def test_the_applied_credits_survive_a_snapshot_and_a_rebuild_so_a_copy_stays_re
     for state in (restored[bob], rebuilt[bob]):
         with pytest.raises(MalformedRecordError, match="copy"):
             evolve_account(state, _credits_to(world, addr(BOB))[0])
+
+
+def create(world: World, who: str, signer=ALICE) -> dict:
+    return world.send(world.sign(signer, "create_actor", account_instance(addr(signer)), {"actor": who}))
+
+
+def test_an_actor_the_account_created_is_authorized_everywhere_without_a_grant_until_revoked() -> None:
+    """CIP-7 actor.creator: failed before the fix (no create_actor; only a grant made an actor own)."""
+    world = World()
+    answer = create(world, actor(7))
+    assert answer["ok"], answer
+    assert answer["result"]["own_actor"] is True
+    assert [e.type for e in world.events] == ["ActorCreated"]  # a creation, not a grant
+    view, state = world.view(), world.accounts[account_instance(addr(ALICE))]
+    assert view.actor_authorized(addr(ALICE), actor(7), "s1")
+    assert view.actor_authorized(addr(ALICE), actor(7), "s2")
+    assert not view.actor_authorized(addr(BOB), actor(7), "s1")
+    assert state.active_per_stream.get("s1", 0) == 0  # no grant slot of any stream is taken
+    assert create(world, actor(7))["ok"]  # again: nothing changes
+    assert revoke(world, {"actor": actor(7), "stream_id": "s1"})["ok"]  # taken back on one stream
+    view = world.view()
+    assert not view.actor_authorized(addr(ALICE), actor(7), "s1")
+    assert view.actor_authorized(addr(ALICE), actor(7), "s2")
+    assert revoke(world, {"actor": actor(7), "all_streams": True})["ok"]  # and everywhere
+    assert not world.view().actor_authorized(addr(ALICE), actor(7), "s2")
+    assert code(revoke(world, {"actor": actor(7), "all_streams": True})) == "UNAUTHORIZED"
+    assert code(create(world, "0x" + "ab" * 32)) == "UNAUTHORIZED"  # an actor that cannot exist
+    assert code(create(world, addr(ALICE))) == "INVALID_ARGUMENT"
+
+
+def test_the_sixty_fifth_own_actor_is_refused() -> None:
+    world = World()
+    for n in range(1, 65):
+        assert create(world, actor(n))["ok"]
+    assert code(create(world, actor(65))) == "AUTHORIZATION_LIMIT_REACHED"
+
+
+def test_a_forged_actor_created_record_is_quarantined() -> None:
+    world = World()
+    assert create(world, actor(1))["ok"]
+    event = world.events[-1]
+    state = AccountState.initial(account_instance(addr(ALICE)))
+    with pytest.raises(MalformedRecordError):
+        evolve_account(state, dataclasses.replace(event, body=dataclasses.replace(event.body, actor=addr(ALICE))))

@@ -44,9 +44,9 @@ def test_a_sponsored_purchase_entitles_the_beneficiary_only() -> None:
     assert world.balance(ALICE) == 10_000 - 2_050
 
 
-def test_the_payer_must_be_the_signer() -> None:
+def test_the_payer_signs_or_gives_the_signer_an_allowance() -> None:
     world = funded()
-    answer = world.acquire(BOB, 11, payer_account=addr(ALICE))
+    answer = world.acquire(BOB, 11, payer_account=addr(ALICE))  # no allowance (tests/protocol/test_spending_allowance)
     assert answer["error"].code == "UNAUTHORIZED"
     assert world.balance(ALICE) == 10_000
 

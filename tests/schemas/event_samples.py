@@ -51,7 +51,7 @@ def event(type_: str, body: dict[str, object], *, stream_id: str = SID, nonce: i
 
 
 def one_of_each() -> list[Event]:
-    """One event of each of the 30 types, in a fixed order."""
+    """One event of each of the 33 types, in a fixed order."""
     return [
         event("StreamCreated", {"config": created_config(), "command": create_command()}, nonce=1),
         event("StreamMessagePublished", {
@@ -107,6 +107,10 @@ def keymgr_events() -> list[Event]:
         event("ActorAuthorizationGranted", {"account": OWNER, "actor": OTHER, "stream_id": SID, "scope": "DECRYPT"},
               stream_id=ACCT),
         event("ActorAuthorizationRevoked", {"account": OWNER, "actor": OTHER, "stream_id": SID}, stream_id=ACCT),
+        event("ActorCreated", {"account": OWNER, "actor": OTHER}, stream_id=ACCT),
+        event("SpendingAllowanceGranted", {"account": OWNER, "spender": OTHER, "stream_id": SID,
+                                           "cap_cby": 2**63 - 1}, stream_id=ACCT),
+        event("SpendingAllowanceRevoked", {"account": OWNER, "spender": OTHER, "stream_id": SID}, stream_id=ACCT),
         event("CbyCredited", {**movement, "reason": "publisher_revenue"}, stream_id=ACCT),
         event("CbyDebited", {**movement, "reason": "purchase"}, stream_id=ACCT),
         event("CbyMinted", {"to": OTHER, "amount_cby": 10, "total_supply_cby": 2**63 - 1}, stream_id="cby:supply"),

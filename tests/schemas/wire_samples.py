@@ -502,14 +502,20 @@ def keymgr_samples() -> list[WireSample]:
     ]
 
 
-def snapshot_states() -> dict[str, dict[str, Any]]:
-    """Every default aggregate's instances, folded from decided and sample events with its own evolve."""
+ACCOUNT_FACTS = frozenset({"ActorCreated", "SpendingAllowanceGranted", "SpendingAllowanceRevoked"})
+"""Account events newer than the first snapshot sample, which folds without them (its bytes stay as pinned)."""
+
+
+def snapshot_states(*, account_facts: bool = False) -> dict[str, dict[str, Any]]:
+    """Every default aggregate's instances, folded from decided and sample events with its own evolve
+    (with `account_facts`, also an own actor and a spending allowance granted and revoked)."""
+    skipped = {"CbyMinted", "CbyBurned", "EpochAccessFailed"} | (set() if account_facts else ACCOUNT_FACTS)
     aggregates = {a.name: a for a in default_aggregates()}
     states: dict[str, dict[str, Any]] = {name: {} for name in aggregates}
     events = [e for s in (open_stream(), paid_stream()) for _, d in s.decided for e in d.events]
     events += [e for e in one_of_each() if e.stream_id == REGISTRY_KEY]
     # The samples' ledger events, minus the three that do not follow from the others, plus a supply that does.
-    events += [e for e in keymgr_events() if e.type not in {"CbyMinted", "CbyBurned", "EpochAccessFailed"}]
+    events += [e for e in keymgr_events() if e.type not in skipped]
     events += [sample_event("CbyMinted", {"to": OTHER, "amount_cby": 10, "total_supply_cby": 10}, stream_id=SUPPLY),
                sample_event("CbyBurned", {"account": OWNER, "amount_cby": 4, "total_supply_cby": 6}, stream_id=SUPPLY,
                             nonce=3)]
@@ -547,12 +553,15 @@ def _snapshot_parts_expect(states: Mapping[str, Mapping[str, Any]]) -> dict[str,
 
 
 def snapshot_samples() -> list[WireSample]:
-    states = snapshot_states()
+    states, facts = snapshot_states(), snapshot_states(account_facts=True)
     empty: dict[str, dict[str, Any]] = {}
     return [
         WireSample("snapshots", "snapshot", "snapshots/p0-all-aggregates", "cbor",
                    lambda: snapshot_value(0, 4242, states, default_aggregates()), _reencode_snapshot,
                    {"v": 1, "partition": 0, "events_offset": 4242, "parts": _snapshot_parts_expect(states)}),
+        WireSample("snapshots", "snapshot", "snapshots/p1-own-actor-and-allowance", "cbor",
+                   lambda: snapshot_value(1, 4343, facts, default_aggregates()), _reencode_snapshot,
+                   {"v": 1, "partition": 1, "events_offset": 4343, "parts": _snapshot_parts_expect(facts)}),
         WireSample("snapshots", "snapshot", "snapshots/p2-empty", "cbor",
                    lambda: snapshot_value(2, 0, empty, default_aggregates()), _reencode_snapshot,
                    {"v": 1, "partition": 2, "events_offset": 0}),

@@ -13,6 +13,12 @@ the signature (INVALID_SIGNATURE), replay protection (an exact retry gets the or
 - authorize_actor: at most 64 ACTIVE authorizations per (account, stream)
   (AUTHORIZATION_LIMIT_REACHED); revoke_actor needs an ACTIVE one or an own actor standing on the
   stream (UNAUTHORIZED otherwise, CIP-7's one code for the method);
+- create_actor: records that the account created ``actor`` (CIP-7 actor.creator): the actor must
+  exist (UNAUTHORIZED, as for authorize_actor) and the account holds at most 64 own actors
+  (AUTHORIZATION_LIMIT_REACHED); repeating it for an own actor changes nothing;
+- approve_spending: ``spender`` (an address some key pair holds, not the account) may pay the
+  account's purchases up to ``cap_cby`` on ``stream_id`` (absent: any stream); at most 64 ACTIVE
+  allowances (AUTHORIZATION_LIMIT_REACHED); revoke_spending needs an ACTIVE one (UNAUTHORIZED);
 - transfer_cby / burn_cby: amounts in 1..2**63-1 (INVALID_ARGUMENT), at most the balance
   (INSUFFICIENT_CBY_BALANCE with the balance and amount in details); a transfer's ``to`` is an
   address some key pair holds (`holds_a_key_pair`), never the zero address or another point no one
@@ -37,18 +43,26 @@ from nacl.bindings import crypto_core_ed25519_is_valid_point
 from watchtower.protocol.accounts import (
     ACTIVE,
     ALL_STREAMS,
+    ALLOWANCE_STREAM,
+    ANY_STREAM,
     AUTHORIZATION_SCOPE,
+    MAX_SPENDING_ALLOWANCES,
     REVOKED,
+    SPENT_BY,
     AccountState,
+    AllowanceRecord,
     credit_reply,
 )
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.commands import (
     ABSENT,
     ActorAuthorization,
+    ApproveSpending,
     BurnCby,
+    CreateActor,
     RegisterAccountKey,
     RevokeAccountKey,
+    RevokeSpending,
     TransferCby,
     read_body,
 )
@@ -67,14 +81,18 @@ from watchtower.protocol.errors import (
     InvalidArgumentError,
     KeyRevokedError,
     UnauthorizedError,
+    WatchtowerError,
 )
 from watchtower.protocol.events import (
     AccountKeyRegistered,
     AccountKeyRevoked,
     ActorAuthorizationGranted,
     ActorAuthorizationRevoked,
+    ActorCreated,
     CbyCredited,
     CbyDebited,
+    SpendingAllowanceGranted,
+    SpendingAllowanceRevoked,
 )
 from watchtower.protocol.ledger import (
     ACCOUNT_METHODS,
@@ -245,6 +263,63 @@ def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int
     return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
 
 
+def _create_actor(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
+    actor = require_address(read_body(cmd, CreateActor).actor, "actor")
+    if actor == state.account:
+        raise InvalidArgumentError("an account is always authorized for itself; name the actor it created")
+    require_actor_exists(actor)
+    count = state.active_per_stream.get(ALL_STREAMS, 0)
+    if not state.own_actor(actor) and count >= MAX_ACTOR_AUTHORIZATIONS_PER_STREAM:
+        raise AuthorizationLimitReachedError(
+            f"account {state.account} already has {count} own actors; revoke one (revoke_actor with all_streams) "
+            "first", details={"own_actors": count})
+    reply = {"account": state.account, "actor": actor, "own_actor": True, "status": ACTIVE, "created_at_block": height}
+    body = ActorCreated(account=state.account, actor=actor)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
+
+
+def _spender_and_stream(state: AccountState, spender_value: object, stream_value: object) -> tuple[str, str]:
+    spender = require_address(spender_value, "spender")
+    if spender == state.account:
+        raise InvalidArgumentError("an account spends its own balance without an allowance; name another spender")
+    stream_id = ANY_STREAM if stream_value is ABSENT else require_text(stream_value, "stream_id")
+    return spender, stream_id
+
+
+def _approve_spending(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
+    body = read_body(cmd, ApproveSpending)
+    spender, stream_id = _spender_and_stream(state, body.spender, body.stream_id)
+    cap = require_amount(body.cap_cby, "cap_cby")
+    if not holds_a_key_pair(spender):
+        raise InvalidArgumentError(
+            f"spender {spender} is not an address any key pair holds, so it could never sign a purchase; check the "
+            "address", details={"spender": spender})
+    existing = state.allowance(spender, stream_id)
+    if (existing is None or existing.status != ACTIVE) and state.active_allowances >= MAX_SPENDING_ALLOWANCES:
+        raise AuthorizationLimitReachedError(
+            f"account {state.account} already gives {MAX_SPENDING_ALLOWANCES} ACTIVE spending allowances; revoke one "
+            "(revoke_spending) first", details={"active_allowances": state.active_allowances})
+    reply = {"account": state.account, "spender": spender, "stream_id": stream_id, "cap_cby": str(cap),
+             "spent_cby": "0", "remaining_cby": str(cap), "status": ACTIVE, "granted_at_block": height}
+    event_body = SpendingAllowanceGranted(account=state.account, spender=spender, stream_id=stream_id, cap_cby=cap)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, event_body),), reply)
+
+
+def _revoke_spending(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
+    body = read_body(cmd, RevokeSpending)
+    spender, stream_id = _spender_and_stream(state, body.spender, body.stream_id)
+    existing = state.allowance(spender, stream_id)
+    if existing is None or existing.status != ACTIVE:
+        raise UnauthorizedError(
+            f"{spender} holds no ACTIVE spending allowance of account {state.account} on "
+            f"{'any stream' if stream_id == ANY_STREAM else repr(stream_id)}, so there is nothing to revoke; "
+            "`watchtower account allowance list` lists them", details={"spender": spender, "stream_id": stream_id})
+    reply = {"account": state.account, "spender": spender, "stream_id": stream_id, "status": REVOKED,
+             "spent_cby": str(existing.spent_cby), "revoked_at_block": height}
+    event_body = SpendingAllowanceRevoked(account=state.account, spender=spender, stream_id=stream_id)
+    return LedgerDecision((make_event(state.instance, height, origin, reply, event_body),), reply)
+
+
 def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCbyBalanceError:
     """INSUFFICIENT_CBY_BALANCE for `amount` against the account's balance, with details."""
     return InsufficientCbyBalanceError(
@@ -297,6 +372,9 @@ _HANDLERS: Final[Mapping[str, Any]] = {
     Method.REVOKE_ACCOUNT_KEY: _revoke_key,
     Method.AUTHORIZE_ACTOR: _authorize,
     Method.REVOKE_ACTOR: _revoke_actor,
+    Method.CREATE_ACTOR: _create_actor,
+    Method.APPROVE_SPENDING: _approve_spending,
+    Method.REVOKE_SPENDING: _revoke_spending,
     Method.TRANSFER_CBY: _transfer,
     Method.BURN_CBY: _burn,
 }
@@ -318,14 +396,22 @@ def _purchase_debit(state: AccountState, debit: PurchaseDebit, height: int) -> L
     if debit.payer != state.account:
         raise InvalidArgumentError(f"a purchase debit for {debit.payer} reached {state.instance!r}")
     back = paid_instance(debit.stream_id)
-    if debit.total_amount_cby > state.balance_cby:
+    spent_by: dict[str, str] = {}
+    err: WatchtowerError | None = None
+    spender = debit.origin.caller
+    if spender != state.account:
+        allowance, err = _spender_allowance(state, spender, debit)
+        if allowance is not None:
+            spent_by = {SPENT_BY: spender, ALLOWANCE_STREAM: allowance.stream_id}
+    if err is None and debit.total_amount_cby > state.balance_cby:
         err = insufficient(state, debit.total_amount_cby, f"purchase {debit.purchase_id[:16]}…")
+    if err is not None:
         settled = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, err.to_dict(),
                                   debit.origin)
         return LedgerDecision((), None, (Routed(back, settled, True),))
     body = CbyDebited(account=state.account, amount_cby=debit.total_amount_cby, reason="purchase",
                       ref=debit.purchase_id, counterparty=debit.publisher_treasury)
-    event = make_event(state.instance, height, debit.origin, {}, body)
+    event = make_event(state.instance, height, debit.origin, spent_by, body)
     forwards = []
     for treasury, amount, reason in ((debit.publisher_treasury, debit.publisher_amount_cby, "publisher_revenue"),
                                      (debit.protocol_treasury, debit.protocol_fee_cby, "protocol_fee")):
@@ -335,6 +421,25 @@ def _purchase_debit(state: AccountState, debit: PurchaseDebit, height: int) -> L
     paid = PurchaseSettled(debit.purchase_id, debit.stream_id, debit.beneficiary, None, debit.origin)
     forwards.append(Routed(back, paid, True))
     return LedgerDecision((event,), None, tuple(forwards))
+
+
+def _spender_allowance(state: AccountState, spender: str,
+                       debit: PurchaseDebit) -> tuple[AllowanceRecord | None, WatchtowerError | None]:
+    """The allowance `spender` pays `debit` under, or why it may not make the account pay it."""
+    allowance = state.spending_allowance(spender, debit.stream_id)
+    if allowance is None:
+        return None, UnauthorizedError(
+            f"{spender} signed a purchase paid by {state.account}, which gives it no spending allowance on stream "
+            f"{debit.stream_id!r}; the payer signs its own purchase, or approves the spender first "
+            "(`watchtower account allowance approve`)", details={"payer_account": state.account, "spender": spender})
+    if allowance.remaining_cby < debit.total_amount_cby:
+        return None, UnauthorizedError(
+            f"{spender} may spend {allowance.remaining_cby} more CBY wei of {state.account}'s balance (allowance of "
+            f"{allowance.cap_cby}, {allowance.spent_cby} spent) but this purchase costs {debit.total_amount_cby}; "
+            "the payer raises the allowance (approve again) or pays itself",
+            details={"payer_account": state.account, "spender": spender, "remaining_cby": str(allowance.remaining_cby),
+                     "required_cby": str(debit.total_amount_cby)})
+    return allowance, None
 
 
 def _replay_charge(state: AccountState, charge: ReplayCharge, height: int) -> LedgerDecision:

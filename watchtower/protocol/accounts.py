@@ -1,7 +1,22 @@
 """The account instance (``acct:<address>``): its state and `evolve_account`, the fold of its events.
 
-An account holds a CBY balance, its account keys (CIP-7 AccountKeyRegistration) and the actor
-authorizations it granted, plus replay records of its holder's commands. `account_commands`
+An account holds a CBY balance, its account keys (CIP-7 AccountKeyRegistration), the actor
+authorizations it granted, its own actors (CIP-7 actor.creator) and the spending allowances it gave
+(CIP-7 "delegated spending authority"), plus replay records of its holder's commands.
+
+**Own actors.** An actor is the account's own when the account recorded its creation with its own
+signed ``create_actor`` (event ActorCreated; `watchtower account new-actor` sends it). No grant is
+made and no per-stream grant slot is taken: an own actor is authorized on every stream of the
+account until a revocation takes it back, on one stream (``revoke_actor`` naming it) or everywhere
+(``revoke_actor`` with ``all_streams``). Records of earlier releases that made an actor its
+account's own with an all-streams grant fold to the same standing.
+
+**Spending allowances.** ``approve_spending`` lets a named spender sign purchases that the account
+pays (``payer_account``), up to ``cap_cby`` CBY wei in all, on one stream or on any; a new approval
+for the same (spender, stream) replaces the old one and starts from nothing spent;
+``revoke_spending`` withdraws it. Each purchase debit a spender causes names it in the debit's
+reply (``spent_by``, ``allowance_stream_id``), and the fold adds the amount to that allowance's
+``spent_cby``, so the allowance is folded from the log like the balance. `account_commands`
 decides commands and forwards against it (the rules and their order are documented there).
 
 `evolve_account` re-checks what a forged log record could break (a debit below zero, a credit that
@@ -47,8 +62,11 @@ from watchtower.protocol.events import (
     AccountKeyRevoked,
     ActorAuthorizationGranted,
     ActorAuthorizationRevoked,
+    ActorCreated,
     CbyCredited,
     CbyDebited,
+    SpendingAllowanceGranted,
+    SpendingAllowanceRevoked,
 )
 from watchtower.protocol.ledger import (
     ACCOUNT_PREFIX,
@@ -65,8 +83,11 @@ from watchtower.protocol.stream_state import (
     ACCOUNT_KEY_REVOKED,
     ACTOR_AUTHORIZATION_GRANTED,
     ACTOR_AUTHORIZATION_REVOKED,
+    ACTOR_CREATED,
     CBY_CREDITED,
     CBY_DEBITED,
+    SPENDING_ALLOWANCE_GRANTED,
+    SPENDING_ALLOWANCE_REVOKED,
     CallerRecord,
     Event,
     FrozenMap,
@@ -80,21 +101,30 @@ AUTHORIZATION_SCOPE: Final = AUTHORIZATION_SCOPE_STREAM_DECRYPT
 LEGACY_AUTHORIZATION_SCOPES: Final = frozenset({"DECRYPT"})
 """What earlier releases recorded for the same scope: still folded, never written."""
 ALL_STREAMS: Final = ""
-"""The stream_id of an own-actor grant: CIP-7's "the account owner's own actors (actor.creator ==
-account) are auto-authorized unless explicitly revoked". In this deployment an account makes an
-actor its own once (``authorize_actor`` with ``"all_streams": true``); that actor is then authorized
-on every stream of the account without a grant per stream, until it is revoked on one stream
-(``revoke_actor`` naming the stream) or everywhere (``revoke_actor`` with ``all_streams``)."""
+"""The stream_id of an own actor's record: CIP-7's "the account owner's own actors (actor.creator ==
+account) are auto-authorized unless explicitly revoked". An actor becomes its account's own when
+the account records its creation (``create_actor``, event ActorCreated; module docstring); earlier
+releases did the same with ``authorize_actor`` and ``"all_streams": true``, which still works. It is
+then authorized on every stream of the account without a grant per stream, until it is revoked on
+one stream (``revoke_actor`` naming the stream) or everywhere (``revoke_actor`` with ``all_streams``)."""
 ACCOUNT_EVENTS: Final = frozenset(
     {ACCOUNT_KEY_REGISTERED, ACCOUNT_KEY_REVOKED, ACTOR_AUTHORIZATION_GRANTED, ACTOR_AUTHORIZATION_REVOKED,
-     CBY_CREDITED, CBY_DEBITED}
+     ACTOR_CREATED, SPENDING_ALLOWANCE_GRANTED, SPENDING_ALLOWANCE_REVOKED, CBY_CREDITED, CBY_DEBITED}
 )
+ANY_STREAM: Final = ""
+"""The stream_id of a spending allowance good on every stream."""
+MAX_SPENDING_ALLOWANCES: Final = 64
+"""The most ACTIVE spending allowances one account holds (a bound on its state)."""
+SPENT_BY: Final = "spent_by"
+ALLOWANCE_STREAM: Final = "allowance_stream_id"
+"""The keys of a purchase debit's reply naming the spender and the allowance it spent (module docstring)."""
 CREDIT_NUMBER: Final = "credit_number"
 """The key of a CbyCredited event's reply holding the credit's number at its account (module docstring)."""
 # Debits the holder signed at this instance (a purchase debit's command went to the paid stream).
 _HOLDER_DEBITS: Final = frozenset({"transfer", "burn"})
 _ACCOUNT_BODIES: Final = (AccountKeyRegistered, AccountKeyRevoked, ActorAuthorizationGranted,
-                          ActorAuthorizationRevoked, CbyCredited, CbyDebited)
+                          ActorAuthorizationRevoked, ActorCreated, SpendingAllowanceGranted,
+                          SpendingAllowanceRevoked, CbyCredited, CbyDebited)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,6 +150,31 @@ class AuthorizationRecord:
     revoked_at_block: int | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllowanceRecord:
+    """A spending allowance: `spender` may pay up to `cap_cby` from the account on `stream_id`
+    (ANY_STREAM: every stream); `spent_cby` is what it has spent under this grant."""
+
+    spender: str
+    stream_id: str
+    cap_cby: int
+    spent_cby: int
+    status: str
+    granted_at_block: int
+    revoked_at_block: int | None = None
+
+    @property
+    def remaining_cby(self) -> int:
+        """What the spender may still spend under this grant."""
+        return self.cap_cby - self.spent_cby
+
+    def to_dict(self) -> dict[str, Any]:
+        """The allowance as JSON (amounts as text: they may pass 2**53)."""
+        return {"spender": self.spender, "stream_id": self.stream_id, "cap_cby": str(self.cap_cby),
+                "spent_cby": str(self.spent_cby), "remaining_cby": str(self.remaining_cby), "status": self.status,
+                "granted_at_block": self.granted_at_block, "revoked_at_block": self.revoked_at_block}
+
+
 def authorization_key(actor: str, stream_id: str) -> str:
     """The map key of an authorization (an address has a fixed length, so the join is unambiguous)."""
     return actor + stream_id
@@ -138,6 +193,7 @@ class AccountState:
     active_per_stream: FrozenMap[int] = dataclasses.field(default_factory=FrozenMap)
     callers: FrozenMap[CallerRecord] = dataclasses.field(default_factory=FrozenMap)
     credits: int = 0
+    allowances: FrozenMap[AllowanceRecord] = dataclasses.field(default_factory=FrozenMap)
 
     @classmethod
     def initial(cls, instance: str) -> AccountState:
@@ -164,8 +220,26 @@ class AccountState:
         """The authorization of `actor` on `stream_id`, if any."""
         return self.authorizations.get(authorization_key(actor, stream_id))
 
+    def allowance(self, spender: str, stream_id: str) -> AllowanceRecord | None:
+        """The allowance of `spender` on `stream_id` (ANY_STREAM: the every-stream one), if any."""
+        return self.allowances.get(authorization_key(spender, stream_id))
+
+    def spending_allowance(self, spender: str, stream_id: str) -> AllowanceRecord | None:
+        """The ACTIVE allowance a purchase by `spender` on `stream_id` spends: the stream's own, else
+        the any-stream one."""
+        for where in (stream_id, ANY_STREAM):
+            found = self.allowance(spender, where)
+            if found is not None and found.status == ACTIVE:
+                return found
+        return None
+
+    @property
+    def active_allowances(self) -> int:
+        """How many allowances are ACTIVE."""
+        return sum(1 for a in self.allowances.values() if a.status == ACTIVE)
+
     def own_actor(self, actor: str) -> bool:
-        """Whether `actor` is one of the account's own actors (an ACTIVE all-streams grant)."""
+        """Whether `actor` is one of the account's own actors (created by it, not revoked everywhere)."""
         grant = self.authorization(actor, ALL_STREAMS)
         return grant is not None and grant.status == ACTIVE
 
@@ -265,6 +339,63 @@ def _actor_revoked(state: AccountState, event: Event, body: ActorAuthorizationRe
     ), True
 
 
+def _created(state: AccountState, event: Event, body: ActorCreated) -> tuple[AccountState, bool]:
+    actor = require_address(body.actor, "actor")
+    if actor == state.account:
+        raise InvalidArgumentError("an account does not create itself")
+    if state.own_actor(actor):
+        return state, True  # created again: recorded, nothing changes
+    count = state.active_per_stream.get(ALL_STREAMS, 0)
+    if count >= MAX_ACTOR_AUTHORIZATIONS_PER_STREAM:
+        raise InvalidArgumentError(f"the account already has {count} own actors")
+    record = AuthorizationRecord(actor, ALL_STREAMS, ACTIVE, event.block_height)
+    return dataclasses.replace(
+        state,
+        authorizations=state.authorizations.set(authorization_key(actor, ALL_STREAMS), record),
+        active_per_stream=state.active_per_stream.set(ALL_STREAMS, count + 1),
+    ), True
+
+
+def _allowance_granted(state: AccountState, event: Event,
+                       body: SpendingAllowanceGranted) -> tuple[AccountState, bool]:
+    spender = require_address(body.spender, "spender")
+    stream_id = body.stream_id if body.stream_id == ANY_STREAM else require_text(body.stream_id, "stream_id")
+    cap = event_int(body.cap_cby, "cap_cby", minimum=1)
+    if spender == state.account:
+        raise InvalidArgumentError("an account does not give itself an allowance")
+    existing = state.allowance(spender, stream_id)
+    replacing = existing is not None and existing.status == ACTIVE
+    if not replacing and state.active_allowances >= MAX_SPENDING_ALLOWANCES:
+        raise InvalidArgumentError(f"the account already has {MAX_SPENDING_ALLOWANCES} ACTIVE allowances")
+    record = AllowanceRecord(spender, stream_id, cap, 0, ACTIVE, event.block_height)
+    return dataclasses.replace(
+        state, allowances=state.allowances.set(authorization_key(spender, stream_id), record)), True
+
+
+def _allowance_revoked(state: AccountState, event: Event,
+                       body: SpendingAllowanceRevoked) -> tuple[AccountState, bool]:
+    spender, stream_id = str(body.spender), str(body.stream_id)
+    existing = state.allowance(spender, stream_id)
+    if existing is None or existing.status != ACTIVE:
+        raise InvalidArgumentError(f"{spender} holds no ACTIVE allowance on {stream_id!r}")
+    record = dataclasses.replace(existing, status=REVOKED, revoked_at_block=event.block_height)
+    return dataclasses.replace(
+        state, allowances=state.allowances.set(authorization_key(spender, stream_id), record)), True
+
+
+def _spend_allowance(state: AccountState, event: Event, amount: int) -> AccountState:
+    """The account after a spender's purchase debit of `amount` (its reply names the allowance)."""
+    spender = require_address(event.reply.get(SPENT_BY), SPENT_BY)
+    stream_id = event.reply.get(ALLOWANCE_STREAM)
+    if not isinstance(stream_id, str):
+        raise InvalidArgumentError(f"a spender's debit names the allowance's stream ({ALLOWANCE_STREAM})")
+    allowance = state.allowance(spender, stream_id)
+    if allowance is None or allowance.status != ACTIVE or allowance.remaining_cby < amount:
+        raise InvalidArgumentError(f"{spender} holds no ACTIVE allowance on {stream_id!r} with {amount} left")
+    spent = dataclasses.replace(allowance, spent_cby=allowance.spent_cby + amount)
+    return dataclasses.replace(state, allowances=state.allowances.set(authorization_key(spender, stream_id), spent))
+
+
 def _movement(body: CbyCredited | CbyDebited, reasons: frozenset[str]) -> tuple[int, str]:
     amount = event_int(body.amount_cby, "amount_cby", minimum=1)
     if body.reason not in reasons:
@@ -299,10 +430,12 @@ def _credited(state: AccountState, event: Event, body: CbyCredited) -> tuple[Acc
     return dataclasses.replace(state, balance_cby=balance), False
 
 
-def _debited(state: AccountState, _event: Event, body: CbyDebited) -> tuple[AccountState, bool]:
+def _debited(state: AccountState, event: Event, body: CbyDebited) -> tuple[AccountState, bool]:
     amount, reason = _movement(body, DEBIT_REASONS)
     if amount > state.balance_cby:
         raise InvalidArgumentError(f"a debit of {amount} exceeds the balance {state.balance_cby}")
+    if reason == "purchase" and SPENT_BY in event.reply:
+        state = _spend_allowance(state, event, amount)
     return dataclasses.replace(state, balance_cby=state.balance_cby - amount), reason in _HOLDER_DEBITS
 
 
@@ -311,6 +444,9 @@ _APPLY: Final[Mapping[str, Callable[[AccountState, Event, Any], tuple[AccountSta
     ACCOUNT_KEY_REVOKED: _key_revoked,
     ACTOR_AUTHORIZATION_GRANTED: _granted,
     ACTOR_AUTHORIZATION_REVOKED: _actor_revoked,
+    ACTOR_CREATED: _created,
+    SPENDING_ALLOWANCE_GRANTED: _allowance_granted,
+    SPENDING_ALLOWANCE_REVOKED: _allowance_revoked,
     CBY_CREDITED: _credited,
     CBY_DEBITED: _debited,
 }

@@ -238,6 +238,30 @@ class ActorAuthorization:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CreateActor:
+    """create_actor: the actor the account created (CIP-7 actor.creator)."""
+
+    actor: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApproveSpending:
+    """approve_spending: who may spend, up to how much, on one stream (absent: any stream)."""
+
+    spender: Any
+    cap_cby: Any
+    stream_id: Any = ABSENT
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RevokeSpending:
+    """revoke_spending: the spender, and the stream of its allowance (absent: the any-stream one)."""
+
+    spender: Any
+    stream_id: Any = ABSENT
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class TransferCby:
     """transfer_cby: the recipient, the amount and an optional memo."""
 

@@ -167,6 +167,38 @@ class ActorAuthorizationRevoked:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ActorCreated:
+    """CIP-7 actor.creator: the account created `actor` (its own signed create_actor); the actor is
+    one of the account's own actors, authorized on every stream of the account until revoked."""
+
+    TYPE: ClassVar[str] = "ActorCreated"
+    account: str
+    actor: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SpendingAllowanceGranted:
+    """CIP-7 delegated spending authority: `spender` may pay purchases from the account's balance,
+    up to `cap_cby` in all, on `stream_id` (empty: any stream)."""
+
+    TYPE: ClassVar[str] = "SpendingAllowanceGranted"
+    account: str
+    spender: str
+    stream_id: str
+    cap_cby: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SpendingAllowanceRevoked:
+    """The account withdrew `spender`'s allowance on `stream_id` (empty: the any-stream one)."""
+
+    TYPE: ClassVar[str] = "SpendingAllowanceRevoked"
+    account: str
+    spender: str
+    stream_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _CbyMovement:
     """The fields of a CBY movement on an account: which account, how much, why, and against what."""
 
@@ -398,6 +430,9 @@ EventBody = (
     | AccountKeyRevoked
     | ActorAuthorizationGranted
     | ActorAuthorizationRevoked
+    | ActorCreated
+    | SpendingAllowanceGranted
+    | SpendingAllowanceRevoked
     | CbyCredited
     | CbyDebited
     | CbyMinted
@@ -432,6 +467,9 @@ EVENT_BODIES: Final[Mapping[str, type[EventBody]]] = {cls.TYPE: cls for cls in (
     AccountKeyRevoked,
     ActorAuthorizationGranted,
     ActorAuthorizationRevoked,
+    ActorCreated,
+    SpendingAllowanceGranted,
+    SpendingAllowanceRevoked,
     CbyCredited,
     CbyDebited,
     CbyMinted,

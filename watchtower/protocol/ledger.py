@@ -47,6 +47,9 @@ ACCOUNT_METHODS: Final = frozenset(
         Method.REVOKE_ACCOUNT_KEY,
         Method.AUTHORIZE_ACTOR,
         Method.REVOKE_ACTOR,
+        Method.CREATE_ACTOR,
+        Method.APPROVE_SPENDING,
+        Method.REVOKE_SPENDING,
         Method.TRANSFER_CBY,
         Method.BURN_CBY,
     }

@@ -9,11 +9,13 @@ acquire_epoch_access (envelope ``paid:<stream_id>``, signed by the payer) and a 
 renew_subscription are decided in this order: signature; replay protection (an exact retry gets
 the original receipt with ``"duplicate": true``, the original error again for a failed purchase,
 NOT_READY while it is still settling); NOT_PLATFORM_MANAGED_STREAM for a stream never registered
-here; the body; the payer is the caller (UNAUTHORIZED: CIP-7 "signed by payer_account"); a
-purchase already in flight for the beneficiary is NOT_READY (retry); then DESIGN §7.6 steps 1–6
+here; the body; a purchase already in flight for the beneficiary is NOT_READY (retry); then DESIGN §7.6 steps 1–6
 (`billing.acquire_epoch_access`, with the payer balance step left to the payer's account) at the
 key epoch of the deciding block. An idempotent call emits EpochAccessIdempotent and answers; a
 purchase emits EpochAccessRequested (in flight) and forwards a PurchaseDebit to ``acct:<payer>``.
+CIP-7: "signed by payer_account or the payer must have delegated spending authority": a payer
+other than the signer is decided by the payer's account, which pays only under an allowance it
+gave the signer (`account_commands`) and otherwise settles with UNAUTHORIZED.
 The payer's account answers with PurchaseSettled: paid → EpochAccessPurchased (active_until =
 to_key_epoch) and the KeyAccessReceipt; refused → EpochAccessFailed and the caller gets the error.
 
@@ -37,7 +39,6 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     NotPlatformManagedStreamError,
     NotReadyError,
-    UnauthorizedError,
     WatchtowerError,
 )
 from watchtower.protocol.events import (
@@ -186,9 +187,6 @@ def _purchase(state: PaidState, cmd: Command, height: int,
     target = require_int(body.target_key_epoch, "target_key_epoch")
     beneficiary = require_address(given(body.beneficiary_account, cmd.caller), "beneficiary_account")
     payer = require_address(given(body.payer_account, cmd.caller), "payer_account")
-    if payer != cmd.caller:
-        raise UnauthorizedError(f"the payer signs its own purchase (CIP-7): {cmd.caller} cannot spend the balance "
-                                f"of {payer}; have {payer} sign the command, or omit payer_account")
     if beneficiary in state.in_flight:
         raise NotReadyError(f"a purchase for {beneficiary} on {state.stream_id!r} is still settling; retry in a "
                             "moment (it will then be idempotent if it already covers your target)")

@@ -26,6 +26,7 @@ from watchtower.protocol.accounts import (
     REVOKED,
     AccountKeyRecord,
     AccountState,
+    AllowanceRecord,
     AuthorizationRecord,
     authorization_key,
 )
@@ -300,6 +301,9 @@ def _account_doc(s: AccountState) -> dict[str, Any]:
     }
     if s.credits:  # only then: an account without numbered credits is written as before they existed
         doc["credits"] = s.credits
+    if s.allowances:  # likewise: an account that never gave an allowance is written as before
+        doc["allowances"] = [[a.spender, a.stream_id, a.cap_cby, a.spent_cby, a.status, a.granted_at_block,
+                              a.revoked_at_block] for _, a in sorted(s.allowances.items())]
     return doc
 
 
@@ -327,7 +331,18 @@ def _account_from(d: Any) -> AccountState:
         active_per_stream=FrozenMap(per_stream),
         callers=_callers_from(d["callers"]),
         credits=_int(d.get("credits", 0), "credits"),  # absent: no numbered credit was folded
+        allowances=_allowances_from(d.get("allowances", [])),  # absent: no allowance was ever given
     )
+
+
+def _allowances_from(value: object) -> FrozenMap[AllowanceRecord]:
+    rows = [AllowanceRecord(_key(r, "allowance"), str(r[1]), _int(r[2], "cap_cby", 1), _int(r[3], "spent_cby"),
+                            str(r[4]), _int(r[5], "granted_at_block"), _opt_int(r[6], "revoked_at_block"))
+            for r in (_row(x, 7, "allowance") for x in _rows(value, "allowances"))]
+    for a in rows:
+        _require(a.status in (ACTIVE, REVOKED), "an allowance is ACTIVE or REVOKED")
+        _require(a.spent_cby <= a.cap_cby, "an allowance's spent_cby is at most its cap_cby")
+    return FrozenMap((authorization_key(a.spender, a.stream_id), a) for a in rows)
 
 
 def _paid_doc(s: PaidState) -> dict[str, Any]:

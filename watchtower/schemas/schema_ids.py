@@ -75,6 +75,10 @@ _ENTRIES: Final = (
     ("IngestFailed", 20, SchemaKind.EVENT),
     ("RunnerRegistered", 40, SchemaKind.EVENT),
     ("RunnerRetired", 41, SchemaKind.EVENT),
+    # CIP-7 actor.creator and delegated spending authority, on an account (fresh ids).
+    ("ActorCreated", 42, SchemaKind.EVENT),
+    ("SpendingAllowanceGranted", 43, SchemaKind.EVENT),
+    ("SpendingAllowanceRevoked", 44, SchemaKind.EVENT),
 )
 
 RETIRED_IDS: Final[dict[str, int]] = {
