@@ -65,7 +65,7 @@ def test_account_flag_env_and_key_file_select_the_signer(home: Path, monkeypatch
 
 def test_human_output_is_short_and_never_shows_a_seed(home: Path) -> None:
     outputs = [run("account", "new").output, run("account", "show").output, run("account", "list").output,
-               run("account", "new-actor", "ingest").output, run("account", "actors").output,
+               run("account", "new-actor", "ingest", "--local").output, run("account", "actors").output,
                run("account", "show", "--json").output, run("account", "actors", "--json").output]
     secrets = seeds(home)
     assert len(secrets) == 2
@@ -77,7 +77,7 @@ def test_human_output_is_short_and_never_shows_a_seed(home: Path) -> None:
 
 def test_actors_are_created_and_listed_for_their_account(home: Path) -> None:
     parent = json.loads(run("account", "new", "--json").output)
-    actor = json.loads(run("account", "new-actor", "ingest", "--json").output)
+    actor = json.loads(run("account", "new-actor", "ingest", "--local", "--json").output)
     assert (actor["kind"], actor["parent"]) == ("actor", parent["address"])
     listed = json.loads(run("account", "actors", "--json").output)
     assert listed["account"] == parent["address"]

@@ -119,27 +119,44 @@ def account_list(as_json: bool) -> None:
 
 @account.command("new-actor")
 @click.argument("name")
-@click.option("--own", is_flag=True,
-              help="Also make it the account's own actor on the deployment (CIP-7 actor.creator: authorized "
-                   "on every stream of the account until revoked; `account actors revoke NAME --feed ID`).")
-@click.option("--api", "api_url", default=None, metavar="URL", help="With --own: the Watchtower HTTP API.")
+@click.option("--local", is_flag=True,
+              help="Only write the actor's key here; do not record its creation on the deployment (it is then "
+                   "not the account's own actor until `account actors authorize NAME --all-streams`).")
+@click.option("--own", is_flag=True, hidden=True,
+              help="Accepted for older scripts: recording the creation is now the default.")
+@click.option("--api", "api_url", default=None, metavar="URL", help="The Watchtower HTTP API.")
 @identity_options
 @json_option
-def account_new_actor(name: str, own: bool, api_url: str | None, account: str | None, key_file: Path | None,
-                      as_json: bool) -> None:
-    """Create actor NAME: a program identity with its own key, created by the current account."""
+def account_new_actor(name: str, local: bool, own: bool, api_url: str | None, account: str | None,
+                      key_file: Path | None, as_json: bool) -> None:
+    """Create actor NAME: a program identity with its own key, created by the current account.
+
+    The account's signed create_actor records the creation on the deployment (CIP-7
+    actor.creator): the actor is then the account's own, authorized on every stream of the account
+    without a grant, until `account actors revoke NAME --feed ID` (one feed) or `--all-streams`.
+    """
+    if local and own:
+        raise click.UsageError("--own records the creation on the deployment; --local does not: pick one")
     creator = load_account(account, key_file)
     actor = creator.create_actor(name)
-    if own:
+    if not local:
         from watchtower.client.http import ApiClient
         from watchtower.client.ledger import Ledger
+        from watchtower.protocol.errors import WatchtowerError
 
-        Ledger(ApiClient(api_url), creator).authorize_actor(actor.address, all_streams=True)
+        try:
+            Ledger(ApiClient(api_url), creator).create_actor(actor.address)
+        except WatchtowerError as err:
+            err.message += (f" (the actor's key is saved as {actor.key_file}; record it as the account's own later "
+                            f"with `watchtower account actors authorize {name} --all-streams`)")
+            raise
     if as_json:
-        echo_json({**actor.describe(), **({"own_actor_of": creator.address} if own else {})})
+        echo_json({**actor.describe(), **({} if local else {"own_actor_of": creator.address})})
         return
     for line in _account_lines(actor.describe()):
         click.echo(line)
+    if not local:
+        click.echo(f"own actor of {creator.address}: authorized on its feeds until revoked")
     click.echo(f"sign as it with --key-file {actor.key_file}")
 
 

@@ -1,4 +1,5 @@
-"""Paid-feed account commands: ``account keys …``, ``account actors authorize|revoke`` and ``cby …``.
+"""Paid-feed account commands: ``account keys …``, ``account actors authorize|revoke``,
+``account allowance approve|revoke`` (delegated spending) and ``cby …``.
 
 ``account keys add`` generates an X25519 key pair, registers the public half and keeps the private
 half 0600 as ``$WATCHTOWER_HOME/account-keys/<account>.<id>.x25519``: epoch keys are sealed to it.
@@ -153,6 +154,58 @@ def _actor_command(action: str) -> None:
 
 _actor_command("authorize")
 _actor_command("revoke")
+
+
+# --- account allowance approve|revoke (CIP-7 delegated spending authority) ---------------------------
+
+
+@account.group("allowance")
+def account_allowance() -> None:
+    """Let another address sign purchases your account pays (--payer YOU), up to a cap in CBY wei."""
+
+
+@account_allowance.command("approve")
+@click.argument("spender")
+@click.option("--cap-cby", "cap_cby", type=click.IntRange(1, 2**63 - 1), required=True,
+              help="The most SPENDER may spend from your balance under this allowance, in CBY wei.")
+@click.option("--feed", "feed_ref", metavar="ID", default=None,
+              help="Only purchases on this paid feed (feed id or stream id); default: any feed.")
+@write_options
+def account_allowance_approve(spender: str, cap_cby: int, feed_ref: str | None, api_url: str | None,
+                              account: str | None, key_file: Path | None, as_json: bool) -> None:
+    """Let SPENDER (address or saved name) pay purchases from your balance, up to --cap-cby in all.
+
+    Approving again for the same spender and feed replaces the allowance and starts from nothing
+    spent. SPENDER then runs `feed ID acquire-access --payer YOUR-ADDRESS`.
+    """
+    api = ApiClient(api_url)
+    stream_id = None if feed_ref is None else _stream_id(api, feed_ref)
+    ledger = Ledger(api, load_account(account, key_file))
+    reply = ledger.approve_spending(address_of(spender, "SPENDER"), cap_cby, stream_id)
+    if as_json:
+        echo_json(reply)
+        return
+    click.echo(f"{reply.get('spender')} may spend up to {cap_cby} CBY wei of {ledger.account.address} on "
+               f"{'any feed' if stream_id is None else stream_id}")
+
+
+@account_allowance.command("revoke")
+@click.argument("spender")
+@click.option("--feed", "feed_ref", metavar="ID", default=None,
+              help="The feed of the allowance (default: the any-feed allowance).")
+@write_options
+def account_allowance_revoke(spender: str, feed_ref: str | None, api_url: str | None, account: str | None,
+                             key_file: Path | None, as_json: bool) -> None:
+    """Withdraw SPENDER's allowance (effective for every purchase decided after it)."""
+    api = ApiClient(api_url)
+    stream_id = None if feed_ref is None else _stream_id(api, feed_ref)
+    ledger = Ledger(api, load_account(account, key_file))
+    reply = ledger.revoke_spending(address_of(spender, "SPENDER"), stream_id)
+    if as_json:
+        echo_json(reply)
+        return
+    click.echo(f"{reply.get('spender')} may no longer spend from {ledger.account.address} on "
+               f"{'any feed' if stream_id is None else stream_id} ({reply.get('spent_cby')} CBY wei spent)")
 
 
 # --- cby -------------------------------------------------------------------------------------------

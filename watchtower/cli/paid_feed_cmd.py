@@ -85,14 +85,27 @@ def _receipt_text(receipt: KeyAccessReceipt) -> str:
             f"the publisher treasury + {receipt.protocol_fee_cby} protocol fee")
 
 
+SELF = "SELF"
+"""What --payer and --beneficiary accept for the signer itself (the public CLI's ``--payer SELF``)."""
+
+
+def party(text: str | None, signer: Account, what: str) -> str | None:
+    """An --payer / --beneficiary value as an address: SELF (any case) is the signer; None stays None."""
+    if text is None:
+        return None
+    return signer.address if text.upper() == SELF else address_of(text, what)
+
+
 @feed.command("acquire-access")
 @click.option("--until-epoch", "--to-epoch", "until_epoch", type=click.IntRange(min=0), required=True,
               help="Last key epoch to be entitled to (--to-epoch: the public CLI's name).")
-@click.option("--beneficiary", default=None, metavar="ACCOUNT", help="Who gets the access (default: you).")
-@click.option("--payer", default=None, metavar="ACCOUNT", help="Who pays; must be the signer (default: you).")
+@click.option("--beneficiary", default=None, metavar="ACCOUNT", help="Who gets the access (default: you; SELF).")
+@click.option("--payer", default=None, metavar="ACCOUNT",
+              help="Who pays (default: you; SELF): you, or an account that gave you an allowance "
+                   "(`account allowance approve`).")
 @click.option("--account-key-id", type=click.IntRange(min=1), default=None,
-              help="The account key the epoch keys will be sealed to (checked: one of yours, ACTIVE); "
-                   "a hint only, as in CIP-7: the purchase itself does not depend on it.")
+              help="The beneficiary's account key the epoch keys are to be sealed to: a hint only, as in CIP-7; "
+                   "the purchase never depends on it (a warning says when it is not an ACTIVE key).")
 @write_options
 @pass_feed
 def feed_acquire_access(ref: FeedRef, until_epoch: int, beneficiary: str | None, payer: str | None,
@@ -101,21 +114,30 @@ def feed_acquire_access(ref: FeedRef, until_epoch: int, beneficiary: str | None,
     """Buy key epochs of a paid feed up to --until-epoch; prints the KeyAccessReceipt.
 
     A sponsor paying for another --beneficiary gets no access itself. A repeat within the
-    entitlement charges nothing.
+    entitlement charges nothing. An OPEN feed answers NOT_PLATFORM_MANAGED_STREAM (CIP-7 step 1),
+    whatever the other options say.
     """
     api = ApiClient(api_url)
     stream_id = ref.resolve(api)[0]
     signer = load_account(account, key_file)
-    if account_key_id is not None:
-        _require_active_key(api, address_of(beneficiary, "--beneficiary") if beneficiary else signer.address,
-                            account_key_id)
     receipt = Ledger(api, signer).acquire_epoch_access(
-        stream_id, until_epoch, beneficiary_account=address_of(beneficiary, "--beneficiary") if beneficiary else None,
-        payer_account=address_of(payer, "--payer") if payer else None)
+        stream_id, until_epoch, beneficiary_account=party(beneficiary, signer, "--beneficiary"),
+        payer_account=party(payer, signer, "--payer"))
+    if account_key_id is not None:
+        _warn_unless_active_key(api, receipt.beneficiary_account, account_key_id)
     if as_json:
         echo_json(receipt.to_dict())
         return
     click.echo(_receipt_text(receipt))
+
+
+def _warn_unless_active_key(api: ApiClient, address: str, account_key_id: int) -> None:
+    """The --account-key-id hint, checked after the purchase: a warning (stderr) when it names no ACTIVE key."""
+    try:
+        _require_active_key(api, address, account_key_id)
+    except InvalidAccountKeyError as err:
+        click.echo(f"warning: {err.message}; the purchase stands, but epoch keys are sealed only to an ACTIVE "
+                   "key (`watchtower account keys add --account NAME` registers one)", err=True)
 
 
 @feed.command("renew")

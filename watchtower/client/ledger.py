@@ -124,6 +124,30 @@ class Ledger:
         body = _actor_body(actor, stream_id, all_streams)
         return self.send("revoke_actor", account_instance(self.account.address), body)
 
+    def create_actor(self, actor: str) -> dict[str, Any]:
+        """Record that this account created `actor` (CIP-7 actor.creator): the actor is then one of the
+        account's own, authorized on every stream of the account until revoked (`revoke_actor`)."""
+        return self.send("create_actor", account_instance(self.account.address),
+                         {"actor": require_address(actor, "actor")})
+
+    # --- Delegated spending ------------------------------------------------------------------------
+
+    def approve_spending(self, spender: str, cap_cby: int, stream_id: str | None = None) -> dict[str, Any]:
+        """Let `spender` sign purchases this account pays (``payer_account``), up to `cap_cby` CBY wei in
+        all, on `stream_id` (None: any stream); replaces an earlier allowance for the same pair."""
+        body: dict[str, Any] = {"spender": require_address(spender, "spender"),
+                                "cap_cby": require_amount(cap_cby, "cap_cby")}
+        if stream_id is not None:
+            body["stream_id"] = stream_id
+        return self.send("approve_spending", account_instance(self.account.address), body)
+
+    def revoke_spending(self, spender: str, stream_id: str | None = None) -> dict[str, Any]:
+        """Withdraw `spender`'s allowance on `stream_id` (None: the any-stream one)."""
+        body: dict[str, Any] = {"spender": require_address(spender, "spender")}
+        if stream_id is not None:
+            body["stream_id"] = stream_id
+        return self.send("revoke_spending", account_instance(self.account.address), body)
+
     # --- CBY -------------------------------------------------------------------------------------
 
     def transfer_cby(self, to: str, amount_cby: int, memo: str | None = None) -> dict[str, Any]:

@@ -313,7 +313,8 @@ def _revoke_spending(state: AccountState, cmd: Command, origin: Origin, height: 
         raise UnauthorizedError(
             f"{spender} holds no ACTIVE spending allowance of account {state.account} on "
             f"{'any stream' if stream_id == ANY_STREAM else repr(stream_id)}, so there is nothing to revoke; "
-            "`watchtower account allowance list` lists them", details={"spender": spender, "stream_id": stream_id})
+            "approve one first (`watchtower account allowance approve`)",
+            details={"spender": spender, "stream_id": stream_id})
     reply = {"account": state.account, "spender": spender, "stream_id": stream_id, "status": REVOKED,
              "spent_cby": str(existing.spent_cby), "revoked_at_block": height}
     event_body = SpendingAllowanceRevoked(account=state.account, spender=spender, stream_id=stream_id)
