@@ -9,8 +9,9 @@ Besides the shared types, the project's own files in ``vectors/`` use ``key_chai
 (docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``reseal_open``, ``masked_payload``,
 ``unmask``
 (docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
-``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md). A type this
-checker does not know fails its vector.
+``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md) and
+``account_ledger`` (docs/ledger.md: signed account commands and purchases run through the key
+manager's instances, `ledger_run`). A type this checker does not know fails its vector.
 
 Pure: callers read the files and hand over the parsed JSON.
 """
@@ -24,6 +25,7 @@ from typing import Any, Final
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.billing import acquire_epoch_access
+from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, parse_access_mode
 from watchtower.protocol.envelope import (
     decrypt_for_epoch,
@@ -55,6 +57,8 @@ from watchtower.protocol.keyload import (
     payload_key,
     unmask,
 )
+from watchtower.protocol.ledger import PAID_PREFIX, PaidCommand
+from watchtower.protocol.ledger_run import LedgerRun
 from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.paid import EpochPricing
 from watchtower.protocol.ring_window import get_since_range
@@ -417,6 +421,39 @@ def _runner_registry(inp: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _account_ledger(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # Signed commands (and paid streams' registrations) decided in order by the key manager's
+    # instances at one block height; each step's answer, then the state the checks ask about.
+    deployment = _get(inp, "deployment")
+    run = LedgerRun(Deployment(protocol_treasury=_get(deployment, "protocol_treasury"),
+                               cby_minter=_get(deployment, "cby_minter")), _get(inp, "block_height"))
+    steps = _get(inp, "steps")
+    if not isinstance(steps, list):
+        raise VectorFormatError("input 'steps' must be a list")
+    answers: list[dict[str, Any]] = []
+    for step in steps:
+        if isinstance(step, Mapping) and "paid_command" in step:
+            create = Command.from_dict(step["paid_command"])
+            answer = run.send(PaidCommand(create), PAID_PREFIX + create.stream_id)
+        else:
+            answer = run.send(Command.from_dict(_get(step, "command")))
+        answers.append(answer["result"] if answer["ok"] else {"error": answer["error"].code})
+    checks = _get(inp, "checks")
+    allowances = []
+    for q in _get(checks, "allowances"):
+        found = run.account(_get(q, "account")).allowance(_get(q, "spender"), _get(q, "stream_id"))
+        allowances.append(None if found is None else found.to_dict())
+    return {
+        "answers": answers,
+        "balances": {a: str(run.account(a).balance_cby) for a in _get(checks, "balances")},
+        "actor_authorized": [run.account(_get(q, "account")).actor_authorized(_get(q, "actor"), _get(q, "stream_id"))
+                             for q in _get(checks, "actor_authorized")],
+        "allowances": allowances,
+        "entitlements": [run.active_until(_get(q, "stream_id"), _get(q, "account"))
+                         for q in _get(checks, "entitlements")],
+    }
+
+
 _TASK_FIELDS: Final = ("stream_id", "tick", "skip_from", "tick_height", "deadline_height", "task_definition_json",
                        "result_schema_json", "proof_type", "num_runners", "runners", "scheduler")
 
@@ -483,6 +520,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "unmask": _unmask,
     "ingest_task_id": _ingest_task_id,
     "runner_registry": _runner_registry,
+    "account_ledger": _account_ledger,
     "runner_selection": _runner_selection,
     "ingest_task": _ingest_task,
     "ingest_result_record": _ingest_result_record,
