@@ -158,6 +158,9 @@ def test_the_owner_and_anyone_on_a_public_stream_may_request_a_replay() -> None:
     (request(1, "5"), "reversed"),
     (request(filter={"field": "kind", "op": "regex", "value": "x"}), "unsupported replay filter"),
     (request(filter={}), "unsupported replay filter"),
+    (request(filter="{not json"), "not JSON"),
+    (request(filter='"kind"'), "JSON string"),
+    (request(filter='{"field":"kind","op":"regex","value":"x"}'), "unsupported replay filter"),
     (request(skip=[0]), "skip must be"),
     (request(skip=[3, 3]), "skip must be"),
     (request(skip="every other"), "skip must be"),
@@ -175,6 +178,15 @@ def test_a_malformed_request_is_improper_config(body: dict[str, Any], why: str) 
     s = stream()
     err = s.rejects("IMPROPER_CONFIG", s.command(ALICE, "register_replay", body))
     assert why in err.message
+
+
+def test_a_filter_sent_as_text_is_icrc77s_opt_text_and_selects_as_its_json_does() -> None:
+    """ICRC-77 minimal profile: filter #Opt(#Text) (failed before the fix: a text filter was ImproperConfig)."""
+    spec = {"field": "kind", "op": "eq", "value": "trade"}
+    as_text, as_object = stream(), stream()
+    text = as_text.do(ALICE, "register_replay", request(filter=json.dumps(spec))).events[0].body
+    obj = as_object.do(ALICE, "register_replay", request(filter=spec)).events[0].body
+    assert text.filter == obj.filter == '{"field":"kind","op":"eq","value":"trade"}'
 
 
 def test_a_range_wider_than_the_deployment_allows_is_range_too_large() -> None:

@@ -155,7 +155,21 @@ def skip_keeps(sequence: int, skip: tuple[int, int] | None) -> bool:
 def parse_replay_filter(spec: object) -> FilterNode | None:
     """The CIP-7 filter DSL of a replay config (None: everything). A filter the DSL refuses is
     ICRC-77 ImproperConfig ("unsupported filter MUST result in ImproperConfig"), with the DSL's
-    path and rule in the details."""
+    path and rule in the details.
+
+    ICRC-77's minimal profile sends the filter as text (``filter: #Opt(#Text("…"))``): text is read
+    as the JSON of the same DSL, so ``"{\"field\":\"kind\",...}"`` and the object it spells select
+    the same events (and store the same canonical filter)."""
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except (ValueError, RecursionError):
+            raise ImproperConfigError("unsupported replay filter: a text filter is the JSON of the filter DSL "
+                                      '(for example {"field":"kind","op":"eq","value":"trade"}), and this text is '
+                                      "not JSON", details={"field": "filter", "rule": "filter_text"}) from None
+        if isinstance(spec, str):
+            raise ImproperConfigError("unsupported replay filter: the text holds a JSON string, not a filter object",
+                                      details={"field": "filter", "rule": "filter_text"})
     try:
         return parse_filter(spec)
     except InvalidFilterError as exc:
