@@ -166,3 +166,32 @@ def test_compose_runners_hold_the_runner_principal_and_no_other_secret() -> None
     assert "runner" in setup.split("for who in", 1)[1].split(";", 1)[0], "scram-setup creates the runner user"
     # The ingestion service (scheduler and aggregator) stays the service principal.
     assert services["ingest"]["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/service.json"
+
+
+def test_compose_brokers_have_a_jaas_entry_for_every_sasl_listener() -> None:
+    """A SASL listener without its JAAS entry stops the broker at start ('Could not find a
+    KafkaServer entry in the JAAS configuration'): every SASL_SSL listener names SCRAM's login module."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for i in (1, 2, 3):
+        env = services[f"kafka-{i}"]["environment"]
+        protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+        for listener, protocol in protocols.items():
+            if protocol.startswith("SASL"):
+                # apache/kafka reads "___" as "-": listener.name.<l>.scram-sha-512.sasl.jaas.config.
+                key = f"KAFKA_LISTENER_NAME_{listener}_SCRAM___SHA___512_SASL_JAAS_CONFIG"
+                assert "ScramLoginModule required" in env.get(key, ""), f"kafka-{i} {listener}"
+
+
+def test_compose_runs_the_key_manager_with_its_kek_as_a_secret() -> None:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    keymgr = doc["services"]["keymgr"]
+    assert keymgr["command"][:3] == ["python", "-m", "watchtower.keymgr.main"]
+    assert keymgr["secrets"] == ["keymgr_kek"]
+    assert "file" in doc["secrets"]["keymgr_kek"]
+    # The KEK is read from the secret's file, never from the environment or an image.
+    assert keymgr["environment"]["WATCHTOWER_KEYMGR_KEK_FILE"] == "/run/secrets/keymgr_kek"
+    assert "WATCHTOWER_KEYMGR_KEK" not in keymgr["environment"]
+    assert keymgr["environment"]["WATCHTOWER_KAFKA_CREDENTIALS"] == "/secrets/service.json"
+    assert all(str(p).startswith("127.0.0.1:") for p in keymgr["ports"])
+    # No other service holds the KEK.
+    assert [n for n, s in doc["services"].items() if "keymgr_kek" in s.get("secrets", [])] == ["keymgr"]
