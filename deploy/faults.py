@@ -45,7 +45,7 @@ HOST_BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
 INTERNAL_BOOTSTRAP = "kafka-1:19092,kafka-2:19092,kafka-3:19092"
 API_URLS = ("http://127.0.0.1:8470", "http://127.0.0.1:8471")
 PREFIX = "wt"
-RATE = 250.0
+RATE = 220.0
 INFLIGHT = 400
 STREAMS = 12
 TAKEOVER_S = 10.0
@@ -355,7 +355,7 @@ def restart_api_workers(load: Load) -> str:
         for api in ("api-1", "api-2"):
             sh(["podman", "restart", "-t", "10", ctr(api)])
             url = API_URLS[0] if api == "api-1" else API_URLS[1]
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
                 try:
                     if httpx.get(f"{url}/v1/streams/{sid}/head", timeout=3).status_code == 200:
@@ -364,7 +364,7 @@ def restart_api_workers(load: Load) -> str:
                     pass
                 time.sleep(0.5)
             else:
-                raise AssertionError(f"{api} does not answer 180 s after its restart")
+                raise AssertionError(f"{api} does not answer 300 s after its restart")
             load.wait(3)
     finally:
         stop.set()
