@@ -37,6 +37,7 @@ from watchtower.protocol.replay_rules import charged_events, plan_replay, replay
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.snapshots import decode_streams, encode_streams
 from watchtower.protocol.stream_actor import Decision, Event, StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream_reads import get_head
 from watchtower.protocol.views import apply_event, head_view, new_tables
 from watchtower.schemas.replay_records import decode_replay_record
 from watchtower.schemas.wire import replay_record_for
@@ -239,14 +240,17 @@ def test_only_the_owner_sets_the_replay_price() -> None:
 
 
 def test_the_stream_view_shows_the_icrc77_pricing() -> None:
+    """ICRC-77's own key names, icrc77:capable and icrc77:pricing (failed before: only icrc77_capable/_pricing)."""
     s = stream(0, price=9)
     tables = new_tables()
     for event in s.events:
         apply_event(tables, event)
     view = head_view(tables["streams"][SID], None)
     assert view["replay_price_per_event_cby"] == 9
-    assert view["icrc77_pricing"] == {"perEvent": 9, "currency": "CBY"}
+    assert view["icrc77:pricing"] == view["icrc77_pricing"] == {"perEvent": 9, "currency": "CBY"}
+    assert view["icrc77:capable"] is True
     assert view["icrc77_capable"] is True
+    assert get_head(s.state)["icrc77:capable"] is True
 
 
 @pytest.mark.parametrize("to", [7, None, 500])

@@ -746,6 +746,8 @@ def test_get_head_describes_the_stream() -> None:
         "last_key_epoch": None,
         "replay_price_per_event_cby": 0,
         "ingest_fail_count": 0,
+        "icrc77:capable": True,
+        "icrc77:pricing": {"perEvent": 0, "currency": "CBY"},
         "icrc77_capable": True,
         "icrc77_pricing": {"perEvent": 0, "currency": "CBY"},
     }

@@ -75,9 +75,17 @@ _HEAD_FIELDS: Final = {
     "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
 }
 #: Served beside the head fields (the head always, the stream info once ingestion failed).
+_ICRC77_PRICING: Final = _object({"perEvent": _INT, "currency": _STR})
 _HEAD_OPTIONAL: Final = {
     "ingest_fail_count": {**_INT, "description": "CIP-7 ingest_fail_count: ingestion ticks "
                           "that published nothing, each an IngestFailed event (docs/ingestion.md)"},
+    "replay_price_per_event_cby": {**_INT, "description": "ICRC-77 replay price per event, in CBY wei"},
+    "icrc77:capable": {"type": "boolean", "description": "ICRC-77 publisher capability metadata: this stream "
+                       "takes replay requests (the draft's key name)"},
+    "icrc77:pricing": {**_ICRC77_PRICING, "description": "ICRC-77 pricing advertisement: perEvent in CBY wei "
+                       "(the draft's key name)"},
+    "icrc77_capable": {"type": "boolean", "deprecated": True, "description": "the earlier name of icrc77:capable"},
+    "icrc77_pricing": {**_ICRC77_PRICING, "deprecated": True, "description": "the earlier name of icrc77:pricing"},
 }
 _SIGNED_COMMAND: Final = {
     **_object({"method": _STR, "stream_id": _STR, "caller_public_key_hex": _STR, "nonce": _SEQ, "body": _OBJ,

@@ -72,13 +72,22 @@ def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, 
 
 
 #: ICRC-77's ``icrc77:capable``: every stream of this service takes replay requests. Shown beside
-#: ``icrc77:pricing`` wherever a stream's replay price is (JSON names ``icrc77_capable`` / ``icrc77_pricing``).
+#: ``icrc77:pricing`` wherever a stream's replay price is (`icrc77_metadata`).
 ICRC77_CAPABLE: Final = True
 
 
 def icrc77_pricing(price_per_event_cby: int) -> dict[str, Any]:
     """ICRC-77's ``icrc77:pricing`` advertisement of a stream's per-event replay price."""
     return {"perEvent": price_per_event_cby, "currency": "CBY"}
+
+
+def icrc77_metadata(price_per_event_cby: int) -> dict[str, Any]:
+    """A stream's ICRC-77 capability metadata under the draft's own key names, ``icrc77:capable`` and
+    ``icrc77:pricing``, and under ``icrc77_capable`` / ``icrc77_pricing``, the names earlier
+    releases served and existing readers still look for (the same values)."""
+    pricing = icrc77_pricing(price_per_event_cby)
+    return {"icrc77:capable": ICRC77_CAPABLE, "icrc77:pricing": pricing,
+            "icrc77_capable": ICRC77_CAPABLE, "icrc77_pricing": dict(pricing)}
 
 
 def replay_headers(replay_id: int, end_id: int | None = None) -> list[tuple[str, bytes]]:

@@ -10,7 +10,7 @@ from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNI
 from watchtower.protocol.enums import SubscriptionStatus
 from watchtower.protocol.errors import StreamNotFoundError
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
-from watchtower.protocol.replay_rules import ICRC77_CAPABLE, icrc77_pricing
+from watchtower.protocol.replay_rules import icrc77_metadata
 from watchtower.protocol.ring_window import get_since_range as _window_since
 from watchtower.protocol.stream_state import StreamState, Subscription
 
@@ -55,8 +55,7 @@ def get_head(state: StreamState) -> dict[str, Any]:
         "last_key_epoch": state.last_key_epoch,
         "replay_price_per_event_cby": state.replay_price_per_event_cby,
         "ingest_fail_count": state.ingest_fail_count,
-        "icrc77_capable": ICRC77_CAPABLE,
-        "icrc77_pricing": icrc77_pricing(state.replay_price_per_event_cby),
+        **icrc77_metadata(state.replay_price_per_event_cby),
     }
 
 

@@ -51,7 +51,7 @@ from watchtower.protocol.events import (
     event_fields,
 )
 from watchtower.protocol.key_schedule import KeyHistoryPage, KeySchedule, KeyScheduleEntry
-from watchtower.protocol.replay_rules import ICRC77_CAPABLE, icrc77_pricing
+from watchtower.protocol.replay_rules import icrc77_metadata
 from watchtower.protocol.ring_window import floor_for
 from watchtower.protocol.stream_state import (
     Event,
@@ -390,11 +390,10 @@ def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[s
         "max_subscribers": config["max_subscribers"],
         "active_subscribers": view["active_subscribers"],
         "last_key_epoch": view["last_key_epoch"],
-        # ICRC-77 icrc77:capable and icrc77:pricing (a view projected before replay pricing existed is free).
         "replay_price_per_event_cby": view.get("replay_price_per_event_cby", 0),
         "ingest_fail_count": view.get("ingest_fail_count", 0),
-        "icrc77_capable": ICRC77_CAPABLE,
-        "icrc77_pricing": icrc77_pricing(view.get("replay_price_per_event_cby", 0)),
+        # ICRC-77 icrc77:capable and icrc77:pricing (a view projected before replay pricing existed is free).
+        **icrc77_metadata(view.get("replay_price_per_event_cby", 0)),
     }
 
 
