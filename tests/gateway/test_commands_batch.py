@@ -63,11 +63,19 @@ def test_more_than_the_maximum_is_refused_and_says_to_split() -> None:
     assert len(commands) == batch.MAX_BATCH_ITEMS  # the maximum itself is a batch
 
 
-def test_a_command_that_is_not_register_replay_is_refused_and_sent_to_the_single_route() -> None:
-    err = refused({"commands": [reg(1), reg(2, method="cancel_replay")]})
+def test_a_command_that_is_not_a_replay_method_is_refused_and_sent_to_the_single_route() -> None:
+    err = refused({"commands": [reg(1), reg(2, method="set_replay_price")]})
     assert (err.details["reason"], err.details["index"]) == ("not_register_replay", 1)
-    assert "'cancel_replay'" in err.message
+    assert "'set_replay_price'" in err.message
     assert "POST /v1/commands" in err.message
+
+
+def test_a_batch_of_cancels_is_icrc77_cancel_replay_and_a_mixed_batch_is_refused() -> None:
+    """ICRC-77 icrc77_cancel_replay takes a vector (failed before: a cancel batch was refused)."""
+    commands, _ = batch.parse_batch({"commands": [reg(1, method="cancel_replay"), reg(2, method="cancel_replay")]})
+    assert [c.method for c in commands] == ["cancel_replay", "cancel_replay"]
+    err = refused({"commands": [reg(1), reg(2, method="cancel_replay")]})
+    assert (err.details["reason"], err.details["index"]) == ("mixed_methods", 1)
 
 
 def test_the_same_caller_and_nonce_twice_is_refused() -> None:
@@ -158,19 +166,26 @@ def test_each_item_answers_in_request_order_and_a_late_one_its_own_timeout() -> 
     assert results[4]["result"]["replay_id"] == "12"
     assert [r["error"]["code"] for r in results if not r["ok"]] == ["IMPROPER_CONFIG", "TIMEOUT",
                                                                     "UNAUTHORIZED_SUBSCRIBER"]
+    # every refused item carries details: its ICRC-77 variant and its index (failed before: none)
+    assert [(r["error"]["details"]["icrc77"], r["error"]["details"]["index"]) for r in results if not r["ok"]] == [
+        ("ImproperConfig", 1), ("GenericError", 2), ("UnauthorizedSubscriber", 3)]
     assert "retry the same signed command" in results[2]["error"]["message"]
     assert [c.nonce for c in fake.sent] == [1, 2, 3, 4, 5]  # produced in request order
 
 
-def test_a_batch_refused_as_a_whole_answers_one_error_and_produces_nothing() -> None:
+def test_a_batch_refused_as_a_whole_answers_a_vector_of_generic_batch_errors_and_produces_nothing() -> None:
+    """ICRC-77: vec ReplayRegisterResult, each GenericBatchError (failed before: one error, no vector)."""
     fake = FakeClient({1: ticket(1), 2: ticket(2)})
-    status, body = post(fake, {"commands": [reg(1), reg(2, method="cancel_replay")]})
+    status, body = post(fake, {"commands": [reg(1), reg(2, method="set_replay_price")]})
     assert status == 400
-    assert body["error"]["code"] == "GENERIC_BATCH_ERROR"
+    assert body["error"]["code"] == "GENERIC_BATCH_ERROR"  # the earlier answer, kept for its readers
     assert body["error"]["details"]["reason"] == "not_register_replay"
+    assert [(r["ok"], r["error"]["code"], r["error"]["details"]["icrc77"]) for r in body["results"]] == [
+        (False, "GENERIC_BATCH_ERROR", "GenericBatchError")] * 2
     assert fake.sent == []
     status, body = post(fake, {"commands": []})
     assert (status, body["error"]["code"]) == (400, "GENERIC_BATCH_ERROR")
+    assert len(body["results"]) == 1
     status, body = post(fake, {"commands": [reg(1)], "timeout_s": 500})
     assert (status, body["error"]["code"]) == (400, "INVALID_ARGUMENT")
     assert fake.sent == []

@@ -285,20 +285,41 @@ def replay_status(replay_id: int, watch: bool, api_url: str | None, as_json: boo
 
 
 @replay.command("cancel")
-@click.argument("replay_id", type=click.IntRange(min=1))
+@click.argument("replay_ids", nargs=-1, required=True, type=click.IntRange(min=1), metavar="REPLAY_ID...")
 @write_options
-def replay_cancel(replay_id: int, api_url: str | None, account: str | None, key_file: Path | None,
+def replay_cancel(replay_ids: tuple[int, ...], api_url: str | None, account: str | None, key_file: Path | None,
                   as_json: bool) -> None:
-    """Ask to stop a replay you requested (messages already sent are not recalled)."""
+    """Ask to stop replays you requested (messages already sent are not recalled).
+
+    One id is one cancel_replay; several go together in one call (ICRC-77 icrc77_cancel_replay, a
+    vector in and a vector out), each answered on its own.
+    """
+    client = _client(api_url, account, key_file)
+    if len(replay_ids) == 1:
+        try:
+            reply = client.cancel(replay_ids[0])
+        except WatchtowerError as err:
+            raise explained(err) from None
+        if as_json:
+            echo_json(reply)
+        else:
+            click.echo(f"cancel of replay {replay_ids[0]} requested; `watchtower replay status {replay_ids[0]}` "
+                       "shows when it stops")
+        return
     try:
-        reply = _client(api_url, account, key_file).cancel(replay_id)
+        results = client.cancel_many(replay_ids)
     except WatchtowerError as err:
         raise explained(err) from None
     if as_json:
-        echo_json(reply)
+        echo_json({"results": [{"replay_id": str(rid), "ok": False, "error": r.to_dict()}
+                               if isinstance(r, WatchtowerError) else {"replay_id": str(rid), "ok": True, "result": r}
+                               for rid, r in zip(replay_ids, results, strict=True)]})
     else:
-        click.echo(f"cancel of replay {replay_id} requested; `watchtower replay status {replay_id}` shows when it "
-                   "stops")
+        for rid, r in zip(replay_ids, results, strict=True):
+            click.echo(f"replay {rid}: " + (f"error [{r.code}]: {explained(r).message}"
+                                            if isinstance(r, WatchtowerError) else "cancel requested"))
+    if any(isinstance(r, WatchtowerError) for r in results):
+        sys.exit(1)
 
 
 @replay.command("list")

@@ -250,6 +250,37 @@ class ReplayClient:
         sid = stream_id or str(self.status(replay_id)["stream_id"])
         return self.api.command(self.account.sign("cancel_replay", sid, {"replay_id": int(replay_id)}))
 
+    def cancel_many(self, replay_ids: list[int] | tuple[int, ...], *,
+                    timeout_s: float = 30.0) -> list[dict[str, Any] | WatchtowerError]:
+        """Ask to cancel several replays in one call (ICRC-77 icrc77_cancel_replay: a vector of ids in,
+        a vector of results out): one signed cancel_replay each, with consecutive nonces, sent together
+        to ``POST /v1/commands/batch``. Answers, in order, the cancel's reply or the error that item was
+        refused with (REPLAY_NOT_FOUND, UNAUTHORIZED, CANNOT_CANCEL ...). Raises GENERIC_BATCH_ERROR
+        when the batch is refused as a whole (nothing was sent)."""
+        streams = [str(self.status(int(rid))["stream_id"]) for rid in replay_ids]
+        nonces = self._consecutive_nonces(len(streams))
+        commands = [self.account.sign("cancel_replay", sid, {"replay_id": int(rid)}, nonce=nonce)
+                    for sid, rid, nonce in zip(streams, replay_ids, nonces, strict=True)]
+        reply = self.api.request("POST", BATCH_PATH, body={"commands": [c.to_dict() for c in commands],
+                                                           "timeout_s": timeout_s},
+                                 timeout=max(self.api.timeout, timeout_s + _REPLY_MARGIN_S), commands=True)
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(commands):
+            raise MalformedRecordError(f"{BATCH_PATH} answered {sorted(reply)} for {len(commands)} cancels, "
+                                       "not one result each; is it a Watchtower API?")
+        out: list[dict[str, Any] | WatchtowerError] = []
+        for item in results:
+            if not isinstance(item, Mapping) or not isinstance(item.get("ok"), bool):
+                raise MalformedRecordError(f"{BATCH_PATH} answered an item {item!r:.80}, not {{ok, result | error}}")
+            if item["ok"]:
+                out.append(dict(item.get("result") or {}))
+            else:
+                error = item.get("error")
+                if not isinstance(error, Mapping):
+                    raise MalformedRecordError(f"{BATCH_PATH} answered a refused item without its error")
+                out.append(WatchtowerError.from_dict(error))
+        return out
+
     def status(self, replay_id: int) -> dict[str, Any]:
         """The ICRC-77 ReplayStatus of `replay_id` (REPLAY_NOT_FOUND when unknown)."""
         return self.api.request("GET", f"/v1/replays/{int(replay_id)}")

@@ -1,7 +1,8 @@
 """``POST /v1/commands``: parse the request, produce the signed command, answer the committed reply.
 
-``POST /v1/commands/batch`` (`watchtower.gateway.batch`) is ICRC-77's icrc77_register_replay: a
-list of signed register_replay commands, each produced and answered as on the single route.
+``POST /v1/commands/batch`` (`watchtower.gateway.batch`) is ICRC-77's icrc77_register_replay and
+icrc77_cancel_replay: a list of signed register_replay (or cancel_replay) commands, each produced
+and answered as on the single route.
 
 The HTTP contract is the API's (docs/http-api.md): the body is ``{"command": <signed command>,
 "timeout_s": 30}``; the answer is ``{"result": ...}`` or the spec JSON error with its status. The
@@ -91,15 +92,15 @@ class CommandGateway:
                 pending.append(NotReadyError(f"the gateway could not queue this command ({type(exc).__name__}); "
                                              "send it again"))
 
-        async def answer(item: Future[dict[str, Any]] | WatchtowerError) -> dict[str, Any]:
+        async def answer(index: int, item: Future[dict[str, Any]] | WatchtowerError) -> dict[str, Any]:
             try:
                 if isinstance(item, WatchtowerError):
                     raise item
                 return batch.item_ok(await _reply(item, timeout_s))
             except WatchtowerError as err:
-                return batch.item_error(err)
+                return batch.item_error(err, index)
 
-        return list(await asyncio.gather(*(answer(item) for item in pending)))
+        return list(await asyncio.gather(*(answer(i, item) for i, item in enumerate(pending))))
 
     async def handle(self, request: web.Request) -> web.Response:
         """The aiohttp handler of ``POST /v1/commands``."""
@@ -116,7 +117,7 @@ class CommandGateway:
             commands, timeout = batch.parse_batch(await _json_body(request, batch.USAGE))
             return web.json_response({"results": json_safe(await self.submit_batch(commands, timeout))})
         except GenericBatchError as err:
-            return web.json_response(error_body(err), status=batch.BATCH_REFUSED_STATUS)
+            return web.json_response(json_safe(batch.refused_body(err)), status=batch.BATCH_REFUSED_STATUS)
         except WatchtowerError as err:
             return web.json_response(error_body(err), status=http_status(err.code))
 

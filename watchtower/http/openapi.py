@@ -75,6 +75,10 @@ _HEAD_FIELDS: Final = {
     "max_subscribers": _INT, "active_subscribers": _INT, "last_key_epoch": _NULLABLE_INT,
 }
 #: Served beside the head fields (the head always, the stream info once ingestion failed).
+_BATCH_ITEM_ERROR: Final = _object({"ok": {"const": False}, "error": _object(
+    {"code": _STR, "message": _STR, "details": _object({"icrc77": _STR, "index": _INT})})})
+_BATCH_ERROR: Final = _object({"code": {"type": "string", "enum": ["GENERIC_BATCH_ERROR"]}, "message": _STR},
+                              {"details": _OBJ})
 _ICRC77_PRICING: Final = _object({"perEvent": _INT, "currency": _STR})
 _HEAD_OPTIONAL: Final = {
     "ingest_fail_count": {**_INT, "description": "CIP-7 ingest_fail_count: ingestion ticks "
@@ -241,14 +245,19 @@ OPENAPI: Final[dict[str, Any]] = {
                           **dict.fromkeys(sorted(_POSTED - {"410"}), _ERROR)},
         }},
         "/v1/commands/batch": {"post": {
-            "summary": "ICRC-77 icrc77_register_replay: signed register_replay commands in, one result each out",
-            "description": ("Each command is produced in request order and decided on its own, as on POST "
-                            "/v1/commands (not atomically: each has its own nonce and replay id). results are in "
-                            "request order: {ok: true, result} with the replay_id, or {ok: false, error} with the "
-                            "single route's code (TIMEOUT for a late reply). A batch that is empty, longer than "
-                            "100, holds a command that is not register_replay or the same (caller, nonce) twice "
-                            "is refused as a whole: 400 GENERIC_BATCH_ERROR (ICRC-77 GenericBatchError), nothing "
-                            "produced. docs/replay.md"),
+            "summary": ("ICRC-77 icrc77_register_replay and icrc77_cancel_replay: signed register_replay (or "
+                        "cancel_replay) commands in, one result each out"),
+            "description": ("All commands of one batch share one method: register_replay or cancel_replay. Each "
+                            "is produced in request order and decided on its own, as on POST /v1/commands (not "
+                            "atomically: each has its own nonce). results are in request order: {ok: true, "
+                            "result} (a replay_id for a registration), or {ok: false, error} with the single "
+                            "route's code (TIMEOUT for a late reply) and details that always hold icrc77 (the "
+                            "ICRC-77 variant, GenericError for a code the draft does not name) and index. A batch "
+                            "that is empty, longer than 100, holds a command of another method, mixes the two "
+                            "methods or holds the same (caller, nonce) twice is refused as a whole: 400 with "
+                            "results, one GenericBatchError per command sent (one for an empty batch), as "
+                            "ICRC-77's vector, and error, the same GenericBatchError once (what earlier releases "
+                            "answered); nothing produced. docs/replay.md"),
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["commands"],
                 "properties": {"commands": {"type": "array", "items": _ref("Command"), "minItems": 1, "maxItems": 100},
@@ -256,16 +265,14 @@ OPENAPI: Final[dict[str, Any]] = {
                                              "default": 30}}}}}},
             "responses": {
                 "200": _json(_object({"results": {"type": "array", "items": {"oneOf": [
-                    _object({"ok": {"const": True}, "result": _object(
-                        {}, {"replay_id": _REPLAY_ID, "stream_id": _STR, "first": _INT, "end_exclusive": _INT,
-                             "end_id": _NULLABLE_INT, "price_cby": _INT})}),
-                    _object({"ok": {"const": False}, "error": _object({"code": _STR, "message": _STR},
-                                                                      {"details": _OBJ})})]}}}),
+                    _object({"ok": {"const": True}, "result": _OBJ}),
+                    _BATCH_ITEM_ERROR]}}}),
                              "one result per command, in request order"),
                 **dict.fromkeys(sorted(_POSTED - {"400", "410"}), _ERROR),
-                "400": _json({"anyOf": [_ref("Error"), _object({"error": _object(
-                    {"code": {"type": "string", "enum": ["GENERIC_BATCH_ERROR"]}, "message": _STR},
-                    {"details": _OBJ})})]}, "a spec error, or the batch refused as a whole (GENERIC_BATCH_ERROR)"),
+                "400": _json({"anyOf": [_ref("Error"), _object({"error": _BATCH_ERROR}, {"results": {
+                    "type": "array", "minItems": 1,
+                    "items": _object({"ok": {"const": False}, "error": _BATCH_ERROR})}})]},
+                    "a spec error, or the batch refused as a whole (GENERIC_BATCH_ERROR, once per command in results)"),
             },
         }},
         "/v1/streams/{stream_id}": _get("stream info: head fields, config, allowlist", _object(
