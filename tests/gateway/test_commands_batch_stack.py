@@ -1,7 +1,8 @@
 """``POST /v1/commands/batch`` against a real stack (broker, stream worker, projection with the
 command gateway): a batch of three registrations where one is refused answers two replay ids that
 ``GET /v1/replays/{id}`` knows and the refused item's own ICRC-77 code, in request order; a batch
-with a command that is not register_replay is refused as a whole and registers nothing."""
+mixing methods is refused as a whole (a vector of GenericBatchError) and registers nothing; a batch
+of cancels answers each; the stream advertises icrc77:capable."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.replay import ReplayClient, ReplayRequest, ReplayTicket
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
-from watchtower.protocol.errors import ImproperConfigError
+from watchtower.protocol.errors import ImproperConfigError, WatchtowerError
 
 pytestmark = pytest.mark.integration
 
@@ -70,9 +71,27 @@ def test_a_batch_answers_each_registration_in_order_and_a_bad_batch_is_refused_w
                       {"commands": [register.to_dict(), cancel.to_dict()]})
     assert code == 400, body
     assert body["error"]["code"] == "GENERIC_BATCH_ERROR"
-    assert "POST /v1/commands" in body["error"]["message"]
+    assert "separate batches" in body["error"]["message"]
+    assert [r["error"]["code"] for r in body["results"]] == ["GENERIC_BATCH_ERROR"] * 2  # ICRC-77's vector
     # The register_replay of the refused batch was never sent: sent alone now, it registers anew.
     assert "duplicate" not in replays.api.command(register)
+    # icrc77_cancel_replay: a vector of ids in, a vector of results out (failed before: refused whole).
+    cancelled = replays.cancel_many([first.replay_id, third.replay_id])
+    assert all(isinstance(r, dict) for r in cancelled), cancelled
+    again = replays.cancel_many([first.replay_id])[0]
+    assert isinstance(again, WatchtowerError)
+    assert again.code == "CANNOT_CANCEL"
+    assert again.details["icrc77"] == "CannotCancel"
+
+
+def test_the_stream_advertises_icrc77_capability_under_the_drafts_key_names(feed: dict[str, Any]) -> None:
+    """ICRC-77 publisher metadata icrc77:capable / icrc77:pricing on a real stack (failed before: absent)."""
+    api_url, sid = feed["stack"].api_url, feed["stream_id"]
+    for path in (f"/v1/streams/{sid}", f"/v1/streams/{sid}/head"):
+        code, body = http("GET", f"{api_url}{path}")
+        assert code == 200, body
+        assert body["icrc77:capable"] is True
+        assert body["icrc77:pricing"] == {"perEvent": 0, "currency": "CBY"}
 
 
 def _status(api_url: str, replay_id: int) -> dict[str, Any] | None:
