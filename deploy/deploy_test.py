@@ -211,7 +211,7 @@ def client_credentials(workdir: Path) -> None:
 
 def down() -> None:
     podman("unpause", "--all", check_rc=False)
-    compose("--profile", "scale", "down", "-v", check_rc=False)
+    compose("--profile", "scale", "down", "-v", "-t", "5", check_rc=False)
     # Volumes podman-compose left (an interrupted run) go too: the next run starts fresh.
     names = podman("volume", "ls", "--format", "{{.Name}}", check_rc=False).split()
     for name in names:

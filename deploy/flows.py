@@ -97,6 +97,54 @@ def push_over_sse(api: ApiClient, home: Path) -> str:
     return "10 publishes pushed by the delivery worker to a PUSH subscriber over SSE, in order, once each"
 
 
+SOURCE = "watchtower-deploy-source"
+
+
+def _podman(*args: str) -> str:
+    from deploy.deploy_test import podman
+    return podman(*args)
+
+
+def ingested_feed(api: ApiClient, home: Path) -> str:
+    """A price source served inside the compose network; the registrar (genesis) admits the two
+    runners; a QUORUM feed of it publishes under the ingestion service's key."""
+    from watchtower.client.ingestion import http_ingestion
+    from watchtower.ingest.runner import admission_command
+
+    _podman("rm", "-f", SOURCE)
+    _podman("run", "-d", "--name", SOURCE, "--network", "watchtower_default", "localhost/watchtower:local", "sh", "-c",
+            "mkdir -p /srv && echo '{\"data\": {\"price\": 97000, \"symbol\": \"BTC\"}}' > /srv/p.json "
+            "&& exec python -m http.server -d /srv 8000")
+    try:
+        registrar = read_key_file(GENESIS / "registrar.key")
+        for runner in ("runner-1", "runner-2"):
+            address = _podman("exec", f"watchtower_{runner}_1", "python", "-c",
+                              f"from watchtower.cli.runner_cmd import runner_address; print(runner_address({runner!r}))"
+                              ).strip().splitlines()[-1]
+            api.command(admission_command(registrar, address, runner))
+        delegated = _podman("exec", "watchtower_ingest_1", "python", "-c",
+                            "from watchtower.ingest.keys import ingestion_publisher_key; "
+                            "print(bytes(ingestion_publisher_key().verify_key).hex())").strip().splitlines()[-1]
+        ingestion = http_ingestion(url=f"http://{SOURCE}:8000/p.json",
+                                   select={"price": "$.data.price", "symbol": "$.data.symbol"},
+                                   num_runners=2, proof_type="QUORUM",
+                                   result_schema={"type": "object", "required": ["price", "symbol"]})
+        owner = _account(home, "ingest-owner")
+        sid = create_feed(api, owner, name="deploy-ingested", ingestion=ingestion,
+                          publisher_key_hex=delegated)["stream_id"]
+        wait_until_visible(api, sid, timeout_s=TIMEOUT_S)
+        deadline = time.monotonic() + 180
+        while api.get_head(sid)["head_sequence"] < 3:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"3 ingested messages not published in 180 s: {api.get_head(sid)}")
+            time.sleep(2)
+        got = Subscriber(api, sid, expected_owner=owner.address).poll(3)
+        return (f"2 runners admitted by the genesis registrar; {len(got)} ingested messages verified under the "
+                f"ingestion key: {[json.loads(m.payload_inline or b'{}') for m in got][:1]}")
+    finally:
+        _podman("rm", "-f", SOURCE)
+
+
 def confidential_feed(api: ApiClient, home: Path) -> str:
     from watchtower.cli.demo_private import show_confidential_feed
     show_confidential_feed(api, _account(home, "private-owner"))
@@ -109,5 +157,6 @@ def run_flows(check: Check, workdir: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     for name, fn in (("flow: publish and read", publish_and_read), ("flow: paid feed, purchase, decrypt", paid_feed),
                      ("flow: replay beyond the window", replay_beyond_the_window),
-                     ("flow: push over SSE", push_over_sse), ("flow: confidential feed", confidential_feed)):
+                     ("flow: push over SSE", push_over_sse), ("flow: ingested feed", ingested_feed),
+                     ("flow: confidential feed", confidential_feed)):
         check(name, lambda fn=fn: fn(api, home))  # type: ignore[misc]
