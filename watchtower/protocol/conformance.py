@@ -6,8 +6,8 @@ values), or ``{"error": CODE}`` where ``"*"`` accepts any Watchtower error. A ve
 expectation is wrong therefore fails, as does a vector this checker cannot read.
 
 Besides the shared types, the project's own files in ``vectors/`` use ``key_chain``
-(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``reseal_open``, ``masked_payload``,
-``unmask``
+(docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``keyload_psk_open``, ``reseal_open``,
+``masked_payload``, ``unmask``
 (docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
 ``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md) and
 ``account_ledger`` (docs/ledger.md: signed account commands and purchases run through the key
@@ -52,6 +52,7 @@ from watchtower.protocol.keyload import (
     mask,
     masked_aad,
     open_keyload,
+    open_keyload_psk,
     open_reseal,
     part_for,
     payload_key,
@@ -312,7 +313,7 @@ def _keyload_parts(inp: Mapping[str, Any]) -> list[KeyloadPart]:
 def _keyload_check(inp: Mapping[str, Any]) -> dict[str, Any]:
     # Every part of one keyload, as a subscriber that read them all checks it (docs/private-feeds.md).
     summary = check_keyload(_keyload_parts(inp))
-    return {
+    out = {
         "keyload_id_hex": summary.keyload_id.hex(),
         "stream_id": summary.stream_id,
         "branch": summary.branch,
@@ -321,6 +322,9 @@ def _keyload_check(inp: Mapping[str, Any]) -> dict[str, Any]:
         "members_digest_hex": summary.members_digest.hex(),
         "key_commitment_hex": summary.key_commitment.hex(),
     }
+    if summary.psk_ids:  # a keyload with pre-shared-key holders also names their ids
+        out["psk_ids_hex"] = [pid.hex() for pid in summary.psk_ids]
+    return out
 
 
 def _keyload_open(inp: Mapping[str, Any]) -> dict[str, Any]:
@@ -421,6 +425,17 @@ def _runner_registry(inp: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _keyload_psk_open(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A pre-shared-key holder, named by its PSK id, opens the session key from part 0.
+    part = next((p for p in _keyload_parts(inp) if p.part == 0), None)
+    if part is None:
+        raise UnauthorizedError("PSK entries ride in part 0 of a keyload, and it was not given")
+    session_key = open_keyload_psk(part, _hex(inp, "psk_id_hex"), _hex(inp, "test_only_psk_hex"))
+    return {"keyload_id_hex": part.keyload_id.hex(), "session_key_hex": session_key.hex(),
+            "key_commitment_hex": key_commitment(session_key, part.keyload_id).hex(),
+            "psk_ids_hex": [pid.hex() for pid, _ in part.psk_entries]}
+
+
 def _account_ledger(inp: Mapping[str, Any]) -> dict[str, Any]:
     # Signed commands (and paid streams' registrations) decided in order by the key manager's
     # instances at one block height; each step's answer, then the state the checks ask about.
@@ -515,6 +530,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "decrypt": _decrypt,
     "keyload_check": _keyload_check,
     "keyload_open": _keyload_open,
+    "keyload_psk_open": _keyload_psk_open,
     "reseal_open": _reseal_open,
     "masked_payload": _masked_payload,
     "unmask": _unmask,

@@ -14,6 +14,22 @@ boxes and ciphertext, nothing else.
     masked         = nonce(24, random) ‖ XChaCha20-Poly1305(payload_key, nonce, aad, plaintext)
     aad            = deterministic CBOR of {stream_id, sequence, keyload_id, branch, kind, content_type}
 
+**Pre-shared-key recipients** (the IOTA Channels spec: "Allowed Recipients are identified either
+by pre-shared keys or by x25519 public key identifiers"). Beside its X25519 members a keyload may
+name up to `MAX_PSK_RECIPIENTS` holders of a 32-byte pre-shared key, each by a 16-byte PSK id, and
+wrap the session key for each under a key derived from its PSK:
+
+    psk_wrap_key = HKDF-SHA256(ikm=psk, salt="watchtower-keyload-v1", info="psk" ‖ keyload_id ‖ psk_id)
+    psk_nonce    = HKDF-SHA256(ikm=psk_wrap_key, salt="watchtower-keyload-v1", info="psk-nonce" ‖ key_commitment)[:24]
+    wrapped      = psk_nonce ‖ XChaCha20-Poly1305(psk_wrap_key, psk_nonce, aad=psk_id, session_key)   (72 bytes)
+
+The nonce is derived, not drawn: one (PSK, keyload id, PSK id) wraps one session key, and a
+different session key gives a different commitment and so a different nonce. The entries,
+``[psk_id, wrapped]`` in PSK-id order, ride in part 0 under ``psk_entries``, a field a keyload
+without PSK recipients does not have (so its bytes are as before), and the members digest then
+also covers every PSK id (``"psk" ‖ psk_id`` after the members). The owner hands the PSK and its
+id to the holder out of band; the platform never sees a PSK. `open_keyload_psk` opens it.
+
 **Parts.** A message carries at most 16,384 payload bytes, and one member's entry takes about 120,
 so a keyload is split into *parts*: each part is one message, deterministic CBOR of the keyload's
 header (id, stream, branch, part number, part count, member count, members digest, key
@@ -87,6 +103,12 @@ _MEMBERS_DOMAIN: Final = b"watchtower-keyload-members-v1"
 _u64be = struct.Struct(">Q").pack
 _HEADER_FIELDS: Final = frozenset({"v", "keyload_id", "stream_id", "branch", "part", "parts", "members",
                                    "members_digest", "key_commitment", "entries"})
+_PSK_FIELD: Final = "psk_entries"
+PSK_BYTES: Final = 32
+PSK_ID_BYTES: Final = 16
+WRAPPED_PSK_KEY_BYTES: Final = NONCE_BYTES + SESSION_KEY_BYTES + 16  # nonce, session key, Poly1305 tag
+#: Pre-shared-key recipients of one keyload: all ride in part 0, beside its X25519 entries.
+MAX_PSK_RECIPIENTS: Final = 64
 _RESEAL_FIELDS: Final = frozenset({"v", "keyload_id", "stream_id", "branch", "key_commitment", "entries"})
 _AAD_FIELDS: Final = ("stream_id", "sequence", "keyload_id", "branch", "kind", "content_type")
 
@@ -99,6 +121,15 @@ class Recipient:
     address: str
     account_key_id: int
     public_key: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PskRecipient:
+    """A pre-shared-key holder a keyload wraps the session key for: its 16-byte PSK id (how the
+    keyload names it) and the 32-byte PSK (which never leaves the owner and the holder)."""
+
+    psk_id: bytes
+    psk: bytes
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +153,8 @@ class KeyloadPart:
     members_digest: bytes
     key_commitment: bytes
     entries: tuple[tuple[Member, bytes], ...]
+    psk_entries: tuple[tuple[bytes, bytes], ...] = ()
+    """(PSK id, wrapped session key) in PSK-id order; only part 0 holds any."""
 
     @property
     def first(self) -> str:
@@ -143,6 +176,7 @@ class Keyload:
     keyload_id: bytes
     parts: tuple[bytes, ...]
     members: tuple[Member, ...]
+    psk_ids: tuple[bytes, ...] = ()
 
 
 # --- Keys ---------------------------------------------------------------------------------------
@@ -198,13 +232,41 @@ def _len_prefixed(text: str) -> bytes:
     return _u64be(len(raw)) + raw
 
 
-def members_digest(stream_id: str, branch: str, keyload_id: bytes, members: Iterable[Member]) -> bytes:
-    """The digest of the member set (in address order) a keyload claims."""
+def members_digest(stream_id: str, branch: str, keyload_id: bytes, members: Iterable[Member],
+                   psk_ids: Iterable[bytes] = ()) -> bytes:
+    """The digest of the member set (in address order) a keyload claims, then of its PSK ids (in
+    order; none: the digest is the one of a keyload without PSK recipients)."""
     h = hashlib.sha256(_MEMBERS_DOMAIN + _len_prefixed(stream_id) + _len_prefixed(branch)
                        + _require_keyload_id(keyload_id))
     for m in members:
         h.update(bytes.fromhex(m.address[2:]) + _u64be(m.account_key_id))
+    for psk_id in psk_ids:
+        h.update(b"psk" + psk_id)
     return h.digest()
+
+
+def _require_psk_id(psk_id: object) -> bytes:
+    if not isinstance(psk_id, bytes) or len(psk_id) != PSK_ID_BYTES:
+        raise InvalidArgumentError(f"a PSK id is exactly {PSK_ID_BYTES} bytes")
+    return psk_id
+
+
+def _psk_wrap_key(psk: object, keyload_id: bytes, psk_id: bytes) -> bytes:
+    if not isinstance(psk, bytes) or len(psk) != PSK_BYTES:
+        raise InvalidArgumentError(f"a pre-shared key is exactly {PSK_BYTES} bytes")
+    return hkdf_sha256(ikm=psk, salt=_SALT, info=b"psk" + keyload_id + psk_id, length=32)
+
+
+def _psk_nonce(wrap_key: bytes, commitment: bytes) -> bytes:
+    return hkdf_sha256(ikm=wrap_key, salt=_SALT, info=b"psk-nonce" + commitment, length=NONCE_BYTES)
+
+
+def wrap_for_psk(session_key: bytes, keyload_id: bytes, psk_id: bytes, psk: bytes) -> bytes:
+    """The session key wrapped for one PSK holder (module docstring), 72 bytes."""
+    key, kid, pid = _require_session_key(session_key), _require_keyload_id(keyload_id), _require_psk_id(psk_id)
+    wrap_key = _psk_wrap_key(psk, kid, pid)
+    return seal_payload(content_key=wrap_key, nonce=_psk_nonce(wrap_key, key_commitment(key, kid)), aad=pid,
+                        plaintext=key)
 
 
 # --- Building -----------------------------------------------------------------------------------
@@ -219,26 +281,51 @@ def _encode_part(header: dict[str, Any], entries: Sequence[list[Any]]) -> bytes:
 
 
 def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: str = DEFAULT_BRANCH,
-                  session_key: bytes | None = None, keyload_id: bytes | None = None) -> Keyload:
+                  session_key: bytes | None = None, keyload_id: bytes | None = None,
+                  psk_recipients: Iterable[PskRecipient] = ()) -> Keyload:
     """Seal a session key (fresh unless given) to every recipient, in parts of at most
-    `MAX_PART_BYTES`. INVALID_ARGUMENT for no recipient, a member listed twice, more than
-    `MAX_MEMBERS`; INVALID_ACCOUNT_KEY for an unusable X25519 key."""
+    `MAX_PART_BYTES`, and wrap it for every PSK recipient (in part 0). INVALID_ARGUMENT for no
+    recipient, a member or PSK id listed twice, more than `MAX_MEMBERS` members or
+    `MAX_PSK_RECIPIENTS` PSK holders, a PSK that is not 32 bytes; INVALID_ACCOUNT_KEY for an
+    unusable X25519 key."""
     require_text(stream_id, "stream_id")
     require_branch(branch)
     key = _require_session_key(session_key) if session_key is not None else new_session_key()
     kid = _require_keyload_id(keyload_id) if keyload_id is not None else os.urandom(KEYLOAD_ID_BYTES)
     members, entries = _sealed_entries(key, recipients)
-    digest = members_digest(stream_id, branch, kid, members)
+    psk_entries = _psk_entries(key, kid, psk_recipients)
+    psk_ids = tuple(pid for pid, _ in psk_entries)
+    digest = members_digest(stream_id, branch, kid, members, psk_ids)
     commitment = key_commitment(key, kid)
 
     def header(part: int, parts: int) -> dict[str, Any]:
         return {"v": KEYLOAD_VERSION, "keyload_id": kid, "stream_id": stream_id, "branch": branch, "part": part,
                 "parts": parts, "members": len(members), "members_digest": digest, "key_commitment": commitment}
 
-    # Sized with the largest header this keyload can have (part numbers only grow).
-    runs = _pack(entries, overhead=len(_encode_part(header(len(entries), len(entries)), [])))
-    parts = tuple(_encode_part(header(i, len(runs)), run) for i, run in enumerate(runs))
-    return Keyload(key, kid, parts, members)
+    extra = {_PSK_FIELD: [list(e) for e in psk_entries]} if psk_entries else {}
+
+    def encode(part: int, parts: int, run: Sequence[list[Any]]) -> bytes:
+        return _encode_part({**header(part, parts), **(extra if part == 0 else {})}, run)
+
+    # Sized with the largest header this keyload can have (part numbers only grow), with the PSK
+    # entries part 0 carries (the other parts are packed as if they did too: a little room wasted).
+    overhead = len(_encode_part({**header(len(entries), len(entries)), **extra}, []))
+    runs = _pack(entries, overhead=overhead)
+    parts = tuple(encode(i, len(runs), run) for i, run in enumerate(runs))
+    return Keyload(key, kid, parts, members, psk_ids)
+
+
+def _psk_entries(session_key: bytes, keyload_id: bytes,
+                 recipients: Iterable[PskRecipient]) -> tuple[tuple[bytes, bytes], ...]:
+    by_id: dict[bytes, PskRecipient] = {}
+    for r in recipients:
+        pid = _require_psk_id(r.psk_id)
+        if pid in by_id:
+            raise InvalidArgumentError(f"PSK id {pid.hex()} is listed twice; a keyload wraps once per PSK holder")
+        by_id[pid] = r
+    if len(by_id) > MAX_PSK_RECIPIENTS:
+        raise InvalidArgumentError(f"a keyload names at most {MAX_PSK_RECIPIENTS} PSK holders, got {len(by_id)}")
+    return tuple((pid, wrap_for_psk(session_key, keyload_id, pid, by_id[pid].psk)) for pid in sorted(by_id))
 
 
 def _pack(entries: Sequence[list[Any]], *, overhead: int) -> list[list[list[Any]]]:
@@ -280,7 +367,7 @@ def _sealed_entries(session_key: bytes, recipients: Iterable[Recipient]) -> tupl
 def decode_part(data: object) -> KeyloadPart:
     """The keyload part in `data`, or INVALID_ARGUMENT naming what is wrong. Byte-exact: no other
     CBOR spelling of the same part is accepted."""
-    doc = _decode_cbor_map(data, _HEADER_FIELDS, "keyload part")
+    doc = _decode_cbor_map(data, _HEADER_FIELDS, "keyload part", optional=frozenset({_PSK_FIELD}))
     kid = _require_keyload_id(doc["keyload_id"])
     stream_id = require_text(doc["stream_id"], "stream_id")
     branch = require_branch(doc["branch"])
@@ -291,11 +378,30 @@ def decode_part(data: object) -> KeyloadPart:
         if not isinstance(doc[name], bytes) or len(doc[name]) != 32:
             raise InvalidArgumentError(f"{name} is 32 bytes")
     entries = _decode_entries(doc["entries"])
+    psk_entries = _decode_psk_entries(doc[_PSK_FIELD]) if _PSK_FIELD in doc else ()
+    if psk_entries and part != 0:
+        raise InvalidArgumentError("only part 0 of a keyload holds psk_entries")
     decoded = KeyloadPart(kid, stream_id, branch, part, parts, count, doc["members_digest"], doc["key_commitment"],
-                          entries)
-    if _encode_part({k: doc[k] for k in _HEADER_FIELDS if k != "entries"}, doc["entries"]) != data:
+                          entries, psk_entries)
+    if _encode_part({k: doc[k] for k in doc if k != "entries"}, doc["entries"]) != data:
         raise InvalidArgumentError("a keyload part must be deterministic CBOR (RFC 8949 §4.2.1)")
     return decoded
+
+
+def _decode_psk_entries(raw: object) -> tuple[tuple[bytes, bytes], ...]:
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_PSK_RECIPIENTS:
+        raise InvalidArgumentError(f"psk_entries holds 1 to {MAX_PSK_RECIPIENTS} entries (leave it out for none)")
+    entries: list[tuple[bytes, bytes]] = []
+    for item in raw:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes)
+                or len(item[0]) != PSK_ID_BYTES or not isinstance(item[1], bytes)
+                or len(item[1]) != WRAPPED_PSK_KEY_BYTES):
+            raise InvalidArgumentError(f"a PSK entry is [psk_id ({PSK_ID_BYTES} bytes), wrapped key "
+                                       f"({WRAPPED_PSK_KEY_BYTES} bytes)]")
+        if entries and item[0] <= entries[-1][0]:
+            raise InvalidArgumentError("psk_entries are in strictly increasing PSK-id order")
+        entries.append((item[0], item[1]))
+    return tuple(entries)
 
 
 def _find(entries: tuple[tuple[Member, bytes], ...], address: str) -> tuple[Member, bytes] | None:
@@ -328,6 +434,28 @@ def open_keyload(part: KeyloadPart, address: str, private_key: bytes) -> bytes:
     return _open_sealed(found, address, private_key, part.keyload_id, part.key_commitment)
 
 
+def open_keyload_psk(part: KeyloadPart, psk_id: bytes, psk: bytes) -> bytes:
+    """The session key `part` (part 0 of a keyload) wraps for the holder of PSK `psk_id`, checked
+    against the key commitment. UNAUTHORIZED when the keyload names no such PSK id;
+    DECRYPTION_FAILED when `psk` is not the key it was wrapped with, or it opens to a key the
+    keyload is not about."""
+    pid = _require_psk_id(psk_id)
+    wrapped = next((w for i, w in part.psk_entries if i == pid), None)
+    if wrapped is None:
+        raise UnauthorizedError(f"keyload {part.keyload_id.hex()} (part {part.part}) names no PSK holder {pid.hex()}; "
+                                "PSK entries ride in part 0: read it, or ask the owner for the current keyload")
+    wrap_key = _psk_wrap_key(psk, part.keyload_id, pid)
+    try:
+        key = open_payload(content_key=wrap_key, aad=pid, envelope=wrapped)
+    except DecryptionFailedError:
+        raise DecryptionFailedError(f"the session key wrapped for PSK id {pid.hex()} did not open with this "
+                                    "pre-shared key; use the PSK the owner gave with that id") from None
+    if len(key) != SESSION_KEY_BYTES or key_commitment(key, part.keyload_id) != part.key_commitment:
+        raise DecryptionFailedError("the key wrapped for this PSK is not the one this keyload commits to; "
+                                    "the keyload is forged or altered: report it to the feed's owner")
+    return key
+
+
 def _open_sealed(found: tuple[Member, bytes], address: str, private_key: bytes, keyload_id: bytes,
                  commitment: bytes) -> bytes:
     try:
@@ -352,6 +480,7 @@ class KeyloadSummary:
     members: tuple[Member, ...]
     members_digest: bytes
     key_commitment: bytes
+    psk_ids: tuple[bytes, ...] = ()
 
 
 def check_keyload(parts: Sequence[KeyloadPart]) -> KeyloadSummary:
@@ -375,10 +504,11 @@ def check_keyload(parts: Sequence[KeyloadPart]) -> KeyloadSummary:
         raise InvalidArgumentError("the keyload's members are not in strictly increasing address order across parts")
     if len(members) != head.members:
         raise InvalidArgumentError(f"the keyload claims {head.members} members and holds {len(members)}")
-    if members_digest(head.stream_id, head.branch, head.keyload_id, members) != head.members_digest:
-        raise InvalidArgumentError("the keyload's members do not match its members digest")
+    psk_ids = tuple(pid for pid, _ in ordered[0].psk_entries)
+    if members_digest(head.stream_id, head.branch, head.keyload_id, members, psk_ids) != head.members_digest:
+        raise InvalidArgumentError("the keyload's members (and PSK ids) do not match its members digest")
     return KeyloadSummary(head.keyload_id, head.stream_id, head.branch, members, head.members_digest,
-                          head.key_commitment)
+                          head.key_commitment, psk_ids)
 
 
 # --- Reseals ------------------------------------------------------------------------------------
@@ -427,15 +557,17 @@ def _decode_entries(raw: object) -> tuple[tuple[Member, bytes], ...]:
     return tuple(entries)
 
 
-def _decode_cbor_map(data: object, fields: frozenset[str], what: str) -> dict[str, Any]:
+def _decode_cbor_map(data: object, fields: frozenset[str], what: str,
+                     optional: frozenset[str] = frozenset()) -> dict[str, Any]:
     if not isinstance(data, bytes) or len(data) > MAX_PART_BYTES:
         raise InvalidArgumentError(f"a {what} is at most {MAX_PART_BYTES} bytes of CBOR")
     try:
         doc = cbor2.loads(data)
     except Exception:  # cbor2 raises several types on hostile bytes; every one means "not one"
         raise InvalidArgumentError(f"a {what} is deterministic CBOR; this is not CBOR") from None
-    if not isinstance(doc, dict) or set(doc) != fields:
-        raise InvalidArgumentError(f"a {what} has exactly the fields {sorted(fields)}")
+    if not isinstance(doc, dict) or not fields <= set(doc) <= fields | optional:
+        extra = f" (and optionally {sorted(optional)})" if optional else ""
+        raise InvalidArgumentError(f"a {what} has exactly the fields {sorted(fields)}{extra}")
     if type(doc["v"]) is not int or doc["v"] != KEYLOAD_VERSION:  # not 1.0, not True: one spelling
         raise InvalidArgumentError(f"{what} version {doc['v']!r} is not supported (this build reads "
                                    f"v{KEYLOAD_VERSION}); upgrade the client")
@@ -502,9 +634,40 @@ def unmask(session_key: bytes, masked: bytes, *, keyload_id: bytes, stream_id: s
 
 
 __all__ = [
-    "BRANCH_TAG", "DEFAULT_BRANCH", "KEYLOAD_ID_TAG", "KEYLOAD_KIND", "MAX_MEMBERS", "MAX_PART_BYTES", "RESEAL_KIND",
-    "Keyload", "KeyloadPart", "KeyloadSummary", "Member", "Recipient", "Reseal", "build_keyload", "build_reseals",
-    "check_keyload", "decode_part", "decode_reseal", "find_entry", "key_commitment", "mask", "masked_aad",
-    "members_digest", "new_session_key", "open_keyload", "open_reseal", "part_for", "payload_key", "require_branch",
+    "BRANCH_TAG",
+    "DEFAULT_BRANCH",
+    "KEYLOAD_ID_TAG",
+    "KEYLOAD_KIND",
+    "MAX_MEMBERS",
+    "MAX_PART_BYTES",
+    "MAX_PSK_RECIPIENTS",
+    "PSK_BYTES",
+    "PSK_ID_BYTES",
+    "RESEAL_KIND",
+    "Keyload",
+    "KeyloadPart",
+    "KeyloadSummary",
+    "Member",
+    "PskRecipient",
+    "Recipient",
+    "Reseal",
+    "build_keyload",
+    "build_reseals",
+    "check_keyload",
+    "decode_part",
+    "decode_reseal",
+    "find_entry",
+    "key_commitment",
+    "mask",
+    "masked_aad",
+    "members_digest",
+    "new_session_key",
+    "open_keyload",
+    "open_keyload_psk",
+    "open_reseal",
+    "part_for",
+    "payload_key",
+    "require_branch",
     "unmask",
+    "wrap_for_psk",
 ]
