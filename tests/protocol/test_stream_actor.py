@@ -436,6 +436,24 @@ def test_a_new_subscription_starts_at_the_head_by_default() -> None:
     assert decision.events[0].body.status == "ACTIVE"
 
 
+def test_paused_is_never_produced_and_the_api_document_says_why() -> None:
+    """CIP-7 lists PAUSED but no method sets it (failed before: the OpenAPI document did not say so)."""
+    import json
+
+    from watchtower.http.openapi import OPENAPI, SUBSCRIPTION_STATUS_NOTE
+
+    stream = created()
+    statuses = []
+    for method in ("subscribe", "unsubscribe", "subscribe", "subscribe", "unsubscribe"):
+        decision = stream.do(ALICE, method, {"mode": "PULL"} if method == "subscribe" else {})
+        statuses += [e.body.status for e in decision.events]
+    assert statuses == ["ACTIVE", "CANCELLED", "ACTIVE", "ACTIVE", "CANCELLED"]
+    document = json.dumps(OPENAPI["paths"]["/v1/streams/{stream_id}/subscribers"])
+    assert '"PAUSED"' in document
+    assert "never produces it" in SUBSCRIPTION_STATUS_NOTE
+    assert json.dumps(SUBSCRIPTION_STATUS_NOTE) in document
+
+
 def test_an_explicit_start_cursor_is_kept_and_may_not_pass_the_head() -> None:
     stream = created()
     stream.publish()

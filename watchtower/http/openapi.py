@@ -79,6 +79,16 @@ _BATCH_ITEM_ERROR: Final = _object({"ok": {"const": False}, "error": _object(
     {"code": _STR, "message": _STR, "details": _object({"icrc77": _STR, "index": _INT})})})
 _BATCH_ERROR: Final = _object({"code": {"type": "string", "enum": ["GENERIC_BATCH_ERROR"]}, "message": _STR},
                               {"details": _OBJ})
+SUBSCRIPTION_STATUS_NOTE: Final = (
+    "CIP-7 Subscription.status. PAUSED is part of CIP-7's enum and is accepted wherever a status is read, but "
+    "this service never produces it: no CIP-7 method or rule sets it (subscribe makes a subscription ACTIVE, "
+    "unsubscribe CANCELLED), and in a paid stream a lapsed entitlement is not a pause, since CIP-7 keeps delivery "
+    "(the subscription) apart from decryption (the entitlement). docs/subscribing.md")
+_SUBSCRIPTION: Final = _object(
+    {"subscriber": _STR, "mode": {"type": "string", "enum": ["PUSH", "PULL", "PUSH_WITH_PULL_FALLBACK"]},
+     "status": {"type": "string", "enum": ["ACTIVE", "PAUSED", "CANCELLED"], "description": SUBSCRIPTION_STATUS_NOTE},
+     "created_at_sequence": _INT},
+    {"filter_json": {"type": ["string", "null"]}, "start_cursor": _INT, "account_key_id": _NULLABLE_INT})
 _ICRC77_PRICING: Final = _object({"perEvent": _INT, "currency": _STR})
 _HEAD_OPTIONAL: Final = {
     "ingest_fail_count": {**_INT, "description": "CIP-7 ingest_fail_count: ingestion ticks "
@@ -298,7 +308,8 @@ OPENAPI: Final[dict[str, Any]] = {
             _object({"entries": {"type": "array", "items": _KEY_ENTRY}, "next_from": _NULLABLE_INT}),
             [_SID, _query("from", _P_SEQ), _query("limit", {"type": "integer", "minimum": 1, "maximum": 500})]),
         "/v1/streams/{stream_id}/subscribers": _get(
-            "subscriptions by address", _object({"stream_id": _STR, "subscribers": {"type": "array", "items": _OBJ}}),
+            "subscriptions by address",
+            _object({"stream_id": _STR, "subscribers": {"type": "array", "items": _SUBSCRIPTION}}),
             [_SID, _query("active_only", {"type": "boolean"})]),
         "/v1/feeds": _get("WatchtowerRegistry listings", _object({"feeds": {"type": "array", "items": _FEED}}),
                           [_query("owner", _STR)], errors=("503",)),
