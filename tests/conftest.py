@@ -8,6 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests get no per-example deadline: a deadline is a wall-clock assertion, and on a loaded
+# 2-core CI machine a slow example would fail (or be reported flaky) for no fault of the code.
+settings.register_profile("watchtower", deadline=None)
+settings.load_profile("watchtower")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

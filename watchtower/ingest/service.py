@@ -1,5 +1,5 @@
-"""``watchtower ingest serve``: the ingestion service process — the scheduler (Faust) and the
-aggregator (a thread with its own confluent-kafka readers and command producer).
+"""``watchtower ingest serve``: the ingestion service process — the scheduler and the aggregator,
+each a thread with its own confluent-kafka readers and producer (or one of them alone, `ROLES`).
 
 Aggregators scale out by stream: they share one consumer group on ``ingest.tasks`` and
 ``ingest.results`` (both keyed by stream id, with the same partitions, so the range assignor gives
@@ -54,9 +54,15 @@ from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
-COMMAND_LINGER_MS: Final = 5
+COMMAND_LINGER_MS: Final = 10
 """A block's decisions leave within a few ms of each other: gathering them costs little latency and
 saves the broker a request per publish."""
+EVENTS_FETCH: Final = {"fetch.wait.max.ms": 50, "fetch.min.bytes": 65536}
+"""The events fold waits up to 50 ms for a fuller fetch: it needs the log for new streams and after a
+moved head, never on the way of a tick, and the broker answers a few fetches a second, not one
+per publish."""
+WORK_FETCH: Final = {"fetch.wait.max.ms": 10, "fetch.min.bytes": 32768}
+"""Tasks and results: at most 10 ms more on a tick's way, for a fetch per batch of results."""
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
 
@@ -92,10 +98,10 @@ class AggregatorService:
         self.at_end: set[int] = set()
         self.events = Consumer(kafka_config(bootstrap, **{
             "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
         self.work = Consumer(kafka_config(bootstrap, **{
             "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **WORK_FETCH,
             "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
     # --- the events fold -------------------------------------------------------------------------
@@ -224,28 +230,29 @@ scale out (any number share the feeds); one scheduler writes at a time (a second
 
 def serve(bootstrap: str, prefix: str | None, scheduler_key: nacl.signing.SigningKey,
           publisher_key: nacl.signing.SigningKey, health_file: Path | None = None, role: str = "all") -> None:
-    """Run the aggregator thread and the scheduler (foreground, Faust) until the process stops;
-    `role` runs one of them alone (`ROLES`)."""
+    """Run the aggregator and the scheduler until SIGTERM or SIGINT; `role` runs one of them alone
+    (`ROLES`). A scheduler fenced by a newer one stops writing; an aggregator beside it goes on."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    from watchtower.ingest.scheduler import schedule
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     scheduler = address_from_public_key(bytes(scheduler_key.verify_key))
+    if role == "scheduler":
+        schedule(bootstrap, prefix, scheduler_key, stop)
+        return
     if role == "aggregator":
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
         run_aggregator(bootstrap, prefix, scheduler, publisher_key, stop, health_file)
         return
-    from watchtower.ingest import scheduler as scheduler_mod  # Faust is imported only by the serving process
-
-    if role == "scheduler":
-        scheduler_mod.run(bootstrap, prefix, scheduler_key)
-        return
-    stop = threading.Event()
     thread = threading.Thread(target=run_aggregator, name="ingest-aggregator", daemon=True,
                               args=(bootstrap, prefix, scheduler, publisher_key, stop, health_file))
     thread.start()
     try:
-        scheduler_mod.run(bootstrap, prefix, scheduler_key)
+        schedule(bootstrap, prefix, scheduler_key, stop)
+        while thread.is_alive() and not stop.is_set():  # fenced: the aggregator goes on alone
+            stop.wait(1)
     finally:
         stop.set()
         thread.join(10)
