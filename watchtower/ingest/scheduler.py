@@ -40,8 +40,9 @@ from watchtower.protocol.ingestion import (
     latest_tick,
     tick_height,
 )
-from watchtower.protocol.ingestion_records import IngestTask, new_task
-from watchtower.schemas.ingest_records import decode_task, encode_task
+from watchtower.protocol.ingestion_records import MAX_BATCH, IngestTask, new_task, verify_task_batch
+from watchtower.protocol.partitioning import partition_for_key
+from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_task_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
@@ -56,30 +57,50 @@ partition number and the aggregators' range assignment gives both to the same me
 
 
 class TaskWriter:
-    """The one writer of ``ingest.tasks`` (see the module docstring)."""
+    """The one writer of ``ingest.tasks`` (see the module docstring). A round's tasks leave as
+    signed batches, one or more per partition (`protocol.ingestion_records.MAX_BATCH` tasks at most
+    each), each in the partition its streams' keys place them in: one signature and one record for
+    a partition's share of the block instead of one per tick."""
 
-    def __init__(self, bootstrap: str, prefix: str | None) -> None:
+    def __init__(self, bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey) -> None:
         self.topic = topic_name("ingest-tasks", prefix)
+        self.key = key
+        self.address = address_from_public_key(bytes(key.verify_key))
         self.producer = Producer(kafka_config(bootstrap, **{
             "transactional.id": f"wt-{prefix or 'wt'}.ingest-scheduler", "enable.idempotence": True,
             "linger.ms": 2, "partitioner": INGEST_PARTITIONER}))
         self.producer.init_transactions(60)
+        self.partitions = len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
         self.last: dict[str, int] = {}
         for msg in read_committed(bootstrap, [self.topic]):
             try:
-                task = decode_task(msg.value())
-            except WatchtowerError as exc:  # not a task: it moves no stream
+                tasks = self._tasks(msg.value())
+            except WatchtowerError as exc:  # not a task of ours: it moves no stream
                 log.warning("ingest.tasks record p%s@%s is not a task: %s", msg.partition(), msg.offset(), exc.message)
                 continue
-            self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
+            for task in tasks:
+                self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
         self.written = 0
 
+    def _tasks(self, value: bytes | None) -> list[IngestTask]:
+        record = decode_tasks(value)
+        if isinstance(record, IngestTask):
+            return [record]
+        verify_task_batch(record, self.address)
+        return batch_tasks(record)
+
     def write(self, tasks: list[IngestTask]) -> None:
+        """Write `tasks` (unsigned: `new_task(for_batch=True)`) in one transaction."""
         if not tasks:
             return
-        self.producer.begin_transaction()
+        by_partition: dict[int, list[IngestTask]] = {}
         for task in tasks:
-            self.producer.produce(self.topic, key=task.stream_id.encode(), value=encode_task(task))
+            by_partition.setdefault(partition_for_key(task.stream_id.encode(), self.partitions), []).append(task)
+        self.producer.begin_transaction()
+        for partition, share in by_partition.items():
+            for i in range(0, len(share), MAX_BATCH):
+                self.producer.produce(self.topic, partition=partition,
+                                      value=encode_task_batch(share[i:i + MAX_BATCH], self.key))
         self.producer.commit_transaction(30)
         for task in tasks:
             self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
@@ -88,7 +109,8 @@ class TaskWriter:
 
 def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signing.SigningKey,
          max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> list[IngestTask]:
-    """The signed tasks due at `height` for every ingesting stream after its `last` written tick.
+    """The tasks due at `height` for every ingesting stream after its `last` written tick, unsigned
+    (`TaskWriter.write` signs them in batches).
 
     One pass over the streams per round; a stream with nothing due costs one comparison."""
     out: list[IngestTask] = []
@@ -107,11 +129,11 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
             out.append(new_task(stream_id=stream.stream_id, tick=last_skipped, skip_from=first,
                                 tick_height=tick_height(stream.anchor, cfg.interval_blocks, last_skipped),
                                 timeout_blocks=0, config=template, runner_keys=(), scheduler=key,
-                                scheduler_address=address))
+                                scheduler_address=address, for_batch=True))
         out.extend(new_task(stream_id=stream.stream_id, tick=t,
                             tick_height=tick_height(stream.anchor, cfg.interval_blocks, t),
                             timeout_blocks=timeout_blocks, config=template, runner_keys=keys, scheduler=key,
-                            scheduler_address=address)
+                            scheduler_address=address, for_batch=True)
                    for t in due.ticks)
     return out
 
@@ -164,7 +186,7 @@ def schedule(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, s
     fold = threading.Thread(target=fold_events, args=(bootstrap, prefix, view, stop), name="ingest-scheduler-fold",
                             daemon=True)
     fold.start()
-    writer = TaskWriter(bootstrap, prefix)
+    writer = TaskWriter(bootstrap, prefix, key)
     log.info("ingest scheduler ready: %d streams already have ticks", len(writer.last))
     while not stop.is_set():
         _sleep_to_next_block(stop, tick_s)

@@ -192,11 +192,11 @@ class AggregatorService:
             self.read_to[partition] = max(self.read_to.get(partition, 0), min(stamp, time.time_ns() // 1_000_000))
         where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         if msg.topic() == self.t_tasks:
-            stream_id = self.aggregator.on_task(msg.value(), where)
-            if stream_id is not None:
-                self.stream_partition[stream_id] = int(msg.partition() or 0)
+            partition = int(msg.partition() or 0)
+            for stream_id in self.aggregator.on_tasks(msg.value(), where):
+                self.stream_partition[stream_id] = partition
         else:
-            self.aggregator.on_result(msg.value(), where)
+            self.aggregator.on_results(msg.value(), where)
 
     def results_read_to(self, stream_id: str) -> int:
         """The instant up to which `stream_id`'s results are all read: now when its partition is
