@@ -165,6 +165,7 @@ class AggregatorService:
                 for msg in self.work.consume(1000, 0.02):  # short: answers that came back are landed each turn
                     self._handle(msg)
                 self.aggregator.step(now_height(), self.results_read_to)
+                self.commands.poll()  # the step's commands were sent without a poll each
                 if self.health_file is not None and time.monotonic() - last_health > 0.5:
                     last_health = time.monotonic()
                     self._write_health()
