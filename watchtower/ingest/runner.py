@@ -53,7 +53,7 @@ from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.validation import is_number
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_result_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
 
 log = logging.getLogger("watchtower.ingest.runner")
 
@@ -280,8 +280,13 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
 
     On `stop` it returns within about two seconds whatever its sources do: running fetches are
     abandoned on their daemon threads and their results dropped."""
+    # The runner's own group has one member, and static: a runner restarted after kill -9 takes its
+    # partitions back at once instead of waiting out its dead self's session; a second process with
+    # the same key is fenced (one process per runner identity).
+    timeouts = GroupTimeouts.from_env()
     consumer = Consumer(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
+        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}", "group.instance.id": "runner",
+        "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
     # Placed as the scheduler places tasks (scheduler.INGEST_PARTITIONER): a result shares its task's partition.
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": RESULT_LINGER_MS,

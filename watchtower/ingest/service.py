@@ -48,7 +48,7 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.reader import read_committed
 
@@ -99,8 +99,10 @@ class AggregatorService:
         self.events = Consumer(kafka_config(bootstrap, **{
             "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
+        timeouts = GroupTimeouts.from_env()  # a member killed with kill -9 hands its feeds on within this
         self.work = Consumer(kafka_config(bootstrap, **{
             "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
+            "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest", **WORK_FETCH,
             "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
