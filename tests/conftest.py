@@ -8,10 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kafka_fixture import session_broker
+
+# Property tests get no per-example deadline: a deadline is a wall-clock assertion, and on a loaded
+# 2-core CI machine a slow example would fail (or be reported flaky) for no fault of the code.
+settings.register_profile("watchtower", deadline=None)
+settings.load_profile("watchtower")
 
 # Every stream worker a test starts serves a deployment with this protocol treasury
 # (docs/deployment.md); workers read it from their environment, which they inherit from here.

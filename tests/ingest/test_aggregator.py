@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 from typing import Any
 
+import fastavro
 import nacl.signing
 
 from watchtower.ingest.aggregator import Aggregator, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import IngestReason
-from watchtower.protocol.ingestion_records import IngestTask, new_result, new_task
+from watchtower.protocol.ingestion_records import TASK_BATCH_DOMAIN, IngestTask, new_result, new_task, sign_batch
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.ingestion_transform import Payload
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.schemas.ingest_records import encode_result, encode_task
+from watchtower.schemas import codec
+from watchtower.schemas.ingest_records import encode_result, encode_result_batch, encode_task, encode_task_batch
 from watchtower.schemas.wire import encode_event
 
 OWNER = nacl.signing.SigningKey(b"\x01" * 32)
@@ -220,3 +223,75 @@ def test_a_publish_without_an_answer_is_given_up_and_its_tick_tried_again() -> N
     agg.step(HEIGHT + 3)
     assert agg.published == 1
     assert agg.done[SID] == 1
+
+
+# --- batches ---------------------------------------------------------------------------------------
+
+def unsigned(t: IngestTask) -> IngestTask:
+    return dataclasses.replace(t, signature=b"")
+
+
+def result_batch(runner: int, answers: list[tuple[IngestTask, Any]],
+                 key: nacl.signing.SigningKey | None = None) -> bytes:
+    entries = [new_result(t, RUNNERS[runner], result=json.dumps(v, separators=(",", ":")).encode(), for_batch=True)
+               for t, v in answers]
+    return encode_result_batch(entries, key or RUNNERS[runner])
+
+
+def signed_entries_batch(tasks: list[IngestTask], key: nacl.signing.SigningKey) -> bytes:
+    """A task batch whose entries keep their own signatures (our encoder never writes one)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema({"type": "array", "items": codec.avro_schema("IngestTask")}),
+                               [{**{f.name: getattr(t, f.name) for f in dataclasses.fields(t)},
+                                 "runners": list(t.runners)} for t in tasks])
+    batch = sign_batch(TASK_BATCH_DOMAIN, out.getvalue(), key)
+    return codec.encode("IngestTaskBatch", {"scheduler": batch.signer, "tasks": batch.body,
+                                            "signature": batch.signature})
+
+
+def test_a_block_in_batches_decides_as_single_records_do() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    t1, t2 = task(1), task(2)
+    assert agg.on_tasks(encode_task_batch([unsigned(t1), unsigned(t2)], SCHEDULER)) == [SID, SID]
+    agg.on_results(result_batch(0, [(t1, {"p": 4}), (t2, {"p": 5})]))
+    agg.on_results(result_batch(1, [(t1, {"p": 4}), (t2, {"p": 5})]))
+    agg.on_results(result_batch(2, [(t1, {"p": 9}), (t2, {"p": 6})]))  # the liar, outvoted
+    agg.step(HEIGHT + 2)
+    assert sink.published == [(1, b'{"p":4}'), (2, b'{"p":5}')]
+    agg.on_results(result_batch(0, [(t1, {"p": 4})]))  # a replayed batch: its tick is finished
+    assert agg.quarantined["STALE_SEQUENCE"] == 1
+    assert not agg.quarantined.keys() - {"STALE_SEQUENCE"}
+
+
+def test_forged_batches_are_quarantined_whole_or_entry_by_entry() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    stranger = nacl.signing.SigningKey(b"\x09" * 32)
+    t1 = task(1)
+    # A task batch signed by anyone but the deployment's scheduler: nothing in it is taken.
+    assert agg.on_tasks(encode_task_batch([unsigned(t1)], stranger)) == []
+    assert agg.quarantined["UNAUTHORIZED"] == 1
+    # A task batch whose bytes were changed after signing.
+    tampered = bytearray(encode_task_batch([unsigned(t1)], SCHEDULER))
+    tampered[-80] ^= 1
+    assert agg.on_tasks(bytes(tampered)) == []
+    assert agg.quarantined["INVALID_SIGNATURE"] == 1
+    # A task in a batch that carries a signature of its own (a single task repackaged).
+    assert agg.on_tasks(signed_entries_batch([t1], SCHEDULER)) == []
+    assert agg.quarantined["MALFORMED_RECORD"] == 1
+    assert agg.on_tasks(encode_task_batch([unsigned(t1)], SCHEDULER)) == [SID]
+    # A stranger's result batch; a registered runner's batch re-signed by another registered runner
+    # (it speaks for runner 0, signed by runner 1); a batch naming a runner not selected.
+    agg.on_results(result_batch(0, [(t1, {"p": 4})], key=stranger))
+    assert agg.quarantined["UNAUTHORIZED"] == 2
+    agg.on_results(result_batch(0, [(t1, {"p": 4})], key=RUNNERS[1]))
+    assert agg.quarantined["MALFORMED_RECORD"] == 2
+    agg.on_results(b"\x57\x00\x06\x00\x01" + b"\x00" * 8)  # a batch header over bytes that are no batch
+    assert agg.quarantined["MALFORMED_RECORD"] == 3
+    agg.step(HEIGHT + 2)
+    assert sink.published == [], "no forged result counted toward the quorum"
+    for runner in (0, 1):
+        agg.on_results(result_batch(runner, [(t1, {"p": 4})]))
+    agg.step(HEIGHT + 2)
+    assert sink.published == [(1, b'{"p":4}')]

@@ -11,6 +11,7 @@ failure path shows up with its own reason; forged tasks and results are quaranti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator
@@ -35,7 +36,14 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
 from watchtower.protocol.partitioning import partition_for_key
-from watchtower.schemas.ingest_records import decode_result, encode_result, encode_task
+from watchtower.schemas.ingest_records import (
+    batch_results,
+    decode_results,
+    encode_result,
+    encode_result_batch,
+    encode_task,
+    encode_task_batch,
+)
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
@@ -155,14 +163,20 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
     assert len(ticks) + len(failed_ticks) >= 60
 
 
+def _results_of(value: bytes | None) -> list[IngestResult]:
+    record = decode_results(value)
+    return [record] if isinstance(record, IngestResult) else batch_results(record)
+
+
 def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:
     assert env.stream_id, "runs after the end-to-end test, on its stream"
     bootstrap, prefix = env.services.bootstrap, env.services.prefix
     before = env.agg().get("quarantined", {})
     head_before = env.api.get_head(env.stream_id)["head_sequence"]
     stranger = nacl.signing.SigningKey.generate()
-    old = next(decode_result(m.value()) for m in read_committed(bootstrap, [topic_name("ingest-results", prefix)])
-               if m.key() == env.stream_id.encode())
+    # A runner's batch of results, replayed whole: every result in it is for a finished tick.
+    old_value, old = next((m.value(), r) for m in read_committed(bootstrap, [topic_name("ingest-results", prefix)])
+                          for r in _results_of(m.value()) if r.stream_id == env.stream_id)
     tick = env.done() + 4
     forged_task = IngestTask(stream_id=env.stream_id, tick=tick, skip_from=None, tick_height=now_height(),
                              deadline_height=now_height() + 2, task_definition_json="{}", result_schema_json="{}",
@@ -175,21 +189,29 @@ def test_forged_tasks_and_results_are_quarantined(env: Env) -> None:
     unregistered = new_result(future, stranger, result=b'{"price":1,"symbol":"BTC"}')
     wrong_task = IngestResult(b"\x00" * 32, env.stream_id, tick, old.runner, '{"price":1,"symbol":"BTC"}', None, "",
                               old.signature)
+    stranger_batch = encode_task_batch([dataclasses.replace(forged_task, signature=b"")], stranger)
+    tampered = bytearray(old_value)
+    tampered[-70] ^= 0x01  # inside the signed results: the runner's batch signature no longer verifies
     producer = Producer(kafka_config(bootstrap))
-    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=encode_task(forged_task))
-    producer.produce(topic_name("ingest-tasks", prefix), key=env.stream_id.encode(), value=b"not a task")
-    for result in (old, unregistered, wrong_task):
-        producer.produce(topic_name("ingest-results", prefix), key=env.stream_id.encode(), value=encode_result(result))
+    tasks_topic, results_topic = topic_name("ingest-tasks", prefix), topic_name("ingest-results", prefix)
+    for value in (encode_task(forged_task), b"not a task", stranger_batch):
+        producer.produce(tasks_topic, key=env.stream_id.encode(), value=value)
+    for value in (old_value, encode_result(unregistered), encode_result(wrong_task), bytes(tampered),
+                  encode_result_batch([new_result(future, stranger, result=b'{"price":1}', for_batch=True)], stranger)):
+        producer.produce(results_topic, key=env.stream_id.encode(), value=value)
     producer.flush(10)
 
     def counts() -> dict[str, int]:
         now = env.agg().get("quarantined", {})
         return {k: now.get(k, 0) - before.get(k, 0) for k in set(now) | set(before)}
 
-    wait_for("the forged records counted", lambda: counts().get("UNAUTHORIZED", 0) >= 2
-             and counts().get("STALE_SEQUENCE", 0) >= 1 and counts().get("MALFORMED_RECORD", 0) >= 1, 30)
+    # UNAUTHORIZED: the stranger's task, its task batch, its result and its result batch; the replayed
+    # batch's results are STALE_SEQUENCE; the tampered batch is INVALID_SIGNATURE.
+    wait_for("the forged records counted", lambda: counts().get("UNAUTHORIZED", 0) >= 4
+             and counts().get("STALE_SEQUENCE", 0) >= 1 and counts().get("MALFORMED_RECORD", 0) >= 1
+             and counts().get("INVALID_SIGNATURE", 0) >= 1, 30)
     liar = health(env.services.health_file("runner-liar"))
-    assert liar.get("quarantined", {}).get("UNAUTHORIZED", 0) >= 1, liar
+    assert liar.get("quarantined", {}).get("UNAUTHORIZED", 0) >= 2, liar
     wait_for("the tick after the forgeries", lambda: env.done() >= tick + 1, 30)
     messages = env.api.get_since(env.stream_id, head_before, 500)["messages"]
     prices = {json.loads(bytes.fromhex(m["payload_inline_hex"]))["ticks"][0]["price"] for m in messages}
@@ -276,15 +298,15 @@ def test_scale_out_and_kill_9_finish_every_tick_exactly_once(env: Env) -> None:
     partitions = len(AdminClient(kafka_config(env.services.bootstrap)).list_topics(t_tasks, timeout=30)
                      .topics[t_tasks].partitions)
     tag = uuid.uuid4().hex[:8]
-    ids = [f"scale-{tag}-{i}" for i in range(1_000)]
+    ids = [f"scale-{tag}-{i}" for i in range(scale(1_000, 2_000))]
     chosen = [next(sid for sid in ids if partition_for_key(sid.encode(), partitions) == p) for p in range(partitions)]
-    chosen += [sid for sid in ids if sid not in chosen][: max(0, scale(4, 24) - len(chosen))]
+    chosen += [sid for sid in ids if sid not in chosen][: max(0, scale(4, 500) - len(chosen))]
     feeds = [create_feed(env.api, owner, name=sid, stream_id=sid, publisher_key_hex=bytes(delegated.verify_key).hex(),
                          ingestion=ingestion)["stream_id"] for sid in chosen]
     for sid in feeds:
         wait_until_visible(env.api, sid)
     extra = {"WATCHTOWER_HOME": str(env.home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
-    n = scale(3, 60)  # messages per feed between the faults (CI: enough that each fault lands mid-run)
+    n = scale(3, 12)  # messages per feed between the faults (CI: enough that each fault lands mid-run; soak: 60 s)
 
     def heads() -> list[int]:
         return [int(env.api.get_head(sid)["head_sequence"]) for sid in feeds]

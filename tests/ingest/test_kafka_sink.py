@@ -49,7 +49,7 @@ class Actor:
         self.log: list[bytes] = []
         self.sent: list[Command] = []
 
-    def submit(self, cmd: Command, *, key: str | None = None) -> Future[dict[str, Any]]:  # noqa: ARG002
+    def submit(self, cmd: Command, *, key: str | None = None, poll: bool = True) -> Future[dict[str, Any]]:  # noqa: ARG002
         self.sent.append(cmd)
         future: Future[dict[str, Any]] = Future()
         try:

@@ -64,7 +64,8 @@ PUBLISHED = {"stream_id": "s", "version": 1, "sequence": 1, "kind": "k", "conten
 
 def test_catalogue_has_one_schema_per_event_type_and_the_stream_message() -> None:
     assert set(names_of_kind(SchemaKind.EVENT)) == EVENTS
-    assert set(CATALOG) == EVENTS | {"StreamMessage", "IngestTask", "IngestResult"}
+    assert set(CATALOG) == EVENTS | {"StreamMessage", "IngestTask", "IngestResult", "IngestTaskBatch",
+                                     "IngestResultBatch"}
 
 
 def test_retired_ids_are_never_reused() -> None:

@@ -29,8 +29,9 @@ from watchtower.ingest import keys
 from watchtower.ingest.runner import admission_command, dismissal_command
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.ingestion_records import IngestResult, verify_result_batch
 from watchtower.protocol.message import StreamMessage
-from watchtower.schemas.ingest_records import decode_result
+from watchtower.schemas.ingest_records import batch_results, decode_results
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name, topic_prefix
 from watchtower.topics.reader import read_committed
@@ -191,7 +192,15 @@ def _liar_answers(bootstrap: str, prefix: str, stream_id: str, liar: nacl.signin
     address = address_from_public_key(bytes(liar.verify_key))
     out: dict[int, Any] = {}
     for record in read_committed(bootstrap, [topic_name("ingest-results", prefix)]):
-        result = decode_result(record.value())
-        if result.stream_id == stream_id and result.runner == address and result.result_json:
-            out[result.tick] = json.loads(result.result_json)["price"]
+        decoded = decode_results(record.value())
+        if isinstance(decoded, IngestResult):
+            results = [decoded]
+        elif decoded.signer == address:
+            verify_result_batch(decoded, frozenset([address]))  # what the liar signed, not what anyone wrote
+            results = batch_results(decoded)
+        else:
+            continue
+        for result in results:
+            if result.stream_id == stream_id and result.runner == address and result.result_json:
+                out[result.tick] = json.loads(result.result_json)["price"]
     return out

@@ -98,7 +98,7 @@ class CommandClient:
         except WatchtowerError as err:
             fut.set_exception(err)
 
-    def submit(self, cmd: Command, *, key: str | None = None) -> Future[dict[str, Any]]:
+    def submit(self, cmd: Command, *, key: str | None = None, poll: bool = True) -> Future[dict[str, Any]]:
         """Send ``cmd``; the future resolves with the result dict or raises the spec error.
 
         A caller that stops waiting may cancel the future: its reply is then dropped quietly
@@ -137,8 +137,13 @@ class CommandClient:
                               value=encode_command(cmd),
                               headers=tracing.inject({H_CORRELATION: corr,
                                                       H_REPLY_PARTITION: str(self.reply_partition)}))
-        self.producer.poll(0)
+        if poll:  # a caller that sends many at once polls once for all of them (`poll`)
+            self.producer.poll(0)
         return result
+
+    def poll(self) -> None:
+        """Serve the producer's delivery reports (`submit` with ``poll=False`` leaves them to this)."""
+        self.producer.poll(0)
 
     def call(self, cmd: Command, timeout: float = 30.0) -> dict[str, Any]:
         """Send and wait. Raises the spec error, or TimeoutError when no worker answered in time."""

@@ -30,7 +30,15 @@ from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ingestion import MAX_RESULT_BYTES, IngestReason, ProofType
 from watchtower.protocol.ingestion_proof import Outcome, decide_proof
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, check_result, verify_task
+from watchtower.protocol.ingestion_records import (
+    IngestResult,
+    IngestTask,
+    check_batch_entry,
+    check_result,
+    verify_result_batch,
+    verify_task,
+    verify_task_batch,
+)
 from watchtower.protocol.ingestion_results import canonical_json, parse_result, validate_result
 from watchtower.protocol.ingestion_transform import (
     Payload,
@@ -39,7 +47,7 @@ from watchtower.protocol.ingestion_transform import (
     check_payload_size,
     parse_transform,
 )
-from watchtower.schemas.ingest_records import decode_result, decode_task
+from watchtower.schemas.ingest_records import batch_results, batch_tasks, decode_results, decode_tasks
 
 log = logging.getLogger("watchtower.ingest.aggregator")
 
@@ -136,7 +144,7 @@ class Aggregator:
         self.sink = sink
         self.pending: dict[str, dict[int, Pending]] = {}
         self.done: dict[str, int] = {}
-        self.early: OrderedDict[tuple[str, int], list[IngestResult]] = OrderedDict()
+        self.early: OrderedDict[tuple[str, int], list[tuple[IngestResult, bool]]] = OrderedDict()
         self.quarantined: Counter[str] = Counter()
         self._logged: dict[str, tuple[float, int]] = {}  # code -> (last line, records not logged since)
         self.published = 0
@@ -174,44 +182,90 @@ class Aggregator:
         log.warning("quarantined %s: %s: %s%s", where, code, why, more)
 
     def on_task(self, value: bytes | None, where: str = "ingest.tasks") -> str | None:
-        """Take one ``ingest.tasks`` record; the stream id of a task this aggregator accepted.
+        """Take one single-task ``ingest.tasks`` record; the stream id of a task this aggregator
+        accepted (see `on_tasks`, which also takes batches)."""
+        accepted = self.on_tasks(value, where)
+        return accepted[0] if accepted else None
 
-        One reader thread calls this and `on_result`; the signature checks run outside the lock,
+    def on_tasks(self, value: bytes | None, where: str = "ingest.tasks") -> list[str]:
+        """Take one ``ingest.tasks`` record, a task or a signed batch of them; the stream ids of the
+        tasks this aggregator accepted.
+
+        One reader thread calls this and `on_results`; the signature checks run outside the lock,
         so the publishing threads are never held up by them."""
         try:
-            task = decode_task(value)
-            verify_task(task, self.scheduler)
+            record = decode_tasks(value)
+            if isinstance(record, IngestTask):
+                verify_task(record, self.scheduler)
+                tasks, batched = [record], False
+            else:
+                verify_task_batch(record, self.scheduler)
+                tasks, batched = batch_tasks(record), True
         except WatchtowerError as exc:
             self._quarantine(exc.code, exc.message, where)
-            return None
+            return []
+        accepted = []
+        for task in tasks:
+            if batched:
+                try:
+                    verify_task(task, self.scheduler, batch_verified=True)
+                except WatchtowerError as exc:
+                    self._quarantine(exc.code, exc.message, where)
+                    continue
+            if self._take_task(task, where):
+                accepted.append(task.stream_id)
+        return accepted
+
+    def _take_task(self, task: IngestTask, where: str) -> bool:
         stream = self.view.streams.get(task.stream_id)
         if stream is not None and task.task_definition_json != self.view.template(stream).task_definition_json:
             self._quarantine("MALFORMED_RECORD", "the task's definition is not the stream's", where)
-            return None
+            return False
         with self.lock:
             ticks = self.pending.setdefault(task.stream_id, {})
             if task.tick in ticks or task.tick <= self.done.get(task.stream_id, 0):
-                return task.stream_id  # a task read twice (the reader resumed earlier than it stopped)
+                return True  # a task read twice (the reader resumed earlier than it stopped)
             pending = ticks[task.tick] = Pending(task)
             self.tasks += 1
             self.dirty.add(task.stream_id)
             early = self.early.pop((task.stream_id, task.tick), [])
-        for result in early:
-            self._accept(pending, result, where)
-        return task.stream_id
+        for result, batched in early:
+            self._accept(pending, result, where, batched)
+        return True
 
     def on_result(self, value: bytes | None, where: str = "ingest.results") -> None:
-        """Take one ``ingest.results`` record (see `on_task`)."""
+        """Take one ``ingest.results`` record (see `on_results`)."""
+        self.on_results(value, where)
+
+    def on_results(self, value: bytes | None, where: str = "ingest.results") -> None:
+        """Take one ``ingest.results`` record: a runner's result, or its signed batch of results
+        (verified once: the batch's runner must be registered, and every result in it must be that
+        runner's). See `on_tasks`."""
         try:
-            result = decode_result(value)
+            record = decode_results(value)
+            if isinstance(record, IngestResult):
+                results, batched = [record], False
+            else:
+                verify_result_batch(record, self.view.registered())
+                results, batched = batch_results(record), True
         except WatchtowerError as exc:
             self._quarantine(exc.code, exc.message, where)
             return
+        for result in results:
+            if batched:
+                try:
+                    check_batch_entry(result, record)  # type: ignore[arg-type]
+                except WatchtowerError as exc:
+                    self._quarantine(exc.code, exc.message, where)
+                    continue
+            self._take_result(result, where, batched)
+
+    def _take_result(self, result: IngestResult, where: str, batched: bool) -> None:
         with self.lock:
             stale = result.tick <= self.done.get(result.stream_id, 0)
             pending = None if stale else self.pending.get(result.stream_id, {}).get(result.tick)
             if not stale and pending is None:
-                self.early.setdefault((result.stream_id, result.tick), []).append(result)
+                self.early.setdefault((result.stream_id, result.tick), []).append((result, batched))
                 while len(self.early) > MAX_EARLY:
                     self.early.popitem(last=False)
                     self.quarantined["UNMATCHED_RESULT"] += 1
@@ -219,7 +273,7 @@ class Aggregator:
         if pending is None:
             self._quarantine("STALE_SEQUENCE", f"a result for tick {result.tick}, already finished (a replay)", where)
             return
-        self._accept(pending, result, where)
+        self._accept(pending, result, where, batched)
 
     # --- ownership (scale-out) -------------------------------------------------------------------
 
@@ -249,8 +303,8 @@ class Aggregator:
                 return False
         return True
 
-    def _accept(self, pending: Pending, result: IngestResult, where: str) -> None:
-        outcome = self._judge(pending.task, result, where)
+    def _accept(self, pending: Pending, result: IngestResult, where: str, batched: bool = False) -> None:
+        outcome = self._judge(pending.task, result, where, batched)
         if outcome is None:
             return
         with self.lock:
@@ -260,11 +314,12 @@ class Aggregator:
                 return
             pending.outcomes.append(outcome)
 
-    def _judge(self, task: IngestTask, result: IngestResult, where: str) -> Outcome | None:
+    def _judge(self, task: IngestTask, result: IngestResult, where: str, batched: bool = False) -> Outcome | None:
         """The runner's answer to `task` as the proof rule counts it, or None when it does not count
-        (quarantined). Runs outside the lock: it only reads the task and the runner registry."""
+        (quarantined). Runs outside the lock: it only reads the task and the runner registry.
+        `batched`: the result came in its runner's verified batch."""
         try:
-            check_result(result, task, self.view.registered())
+            check_result(result, task, self.view.registered(), batch_verified=batched)
         except WatchtowerError as exc:
             self._quarantine(exc.code, exc.message, where)
             return None

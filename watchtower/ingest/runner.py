@@ -38,14 +38,22 @@ from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, TaskSpec, parse_task_definition
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result, verify_task
+from watchtower.protocol.ingestion_records import (
+    MAX_BATCH,
+    IngestResult,
+    IngestTask,
+    new_result,
+    verify_task,
+    verify_task_batch,
+)
 from watchtower.protocol.ingestion_results import canonical_json, parse_result
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
+from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.validation import is_number
-from watchtower.schemas.ingest_records import decode_task, encode_result
+from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_result_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
 
 log = logging.getLogger("watchtower.ingest.runner")
 
@@ -98,23 +106,54 @@ class Runner:
         self.results = 0
         self.skipped = 0
         self._count = threading.Lock()
+        self.batched = False
+        """Results are left unsigned for a `ResultBatcher`, which signs each batch (`serve` sets it)."""
 
     def accept(self, value: bytes | None, where: str = "") -> IngestTask | None:
-        """The task in one ``ingest.tasks`` record if this runner is to run it now; None when it is
-        not ours, late, or quarantined (forged or malformed: counted, never run)."""
+        """The task in one single-task ``ingest.tasks`` record if this runner is to run it now (see
+        `accept_all`, which also reads batches)."""
+        tasks = self.accept_all(value, where)
+        return tasks[0] if tasks else None
+
+    def accept_all(self, value: bytes | None, where: str = "") -> list[IngestTask]:
+        """The tasks of one ``ingest.tasks`` record (a task, or a batch of them) this runner is to
+        run now; none when they are not ours, late, or quarantined (a forged or malformed record
+        or batch entry: counted, never run)."""
         try:
-            task = decode_task(value)
-            verify_task(task, self.scheduler)
+            record = decode_tasks(value)
+            if isinstance(record, IngestTask):
+                verify_task(record, self.scheduler)
+                tasks = [record]
+            else:
+                verify_task_batch(record, self.scheduler)
+                tasks = batch_tasks(record)
         except WatchtowerError as exc:
-            self.quarantined[exc.code] += 1
-            log.warning("quarantined ingest.tasks record %s: %s: %s", where, exc.code, exc.message)
-            return None
-        if task.skip_from is not None or self.address not in task.runners:
-            return None
-        if now_height() > task.deadline_height:
-            self.count_late(1)
-            return None
-        return task
+            self._quarantine(exc, where)
+            return []
+        height = now_height()
+        batched = not isinstance(record, IngestTask)
+        out: list[IngestTask] = []
+        late = 0
+        for task in tasks:
+            if batched:
+                try:
+                    verify_task(task, self.scheduler, batch_verified=True)
+                except WatchtowerError as exc:
+                    self._quarantine(exc, where)
+                    continue
+            if task.skip_from is not None or self.address not in task.runners:
+                continue
+            if height > task.deadline_height:
+                late += 1
+                continue
+            out.append(task)
+        if late:
+            self.count_late(late)
+        return out
+
+    def _quarantine(self, exc: WatchtowerError, where: str) -> None:
+        self.quarantined[exc.code] += 1
+        log.warning("quarantined ingest.tasks record %s: %s: %s", where, exc.code, exc.message)
 
     def count_late(self, n: int) -> None:
         with self._count:
@@ -165,10 +204,11 @@ class Runner:
             return self.failed(task, exc)
         with self._count:
             self.results += 1
-        return new_result(task, self.key, result=result)
+        return new_result(task, self.key, result=result, runner=self.address, for_batch=self.batched)
 
     def failed(self, task: IngestTask, error: FetchError) -> IngestResult:
-        return new_result(task, self.key, error=error.reason, detail=error.detail)
+        return new_result(task, self.key, error=error.reason, detail=error.detail, runner=self.address,
+                          for_batch=self.batched)
 
     def health(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "runner": self.address, "results": self.results, "late": self.skipped,
@@ -225,6 +265,9 @@ def submit(runner: Runner, pool: Dispatcher, task: IngestTask, emit: Callable[[I
     pool.submit(task, spec)
 
 
+RESULT_LINGER_MS: Final = 10
+"""Results finished within a few ms of each other leave in one produce request: a block's fetches
+end together, and the broker answers one request for them instead of one each."""
 MAX_WAITING: Final = 10_000
 """Jobs queued in the dispatcher beyond which the runner stops reading tasks for a moment."""
 
@@ -237,26 +280,27 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
 
     On `stop` it returns within about two seconds whatever its sources do: running fetches are
     abandoned on their daemon threads and their results dropped."""
+    # The runner's own group has one member, and static: a runner restarted after kill -9 takes its
+    # partitions back at once instead of waiting out its dead self's session; a second process with
+    # the same key is fenced (one process per runner identity).
+    timeouts = GroupTimeouts.from_env()
     consumer = Consumer(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
+        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}", "group.instance.id": "runner",
+        "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
     # Placed as the scheduler places tasks (scheduler.INGEST_PARTITIONER): a result shares its task's partition.
-    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": 5,
+    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": RESULT_LINGER_MS,
                                                    "partitioner": "murmur2_random"}))
     results_topic = topic_name("ingest-results", prefix)
     consumer.subscribe([topic_name("ingest-tasks", prefix)])
     fetcher = Fetcher(runner.allow, max_connections=concurrency)
 
-    def emit(result: IngestResult) -> None:
-        value = encode_result(result)
-        while True:
-            try:
-                producer.produce(results_topic, key=result.stream_id.encode(), value=value)
-                return
-            except BufferError:  # the local queue is full: let it drain
-                producer.poll(0.05)
-
-    pool = dispatcher(runner, emit, fetcher, workers=concurrency)
+    partitions = len(producer.list_topics(results_topic, timeout=30).topics[results_topic].partitions)
+    runner.batched = True
+    batcher = ResultBatcher(runner.key, lambda partition, value: _produce(producer, results_topic, partition, value),
+                            partitions)
+    batcher.start()
+    pool = dispatcher(runner, batcher.add, fetcher, workers=concurrency)
     last_health = 0.0
     try:
         while not stop.is_set():
@@ -267,9 +311,8 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
             for msg in consumer.consume(500, 0.1):
                 error = msg.error()
                 if error is None:
-                    task = runner.accept(msg.value(), f"p{msg.partition()}@{msg.offset()}")
-                    if task is not None:
-                        submit(runner, pool, task, emit)
+                    for task in runner.accept_all(msg.value(), f"p{msg.partition()}@{msg.offset()}"):
+                        submit(runner, pool, task, batcher.add)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("ingest.tasks: %s", error)
             producer.poll(0)
@@ -280,5 +323,73 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                 tmp.replace(health_file)
     finally:
         pool.close()  # never joins a thread a source holds
+        batcher.close()
         producer.flush(2)
         consumer.close()
+
+
+def _produce(producer: Producer, topic: str, partition: int, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, partition=partition, value=value)
+            return
+        except BufferError:  # the local queue is full: let it drain
+            producer.poll(0.05)
+
+
+class ResultBatcher:
+    """Gathers a runner's results for `RESULT_LINGER_MS` and hands each partition's share to `send`
+    as signed result batches (`MAX_BATCH` results at most each): one signature and one record for
+    the results a block's fetches finish together, instead of one per tick.
+
+    A result goes to the partition its stream id's key places it in, the partition of its task
+    (`partition_for_key`, the scheduler's placement), so one aggregator reads both."""
+
+    def __init__(self, key: nacl.signing.SigningKey, send: Callable[[int, bytes], None], partitions: int, *,
+                 linger_ms: int = RESULT_LINGER_MS) -> None:
+        self.key, self.send, self.partitions, self.linger_s = key, send, partitions, linger_ms / 1000
+        self._items: list[IngestResult] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="runner-results", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, result: IngestResult) -> None:
+        with self._cond:
+            self._items.append(result)
+            if len(self._items) == 1:
+                self._cond.notify()
+
+    def close(self) -> None:
+        """Send what is gathered, then stop."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._closed:
+                    self._cond.wait()
+                closed = self._closed
+            if not closed:
+                time.sleep(self.linger_s)  # let the rest of the block's results come in
+            with self._cond:
+                items, self._items = self._items, []
+            self.flush(items)
+            if closed:
+                return
+
+    def flush(self, items: list[IngestResult]) -> None:
+        by_partition: dict[int, list[IngestResult]] = {}
+        for result in items:
+            by_partition.setdefault(partition_for_key(result.stream_id.encode(), self.partitions), []).append(result)
+        for partition, share in by_partition.items():
+            for i in range(0, len(share), MAX_BATCH):
+                try:
+                    self.send(partition, encode_result_batch(share[i:i + MAX_BATCH], self.key))
+                except Exception:  # a result not sent is a tick its aggregator times out, not a dead runner
+                    log.exception("could not send %d results to partition %d", len(share[i:i + MAX_BATCH]), partition)

@@ -1,6 +1,6 @@
-"""The ingestion scheduler: a Faust agent folds ``events`` (which streams ingest, which runners are
-registered) and a Faust timer on the block clock writes each due (stream, tick) to
-``ingest.tasks`` exactly once.
+"""The ingestion scheduler: a reader thread folds ``events`` (which streams ingest, which runners are
+registered) and a loop on the block clock writes each due (stream, tick) to ``ingest.tasks``
+exactly once.
 
 Exactly once, across restarts and rebalances, without trusting any local state:
 
@@ -19,23 +19,18 @@ After an outage longer than ``max_catch_up`` ticks the older ticks are written a
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import sys
-import tempfile
+import signal
+import threading
 import time
 import uuid
-from typing import Any, Final
+from typing import Final
 
-import faust
 import nacl.signing
-from confluent_kafka import Producer
-from faust.transport.drivers import aiokafka as faust_aiokafka
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.view import IngestionView
-from watchtower.logs import faust_logging_config, faust_worker_argv
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import WatchtowerError
@@ -45,11 +40,11 @@ from watchtower.protocol.ingestion import (
     latest_tick,
     tick_height,
 )
-from watchtower.protocol.ingestion_records import IngestTask, new_task
-from watchtower.schemas.ingest_records import decode_task, encode_task
+from watchtower.protocol.ingestion_records import MAX_BATCH, IngestTask, new_task, verify_task_batch
+from watchtower.protocol.partitioning import partition_for_key
+from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_task_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.faust_settings import faust_broker_settings
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.scheduler")
@@ -62,30 +57,50 @@ partition number and the aggregators' range assignment gives both to the same me
 
 
 class TaskWriter:
-    """The one writer of ``ingest.tasks`` (see the module docstring)."""
+    """The one writer of ``ingest.tasks`` (see the module docstring). A round's tasks leave as
+    signed batches, one or more per partition (`protocol.ingestion_records.MAX_BATCH` tasks at most
+    each), each in the partition its streams' keys place them in: one signature and one record for
+    a partition's share of the block instead of one per tick."""
 
-    def __init__(self, bootstrap: str, prefix: str | None) -> None:
+    def __init__(self, bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey) -> None:
         self.topic = topic_name("ingest-tasks", prefix)
+        self.key = key
+        self.address = address_from_public_key(bytes(key.verify_key))
         self.producer = Producer(kafka_config(bootstrap, **{
             "transactional.id": f"wt-{prefix or 'wt'}.ingest-scheduler", "enable.idempotence": True,
             "linger.ms": 2, "partitioner": INGEST_PARTITIONER}))
         self.producer.init_transactions(60)
+        self.partitions = len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
         self.last: dict[str, int] = {}
         for msg in read_committed(bootstrap, [self.topic]):
             try:
-                task = decode_task(msg.value())
-            except WatchtowerError as exc:  # not a task: it moves no stream
+                tasks = self._tasks(msg.value())
+            except WatchtowerError as exc:  # not a task of ours: it moves no stream
                 log.warning("ingest.tasks record p%s@%s is not a task: %s", msg.partition(), msg.offset(), exc.message)
                 continue
-            self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
+            for task in tasks:
+                self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
         self.written = 0
 
+    def _tasks(self, value: bytes | None) -> list[IngestTask]:
+        record = decode_tasks(value)
+        if isinstance(record, IngestTask):
+            return [record]
+        verify_task_batch(record, self.address)
+        return batch_tasks(record)
+
     def write(self, tasks: list[IngestTask]) -> None:
+        """Write `tasks` (unsigned: `new_task(for_batch=True)`) in one transaction."""
         if not tasks:
             return
-        self.producer.begin_transaction()
+        by_partition: dict[int, list[IngestTask]] = {}
         for task in tasks:
-            self.producer.produce(self.topic, key=task.stream_id.encode(), value=encode_task(task))
+            by_partition.setdefault(partition_for_key(task.stream_id.encode(), self.partitions), []).append(task)
+        self.producer.begin_transaction()
+        for partition, share in by_partition.items():
+            for i in range(0, len(share), MAX_BATCH):
+                self.producer.produce(self.topic, partition=partition,
+                                      value=encode_task_batch(share[i:i + MAX_BATCH], self.key))
         self.producer.commit_transaction(30)
         for task in tasks:
             self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
@@ -94,7 +109,8 @@ class TaskWriter:
 
 def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signing.SigningKey,
          max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> list[IngestTask]:
-    """The signed tasks due at `height` for every ingesting stream after its `last` written tick.
+    """The tasks due at `height` for every ingesting stream after its `last` written tick, unsigned
+    (`TaskWriter.write` signs them in batches).
 
     One pass over the streams per round; a stream with nothing due costs one comparison."""
     out: list[IngestTask] = []
@@ -113,102 +129,83 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
             out.append(new_task(stream_id=stream.stream_id, tick=last_skipped, skip_from=first,
                                 tick_height=tick_height(stream.anchor, cfg.interval_blocks, last_skipped),
                                 timeout_blocks=0, config=template, runner_keys=(), scheduler=key,
-                                scheduler_address=address))
+                                scheduler_address=address, for_batch=True))
         out.extend(new_task(stream_id=stream.stream_id, tick=t,
                             tick_height=tick_height(stream.anchor, cfg.interval_blocks, t),
                             timeout_blocks=timeout_blocks, config=template, runner_keys=keys, scheduler=key,
-                            scheduler_address=address)
+                            scheduler_address=address, for_batch=True)
                    for t in due.ticks)
     return out
 
 
-class _ReadCommittedThread(faust_aiokafka.AIOKafkaConsumerThread):
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        consumer._isolation_level = "read_committed"  # an aborted StreamCreated must not schedule anything
-        return consumer
-
-
-class _Consumer(faust_aiokafka.Consumer):
-    def _new_consumer_thread(self) -> _ReadCommittedThread:
-        return _ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
-
-
-class _Transport(faust_aiokafka.Transport):
-    Consumer = _Consumer
-
-
-class SchedulerApp(faust.App):
-    """At least once, read_committed; the fold is idempotent, so a redelivered event changes nothing."""
-
-    def _new_transport(self) -> Any:
-        return _Transport(self.conf.broker_consumer, self)
-
-
 BLOCK_START_MARGIN_MS: Final = 2
 """How long after a block starts the scheduler plans it (the clock's own jitter)."""
+EVENTS_FETCH: Final = {"fetch.wait.max.ms": 100, "fetch.min.bytes": 65536}
+"""The events fold waits for a fuller fetch: a new stream or runner is picked up within 100 ms,
+and the broker answers a few fetches a second instead of one per publish."""
 
 
-def build_app(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, *, tick_s: float = 0.25,
-              max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> SchedulerApp:
-    """The scheduler's Faust app (see the module docstring).
+def fold_events(bootstrap: str, prefix: str | None, view: IngestionView, stop: threading.Event) -> None:
+    """Fold ``events`` into `view` from the beginning, read_committed (an aborted StreamCreated must
+    not schedule anything), until `stop`. The view skips every record that is neither a creation nor
+    a runner event from its header alone, so the ingested feeds' own messages cost no decode."""
+    topic = topic_name("events", prefix)
+    consumer = Consumer(kafka_config(bootstrap, **{
+        "group.id": f"wt-{prefix or 'wt'}.ingest-scheduler-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
+        while not stop.is_set():
+            for msg in consumer.consume(1000, 0.2):
+                error = msg.error()
+                if error is None:
+                    view.fold(msg.value(), msg.key())
+                elif error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("events reader: %s", error)
+    finally:
+        consumer.close()
 
-    Its group is new at every start, so the agent folds ``events`` from the beginning: the view is
-    rebuilt from the log each time, never trusted from a previous run.
-    """
-    app = SchedulerApp(
-        f"wt-{prefix or 'wt'}.ingest-scheduler-{uuid.uuid4().hex[:8]}",
-        broker=f"kafka://{bootstrap}", **faust_broker_settings(), store="memory://",
-        datadir=os.environ.get("WATCHTOWER_FAUST_DATADIR") or tempfile.mkdtemp(prefix="wt-ingest-faust-"),
-        processing_guarantee="at_least_once", web_enabled=False, topic_disable_leader=True,
-        consumer_auto_offset_reset="earliest", topic_allow_declare=False,
-    )
+
+def _sleep_to_next_block(stop: threading.Event, tick_s: float) -> None:
+    # Ticks fall due at block starts: wake just after each one (and at least every `tick_s`, for
+    # streams created meanwhile), rather than polling on a timer that is late by up to its interval.
+    now_ms = time.time_ns() // 1_000_000
+    stop.wait(min(tick_s, (BLOCK_INTERVAL_MS - (now_ms - GENESIS_UNIX_MS) % BLOCK_INTERVAL_MS
+                           + BLOCK_START_MARGIN_MS) / 1000))
+
+
+def schedule(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, stop: threading.Event, *,
+             tick_s: float = 0.25, max_catch_up: int = DEFAULT_MAX_CATCH_UP) -> None:
+    """The scheduler until `stop` (see the module docstring): a thread folds ``events``; this one
+    writes each block's due tasks in one transaction just after the block starts.
+
+    Returns early when another scheduler fenced this one (its transactional id was taken over):
+    the newer one writes from then on."""
     view = IngestionView(heads=False)
-    state: dict[str, Any] = {"writer": None}
-    events = app.topic(topic_name("events", prefix), value_type=bytes, value_serializer="raw", key_serializer="raw")
-
-    @app.agent(events)
-    async def fold(stream: Any) -> None:
-        async for value in stream:
-            view.fold(value)
-
-    @app.task
-    async def start_writer() -> None:
-        state["writer"] = await asyncio.get_running_loop().run_in_executor(None, TaskWriter, bootstrap, prefix)
-        log.info("ingest scheduler ready: %d streams already have ticks", len(state["writer"].last))
-
-    def _round(writer: TaskWriter) -> None:
-        writer.write(plan(view, writer.last, now_height(), key, max_catch_up))
-
-    @app.task
-    async def tick() -> None:
-        # Ticks fall due at block starts: wake just after each one (and at least every `tick_s`, for
-        # streams created meanwhile), rather than polling on a timer that is late by up to its interval.
-        loop = asyncio.get_running_loop()
-        while True:
-            now_ms = time.time_ns() // 1_000_000
-            await asyncio.sleep(min(tick_s, (BLOCK_INTERVAL_MS - (now_ms - GENESIS_UNIX_MS) % BLOCK_INTERVAL_MS
-                                             + BLOCK_START_MARGIN_MS) / 1000))
-            writer: TaskWriter | None = state["writer"]
-            if writer is None:
-                continue
-            # Planned and written off the event loop: signing a block's tasks would otherwise hold up
-            # the agent that folds events.
-            try:
-                await loop.run_in_executor(None, _round, writer)
-            except Exception:  # the next round writes what this one did not (`TaskWriter.last`)
-                log.exception("ingest scheduler round failed; the next block tries again")
-                await asyncio.sleep(tick_s)
-
-    app.ingestion_view = view  # type: ignore[attr-defined]
-    return app
+    fold = threading.Thread(target=fold_events, args=(bootstrap, prefix, view, stop), name="ingest-scheduler-fold",
+                            daemon=True)
+    fold.start()
+    writer = TaskWriter(bootstrap, prefix, key)
+    log.info("ingest scheduler ready: %d streams already have ticks", len(writer.last))
+    while not stop.is_set():
+        _sleep_to_next_block(stop, tick_s)
+        if stop.is_set():
+            break
+        try:
+            writer.write(plan(view, writer.last, now_height(), key, max_catch_up))
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
+                log.error("ingest scheduler fenced: %s; a newer scheduler writes the tasks now", exc.args[0].str())
+                return
+            log.exception("ingest scheduler round failed; the next block tries again")
+        except Exception:  # the next round writes what this one did not (`TaskWriter.last`)
+            log.exception("ingest scheduler round failed; the next block tries again")
 
 
 def run(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey) -> None:
-    """Run the scheduler worker in the foreground until it is stopped."""
-    app = build_app(bootstrap, prefix, key)
-    logging_config = faust_logging_config("ingest", default_level="INFO")  # JSON lines when chosen
-    if logging_config is not None:
-        app.conf.logging_config = logging_config
-    sys.argv = faust_worker_argv(app, "--loglevel", "warn", "--without-web")  # no banner, no spinner
-    app.main()
+    """Run the scheduler in the foreground until SIGTERM or SIGINT."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    schedule(bootstrap, prefix, key, stop)

@@ -1,5 +1,5 @@
-"""``watchtower ingest serve``: the ingestion service process — the scheduler (Faust) and the
-aggregator (a thread with its own confluent-kafka readers and command producer).
+"""``watchtower ingest serve``: the ingestion service process — the scheduler and the aggregator,
+each a thread with its own confluent-kafka readers and producer (or one of them alone, `ROLES`).
 
 Aggregators scale out by stream: they share one consumer group on ``ingest.tasks`` and
 ``ingest.results`` (both keyed by stream id, with the same partitions, so the range assignor gives
@@ -48,15 +48,21 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.reader import read_committed
 
 log = logging.getLogger("watchtower.ingest.service")
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
-COMMAND_LINGER_MS: Final = 5
+COMMAND_LINGER_MS: Final = 10
 """A block's decisions leave within a few ms of each other: gathering them costs little latency and
 saves the broker a request per publish."""
+EVENTS_FETCH: Final = {"fetch.wait.max.ms": 50, "fetch.min.bytes": 65536}
+"""The events fold waits up to 50 ms for a fuller fetch: it needs the log for new streams and after a
+moved head, never on the way of a tick, and the broker answers a few fetches a second, not one
+per publish."""
+WORK_FETCH: Final = {"fetch.wait.max.ms": 10, "fetch.min.bytes": 32768}
+"""Tasks and results: at most 10 ms more on a tick's way, for a fetch per batch of results."""
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
 
@@ -92,10 +98,12 @@ class AggregatorService:
         self.at_end: set[int] = set()
         self.events = Consumer(kafka_config(bootstrap, **{
             "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest"}))
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
+        timeouts = GroupTimeouts.from_env()  # a member killed with kill -9 hands its feeds on within this
         self.work = Consumer(kafka_config(bootstrap, **{
             "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+            "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **WORK_FETCH,
             "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
     # --- the events fold -------------------------------------------------------------------------
@@ -159,6 +167,7 @@ class AggregatorService:
                 for msg in self.work.consume(1000, 0.02):  # short: answers that came back are landed each turn
                     self._handle(msg)
                 self.aggregator.step(now_height(), self.results_read_to)
+                self.commands.poll()  # the step's commands were sent without a poll each
                 if self.health_file is not None and time.monotonic() - last_health > 0.5:
                     last_health = time.monotonic()
                     self._write_health()
@@ -186,11 +195,11 @@ class AggregatorService:
             self.read_to[partition] = max(self.read_to.get(partition, 0), min(stamp, time.time_ns() // 1_000_000))
         where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         if msg.topic() == self.t_tasks:
-            stream_id = self.aggregator.on_task(msg.value(), where)
-            if stream_id is not None:
-                self.stream_partition[stream_id] = int(msg.partition() or 0)
+            partition = int(msg.partition() or 0)
+            for stream_id in self.aggregator.on_tasks(msg.value(), where):
+                self.stream_partition[stream_id] = partition
         else:
-            self.aggregator.on_result(msg.value(), where)
+            self.aggregator.on_results(msg.value(), where)
 
     def results_read_to(self, stream_id: str) -> int:
         """The instant up to which `stream_id`'s results are all read: now when its partition is
@@ -224,28 +233,29 @@ scale out (any number share the feeds); one scheduler writes at a time (a second
 
 def serve(bootstrap: str, prefix: str | None, scheduler_key: nacl.signing.SigningKey,
           publisher_key: nacl.signing.SigningKey, health_file: Path | None = None, role: str = "all") -> None:
-    """Run the aggregator thread and the scheduler (foreground, Faust) until the process stops;
-    `role` runs one of them alone (`ROLES`)."""
+    """Run the aggregator and the scheduler until SIGTERM or SIGINT; `role` runs one of them alone
+    (`ROLES`). A scheduler fenced by a newer one stops writing; an aggregator beside it goes on."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    from watchtower.ingest.scheduler import schedule
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     scheduler = address_from_public_key(bytes(scheduler_key.verify_key))
+    if role == "scheduler":
+        schedule(bootstrap, prefix, scheduler_key, stop)
+        return
     if role == "aggregator":
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
         run_aggregator(bootstrap, prefix, scheduler, publisher_key, stop, health_file)
         return
-    from watchtower.ingest import scheduler as scheduler_mod  # Faust is imported only by the serving process
-
-    if role == "scheduler":
-        scheduler_mod.run(bootstrap, prefix, scheduler_key)
-        return
-    stop = threading.Event()
     thread = threading.Thread(target=run_aggregator, name="ingest-aggregator", daemon=True,
                               args=(bootstrap, prefix, scheduler, publisher_key, stop, health_file))
     thread.start()
     try:
-        scheduler_mod.run(bootstrap, prefix, scheduler_key)
+        schedule(bootstrap, prefix, scheduler_key, stop)
+        while thread.is_alive() and not stop.is_set():  # fenced: the aggregator goes on alone
+            stop.wait(1)
     finally:
         stop.set()
         thread.join(10)

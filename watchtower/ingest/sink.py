@@ -62,7 +62,8 @@ def _cancel_all(futures: list[concurrent.futures.Future[dict[str, Any]]]) -> Non
 class Commands(Protocol):
     """What the sink needs of the command transport (`gateway.transport.CommandClient`)."""
 
-    def submit(self, cmd: Command, *, key: str | None = None) -> concurrent.futures.Future[dict[str, Any]]: ...
+    def submit(self, cmd: Command, *, key: str | None = None,
+               poll: bool = True) -> concurrent.futures.Future[dict[str, Any]]: ...
 
 
 class KafkaSink:
@@ -134,7 +135,7 @@ class KafkaSink:
         except Exception as exc:  # before anything was sent
             out.set_exception(exc)
             return out
-        replies = [self.commands.submit(cmd) for cmd in commands]
+        replies = [self.commands.submit(cmd, poll=False) for cmd in commands]
         left = [len(replies)]
         lock = threading.Lock()
 
@@ -187,7 +188,7 @@ class KafkaSink:
             else:
                 out.set_exception(exc)
 
-        reply = self.commands.submit(cmd)
+        reply = self.commands.submit(cmd, poll=False)
         reply.add_done_callback(answered)
         out.add_done_callback(lambda f: reply.cancel() if f.cancelled() else None)
         return out

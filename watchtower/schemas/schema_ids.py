@@ -39,6 +39,8 @@ _ENTRIES: Final = (
     # CIP-7 ingestion's signed records (ingest.tasks, ingest.results)
     ("IngestTask", 3, SchemaKind.RECORD),
     ("IngestResult", 4, SchemaKind.RECORD),
+    ("IngestTaskBatch", 5, SchemaKind.RECORD),
+    ("IngestResultBatch", 6, SchemaKind.RECORD),
     # events: one schema per event type, each file self-contained (every named type inlined)
     ("StreamMessagePublished", 10, SchemaKind.EVENT),
     ("SubscriberUpdated", 11, SchemaKind.EVENT),
