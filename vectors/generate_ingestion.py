@@ -14,7 +14,10 @@ Vector types:
 - ``ingest_result_record``: a runner's signed result checked against its task and the registry
   (the right task, a registered and selected runner, its signature, a result or an error);
 - ``ingest_result``: a runner's result bytes checked against the stream's ``result_schema``
-  (canonical JSON, safe integers, Draft 2020-12, no remote ``$ref``).
+  (canonical JSON, safe integers, Draft 2020-12, no remote ``$ref``);
+- ``ingest_batch_signature``: the one signature of a task batch (the scheduler's) or a result
+  batch (a registered runner's) over its domain and its body's exact bytes (the Avro array of the
+  ``IngestTaskBatch`` / ``IngestResultBatch`` record), checked before the body is read.
 
 Keys come from fixed seeds and ed25519 signatures are deterministic, so the output is stable;
 ``tests/protocol/test_ingestion_vectors.py`` checks the committed file equals it.
@@ -32,9 +35,18 @@ import nacl.signing
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import IngestReason, task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result, new_task
+from watchtower.protocol.ingestion_records import (
+    RESULT_BATCH_DOMAIN,
+    TASK_BATCH_DOMAIN,
+    IngestResult,
+    IngestTask,
+    new_result,
+    new_task,
+    sign_batch,
+)
 from watchtower.protocol.ingestion_runners import RUNNERS_KEY
 from watchtower.protocol.signed_command import sign_command
+from watchtower.schemas.ingest_records import decode_results, decode_tasks, encode_result_batch, encode_task_batch
 
 STREAM = "weather.sf-temperature"
 SCHEDULER = nacl.signing.SigningKey(bytes([0x51]) * 32)
@@ -312,11 +324,51 @@ def result_vectors() -> list[dict[str, Any]]:
     ]
 
 
+def batch_vectors() -> list[dict[str, Any]]:
+    scheduler = _addr(bytes(SCHEDULER.verify_key))
+    runner = _addr(bytes(RUNNERS[0].verify_key))
+    tasks = [dataclasses.replace(new_task(stream_id=STREAM, tick=t, tick_height=1_000 + t, timeout_blocks=3,
+                                          config=CONFIG, runner_keys=tuple(RUNNER_KEYS), scheduler=SCHEDULER),
+                                 signature=b"") for t in (4, 5)]
+    task_batch = decode_tasks(encode_task_batch(tasks, SCHEDULER))
+    results = [new_result(t, RUNNERS[0], result=b'{"c":12.5}', for_batch=True) for t in tasks]
+    result_batch = decode_results(encode_result_batch(results, RUNNERS[0]))
+    assert not isinstance(task_batch, IngestTask)
+    assert not isinstance(result_batch, IngestResult)
+
+    def vector(vid: str, kind: str, signer: str, body: bytes, signature: bytes, expect: dict[str, Any],
+               **extra: Any) -> dict[str, Any]:
+        return {"id": vid, "type": "ingest_batch_signature",
+                "input": {"kind": kind, "signer": signer, "body_hex": body.hex(), "signature_hex": signature.hex(),
+                          **extra}, "expect": expect}
+
+    flipped = bytes([task_batch.body[0] ^ 1]) + task_batch.body[1:]
+    other = sign_batch(TASK_BATCH_DOMAIN, task_batch.body, OTHER_SCHEDULER)
+    as_results = sign_batch(RESULT_BATCH_DOMAIN, task_batch.body, SCHEDULER)  # the other kind's domain
+    return [
+        vector("task-batch-signed-by-the-scheduler", "tasks", scheduler, task_batch.body, task_batch.signature,
+               {"signer": scheduler}, scheduler_address=scheduler),
+        vector("task-batch-body-changed-after-signing", "tasks", scheduler, flipped, task_batch.signature,
+               {"error": "INVALID_SIGNATURE"}, scheduler_address=scheduler),
+        vector("task-batch-of-another-scheduler", "tasks", other.signer, other.body, other.signature,
+               {"error": "UNAUTHORIZED"}, scheduler_address=scheduler),
+        vector("task-batch-signed-under-the-result-domain", "tasks", scheduler, as_results.body, as_results.signature,
+               {"error": "INVALID_SIGNATURE"}, scheduler_address=scheduler),
+        vector("result-batch-of-a-registered-runner", "results", runner, result_batch.body, result_batch.signature,
+               {"signer": runner}, registered=[runner]),
+        vector("result-batch-of-an-unregistered-runner", "results", runner, result_batch.body,
+               result_batch.signature, {"error": "UNAUTHORIZED"}, registered=[scheduler]),
+        vector("result-batch-signed-under-the-task-domain", "results", runner, result_batch.body,
+               sign_batch(TASK_BATCH_DOMAIN, result_batch.body, RUNNERS[0]).signature,
+               {"error": "INVALID_SIGNATURE"}, registered=[runner]),
+    ]
+
+
 def document() -> dict[str, Any]:
     """The whole vectors file."""
     return {"format": "watchtower-vectors/1",
             "vectors": task_id_vectors() + registry_vectors() + selection_vectors() + task_vectors()
-            + result_record_vectors() + result_vectors()}
+            + result_record_vectors() + result_vectors() + batch_vectors()}
 
 
 if __name__ == "__main__":

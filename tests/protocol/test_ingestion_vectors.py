@@ -22,7 +22,7 @@ _register()
 REPO = Path(__file__).resolve().parents[2]
 INGESTION = REPO / "vectors" / "ingestion.json"
 TYPES = {"ingest_task_id", "runner_registry", "runner_selection", "ingest_task", "ingest_result_record",
-         "ingest_result"}
+         "ingest_result", "ingest_batch_signature"}
 
 
 def document() -> dict[str, Any]:

@@ -9,7 +9,8 @@ Besides the shared types, the project's own files in ``vectors/`` use ``key_chai
 (docs/key-chain.md), ``keyload_check``, ``keyload_open``, ``keyload_psk_open``, ``reseal_open``,
 ``masked_payload``, ``unmask``
 (docs/private-feeds.md) and ``ingest_task_id``, ``runner_registry``, ``runner_selection``,
-``ingest_task``, ``ingest_result_record``, ``ingest_result`` (docs/ingestion.md) and
+``ingest_task``, ``ingest_result_record``, ``ingest_result``, ``ingest_batch_signature``
+(docs/ingestion.md) and
 ``account_ledger`` (docs/ledger.md: signed account commands and purchases run through the key
 manager's instances, `ledger_run`). A type this checker does not know fails its vector.
 
@@ -38,7 +39,15 @@ from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, 
 from watchtower.protocol.filters import evaluate, parse_filter
 from watchtower.protocol.ingestion import task_id
 from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, check_result, verify_task
+from watchtower.protocol.ingestion_records import (
+    IngestResult,
+    IngestTask,
+    SignedBatch,
+    check_result,
+    verify_result_batch,
+    verify_task,
+    verify_task_batch,
+)
 from watchtower.protocol.ingestion_results import parse_result, validate_result
 from watchtower.protocol.ingestion_runners import RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
@@ -505,6 +514,23 @@ def _ingest_result_record(inp: Mapping[str, Any]) -> dict[str, Any]:
     return {"runner": result.runner, "signing_bytes_hex": result.signing_bytes().hex()}
 
 
+def _ingest_batch_signature(inp: Mapping[str, Any]) -> dict[str, Any]:
+    # A batch's one signature, over its domain and its body's exact bytes, checked before the body
+    # is read: a task batch against the deployment's scheduler, a result batch against the registry.
+    kind = _get(inp, "kind")
+    batch = SignedBatch(_get(inp, "signer"), _hex(inp, "body_hex"), _hex(inp, "signature_hex"))
+    if kind == "tasks":
+        verify_task_batch(batch, _get(inp, "scheduler_address"))
+    elif kind == "results":
+        registered = _get(inp, "registered")
+        if not isinstance(registered, list):
+            raise VectorFormatError("input 'registered' must be a list of addresses")
+        verify_result_batch(batch, frozenset(registered))
+    else:
+        raise VectorFormatError("input 'kind' must be 'tasks' or 'results'")
+    return {"signer": batch.signer}
+
+
 def _ingest_result(inp: Mapping[str, Any]) -> dict[str, Any]:
     # The result's exact bytes are the UTF-8 of `result_text` (canonical JSON is what runners sign).
     text = _get(inp, "result_text")
@@ -541,6 +567,7 @@ COMPUTATIONS: Final[Mapping[str, Callable[[Mapping[str, Any]], dict[str, Any]]]]
     "ingest_task": _ingest_task,
     "ingest_result_record": _ingest_result_record,
     "ingest_result": _ingest_result,
+    "ingest_batch_signature": _ingest_batch_signature,
 }
 
 
