@@ -114,19 +114,19 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
         start = failed(reason)
         wait_for(f"an IngestFailed {reason} in mode {mode}", lambda: failed(reason) > start, 60)
 
-    ok_phase(20)
+    ok_phase(8)
     bad_phase("down", "SOURCE_UNAVAILABLE")
-    ok_phase(6)
+    ok_phase(3)
     bad_phase("schema", "SCHEMA_MISMATCH")
-    ok_phase(6)
+    ok_phase(3)
     bad_phase("split", "QUORUM_NOT_REACHED")
-    ok_phase(6)
+    ok_phase(3)
     bad_phase("big", "OVERSIZED_RESULT")
-    ok_phase(6)
+    ok_phase(3)
     bad_phase("hang", "TIMEOUT")
-    ok_phase(6)
+    ok_phase(3)
     env.source.mode = "ok"
-    wait_for("60 finished ticks", lambda: env.done() >= 60, 60)
+    wait_for("32 finished ticks", lambda: env.done() >= 32, 60)
 
     # Every message, verified by the SDK against the owner-signed key chain (the delegated key).
     sub = Subscriber(env.api, env.stream_id, expected_owner=owner.address)
@@ -157,10 +157,10 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
     assert len(failed_ticks) == len(set(failed_ticks)), "a tick reported failed twice"
     covered = sorted(t for t in set(ticks) | set(failed_ticks) if t <= ticks[-1])
     assert covered == list(range(1, ticks[-1] + 1)), "a tick vanished without a message or an IngestFailed"
-    assert ticks[-1] >= 60
+    assert ticks[-1] >= 32
     reasons = {e.body.reason for e in failures}
     assert {"SOURCE_UNAVAILABLE", "SCHEMA_MISMATCH", "QUORUM_NOT_REACHED", "OVERSIZED_RESULT", "TIMEOUT"} <= reasons
-    assert len(ticks) + len(failed_ticks) >= 60
+    assert len(ticks) + len(failed_ticks) >= 32
 
 
 def _results_of(value: bytes | None) -> list[IngestResult]:
