@@ -163,6 +163,48 @@ def test_quorum_ingestion_end_to_end(env: Env) -> None:
     assert len(ticks) + len(failed_ticks) >= 32
 
 
+def test_median_ingestion_on_the_broker_publishes_a_returned_value_where_quorum_cannot(env: Env) -> None:
+    """CIP-2 MEDIAN through the real scheduler, runners and aggregator (failed before: tested only
+    without a broker). Two honest runners and a liar (+1) agree: the lower median is the honest price.
+    Then every runner sees another price: QUORUM would fail each tick, MEDIAN still publishes the
+    lower median, a value one runner returned."""
+    source = PriceSource()
+    source.price = 50_000
+    owner = Account(nacl.signing.SigningKey.generate(), home=env.home)
+    delegated = keys.ingestion_publisher_key(env.home)
+    with serve_source(source) as url:
+        ingestion = {"enabled": True, "interval_blocks": 1, "num_runners": 3, "proof_type": "MEDIAN",
+                     "transform_method": "price_batch", "result_schema": RESULT_SCHEMA,
+                     "task_definition": {"kind": "http_json", "url": url, "timeout_ms": 4000, "timeout_blocks": 2,
+                                         "max_bytes": 4096, "select": {"price": "$.data.price",
+                                                                       "symbol": "$.data.symbol"}}}
+        reply = create_feed(env.api, owner, name="btc-median", publisher_key_hex=bytes(delegated.verify_key).hex(),
+                            ingestion=ingestion)
+        sid = reply["stream_id"]
+        wait_until_visible(env.api, sid)
+
+        def head() -> int:
+            return int(env.api.get_head(sid)["head_sequence"])
+
+        wait_for("3 MEDIAN ticks published", lambda: head() >= 3, 60)
+        agreed = head()
+        source.mode = "split"
+        wait_for("3 more MEDIAN ticks while the runners disagree", lambda: head() >= agreed + 4, 60)
+        source.mode = "ok"
+    sub = Subscriber(env.api, sid, expected_owner=owner.address)
+    messages = []
+    while page := sub.poll(500):
+        messages.extend(page)
+    prices = [t["price"] for m in messages for t in json.loads(m.payload_inline)["ticks"]]
+    assert set(prices[:agreed]) == {50_000}, "runners agreed (the liar +1): the lower median is the honest price"
+    split = [p for p in prices[agreed:] if p != 50_000]
+    assert len(split) >= 2, f"MEDIAN published nothing while the runners disagreed: {prices}"
+    # A split answer is 50,000 + n * 1,000 (the liar's + 1): the lower median is one of them, never a mean.
+    assert all((p - 50_000) % 1_000 in (0, 1) and p > 50_000 for p in split), split
+    failures = ingest_failures(env.services.bootstrap, env.services.prefix, sid)
+    assert "QUORUM_NOT_REACHED" not in {e.body.reason for e in failures}
+
+
 def _results_of(value: bytes | None) -> list[IngestResult]:
     record = decode_results(value)
     return [record] if isinstance(record, IngestResult) else batch_results(record)
