@@ -61,8 +61,6 @@ EVENTS_FETCH: Final = {"fetch.wait.max.ms": 50, "fetch.min.bytes": 65536}
 """The events fold waits up to 50 ms for a fuller fetch: it needs the log for new streams and after a
 moved head, never on the way of a tick, and the broker answers a few fetches a second, not one
 per publish."""
-WORK_FETCH: Final = {"fetch.wait.max.ms": 10, "fetch.min.bytes": 32768}
-"""Tasks and results: at most 10 ms more on a tick's way, for a fetch per batch of results."""
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
 
@@ -103,7 +101,7 @@ class AggregatorService:
         self.work = Consumer(kafka_config(bootstrap, **{
             "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
             "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **WORK_FETCH,
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
     # --- the events fold -------------------------------------------------------------------------
