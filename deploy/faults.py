@@ -308,7 +308,9 @@ def kill_a_stream_worker(load: Load) -> str:
     worst = max((v for v in firsts.values() if v is not None), default=None)
     late = {k: v for k, v in firsts.items() if v is None or v > TAKEOVER_S}
     if late:
-        raise AssertionError(f"{len(late)} streams not answered within {TAKEOVER_S:.0f}s of the kill; {state}")
+        slowest = max((v for v in late.values() if v is not None), default=None)
+        raise AssertionError(f"{len(late)} streams not answered within {TAKEOVER_S:.0f}s of the kill (slowest "
+                             f"{'never' if slowest is None else f'{slowest:.1f}s'}); {state}")
     return (f"worker-1 killed; every stream answered by the remaining worker within {worst:.1f}s "
             f"(limit {TAKEOVER_S:.0f}s)")
 
@@ -323,6 +325,9 @@ def add_a_stream_worker(load: Load) -> str:
     running = sh(["podman", "inspect", "--format", "{{.State.Status}}", ctr("worker-3")]).strip()
     if running != "running":
         raise AssertionError(f"worker-3 is {running}")
+    if rate < 0.5 * load.rate:
+        raise AssertionError(f"worker-3 joined, but only {rate:.0f} acks/s 15-30 s later (offered {load.rate:.0f}); "
+                             f"{load.summary(t_add)}")
     return f"worker-3 joined; {rate:.0f} acks/s after the rebalance (the archive check below covers lost/doubled)"
 
 
