@@ -295,3 +295,43 @@ def test_forged_batches_are_quarantined_whole_or_entry_by_entry() -> None:
         agg.on_results(result_batch(runner, [(t1, {"p": 4})]))
     agg.step(HEIGHT + 2)
     assert sink.published == [(1, b'{"p":4}')]
+
+
+def test_at_most_a_window_of_commands_is_on_its_way_and_each_answer_lets_the_next_go() -> None:
+    from concurrent.futures import Future
+
+    class Silent(Sink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent: list[tuple[str, Future[None]]] = []
+
+        def submit_publish(self, stream: IngestingStream, *_: Any) -> Future[None]:
+            self.sent.append((stream.stream_id, Future()))
+            return self.sent[-1][1]
+
+    sink = Silent()
+    agg = aggregator(sink)
+    agg.max_in_flight = 2
+    sids = [SID, *(f"{SID}-{i}" for i in range(2))]
+    for sid in sids[1:]:
+        create = sign_command(OWNER, "create_stream", sid, 1, {"publisher_key": bytes(DELEGATE.verify_key),
+                                                              "ingestion": CONFIG})
+        agg.view.fold(encode_event(decide(StreamState.initial(sid), create, block_height=HEIGHT).events[0]))
+    for sid in sids:
+        t = dataclasses.replace(task(1), stream_id=sid).signed(SCHEDULER)
+        agg.on_task(encode_task(t))
+        for runner in range(3):
+            agg.on_result(result(t, runner, {"p": 1}))
+    agg.step(HEIGHT + 1)
+    assert len(sink.sent) == 2, "a window of two: the third stream's publish waits"
+    agg.step(HEIGHT + 1)
+    assert len(sink.sent) == 2, "still waiting while both are unanswered"
+    sink.sent[0][1].set_result(None)
+    agg.step(HEIGHT + 1)
+    agg.step(HEIGHT + 1)
+    assert len(sink.sent) == 3, "an answer frees a place and the waiting publish goes"
+    assert {sid for sid, _ in sink.sent} == set(sids)
+    for _, future in sink.sent[1:]:
+        future.set_result(None)
+    agg.step(HEIGHT + 1)
+    assert agg.published == 3
