@@ -297,41 +297,29 @@ def test_forged_batches_are_quarantined_whole_or_entry_by_entry() -> None:
     assert sink.published == [(1, b'{"p":4}')]
 
 
-def test_at_most_a_window_of_commands_is_on_its_way_and_each_answer_lets_the_next_go() -> None:
+def test_an_answer_is_landed_in_the_next_step_not_at_the_next_block() -> None:
     from concurrent.futures import Future
 
     class Silent(Sink):
         def __init__(self) -> None:
             super().__init__()
-            self.sent: list[tuple[str, Future[None]]] = []
+            self.sent: list[Future[None]] = []
 
-        def submit_publish(self, stream: IngestingStream, *_: Any) -> Future[None]:
-            self.sent.append((stream.stream_id, Future()))
-            return self.sent[-1][1]
+        def submit_publish(self, *_: Any) -> Future[None]:
+            self.sent.append(Future())
+            return self.sent[-1]
 
     sink = Silent()
     agg = aggregator(sink)
-    agg.max_in_flight = 2
-    sids = [SID, *(f"{SID}-{i}" for i in range(2))]
-    for sid in sids[1:]:
-        create = sign_command(OWNER, "create_stream", sid, 1, {"publisher_key": bytes(DELEGATE.verify_key),
-                                                              "ingestion": CONFIG})
-        agg.view.fold(encode_event(decide(StreamState.initial(sid), create, block_height=HEIGHT).events[0]))
-    for sid in sids:
-        t = dataclasses.replace(task(1), stream_id=sid).signed(SCHEDULER)
-        agg.on_task(encode_task(t))
-        for runner in range(3):
-            agg.on_result(result(t, runner, {"p": 1}))
+    t1 = task(1)
+    agg.on_task(encode_task(t1))
+    for runner in range(3):
+        agg.on_result(result(t1, runner, {"p": 1}))
     agg.step(HEIGHT + 1)
-    assert len(sink.sent) == 2, "a window of two: the third stream's publish waits"
+    assert len(sink.sent) == 1
     agg.step(HEIGHT + 1)
-    assert len(sink.sent) == 2, "still waiting while both are unanswered"
-    sink.sent[0][1].set_result(None)
-    agg.step(HEIGHT + 1)
-    agg.step(HEIGHT + 1)
-    assert len(sink.sent) == 3, "an answer frees a place and the waiting publish goes"
-    assert {sid for sid, _ in sink.sent} == set(sids)
-    for _, future in sink.sent[1:]:
-        future.set_result(None)
-    agg.step(HEIGHT + 1)
-    assert agg.published == 3
+    assert agg.published == 0, "no answer yet"
+    sink.sent[0].set_result(None)  # the worker's answer, on the reply reader's thread
+    agg.step(HEIGHT + 1)  # the same block: the answer alone brings the stream back
+    assert agg.published == 1
+    assert agg.done[SID] == 1

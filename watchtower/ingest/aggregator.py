@@ -57,13 +57,6 @@ UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
 QUARANTINE_LOG_S: Final = 10.0
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's answer before its tick is tried again."""
-MAX_IN_FLIGHT: Final = 128
-"""Publishes and reports on their way at once, over all streams: a window, as TCP's. A block's ticks
-are decided within milliseconds of each other; sent all at once they would queue at the stream
-worker, and every other publish there (an SDK's, a plain feed's) would wait behind the whole block.
-With a window, the worker's queue holds at most this many ingested commands (about 50 ms of its
-work), and the window still passes far more ticks a second than a deployment offers (it moves on
-as fast as the worker answers)."""
 
 
 class TransientError(Exception):
@@ -145,7 +138,7 @@ class Aggregator:
     """See the module docstring. Not thread-safe: one loop drives it."""
 
     def __init__(self, view: IngestionView, scheduler: str, sink: Sink, *,
-                 reply_timeout_s: float = REPLY_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
         self.view = view
         self.scheduler = scheduler
         self.sink = sink
@@ -162,7 +155,6 @@ class Aggregator:
         self.flights: dict[str, Flight] = {}
         """Each stream's publish or report on its way (`step`)."""
         self.reply_timeout_s = reply_timeout_s
-        self.max_in_flight = max_in_flight
         self.dirty: set[str] = set()
         """Streams with news since their last drain (a task, a result, a retry); the others wait for the next block."""
         self.resync: dict[str, int] = {}
@@ -420,8 +412,8 @@ class Aggregator:
             self._tick_finished(stream_id, tick)
 
     def _fly(self, stream_id: str, flight: Flight) -> None:
-        # Its answer is news: the stream is looked at in the next step (not at the next block), so
-        # its place in the window is free again within a step.
+        # Its answer is news: the stream is looked at in the next step, not at the next block (its
+        # tick is counted, and a refusal reported, within a step of the answer).
         self.flights[stream_id] = flight
         flight.future.add_done_callback(lambda _f: self._retry(stream_id))
 
@@ -461,9 +453,6 @@ class Aggregator:
                                                      or read_to_ms >= block_ms(task.deadline_height + 1))
         verdict = decide_proof(ProofType(task.proof_type), task.num_runners, outcomes, expired=expired)
         if verdict.pending:
-            return None
-        if len(self.flights) >= self.max_in_flight:
-            self._retry(stream_id)  # the window is full: sent once an answer frees a place
             return None
         if verdict.result is None:
             return self._report(stream, task, verdict.reason or IngestReason.TIMEOUT, verdict.detail)
