@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from concurrent.futures import Future
 from typing import Any
 
 import fastavro
@@ -184,26 +185,24 @@ def test_a_lagging_reader_does_not_time_out_an_answer_written_in_time() -> None:
     assert sink.reports == [(2, 2, "TIMEOUT")], "read past its deadline with no answer: TIMEOUT"
 
 
-def test_a_publish_without_an_answer_is_given_up_and_its_tick_tried_again() -> None:
-    """No reply in time (no stream worker): the aggregator stops waiting, forgets the head (the
-    publish may still land) and sends the tick again; the tick is never counted as published
-    until an answer says so."""
-    from concurrent.futures import Future
+class Silent(Sink):
+    """A sink whose publishes wait for an answer the test gives (`sent`)."""
 
-    class Silent(Sink):
-        def __init__(self) -> None:
-            super().__init__()
-            self.sent: list[Future[None]] = []
-            self.forgotten = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[Future[None]] = []
+        self.forgotten = 0
 
-        def submit_publish(self, *_: Any) -> Future[None]:
-            self.sent.append(Future())
-            return self.sent[-1]
+    def submit_publish(self, *_: Any) -> Future[None]:
+        self.sent.append(Future())
+        return self.sent[-1]
 
-        def forget_head(self, stream_id: str) -> None:  # noqa: ARG002
-            self.forgotten += 1
+    def forget_head(self, stream_id: str) -> None:  # noqa: ARG002
+        self.forgotten += 1
 
-    sink = Silent()
+
+def sent_once(sink: Silent) -> Aggregator:
+    """An aggregator that has sent tick 1's publish to `sink`, unanswered."""
     agg = aggregator(sink)
     t1 = task(1)
     agg.on_task(encode_task(t1))
@@ -211,6 +210,15 @@ def test_a_publish_without_an_answer_is_given_up_and_its_tick_tried_again() -> N
         agg.on_result(result(t1, runner, {"p": 1}))
     agg.step(HEIGHT + 1)
     assert len(sink.sent) == 1
+    return agg
+
+
+def test_a_publish_without_an_answer_is_given_up_and_its_tick_tried_again() -> None:
+    """No reply in time (no stream worker): the aggregator stops waiting, forgets the head (the
+    publish may still land) and sends the tick again; the tick is never counted as published
+    until an answer says so."""
+    sink = Silent()
+    agg = sent_once(sink)
     agg.reply_timeout_s = 0.0
     agg.step(HEIGHT + 2)  # the answer is overdue: given up, the transport's future cancelled
     assert sink.sent[0].cancelled()
@@ -298,25 +306,8 @@ def test_forged_batches_are_quarantined_whole_or_entry_by_entry() -> None:
 
 
 def test_an_answer_is_landed_in_the_next_step_not_at_the_next_block() -> None:
-    from concurrent.futures import Future
-
-    class Silent(Sink):
-        def __init__(self) -> None:
-            super().__init__()
-            self.sent: list[Future[None]] = []
-
-        def submit_publish(self, *_: Any) -> Future[None]:
-            self.sent.append(Future())
-            return self.sent[-1]
-
     sink = Silent()
-    agg = aggregator(sink)
-    t1 = task(1)
-    agg.on_task(encode_task(t1))
-    for runner in range(3):
-        agg.on_result(result(t1, runner, {"p": 1}))
-    agg.step(HEIGHT + 1)
-    assert len(sink.sent) == 1
+    agg = sent_once(sink)
     agg.step(HEIGHT + 1)
     assert agg.published == 0, "no answer yet"
     sink.sent[0].set_result(None)  # the worker's answer, on the reply reader's thread
