@@ -459,6 +459,8 @@ def prom(api: str, path: str, **query: str) -> Any:
         status, body = http("GET", f"{api}{path}?{urllib.parse.urlencode(query)}")
     except OSError:  # not listening yet
         return None
+    except ValueError:  # answering, but not yet with JSON (503 "Service Unavailable" while it starts)
+        return None
     assert status == 200, body
     return body["data"]
 
