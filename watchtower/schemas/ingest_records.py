@@ -19,7 +19,7 @@ from typing import Any, Final
 import fastavro
 import nacl.signing
 
-from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.protocol.ingestion_records import (
     MAX_BATCH,
     RESULT_BATCH_DOMAIN,
@@ -148,8 +148,6 @@ def _entries(item: str, body: bytes) -> list[dict[str, Any]]:
     stream = io.BytesIO(body)
     try:
         records = fastavro.schemaless_reader(stream, _array_schema(item))
-    except WatchtowerError:
-        raise
     except Exception as exc:  # EOFError, UnicodeDecodeError, IndexError, MemoryError, ...
         raise MalformedRecordError(f"a batch's body is not an array of {item} ({type(exc).__name__})") from None
     if stream.tell() != len(body) or not isinstance(records, list) or not 1 <= len(records) <= MAX_BATCH:
