@@ -113,6 +113,22 @@ def ingest_totals(healths: list[dict[str, Any]]) -> dict[str, Any]:
             "tasks": sum(int(h.get("tasks", 0)) for h in healths)}
 
 
+def sample_windows(services: ServiceSet, names: list[str], stop: threading.Event,
+                   out: list[dict[str, Any]]) -> None:
+    """Every half second, each aggregator's send window (limit, in flight, held) from its health file."""
+    while not stop.wait(0.5):
+        for name in names:
+            window = health(services.health_file(name)).get("window")
+            if window:
+                out.append(window)
+
+
+def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The aggregators' send windows over the measured window: limit, in flight and held, p50/max."""
+    return {k: {"p50": pct([float(w[k]) for w in samples], 0.5), "max": max((w[k] for w in samples), default=None)}
+            for k in ("limit", "in_flight", "held", "base_rtt_ms") if any(w.get(k) is not None for w in samples)}
+
+
 @dataclasses.dataclass
 class PlainPath:
     """The baseline: one SDK publish per block on a plain feed; publish → first readable."""
@@ -249,6 +265,9 @@ def main() -> None:
             if spy is not None:
                 spy.start()
             print(f"measuring for {args.seconds:.0f}s", file=sys.stderr, flush=True)
+            windows: list[dict[str, Any]] = []
+            sampler = threading.Thread(target=sample_windows, args=(services, ingest_names, stop, windows), daemon=True)
+            sampler.start()
             plain_during = plain_path.run(args.seconds)
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
@@ -272,6 +291,7 @@ def main() -> None:
             "scheduler_tasks_per_s": round((after["tasks"] - before["tasks"]) / elapsed, 1),
             "pending_at_end": after["pending"], "failed_in_window": failed,
             "ingest_tick_to_visible_ms": dist(ingest_lat),
+            "send_window": window_summary(windows),
             "plain_publish_to_visible_ms": {"alone": dist(plain_path.latencies(plain_alone)),
                                              "during_ingestion": dist(plain_path.latencies(plain_during))},
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),

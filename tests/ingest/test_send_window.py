@@ -52,6 +52,21 @@ def test_the_limit_shrinks_when_a_queue_forms_and_never_below_its_floor() -> Non
     assert window.limit == 16
 
 
+def test_a_sender_that_falls_behind_grows_the_limit_whatever_the_queue_estimate() -> None:
+    """Keeping up comes first: a busy machine's slow round trips must not cap ingestion below the
+    rate its feeds tick at."""
+    window = SendWindow(initial=64, min_limit=16, low=4, high=8, clock=Clock())
+    window.sent()
+    window.answered(0.010)
+    for _ in range(50):
+        window.sent()
+        window.answered(0.100, behind=True)
+    assert window.limit == 65 + 50
+    window.sent()
+    window.answered(0.100)  # caught up: the estimate rules again
+    assert window.limit == 65 + 50 - 1
+
+
 def test_the_base_round_trip_is_forgotten_after_its_period() -> None:
     """A worker that became slower (a busier machine) is not held to one lucky answer forever."""
     clock = Clock()

@@ -56,6 +56,9 @@ MAX_EARLY: Final = 10_000
 """Results read before their task (another topic) wait here, oldest dropped first."""
 UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
 QUARANTINE_LOG_S: Final = 10.0
+BEHIND_S: Final = BLOCK_INTERVAL_MS / 1000
+"""Streams held back by the send window for longer than this (a block): ingestion is falling behind,
+and the window grows (`SendWindow.answered`)."""
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's answer before its tick is tried again."""
 
@@ -169,6 +172,8 @@ class Aggregator:
         """How many publishes and reports may be in flight together (`window`)."""
         self.held: OrderedDict[str, None] = OrderedDict()
         """Streams with a command to send that found the window full, oldest first."""
+        self._held_since: float | None = None
+        """Since when (monotonic) some stream has been held without a break."""
         self._serving: str | None = None
         """The held stream `step` is sending now."""
         self.answered_at: dict[str, float] = {}
@@ -392,6 +397,13 @@ class Aggregator:
                 self._advance_safely(self._serving, height, expired_at)
             finally:
                 self._serving = None
+        if not self.held:
+            self._held_since = None
+        elif self._held_since is None:
+            self._held_since = time.monotonic()
+
+    def _behind(self) -> bool:
+        return self._held_since is not None and time.monotonic() - self._held_since > BEHIND_S
 
     def _advance_safely(self, stream_id: str, height: int, expired_at: Callable[[str], int] | None) -> None:
         try:
@@ -416,7 +428,7 @@ class Aggregator:
                 self.flights.pop(stream_id, None)
                 with self.lock:
                     answered = self.answered_at.pop(stream_id, time.monotonic())
-                self.window.answered(answered - flight.started)
+                self.window.answered(answered - flight.started, behind=self._behind())
                 following = self._land(stream_id, flight)
                 if isinstance(following, Flight):
                     self._fly(stream_id, following)

@@ -15,6 +15,12 @@ the limit by one: up while that queue is below `low`, down while it is above `hi
 has room, and halve in one when a queue builds. The base is the least round trip of the last
 `base_period_s` seconds, so it follows a slower or faster worker instead of remembering one
 lucky answer forever.
+
+Keeping up comes first. Under load a round trip grows with the worker's batches and the busy
+machine, not only with a queue, so the estimate can hold the limit below what the feeds need. When
+the aggregator reports that it is behind (streams have waited for room for longer than a block),
+every answer grows the limit whatever the estimate says, until the backlog is gone; then the
+estimate brings it back down.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-MIN_LIMIT: Final = 16
+MIN_LIMIT: Final = 32
 MAX_LIMIT: Final = 4096
 INITIAL_LIMIT: Final = 64
-QUEUE_LOW: Final = 16
+QUEUE_LOW: Final = 32
 """Below this many commands queued at the worker, the limit grows."""
-QUEUE_HIGH: Final = 48
-"""Above this many, it shrinks (at the worker's few hundred µs a command, about 15 ms of waiting)."""
+QUEUE_HIGH: Final = 96
+"""Above this many, it shrinks: at the worker's few hundred µs a command, a plain publish sent
+during a burst waits some 30 ms behind ingestion instead of the whole block's burst."""
 BASE_PERIOD_S: Final = 10.0
 
 
@@ -64,13 +71,14 @@ class SendWindow:
         """A command in flight is no longer this aggregator's to wait for (its stream moved away)."""
         self.in_flight = max(0, self.in_flight - 1)
 
-    def answered(self, rtt_s: float) -> None:
+    def answered(self, rtt_s: float, *, behind: bool = False) -> None:
         """A command sent `rtt_s` seconds ago has its answer (a refusal or a timeout counts too:
-        the worker did, or could not, decide it)."""
+        the worker did, or could not, decide it). `behind`: the sender has had commands waiting
+        for room for longer than it can afford, so the limit grows."""
         self.in_flight = max(0, self.in_flight - 1)
         base = self._observe(max(rtt_s, 1e-6))
         queued = self.limit * (1.0 - base / max(rtt_s, 1e-6))
-        if queued < self.low:
+        if behind or queued < self.low:
             self.limit = min(self.max_limit, self.limit + 1)
         elif queued > self.high:
             self.limit = max(self.min_limit, self.limit - 1)
