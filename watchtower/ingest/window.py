@@ -32,12 +32,12 @@ from typing import Final
 
 MIN_LIMIT: Final = 32
 MAX_LIMIT: Final = 4096
-INITIAL_LIMIT: Final = 64
-QUEUE_LOW: Final = 32
+INITIAL_LIMIT: Final = 128
+QUEUE_LOW: Final = 48
 """Below this many commands queued at the worker, the limit grows."""
-QUEUE_HIGH: Final = 96
+QUEUE_HIGH: Final = 128
 """Above this many, it shrinks: at the worker's few hundred µs a command, a plain publish sent
-during a burst waits some 30 ms behind ingestion instead of the whole block's burst."""
+during a burst waits some 50 ms behind ingestion instead of the whole block's burst."""
 BASE_PERIOD_S: Final = 10.0
 
 
