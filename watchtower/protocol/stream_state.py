@@ -4,6 +4,8 @@
 subscriptions, allowlist, the last announced key epoch, and per-caller replay protection. It holds
 no payloads and nothing per message, so memory is bounded by subscribers and callers, never by
 traffic. The floor is derived from head and capacity (`ring_window.floor_for`), so it cannot drift.
+The state and event types are defined in `stream_types` (so `replay_fold` builds on them without
+importing this module) and named here too.
 
 `evolve(state, event)` is pure and never reads a clock. It trusts the facts in the log (decide
 already checked the rules) and refuses only events that cannot belong to this state, as
