@@ -72,11 +72,18 @@ from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
 from watchtower.workers.health import HealthFile, MeteredHealthFile
-from watchtower.workers.host import ProducerFailedError, TransactionalProducer, kafka_error, record_of, unreachable
+from watchtower.workers.host import (
+    ProducerFailedError,
+    TransactionalProducer,
+    consumer_config,
+    kafka_error,
+    producer_config,
+    record_of,
+    unreachable,
+)
 from watchtower.workers.partitions import PartitionOwner
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
-from watchtower.workers.tx_worker import consumer_config, producer_config
 
 log = logging.getLogger("watchtower.worker")
 

@@ -54,12 +54,19 @@ from watchtower.metrics import common as common_metrics
 from watchtower.metrics import side_workers as side_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
-from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.groups import worker_group
 from watchtower.workers.health import SideHealth
-from watchtower.workers.host import EXIT_FENCED, FencedError, ProducerFailedError, TransactionalProducer
+from watchtower.workers.host import (
+    EXIT_FENCED,
+    FencedError,
+    ProducerFailedError,
+    TransactionalProducer,
+    consumer_config,
+    producer_config,
+)
 
-__all__ = ["EXIT_FENCED", "FencedError", "ProducerFailedError", "TransactionalWorker", "worker_main"]
+__all__ = ["EXIT_FENCED", "FencedError", "ProducerFailedError", "TransactionalWorker", "consumer_config",
+           "producer_config", "worker_main"]
 
 TXN_TIMEOUT_S: Final = 10.0
 #: After a broker outage, how often to ask whether the brokers answer again.
@@ -78,44 +85,6 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     if not raw.isdigit() or int(raw) < minimum:
         raise ValueError(f"{name} must be a whole number ≥ {minimum}, got {raw!r}")
     return int(raw)
-
-
-def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) -> dict[str, Any]:
-    """A group member that reads committed records only and commits its offsets in its own
-    transactions (never automatically); `extra` adds or overrides settings."""
-    timeouts = GroupTimeouts.from_env()
-    return {
-        **kafka_config(bootstrap),
-        "group.id": group,
-        "client.id": client_id,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-        # Co-partitioned topics: the range assignor gives partition p of each to the same member.
-        "partition.assignment.strategy": "range",
-        "session.timeout.ms": timeouts.session_ms,
-        "heartbeat.interval.ms": timeouts.heartbeat_ms,
-        "log_level": 3,
-        **extra,
-    }
-
-
-def producer_config(bootstrap: str, transactional_id: str, client_id: str, **extra: Any) -> dict[str, Any]:
-    """An idempotent transactional producer; `extra` adds or overrides settings."""
-    return {
-        **kafka_config(bootstrap),
-        "client.id": client_id,
-        "transactional.id": transactional_id,
-        "enable.idempotence": True,
-        "acks": "all",
-        # Right after a commit the coordinator answers the next AddOffsetsToTxn with
-        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms (100 ms by
-        # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
-        "retry.backoff.ms": 5,
-        "retry.backoff.max.ms": 200,
-        "log_level": 3,
-        **extra,
-    }
 
 
 def tx_consumer_config(bootstrap: str, group: str, client_id: str) -> dict[str, Any]:
