@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as sf
 
+    from watchtower.local.jars import spark_jars
     from watchtower.spark.archive import kafka_source
     from watchtower.spark.session import default_master, local_session
     from watchtower.spark.verify import verify_stream
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         assert producer.flush(120) == 0
         del producer  # closed before the broker stops
         schedule = KeySchedule((KeyScheduleEntry(1, bytes(KEY.verify_key), 1),))
-        spark = local_session("bench-spark", master=master)
+        spark = local_session("bench-spark", master=master, jars=spark_jars())
         cores = spark.sparkContext.defaultParallelism
         report["cores"] = cores
 

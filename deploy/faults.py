@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import nacl.signing
 
+from deploy.engines import compose, env, wait_healthy
 from watchtower.gateway.archive import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.errors import WatchtowerError
@@ -241,7 +242,6 @@ class Load:
 
 
 def sh(argv: list[str], timeout: float = 600) -> str:
-    from deploy.deploy_test import env
     res = subprocess.run(argv, env=env(), text=True, capture_output=True, timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:8])}… exited {res.returncode}: {(res.stdout + res.stderr)[-1500:]}")
@@ -255,7 +255,6 @@ def ctr(service: str) -> str:
 # ---------------------------------------------------------------------------------------- faults
 
 def kill_a_broker(load: Load) -> str:
-    from deploy.deploy_test import wait_healthy
     load.wait(10)
     before = load.acked_rate(time.monotonic() - 10, time.monotonic())
     sh(["podman", "kill", "--signal", "KILL", ctr("kafka-2")])
@@ -316,7 +315,6 @@ def kill_a_stream_worker(load: Load) -> str:
 
 
 def add_a_stream_worker(load: Load) -> str:
-    from deploy.deploy_test import compose
     load.wait(5)
     compose("--profile", "scale", "up", "-d", "--no-deps", "worker-3")
     t_add = time.monotonic()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nacl.signing
 
+from deploy.engines import podman
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
@@ -101,7 +102,6 @@ SOURCE = "watchtower-deploy-source"
 
 
 def _podman(*args: str) -> str:
-    from deploy.deploy_test import podman
     return podman(*args)
 
 

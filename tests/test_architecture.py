@@ -11,6 +11,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import watchtower
 
 ROOT = Path(watchtower.__file__).parent
@@ -20,25 +22,35 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "protocol": frozenset(),
     "logs": frozenset(),
     "tracing": frozenset(),
+    "home": frozenset({"protocol"}),  # the per-user home, its seed files and the KEK wrap
     "schemas": frozenset({"protocol"}),
     "topics": frozenset({"protocol"}),
-    "http": frozenset({"protocol", "topics"}),
-    "metrics": frozenset({"local", "protocol", "topics", "tracing"}),
+    "http": frozenset({"home", "protocol", "topics"}),
+    "metrics": frozenset({"home", "protocol", "topics", "tracing"}),
     "workers": frozenset({"logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "delivery": frozenset({"workers", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "replay": frozenset({"logs", "workers", "metrics", "protocol", "schemas", "topics"}),
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "gateway": frozenset({"http", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
-    "keymgr": frozenset({"logs", "http", "metrics", "protocol", "schemas", "topics", "tracing"}),
+    "keymgr": frozenset({"home", "logs", "http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "api": frozenset({"gateway", "logs", "metrics", "projections"}),
-    "client": frozenset({"protocol", "schemas", "topics"}),  # topics: only its Kafka readers (test_sdk_imports)
-    "local": frozenset({"topics"}),
-    "spark": frozenset({"local", "protocol", "schemas", "topics"}),
-    # keymgr: its kek only; gateway: its Kafka transport only
-    "ingest": frozenset({"client", "gateway", "keymgr", "logs", "metrics", "protocol", "schemas", "topics"}),
+    # topics: only its Kafka readers (test_sdk_imports); http: the API's and the key manager's transports
+    "client": frozenset({"home", "http", "protocol", "schemas", "topics"}),
+    "local": frozenset({"home", "topics"}),
+    "spark": frozenset({"protocol", "schemas", "topics"}),
+    # gateway: its Kafka transport only; http: the command and key-manager transports
+    "ingest": frozenset({"gateway", "home", "http", "logs", "metrics", "protocol", "schemas", "topics"}),
     "cli": frozenset({"client", "gateway", "ingest", "keymgr", "local", "metrics", "protocol", "schemas", "spark",
                       "topics"}),
 }
+#: Arrows that must never be, not even through other packages (the house's "never" rules):
+#: (importer, imported, why).
+NEVER: tuple[tuple[str, str, str], ...] = (
+    ("ingest", "client", "servers never import the SDK"),
+    ("ingest", "keymgr", "ingestion is a client of the key manager, not its internals"),
+    ("metrics", "local", "metrics know no local stack"),
+    ("spark", "local", "a job runs on any cluster"),
+)
 #: Modules directly under watchtower/ (not packages): imported by anyone, importing nothing of ours.
 LEAVES = frozenset({"__init__"})
 
@@ -102,6 +114,39 @@ def test_the_table_has_no_cycle() -> None:
 
     for package in MAY_IMPORT:
         visit(package, ())
+
+
+def reachable(package: str) -> set[str]:
+    """Every package `package` may import, directly or through the packages it imports (by `MAY_IMPORT`)."""
+    seen: set[str] = set()
+    todo = list(MAY_IMPORT[package])
+    while todo:
+        target = todo.pop()
+        if target not in seen:
+            seen.add(target)
+            todo.extend(MAY_IMPORT[target])
+    return seen
+
+
+def test_no_never_arrow_is_allowed_even_through_other_packages() -> None:
+    """The code follows `MAY_IMPORT` (test_every_import_follows_the_table), so a rule the table keeps
+    transitively holds for the code: a package may not reach a forbidden one by way of a third."""
+    broken = [f"{source} -> {target} ({why})" for source, target, why in NEVER if target in reachable(source)]
+    assert not broken, "the import table allows a never-arrow:\n" + "\n".join(broken)
+
+
+def test_no_module_makes_a_never_arrow() -> None:
+    found = arrows()
+    broken = [f"{source} -> {target} ({why}): {sorted(found[source][target])}" for source, target, why in NEVER
+              if found.get(source, {}).get(target)]
+    assert not broken, "imports that break a never-rule:\n" + "\n".join(broken)
+
+
+def test_the_never_check_sees_a_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MAY_IMPORT, "spark", MAY_IMPORT["spark"] | {"http"})
+    monkeypatch.setitem(MAY_IMPORT, "http", MAY_IMPORT["http"] | {"local"})
+    with pytest.raises(AssertionError, match="spark -> local"):
+        test_no_never_arrow_is_allowed_even_through_other_packages()
 
 
 def test_the_check_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:

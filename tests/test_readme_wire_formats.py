@@ -1,5 +1,5 @@
-"""The README's "Wire formats" table says what each topic's record values hold; these tests hold it to
-what the encoders write, so the documentation cannot drift from the bytes again."""
+"""The "Wire formats" table of docs/wire-formats.md says what each topic's record values hold; these
+tests hold it to what the encoders write, so the documentation cannot drift from the bytes again."""
 
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ from watchtower.schemas.records import encode_message
 from watchtower.schemas.schema_ids import CATALOG
 from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+WIRE_FORMATS = Path(__file__).resolve().parents[1] / "docs" / "wire-formats.md"
 SCHEMAS = Path(watchtower.schemas.__file__).parent
 KEY = nacl.signing.SigningKey(b"\x07" * 32)
 
 
 def documented_rows() -> dict[str, str]:
-    """topic -> its 'value format' cell, from the README's Wire formats table."""
-    text = README.read_text()
-    section = text.split("### Wire formats", 1)[1].split("\n#", 1)[0]
+    """topic -> its 'value format' cell, from the Wire formats table."""
+    text = WIRE_FORMATS.read_text(encoding="utf-8")
+    section = text.split("\n## Wire formats\n", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -109,8 +109,8 @@ def test_events_decode_with_the_documented_avsc_file_and_id_alone() -> None:
 
 def documented_decoders() -> dict[str, str]:
     """topic -> its 'decode with' cell."""
-    text = README.read_text()
-    section = text.split("### Wire formats", 1)[1].split("\n#", 1)[0]
+    text = WIRE_FORMATS.read_text(encoding="utf-8")
+    section = text.split("\n## Wire formats\n", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

@@ -1,4 +1,5 @@
-"""The SDK imports only `watchtower.protocol` and `watchtower.schemas` (and its own modules).
+"""The SDK imports only `watchtower.protocol` and `watchtower.schemas` (and its own modules), plus the
+shared key files (`watchtower.home`) and HTTP transports (`watchtower.http.api_client`, `.keymgr_client`).
 
 The SDK is what an application embeds to talk to a Watchtower API: every module of
 `watchtower.client`, found by walking the package (a new module is checked without being listed).
@@ -24,7 +25,10 @@ SDK_MODULES = ("watchtower.client", *sorted(m.name for m in pkgutil.walk_package
                                                                                     "watchtower.client.")))
 #: The SDK modules that read Kafka themselves (a push subscriber's deliveries, a replay's records).
 KAFKA_READERS = frozenset({"watchtower.client.push", "watchtower.client.replay"})
-ALLOWED_PREFIXES = ("watchtower.protocol", "watchtower.schemas")
+#: Beyond the core and the codec: the home's key files, and the two HTTP transports the SDK shares with
+#: the servers that call the API and the key manager (the rest of `watchtower.http` is the server).
+ALLOWED_PREFIXES = ("watchtower.protocol", "watchtower.schemas", "watchtower.home", "watchtower.http.api_client",
+                    "watchtower.http.keymgr_client")
 READER_PREFIXES = (*ALLOWED_PREFIXES, "watchtower.topics")
 # Third-party packages that belong to the server side.
 SERVER_ONLY = ("confluent_kafka", "faust", "mode", "aiohttp", "fastavro")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from watchtower.local.jars import spark_jars
 from watchtower.local.smoke import Hop, three_client_roundtrip
 from watchtower.spark.smoke import spark_copy
 
@@ -11,7 +12,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_confluent_faust_spark_roundtrip_with_transactions(kafka_bootstrap: str) -> None:
-    hops: list[Hop] = three_client_roundtrip(kafka_bootstrap, spark_copy)
+    hops: list[Hop] = three_client_roundtrip(kafka_bootstrap, lambda b, src, dst: spark_copy(b, src, dst, spark_jars()))
     clients = [h.client for h in hops]
     assert clients == ["confluent-kafka", "faust-streaming", "confluent-kafka", "spark", "confluent-kafka"]
     # Faust forwarded through an aiokafka transaction and the aborted record never surfaced.

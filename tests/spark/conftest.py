@@ -10,8 +10,9 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    from watchtower.local.jars import spark_jars
     from watchtower.spark.session import local_session
 
-    session = local_session("watchtower-tests", master="local[2]")
+    session = local_session("watchtower-tests", master="local[2]", jars=spark_jars())
     yield session
     session.stop()

@@ -1,6 +1,6 @@
 """An outside reader decodes `events` and `messages` with Spark's `from_avro` and the `.avsc` files alone.
 
-The expressions are the README's, checked verbatim, and run on records the real encoders wrote.
+The expressions are docs/wire-formats.md's, checked verbatim, and run on records the real encoders wrote.
 One local[1] Spark session serves the whole module.
 """
 
@@ -29,13 +29,13 @@ from watchtower.topics.connection import kafka_config, spark_kafka_options
 
 pyspark = pytest.importorskip("pyspark")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+WIRE_FORMATS = Path(__file__).resolve().parents[2] / "docs" / "wire-formats.md"
 SCHEMAS = Path(watchtower.schemas.__file__).parent
 BODY = "substring(value, 6, length(value) - 5)"  # the Avro body after the 5-byte frame
 
 
 def header_filter(name: str) -> str:
-    """The README's filter on the frame: magic 0x57, schema id and version, as a binary literal."""
+    """The documented filter on the frame: magic 0x57, schema id and version, as a binary literal."""
     version = latest_version(name)
     return f"substring(value, 1, 5) = X'{struct.pack('>BHH', 0x57, CATALOG[name].schema_id, version).hex().upper()}'"
 
@@ -55,8 +55,8 @@ def read(spark: Any, values: list[bytes], name: str) -> list[Any]:
     return list(rows)
 
 
-def test_the_readme_documents_these_expressions() -> None:
-    section = README.read_text().split("### Wire formats", 1)[1].split("\n## ", 1)[0]
+def test_the_wire_formats_page_documents_these_expressions() -> None:
+    section = WIRE_FORMATS.read_text(encoding="utf-8").split("\n## Wire formats\n", 1)[1].split("\n## ", 1)[0]
     assert "Reading the topics from Spark" in section
     assert BODY in section
     assert "substring(value, 1, 5) = X'57000A0001'" in section  # StreamMessagePublished v1

@@ -25,8 +25,10 @@ from replay_helpers import DeliveryReader, Stream, create_and_publish, kind_of, 
 from stack_fixture import start_stack
 
 from watchtower.gateway.transport import CommandClient
+from watchtower.local.jars import spark_jars
 from watchtower.local.stack import ServiceSet
 from watchtower.schemas.records import decode_message
+from watchtower.spark.session import ENV_SPARK_JARS
 
 pytest.importorskip("pyspark")
 pytestmark = pytest.mark.integration
@@ -65,7 +67,8 @@ def test_the_spark_replay_and_the_service_replay_deliver_the_same_records(env: t
     job = subprocess.run(
         [sys.executable, "-m", "watchtower.spark.replay_job", "--bootstrap", services.bootstrap,
          "--stream-id", stream.stream_id, "--replay-id", str(by_spark.replay_id)],
-        env={**os.environ, "WATCHTOWER_TOPIC_PREFIX": services.prefix}, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "WATCHTOWER_TOPIC_PREFIX": services.prefix, ENV_SPARK_JARS: ",".join(spark_jars())},
+        capture_output=True, text=True, timeout=900,
         check=False)
     assert job.returncode == 0, job.stderr[-3000:]
     spark_view = wait_status(services.bootstrap, services.prefix, by_spark.replay_id, {"completed"}, timeout_s=60)

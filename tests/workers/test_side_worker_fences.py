@@ -1,9 +1,10 @@
-"""A side worker that is fenced starts over from the log, unless the fences keep coming.
+"""A worker that is fenced starts over from the log, unless the fences keep coming.
 
 The transaction coordinator fences a producer whose open transaction outlived its timeout, which a
 broker restart under an open transaction does: the delivery worker used to exit on that fence and,
 with nobody to restart it, pushes stopped. Only two processes with one worker id fencing each other
-again and again (or a transactional id the principal may not use) make the worker exit.
+again and again (or a transactional id the principal may not use) make the worker exit. The rule is
+the one transactional host's (`workers.host`), so it holds for every worker: stream, delivery, replay.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from watchtower.delivery.worker import DeliveryWorker
 from watchtower.replay.worker import ReplayWorker
+from watchtower.workers.command_processor import CommandProcessor
 from watchtower.workers.fences import FENCE_WINDOW_S, MAX_FENCES, FenceCounter
-from watchtower.workers.tx_worker import FencedError, ProducerFailedError
+from watchtower.workers.host import FencedError, ProducerFailedError
 
 
 def raising(code: int, *, fatal: bool = True):
@@ -25,7 +27,11 @@ def raising(code: int, *, fatal: bool = True):
     return call
 
 
-@pytest.fixture(params=[DeliveryWorker, ReplayWorker], ids=["delivery", "replay"])
+def stream_worker(bootstrap: str, worker_id: str, *, prefix: str) -> CommandProcessor:
+    return CommandProcessor(bootstrap, worker_id, prefix=prefix)
+
+
+@pytest.fixture(params=[stream_worker, DeliveryWorker, ReplayWorker], ids=["stream", "delivery", "replay"])
 def worker(request: pytest.FixtureRequest):
     # Nothing listens there: constructing the clients contacts no broker, and no call below does.
     made = request.param("127.0.0.1:1", "fences", prefix="tfences")
@@ -43,19 +49,19 @@ def worker(request: pytest.FixtureRequest):
 def test_a_fence_starts_over_and_only_repeated_fences_exit(worker, code: int) -> None:
     for _ in range(MAX_FENCES - 1):
         with pytest.raises(ProducerFailedError, match="fenced"):
-            worker._call_txn(raising(code), what="commit_transaction")
+            worker.txn.call(raising(code), what="commit_transaction")
     with pytest.raises(FencedError, match="another process runs with the same worker id"):
-        worker._call_txn(raising(code), what="commit_transaction")
+        worker.txn.call(raising(code), what="commit_transaction")
 
 
 def test_a_transactional_id_the_principal_may_not_use_exits_at_once(worker) -> None:
     with pytest.raises(FencedError, match="may not use its transactional id"):
-        worker._call_txn(raising(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), what="init_transactions")
+        worker.txn.call(raising(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), what="init_transactions")
 
 
 def test_an_ordinary_error_is_the_workers_to_handle(worker) -> None:
     with pytest.raises(KafkaException):
-        worker._call_txn(raising(KafkaError._INCONSISTENT, fatal=False), what="commit_transaction")
+        worker.txn.call(raising(KafkaError._INCONSISTENT, fatal=False), what="commit_transaction")
 
 
 def test_fences_older_than_the_window_are_forgotten() -> None:

@@ -9,6 +9,7 @@ import click
 from watchtower.cli.demo_wait import demo_step
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
+from watchtower.local.jars import spark_jars
 from watchtower.local.paths import watchtower_home
 from watchtower.local.smoke import Hop, three_client_roundtrip
 from watchtower.spark.smoke import spark_copy
@@ -49,7 +50,7 @@ def demo(port: int, controller_port: int, keep_running: bool) -> None:
             click.echo(f"  [{h.seconds:5.1f}s] {h.client:16} {h.action}: {h.value!r}")
 
         with demo_step("one record through confluent-kafka, Faust and Spark"):
-            three_client_roundtrip(spec.bootstrap, spark_copy, show)
+            three_client_roundtrip(spec.bootstrap, lambda b, src, dst: spark_copy(b, src, dst, spark_jars()), show)
 
         _step("4. the stream actor: workers, HTTP API, SDK and CLI (feeds, rotation, filters, allowlist, ring), "
               "then a paid feed, then replays beyond the window (service and Spark)")

@@ -124,6 +124,7 @@ def show_replay(api: ApiClient, services: ServiceSet, minter: Account, replay_wo
 
 def _spark_part(api: ApiClient, services: ServiceSet, client: ReplayClient, feed_id: int, sid: str,
                 service_set: list[StreamMessage], replay_worker: str) -> None:
+    from watchtower.local.jars import spark_jars
     from watchtower.spark.replay_job import run_replay
     from watchtower.spark.session import local_session
     from watchtower.spark.verify import verified_schedule, verify_stream
@@ -132,7 +133,7 @@ def _spark_part(api: ApiClient, services: ServiceSet, client: ReplayClient, feed
     services.kill9(replay_worker)
     spark_ticket = client.register(feed_id, 1, PUBLISHED + 1)
     t0 = time.monotonic()
-    spark = local_session("watchtower-demo-replay", master="local[2]")
+    spark = local_session("watchtower-demo-replay", master="local[2]", jars=spark_jars())
     try:
         result = run_replay(spark, services.bootstrap, sid, spark_ticket.replay_id, prefix=services.prefix)
         spark_set = _read(client, spark_ticket)

@@ -49,6 +49,7 @@ def _progress(as_json: bool) -> Callable[[str], None]:
 def _session(name: str, master: str | None, as_json: bool) -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
+    from watchtower.local.jars import spark_jars
     from watchtower.spark.session import default_master, local_session
 
     running = SparkSession.getActiveSession()  # an embedding program's session: use it, leave it running
@@ -56,7 +57,8 @@ def _session(name: str, master: str | None, as_json: bool) -> Iterator[Any]:
         yield running
         return
     bar = "true" if sys.stderr.isatty() and not as_json else "false"
-    spark = local_session(name, master=master or default_master(), extra={"spark.ui.showConsoleProgress": bar})
+    spark = local_session(name, master=master or default_master(), extra={"spark.ui.showConsoleProgress": bar},
+                          jars=spark_jars())
     try:
         yield spark
     finally:

@@ -33,14 +33,11 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Any, Final, Protocol
 
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.message import StreamMessage
-
-if TYPE_CHECKING:
-    from watchtower.client.sdk import Subscriber
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +48,32 @@ MAX_PENDING: Final = 10_000
 GAP_RETRY_S: Final = 0.2
 #: A catch-up hands out what it has after this many pages, so the application starts early.
 CATCH_UP_PAGES: Final = 10
+
+
+class PulledPage(Protocol):
+    """What a pull returns (`sdk.Page`): the new messages and where the stream and the cursor stand."""
+
+    @property
+    def messages(self) -> tuple[StreamMessage, ...]: ...
+    @property
+    def head_sequence(self) -> int: ...
+    @property
+    def next_cursor(self) -> int: ...
+
+
+class PullSide(Protocol):
+    """What a stream run needs of its `sdk.Subscriber`: its verified pull path and its cursor."""
+
+    stream_id: str
+    filter: Any
+
+    @property
+    def cursor(self) -> int: ...
+    def verify(self, msg: StreamMessage) -> None: ...
+    def poll_page(self, limit: int = ..., *, min_head: int | None = ..., wait_ms: int | None = ...) -> PulledPage: ...
+    def advance_to(self, sequence: int) -> None: ...
+    def follow(self, *, limit: int = ..., wait_ms: int = ...,
+               idle_timeout_s: float | None = ...) -> Iterator[StreamMessage]: ...
 
 
 class PushSource(Protocol):
@@ -86,7 +109,7 @@ def check_stream_args(mode: str, source: PushSource | None, pull_interval_s: flo
         raise InvalidArgumentError(f"pull_interval_s must be > 0, got {pull_interval_s!r}")
 
 
-def run_stream(sub: Subscriber, mode: str, source: PushSource | None, *, limit: int, wait_ms: int,
+def run_stream(sub: PullSide, mode: str, source: PushSource | None, *, limit: int, wait_ms: int,
                pull_interval_s: float, idle_timeout_s: float | None, poll_s: float,
                stats: StreamStats) -> Iterator[StreamMessage]:
     """The generator behind `Subscriber.stream` (see the module docstring; `check_stream_args` first)."""
@@ -116,7 +139,7 @@ def run_stream(sub: Subscriber, mode: str, source: PushSource | None, *, limit: 
 class _Merger:
     """One push source and the Subscriber's pull path, merged (state of one `stream` run)."""
 
-    def __init__(self, sub: Subscriber, source: PushSource, stats: StreamStats, *, fallback: bool, limit: int,
+    def __init__(self, sub: PullSide, source: PushSource, stats: StreamStats, *, fallback: bool, limit: int,
                  wait_ms: int, pull_interval_s: float, poll_s: float) -> None:
         self.sub, self.source, self.stats = sub, source, stats
         self.fallback, self.limit, self.wait_ms = fallback, limit, wait_ms

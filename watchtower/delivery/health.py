@@ -1,7 +1,7 @@
 """The delivery worker's health file (``$WATCHTOWER_HEALTH_FILE``; nothing is written without it).
 
 Written atomically (temporary file, then ``os.replace``) at most once a second and at every state
-change (`workers.tx_health`). Fields: ``worker``, ``pid``, ``state`` (starting | serving | exiting),
+change (`workers.health.SideHealth`). Fields: ``worker``, ``pid``, ``state`` (starting | serving | exiting),
 ``partitions`` (the partition numbers of ``events`` / ``messages`` owned), ``streams`` (schedules
 held), ``delivered`` (deliveries committed since the start), ``blocks`` (block heights in which it
 committed deliveries), ``pending`` (an upper bound of the (subscriber, message) pairs still owed,
@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from watchtower.workers.tx_health import TxWorkerHealth
+from watchtower.workers.health import SideHealth
 
 
-class DeliveryHealth(TxWorkerHealth):
+class DeliveryHealth(SideHealth):
     """Counters of one delivery worker and their health file."""
 
     log: ClassVar[logging.Logger] = logging.getLogger("watchtower.delivery.health")

@@ -20,7 +20,8 @@ checkpoint of every planned stream on ``delivery.state`` *p*, and the group's co
 only once its transaction committed; an aborted one is planned again. ``kill -9`` anywhere leaves
 the last committed checkpoints with exactly their deliveries, and each checkpoint carries the
 budget its block used, so a restart within the block never exceeds the bound. A fenced or fatally
-failed producer makes the worker exit (code 3) for its supervisor to restart it.
+failed producer is replaced and the worker starts over from the log; only repeated fences (another
+process with the same worker id) make it exit (code 3) for its supervisor (`workers.host`).
 
 Nothing here touches the publish path: the stream actor writes ``messages`` and ``events`` and
 never waits for this worker. It writes ``deliveries`` and ``delivery.state`` only.
@@ -30,10 +31,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from functools import partial
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from watchtower import tracing
 from watchtower.delivery.health import DeliveryHealth
@@ -62,7 +62,6 @@ from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.event_fold import EventFold
 from watchtower.workers.state_loader import CommittedOffsets
 from watchtower.workers.tx_worker import (
-    TXN_TIMEOUT_S,
     TransactionalWorker,
     env_int,
 )
@@ -113,11 +112,7 @@ class DeliveryWorker(TransactionalWorker):
         return [self.topics["events"], self.topics["messages"]]
 
     def _step(self) -> None:
-        batch = self.consumer.consume(num_messages=1000, timeout=0)
-        if not batch:
-            first = self.consumer.poll(self._until_next_block())
-            batch = [first] if first is not None else []
-        for msg in batch:
+        for msg in self._fetch(1000, self._until_next_block()):
             self._consume(msg)
         self._tick()
 
@@ -132,8 +127,7 @@ class DeliveryWorker(TransactionalWorker):
     def _prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
         # the next callback of the same consume() (workers.tx_worker).
-        events = self.topics["events"]
-        self._partitions = len(self.consumer.list_topics(events, timeout=30).topics[events].partitions)
+        self._partitions = self._partition_count(self.topics["events"])
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (its own clients)
                  recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
@@ -180,8 +174,6 @@ class DeliveryWorker(TransactionalWorker):
 
     # ------------------------------------------------------------------ consuming
     def _consume(self, msg: Message) -> None:
-        if not self._is_record(msg):
-            return
         topic, p, offset = msg.topic() or "", int(msg.partition() or 0), int(msg.offset() or 0)
         if p not in self.folds:
             return
@@ -262,23 +254,18 @@ class DeliveryWorker(TransactionalWorker):
 
     def _commit(self, plans: list[tuple[Key, BlockPlan, bytes]], block: int) -> None:
         """Deliveries + checkpoints + the group's offsets in one transaction; memory follows only on commit."""
-        delivered = 0
-        try:
-            self.producer.begin_transaction()
+        def write() -> list[TopicPartition]:
             for (p, sid), plan, checkpoint in plans:
                 for d in plan.deliveries:
                     headers = push_headers(d.message.headers, sid, d.message.sequence, d.block, d.cycles)
                     self._produce(self.topics["deliveries"], key=d.subscriber.encode(), value=d.message.value,
                                   headers=headers)
-                delivered += len(plan.deliveries)
                 self._produce(self.topics["delivery-state"], key=sid.encode(), value=checkpoint, partition=p)
-            offsets = [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
-            self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
-                                   self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
-            self._call_txn(partial(self.producer.commit_transaction, TXN_TIMEOUT_S))
-        except (KafkaException, BufferError) as exc:
-            self._abort(exc)
+            return [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
+
+        if not self._transaction(write):
             return
+        delivered = sum(len(plan.deliveries) for _, plan, _ in plans)
         for key, plan, _ in plans:
             self.schedules[key] = plan.schedule
             self.dirty.discard(key)
@@ -297,11 +284,9 @@ class DeliveryWorker(TransactionalWorker):
             self.producer.poll(0.5)  # the local queue is full: let it drain once, then retry
             self.producer.produce(topic, **kwargs)
 
-    def _abort(self, exc: Exception) -> None:
-        self.health.aborted += 1
+    def _aborting(self, exc: Exception) -> None:
         self._owing_block = -1  # the owing streams' plans were lost with the transaction: plan them again
         log.warning("push transaction failed (%s); aborting, the block is planned again", exc)
-        self._abort_txn()
 
     def _count(self) -> None:
         pending = dropped = 0

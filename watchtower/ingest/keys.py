@@ -4,7 +4,7 @@
 - the key owners delegate publishing to (`ingestion_publisher_key`): with an ingestion KEK
   configured (``WATCHTOWER_INGEST_KEK_FILE``, a 0600 file of 64 hex digits; `watchtower up` gives
   the ingestion service ``genesis/ingest-kek.key``) it is stored *wrapped*, as the key manager
-  stores seeds (`watchtower.keymgr.kek`): ``ingest/publisher.key.wrapped`` holds AES-256-GCM under
+  stores seeds (`watchtower.home.kek`): ``ingest/publisher.key.wrapped`` holds AES-256-GCM under
   that KEK, bound to its purpose and the KEK id, and a plain ``ingest/publisher.key`` left from
   before is wrapped and removed. The ingestion KEK is its own, never the key manager's: the
   ingestion service holds no key that opens a stream's seed. The public half is in
@@ -24,7 +24,9 @@ from typing import Final
 
 import nacl.signing
 
-from watchtower.client.account import (
+from watchtower.home.kek import Kek, KekError, read_kek_file
+from watchtower.home.paths import watchtower_home
+from watchtower.home.seeds import (
     AccountExistsError,
     AccountNotFoundError,
     KeyFileError,
@@ -32,8 +34,6 @@ from watchtower.client.account import (
     require_name,
     write_key_file,
 )
-from watchtower.client.home import watchtower_home
-from watchtower.keymgr.kek import Kek, KekError, read_kek_file
 from watchtower.protocol.addresses import address_from_public_key, require_address
 
 

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from watchtower.client.http import ApiClient
+from watchtower.http.api_client import ApiTransport
 from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, register, serve
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     start_metrics("ingest" if args.what == "serve" else "runner")
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
-    api = ApiClient(os.environ.get("WATCHTOWER_API"))
+    api = ApiTransport(os.environ.get("WATCHTOWER_API"))
     if args.what == "serve":
         from watchtower.ingest.service import serve as serve_ingest
 

@@ -36,8 +36,8 @@ from typing import Any, Final
 import nacl.signing
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient
 from watchtower.gateway.transport import CommandClient
+from watchtower.http.keymgr_client import ENV_KEYMGR, KeyManagerApi
 from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.sink import KafkaSink
@@ -87,7 +87,7 @@ class AggregatorService:
         self.events_next: dict[int, int] = {}
         self.commands = CommandClient(bootstrap, prefix=prefix, linger_ms=COMMAND_LINGER_MS)
         keymgr_url = os.environ.get(ENV_KEYMGR)
-        keymgr = KeyManagerClient(keymgr_url) if keymgr_url else None
+        keymgr = KeyManagerApi(keymgr_url) if keymgr_url else None
         self.aggregator = Aggregator(self.view, scheduler, KafkaSink(self.commands, self.view, publisher, keymgr))
         self.stream_partition: dict[str, int] = {}
         self.owned: set[int] = set()

@@ -20,13 +20,13 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import nacl.signing
 
-from watchtower.client.account import Account
-from watchtower.client.http import ApiUnavailableError
-from watchtower.client.keymgr import KeyManagerClient
+from watchtower.http.api_client import ApiUnavailableError
+from watchtower.http.keymgr_client import KeyManagerApi
 from watchtower.ingest.aggregator import HeadMovedError, SinkRefusedError, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import public_key_from_address
@@ -59,6 +59,22 @@ def _cancel_all(futures: list[concurrent.futures.Future[dict[str, Any]]]) -> Non
         future.cancel()
 
 
+class _Caller:
+    """The ingestion publisher key as the key manager's caller: each request is a command signed by
+    it with the next microsecond nonce, ``max(last + 1, time_ns() // 1000)``."""
+
+    def __init__(self, key: nacl.signing.SigningKey) -> None:
+        self.key = key
+        self.last = 0
+        self._lock = threading.Lock()
+
+    def sign(self, method: str, stream_id: str, body: Mapping[str, Any], nonce: int | None = None) -> Command:
+        if nonce is None:
+            with self._lock:
+                self.last = nonce = max(self.last + 1, time.time_ns() // 1000)
+        return sign_command(self.key, method, stream_id, nonce, body)
+
+
 class Commands(Protocol):
     """What the sink needs of the command transport (`gateway.transport.CommandClient`)."""
 
@@ -73,12 +89,12 @@ class KafkaSink:
     at a time, in tick order."""
 
     def __init__(self, commands: Commands, view: IngestionView, publisher: nacl.signing.SigningKey,
-                 keymgr: KeyManagerClient | None = None, *, reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
+                 keymgr: KeyManagerApi | None = None, *, reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
         self.commands = commands
         self.view = view
         self.publisher = publisher
         self.keymgr = keymgr  # paid streams: stream_encrypt, as the stream's active publisher key
-        self.identity = Account(publisher)
+        self.identity = _Caller(publisher)  # the key manager's caller: the same key, its own nonces
         self.public_key = bytes(publisher.verify_key)
         self.reply_timeout_s = reply_timeout_s
         self.heads: dict[str, tuple[int, int]] = {}

@@ -167,6 +167,17 @@ def classpath(bundle: Bundle) -> str:
     return ":".join(str(p) for p in sorted(lib.glob("*.jar")))
 
 
+def spark_jars() -> list[str]:
+    """The Spark Kafka connector's jars (fetched once): what a Spark job started here is handed
+    (`watchtower.spark.session.local_session`'s `jars`)."""
+    return [str(p) for p in sorted(ensure_bundle(SPARK_KAFKA_BUNDLE).glob("*.jar"))]
+
+
+def spark_jars_dir() -> Path:
+    """The folder the Spark Kafka connector's jars are cached in (filled by `spark_jars`; nothing is fetched)."""
+    return bundle_dir(SPARK_KAFKA_BUNDLE) / "lib"
+
+
 def jolokia_agent_jar() -> Path:
     """The Jolokia JVM agent jar (fetched once, like the broker's jars)."""
     jars = sorted(ensure_bundle(JOLOKIA_BUNDLE).glob("jolokia-agent-jvm-*.jar"))

@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
-def watchtower_home() -> Path:
-    """The per-user Watchtower directory."""
-    return Path(os.environ.get("WATCHTOWER_HOME", Path.home() / ".watchtower")).expanduser()
+from watchtower.home.paths import watchtower_home as watchtower_home
 
 
 def cache_dir() -> Path:

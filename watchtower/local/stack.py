@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchtower.local.errors import LocalStackError
+from watchtower.local.jars import spark_jars_dir
 from watchtower.local.security import RUNNER_PRINCIPAL
 
 WORKER_MODULE = "watchtower.workers.worker_main"
@@ -189,8 +190,10 @@ class ServiceSet:
         name = f"replay-{worker_id}"
         health = self.health_file(name)
         health.unlink(missing_ok=True)
+        # The Spark job it hands a large replay to runs with its environment: the connector jars' folder.
+        jars = {} if "WATCHTOWER_SPARK_JARS" in os.environ else {"WATCHTOWER_SPARK_JARS": str(spark_jars_dir())}
         self._spawn(name, [REPLAY_MODULE, self.bootstrap, worker_id, self.prefix],
-                    {"WATCHTOWER_HEALTH_FILE": str(health), **(extra_env or {})})
+                    {"WATCHTOWER_HEALTH_FILE": str(health), **jars, **(extra_env or {})})
         return name
 
     def start_delivery(self, worker_id: str = "d1", extra_env: dict[str, str] | None = None) -> str:

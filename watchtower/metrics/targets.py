@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from watchtower.home.paths import watchtower_home
+
 
 def target_groups(files: Iterable[Path]) -> list[dict[str, Any]]:
     """The file-discovery target groups of the metrics address files that can be read."""
@@ -33,11 +35,7 @@ def target_groups(files: Iterable[Path]) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    if argv:
-        log_dir = Path(argv[0])
-    else:
-        from watchtower.local.paths import watchtower_home
-        log_dir = watchtower_home() / "stack" / "logs"
+    log_dir = Path(argv[0]) if argv else watchtower_home() / "stack" / "logs"
     print(json.dumps(target_groups(log_dir.glob("*.metrics.json")), indent=2))
     return 0
 

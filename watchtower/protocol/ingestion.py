@@ -44,7 +44,36 @@ from watchtower.protocol import cbor
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import InvalidArgumentError
-from watchtower.protocol.validation import is_int, require_int, require_text
+from watchtower.protocol.ingestion_common import (
+    MAX_RESULT_BYTES as MAX_RESULT_BYTES,
+)
+from watchtower.protocol.ingestion_common import (
+    MAX_SAFE_JSON_INT as MAX_SAFE_JSON_INT,
+)
+from watchtower.protocol.ingestion_common import (
+    REASON_HINTS as REASON_HINTS,
+)
+from watchtower.protocol.ingestion_common import (
+    IngestReason as IngestReason,
+)
+from watchtower.protocol.ingestion_common import (
+    SelectionError as SelectionError,
+)
+from watchtower.protocol.ingestion_common import (
+    check_json_ints as check_json_ints,
+)
+from watchtower.protocol.ingestion_common import (
+    parse_reason as parse_reason,
+)
+from watchtower.protocol.ingestion_common import (
+    require_path as require_path,
+)
+from watchtower.protocol.ingestion_common import (
+    select_path as select_path,
+)
+from watchtower.protocol.ingestion_results import check_result_schema
+from watchtower.protocol.ingestion_transform import parse_transform
+from watchtower.protocol.validation import require_int, require_text
 
 MAX_TIMEOUT_BLOCKS: Final = 600
 DEFAULT_TIMEOUT_BLOCKS: Final = 3
@@ -52,13 +81,10 @@ DEFAULT_FETCH_TIMEOUT_MS: Final = 2_000
 MAX_FETCH_TIMEOUT_MS: Final = 30_000
 DEFAULT_MAX_BYTES: Final = 64 * 1024
 MAX_RESPONSE_BYTES: Final = 1024 * 1024
-MAX_RESULT_BYTES: Final = 64 * 1024
-"""A runner's result (canonical JSON) is at most this large; larger is OVERSIZED_RESULT."""
 MAX_HEADERS: Final = 16
 MAX_SELECT_FIELDS: Final = 32
 MAX_KAFKA_RECORDS: Final = 1_000
 DEFAULT_MAX_CATCH_UP: Final = 10
-MAX_SAFE_JSON_INT: Final = 2**53 - 1
 
 
 class ProofType(StrEnum):
@@ -69,54 +95,10 @@ class ProofType(StrEnum):
     MEDIAN = "MEDIAN"  # numeric fields: the median across a strict majority of valid results
 
 
-class IngestReason(StrEnum):
-    """Why a tick published nothing: the ``reason`` of an IngestFailed event."""
-
-    SOURCE_UNAVAILABLE = "SOURCE_UNAVAILABLE"  # every selected runner failed to fetch the source
-    TIMEOUT = "TIMEOUT"  # the deadline passed with no result at all
-    TOO_FEW_RESULTS = "TOO_FEW_RESULTS"  # some results, fewer than the proof type needs
-    QUORUM_NOT_REACHED = "QUORUM_NOT_REACHED"  # enough results, no majority agreeing
-    SCHEMA_MISMATCH = "SCHEMA_MISMATCH"  # results do not satisfy result_schema
-    OVERSIZED_RESULT = "OVERSIZED_RESULT"  # a result or response beyond the task's byte bound
-    TRANSFORM_FAILED = "TRANSFORM_FAILED"  # the decided result does not fit the transform
-    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"  # the transformed payload exceeds 16 KiB
-    ENCRYPT_REFUSED = "ENCRYPT_REFUSED"  # stream_encrypt refused (paid streams)
-    PUBLISH_REFUSED = "PUBLISH_REFUSED"  # the stream actor refused the publish
-    RUNNERS_UNAVAILABLE = "RUNNERS_UNAVAILABLE"  # fewer registered runners than num_runners
-    TICKS_SKIPPED = "TICKS_SKIPPED"  # ticks beyond the catch-up limit after an outage
-
-
-REASON_HINTS: Final[Mapping[IngestReason, str]] = {
-    IngestReason.SOURCE_UNAVAILABLE: "check that the source URL answers 2xx JSON from the runners' network",
-    IngestReason.TIMEOUT: "start more runners (`watchtower runner start`) or raise timeout_blocks",
-    IngestReason.TOO_FEW_RESULTS: "start more runners or lower num_runners",
-    IngestReason.QUORUM_NOT_REACHED: "the runners disagree: use a stable source or the MEDIAN proof type",
-    IngestReason.SCHEMA_MISMATCH: "make result_schema match what the selection returns",
-    IngestReason.OVERSIZED_RESULT: "select fewer fields or raise max_bytes (at most 1 MiB)",
-    IngestReason.TRANSFORM_FAILED: "make the transform's fields match the result",
-    IngestReason.PAYLOAD_TOO_LARGE: "select less: a message payload is at most 16 KiB",
-    IngestReason.ENCRYPT_REFUSED: "check the key manager is up and the stream is PLATFORM_MANAGED",
-    IngestReason.PUBLISH_REFUSED: "check the delegated publisher key is still the stream's current key",
-    IngestReason.RUNNERS_UNAVAILABLE: "register more runners (`watchtower runner start`)",
-    IngestReason.TICKS_SKIPPED: "the scheduler was down longer than its catch-up limit; nothing to do",
-}
-
-
-def parse_reason(value: object) -> IngestReason:
-    """`value` as an IngestReason, else INVALID_ARGUMENT listing the reasons."""
-    try:
-        return IngestReason(str(value)) if isinstance(value, str) else IngestReason(repr(value))
-    except ValueError:
-        raise InvalidArgumentError(
-            f"reason must be one of {', '.join(r.value for r in IngestReason)}, got {value!r}"
-        ) from None
-
 
 # --- The task definition -------------------------------------------------------------------------
 
 _TOKEN_RE: Final = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")  # an RFC 9110 field name
-_PATH_RE: Final = re.compile(r"^\$?(?:(?:^|\.)[A-Za-z_][A-Za-z0-9_\-]*|\[\d{1,4}\])*$")
-_STEP_RE: Final = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_\-]*)|\[(\d{1,4})\]")
 _FORBIDDEN_HEADERS: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
 _CREDENTIAL_PARTS: Final = ("token", "secret", "key", "auth")
@@ -280,33 +262,6 @@ def _select(value: object) -> Mapping[str, str] | str | None:
     )
 
 
-def require_path(path: object) -> str:
-    """`path` if it is a restricted JSONPath: ``$``, ``$.a.b``, ``$.a[0].c`` (names and indexes only)."""
-    if not isinstance(path, str) or not path or len(path) > 256 or not _PATH_RE.match(path):
-        raise InvalidArgumentError(
-            f"a selection path looks like $.data.price or $.items[0].price (names and indexes only), got {path!r}"
-        )
-    return path
-
-
-class SelectionError(ValueError):
-    """A path names something the document does not have."""
-
-
-def select_path(document: Any, path: str) -> Any:
-    """The value at `path` in `document` (SelectionError if absent)."""
-    node = document
-    for name, index in _STEP_RE.findall(require_path(path).removeprefix("$")):
-        if name:
-            if not isinstance(node, Mapping) or name not in node:
-                raise SelectionError(f"{path}: no field {name!r}")
-            node = node[name]
-        else:
-            if not isinstance(node, list) or int(index) >= len(node):
-                raise SelectionError(f"{path}: no element [{index}]")
-            node = node[int(index)]
-    return node
-
 
 def apply_selection(document: Any, select: Mapping[str, str] | str | None) -> Any:
     """What a runner returns for `document`: the whole of it, one path, or an object of paths."""
@@ -320,9 +275,6 @@ def apply_selection(document: Any, select: Mapping[str, str] | str | None) -> An
 def check_config(config: IngestionConfig) -> TaskSpec:
     """INVALID_ARGUMENT unless an enabled config can run: a known proof type and transform, a
     parseable task, and a result_schema that is a valid JSON Schema (`ingestion_results`)."""
-    from watchtower.protocol.ingestion_results import check_result_schema
-    from watchtower.protocol.ingestion_transform import parse_transform
-
     try:
         ProofType(config.proof_type)
     except ValueError:
@@ -391,14 +343,3 @@ def task_id(stream_id: str, tick: int) -> bytes:
     return hashlib.sha256(cbor.encode({"stream_id": require_text(stream_id, "stream_id"), "tick": tick})).digest()
 
 
-def check_json_ints(value: Any, name: str = "result") -> None:
-    """INVALID_ARGUMENT for an integer outside ±(2^53 − 1) anywhere in `value` (JSON readers lose them)."""
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if is_int(node) and abs(node) > MAX_SAFE_JSON_INT:
-            raise InvalidArgumentError(f"{name} holds the integer {node}, beyond 2^53-1; send it as a string")
-        if isinstance(node, Mapping):
-            stack.extend(node.values())
-        elif isinstance(node, list | tuple):
-            stack.extend(node)

@@ -22,7 +22,7 @@ import referencing
 import referencing.exceptions
 
 from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
-from watchtower.protocol.ingestion import MAX_RESULT_BYTES, check_json_ints
+from watchtower.protocol.ingestion_common import MAX_RESULT_BYTES, check_json_ints
 from watchtower.protocol.signed_command import json_safe
 
 _VALIDATOR = jsonschema.Draft202012Validator

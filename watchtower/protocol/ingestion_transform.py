@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from watchtower.protocol.constants import MAX_EFFECTIVE_PLAINTEXT_BYTES, MAX_INLINE_PAYLOAD_BYTES
 from watchtower.protocol.errors import InvalidArgumentError
-from watchtower.protocol.ingestion import IngestReason, SelectionError, require_path, select_path
+from watchtower.protocol.ingestion_common import IngestReason, SelectionError, require_path, select_path
 from watchtower.protocol.ingestion_results import canonical_json, parse_result
 from watchtower.protocol.validation import is_int, is_number
 

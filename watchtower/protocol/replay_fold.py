@@ -33,7 +33,7 @@ registration, or of a replay already finished) raises, and
 `evolve` turns that into MALFORMED_RECORD so the record is quarantined. Every event records its
 caller like the other stream events (`evolve` does that).
 
-Pure; imports nothing from `stream_state` at run time (it is called from there).
+Pure; it builds on `stream_types`, as `stream_state` (which calls it) does.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import MAX_WIRE_UINT64
@@ -63,10 +63,8 @@ from watchtower.protocol.replay_rules import (
     parse_skip,
     replay_id_for,
 )
+from watchtower.protocol.stream_types import Event, FrozenMap, StreamState
 from watchtower.protocol.validation import is_int
-
-if TYPE_CHECKING:
-    from watchtower.protocol.stream_state import Event, FrozenMap, StreamState
 
 REGISTERED: Final = "registered"
 CANCEL_REQUESTED: Final = "cancel_requested"

@@ -1,7 +1,7 @@
 """The replay worker's health file (``$WATCHTOWER_HEALTH_FILE``; nothing is written without it).
 
 Written atomically (temporary file, then ``os.replace``) at most once a second and at every state
-change (`workers.tx_health`). Fields: ``worker``, ``pid``, ``state`` (starting | serving |
+change (`workers.health.SideHealth`). Fields: ``worker``, ``pid``, ``state`` (starting | serving |
 exiting), ``partitions`` (the ``replay`` partitions owned), ``replays`` (count per status:
 pending, running, completed, canceled, errored), ``reemitted`` (deliveries committed since the
 start), ``slices`` (committed transactions), ``aborted`` (aborted ones), ``quarantined`` and
@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from watchtower.protocol.replay_status import STATUSES, ReplayView
-from watchtower.workers.tx_health import TxWorkerHealth
+from watchtower.workers.health import SideHealth
 
 
-class ReplayHealth(TxWorkerHealth):
+class ReplayHealth(SideHealth):
     """Counters of one replay worker and their health file."""
 
     log: ClassVar[logging.Logger] = logging.getLogger("watchtower.replay.health")

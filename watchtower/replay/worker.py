@@ -13,9 +13,10 @@ The unfinished replays of the owned partitions are served round-robin, one slice
 checkpoint and writes, in ONE Kafka transaction, the deliveries, one replay record (the new
 checkpoint or the terminal record) and the group's consumed offsets (``send_offsets_to_transaction``):
 so a zombie (an evicted worker) is fenced, and ``kill -9`` anywhere leaves exactly the last
-committed checkpoint with exactly its deliveries. A fenced or fatally failed producer makes the
-worker exit (code 3) for its supervisor to restart it; any other failed transaction is aborted and
-the slice is done again from the checkpoint.
+committed checkpoint with exactly its deliveries. A fenced or fatally failed producer is replaced
+and the worker starts over from the log; only repeated fences (another process with the same worker
+id) make it exit (code 3) for its supervisor (`workers.host`); any other failed transaction is
+aborted and the slice is done again from the checkpoint.
 
 When a replay ends (the terminal record: completed, canceled or errored), the same transaction also
 writes a ``ReplayFinished`` forward to the stream on ``internal`` (keyed by the stream id, on the
@@ -36,10 +37,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import ClassVar, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
@@ -66,7 +66,6 @@ from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.tx_worker import (
-    TXN_TIMEOUT_S,
     TransactionalWorker,
     env_int,
     worker_group,
@@ -92,9 +91,6 @@ class ReplayWorker(TransactionalWorker):
     kind: ClassVar[str] = "replay"
     log: ClassVar[logging.Logger] = log
     health: ReplayHealth
-    # A broker that just started answers NOT_COORDINATOR for a while: retry what is transient.
-    transient_init: ClassVar[frozenset[int]] = frozenset({KafkaError.NOT_COORDINATOR,
-                                                          KafkaError.COORDINATOR_NOT_AVAILABLE})
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None, slice_size: int | None = None,
                  rate: float | None = None, threshold: int | None = None,
@@ -132,13 +128,8 @@ class ReplayWorker(TransactionalWorker):
         wait = 0.0 if view is not None else 0.2
         if view is not None and self.rate > 0:
             wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
-        # consume() with a timeout waits for a FULL batch, which would hold a lone record (our
-        # own checkpoint read back) for the whole wait: take what is fetched, else poll for one.
-        batch = self.consumer.consume(num_messages=500, timeout=0)
-        if not batch and wait > 0:
-            first = self.consumer.poll(wait)
-            batch = [first] if first is not None else []
-        for msg in batch:
+        # A lone record (our own checkpoint read back) is taken at once (`_fetch`).
+        for msg in self._fetch(500, wait):
             self._consume(msg)
         view = self._pick()
         if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
@@ -161,9 +152,8 @@ class ReplayWorker(TransactionalWorker):
     def _prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
         # the next callback of the same consume() (workers.tx_worker).
-        self._partitions = len(self.consumer.list_topics(self.t_replay, timeout=30).topics[self.t_replay].partitions)
-        internal = self.consumer.list_topics(self.t_internal, timeout=30).topics[self.t_internal]
-        self._internal_partitions = len(internal.partitions)
+        self._partitions = self._partition_count(self.t_replay)
+        self._internal_partitions = self._partition_count(self.t_internal)
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
                  recovering: bool = False) -> None:
@@ -234,8 +224,6 @@ class ReplayWorker(TransactionalWorker):
             scan.close()
 
     def _consume(self, msg: Message) -> None:
-        if not self._is_record(msg):
-            return
         partition = int(msg.partition() or 0)
         if partition not in self.views:
             return
@@ -323,23 +311,20 @@ class ReplayWorker(TransactionalWorker):
         """Deliveries + the replay record + the group's offsets in one transaction; whether it committed."""
         record: ReplayRecord | None = result.record
         assert record is not None
-        try:
-            self.producer.begin_transaction()
+        value = encode_replay_record(record)
+
+        def write() -> list[TopicPartition]:
             for d in result.deliveries:
                 self.producer.produce(self.t_deliveries, key=d.key, value=d.value, headers=d.headers)
-            value = encode_replay_record(record)
             self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=value, partition=partition)
             finished = self._finished(view, record)
             if finished is not None:
                 key = view.stream_id.encode()
                 self.producer.produce(self.t_internal, key=key, value=encode_replay_finished(finished),
                                       partition=partition_for_key(key, self._internal_partitions))
-            offsets = [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
-            self._call_txn(partial(self.producer.send_offsets_to_transaction, offsets,
-                                   self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S))
-            self._call_txn(partial(self.producer.commit_transaction, TXN_TIMEOUT_S))
-        except (KafkaException, BufferError) as exc:
-            self._abort(exc)
+            return [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
+
+        if not self._transaction(write):
             return False
         self._applied_own(partition, record, value)
         self.health.slices += 1
@@ -371,8 +356,6 @@ class ReplayWorker(TransactionalWorker):
             return
         self._echo.setdefault(record.replay_id, deque()).append(value)
 
-    def _abort(self, exc: Exception) -> None:
-        self.health.aborted += 1
+    def _aborting(self, exc: Exception) -> None:
         self.archive.forget_position()
         log.warning("replay slice failed (%s); aborting, the slice is done again from its checkpoint", exc)
-        self._abort_txn()

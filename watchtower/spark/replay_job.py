@@ -1,6 +1,6 @@
 """Fulfil one registered ICRC-77 replay as a Spark batch job (DESIGN §7.8, replay interfaces §2, §7).
 
-    python -m watchtower.spark.replay_job --bootstrap B --stream-id S --replay-id N [--master M]
+    python -m watchtower.spark.replay_job --bootstrap B --stream-id S --replay-id N [--master M] [--jars J]
 
 1. Read the ``replay`` partition of S (read_committed, with confluent-kafka: it is small) for the
    ``registered`` record of N. A replay that already has a terminal record is left alone (the
@@ -206,10 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-id", required=True)
     parser.add_argument("--replay-id", required=True, type=int)
     parser.add_argument("--master", default=None, help="Spark master (default: local, at most 2 cores)")
+    parser.add_argument("--jars", default=None, help="the Kafka connector's jars, comma-separated paths of jars or "
+                                                     "directories (default: $WATCHTOWER_SPARK_JARS)")
     args = parser.parse_args(argv)
     from watchtower.spark.session import default_master, local_session
 
-    spark = local_session("watchtower-replay", master=args.master or default_master())
+    jars = None if args.jars is None else [part for part in args.jars.split(",") if part.strip()]
+    spark = local_session("watchtower-replay", master=args.master or default_master(), jars=jars)
     try:
         result = run_replay(spark, args.bootstrap, args.stream_id, args.replay_id,
                             report=lambda line: print(line, file=sys.stderr, flush=True))

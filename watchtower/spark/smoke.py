@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
 from watchtower.spark.session import local_session
 from watchtower.topics.connection import spark_kafka_options
 
 
-def spark_copy(bootstrap: str, source: str, sink: str) -> list[str]:
-    """Read ``source`` read_committed with Spark's Kafka source; write each value to ``sink``."""
-    spark = local_session("watchtower-smoke")
+def spark_copy(bootstrap: str, source: str, sink: str, jars: Iterable[str | Path] | None = None) -> list[str]:
+    """Read ``source`` read_committed with Spark's Kafka source; write each value to ``sink``
+    (`jars`: the connector's, as `local_session` takes them)."""
+    spark = local_session("watchtower-smoke", jars=jars)
     try:
         df = (spark.read.format("kafka")
               .options(**spark_kafka_options(bootstrap))

@@ -22,8 +22,12 @@ On assignment a partition is paused, rebuilt from its latest snapshot plus the c
 after it (a record that breaks a rule is quarantined, never fatal) and resumed:
 :mod:`watchtower.workers.partitions`.
 
-When Kafka misbehaves (a broker restart, a lost coordinator) every transactional call is bounded
-(:mod:`watchtower.workers.bounded`), and a failed batch is handled by what the error allows:
+The producer, the watchdog that bounds every transactional call, fencing, outage recovery and the
+one ``init_transactions`` policy (retried with backoff while the worker runs) are
+:class:`watchtower.workers.host.TransactionalProducer`'s, shared with the side workers. Consumed
+records are turned into typed records (:class:`watchtower.workers.record.ConsumedRecord`) before they are
+decided. When Kafka misbehaves (a broker restart, a lost coordinator) a failed batch is handled by
+what the error allows:
 
 - the transaction can be aborted: abort it, undo the batch in memory, seek back and re-decide;
 - anything else (a fatal or fencing error, a call that overran its deadline, an abort that
@@ -48,13 +52,11 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from watchtower import tracing
 from watchtower.metrics import common as common_metrics
@@ -67,35 +69,31 @@ from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
 from watchtower.topics.reader import end_offsets
 from watchtower.workers.aggregate import Aggregate, Context
-from watchtower.workers.bounded import BoundedCaller, CallStuckError
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
-from watchtower.workers.fences import FenceCounter, rival_message
 from watchtower.workers.health import HealthFile, MeteredHealthFile
-from watchtower.workers.partitions import RETRY_BACKOFF_S, PartitionOwner
+from watchtower.workers.host import (
+    ProducerFailedError,
+    TransactionalProducer,
+    consumer_config,
+    kafka_error,
+    producer_config,
+    record_of,
+    unreachable,
+)
+from watchtower.workers.partitions import PartitionOwner
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
-from watchtower.workers.tx_worker import consumer_config, producer_config
 
 log = logging.getLogger("watchtower.worker")
 
 GROUP_ID = STREAM_WORKER_GROUP
 
-#: Timeout passed to each transactional call; the caller gives up CALL_GRACE_S later still. A
-#: healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
+#: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
+#: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
 TXN_CALL_TIMEOUT_S: Final = 5.0
-CALL_GRACE_S: Final = 2.0
 #: While the brokers are unreachable and no command arrives, how often to ask for metadata.
 PROBE_INTERVAL_S: Final = 1.0
-
-#: Errors that mean "no broker answers" rather than "the request was refused".
-_UNREACHABLE: Final = frozenset({
-    KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
-    KafkaError._WAIT_COORD, KafkaError._RESOLVE, KafkaError.COORDINATOR_NOT_AVAILABLE,
-    KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT,
-})
-_FENCED: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-
-T = TypeVar("T")
 
 
 def group_id(prefix: str | None = None) -> str:
@@ -112,13 +110,7 @@ class CommandProcessor(PartitionOwner):
                  aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
         super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health, aggregates, snapshots)
         self.batch_size = batch_size
-        # Set when every broker connection was lost; the producer is replaced before its next
-        # transaction, because one that lived through an outage can keep a stale coordinator and
-        # hang in send_offsets_to_transaction (librdkafka #5511).
-        self._outage_since_init = False
         self._next_probe = 0.0
-        self._fences = FenceCounter()
-        self._calls = BoundedCaller("wt-txn-call")
         # Metrics: counted per batch, published when it commits (watchtower.metrics.worker).
         self._metrics = worker_metrics.BatchMetrics()
         self._method = worker_metrics.UNKNOWN_METHOD
@@ -134,7 +126,7 @@ class CommandProcessor(PartitionOwner):
             "logger": kafka_logger(),
         })
         # Stable per worker: a restarted worker fences its own zombie transaction immediately.
-        self._producer_conf: dict[str, Any] = producer_config(
+        producer_conf: dict[str, Any] = producer_config(
             bootstrap, f"{group_id(prefix)}-{worker_id}", f"wt-worker-{worker_id}", **{
                 "transaction.timeout.ms": transaction_timeout_ms,
                 # A longer linger would send a batch in fewer produce requests (nothing is visible
@@ -147,7 +139,18 @@ class CommandProcessor(PartitionOwner):
                 "logger": kafka_logger(),
             })
         self.consumer = Consumer(self._consumer_conf)
-        self.producer = Producer(self._producer_conf)
+        self.txn = TransactionalProducer(producer_conf, worker_id=worker_id, service=worker_metrics.SERVICE,
+                                         call_timeout_s=TXN_CALL_TIMEOUT_S, thread_name="wt-worker",
+                                         while_waiting=self._while_waiting)
+
+    @property  # type: ignore[override]
+    def producer(self) -> Producer:
+        """The current transactional producer (replaced after a failure: never keep a reference)."""
+        return self.txn.producer
+
+    @producer.setter
+    def producer(self, producer: Producer) -> None:
+        self.txn.producer = producer
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -173,8 +176,8 @@ class CommandProcessor(PartitionOwner):
 
     def _close(self) -> None:
         try:
-            self._call(self.consumer.close, "closing the consumer")
-        except (KafkaException, RuntimeError, CallStuckError) as exc:
+            self.txn.call(self.consumer.close, "closing the consumer")
+        except (KafkaException, RuntimeError) as exc:
             log.warning("closing the consumer failed: %s", exc)
 
     def _housekeeping(self) -> None:
@@ -198,14 +201,11 @@ class CommandProcessor(PartitionOwner):
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Called from poll/flush of either client, possibly on the call thread.
-        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+        if self.txn.note_client_error(err):
             self._brokers_down = True
-            self._outage_since_init = True
             self._update_state()
-        elif err.fatal():
-            log.error("fatal client error: %s", err)
 
-    def _next_batch(self) -> list[Message]:
+    def _next_batch(self) -> list[ConsumedRecord]:
         # Wait for the first record only; then take whatever is already fetched. consume() with a
         # timeout would hold a lone command for the whole timeout, adding it to every latency.
         first = self.consumer.poll(0.1)
@@ -215,7 +215,7 @@ class CommandProcessor(PartitionOwner):
         for m in [first, *self.consumer.consume(num_messages=self.batch_size - 1, timeout=0)]:
             err = m.error()
             if err is None:
-                batch.append(m)
+                batch.append(record_of(m))
             elif err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", err)
                 if err.fatal():
@@ -226,7 +226,7 @@ class CommandProcessor(PartitionOwner):
         return batch
 
     # ------------------------------------------------------------------ the transaction
-    def _process_batch(self, batch: list[Message]) -> None:
+    def _process_batch(self, batch: list[ConsumedRecord]) -> None:
         batch = self._ready_only(batch)
         if not batch or not self._refresh_producer_after_outage():
             return
@@ -241,10 +241,8 @@ class CommandProcessor(PartitionOwner):
                 self._handle(msg, touched, ctx)
             offsets, group = _next_offsets(batch), self.consumer.consumer_group_metadata()
             commit_started = time.perf_counter()
-            self._call(partial(self.producer.send_offsets_to_transaction, offsets, group, TXN_CALL_TIMEOUT_S),
-                       "send_offsets_to_transaction")
-            self._call(partial(self.producer.commit_transaction, TXN_CALL_TIMEOUT_S), "commit_transaction")
-        except (KafkaException, BufferError, CallStuckError) as exc:
+            self.txn.send_offsets_and_commit(offsets, group)
+        except (KafkaException, BufferError, ProducerFailedError) as exc:
             self.stats.aborted_batches += 1
             self._metrics.aborted()
             self._after_failed_batch(exc, batch, touched)
@@ -288,20 +286,19 @@ class CommandProcessor(PartitionOwner):
             done.append(partition)
         return done
 
-    def _after_failed_batch(self, exc: Exception, batch: list[Message], touched: Touched) -> None:
-        err = exc.args[0] if isinstance(exc, KafkaException) else None
-        if isinstance(exc, CallStuckError) or (err is not None and err.code() in _UNREACHABLE):
+    def _after_failed_batch(self, exc: Exception, batch: list[ConsumedRecord], touched: Touched) -> None:
+        if isinstance(exc, KafkaException):  # raised outside the watchdog (begin_transaction, produce)
+            exc = self.txn.classify(exc)  # FencedError when this process must exit
+        if unreachable(exc):
             self._brokers_down = True
-        if err is not None and err.code() in _FENCED:
-            self._note_fence()
-        if not isinstance(exc, CallStuckError) and not (err is not None and err.fatal()):
-            log.warning("transaction failed (%s); aborting and re-deciding the batch", err or exc)
+        if not isinstance(exc, ProducerFailedError):
+            log.warning("transaction failed (%s); aborting and re-deciding the batch", kafka_error(exc) or exc)
             try:
-                self._call(partial(self.producer.abort_transaction, TXN_CALL_TIMEOUT_S), "abort_transaction")
+                self.txn.abort()
                 self._undo_in_memory(touched)
                 self._seek_to_firsts(batch)
                 return
-            except (KafkaException, CallStuckError) as abort_exc:
+            except ProducerFailedError as abort_exc:
                 exc = abort_exc
         self._recover(f"transaction failed and could not be aborted ({exc})")
 
@@ -315,7 +312,7 @@ class CommandProcessor(PartitionOwner):
         self._update_state()
         started = time.monotonic()
         try:
-            self._replace_producer()
+            self.txn.replace()
             if self._init_transactions():
                 log.info("worker %s: transactions initialised after %.1fs", self.worker_id, time.monotonic() - started)
                 self._resync()
@@ -326,40 +323,27 @@ class CommandProcessor(PartitionOwner):
             self._update_state()
 
     def _init_transactions(self) -> bool:
-        """Initialise the producer's transactions, retrying while Kafka is away; False if stopped."""
-        while not self._stop.is_set():
-            try:
-                self._call(partial(self.producer.init_transactions, TXN_CALL_TIMEOUT_S), "init_transactions")
-                self._brokers_down = False
-                self._outage_since_init = False
-                return True
-            except (KafkaException, CallStuckError) as exc:
-                err = exc.args[0] if isinstance(exc, KafkaException) else None
-                log.warning("initialising transactions failed (%s); retrying", err or exc)
-                if err is None or err.code() in _UNREACHABLE:
-                    self._brokers_down = True
-                if err is None or err.fatal() or not err.retriable():
-                    self._replace_producer()
-            self._update_state()
-            self.health.tick()
-            self._stop.wait(RETRY_BACKOFF_S)
-        return False
+        """Initialise the producer's transactions under the one policy of `workers.host` (retried while
+        Kafka is away); False if stopped meanwhile."""
+        if not self.txn.init_transactions(self._stop, self._on_init_retry):
+            return False
+        self._brokers_down = False
+        return True
+
+    def _on_init_retry(self, exc: BaseException) -> None:
+        if unreachable(exc) or kafka_error(exc) is None:
+            self._brokers_down = True
+        self._update_state()
+        self.health.tick()
 
     def _refresh_producer_after_outage(self) -> bool:
         """After an outage, once the brokers answer again, start a fresh producer (no batch is
         open between batches, so nothing needs rebuilding). False if stopped meanwhile."""
-        if not self._outage_since_init or self._brokers_down:
+        if not self.txn.outage or self._brokers_down:
             return True
         log.info("worker %s: the brokers are back; starting a fresh producer", self.worker_id)
-        self._replace_producer()
+        self.txn.replace()
         return self._init_transactions()
-
-    def _replace_producer(self) -> None:
-        old = [self.producer]
-        self.producer = Producer(self._producer_conf)
-        # Destroying a producer can block on its broker threads: let a daemon thread drop the last
-        # reference. (If a stuck call still runs on it, that call's thread keeps it alive.)
-        threading.Thread(target=old.clear, name="wt-dispose", daemon=True).start()
 
     def _replace_consumer(self, why: str) -> None:
         log.error("worker %s replaces its consumer: %s", self.worker_id, why)
@@ -372,23 +356,18 @@ class CommandProcessor(PartitionOwner):
         self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke)
 
-    def _note_fence(self) -> None:
-        common_metrics.FENCES.labels(worker_metrics.SERVICE).inc()
-        if self._fences.note():
-            raise RuntimeError(rival_message(self.worker_id, len(self._fences)))
-
     # ------------------------------------------------------------------ metrics of each decision
-    def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
+    def _handle(self, record: ConsumedRecord, touched: Touched, ctx: Context) -> None:
         self._method = worker_metrics.UNKNOWN_METHOD  # until the record is routed
         rejected = self.stats.rejected
         # A span per command when tracing is on (what it writes carries its context: decider);
         # off, `span` is None after one global read.
-        span = tracing.span("worker decide", msg.headers(), partition=int(msg.partition() or 0))
+        span = tracing.span("worker decide", record.headers, partition=record.partition)
         if span is None:
-            super()._handle(msg, touched, ctx)
+            super()._handle(record, touched, ctx)
         else:
             with span:
-                super()._handle(msg, touched, ctx)
+                super()._handle(record, touched, ctx)
         if self.stats.rejected == rejected:
             self._metrics.decided(self._method, worker_metrics.OK)
         else:
@@ -403,19 +382,16 @@ class CommandProcessor(PartitionOwner):
         self._last_reply = value  # decoded only for a refusal, to count its code
         super()._reply(headers, value)
 
-    def _call(self, fn: Callable[[], T], what: str) -> T:
-        return self._calls.call(fn, TXN_CALL_TIMEOUT_S + CALL_GRACE_S, what=what, while_waiting=self._while_waiting)
-
     def _while_waiting(self) -> None:
-        self.producer.poll(0)  # serves the producer's error_cb (e.g. all brokers down)
+        # The watchdog has served the producer's error_cb (e.g. all brokers down) just before.
         self._update_state()
         self.health.tick()
 
 
-def _next_offsets(batch: list[Message]) -> list[TopicPartition]:
+def _next_offsets(batch: list[ConsumedRecord]) -> list[TopicPartition]:
     last: dict[tuple[str, int], int] = {}
-    for m in batch:
-        last[(str(m.topic()), int(m.partition() or 0))] = int(m.offset() or 0)
+    for r in batch:
+        last[(r.topic, r.partition)] = r.offset
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
 
 

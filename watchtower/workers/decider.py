@@ -1,9 +1,10 @@
-"""Deciding one batch of records: the hosted aggregates' rules applied to Kafka records.
+"""Deciding one batch of records: the hosted aggregates' rules applied to consumed records.
 
 :class:`CommandDecider` holds the per-partition aggregate instances a worker owns and turns each
-command or forward record into events, extra records (StreamMessages), forwards and a reply,
-produced on the current transaction of ``self.producer``. It knows aggregates only through the
-contract of :mod:`watchtower.workers.aggregate`; it never commits or aborts:
+command or forward record (a typed :class:`~watchtower.workers.record.ConsumedRecord`) into events,
+extra records (StreamMessages), forwards and a reply, produced on the current transaction of
+``self.producer``. It knows aggregates only through the contract of
+:mod:`watchtower.workers.aggregate`; it never commits or aborts:
 :class:`~watchtower.workers.command_processor.CommandProcessor` (its subclass) owns the
 transaction, the consumer and recovery.
 
@@ -20,9 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from confluent_kafka import Message, Producer
+from typing import Any, Protocol
 
 from watchtower import tracing
 from watchtower.protocol.billing import block_height_at
@@ -34,6 +33,7 @@ from watchtower.topics.catalogue import topic_name
 from watchtower.workers.aggregate import Aggregate, Context, DecodeOnce, check_unique
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.deployment import deployment_from_env
+from watchtower.workers.record import ConsumedRecord
 
 log = logging.getLogger("watchtower.worker")
 
@@ -61,10 +61,19 @@ class WorkerStats:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+class Sink(Protocol):
+    """What the decider needs of the host's transactional producer."""
+
+    def produce(self, topic: str, value: bytes | None = ..., key: bytes | None = ..., partition: int = ...,
+                headers: Any = ...) -> None: ...
+
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> Any: ...
+
+
 class CommandDecider:
     """The aggregate instances of the owned partitions, and how one record changes them."""
 
-    producer: Producer
+    producer: Sink
 
     def __init__(self, prefix: str | None, clock_ms: Callable[[], int] | None,
                  aggregates: Sequence[Aggregate] | None = None) -> None:
@@ -112,21 +121,21 @@ class CommandDecider:
             raise first
         raise recognised
 
-    def _handle(self, msg: Message, touched: Touched, ctx: Context) -> None:
+    def _handle(self, record: ConsumedRecord, touched: Touched, ctx: Context) -> None:
         self.stats.commands += 1
-        partition = int(msg.partition() or 0)
-        headers = dict(msg.headers() or [])
-        internal = msg.topic() == self.t_internal
+        partition = record.partition
+        headers = dict(record.headers or [])
+        internal = record.topic == self.t_internal
         # Known once a partition was rebuilt; outside the try, so a Kafka error fails the batch.
         partitions = self._partition_count()
         try:
             # Where the record sits first: a command on a partition its key does not hash to would be
             # decided against state this partition does not hold, and its events written where no
             # fold expects them (protocol.placement).
-            check_command_placement(msg.key(), partition, partitions, topic=str(msg.topic()))
-            aggregate, command = self._route(msg.value(), internal)
+            check_command_placement(record.key, partition, partitions, topic=record.topic)
+            aggregate, command = self._route(record.value, internal)
             key = aggregate.key(command)
-            check_instance_placement(key, msg.key(), partition, partitions, internal=internal)
+            check_instance_placement(key, record.key, partition, partitions, internal=internal)
             states = self._states[partition][aggregate.name]  # _ready_only kept rebuilt partitions only
             before = states.get(key)
             state = aggregate.initial(key) if before is None else before
@@ -138,7 +147,7 @@ class CommandDecider:
             self._reply(headers, encode_reply(False, error=err))
             return
         except Exception as exc:
-            log.exception("unexpected error deciding a record at %s[%s]@%s", msg.topic(), partition, msg.offset())
+            log.exception("unexpected error deciding a record at %s[%s]@%s", record.topic, partition, record.offset)
             self.stats.rejected += 1
             self._reply(headers, encode_reply(False, error=_internal(exc)))
             return
@@ -151,9 +160,9 @@ class CommandDecider:
                                       partition=partition, headers=tracing.inject(None))
             self.stats.events += len(outcome.events)
             self._batch_events[partition] = self._batch_events.get(partition, 0) + len(outcome.events)
-        for record in outcome.records:
-            self.producer.produce(self._topic(record.role), key=record.key, value=record.value, partition=partition,
-                                  headers=tracing.inject(None if record.headers is None else dict(record.headers)))
+        for extra in outcome.records:
+            self.producer.produce(self._topic(extra.role), key=extra.key, value=extra.value, partition=partition,
+                                  headers=tracing.inject(None if extra.headers is None else dict(extra.headers)))
         for forward in outcome.forwards:
             # The receiver answers the caller when the decision has no reply of its own.
             self.producer.produce(self.t_internal, key=forward.key.encode(), value=forward.value,

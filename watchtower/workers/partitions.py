@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from watchtower.protocol.billing import block_height_at
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.decider import CommandDecider
 from watchtower.workers.health import HealthFile
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy
 from watchtower.workers.state_loader import CommittedOffsets, load_partitions
 
@@ -169,20 +170,20 @@ class PartitionOwner(CommandDecider):
         if tps:
             (self.consumer.pause if paused else self.consumer.resume)(tps)
 
-    def _ready_only(self, batch: list[Message]) -> list[Message]:
+    def _ready_only(self, batch: list[ConsumedRecord]) -> list[ConsumedRecord]:
         """The records of partitions with a rebuilt state; the others are put back (never decided)."""
-        ready = [m for m in batch if int(m.partition() or 0) in self._states]
+        ready = [r for r in batch if r.partition in self._states]
         if len(ready) < len(batch):
             try:
-                self._seek_to_firsts([m for m in batch if int(m.partition() or 0) not in self._states])
+                self._seek_to_firsts([r for r in batch if r.partition not in self._states])
             except KafkaException as exc:
                 log.warning("could not put back records of a partition being rebuilt: %s", exc)
         return ready
 
-    def _seek_to_firsts(self, batch: list[Message]) -> None:
+    def _seek_to_firsts(self, batch: list[ConsumedRecord]) -> None:
         firsts: dict[tuple[str, int], int] = {}
-        for m in batch:
-            firsts.setdefault((str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0))
+        for r in batch:
+            firsts.setdefault((r.topic, r.partition), r.offset)
         for (topic, partition), offset in firsts.items():
             self.consumer.seek(TopicPartition(topic, partition, offset))
 

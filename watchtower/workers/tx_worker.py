@@ -7,31 +7,22 @@ Contracts:
 - A worker of kind *k* joins the consumer group ``wt-<prefix>.<k>-worker`` and produces with the
   transactional id ``<group>-<worker id>``: stable per worker id, so a restarted worker fences its
   own zombie at ``init_transactions``.
-- Every transactional call goes through `TransactionalWorker._call_txn`, which runs it on a bounded
-  caller thread (`workers.bounded`): the worker waits at most the call's timeout plus
-  `CALL_GRACE_S`, writing its health file meanwhile. librdkafka does not always honour the timeout
-  (after a broker outage ``send_offsets_to_transaction`` can hang on a stale coordinator for
-  minutes, librdkafka #5511); a call that overruns counts as a failed producer (below). A fenced
-  producer is one too: the coordinator also fences a producer whose open transaction outlived
-  ``transaction.timeout.ms`` (a broker restart under an open transaction), so a fence starts over
-  from the log like any failed producer (`workers.fences`). Only `fences.MAX_FENCES` fences within
-  `fences.FENCE_WINDOW_S` (two processes with one worker id fencing each other) raise `FencedError`,
-  and the process exits with `EXIT_FENCED`. A producer that failed fatally otherwise, or that
-  cannot even abort its transaction (a broker killed under an open transaction leaves librdkafka
-  in INVALID_TXN_STATE), raises `ProducerFailedError`, and the worker *starts over from the log*
-  in process: a new producer with the same transactional id (``init_transactions`` fences the old
-  one and settles its last transaction, committed or aborted), then every assigned partition is
-  rebuilt from what is committed (`_restore`) and the consumer seeks there. Whatever happened,
-  state and positions are again exactly what the log says. Any other failure is the worker's to
-  handle (abort and do it again). A start over that cannot rebuild a partition (the brokers went
-  away again) leaves it paused, and the serving loop rebuilds it later (as after a failed
-  assignment callback, below).
-- After every broker connection was lost (an ``_ALL_BROKERS_DOWN`` error from either client), the
-  producer is replaced between two steps (no transaction is open then, so nothing needs rebuilding)
-  once the brokers answer again: a producer that lived through the outage can keep a stale
-  coordinator and hang in its next transactional call.
-- ``init_transactions`` is retried for up to `INIT_TIMEOUT_S` while the transaction coordinator is
-  not ready (a broker that just started answers NOT_COORDINATOR for a while).
+- The producer, its watchdog (every transactional call bounded), fencing, outage recovery and the
+  one ``init_transactions`` policy (retried with backoff for as long as the worker runs) are
+  `workers.host.TransactionalProducer`'s, shared with the stream worker. A call that overran, a
+  fence, or a producer that failed fatally otherwise or cannot even abort its transaction (a
+  broker killed under an open transaction leaves librdkafka in INVALID_TXN_STATE) raises
+  `ProducerFailedError`, and the worker *starts over from the log* in process: a new producer with
+  the same transactional id (``init_transactions`` fences the old one and settles its last
+  transaction, committed or aborted), then every assigned partition is rebuilt from what is
+  committed (`_restore`) and the consumer seeks there. Whatever happened, state and positions are
+  again exactly what the log says. Repeated fences (two processes with one worker id) or a
+  transactional id the principal may not use raise `FencedError`, and the process exits with
+  `EXIT_FENCED`. Any other failure is the worker's to handle (abort and do it again). A start over
+  that cannot rebuild a partition (the brokers went away again) leaves it paused, and the serving
+  loop rebuilds it later (as after a failed assignment callback, below).
+- After every broker connection was lost, the producer is replaced between two steps once the
+  brokers answer again (`TransactionalProducer.refresh_after_outage`).
 - Inside a rebalance callback the group consumer is only assigned, paused and resumed, never asked
   anything that enters librdkafka through confluent-kafka's call state (``list_topics``, ``poll``,
   ``consume``, ``close``): such a call ends by clearing the calling thread's call state, which the
@@ -54,7 +45,6 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from functools import partial
 from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -64,40 +54,26 @@ from watchtower.metrics import common as common_metrics
 from watchtower.metrics import side_workers as side_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
-from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.groups import worker_group
-from watchtower.workers.bounded import BoundedCaller, CallStuckError
-from watchtower.workers.fences import FenceCounter, rival_message
-from watchtower.workers.tx_health import TxWorkerHealth
+from watchtower.workers.health import SideHealth
+from watchtower.workers.host import (
+    EXIT_FENCED,
+    FencedError,
+    ProducerFailedError,
+    TransactionalProducer,
+    consumer_config,
+    producer_config,
+)
+
+__all__ = ["EXIT_FENCED", "FencedError", "ProducerFailedError", "TransactionalWorker", "consumer_config",
+           "producer_config", "worker_main"]
 
 TXN_TIMEOUT_S: Final = 10.0
-#: A transactional call is given up (the producer replaced) this long after its own timeout.
-CALL_GRACE_S: Final = 2.0
 #: After a broker outage, how often to ask whether the brokers answer again.
 PROBE_INTERVAL_S: Final = 1.0
-INIT_TIMEOUT_S: Final = 120.0
 #: Pause between attempts to rebuild partitions whose rebuild failed in the assignment callback.
 RESTORE_RETRY_S: Final = 1.0
-EXIT_FENCED: Final = 3
 EXIT_USAGE: Final = 2
-# Errors of init_transactions worth retrying (besides the ones librdkafka marks retriable).
-TRANSIENT_INIT: Final = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
-                                   KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT,
-                                   KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._WAIT_COORD})
-# A fence: another instance initialised our transactional id, or the coordinator aborted a
-# transaction that outlived its timeout (`workers.fences`): the worker starts over from the log,
-# unless the fences repeat.
-FENCES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
-# Errors after which this process can never commit: exit (the operator must grant the id).
-FATAL: Final = frozenset({KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
-
-
-class FencedError(RuntimeError):
-    """This process must exit: another one keeps taking over its transactional id, or it may not use it."""
-
-
-class ProducerFailedError(RuntimeError):
-    """The producer can never commit again, but nobody took over: replace it and start over from the log."""
 
 
 def env_int(name: str, default: int, *, minimum: int = 0) -> int:
@@ -109,44 +85,6 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     if not raw.isdigit() or int(raw) < minimum:
         raise ValueError(f"{name} must be a whole number ≥ {minimum}, got {raw!r}")
     return int(raw)
-
-
-def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) -> dict[str, Any]:
-    """A group member that reads committed records only and commits its offsets in its own
-    transactions (never automatically); `extra` adds or overrides settings."""
-    timeouts = GroupTimeouts.from_env()
-    return {
-        **kafka_config(bootstrap),
-        "group.id": group,
-        "client.id": client_id,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-        # Co-partitioned topics: the range assignor gives partition p of each to the same member.
-        "partition.assignment.strategy": "range",
-        "session.timeout.ms": timeouts.session_ms,
-        "heartbeat.interval.ms": timeouts.heartbeat_ms,
-        "log_level": 3,
-        **extra,
-    }
-
-
-def producer_config(bootstrap: str, transactional_id: str, client_id: str, **extra: Any) -> dict[str, Any]:
-    """An idempotent transactional producer; `extra` adds or overrides settings."""
-    return {
-        **kafka_config(bootstrap),
-        "client.id": client_id,
-        "transactional.id": transactional_id,
-        "enable.idempotence": True,
-        "acks": "all",
-        # Right after a commit the coordinator answers the next AddOffsetsToTxn with
-        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms (100 ms by
-        # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
-        "retry.backoff.ms": 5,
-        "retry.backoff.max.ms": 200,
-        "log_level": 3,
-        **extra,
-    }
 
 
 def tx_consumer_config(bootstrap: str, group: str, client_id: str) -> dict[str, Any]:
@@ -178,10 +116,8 @@ class TransactionalWorker(ABC):
     from elsewhere (a signal handler)."""
 
     kind: ClassVar[str]
-    # Retried at init besides librdkafka's retriable errors (a subclass may narrow it).
-    transient_init: ClassVar[frozenset[int]] = TRANSIENT_INIT
     log: ClassVar[logging.Logger] = logging.getLogger("watchtower.workers.tx_worker")
-    health: TxWorkerHealth
+    health: SideHealth
 
     def __init__(self, bootstrap: str, worker_id: str, prefix: str | None, clock_ms: Callable[[], int] | None,
                  **producer_extra: Any) -> None:
@@ -192,19 +128,26 @@ class TransactionalWorker(ABC):
         client_id = f"wt-{self.kind}-{worker_id}"
         self.consumer = Consumer({**tx_consumer_config(bootstrap, self.group, client_id),
                                   "error_cb": self._on_client_error})
-        self._producer_config = tx_producer_config(bootstrap, self.group, worker_id, client_id,
-                                                   **{"error_cb": self._on_client_error, **producer_extra})
-        self.producer = Producer(self._producer_config)
-        self._calls = BoundedCaller(f"wt-{self.kind}-txn-call")
+        self.txn = TransactionalProducer(
+            tx_producer_config(bootstrap, self.group, worker_id, client_id,
+                               **{"error_cb": self._on_client_error, **producer_extra}),
+            worker_id=worker_id, service=self.kind, call_timeout_s=TXN_TIMEOUT_S, thread_name=f"wt-{self.kind}",
+            while_waiting=self._tick_health)
         self.recoveries = 0
-        self._fences = FenceCounter()
-        # Set when every broker connection was lost: the producer is replaced once they answer again.
-        self._outage = False
         self._next_probe = 0.0
         # (topic, partition) assigned paused because their rebuild failed in the callback.
         self._unrestored: list[tuple[str, int]] = []
         self._next_restore = 0.0
         self.consumer_lag = ConsumerLag(self.kind)
+
+    @property
+    def producer(self) -> Producer:
+        """The current transactional producer (replaced after a failure: never keep a reference)."""
+        return self.txn.producer
+
+    @producer.setter
+    def producer(self, producer: Producer) -> None:
+        self.txn.producer = producer
 
     def stop(self) -> None:
         self._stop.set()
@@ -213,7 +156,8 @@ class TransactionalWorker(ABC):
         """Serve until `stop`; raises FencedError when this worker must exit for a restart."""
         self.health.write()
         try:
-            self._init_transactions()
+            if not self._init_transactions():
+                return
             self._prepare()
             self.consumer.subscribe(self._subscriptions(), on_assign=self._on_assign, on_revoke=self._revoked)
             self.health.set_state("serving")
@@ -306,17 +250,8 @@ class TransactionalWorker(ABC):
         self.recoveries += 1
         common_metrics.RECOVERIES.labels(self.kind).inc()
         self.log.warning("worker %s starts over from the log: %s", self.worker_id, why)
-        while not self._stop.is_set():
-            self._replace_producer()
-            try:
-                self._init_transactions()
-            except (ProducerFailedError, KafkaException) as again:  # the new producer failed too: again
-                self.log.warning("worker %s: initialising transactions failed (%s); retrying", self.worker_id, again)
-                self._tick_health()
-                self._stop.wait(1.0)
-                continue
-            break
-        else:
+        self.txn.replace()
+        if not self._init_transactions():
             return
         partitions = [TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
         self._on_revoke(self.consumer, partitions)
@@ -340,38 +275,24 @@ class TransactionalWorker(ABC):
         self.log.warning("worker %s serves again: partitions of %s rebuilt from the log", self.worker_id,
                          sorted({tp.topic for tp in partitions}))
 
-    def _replace_producer(self) -> None:
-        """A new producer with the same transactional id (its ``init_transactions`` fences the old one)."""
-        old = [self.producer]
-        self.producer = Producer(self._producer_config)
-        # Destroying a producer can block on its broker threads: let a daemon thread drop the last
-        # reference (a call still stuck on it keeps it alive on its own thread until it returns).
-        threading.Thread(target=old.clear, name=f"wt-{self.kind}-dispose", daemon=True).start()
-
     def _refresh_producer_after_outage(self) -> None:
         """After every broker connection was lost, once the brokers answer again, start a fresh
         producer (called between steps: no transaction is open, nothing needs rebuilding)."""
-        if not self._outage or time.monotonic() < self._next_probe:
-            return
+        self.txn.refresh_after_outage(self._brokers_answer, self._stop)
+
+    def _brokers_answer(self) -> bool:
+        if time.monotonic() < self._next_probe:
+            return False
         self._next_probe = time.monotonic() + PROBE_INTERVAL_S
         try:
             self.consumer.list_topics(self._subscriptions()[0], timeout=PROBE_INTERVAL_S)
         except KafkaException:
-            return  # still away
-        self.log.warning("worker %s: the brokers answer again; starting a fresh producer", self.worker_id)
-        self._outage = False
-        self._replace_producer()
-        try:
-            self._init_transactions()
-        except KafkaException as exc:  # failed for good: start over from the log (retried there)
-            raise ProducerFailedError(f"the fresh producer after an outage failed ({exc})") from None
+            return False  # still away
+        return True
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Called from poll/consume of either client (possibly on the call thread): only notes.
-        if err.code() == KafkaError._ALL_BROKERS_DOWN:
-            self._outage = True
-        elif err.fatal():
-            self.log.error("fatal client error: %s", err)
+        self.txn.note_client_error(err)
 
     def _tick_health(self) -> None:
         self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
@@ -384,6 +305,40 @@ class TransactionalWorker(ABC):
         return [self.consumer.close]
 
     # ------------------------------------------------------------------ shared plumbing
+    def _fetch(self, max_records: int, wait_s: float) -> list[Message]:
+        """What the consumer has fetched already (up to `max_records`), else the first record within
+        `wait_s`; errors and ends of partition left out. (consume() with a timeout would wait for a
+        FULL batch and hold a lone record for the whole wait.)"""
+        batch = self.consumer.consume(num_messages=max_records, timeout=0)
+        if not batch and wait_s > 0:
+            first = self.consumer.poll(wait_s)
+            batch = [first] if first is not None else []
+        return [msg for msg in batch if self._is_record(msg)]
+
+    def _partition_count(self, topic: str) -> int:
+        """Partitions of `topic`, asked by the group consumer: call it from `_prepare` only, never from
+        inside a rebalance callback (module docstring)."""
+        return len(self.consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+
+    def _transaction(self, write: Callable[[], list[TopicPartition]]) -> bool:
+        """ONE transaction: `write` produces the records and returns the group's offsets to commit with
+        them (``send_offsets_to_transaction`` fences an evicted zombie). Whether it committed: a
+        failed one is counted, `_aborting` is told, and it is aborted (ProducerFailedError when even
+        that fails: the serving loop starts over from the log)."""
+        try:
+            self.producer.begin_transaction()
+            offsets = write()
+            self.txn.send_offsets_and_commit(offsets, self.consumer.consumer_group_metadata())
+        except (KafkaException, BufferError) as exc:
+            self.health.aborted += 1
+            self._aborting(exc)
+            self._abort_txn()
+            return False
+        return True
+
+    def _aborting(self, exc: Exception) -> None:  # noqa: B027 (optional hook)
+        """A transaction failed with `exc` and is about to be aborted: drop what it assumed."""
+
     def _is_record(self, msg: Message) -> bool:
         """Whether a consumed `msg` is a record: an end of partition is skipped, another error logged."""
         err = msg.error()
@@ -400,66 +355,20 @@ class TransactionalWorker(ABC):
             except (KafkaException, RuntimeError) as exc:
                 self.log.warning("closing a client failed: %s", exc)
 
-    def _init_transactions(self) -> None:
-        """Initialise transactions, retrying while the transaction coordinator is not ready yet (a
-        broker that just started answers NOT_COORDINATOR for a while) and replacing a producer whose
-        call overran; fenced: FencedError; failed for good, or still failing after `INIT_TIMEOUT_S`:
-        raised."""
-        deadline = time.monotonic() + INIT_TIMEOUT_S
-        while True:
-            try:
-                self._call_txn(partial(self.producer.init_transactions, TXN_TIMEOUT_S), what="init_transactions")
-                self._outage = False
-                return
-            except ProducerFailedError as exc:  # stuck or failed fatally: a new producer, then again
-                if time.monotonic() > deadline or self._stop.is_set():
-                    raise
-                self.log.warning("initialising transactions failed (%s); retrying with a new producer", exc)
-                self._replace_producer()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                transient = isinstance(err, KafkaError) and (err.retriable() or err.code() in self.transient_init)
-                if not transient or time.monotonic() > deadline or self._stop.is_set():
-                    raise
-                self.log.warning("initialising transactions failed (%s); retrying", err)
-            self._tick_health()
-            self._stop.wait(1.0)
+    def _init_transactions(self) -> bool:
+        """Initialise transactions under the one policy of `workers.host` (retried until they are);
+        False when stopped meanwhile, FencedError when this process may not use its id."""
+        return self.txn.init_transactions(self._stop)
 
     def _abort_txn(self) -> None:
         """Abort the open transaction; a producer that cannot even abort must be replaced: ProducerFailedError."""
-        try:
-            self._call_txn(partial(self.producer.abort_transaction, TXN_TIMEOUT_S))
-        except (KafkaException, ProducerFailedError) as abort_exc:
-            raise ProducerFailedError(f"the transaction could not be aborted ({abort_exc})") from None
+        self.txn.abort()
 
     def _call_txn(self, fn: Callable[[], Any], what: str | None = None) -> Any:
-        """A transactional call, bounded (module docstring): a fatal producer error (a fence among
-        them), or a call that overran its deadline, is ProducerFailedError (start over from the log);
-        fenced again and again (`FenceCounter`), FencedError (exit); the rest is raised as is."""
-        name = what or getattr(getattr(fn, "func", fn), "__name__", "transactional call")
-        try:
-            return self._calls.call(fn, TXN_TIMEOUT_S + CALL_GRACE_S, what=f"worker {self.worker_id}: {name}",
-                                    while_waiting=self._while_waiting)
-        except CallStuckError as exc:
-            raise ProducerFailedError(f"{exc}; the producer is replaced") from None
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() in FATAL:
-                raise FencedError(f"worker {self.worker_id} may not use its transactional id ({err})") from None
-            if isinstance(err, KafkaError) and err.code() in FENCES:
-                common_metrics.FENCES.labels(self.kind).inc()
-                if self._fences.note():
-                    raise FencedError(f"{rival_message(self.worker_id, len(self._fences))} (last: {err})") from None
-                raise ProducerFailedError(f"worker {self.worker_id} was fenced ({err}); a transaction the "
-                                          "coordinator aborted, or another instance") from None
-            if isinstance(err, KafkaError) and err.fatal():
-                raise ProducerFailedError(f"worker {self.worker_id}'s producer failed fatally ({err})") from None
-            raise
-
-    def _while_waiting(self) -> None:
-        """While a transactional call runs: serve the producer's error_cb and keep the health file current."""
-        self.producer.poll(0)
-        self._tick_health()
+        """A transactional call, bounded by the watchdog (`TransactionalProducer.call`): a fatal producer
+        error (a fence among them), or a call that overran its deadline, is ProducerFailedError (start
+        over from the log); fenced again and again, FencedError (exit); the rest is raised as is."""
+        return self.txn.call(fn, what)
 
 
 def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | None], TransactionalWorker],

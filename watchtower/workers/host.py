@@ -1,0 +1,299 @@
+"""The transactional core every worker host shares: one producer, its watchdog, its fencing and its
+``init_transactions`` policy, written once.
+
+The stream worker (`workers.command_processor`) and the side workers' host (`workers.tx_worker`:
+push delivery, replay) each own one `TransactionalProducer`. It holds the current producer of a
+stable ``transactional.id`` (``<group>-<worker id>``: a restarted worker fences its own zombie at
+``init_transactions``) and answers for what is the same in every host. The hosts' Kafka clients
+are configured here too (`consumer_config`: read_committed, offsets committed only in the host's
+transactions; `producer_config`: idempotent and transactional).
+
+- **The watchdog.** Every transactional call goes through `TransactionalProducer.call`, which runs
+  it on a bounded caller thread (`workers.bounded`) and waits at most the call's timeout plus
+  `CALL_GRACE_S`, serving the host's ``while_waiting`` (health writes) meanwhile. librdkafka does
+  not always honour the timeout: after a broker outage ``send_offsets_to_transaction`` can hang on a
+  stale coordinator for minutes (librdkafka #5456, #5511). A call that overruns is a failed
+  producer: `ProducerFailedError` (``stuck``), and the host replaces the producer.
+- **Fencing.** A fenced producer is a failed one too: the coordinator also fences a producer whose
+  open transaction outlived ``transaction.timeout.ms`` (a broker restart under an open
+  transaction), so a fence starts over from the log (`ProducerFailedError`) like any failed
+  producer (`workers.fences`). Only `fences.MAX_FENCES` fences within `fences.FENCE_WINDOW_S` (two
+  processes with one worker id fencing each other), or a transactional id the principal may not
+  use, raise `FencedError`: the process must exit (`EXIT_FENCED`) for its supervisor.
+  `TransactionalProducer.classify` applies the same rule to an error raised outside the watchdog
+  (``begin_transaction``, ``produce``).
+- **init_transactions: one policy.** `TransactionalProducer.init_transactions` retries for as long
+  as the process should run, with a backoff from `INIT_BACKOFF_S` doubling up to
+  `INIT_BACKOFF_MAX_S`, each attempt bounded by the watchdog, and logs every retry. A producer
+  whose attempt overran, failed fatally or failed for good is replaced before the next attempt. A
+  broker that just started answers NOT_COORDINATOR for a while and a broker that is down answers
+  nothing; giving up would leave a worker that never serves again after a broker restart. It
+  returns False only when the host was stopped meanwhile; `FencedError` is the only error raised.
+- **Outage recovery.** After every broker connection was lost (``_ALL_BROKERS_DOWN`` from either
+  client, noted by `note_client_error`), `refresh_after_outage` replaces the producer once the
+  brokers answer again (between two transactions: nothing needs rebuilding): a producer that lived
+  through the outage can keep a stale coordinator and hang in its next transactional call.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from watchtower.metrics import common as common_metrics
+from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.workers.bounded import BoundedCaller, CallStuckError
+from watchtower.workers.fences import FenceCounter, rival_message
+from watchtower.workers.record import ConsumedRecord
+
+log = logging.getLogger("watchtower.workers.host")
+
+#: A transactional call is given up (the producer replaced) this long after its own timeout.
+CALL_GRACE_S: Final = 2.0
+#: The first pause between two init_transactions attempts, and the longest one.
+INIT_BACKOFF_S: Final = 0.5
+INIT_BACKOFF_MAX_S: Final = 4.0
+EXIT_FENCED: Final = 3
+
+#: Errors that mean "no broker answers" rather than "the request was refused".
+UNREACHABLE: Final = frozenset({
+    KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._MSG_TIMED_OUT,
+    KafkaError._WAIT_COORD, KafkaError._RESOLVE, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.REQUEST_TIMED_OUT,
+})
+#: A fence: another instance initialised our transactional id, or the coordinator aborted a
+#: transaction that outlived its timeout (`workers.fences`).
+FENCES: Final = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+#: Errors after which this process can never commit: exit (the operator must grant the id).
+FATAL: Final = frozenset({KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED})
+
+T = TypeVar("T")
+
+
+def consumer_config(bootstrap: str, group: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    """A group member that reads committed records only and commits its offsets in its own
+    transactions (never automatically); `extra` adds or overrides settings."""
+    timeouts = GroupTimeouts.from_env()
+    return {
+        **kafka_config(bootstrap),
+        "group.id": group,
+        "client.id": client_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        # Co-partitioned topics: the range assignor gives partition p of each to the same member.
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": timeouts.session_ms,
+        "heartbeat.interval.ms": timeouts.heartbeat_ms,
+        "log_level": 3,
+        **extra,
+    }
+
+
+def producer_config(bootstrap: str, transactional_id: str, client_id: str, **extra: Any) -> dict[str, Any]:
+    """An idempotent transactional producer; `extra` adds or overrides settings."""
+    return {
+        **kafka_config(bootstrap),
+        "client.id": client_id,
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        # Right after a commit the coordinator answers the next AddOffsetsToTxn with
+        # CONCURRENT_TRANSACTIONS; librdkafka retries after retry.backoff.ms (100 ms by
+        # default), which stalled back-to-back transactions by ~100 ms (p90) in the benchmark.
+        "retry.backoff.ms": 5,
+        "retry.backoff.max.ms": 200,
+        "log_level": 3,
+        **extra,
+    }
+
+
+
+class FencedError(RuntimeError):
+    """This process must exit: another one keeps taking over its transactional id, or it may not use it."""
+
+
+class ProducerFailedError(RuntimeError):
+    """The producer can never commit again, but nobody took over: replace it and start over from the log.
+
+    ``stuck``: a call overran its deadline (the brokers are probably away); ``error``: the Kafka
+    error, when there was one."""
+
+    def __init__(self, message: str, *, stuck: bool = False, error: KafkaError | None = None) -> None:
+        super().__init__(message)
+        self.stuck, self.error = stuck, error
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The KafkaError a KafkaException (or a ProducerFailedError) carries, if any."""
+    if isinstance(exc, ProducerFailedError):
+        return exc.error
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return err if isinstance(err, KafkaError) else None
+
+
+def record_of(msg: Message) -> ConsumedRecord:
+    """The typed record of a consumed message (one without an error)."""
+    headers = msg.headers()
+    return ConsumedRecord(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), msg.key(), msg.value(),
+                          list(headers.items()) if isinstance(headers, dict) else headers)
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says that no broker answers (a stuck call counts: it is how an outage shows)."""
+    if isinstance(exc, (CallStuckError, ProducerFailedError)) and getattr(exc, "stuck", True):
+        return True
+    err = kafka_error(exc)
+    return err is not None and err.code() in UNREACHABLE
+
+
+class TransactionalProducer:
+    """The producer of one worker's transactional id, its watchdog and its fence counter.
+
+    `config` is the producer's configuration (its ``error_cb`` should call `note_client_error`);
+    `call_timeout_s` is the timeout passed to each transactional call (the watchdog waits
+    `CALL_GRACE_S` longer); `service` labels the fence metric; `while_waiting` runs on the calling
+    thread about every 0.2 s while a call or an init backoff waits (the host keeps its health file
+    current there)."""
+
+    #: The pause after a failed init_transactions attempt, doubling up to the maximum.
+    init_backoff_s: float = INIT_BACKOFF_S
+    init_backoff_max_s: float = INIT_BACKOFF_MAX_S
+
+    def __init__(self, config: dict[str, Any], *, worker_id: str, service: str, call_timeout_s: float,
+                 thread_name: str, while_waiting: Callable[[], None] | None = None,
+                 factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+        self.config = config
+        self.worker_id = worker_id
+        self.service = service
+        self.call_timeout_s = call_timeout_s
+        self._factory = factory
+        self.producer = factory(config)
+        self.fences = FenceCounter()
+        self.outage = False  # every broker connection was lost since the last init_transactions
+        self._thread_name = thread_name
+        self._calls = BoundedCaller(f"{thread_name}-txn-call")
+        self._while_waiting = while_waiting or (lambda: None)
+
+    # ------------------------------------------------------------------ the watchdog
+    def call(self, fn: Callable[[], T], what: str | None = None) -> T:
+        """``fn()`` bounded by the watchdog; its errors classified (`classify`)."""
+        name = what or getattr(getattr(fn, "func", fn), "__name__", "transactional call")
+        try:
+            return self._calls.call(fn, self.call_timeout_s + CALL_GRACE_S, what=f"worker {self.worker_id}: {name}",
+                                    while_waiting=self._serve_while_waiting)
+        except CallStuckError as exc:
+            raise ProducerFailedError(f"{exc}; the producer is replaced", stuck=True) from None
+        except KafkaException as exc:
+            raise self.classify(exc) from None
+
+    def classify(self, exc: KafkaException) -> Exception:
+        """What a Kafka error of the producer means (module docstring): FencedError (raised at once:
+        the process exits), ProducerFailedError (start over from the log), or `exc` itself (abort
+        and do it again)."""
+        err = kafka_error(exc)
+        if err is None:
+            return exc
+        if err.code() in FATAL:
+            raise FencedError(f"worker {self.worker_id} may not use its transactional id ({err})")
+        if err.code() in FENCES:
+            common_metrics.FENCES.labels(self.service).inc()
+            if self.fences.note():
+                raise FencedError(f"{rival_message(self.worker_id, len(self.fences))} (last: {err})")
+            return ProducerFailedError(f"worker {self.worker_id} was fenced ({err}); a transaction the "
+                                       "coordinator aborted, or another instance", error=err)
+        if err.fatal():
+            return ProducerFailedError(f"worker {self.worker_id}'s producer failed fatally ({err})", error=err)
+        return exc
+
+    def _serve_while_waiting(self) -> None:
+        self.producer.poll(0)  # serves the producer's error_cb (e.g. all brokers down)
+        self._while_waiting()
+
+    # ------------------------------------------------------------------ the transaction's calls
+    def send_offsets_and_commit(self, offsets: list[Any], group_metadata: Any) -> None:
+        """Add the consumed offsets to the open transaction and commit it, each call bounded."""
+        self.call(partial(self.producer.send_offsets_to_transaction, offsets, group_metadata, self.call_timeout_s),
+                  "send_offsets_to_transaction")
+        self.call(partial(self.producer.commit_transaction, self.call_timeout_s), "commit_transaction")
+
+    def abort(self) -> None:
+        """Abort the open transaction; a producer that cannot even abort must be replaced: ProducerFailedError."""
+        try:
+            self.call(partial(self.producer.abort_transaction, self.call_timeout_s), "abort_transaction")
+        except (KafkaException, ProducerFailedError) as abort_exc:
+            raise ProducerFailedError(f"the transaction could not be aborted ({abort_exc})",
+                                      stuck=unreachable(abort_exc), error=kafka_error(abort_exc)) from None
+
+    # ------------------------------------------------------------------ the producer's life
+    def replace(self) -> None:
+        """A new producer with the same transactional id (its ``init_transactions`` fences the old one)."""
+        old = [self.producer]
+        self.producer = self._factory(self.config)
+        # Destroying a producer can block on its broker threads: let a daemon thread drop the last
+        # reference (a call still stuck on it keeps it alive on its own thread until it returns).
+        threading.Thread(target=old.clear, name=f"{self._thread_name}-dispose", daemon=True).start()
+
+    def init_transactions(self, stop: threading.Event,
+                          on_retry: Callable[[BaseException], None] | None = None) -> bool:
+        """Initialise transactions under the one policy (module docstring): retried with backoff until
+        they are, each attempt bounded; True once initialised, False when `stop` was set meanwhile.
+        `on_retry` sees each failure before its backoff (the host notes an unreachable cluster)."""
+        backoff = self.init_backoff_s
+        attempt = 0
+        while not stop.is_set():
+            try:
+                self.call(partial(self.producer.init_transactions, self.call_timeout_s), "init_transactions")
+            except (KafkaException, ProducerFailedError) as exc:
+                attempt += 1
+                err = kafka_error(exc)
+                replace = isinstance(exc, ProducerFailedError) or (err is not None and not err.retriable())
+                log.warning("worker %s: initialising transactions failed (%s); retry %d in %.1fs%s", self.worker_id,
+                            err or exc, attempt, backoff, " with a new producer" if replace else "")
+                if replace:
+                    self.replace()
+                if on_retry is not None:
+                    on_retry(exc)
+                self._wait(stop, backoff)
+                backoff = min(backoff * 2, self.init_backoff_max_s)
+                continue
+            self.outage = False
+            if attempt:
+                log.info("worker %s: transactions initialised after %d retries", self.worker_id, attempt)
+            return True
+        return False
+
+    def _wait(self, stop: threading.Event, seconds: float) -> None:
+        """Wait `seconds` (or until `stop`), serving the host's `while_waiting` meanwhile."""
+        remaining = seconds
+        while remaining > 0 and not stop.is_set():
+            step = min(0.2, remaining)
+            stop.wait(step)
+            remaining -= step
+            self._serve_while_waiting()
+
+    # ------------------------------------------------------------------ outages
+    def note_client_error(self, err: KafkaError) -> bool:
+        """Note a client's error callback (either client, possibly on the call thread); True when every
+        broker connection was lost."""
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.outage = True
+            return True
+        if err.fatal():
+            log.error("worker %s: fatal client error: %s", self.worker_id, err)
+        return False
+
+    def refresh_after_outage(self, brokers_answer: Callable[[], bool], stop: threading.Event,
+                             on_retry: Callable[[BaseException], None] | None = None) -> bool:
+        """After an outage, once `brokers_answer()`, start a fresh producer and initialise it (call it
+        between transactions: nothing needs rebuilding). False only when stopped meanwhile."""
+        if not self.outage or not brokers_answer():
+            return True
+        log.warning("worker %s: the brokers answer again; starting a fresh producer", self.worker_id)
+        self.replace()
+        return self.init_transactions(stop, on_retry)

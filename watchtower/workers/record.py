@@ -1,0 +1,26 @@
+"""A consumed record as the code above the host sees it: Kafka stays at the edges.
+
+The host (`workers.command_processor`) turns each consumed confluent-kafka ``Message`` into a
+`ConsumedRecord` (`workers.host.record_of`) before anything decides it, so the decider and the
+aggregates never touch a client object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Record headers as the consumer hands them over: (name, value) pairs, in order.
+Headers = list[tuple[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One consumed record: where it sits and what it holds."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers | None = None
