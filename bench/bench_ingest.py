@@ -6,7 +6,8 @@ aggregators), `--runners` runners (the last one lying with ``--liar``) and a loc
 Creates `--streams` feeds ticking every block (``interval_blocks=1``) with `--proof` over
 `--num-runners` runners, and one plain feed. Then, in three windows:
 
-1. the plain path alone: one publish per block through the SDK (`--plain-seconds`);
+1. the plain path alone: one publish per block through the SDK, at a random point of the block
+   (`--plain-seconds`);
 2. ingestion starts, and is left `--warmup` seconds to reach its steady state (the first tick of
    each feed is a catch-up over the blocks since its creation);
 3. the measured window (`--seconds`): ingestion and the plain path together.
@@ -35,7 +36,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
+import random
 import sys
 import tempfile
 import threading
@@ -110,6 +113,22 @@ def ingest_totals(healths: list[dict[str, Any]]) -> dict[str, Any]:
             "tasks": sum(int(h.get("tasks", 0)) for h in healths)}
 
 
+def sample_windows(services: ServiceSet, names: list[str], stop: threading.Event,
+                   out: list[dict[str, Any]]) -> None:
+    """Every half second, each aggregator's send window (limit, in flight, held) from its health file."""
+    while not stop.wait(0.5):
+        for name in names:
+            window = health(services.health_file(name)).get("window")
+            if window:
+                out.append(window)
+
+
+def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The aggregators' send windows over the measured window: limit, in flight and held, p50/max."""
+    return {k: {"p50": pct([float(w[k]) for w in samples], 0.5), "max": max((w[k] for w in samples), default=None)}
+            for k in ("limit", "in_flight", "held", "base_rtt_ms") if any(w.get(k) is not None for w in samples)}
+
+
 @dataclasses.dataclass
 class PlainPath:
     """The baseline: one SDK publish per block on a plain feed; publish → first readable."""
@@ -117,21 +136,34 @@ class PlainPath:
     publisher: Publisher
     seen: dict[int, tuple[float, float]]
     sent: dict[int, float] = dataclasses.field(default_factory=dict)
+    acked: dict[int, float] = dataclasses.field(default_factory=dict)
 
     def run(self, seconds: float) -> list[int]:
+        """One publish per second, each at a random point of its second.
+
+        Blocks tick on the second, and a block's ingested publishes reach the stream worker
+        together; a fixed phase would measure either always that burst or never it. A uniform
+        random phase samples the whole block, so p99 says what a publisher at any moment sees."""
         sequences = []
         start = time.time()
+        rng = random.Random(len(self.sent))
         while time.time() - start < seconds:
+            second = math.floor(time.time()) + 1
+            time.sleep(max(0.0, second + rng.random() - time.time()))
             t = time.time()
             reply = self.publisher.publish("price", b'{"p": 1}')
             sequence = int(reply["sequence"])
             self.sent[sequence] = t
+            self.acked[sequence] = time.time()
             sequences.append(sequence)
-            time.sleep(max(0.0, 1.0 - (time.time() - t)))
         return sequences
 
     def latencies(self, sequences: list[int]) -> list[float]:
         return [(self.seen[s][0] - self.sent[s]) * 1000 for s in sequences if s in self.seen]
+
+    def ack_latencies(self, sequences: list[int]) -> list[float]:
+        """Publish → the stream actor's acknowledgement (the worker's share of the latency)."""
+        return [(self.acked[s] - self.sent[s]) * 1000 for s in sequences]
 
 
 def main() -> None:
@@ -139,7 +171,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=15.0)
-    parser.add_argument("--plain-seconds", type=float, default=20.0, help="the plain path alone, before ingestion")
+    parser.add_argument("--plain-seconds", type=float, default=40.0, help="the plain path alone, before ingestion")
     parser.add_argument("--sample", type=int, default=20, help="ingesting feeds whose latency is measured")
     parser.add_argument("--proof", default="NONE", choices=("NONE", "QUORUM", "MEDIAN"))
     parser.add_argument("--num-runners", type=int, default=1, help="runners each tick asks for")
@@ -233,6 +265,9 @@ def main() -> None:
             if spy is not None:
                 spy.start()
             print(f"measuring for {args.seconds:.0f}s", file=sys.stderr, flush=True)
+            windows: list[dict[str, Any]] = []
+            sampler = threading.Thread(target=sample_windows, args=(services, ingest_names, stop, windows), daemon=True)
+            sampler.start()
             plain_during = plain_path.run(args.seconds)
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
@@ -256,8 +291,11 @@ def main() -> None:
             "scheduler_tasks_per_s": round((after["tasks"] - before["tasks"]) / elapsed, 1),
             "pending_at_end": after["pending"], "failed_in_window": failed,
             "ingest_tick_to_visible_ms": dist(ingest_lat),
+            "send_window": window_summary(windows),
             "plain_publish_to_visible_ms": {"alone": dist(plain_path.latencies(plain_alone)),
                                              "during_ingestion": dist(plain_path.latencies(plain_during))},
+            "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),
+                                        "during_ingestion": dist(plain_path.ack_latencies(plain_during))},
             "cpu_us_per_tick": {n: round((cpu1[n] - cpu0[n]) * 1e6 / max(ticks, 1)) for n in procs},
             "cores": {n: round((cpu1[n] - cpu0[n]) / elapsed, 2) for n in procs},
             "runners_health": {r: health(services.health_file(f"runner-{r}")) for r in runner_names},

@@ -42,6 +42,9 @@ def test_the_aggregator_counts_tasks_publishes_failures_and_refusals() -> None:
     agg.step(HEIGHT + 6)  # tick 3 passes its deadline without results
     after = scrape(AggregatorCollector(agg))
     assert after["watchtower_ingest_tasks_total"][()] == 3
+    assert after["watchtower_ingest_send_window_limit"][()] == agg.window.limit
+    assert after["watchtower_ingest_send_window_in_flight"][()] == 0  # every command answered
+    assert after["watchtower_ingest_send_window_held"][()] == 0
     assert after["watchtower_ingest_published_total"][()] == 1
     assert sum(after["watchtower_ingest_failed_total"].values()) == len(sink.reports) >= 1
     quarantined = after["watchtower_ingest_quarantined_total"]

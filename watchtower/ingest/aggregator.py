@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
 from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.ingest.window import SendWindow
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ingestion import MAX_RESULT_BYTES, IngestReason, ProofType
@@ -55,6 +56,9 @@ MAX_EARLY: Final = 10_000
 """Results read before their task (another topic) wait here, oldest dropped first."""
 UNKNOWN_STREAM_GRACE_BLOCKS: Final = 60
 QUARANTINE_LOG_S: Final = 10.0
+BEHIND_S: Final = BLOCK_INTERVAL_MS / 1000
+"""Streams held back by the send window for longer than this (a block): ingestion is falling behind,
+and the window grows (`SendWindow.answered`)."""
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's answer before its tick is tried again."""
 
@@ -138,7 +142,7 @@ class Aggregator:
     """See the module docstring. Not thread-safe: one loop drives it."""
 
     def __init__(self, view: IngestionView, scheduler: str, sink: Sink, *,
-                 reply_timeout_s: float = REPLY_TIMEOUT_S) -> None:
+                 reply_timeout_s: float = REPLY_TIMEOUT_S, window: SendWindow | None = None) -> None:
         self.view = view
         self.scheduler = scheduler
         self.sink = sink
@@ -164,6 +168,16 @@ class Aggregator:
         """Streams a thread is draining now (`step`)."""
         self.lags_ms: deque[int] = deque(maxlen=2_000)
         """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
+        self.window = SendWindow() if window is None else window
+        """How many publishes and reports may be in flight together (`window`)."""
+        self.held: OrderedDict[str, None] = OrderedDict()
+        """Streams with a command to send that found the window full, oldest first."""
+        self._held_since: float | None = None
+        """Since when (monotonic) some stream has been held without a break."""
+        self._serving: str | None = None
+        """The held stream `step` is sending now."""
+        self.answered_at: dict[str, float] = {}
+        """When each stream's flight had its answer (monotonic): its round trip, for the window."""
 
     # --- input -----------------------------------------------------------------------------------
 
@@ -295,7 +309,11 @@ class Aggregator:
                 self.done.pop(sid, None)
                 self.resync.pop(sid, None)
                 self.dirty.discard(sid)
+                self.held.pop(sid, None)
+                self.answered_at.pop(sid, None)
             flights = [self.flights.pop(sid) for sid in streams if sid in self.flights]
+            for _flight in flights:
+                self.window.forget()
         for flight in flights:
             try:
                 flight.future.exception(max(0.0, deadline - time.monotonic()))
@@ -369,11 +387,30 @@ class Aggregator:
                 ready = [sid for sid in self.dirty if sid in self.pending or sid in self.flights]
             self.dirty.difference_update(ready)
         for stream_id in ready:
+            self._advance_safely(stream_id, height, expired_at)
+        # Then the room the answers freed goes to the streams that found the window full, oldest
+        # first: a tick held back is not overtaken by a newer one.
+        while self.held and self.window.room():
+            with self.lock:
+                self._serving = self.held.popitem(last=False)[0]
             try:
-                self._advance(stream_id, height, None if expired_at is None else expired_at(stream_id))
-            except Exception:
-                log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
-                self._retry(stream_id)
+                self._advance_safely(self._serving, height, expired_at)
+            finally:
+                self._serving = None
+        if not self.held:
+            self._held_since = None
+        elif self._held_since is None:
+            self._held_since = time.monotonic()
+
+    def _behind(self) -> bool:
+        return self._held_since is not None and time.monotonic() - self._held_since > BEHIND_S
+
+    def _advance_safely(self, stream_id: str, height: int, expired_at: Callable[[str], int] | None) -> None:
+        try:
+            self._advance(stream_id, height, None if expired_at is None else expired_at(stream_id))
+        except Exception:
+            log.exception("ingestion of %s stopped on an unexpected error; it resumes next step", stream_id)
+            self._retry(stream_id)
 
     def _advance(self, stream_id: str, height: int, read_to_ms: int | None) -> None:
         while True:
@@ -383,11 +420,15 @@ class Aggregator:
                     if time.monotonic() - flight.started > self.reply_timeout_s:
                         flight.future.cancel()
                         self.flights.pop(stream_id, None)
+                        self.window.answered(self.reply_timeout_s)
                         self.sink.forget_head(stream_id)  # it may have landed: the next attempt starts from the log
                         self._wait(stream_id, flight.task.tick, f"no answer to its {flight.kind} in "
                                    f"{self.reply_timeout_s:g} s (is a stream worker running?)")
                     return
                 self.flights.pop(stream_id, None)
+                with self.lock:
+                    answered = self.answered_at.pop(stream_id, time.monotonic())
+                self.window.answered(answered - flight.started, behind=self._behind())
                 following = self._land(stream_id, flight)
                 if isinstance(following, Flight):
                     self._fly(stream_id, following)
@@ -403,6 +444,9 @@ class Aggregator:
                     return
                 tick = min(ticks)
                 task, outcomes = ticks[tick].task, list(ticks[tick].outcomes)
+                if self.window.room() == 0 or (self.held and stream_id != self._serving):
+                    self.held.setdefault(stream_id)  # sent when an answer frees room, after older ones
+                    return
             outcome = self._finish(stream_id, task, outcomes, height, read_to_ms)
             if isinstance(outcome, Flight):
                 self._fly(stream_id, outcome)
@@ -415,7 +459,13 @@ class Aggregator:
         # Its answer is news: the stream is looked at in the next step, not at the next block (its
         # tick is counted, and a refusal reported, within a step of the answer).
         self.flights[stream_id] = flight
-        flight.future.add_done_callback(lambda _f: self._retry(stream_id))
+        self.window.sent()
+        flight.future.add_done_callback(lambda _f: self._answered(stream_id))
+
+    def _answered(self, stream_id: str) -> None:
+        with self.lock:
+            self.answered_at[stream_id] = time.monotonic()
+            self.dirty.add(stream_id)
 
     def _tick_finished(self, stream_id: str, tick: int) -> None:
         with self.lock:
@@ -533,6 +583,10 @@ class Aggregator:
     def _health(self) -> dict[str, object]:
         lags = sorted(self.lags_ms)
         lag = {"p50": lags[len(lags) // 2], "p99": lags[min(len(lags) - 1, len(lags) * 99 // 100)]} if lags else None
+        base = self.window.base_s()
+        window = {"limit": self.window.limit, "in_flight": self.window.in_flight, "held": len(self.held),
+                  "base_rtt_ms": None if base is None else round(base * 1000, 1)}
         return {"tasks": self.tasks, "published": self.published, "tick_to_ack_ms": lag, "failed": dict(self.failed),
+                "window": window,
                 "quarantined": dict(self.quarantined), "pending": sum(len(t) for t in self.pending.values()),
                 "done": dict(self.done), "last_reasons": {k: list(v) for k, v in self.last_reasons.items()}}

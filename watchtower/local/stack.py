@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchtower.local.errors import LocalStackError
-from watchtower.local.jars import spark_jars_dir
+from watchtower.local.jars import spark_jars, spark_jars_dir
 from watchtower.local.security import RUNNER_PRINCIPAL
 
 WORKER_MODULE = "watchtower.workers.worker_main"
@@ -54,6 +55,8 @@ KEYMGR_MODULE = "watchtower.keymgr.main"
 REPLAY_MODULE = "watchtower.replay.main"
 DELIVERY_MODULE = "watchtower.delivery.main"
 INGEST_MODULE = "watchtower.ingest.main"
+
+log = logging.getLogger("watchtower.local.stack")
 KEYMGR_NAME = "keymgr"
 LOOPBACK = "127.0.0.1"
 #: How much lower the delivery worker's CPU priority is, unless WATCHTOWER_DELIVERY_NICE says otherwise.
@@ -190,8 +193,10 @@ class ServiceSet:
         name = f"replay-{worker_id}"
         health = self.health_file(name)
         health.unlink(missing_ok=True)
-        # The Spark job it hands a large replay to runs with its environment: the connector jars' folder.
-        jars = {} if "WATCHTOWER_SPARK_JARS" in os.environ else {"WATCHTOWER_SPARK_JARS": str(spark_jars_dir())}
+        # The Spark job it hands a large replay to runs with its environment: the connector's jars,
+        # fetched once here (cached) so that job works on a fresh machine too. Without Maven or a
+        # network the folder is named anyway; a replay that reaches Spark then says what to run.
+        jars = {} if "WATCHTOWER_SPARK_JARS" in os.environ else {"WATCHTOWER_SPARK_JARS": _spark_jars_folder()}
         self._spawn(name, [REPLAY_MODULE, self.bootstrap, worker_id, self.prefix],
                     {"WATCHTOWER_HEALTH_FILE": str(health), **jars, **(extra_env or {})})
         return name
@@ -347,3 +352,12 @@ class ServiceSet:
                 proc.wait(5)
         self.procs.clear()
         self.urls.clear()
+
+
+def _spark_jars_folder() -> str:
+    try:
+        spark_jars()
+    except LocalStackError as exc:
+        log.warning("the Spark connector's jars could not be fetched (%s); a replay handed to Spark "
+                    "will fail until `watchtower spark` fetches them", exc)
+    return str(spark_jars_dir())

@@ -9,7 +9,10 @@ Aggregator (service ``ingest``): ``watchtower_ingest_tasks_total`` (tasks accept
 (ticks that ended in an IngestFailed), ``watchtower_ingest_quarantined_total{code}`` (tasks and
 results refused), ``watchtower_ingest_pending_tasks`` (ticks waiting for results), and
 ``watchtower_ingest_tick_to_ack_seconds{quantile}`` (tick start to publish acknowledged, over the
-last publishes; absent before the first).
+last publishes; absent before the first). Its send window (`ingest.window`):
+``watchtower_ingest_send_window_limit``, ``watchtower_ingest_send_window_in_flight``,
+``watchtower_ingest_send_window_held`` (streams waiting for room) and
+``watchtower_ingest_send_window_base_rtt_seconds`` (absent before the first answer).
 
 Runner (service ``runner``): ``watchtower_runner_results_total``, ``watchtower_runner_late_total``
 (tasks skipped past their deadline) and ``watchtower_runner_quarantined_total{code}``.
@@ -62,6 +65,17 @@ class AggregatorCollector(Collector):
             summary.add_metric(["0.5"], lag["p50"] / 1000)
             summary.add_metric(["0.99"], lag["p99"] / 1000)
         yield summary
+        window = health.get("window") or {}
+        for key, text in (("limit", "Publishes and reports the aggregator may have in flight now."),
+                          ("in_flight", "Publishes and reports in flight."),
+                          ("held", "Streams waiting for room in the send window."),
+                          ("base_rtt_ms", "The least command round trip of the last 10 s.")):
+            if window.get(key) is None:
+                continue
+            seconds = key == "base_rtt_ms"
+            gauge = GaugeMetricFamily("watchtower_ingest_send_window_" + ("base_rtt_seconds" if seconds else key), text)
+            gauge.add_metric([], float(window[key]) / (1000 if seconds else 1))
+            yield gauge
 
 
 class RunnerCollector(Collector):
