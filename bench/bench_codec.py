@@ -32,11 +32,11 @@ from typing import Any
 import fastavro
 import nacl.signing
 
-from watchtower.protocol import stream_state
 from watchtower.protocol.signed_command import Command, json_safe, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream import state as stream_state
+from watchtower.protocol.stream.actor import StreamState, decide
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.wire import (
     decode_command,

@@ -1,4 +1,4 @@
-"""Keyloads and masked payloads (protocol.keyload), each beside its raw libsodium baseline, in one run.
+"""Keyloads and masked payloads (protocol.confidential.keyload), each beside its raw libsodium baseline, in one run.
 
     .venv/bin/python bench/bench_keyload.py [--members 10,1000,10000] [--payload 512] [--seconds 1] [--json FILE]
 
@@ -38,7 +38,7 @@ import nacl.public
 import nacl.signing
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     KEYLOAD_KIND,
     Recipient,
     build_keyload,
@@ -49,10 +49,10 @@ from watchtower.protocol.keyload import (
     part_for,
     unmask,
 )
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_message
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
+from watchtower.protocol.stream.message import StreamMessage
 
 SID = "bench.private"
 

@@ -69,9 +69,9 @@ from watchtower.gateway.transport import CommandClient
 from watchtower.keymgr.kek import new_kek_text, read_kek_file
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol import envelope
-from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.confidential import envelope
 from watchtower.protocol.constants import MAX_EFFECTIVE_PLAINTEXT_BYTES
+from watchtower.protocol.ledger.billing import key_epoch_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import TopicSpec, catalogue

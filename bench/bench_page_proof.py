@@ -34,12 +34,12 @@ from typing import Any
 import nacl.bindings
 import nacl.signing
 
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.page_proof import entry_json, proof_of, schedule_check, verify_page_proof
-from watchtower.protocol.page_rules import check_page_sequences
+from watchtower.protocol.page.proof import entry_json, proof_of, schedule_check, verify_page_proof
+from watchtower.protocol.page.rules import check_page_sequences
 from watchtower.protocol.signing import message_signing_bytes, sign_message, verify_with_schedule
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 
 SEED = bytes(range(32))
 STREAM = "prices.btc-usd"

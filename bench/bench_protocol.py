@@ -46,7 +46,7 @@ from watchtower.protocol import (
     verify_message,
 )
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
 from watchtower.schemas.wire import decode_command, encode_command
 
 SEED = bytes(range(32))

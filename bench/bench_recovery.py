@@ -48,12 +48,12 @@ from tqdm import tqdm
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.events import StreamMessagePublished
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.actor import StreamState, decide
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

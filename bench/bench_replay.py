@@ -49,8 +49,8 @@ from kafka_fixture import embedded_spec, free_ports
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.replay_records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistered
-from watchtower.protocol.replay_rules import plan_replay, replay_id_for
+from watchtower.protocol.replay.records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistered
+from watchtower.protocol.replay.rules import plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.replay.worker import group_id

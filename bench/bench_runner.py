@@ -34,7 +34,7 @@ import nacl.signing
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, now_height
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ingestion_records import new_task
+from watchtower.protocol.ingestion.records import new_task
 from watchtower.schemas.ingest_records import encode_result, encode_task
 
 BODY = json.dumps({"data": {"price": 97000, "symbol": "BTC"}}).encode()

@@ -49,8 +49,8 @@ from confluent_kafka import Producer
 from kafka_fixture import embedded_spec
 
 from watchtower.local.broker import LocalKafka
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.signing import message_signing_bytes, sign_message
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.schemas.records import encode_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

@@ -15,13 +15,13 @@ from typing import Any
 import nacl.signing
 
 from watchtower.protocol.errors import StaleSequenceError, UnauthorizedError
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.snapshots import encode_registry, encode_snapshot, encode_streams
-from watchtower.protocol.stream_actor import decide
-from watchtower.protocol.stream_state import Event, StreamState, evolve
+from watchtower.protocol.stream.actor import decide
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.snapshots import encode_registry, encode_snapshot, encode_streams
+from watchtower.protocol.stream.state import Event, StreamState, evolve
 from watchtower.schemas import codec
 from watchtower.schemas.wire import encode_command, encode_event, encode_registry_forward, encode_reply
 

@@ -54,13 +54,14 @@ def build() -> dict[str, Target]:
     """The targets by decoder name (imports Watchtower)."""
     from fuzz import samples
     from watchtower.http import params as http_params
-    from watchtower.protocol import cbor, filter_ast, filters, snapshots
+    from watchtower.protocol import cbor
     from watchtower.protocol.errors import WatchtowerError, known_error_codes
-    from watchtower.protocol.message import StreamMessage
     from watchtower.protocol.registry import RegistryState, evolve_registry
     from watchtower.protocol.signed_command import Command, command_digest
-    from watchtower.protocol.stream_actor import decide
-    from watchtower.protocol.stream_state import FEED_REGISTERED, StreamState, evolve
+    from watchtower.protocol.stream import filter_ast, filters, snapshots
+    from watchtower.protocol.stream.actor import decide
+    from watchtower.protocol.stream.message import StreamMessage
+    from watchtower.protocol.stream.state import FEED_REGISTERED, StreamState, evolve
     from watchtower.schemas import codec, records, wire
 
     history = samples.history()

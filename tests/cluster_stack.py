@@ -41,10 +41,10 @@ from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.connection import kafka_config
 
 CAPACITY = 100_000  # every publish stays in its stream's window, so the projection serves them all

@@ -20,7 +20,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
 from watchtower.client.sdk import Publisher, wait_until_visible
-from watchtower.protocol.keyload import Keyload, Recipient
+from watchtower.protocol.confidential.keyload import Keyload, Recipient
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,8 +17,8 @@ import watchtower.schemas
 from watchtower.protocol.errors import StreamNotFoundError
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import EVENT_TYPES
+from watchtower.protocol.stream.actor import StreamState, decide
+from watchtower.protocol.stream.state import EVENT_TYPES
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.schema_ids import CATALOG

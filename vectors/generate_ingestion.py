@@ -34,8 +34,8 @@ import nacl.signing
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import IngestReason, task_id
-from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import (
+from watchtower.protocol.ingestion.proof import select_runners, selection_score
+from watchtower.protocol.ingestion.records import (
     RESULT_BATCH_DOMAIN,
     TASK_BATCH_DOMAIN,
     IngestResult,
@@ -44,7 +44,7 @@ from watchtower.protocol.ingestion_records import (
     new_task,
     sign_batch,
 )
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.ingest_records import decode_results, decode_tasks, encode_result_batch, encode_task_batch
 

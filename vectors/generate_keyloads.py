@@ -32,7 +32,7 @@ import nacl.signing
 
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     Recipient,
     build_keyload,
     decode_part,

@@ -3,7 +3,7 @@
     .venv/bin/python vectors/generate_ledger.py > vectors/ledger.json
 
 Vector type ``account_ledger``: signed commands decided in order by the Stream Key Manager's
-instances at one block height (`watchtower.protocol.ledger_run`), each step's answer (its reply,
+instances at one block height (`watchtower.protocol.ledger.run`), each step's answer (its reply,
 or ``{"error": CODE}``), then balances, actor authorizations, spending allowances and
 entitlements. The cases cover CIP-7's own actors (created by the account's signed create_actor,
 authorized on every stream without a grant until revoked), delegated spending authority (an
@@ -23,8 +23,8 @@ from typing import Any
 import nacl.signing
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.billing import first_height_of_epoch
-from watchtower.protocol.ledger import PAID_PREFIX, SUPPLY_KEY, account_instance
+from watchtower.protocol.ledger.billing import first_height_of_epoch
+from watchtower.protocol.ledger.common import PAID_PREFIX, SUPPLY_KEY, account_instance
 from watchtower.protocol.signed_command import sign_command
 
 

@@ -27,7 +27,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 
 pytestmark = pytest.mark.integration
 

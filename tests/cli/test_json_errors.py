@@ -17,7 +17,7 @@ import pytest
 from watchtower.cli import main as cli_main
 from watchtower.client.http import ApiClient
 from watchtower.protocol.errors import CursorTooOldError
-from watchtower.protocol.ring_window import replay_request
+from watchtower.protocol.stream.ring_window import replay_request
 
 SID = "s-json-errors"
 

@@ -23,7 +23,7 @@ import watchtower.cli
 from watchtower.cli import json_output
 from watchtower.cli.main import _echo_json_error, _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account
-from watchtower.protocol.billing import KeyAccessReceipt
+from watchtower.protocol.ledger.billing import KeyAccessReceipt
 
 BIG = 582225359826457723  # the total a purchase of epochs up to 47707 printed as a bare number
 

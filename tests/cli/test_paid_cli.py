@@ -31,9 +31,9 @@ from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.paid import current_key_epoch, paid_config
 from watchtower.keymgr.kek import Kek, new_kek_text
-from watchtower.protocol.envelope import envelope_aad
+from watchtower.protocol.confidential.envelope import envelope_aad
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from watchtower.client.account_keys import commit_pending_key, new_pending_key
 from watchtower.client.fake import FakeApi
 from watchtower.client.private import ConfidentialPublisher
 from watchtower.client.sdk import Publisher
-from watchtower.protocol.keyload import Keyload, Recipient
+from watchtower.protocol.confidential.keyload import Keyload, Recipient
 
 SID = "s-confidential"
 

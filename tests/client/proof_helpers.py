@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 import nacl.signing
 
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.key_schedule import KeySchedule
 
 OWNER = nacl.signing.SigningKey(bytes(range(40, 72)))
 KEY_1 = nacl.signing.SigningKey(bytes(range(41, 73)))

@@ -38,10 +38,10 @@ from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidSignatureError, WatchtowerError
 from watchtower.protocol.events import PublisherKeyRotated
-from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.key_chain import command_json
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name

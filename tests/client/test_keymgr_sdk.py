@@ -35,7 +35,7 @@ from watchtower.client.fake import FakeApi
 from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient, resolve_keymgr_url
 from watchtower.client.paid import EpochKeyRing, PaidPublisher
 from watchtower.client.sdk import Publisher, Subscriber, create_feed
-from watchtower.protocol.envelope import (
+from watchtower.protocol.confidential.envelope import (
     derive_content_key,
     derive_nonce,
     envelope_aad,
@@ -49,9 +49,9 @@ from watchtower.protocol.errors import (
     KeyRevokedError,
     WatchtowerError,
 )
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command, verify_command
+from watchtower.protocol.stream.message import StreamMessage
 
 SEED = bytes(range(32))
 STREAM = "s-paid0001"

@@ -17,7 +17,7 @@ from watchtower.client.account_keys import commit_pending_key, load_sealed_keys,
 from watchtower.client.keymgr import SealedEpochKeys
 from watchtower.client.paid import EpochKeyRing
 from watchtower.client.prewrap import pre_wrap, rewrap, wrap_ahead
-from watchtower.protocol.envelope import wrap_epoch_key
+from watchtower.protocol.confidential.envelope import wrap_epoch_key
 from watchtower.protocol.errors import EntitlementRequiredError
 
 SID = "s-prewrap"

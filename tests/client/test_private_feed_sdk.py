@@ -20,14 +20,14 @@ from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader, newest_active_key
 from watchtower.client.sdk import Publisher, Subscriber
+from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient
 from watchtower.protocol.errors import (
     DecryptionFailedError,
     InvalidArgumentError,
     InvalidSignatureError,
     UnauthorizedError,
 )
-from watchtower.protocol.keyload import KEYLOAD_KIND, Recipient
-from watchtower.protocol.ledger import account_instance
+from watchtower.protocol.ledger.common import account_instance
 from watchtower.protocol.signed_command import Command
 
 SID = "private-feed"

@@ -22,9 +22,9 @@ from confluent_kafka import Producer
 from kafka_fixture import grant
 
 from watchtower.client.push import PushConsumer
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.replay_rules import replay_headers
+from watchtower.protocol.replay.rules import replay_headers
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import encode_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

@@ -39,8 +39,8 @@ from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until
 from watchtower.client.sse import SseSource
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.catalogue import topic_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]

@@ -28,8 +28,8 @@ from watchtower.client.fake import FakeApi
 from watchtower.client.sdk import Subscriber
 from watchtower.client.sse import SseSource
 from watchtower.protocol.errors import FeedNotFoundError
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.message import StreamMessage
 
 KEY = nacl.signing.SigningKey.generate()
 STREAM = "s-sse0000000000001"

@@ -22,7 +22,7 @@ from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
 from watchtower.client.sdk import Publisher, Subscriber
 from watchtower.protocol.errors import FeedNotFoundError, InvalidArgumentError, WatchtowerError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 
 SID = "s-push"
 Step = tuple[int, list[int]]  # (publish this many first, then push these sequences)

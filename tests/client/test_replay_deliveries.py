@@ -30,8 +30,8 @@ from watchtower.client.replay import ReplayClient, ReplayTicket
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import InvalidSignatureError, RequestTimeoutError
-from watchtower.protocol.replay_records import ReplayCompleted, ReplayProgress, ReplayRecord, ReplayRegistered
-from watchtower.protocol.replay_rules import replay_headers
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayProgress, ReplayRecord, ReplayRegistered
+from watchtower.protocol.replay.rules import replay_headers
 from watchtower.schemas.records import decode_message, encode_message
 from watchtower.schemas.replay_records import encode_replay_record
 from watchtower.topics.catalogue import topic_name

@@ -24,18 +24,18 @@ from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient, ApiUnavailableError
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id
-from watchtower.protocol import stream_actor
 from watchtower.protocol.errors import (
     CursorTooOldError,
     FeedNotFoundError,
     StaleSequenceError,
     WatchtowerError,
 )
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import verify_with_schedule
+from watchtower.protocol.stream import actor as stream_actor
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 
 
 class InProcessApi(FakeApi):

@@ -23,7 +23,7 @@ from stack_fixture import start_stack
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.push_checkpoint import PushCheckpoint
+from watchtower.protocol.push.checkpoint import PushCheckpoint
 from watchtower.schemas.delivery_records import encode_checkpoint
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

@@ -12,8 +12,8 @@ import cbor2
 import pytest
 
 from watchtower.protocol.errors import InvalidArgumentError
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.snapshots import SnapshotError, decode_streams
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.snapshots import SnapshotError, decode_streams
 
 
 @pytest.mark.parametrize("document", ["null", '"x"', '[["a"]]', "1e400", "[]"])

@@ -16,7 +16,7 @@ INFO: Seed: 1
 IndexError: string index out of range
 Traceback (most recent call last):
   File "/repo/fuzz/targets.py", line 135, in checked
-  File "/repo/watchtower/protocol/snapshots.py", line 135, in _stream_from
+  File "/repo/watchtower/protocol/stream/snapshots.py", line 135, in _stream_from
 IndexError: string index out of range
 ==31844== ERROR: libFuzzer: fuzz target exited
 """

@@ -38,7 +38,7 @@ from sse_stack import Feed
 
 from watchtower.gateway import page
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.keyload import Recipient, build_keyload, build_reseals, decode_part, mask
+from watchtower.protocol.confidential.keyload import Recipient, build_keyload, build_reseals, decode_part, mask
 from watchtower.protocol.signing import sign_message
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,7 @@
 member's sealed session key (libsodium, vendored) and unmasks payloads. Node runs it through
 ``tests/gateway/keyload_check.mjs`` on every vector of ``vectors/keyloads.json`` of a type it knows
 (refusals included: a vector expecting an error code must fail with that code in JavaScript
-too), and on keyloads, masked payloads and reseals built here by `watchtower.protocol.keyload`.
+too), and on keyloads, masked payloads and reseals built here by `watchtower.protocol.confidential.keyload`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from watchtower.gateway import page
 from watchtower.protocol import cbor
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     Recipient,
     build_keyload,
     build_reseals,

@@ -16,8 +16,8 @@ from sse_reader import SseClient
 from sse_stack import Feed
 
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_message
+from watchtower.protocol.stream.message import StreamMessage
 
 pytestmark = pytest.mark.integration
 

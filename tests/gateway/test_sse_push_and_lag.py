@@ -23,7 +23,7 @@ from sse_stack import Feed
 
 from watchtower.client.account import Account
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.replay_rules import replay_headers
+from watchtower.protocol.replay.rules import replay_headers
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from watchtower.protocol.stream_state import INGEST_FAILED, Event
+from watchtower.protocol.stream.state import INGEST_FAILED, Event
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed

@@ -16,11 +16,11 @@ from watchtower.ingest.aggregator import Aggregator, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import IngestReason
-from watchtower.protocol.ingestion_records import TASK_BATCH_DOMAIN, IngestTask, new_result, new_task, sign_batch
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
-from watchtower.protocol.ingestion_transform import Payload
+from watchtower.protocol.ingestion.records import TASK_BATCH_DOMAIN, IngestTask, new_result, new_task, sign_batch
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
+from watchtower.protocol.ingestion.transform import Payload
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.protocol.stream.actor import StreamState, decide
 from watchtower.schemas import codec
 from watchtower.schemas.ingest_records import encode_result, encode_result_batch, encode_task, encode_task_batch
 from watchtower.schemas.wire import encode_event

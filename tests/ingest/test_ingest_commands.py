@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, UnauthorizedError, WatchtowerError
-from watchtower.protocol.ingestion_runners import (
+from watchtower.protocol.ingestion.runners import (
     RUNNERS_KEY,
     RunnerRegistry,
     decide_runner,
@@ -20,9 +20,9 @@ from watchtower.protocol.ingestion_runners import (
     evolve_runners,
 )
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.snapshots import decode_streams, encode_streams
-from watchtower.protocol.stream_actor import StreamState, decide, evolve, get_head, state_digest
-from watchtower.protocol.stream_state import INGEST_FAILED
+from watchtower.protocol.stream.actor import StreamState, decide, evolve, get_head, state_digest
+from watchtower.protocol.stream.snapshots import decode_streams, encode_streams
+from watchtower.protocol.stream.state import INGEST_FAILED
 
 OWNER = nacl.signing.SigningKey(b"\x01" * 32)
 DELEGATE = nacl.signing.SigningKey(b"\x02" * 32)  # the publisher key the owner gave ingestion

@@ -34,9 +34,9 @@ from watchtower.ingest.runner import now_height
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_result
+from watchtower.protocol.ingestion.records import IngestResult, IngestTask, new_result
 from watchtower.protocol.partitioning import partition_for_key
-from watchtower.protocol.stream_state import INGEST_FAILED, Event
+from watchtower.protocol.stream.state import INGEST_FAILED, Event
 from watchtower.schemas.ingest_records import (
     batch_results,
     decode_results,

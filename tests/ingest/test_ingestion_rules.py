@@ -27,9 +27,9 @@ from watchtower.protocol.ingestion import (
     task_id,
     tick_height,
 )
-from watchtower.protocol.ingestion_proof import Outcome, decide_proof, lower_median, majority, select_runners
-from watchtower.protocol.ingestion_results import canonical_json, parse_result, validate_result
-from watchtower.protocol.ingestion_transform import (
+from watchtower.protocol.ingestion.proof import Outcome, decide_proof, lower_median, majority, select_runners
+from watchtower.protocol.ingestion.results import canonical_json, parse_result, validate_result
+from watchtower.protocol.ingestion.transform import (
     TransformError,
     apply_transform,
     check_payload_size,
@@ -293,7 +293,7 @@ def test_create_stream_refuses_a_credential_and_an_older_config_still_folds() ->
     from watchtower.protocol.config import StreamConfig
     from watchtower.protocol.events import StreamCreated
     from watchtower.protocol.signed_command import sign_command
-    from watchtower.protocol.stream_actor import StreamState, decide, evolve
+    from watchtower.protocol.stream.actor import StreamState, decide, evolve
     from watchtower.schemas.wire import decode_event, encode_event
 
     owner = nacl.signing.SigningKey(b"\x05" * 32)

@@ -20,12 +20,12 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion import tick_height, tick_stamped
-from watchtower.protocol.ingestion_records import IngestTask, new_result, new_task
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.ingestion.records import IngestTask, new_result, new_task
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY, RunnerRegistry, decide_runner
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.ingest_records import encode_result, encode_task
 from watchtower.schemas.wire import encode_event
 

@@ -11,11 +11,11 @@ import pytest
 from watchtower.ingest.runner import admission_command, registration_command
 from watchtower.ingest.view import IngestionView
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
 from watchtower.protocol.events import RunnerRegistered
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.wire import encode_event
 from watchtower.workers.aggregate import Context

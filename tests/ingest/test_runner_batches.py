@@ -11,7 +11,7 @@ from test_aggregator import HEIGHT, RUNNERS, SCHEDULER, task
 
 from watchtower.ingest.runner import ResultBatcher, Runner
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ingestion_records import MAX_BATCH, IngestTask, new_result, verify_result_batch
+from watchtower.protocol.ingestion.records import MAX_BATCH, IngestTask, new_result, verify_result_batch
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.schemas.ingest_records import batch_results, decode_results, encode_task_batch
 

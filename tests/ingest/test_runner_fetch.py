@@ -18,7 +18,7 @@ from watchtower.ingest.fetch import Fetcher, FetchError, allowed_nets, fetch_jso
 from watchtower.ingest.runner import Runner, dispatcher, now_height, submit
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, parse_task_definition
-from watchtower.protocol.ingestion_records import IngestResult, IngestTask, new_task
+from watchtower.protocol.ingestion.records import IngestResult, IngestTask, new_task
 
 LOOPBACK = allowed_nets("127.0.0.1/32")
 SCHEDULER = nacl.signing.SigningKey(b"\x03" * 32)

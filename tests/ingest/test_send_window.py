@@ -13,10 +13,10 @@ from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.ingest.window import SendWindow
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ingestion_records import IngestTask, new_task
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
+from watchtower.protocol.ingestion.records import IngestTask, new_task
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.protocol.stream.actor import StreamState, decide
 from watchtower.schemas.ingest_records import encode_task
 from watchtower.schemas.wire import encode_event
 

@@ -18,8 +18,8 @@ from keymgr_harness import KeymgrClient, addr, keymgr_stack
 from watchtower.keymgr.kek import Kek
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.ciphertext_receipt import envelope_hash, verify_receipt
-from watchtower.protocol.envelope import derive_content_key, envelope_aad, open_payload
+from watchtower.protocol.confidential.envelope import derive_content_key, envelope_aad, open_payload
+from watchtower.protocol.confidential.receipt import envelope_hash, verify_receipt
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.topics.catalogue import catalogue, topic_name

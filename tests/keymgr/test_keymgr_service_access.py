@@ -19,8 +19,8 @@ from api_calls import Caller
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
 
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.confidential.envelope import decrypt_with_content_key, envelope_aad, unwrap_epoch_key
 from watchtower.protocol.constants import MAX_UINT32
-from watchtower.protocol.envelope import decrypt_with_content_key, envelope_aad, unwrap_epoch_key
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed
 

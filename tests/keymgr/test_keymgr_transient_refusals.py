@@ -27,12 +27,12 @@ from watchtower.keymgr.follower import Readiness
 from watchtower.keymgr.http import build_app
 from watchtower.keymgr.kek import Kek
 from watchtower.keymgr.service import KeyManager
-from watchtower.protocol.envelope import unwrap_epoch_key
+from watchtower.protocol.confidential.envelope import unwrap_epoch_key
 from watchtower.protocol.errors import NotReadyError
-from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.ledger import account_instance
+from watchtower.protocol.ledger.common import account_instance
+from watchtower.protocol.ledger.keymgr_access import KeymgrState
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_state import StreamState
+from watchtower.protocol.stream.state import StreamState
 
 NOW_US = 1_790_000_000_000_000
 ALICE_X25519 = nacl.public.PrivateKey(b"\x51" * 32)

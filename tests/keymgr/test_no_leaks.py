@@ -44,9 +44,14 @@ from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
 from watchtower.client.sse import SseSource
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
-from watchtower.protocol.billing import key_epoch_at
-from watchtower.protocol.envelope import decrypt_with_content_key, derive_content_key, envelope_aad, unwrap_epoch_key
-from watchtower.protocol.keyload import Recipient
+from watchtower.protocol.confidential.envelope import (
+    decrypt_with_content_key,
+    derive_content_key,
+    envelope_aad,
+    unwrap_epoch_key,
+)
+from watchtower.protocol.confidential.keyload import Recipient
+from watchtower.protocol.ledger.billing import key_epoch_at
 from watchtower.protocol.signing import sign_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import TopicSpec, topic_name

@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.protocol.command_auth import nonce_ceiling
-from watchtower.protocol.key_chain import command_json, key_chain_from_json, verify_key_chain
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.registry import RegistryState, decide_registration
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
-from watchtower.protocol.stream_state import state_digest
-from watchtower.protocol.view_checks import (
+from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.key_chain import command_json, key_chain_from_json, verify_key_chain
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.state import state_digest
+from watchtower.protocol.stream.view_checks import (
     ACCEPT,
     DEFER,
     QUARANTINE,
@@ -35,7 +35,7 @@ from watchtower.protocol.view_checks import (
     message_verdict,
     published_ref,
 )
-from watchtower.protocol.views import INDEXES, TABLE_NAMES, apply_event, new_tables, views_digest
+from watchtower.protocol.stream.views import INDEXES, TABLE_NAMES, apply_event, new_tables, views_digest
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 

@@ -26,7 +26,7 @@ from watchtower.keymgr.openapi import OPENAPI as KEYMGR_OPENAPI
 from watchtower.projections.keymgr_tables import account_view
 from watchtower.protocol.errors import CursorTooOldError, InsufficientCbyBalanceError
 from watchtower.protocol.json_ints import MAX_SAFE_INT, as_int
-from watchtower.protocol.replay_status import ReplayView, replay_status_json, view_from_dict, view_to_dict
+from watchtower.protocol.replay.status import ReplayView, replay_status_json, view_from_dict, view_to_dict
 
 BIG_ID = 2**62 + 5  # a replay id as a digest gives it: far past 2**53
 HUGE = 2**63 - 1
@@ -165,9 +165,9 @@ def test_a_signed_message_is_written_exactly_as_signed_and_reads_back() -> None:
     the message is a signed document, so it leaves the server as signed and still decodes and verifies."""
     import nacl.signing
 
-    from watchtower.protocol.key_schedule import KeySchedule
-    from watchtower.protocol.message import StreamMessage
     from watchtower.protocol.signing import sign_message, verify_with_schedule
+    from watchtower.protocol.stream.key_schedule import KeySchedule
+    from watchtower.protocol.stream.message import StreamMessage
 
     key = nacl.signing.SigningKey(b"\x07" * 32)
     msg = sign_message(stream_id="s1", sequence=1, timestamp_unix_ms=HUGE, kind="t", payload=b"{}", signing_key=key)

@@ -17,10 +17,10 @@ from watchtower.projections.fold import Folder
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, keymgr_digest
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.events import EVENT_BODIES
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
-from watchtower.protocol.views import TABLE_NAMES, views_digest
+from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.views import TABLE_NAMES, views_digest
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.partitioning import partition_for_key
 

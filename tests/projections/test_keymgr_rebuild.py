@@ -23,7 +23,7 @@ from stack_fixture import start_stack
 from test_keymgr_fold import ALICE, BOB, PUBLISHER, SID, TREASURY, key_epoch_events, ledger_history
 
 from watchtower.projections.rebuild import rebuild_digest, rebuild_keymgr_digest
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

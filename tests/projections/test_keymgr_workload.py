@@ -23,7 +23,7 @@ from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_keymgr_digest
-from watchtower.protocol.ledger import SUPPLY_KEY, account_instance, paid_instance
+from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance
 
 pytestmark = pytest.mark.integration
 

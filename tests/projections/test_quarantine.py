@@ -22,9 +22,9 @@ from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import sign_message, verify_message
-from watchtower.protocol.stream_state import STREAM_MESSAGE_PUBLISHED, Event
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.state import STREAM_MESSAGE_PUBLISHED, Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name

@@ -22,9 +22,9 @@ from kafka_fixture import free_ports
 from stack_fixture import start_stack
 
 from watchtower.protocol.events import StreamCreated
-from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
-from watchtower.protocol.stream_state import STREAM_CREATED, Event
+from watchtower.protocol.stream.key_chain import command_json
+from watchtower.protocol.stream.state import STREAM_CREATED, Event
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

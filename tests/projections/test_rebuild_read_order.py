@@ -25,7 +25,7 @@ from watchtower.projections import fold
 from watchtower.projections.rebuild import rebuild
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics

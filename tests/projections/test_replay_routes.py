@@ -22,7 +22,7 @@ from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest, rebuild_replay_digest
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCancelRequested,
     ReplayCompleted,

@@ -12,17 +12,17 @@ from typing import Any
 
 import nacl.signing
 
-from watchtower.protocol.account_commands import decide_account
-from watchtower.protocol.accounts import AccountState, evolve_account
-from watchtower.protocol.billing import first_height_of_epoch
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.ledger import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY, KeymgrForward, LedgerDecision
-from watchtower.protocol.paid_stream import PaidState, decide_paid, evolve_paid
+from watchtower.protocol.ledger.account_commands import decide_account
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.billing import first_height_of_epoch
+from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY, KeymgrForward, LedgerDecision
+from watchtower.protocol.ledger.keymgr_access import KeymgrState
+from watchtower.protocol.ledger.paid_stream import PaidState, decide_paid, evolve_paid
+from watchtower.protocol.ledger.supply import SupplyState, decide_supply, evolve_supply
 from watchtower.protocol.signed_command import Command, sign_command
-from watchtower.protocol.stream_state import Event
-from watchtower.protocol.supply import SupplyState, decide_supply, evolve_supply
+from watchtower.protocol.stream.state import Event
 
 
 def key(n: int) -> nacl.signing.SigningKey:
@@ -118,7 +118,7 @@ class World:
         return self.send(self.sign(MINTER, "mint_cby", SUPPLY_KEY, {"to": addr(to), "amount_cby": amount}))
 
     def register_paid_stream(self, stream_id: str = SID, config: dict[str, Any] | None = None) -> None:
-        from watchtower.protocol.ledger import PaidCommand
+        from watchtower.protocol.ledger.common import PaidCommand
 
         create = self.sign(PUBLISHER, "create_stream", stream_id, {
             "publisher_key": bytes(PUBLISHER.verify_key), "access_mode": "PLATFORM_MANAGED",

@@ -9,7 +9,6 @@ import nacl.signing
 import pytest
 from ledger_world import ALICE, BOB, SID, World, addr
 
-from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.events import (
     AccountKeyRegistered,
@@ -21,7 +20,8 @@ from watchtower.protocol.events import (
     EventBody,
     FeedRegistered,
 )
-from watchtower.protocol.ledger import MAX_CBY, account_instance
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.common import MAX_CBY, account_instance
 
 X_KEY = bytes(range(1, 33))
 
@@ -324,7 +324,7 @@ def _credits_to(world: World, who: str) -> list:
 
 def test_a_verbatim_copy_of_a_credit_is_refused_by_every_fold_and_counted_once() -> None:
     """Failed before the fix: the copy of BOB's credit was folded again (balance 80, not 40)."""
-    from watchtower.protocol.keymgr_access import KeymgrState
+    from watchtower.protocol.ledger.keymgr_access import KeymgrState
 
     world = World()
     world.mint(ALICE, 100)
@@ -383,7 +383,7 @@ def test_a_credit_number_must_follow_and_an_unnumbered_credit_only_precedes_the_
 
 
 def test_the_applied_credits_survive_a_snapshot_and_a_rebuild_so_a_copy_stays_refused() -> None:
-    from watchtower.protocol.snapshots import decode_ledger, encode_ledger
+    from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
 
     world = World()
     world.mint(ALICE, 100)

@@ -11,7 +11,8 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ciphertext_receipt import (
+from watchtower.protocol.confidential.envelope import encrypt_for_epoch
+from watchtower.protocol.confidential.receipt import (
     RECEIPT_DOMAIN,
     envelope_hash,
     receipt_signing_bytes,
@@ -20,11 +21,10 @@ from watchtower.protocol.ciphertext_receipt import (
 )
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.envelope import encrypt_for_epoch
 from watchtower.protocol.errors import UnauthorizedError, WatchtowerError
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
 
 KEYMGR = nacl.signing.SigningKey(b"\x09" * 32)
 OTHER_KEYMGR = nacl.signing.SigningKey(b"\x0a" * 32)
@@ -200,7 +200,7 @@ def test_a_paid_publish_is_refused_when_the_deployment_has_no_keymgr_key() -> No
 
 
 def test_an_open_stream_never_checks_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
-    import watchtower.protocol.stream_actor as actor
+    import watchtower.protocol.stream.actor as actor
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("verify_receipt ran for an OPEN stream")

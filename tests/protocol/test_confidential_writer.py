@@ -1,4 +1,4 @@
-"""The writer's rules for confidential private feeds (protocol.confidential), through decide / evolve.
+"""The writer's rules for confidential private feeds (protocol.confidential.rules), through decide / evolve.
 
 A confidential flag needs PRIVATE_ALLOWLIST; a masked message must name the current, fully
 published keyload; after allowlist_remove nothing but a new keyload is accepted, and no keyload
@@ -16,15 +16,7 @@ import nacl.public
 import nacl.signing
 import pytest
 
-from watchtower.protocol.confidential import NO_KEYLOADS, Keyloads, KeyloadState, fold_keyload_part
-from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.errors import (
-    InvalidArgumentError,
-    MalformedRecordError,
-    UnauthorizedError,
-    WatchtowerError,
-)
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     BRANCH_TAG,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
@@ -36,10 +28,18 @@ from watchtower.protocol.keyload import (
     build_reseals,
     mask,
 )
+from watchtower.protocol.confidential.rules import NO_KEYLOADS, Keyloads, KeyloadState, fold_keyload_part
+from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.errors import (
+    InvalidArgumentError,
+    MalformedRecordError,
+    UnauthorizedError,
+    WatchtowerError,
+)
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.snapshots import decode_streams, encode_streams
-from watchtower.protocol.stream_actor import Decision, StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.actor import Decision, StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.snapshots import decode_streams, encode_streams
 
 SID = "conf-1"
 OWNER = nacl.signing.SigningKey(b"\x01" * 32)
@@ -473,8 +473,8 @@ def test_a_stream_keys_at_most_max_branches_branches_from_the_writer_the_log_and
 
 
 def test_audience_drift_names_removed_members_and_revoked_or_superseded_keys() -> None:
-    from watchtower.protocol.keyload import Member
-    from watchtower.protocol.keyload_audience import audience_drift, require_current_audience, require_sealable
+    from watchtower.protocol.confidential.audience import audience_drift, require_current_audience, require_sealable
+    from watchtower.protocol.confidential.keyload import Member
 
     owner, alice, bob, carol, dave = ("0x" + c * 64 for c in "01234")
     members = [Member(owner, 1), Member(alice, 1), Member(bob, 2), Member(carol, 1), Member(dave, 5)]

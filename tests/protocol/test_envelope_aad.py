@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchtower.protocol import cbor
-from watchtower.protocol.envelope import envelope_aad, parse_envelope_aad
+from watchtower.protocol.confidential.envelope import envelope_aad, parse_envelope_aad
 from watchtower.protocol.errors import InvalidArgumentError
 
 TEXT = st.text(min_size=1, max_size=40)

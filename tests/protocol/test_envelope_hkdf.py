@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
-from watchtower.protocol import envelope
-from watchtower.protocol.envelope import hkdf_expand, hkdf_extract, hkdf_sha256
+from watchtower.protocol.confidential import envelope
+from watchtower.protocol.confidential.envelope import hkdf_expand, hkdf_extract, hkdf_sha256
 from watchtower.protocol.errors import InvalidArgumentError
 
 # RFC 5869 Appendix A, the three SHA-256 cases: (ikm, salt, info, L, prk, okm).

@@ -23,7 +23,7 @@ from watchtower.protocol import (
     validate_x25519_public_key,
     wrap_epoch_key,
 )
-from watchtower.protocol.envelope import hkdf_expand, hkdf_sha256
+from watchtower.protocol.confidential.envelope import hkdf_expand, hkdf_sha256
 from watchtower.protocol.errors import (
     DecryptionFailedError,
     InvalidAccountKeyError,

@@ -12,7 +12,7 @@ from protocol_strategies import PROPERTY, json_values, vectors_of_type
 
 from watchtower.protocol import All, Any_, Not, Op, Predicate, compile_filter, evaluate, parse_filter
 from watchtower.protocol.errors import InvalidFilterError
-from watchtower.protocol.filter_ast import depth, predicates, to_json
+from watchtower.protocol.stream.filter_ast import depth, predicates, to_json
 
 HEADERS: dict[str, Any] = {
     "kind": "price_batch",

@@ -1,4 +1,4 @@
-"""Key chain proofs: a key schedule verified from the owner's address (protocol/key_chain.py)."""
+"""Key chain proofs: a key schedule verified from the owner's address (protocol/stream/key_chain.py)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,16 @@ from hypothesis import strategies as st
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, WatchtowerError
-from watchtower.protocol.key_chain import (
+from watchtower.protocol.signed_command import Command, sign_command
+from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.key_chain import (
     chain_entries,
     command_json,
     key_chain_from_json,
     key_chain_owner,
     verify_key_chain,
 )
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
-from watchtower.protocol.signed_command import Command, sign_command
-from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 
 SID = "chain-1"
 OWNER = nacl.signing.SigningKey(b"\x01" * 32)

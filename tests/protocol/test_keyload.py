@@ -1,4 +1,4 @@
-"""Keyloads and masked payloads (protocol.keyload): who can open what, and what a checker refuses.
+"""Keyloads and masked payloads (protocol.confidential.keyload): who can open what, and what a checker refuses.
 
 Pure: real X25519 keys and libsodium sealed boxes, no broker. cbor2 is the independent decoder of
 the parts' bytes.
@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from watchtower.protocol import cbor
-from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     MAX_PART_BYTES,
     Member,
     Recipient,
@@ -37,6 +36,7 @@ from watchtower.protocol.keyload import (
     require_branch,
     unmask,
 )
+from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
 
 SID = "private.prices"
 
@@ -73,7 +73,7 @@ def test_no_part_holds_the_session_key_or_a_key_derived_from_it() -> None:
     blob = b"".join(keyload.parts)
     assert keyload.session_key not in blob
     # The commitment is published; the payload key is not.
-    from watchtower.protocol.keyload import payload_key
+    from watchtower.protocol.confidential.keyload import payload_key
     assert payload_key(keyload.session_key, keyload.keyload_id) not in blob
     assert key_commitment(keyload.session_key, keyload.keyload_id) in blob
 

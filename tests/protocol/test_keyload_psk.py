@@ -15,9 +15,7 @@ import cbor2
 import nacl.public
 import pytest
 
-from watchtower.protocol.conformance import run_vector
-from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     MAX_PSK_RECIPIENTS,
     PskRecipient,
     Recipient,
@@ -29,6 +27,8 @@ from watchtower.protocol.keyload import (
     open_keyload_psk,
     unmask,
 )
+from watchtower.protocol.conformance import run_vector
+from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
 
 SID = "private.desk"
 OWNER_KEY = nacl.public.PrivateKey(b"\x11" * 32)

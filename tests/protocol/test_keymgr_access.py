@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from ledger_world import ALICE, BOB, CAROL, SID, World, addr
 
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
-from watchtower.protocol.keymgr_access import KeymgrState, check_decrypt_access, sealing_key
-from watchtower.protocol.ledger import account_instance
+from watchtower.protocol.ledger.common import account_instance
+from watchtower.protocol.ledger.keymgr_access import KeymgrState, check_decrypt_access, sealing_key
 
 
 def entitled_world() -> World:
@@ -145,7 +145,7 @@ def test_any_sequence_of_mints_transfers_burns_and_purchases_conserves_value(ste
 def test_the_snapshot_codecs_give_back_exactly_the_folded_states() -> None:
     import cbor2
 
-    from watchtower.protocol.snapshots import SnapshotError, decode_ledger, encode_ledger
+    from watchtower.protocol.stream.snapshots import SnapshotError, decode_ledger, encode_ledger
 
     world = entitled_world()
     acct = account_instance(addr(ALICE))

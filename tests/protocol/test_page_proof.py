@@ -1,4 +1,4 @@
-"""Completeness proofs of filtered get_since pages (`watchtower.protocol.page_proof`).
+"""Completeness proofs of filtered get_since pages (`watchtower.protocol.page.proof`).
 
 A proof must pass for every honest page and fail for every page a server could have tampered
 with: a matching message withheld, two messages swapped, a skipped entry's signature altered, a
@@ -16,10 +16,7 @@ from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
 from watchtower.protocol.errors import InvalidFilterError, InvalidSignatureError, MalformedRecordError
-from watchtower.protocol.filter_ast import Op, Predicate
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.page_proof import (
+from watchtower.protocol.page.proof import (
     ProofEntry,
     build_page_proof,
     require_provable,
@@ -27,6 +24,9 @@ from watchtower.protocol.page_proof import (
     verify_page_proof,
 )
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.filter_ast import Op, Predicate
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 
 SID = "s-proof"
 OLD_KEY = nacl.signing.SigningKey(bytes([7]) * 32)

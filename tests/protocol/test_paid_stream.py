@@ -8,8 +8,8 @@ import pytest
 from ledger_world import ALICE, BOB, CAROL, DEPLOYMENT, HEIGHT, PAID_CONFIG, PUBLISHER, SID, TREASURY, World, addr
 
 from watchtower.protocol.errors import MalformedRecordError
-from watchtower.protocol.ledger import PaidCommand, paid_instance
-from watchtower.protocol.paid_stream import PaidState, decide_paid, evolve_paid
+from watchtower.protocol.ledger.common import PaidCommand, paid_instance
+from watchtower.protocol.ledger.paid_stream import PaidState, decide_paid, evolve_paid
 
 
 def funded(amount: int = 10_000) -> World:
@@ -158,7 +158,7 @@ def test_evolve_refuses_a_purchase_that_was_not_in_flight_or_is_mispriced() -> N
 
 
 def stream_with(paid: bool) -> tuple[World, object]:
-    from watchtower.protocol.stream_actor import StreamState, decide, evolve
+    from watchtower.protocol.stream.actor import StreamState, decide, evolve
 
     world = World()
     body: dict = {"publisher_key": bytes(PUBLISHER.verify_key)}
@@ -173,7 +173,7 @@ def stream_with(paid: bool) -> tuple[World, object]:
 
 
 def renew(world: World, state: object, signer=ALICE, **body: object):
-    from watchtower.protocol.stream_actor import decide
+    from watchtower.protocol.stream.actor import decide
 
     cmd = world.sign(signer, "renew_subscription", SID, {"target_key_epoch": 12, **body})
     return decide(state, cmd, block_height=HEIGHT, deployment=DEPLOYMENT)  # type: ignore[arg-type]

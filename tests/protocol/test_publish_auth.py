@@ -30,7 +30,7 @@ from test_stream_actor import (
 from watchtower.protocol.command_auth import nonce_ceiling
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command, sign_command
-from watchtower.protocol.stream_actor import Decision, decide
+from watchtower.protocol.stream.actor import Decision, decide
 
 FORGER = nacl.signing.SigningKey(b"\x09" * 32)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from watchtower.protocol.push_checkpoint import FUTURE_BLOCK_TOLERANCE, PushCheckpoint, checkpoint_block_refusal
+from watchtower.protocol.push.checkpoint import FUTURE_BLOCK_TOLERANCE, PushCheckpoint, checkpoint_block_refusal
 
 
 def at(block: int) -> PushCheckpoint:

@@ -1,4 +1,4 @@
-"""The push scheduler's rules (protocol.push_schedule): bounds, round-robin, filters, checkpoints."""
+"""The push scheduler's rules (protocol.push.schedule): bounds, round-robin, filters, checkpoints."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.push_checkpoint import PushCheckpoint
-from watchtower.protocol.push_schedule import (
+from watchtower.protocol.push.checkpoint import PushCheckpoint
+from watchtower.protocol.push.schedule import (
     FILTER_NODE_CYCLES,
     PUSH_BASE_CYCLES,
     PushLimits,
@@ -30,7 +29,8 @@ from watchtower.protocol.push_schedule import (
     push_headers,
     push_subscribers,
 )
-from watchtower.protocol.stream_state import FrozenMap, StreamState, Subscription
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.state import FrozenMap, StreamState, Subscription
 from watchtower.schemas.delivery_records import decode_checkpoint, encode_checkpoint
 
 SID = "s-push"

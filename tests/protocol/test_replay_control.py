@@ -14,8 +14,6 @@ from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
 from watchtower.protocol import events as ev
-from watchtower.protocol.account_commands import decide_account
-from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import (
@@ -23,7 +21,9 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     WatchtowerError,
 )
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.account_commands import decide_account
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.common import (
     CbyCredit,
     Origin,
     ReplayCharge,
@@ -31,14 +31,14 @@ from watchtower.protocol.ledger import (
     ReplaySettled,
     account_instance,
 )
-from watchtower.protocol.replay_control import finish_replay, settle_replay
-from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayRegistered
-from watchtower.protocol.replay_rules import charged_events, plan_replay, replay_id_for
+from watchtower.protocol.replay.control import finish_replay, settle_replay
+from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRegistered
+from watchtower.protocol.replay.rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
-from watchtower.protocol.snapshots import decode_streams, encode_streams
-from watchtower.protocol.stream_actor import Decision, Event, StreamState, decide, evolve, state_digest
-from watchtower.protocol.stream_reads import get_head
-from watchtower.protocol.views import apply_event, head_view, new_tables
+from watchtower.protocol.stream.actor import Decision, Event, StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.reads import get_head
+from watchtower.protocol.stream.snapshots import decode_streams, encode_streams
+from watchtower.protocol.stream.views import apply_event, head_view, new_tables
 from watchtower.schemas.replay_records import decode_replay_record
 from watchtower.schemas.wire import replay_record_for
 
@@ -570,7 +570,7 @@ def test_a_stream_tracks_a_bounded_number_of_replays_and_forgets_by_content(monk
     """Registrations are free on a public feed and the tracked replays go into every snapshot: past
     the bound one entry is forgotten, chosen by content alone (a settled one first, then the smallest
     id), so the live state, a restored snapshot and a rebuild forget the same one."""
-    from watchtower.protocol import replay_fold
+    from watchtower.protocol.replay import fold as replay_fold
 
     monkeypatch.setattr(replay_fold, "MAX_TRACKED_REPLAYS", 5)
     s = stream()

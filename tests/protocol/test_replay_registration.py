@@ -6,10 +6,10 @@ import msgspec
 import nacl.signing
 import pytest
 
-from watchtower.protocol.replay_records import ReplayRegistered
-from watchtower.protocol.replay_registration import check_registration_command
-from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, replay_id_for
-from watchtower.protocol.replay_status import ReplayRuleError
+from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.registration import check_registration_command
+from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, replay_id_for
+from watchtower.protocol.replay.status import ReplayRuleError
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 

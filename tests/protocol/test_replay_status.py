@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from protocol_strategies import PROPERTY
 
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCancelRequested,
     ReplayCompleted,
@@ -18,7 +18,7 @@ from watchtower.protocol.replay_records import (
     ReplayRecord,
     ReplayRegistered,
 )
-from watchtower.protocol.replay_status import (
+from watchtower.protocol.replay.status import (
     STATUSES,
     ReplayRuleError,
     ReplayView,

@@ -11,7 +11,7 @@ from protocol_strategies import PROPERTY, vectors_of_type
 
 from watchtower.protocol import RingWindow, floor_for, get_since_range
 from watchtower.protocol.errors import CursorTooOldError, InvalidArgumentError, LimitExceededError, WatchtowerError
-from watchtower.protocol.ring_window import replay_request
+from watchtower.protocol.stream.ring_window import replay_request
 
 
 @pytest.mark.parametrize("vector", vectors_of_type("get_since"), ids=lambda v: v["id"])

@@ -24,9 +24,9 @@ from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_WIRE_UINT64
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import BYTES_TAG, COMMAND_DOMAIN, METHODS, command_signing_bytes
 from watchtower.protocol.signing import message_signing_bytes
+from watchtower.protocol.stream.message import StreamMessage
 
 texts = st.text(min_size=1, max_size=20)  # any Unicode but lone surrogates, which UTF-8 cannot carry
 wire_uint = st.integers(min_value=0, max_value=MAX_WIRE_UINT64)

@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 from ledger_world import ALICE, BOB, CAROL, SID, World, addr
 
-from watchtower.protocol.accounts import AccountState, evolve_account
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
-from watchtower.protocol.ledger import PAID_PREFIX, account_instance
-from watchtower.protocol.snapshots import decode_ledger, encode_ledger
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.common import PAID_PREFIX, account_instance
+from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
 
 PRICE = 1_000 + 1_000 * 250 // 10_000  # one epoch at the sample stream's fee and protocol fee
 

@@ -19,8 +19,8 @@ from protocol_strategies import PROPERTY, json_values
 
 import watchtower.schemas
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ciphertext_receipt import sign_receipt
-from watchtower.protocol.confidential import Keyloads, KeyloadState
+from watchtower.protocol.confidential.receipt import sign_receipt
+from watchtower.protocol.confidential.rules import Keyloads, KeyloadState
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import WatchtowerError
@@ -31,11 +31,9 @@ from watchtower.protocol.events import (
     SubscriptionPolicyChanged,
     event_fields,
 )
-from watchtower.protocol.key_schedule import KeyScheduleEntry
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import METHODS, Command, command_digest, sign_command
 from watchtower.protocol.signing import message_signing_bytes, publish_digest, sign_message
-from watchtower.protocol.stream_actor import (
+from watchtower.protocol.stream.actor import (
     Decision,
     Event,
     FrozenMap,
@@ -50,6 +48,8 @@ from watchtower.protocol.stream_actor import (
     state_digest,
     subscribers,
 )
+from watchtower.protocol.stream.key_schedule import KeyScheduleEntry
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.codec import latest_version
 from watchtower.schemas.wire import decode_event, encode_event
 

@@ -10,8 +10,8 @@ from ledger_world import ALICE, BOB, MINTER, World, addr
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.events import CbyBurned
-from watchtower.protocol.ledger import MAX_CBY, SUPPLY_KEY
-from watchtower.protocol.supply import SupplyState, evolve_supply
+from watchtower.protocol.ledger.common import MAX_CBY, SUPPLY_KEY
+from watchtower.protocol.ledger.supply import SupplyState, evolve_supply
 
 
 def test_the_minter_mints_to_any_account_and_the_supply_follows() -> None:

@@ -12,8 +12,8 @@ from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureErr
 from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve
-from watchtower.protocol.views import (
+from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.views import (
     INDEXES,
     TABLE_NAMES,
     StreamIndex,

@@ -14,9 +14,9 @@ from confluent_kafka import Producer
 from deliveries_reader import CommittedDeliveries
 
 from watchtower.gateway.transport import CommandClient
-from watchtower.protocol.replay_records import ReplayRegistered
-from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, plan_replay, replay_id_for
-from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
+from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, plan_replay, replay_id_for
+from watchtower.protocol.replay.status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record

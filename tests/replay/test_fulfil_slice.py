@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import nacl.signing
 
-from watchtower.protocol.replay_records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
-from watchtower.protocol.replay_rules import selector_for
-from watchtower.protocol.replay_status import ReplayView, apply_replay_record
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
+from watchtower.protocol.replay.rules import selector_for
+from watchtower.protocol.replay.status import ReplayView, apply_replay_record
 from watchtower.protocol.signing import sign_message
 from watchtower.replay.fulfil import ArchivedRecord, cancel_record, fulfil_slice
 from watchtower.replay.handoff import spark_threshold, wants_spark

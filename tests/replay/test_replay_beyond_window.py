@@ -19,7 +19,7 @@ from tiers import scale
 from watchtower.client.http import ApiClient
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.replay_rules import read_replay_headers
+from watchtower.protocol.replay.rules import read_replay_headers
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.schemas.records import decode_message
 

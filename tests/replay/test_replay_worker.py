@@ -30,12 +30,12 @@ from watchtower.client.private import ConfidentialReader
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload, mask
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayProgress
-from watchtower.protocol.replay_rules import selector_for
+from watchtower.protocol.confidential.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload, mask
+from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayProgress
+from watchtower.protocol.replay.rules import selector_for
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.replay_records import encode_replay_record
 

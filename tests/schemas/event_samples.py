@@ -8,12 +8,12 @@ import nacl.signing
 
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.events import EVENT_BODIES, StreamCreated
-from watchtower.protocol.key_chain import command_json
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.actor import StreamState, decide
+from watchtower.protocol.stream.key_chain import command_json
+from watchtower.protocol.stream.state import Event
 
 KEY = nacl.signing.SigningKey(b"\x07" * 32)
 OWNER = "0x" + bytes(KEY.verify_key).hex()

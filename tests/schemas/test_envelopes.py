@@ -14,7 +14,7 @@ from watchtower.protocol.errors import (
     SchemaMismatchError,
     StreamNotFoundError,
 )
-from watchtower.protocol.ledger import Origin, ReplayFinished
+from watchtower.protocol.ledger.common import Origin, ReplayFinished
 from watchtower.protocol.signed_command import sign_command
 from watchtower.schemas.envelopes import CommandRecord, ErrorJson, ReplyRecord, SignedCommandJson
 from watchtower.schemas.wire import (

@@ -8,7 +8,7 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.errors import InsufficientCbyBalanceError, WatchtowerError
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.common import (
     CbyBurn,
     CbyCredit,
     KeymgrForward,

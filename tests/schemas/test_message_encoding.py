@@ -34,7 +34,7 @@ def test_a_record_read_back_is_served_exactly_as_its_checked_message(sequence: i
                                                                      tags: dict[str, object]) -> None:
     """The read path serves a verified record from its Avro record (`json_dict_of_record`), not from a
     rebuilt StreamMessage: its JSON and its filter headers must be the checked message's."""
-    from watchtower.protocol.message import headers_of_record, json_dict_of_record
+    from watchtower.protocol.stream.message import headers_of_record, json_dict_of_record
     from watchtower.schemas.records import decode_message_record
 
     message = sign_message(stream_id="stream-1", sequence=sequence, timestamp_unix_ms=timestamp, kind="price",

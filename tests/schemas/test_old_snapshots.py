@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from watchtower.protocol.snapshots import decode_snapshot
-from watchtower.protocol.stream_state import StreamState
+from watchtower.protocol.stream.snapshots import decode_snapshot
+from watchtower.protocol.stream.state import StreamState
 from watchtower.workers.aggregates import default_aggregates
 
 OLD = json.loads((Path(__file__).parent / "golden" / "snapshots_before_ingestion.json").read_text())["records"]

@@ -7,7 +7,7 @@ from typing import Any
 from wire_samples import confidential_stream, open_stream
 
 from watchtower.protocol.events import StreamCreated
-from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
+from watchtower.protocol.stream.state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas import codec, events, wire
 
 

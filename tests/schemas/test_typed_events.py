@@ -25,9 +25,9 @@ from watchtower.protocol.events import (
     StreamMessagePublished,
     event_fields,
 )
-from watchtower.protocol.paid import PaidStreamConfig
-from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegisteredRecord
-from watchtower.protocol.stream_state import MESSAGE_CIP7_FIELDS, Event
+from watchtower.protocol.ledger.paid import PaidStreamConfig
+from watchtower.protocol.replay.records import ReplayRegistered as ReplayRegisteredRecord
+from watchtower.protocol.stream.state import MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.records import stream_config_to_record
 from watchtower.schemas.replay_records import decode_replay_record

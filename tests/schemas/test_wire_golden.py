@@ -33,8 +33,8 @@ import pytest
 from wire_samples import WireSample, all_samples
 
 import watchtower.schemas
-from watchtower.protocol.ledger import KeymgrForward
-from watchtower.protocol.replay_records import ReplayRecord
+from watchtower.protocol.ledger.common import KeymgrForward
+from watchtower.protocol.replay.records import ReplayRecord
 from watchtower.schemas.schema_ids import CATALOG, SchemaKind
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "wire_v1.json"

@@ -23,12 +23,12 @@ import nacl.signing
 from event_samples import KEY, OTHER, OWNER, SID, keymgr_events, one_of_each
 from event_samples import event as sample_event
 
-from watchtower.protocol.ciphertext_receipt import sign_receipt
+from watchtower.protocol.confidential.envelope import encrypt_for_epoch
+from watchtower.protocol.confidential.receipt import sign_receipt
 from watchtower.protocol.deployment import Deployment
-from watchtower.protocol.envelope import encrypt_for_epoch
 from watchtower.protocol.errors import InsufficientCbyBalanceError, StaleSequenceError, WatchtowerError
 from watchtower.protocol.events import ReplayRegistered, StreamCreated, event_fields
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.common import (
     CbyBurn,
     CbyCredit,
     KeymgrForward,
@@ -40,11 +40,10 @@ from watchtower.protocol.ledger import (
     ReplayFinished,
     ReplaySettled,
 )
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.push_checkpoint import PushCheckpoint
+from watchtower.protocol.push.checkpoint import PushCheckpoint
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.replay_control import ReplayDecision, finish_replay, settle_replay
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.control import ReplayDecision, finish_replay, settle_replay
+from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCompleted,
     ReplayErrored,
@@ -53,9 +52,10 @@ from watchtower.protocol.replay_records import (
 )
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.snapshots import decode_snapshot, encode_snapshot
-from watchtower.protocol.stream_actor import Decision, StreamState, decide, evolve
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.actor import Decision, StreamState, decide, evolve
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.snapshots import decode_snapshot, encode_snapshot
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas import codec, delivery_records, keymgr_records, replay_records, wire
 from watchtower.schemas.events import event_record
 from watchtower.schemas.keymgr_records import AuditRecord, NonceReservationRecord, WrappedSeedRecord

@@ -13,11 +13,11 @@ import nacl.signing
 
 from watchtower.client.sdk import wait_until_visible
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.replay_records import ReplayRegistered
-from watchtower.protocol.replay_rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_id_for
+from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_id_for
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.replay_records import encode_replay_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

@@ -19,8 +19,8 @@ import nacl.signing
 import pytest
 
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.schemas import codec
 from watchtower.schemas.records import encode_message
 

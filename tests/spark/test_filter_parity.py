@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tiers import scale
 
-from watchtower.protocol.filters import evaluate, parse_filter
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.filters import evaluate, parse_filter
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import encode_message
 
 pytest.importorskip("pyspark")

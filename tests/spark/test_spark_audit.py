@@ -28,8 +28,8 @@ from stack_fixture import start_stack
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Subscriber
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.schemas.records import decode_message, encode_message
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

@@ -21,9 +21,8 @@ from watchtower.client.http import ApiClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import ReplayNotFoundError
-from watchtower.protocol.key_chain import verify_key_chain
-from watchtower.protocol.replay_records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
-from watchtower.protocol.replay_rules import (
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
+from watchtower.protocol.replay.rules import (
     canonical_filter,
     parse_replay_filter,
     read_replay_headers,
@@ -32,6 +31,7 @@ from watchtower.protocol.replay_rules import (
 )
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import verify_with_schedule
+from watchtower.protocol.stream.key_chain import verify_key_chain
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.topics.catalogue import topic_name

@@ -62,12 +62,12 @@ from watchtower.keymgr.kek import Kek, new_kek_text
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.confidential.envelope import unwrap_epoch_key
 from watchtower.protocol.constants import MAX_UINT32
-from watchtower.protocol.envelope import unwrap_epoch_key
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from worker_harness import read_all_messages, workers
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 

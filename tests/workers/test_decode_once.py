@@ -17,7 +17,7 @@ import pytest
 
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
 from watchtower.protocol.signed_command import Method, sign_command
-from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.protocol.stream.actor import StreamState, decide
 from watchtower.schemas.wire import decode_command, decode_event, encode_command, encode_event, encode_registry_forward
 from watchtower.workers.aggregate import DecodeOnce
 from watchtower.workers.aggregates import PaidStreamAggregate, RegistryAggregate, default_aggregates

@@ -17,7 +17,7 @@ from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_actor import Event, StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve, state_digest
 from watchtower.schemas import codec
 from watchtower.schemas.events import event_record
 from watchtower.schemas.wire import encode_event

@@ -34,11 +34,11 @@ from watchtower.gateway.archive import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.events import FeedRegistered, PublisherKeyRotated, SubscriptionPolicyChanged
-from watchtower.protocol.key_chain import command_json
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.key_chain import command_json
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.wire import decode_event, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

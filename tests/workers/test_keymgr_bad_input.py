@@ -21,7 +21,6 @@ import pytest
 from ledger_load import Account, paid_stream_body
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
-from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.events import (
     CbyCredited,
     CbyDebited,
@@ -29,7 +28,8 @@ from watchtower.protocol.events import (
     EpochAccessPurchased,
     EpochAccessRequested,
 )
-from watchtower.protocol.ledger import CbyCredit, Origin, PurchaseSettled
+from watchtower.protocol.ledger.billing import key_epoch_at
+from watchtower.protocol.ledger.common import CbyCredit, Origin, PurchaseSettled
 from watchtower.protocol.signed_command import Command, command_digest
 from watchtower.schemas.wire import encode_command, encode_keymgr_forward
 from watchtower.topics.catalogue import topic_name

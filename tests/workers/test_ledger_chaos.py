@@ -38,8 +38,8 @@ from worker_harness import read_committed_events
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.projections.rebuild import rebuild_keymgr_digest
-from watchtower.protocol.billing import key_epoch_at
 from watchtower.protocol.events import event_fields
+from watchtower.protocol.ledger.billing import key_epoch_at
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.soak]
 

@@ -24,11 +24,11 @@ import pytest
 from confluent_kafka import Producer
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
-from watchtower.protocol.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.events import CbyCredited, CbyDebited, EpochAccessFailed, EpochAccessIdempotent, event_fields
-from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.ledger import SUPPLY_KEY, CbyCredit, Origin, account_instance, paid_instance
+from watchtower.protocol.ledger.billing import block_height_at, key_epoch_of_height
+from watchtower.protocol.ledger.common import SUPPLY_KEY, CbyCredit, Origin, account_instance, paid_instance
+from watchtower.protocol.ledger.keymgr_access import KeymgrState
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward
 from watchtower.topics.catalogue import topic_name

@@ -21,9 +21,9 @@ from worker_harness import partition_for, read_all_messages, read_committed_even
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.key_schedule import KeySchedule
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.topics.catalogue import topic_name
 
 pytestmark = pytest.mark.integration

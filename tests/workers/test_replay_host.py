@@ -32,13 +32,13 @@ from worker_harness import (
 
 from watchtower.protocol import events as ev
 from watchtower.protocol.errors import MalformedRecordError
-from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.ledger import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
-from watchtower.protocol.replay_records import ReplayCancelRequested, ReplayRecord, ReplayRegistered
-from watchtower.protocol.replay_rules import replay_id_for
+from watchtower.protocol.ledger.common import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
+from watchtower.protocol.ledger.keymgr_access import KeymgrState
+from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRecord, ReplayRegistered
+from watchtower.protocol.replay.rules import replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.replay_records import decode_replay_record
 from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward, encode_replay_finished
 from watchtower.topics.catalogue import topic_name

@@ -14,7 +14,7 @@ from test_event_fold import ROTATED, SID, genuine
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState
-from watchtower.protocol.snapshots import (
+from watchtower.protocol.stream.snapshots import (
     SnapshotError,
     decode_registry,
     decode_snapshot,
@@ -23,7 +23,7 @@ from watchtower.protocol.snapshots import (
     encode_snapshot,
     encode_streams,
 )
-from watchtower.protocol.stream_state import FrozenMap, state_digest
+from watchtower.protocol.stream.state import FrozenMap, state_digest
 
 FRIEND = address_from_public_key(bytes(nacl.signing.SigningKey(b"\x31" * 32).verify_key))
 

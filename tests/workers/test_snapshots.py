@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Producer
 from worker_harness import RawCommandChannel, partition_for, workers
 
-from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
-from watchtower.protocol.snapshots import encode_snapshot
-from watchtower.protocol.stream_actor import StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.actor import StreamState, decide, evolve, state_digest
+from watchtower.protocol.stream.snapshots import encode_snapshot
 from watchtower.schemas.wire import encode_command, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from worker_harness import partition_for, workers
 
 from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream_actor import StreamState, decide
+from watchtower.protocol.stream.actor import StreamState, decide
 from watchtower.schemas.wire import encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config

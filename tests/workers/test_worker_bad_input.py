@@ -22,10 +22,10 @@ from worker_harness import RawCommandChannel, Workers, partition_for, workers
 from watchtower.gateway.archive import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.wire import H_REPLY_PARTITION, encode_command, encode_registry_forward
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed

@@ -24,8 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from watchtower.gateway.archive import read_committed_messages
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.stream_actor import Event
+from watchtower.protocol.stream.actor import Event
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name

@@ -29,8 +29,8 @@ from watchtower.ingest import keys
 from watchtower.ingest.runner import admission_command, dismissal_command
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.ingestion_records import IngestResult, verify_result_batch
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.ingestion.records import IngestResult, verify_result_batch
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.ingest_records import batch_results, decode_results
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name, topic_prefix

@@ -19,8 +19,8 @@ from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
 from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
 from watchtower.protocol.addresses import address_from_public_key
+from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, RESEAL_KIND, Recipient
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.keyload import KEYLOAD_KIND, RESEAL_KIND, Recipient
 
 
 class _Member:

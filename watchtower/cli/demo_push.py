@@ -55,7 +55,7 @@ from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until
 from watchtower.client.sse import SseSource
 from watchtower.client.stream_modes import StreamStats
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name, topic_prefix
 

@@ -31,7 +31,7 @@ from watchtower.client.replay import ReplayClient, ReplayTicket
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.catalogue import topic_name
 
 RING = 50

@@ -44,7 +44,7 @@ from watchtower.client.sdk import (
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError
-from watchtower.protocol.message import TagValue
+from watchtower.protocol.stream.message import TagValue
 
 MODES = {"push": "PUSH", "pull": "PULL", "push-with-pull-fallback": "PUSH_WITH_PULL_FALLBACK",
          "push-fallback": "PUSH_WITH_PULL_FALLBACK"}  # (the last: the 0.1 name, kept for one release)

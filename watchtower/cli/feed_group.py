@@ -15,7 +15,7 @@ import click
 
 from watchtower.cli.account_cmd import identity_options, json_option
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
-from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.stream.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
 

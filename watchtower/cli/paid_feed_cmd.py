@@ -28,9 +28,9 @@ from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, current_key_epoch, paid_config
 from watchtower.client.prewrap import WrapReport, pre_wrap, rewrap, wrap_ahead
 from watchtower.client.sdk import Page, Subscriber, with_spec_names
-from watchtower.protocol.billing import KeyAccessReceipt
 from watchtower.protocol.errors import EntitlementRequiredError, InvalidAccountKeyError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.ledger.billing import KeyAccessReceipt
+from watchtower.protocol.stream.message import StreamMessage
 
 F = TypeVar("F", bound=Callable[..., Any])
 

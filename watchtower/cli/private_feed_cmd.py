@@ -31,13 +31,7 @@ from watchtower.client.account_keys import load_account_key, local_account_key_i
 from watchtower.client.http import ApiClient
 from watchtower.client.private import TAG_KEYLOAD, ConfidentialPublisher, ConfidentialReader, member_recipients
 from watchtower.client.sdk import Publisher, Subscriber
-from watchtower.protocol.errors import (
-    DecryptionFailedError,
-    InvalidArgumentError,
-    UnauthorizedError,
-    WatchtowerError,
-)
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     DEFAULT_BRANCH,
     KEYLOAD_KIND,
     RESEAL_KIND,
@@ -46,7 +40,13 @@ from watchtower.protocol.keyload import (
     decode_part,
     require_branch,
 )
-from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.errors import (
+    DecryptionFailedError,
+    InvalidArgumentError,
+    UnauthorizedError,
+    WatchtowerError,
+)
+from watchtower.protocol.stream.message import StreamMessage, TagValue
 
 _PAGE = 500
 

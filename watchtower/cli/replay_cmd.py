@@ -29,7 +29,7 @@ from watchtower.cli.json_output import echo_json
 from watchtower.client.http import ApiClient
 from watchtower.client.replay import TERMINAL, ReplayClient, ReplayRequest, ReplayTicket, state_of
 from watchtower.protocol.errors import PaymentRequiredError, WatchtowerError
-from watchtower.protocol.replay_status import STATUSES
+from watchtower.protocol.replay.status import STATUSES
 from watchtower.topics.catalogue import topic_prefix
 
 F = TypeVar("F", bound=Callable[..., Any])

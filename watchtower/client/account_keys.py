@@ -25,8 +25,8 @@ from typing import Any, Final
 import nacl.public
 
 from watchtower.client.account import Account, AccountNotFoundError, KeyFileError, require_name
+from watchtower.protocol.confidential.envelope import unwrap_epoch_key
 from watchtower.protocol.constants import X25519_PUBLIC_KEY_BYTES
-from watchtower.protocol.envelope import unwrap_epoch_key
 from watchtower.protocol.errors import InvalidArgumentError
 
 ACCOUNT_KEYS_DIR: Final = "account-keys"

@@ -1,7 +1,7 @@
 """`FakeApi`: the SDK's API surface answered in memory by the pure stream aggregate (no server).
 
 For applications' unit tests and examples: `Publisher`, `Subscriber` and `create_feed` accept it
-wherever they take an `ApiClient`. It decides each command with `protocol.stream_actor.decide`,
+wherever they take an `ApiClient`. It decides each command with `protocol.stream.actor.decide`,
 folds the events with `evolve`, keeps the StreamMessages a publish appends (as the messages topic
 does) and answers reads with the same fields, the same order of checks and the same spec error
 codes as the HTTP API. tests/client/test_sdk_contract.py drives one scenario against this fake
@@ -22,21 +22,21 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.protocol import stream_actor
-from watchtower.protocol.account_commands import decide_account
-from watchtower.protocol.accounts import AccountState, evolve_account
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, StreamNotFoundError
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.key_chain import key_chain_from_json
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
-from watchtower.protocol.ledger import ACCOUNT_PREFIX, account_instance
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.page_proof import build_page_proof
-from watchtower.protocol.ring_window import check_limit
+from watchtower.protocol.ledger.account_commands import decide_account
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.billing import block_height_at
+from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, account_instance
+from watchtower.protocol.page.proof import build_page_proof
 from watchtower.protocol.signed_command import Command, Method
-from watchtower.protocol.stream_state import STREAM_CREATED, StreamState, evolve
+from watchtower.protocol.stream import actor as stream_actor
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.key_chain import key_chain_from_json
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.ring_window import check_limit
+from watchtower.protocol.stream.state import STREAM_CREATED, StreamState, evolve
 
 #: The largest integer a query parameter takes (as the HTTP API: a signed 64-bit integer).
 MAX_QUERY_INT: Final = 2**63 - 1

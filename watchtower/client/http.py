@@ -47,8 +47,8 @@ from watchtower.http.api_client import (
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError
 from watchtower.protocol.json_ints import as_int
-from watchtower.protocol.key_chain import key_chain_from_json
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.stream.key_chain import key_chain_from_json
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 
 
 class ApiClient(ApiTransport):
@@ -98,7 +98,7 @@ class ApiClient(ApiTransport):
         Messages are `StreamMessage.to_json_dict()` dicts, unverified. With `min_head` the server
         waits up to `wait_ms` for the stream to reach that head (a long poll), so the HTTP timeout
         is extended by `wait_ms`. With `proof` the answer also carries ``"proof"``, the
-        completeness proof of a filtered page (`watchtower.protocol.page_proof`), unverified too.
+        completeness proof of a filtered page (`watchtower.protocol.page.proof`), unverified too.
         """
         query = {
             "cursor": cursor,

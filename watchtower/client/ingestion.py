@@ -10,7 +10,7 @@ from watchtower.client.sdk import StreamApi
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.ingestion import check_config
-from watchtower.protocol.ingestion_results import canonical_json
+from watchtower.protocol.ingestion.results import canonical_json
 
 TICK_TAG = "ingest_tick"
 

@@ -23,7 +23,6 @@ from typing import Any, Final, Protocol
 from watchtower.client.account import Account
 from watchtower.client.account_keys import commit_pending_key, new_pending_key
 from watchtower.protocol.addresses import require_address
-from watchtower.protocol.billing import KeyAccessReceipt
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     MalformedRecordError,
@@ -32,7 +31,8 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.json_ints import as_int
-from watchtower.protocol.ledger import SUPPLY_KEY, account_instance, paid_instance, require_amount
+from watchtower.protocol.ledger.billing import KeyAccessReceipt
+from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance, require_amount
 from watchtower.protocol.signed_command import Command
 
 X25519: Final = "X25519"

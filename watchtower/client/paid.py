@@ -13,7 +13,7 @@
   ENTITLEMENT_REQUIRED, and so does it for any epoch past the entitlement.
 
 The current key epoch is computed, like the workers do, from the clock: floor(block height /
-key_epoch_blocks), block height = (now − genesis) / block interval (`protocol.billing`).
+key_epoch_blocks), block height = (now − genesis) / block interval (`protocol.ledger.billing`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from watchtower.client.account import Account
 from watchtower.client.account_keys import load_sealed_keys, open_sealed_key, store_sealed_keys
 from watchtower.client.keymgr import MAX_EPOCHS_PER_FETCH, KeyManagerClient, SealedEpochKeys
 from watchtower.client.sdk import Publisher, StreamApi
-from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.confidential.envelope import envelope_aad
 from watchtower.protocol.enums import AccessMode, PayloadFormat, parse_access_mode
-from watchtower.protocol.envelope import envelope_aad
 from watchtower.protocol.errors import (
     EntitlementRequiredError,
     InvalidArgumentError,
@@ -38,10 +37,11 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     NotPlatformManagedStreamError,
 )
-from watchtower.protocol.message import TagValue
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.billing import key_epoch_at
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message
+from watchtower.protocol.stream.message import TagValue
 
 
 def paid_config(info: Mapping[str, Any]) -> PaidStreamConfig:

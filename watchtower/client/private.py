@@ -1,4 +1,4 @@
-"""Confidential private feeds in the SDK: keyloads out, masked payloads in (protocol.keyload).
+"""Confidential private feeds in the SDK: keyloads out, masked payloads in (protocol.confidential.keyload).
 
 The publisher's side (`ConfidentialPublisher`) makes a fresh session key for a branch, seals it to
 every member's X25519 account key and publishes the keyload in the stream itself, as messages of
@@ -30,14 +30,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
 from watchtower.client.sdk import Publisher
-from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CONTENT_TYPE
-from watchtower.protocol.errors import (
-    DecryptionFailedError,
-    InvalidArgumentError,
-    StaleSequenceError,
-    UnauthorizedError,
+from watchtower.protocol.confidential.audience import (
+    AudienceDrift,
+    audience_drift,
+    require_current_audience,
+    require_sealable,
 )
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     BRANCH_TAG,
     DEFAULT_BRANCH,
     KEYLOAD_ID_TAG,
@@ -58,13 +57,14 @@ from watchtower.protocol.keyload import (
     require_branch,
     unmask,
 )
-from watchtower.protocol.keyload_audience import (
-    AudienceDrift,
-    audience_drift,
-    require_current_audience,
-    require_sealable,
+from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CONTENT_TYPE
+from watchtower.protocol.errors import (
+    DecryptionFailedError,
+    InvalidArgumentError,
+    StaleSequenceError,
+    UnauthorizedError,
 )
-from watchtower.protocol.message import StreamMessage, TagValue
+from watchtower.protocol.stream.message import StreamMessage, TagValue
 
 #: Tags of a masked message: which keyload's key masks it, and its branch.
 TAG_KEYLOAD: Final = KEYLOAD_ID_TAG
@@ -90,7 +90,7 @@ class ConfidentialPublisher:
     """Masks every message of one branch under the branch's current keyload (see the module docstring).
 
     Before it seals a keyload or masks a message it reads the stream's allowlist and each member's
-    account keys from the API (`audience`; protocol.keyload_audience): nothing is sealed or masked
+    account keys from the API (`audience`; protocol.confidential.audience): nothing is sealed or masked
     for a member who left the allowlist or whose sealed account key was revoked or superseded. A
     message under such a keyload is refused with UNAUTHORIZED before anything is sent, or, with
     `rekey_on_change`, a new keyload is published first for the members that remain, each under its

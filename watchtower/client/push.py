@@ -30,7 +30,7 @@ from typing import Final
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name

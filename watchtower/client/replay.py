@@ -53,8 +53,8 @@ from watchtower.protocol.errors import (
     RequestTimeoutError,
     WatchtowerError,
 )
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.replay_rules import read_replay_headers
+from watchtower.protocol.replay.rules import read_replay_headers
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name

@@ -19,6 +19,7 @@ import nacl.signing
 from watchtower.client.account import Account
 from watchtower.client.stream_modes import PushSource, StreamStats, check_stream_args, run_stream
 from watchtower.protocol.addresses import require_address
+from watchtower.protocol.confidential.envelope import decrypt_with_content_key
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import (
     DEFAULT_CONTENT_TYPE,
@@ -27,7 +28,6 @@ from watchtower.protocol.constants import (
     MIN_GET_SINCE_LIMIT,
 )
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.envelope import decrypt_with_content_key
 from watchtower.protocol.errors import (
     CursorTooOldError,
     FeedNotFoundError,
@@ -41,14 +41,14 @@ from watchtower.protocol.errors import (
     StreamNotFoundError,
     UnauthorizedError,
 )
-from watchtower.protocol.filters import parse_filter
-from watchtower.protocol.key_chain import key_chain_owner, verify_key_chain
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage, TagValue
-from watchtower.protocol.page_proof import ProofEntry, schedule_check, verify_page_proof
-from watchtower.protocol.page_rules import check_page_sequences
+from watchtower.protocol.page.proof import ProofEntry, schedule_check, verify_page_proof
+from watchtower.protocol.page.rules import check_page_sequences
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import sign_message, verify_with_schedule
+from watchtower.protocol.stream.filters import parse_filter
+from watchtower.protocol.stream.key_chain import key_chain_owner, verify_key_chain
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage, TagValue
 
 DEFAULT_WAIT_MS = 2000
 #: How often `Subscriber.stream` in push-with-pull-fallback mode pulls, pushes or not.

@@ -45,7 +45,7 @@ import httpx
 from httpx_sse import EventSource, SSEError, connect_sse
 
 from watchtower.protocol.errors import CursorTooOldError, LimitExceededError, MalformedRecordError, WatchtowerError
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 
 log = logging.getLogger(__name__)
 

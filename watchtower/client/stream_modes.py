@@ -36,8 +36,8 @@ from collections.abc import Iterator
 from typing import Any, Final, Protocol
 
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.message import StreamMessage
 
 log = logging.getLogger(__name__)
 

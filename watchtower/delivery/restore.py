@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.push_checkpoint import PushCheckpoint, checkpoint_block_refusal
+from watchtower.protocol.push.checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key

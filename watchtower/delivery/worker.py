@@ -10,7 +10,7 @@ rebuilds the streams' states and their push schedules (`restore`), then consumes
 - ``messages`` records are added to their stream's schedule (a value that does not decode, or a
   message on another partition than its stream's, is quarantined).
 
-It wakes at least every block (`protocol.billing.block_height_at`, 1,000 ms blocks) and whenever
+It wakes at least every block (`protocol.ledger.billing.block_height_at`, 1,000 ms blocks) and whenever
 records arrived, and plans each stream that changed or still owes pushes (`push_schedule.plan_block`:
 round-robin under ``max_push_deliveries_per_block`` / ``max_push_cycles_per_block``). Everything one
 wake-up planned goes in ONE Kafka transaction: the deliveries (key = subscriber, value = the
@@ -39,10 +39,10 @@ from watchtower import tracing
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.restore import messages_start, restore_partition
 from watchtower.metrics.side_workers import BLOCK_DELIVERIES
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.push_schedule import (
+from watchtower.protocol.ledger.billing import block_height_at
+from watchtower.protocol.push.schedule import (
     DEFAULT_BACKLOG_BYTES,
     DEFAULT_BACKLOG_MESSAGES,
     BlockPlan,
@@ -54,7 +54,7 @@ from watchtower.protocol.push_schedule import (
     push_limits,
     push_subscribers,
 )
-from watchtower.protocol.stream_state import StreamState
+from watchtower.protocol.stream.state import StreamState
 from watchtower.schemas.delivery_records import encode_checkpoint
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.reader import read_committed

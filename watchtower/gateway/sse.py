@@ -54,8 +54,8 @@ from watchtower.protocol.errors import (
     SubscriptionNotFoundError,
     WatchtowerError,
 )
-from watchtower.protocol.filters import compile_filter, parse_filter
-from watchtower.protocol.message import StreamMessage
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.catalogue import topic_name
 
 log = logging.getLogger("watchtower.gateway.sse")

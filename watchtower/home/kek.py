@@ -31,7 +31,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from watchtower.protocol import cbor
-from watchtower.protocol.envelope import hkdf_sha256
+from watchtower.protocol.confidential.envelope import hkdf_sha256
 
 KEK_BYTES: Final = 32
 WRAP_DOMAIN: Final = "watchtower-keymgr-wrap-v1"

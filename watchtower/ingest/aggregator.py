@@ -30,8 +30,8 @@ from watchtower.ingest.window import SendWindow
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ingestion import MAX_RESULT_BYTES, IngestReason, ProofType
-from watchtower.protocol.ingestion_proof import Outcome, decide_proof
-from watchtower.protocol.ingestion_records import (
+from watchtower.protocol.ingestion.proof import Outcome, decide_proof
+from watchtower.protocol.ingestion.records import (
     IngestResult,
     IngestTask,
     check_batch_entry,
@@ -40,8 +40,8 @@ from watchtower.protocol.ingestion_records import (
     verify_task,
     verify_task_batch,
 )
-from watchtower.protocol.ingestion_results import canonical_json, parse_result, validate_result
-from watchtower.protocol.ingestion_transform import (
+from watchtower.protocol.ingestion.results import canonical_json, parse_result, validate_result
+from watchtower.protocol.ingestion.transform import (
     Payload,
     TransformError,
     apply_transform,

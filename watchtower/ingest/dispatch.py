@@ -34,7 +34,7 @@ from typing import Any, Final
 from watchtower.ingest.fetch import FetchError
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, TaskSpec
-from watchtower.protocol.ingestion_records import IngestTask
+from watchtower.protocol.ingestion.records import IngestTask
 
 log = logging.getLogger("watchtower.ingest.runner")
 

@@ -47,7 +47,7 @@ from watchtower.protocol.ingestion import (
     apply_selection,
     is_credential_header,
 )
-from watchtower.protocol.ingestion_results import canonical_json
+from watchtower.protocol.ingestion.results import canonical_json
 
 ENV_ALLOW_NETS: Final = "WATCHTOWER_INGEST_ALLOW_NETS"
 MAX_REDIRECTS: Final = 3

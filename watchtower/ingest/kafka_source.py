@@ -27,7 +27,7 @@ from watchtower.protocol.ingestion import (
     apply_selection,
     topic_window,
 )
-from watchtower.protocol.ingestion_results import canonical_json
+from watchtower.protocol.ingestion.results import canonical_json
 from watchtower.topics.connection import kafka_config
 
 READ_TIMEOUT_S: Final = 10.0

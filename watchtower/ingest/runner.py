@@ -34,11 +34,10 @@ from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, se
 from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.ingest.secrets import SecretStore
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.constants import GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, TaskSpec, parse_task_definition
-from watchtower.protocol.ingestion_records import (
+from watchtower.protocol.ingestion.records import (
     MAX_BATCH,
     IngestResult,
     IngestTask,
@@ -46,8 +45,9 @@ from watchtower.protocol.ingestion_records import (
     verify_task,
     verify_task_batch,
 )
-from watchtower.protocol.ingestion_results import canonical_json, parse_result
-from watchtower.protocol.ingestion_runners import RUNNERS_KEY
+from watchtower.protocol.ingestion.results import canonical_json, parse_result
+from watchtower.protocol.ingestion.runners import RUNNERS_KEY
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.validation import is_number

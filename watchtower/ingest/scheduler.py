@@ -40,7 +40,7 @@ from watchtower.protocol.ingestion import (
     latest_tick,
     tick_height,
 )
-from watchtower.protocol.ingestion_records import MAX_BATCH, IngestTask, new_task, verify_task_batch
+from watchtower.protocol.ingestion.records import MAX_BATCH, IngestTask, new_task, verify_task_batch
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_task_batch
 from watchtower.topics.catalogue import topic_name
@@ -58,7 +58,7 @@ partition number and the aggregators' range assignment gives both to the same me
 
 class TaskWriter:
     """The one writer of ``ingest.tasks`` (see the module docstring). A round's tasks leave as
-    signed batches, one or more per partition (`protocol.ingestion_records.MAX_BATCH` tasks at most
+    signed batches, one or more per partition (`protocol.ingestion.records.MAX_BATCH` tasks at most
     each), each in the partition its streams' keys place them in: one signature and one record for
     a partition's share of the block instead of one per tick."""
 

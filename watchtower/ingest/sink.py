@@ -30,9 +30,8 @@ from watchtower.http.keymgr_client import KeyManagerApi
 from watchtower.ingest.aggregator import HeadMovedError, SinkRefusedError, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import public_key_from_address
-from watchtower.protocol.billing import key_epoch_at
+from watchtower.protocol.confidential.envelope import envelope_aad
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.envelope import envelope_aad
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     NotReadyError,
@@ -41,7 +40,8 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.ingestion import IngestReason
-from watchtower.protocol.ingestion_transform import Payload
+from watchtower.protocol.ingestion.transform import Payload
+from watchtower.protocol.ledger.billing import key_epoch_at
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.signing import sign_message
 

@@ -18,9 +18,9 @@ from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.events import IngestFailed, StreamMessagePublished
 from watchtower.protocol.ingestion import parse_task_definition, tick_stamped
-from watchtower.protocol.ingestion_records import TaskTemplate
-from watchtower.protocol.ingestion_runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
-from watchtower.protocol.stream_state import STREAM_CREATED, Event, StreamState, evolve
+from watchtower.protocol.ingestion.records import TaskTemplate
+from watchtower.protocol.ingestion.runners import RUNNER_EVENTS, RUNNERS_KEY, RunnerRegistry, evolve_runners
+from watchtower.protocol.stream.state import STREAM_CREATED, Event, StreamState, evolve
 from watchtower.schemas.codec import read_header
 from watchtower.schemas.wire import decode_event
 

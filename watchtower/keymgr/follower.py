@@ -40,8 +40,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from watchtower.keymgr.end_offsets import EndOffsets
 from watchtower.protocol.errors import NotReadyError, WatchtowerError
-from watchtower.protocol.keymgr_access import KeymgrState
-from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event, StreamState, evolve
+from watchtower.protocol.ledger.keymgr_access import KeymgrState
+from watchtower.protocol.stream.state import STREAM_EVENT_TYPES, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name

@@ -43,9 +43,8 @@ from watchtower.keymgr.follower import Readiness
 from watchtower.keymgr.kek import Kek
 from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.protocol.addresses import require_address
-from watchtower.protocol.ciphertext_receipt import envelope_hash, sign_receipt
 from watchtower.protocol.commands import EpochKeys, StreamDecrypt, StreamEncrypt, read_body
-from watchtower.protocol.envelope import (
+from watchtower.protocol.confidential.envelope import (
     derive_content_key,
     derive_nonce,
     open_payload,
@@ -53,6 +52,7 @@ from watchtower.protocol.envelope import (
     seal_payload,
     wrap_epoch_key,
 )
+from watchtower.protocol.confidential.receipt import envelope_hash, sign_receipt
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     NonceReplayedError,
@@ -64,10 +64,10 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.keymgr_access import KeymgrState, check_decrypt_access, sealing_key
+from watchtower.protocol.ledger.keymgr_access import KeymgrState, check_decrypt_access, sealing_key
 from watchtower.protocol.signed_command import Command, Method, verify_command
-from watchtower.protocol.stream_reads import require_config, require_schedule
-from watchtower.protocol.stream_state import StreamState
+from watchtower.protocol.stream.reads import require_config, require_schedule
+from watchtower.protocol.stream.state import StreamState
 from watchtower.protocol.validation import require_bytes, require_int
 
 FRESHNESS_US: Final = 5 * 60 * 1_000_000

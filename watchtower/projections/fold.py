@@ -34,12 +34,12 @@ from watchtower.projections import quarantine
 from watchtower.projections.keymgr_tables import apply_key_epoch, apply_keymgr_event, is_keymgr_event, new_keymgr_tables
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_with_schedule
-from watchtower.protocol.stream_state import KEY_EPOCH_ROTATED
-from watchtower.protocol.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
-from watchtower.protocol.views import INDEXES, StreamIndex, apply_event, apply_message
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.state import KEY_EPOCH_ROTATED
+from watchtower.protocol.stream.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
+from watchtower.protocol.stream.views import INDEXES, StreamIndex, apply_event, apply_message
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.partitioning import partition_for_key

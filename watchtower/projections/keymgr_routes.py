@@ -25,9 +25,9 @@ from faust.web import Request, Response
 from watchtower.projections.keymgr_tables import account_view, balance_totals, entitlement_key
 from watchtower.projections.routing import peer_shares
 from watchtower.protocol.addresses import require_address
-from watchtower.protocol.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.errors import NotPlatformManagedStreamError, NotReadyError
-from watchtower.protocol.ledger import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
+from watchtower.protocol.ledger.billing import block_height_at, key_epoch_of_height
+from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
 
 LOCAL_SUPPLY_PATH = "/v1/cby/supply/local"
 

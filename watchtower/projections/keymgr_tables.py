@@ -4,7 +4,7 @@ Folded from the ``events`` topic beside the stream views, with the same record-b
 the live worker and in the offline rebuild (`fold.Folder` calls `apply_keymgr_event`), so their
 digests (`keymgr_digest`) can be compared.
 
-One rule book: every keymgr event is applied to the pure `KeymgrState` (`protocol.keymgr_access`),
+One rule book: every keymgr event is applied to the pure `KeymgrState` (`protocol.ledger.keymgr_access`),
 which folds it with the aggregates' own ``evolve`` functions and raises on an event that breaks a
 rule; such an event changes nothing and the caller quarantines it. The rows of the instance the
 event changed are then rewritten from that state (never computed here), so the tables hold exactly
@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final
 
 from watchtower.protocol import cbor
-from watchtower.protocol.accounts import AccountState
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.events import (
     EpochAccessFailed,
@@ -41,10 +40,11 @@ from watchtower.protocol.events import (
     EpochAccessRequested,
     KeyEpochRotated,
 )
-from watchtower.protocol.keymgr_access import KEYMGR_EVENTS, KeymgrState
-from watchtower.protocol.ledger import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
-from watchtower.protocol.stream_state import Event
-from watchtower.protocol.view_checks import broken
+from watchtower.protocol.ledger.accounts import AccountState
+from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY
+from watchtower.protocol.ledger.keymgr_access import KEYMGR_EVENTS, KeymgrState
+from watchtower.protocol.stream.state import Event
+from watchtower.protocol.stream.view_checks import broken
 
 Table = MutableMapping[str, Any]
 

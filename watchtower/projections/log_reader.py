@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from watchtower.protocol.message import StreamMessage, headers_of_record, json_dict_of_record
+from watchtower.protocol.stream.message import StreamMessage, headers_of_record, json_dict_of_record
 from watchtower.schemas.records import decode_message_record
 from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config

@@ -19,7 +19,7 @@ from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, keymgr_digest, keymgr_table_digests, new_keymgr_tables
 from watchtower.projections.replay_tables import digest_of, fold_replay
-from watchtower.protocol.views import TABLE_NAMES, table_digests, views_digest
+from watchtower.protocol.stream.views import TABLE_NAMES, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed

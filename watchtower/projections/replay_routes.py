@@ -26,7 +26,7 @@ from watchtower.http import params
 from watchtower.projections.replay_tables import digest_of, parse_page_query, replay_page
 from watchtower.projections.routing import peer_shares
 from watchtower.protocol.errors import NotReadyError, ReplayNotFoundError
-from watchtower.protocol.replay_status import ReplayView, replay_status_json, view_from_dict, view_to_dict
+from watchtower.protocol.replay.status import ReplayView, replay_status_json, view_from_dict, view_to_dict
 
 LOCAL_REPLAYS_PATH = "/v1/replays/local"
 

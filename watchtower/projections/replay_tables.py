@@ -3,7 +3,7 @@
 The live projection worker and the offline rebuild fold each ``replay`` record with `fold_replay`,
 which decodes it (`schemas.replay_records`), checks that it sits where its writers put it (keyed by
 its stream id, on that key's partition) and applies it with the pure life-cycle rules
-(`protocol.replay_status.apply_replay_record`). A record that breaks a rule (undecodable, a version
+(`protocol.replay.status.apply_replay_record`). A record that breaks a rule (undecodable, a version
 this build does not read, misplaced, or refused by the life cycle) changes nothing and is
 quarantined with its topic, partition, offset and reason; the fold goes on from the last valid
 state. So the live table and a rebuild hold the same views and the same `replay_digest`.
@@ -25,7 +25,7 @@ from typing import Any, Final
 from watchtower.http import params
 from watchtower.projections import quarantine
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, WatchtowerError
-from watchtower.protocol.replay_status import (
+from watchtower.protocol.replay.status import (
     STATUSES,
     ReplayRuleError,
     ReplayView,

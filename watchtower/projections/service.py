@@ -1,7 +1,7 @@
 """The projection worker: tables folded from the events and messages topics, and the HTTP API.
 
 One Faust agent consumes ``events`` and ``messages`` (co-partitioned, read_committed) and folds
-each record into four tables with the pure `watchtower.protocol.views` functions. Workers split the
+each record into four tables with the pure `watchtower.protocol.stream.views` functions. Workers split the
 partitions between them; each keeps its partitions' share of the tables with the offsets folded
 (`partitions`), and brings a partition up to date from the log itself when it is assigned
 (`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
@@ -52,12 +52,12 @@ from watchtower.protocol.errors import (
     NotReadyError,
     WatchtowerError,
 )
-from watchtower.protocol.filters import compile_filter, parse_filter
 from watchtower.protocol.json_ints import json_safe
-from watchtower.protocol.page_proof import entry_json, proof_of, require_provable
+from watchtower.protocol.page.proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.ring_window import floor_for, get_since_range
-from watchtower.protocol.views import (
+from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.ring_window import floor_for, get_since_range
+from watchtower.protocol.stream.views import (
     TABLE_NAMES,
     feeds,
     head_view,

@@ -4,17 +4,21 @@ Agents, projections, replay, Spark jobs and the SDK all call these functions, so
 processing, rebuilds and bulk verification cannot drift apart. Nothing here imports Kafka,
 Faust, HTTP or any other Watchtower package.
 
-Modules, by concern:
-- `constants`, `enums`, `errors` — the spec's numbers, vocabularies and error codes;
-- `message`, `signing`, `cbor` — StreamMessage, canonical signing bytes, ed25519;
-- `key_schedule` — publisher key rotation and resolution;
-- `filter_ast`, `filters` — the filter DSL;
-- `ring_window` — pruning and get_since;
-- `paid`, `billing` — paid-stream config, key epochs, acquire_epoch_access;
-- `envelope` — epoch keys, the XChaCha20-Poly1305 envelope, sealed-box key delivery;
-- `config` — StreamConfig; `addresses`, `command_auth` — identities and signed commands;
-- `replay_rules` — ICRC-77 ranges and replay headers;
-- `conformance` — the DESIGN §7.9 vector checker.
+Modules, by family (the shared core at the top, each family a sub-package):
+- `constants`, `enums`, `errors`, `validation`, `json_ints` — the spec's numbers, vocabularies,
+  error codes and argument checks;
+- `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`, `commands`,
+  `command_auth`, `addresses` — identities and signed commands; `events` — event bodies;
+- `config` — StreamConfig; `deployment`, `partitioning`, `placement`, `registry`;
+- `conformance` — the DESIGN §7.9 vector checker;
+- `stream/` — the stream actor: `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`,
+  `ring_window`, its state, reads, views and snapshots;
+- `ledger/` — the ledger and paid access: `paid`, `billing`, accounts, supply, paid streams;
+- `confidential/` — `envelope` (epoch keys, the XChaCha20-Poly1305 envelope, sealed-box key
+  delivery), keyloads and ciphertext receipts;
+- `replay/` — ICRC-77 ranges and replay headers (`replay.rules`), registration and the fold;
+- `ingestion/` — ingestion tasks, proofs, records, results and runners;
+- `push/`, `page/` — push schedules; `get_since` page rules and proofs.
 """
 
 from watchtower.protocol.addresses import (
@@ -23,36 +27,13 @@ from watchtower.protocol.addresses import (
     public_key_from_address,
     require_address,
 )
-from watchtower.protocol.billing import (
-    EpochAccessDecision,
-    KeyAccessReceipt,
-    Price,
-    acquire_epoch_access,
-    block_height_at,
-    first_height_of_epoch,
-    key_epoch_at,
-    key_epoch_of_height,
-    price_epochs,
-    require_entitlement,
-)
 from watchtower.protocol.command_auth import (
     caller_address,
     check_nonce,
     sign_command_bytes,
     verify_command_signature,
 )
-from watchtower.protocol.config import IngestionConfig, StreamConfig
-from watchtower.protocol.enums import (
-    AccessMode,
-    DeliveryMode,
-    KeyStatus,
-    PayloadFormat,
-    ReplayState,
-    SubscriptionPolicy,
-    SubscriptionStatus,
-    parse_access_mode,
-)
-from watchtower.protocol.envelope import (
+from watchtower.protocol.confidential.envelope import (
     decrypt_for_epoch,
     decrypt_with_content_key,
     derive_content_key,
@@ -65,26 +46,38 @@ from watchtower.protocol.envelope import (
     validate_x25519_public_key,
     wrap_epoch_key,
 )
-from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.filter_ast import All, Any_, FilterNode, Not, Op, Predicate
-from watchtower.protocol.filters import compile_filter, evaluate, parse_filter, validate_filter
-from watchtower.protocol.key_schedule import (
-    KeyHistoryPage,
-    KeySchedule,
-    KeyScheduleEntry,
-    get_key_at_sequence,
-    get_key_history,
+from watchtower.protocol.config import IngestionConfig, StreamConfig
+from watchtower.protocol.enums import (
+    AccessMode,
+    DeliveryMode,
+    KeyStatus,
+    PayloadFormat,
+    ReplayState,
+    SubscriptionPolicy,
+    SubscriptionStatus,
+    parse_access_mode,
 )
-from watchtower.protocol.message import StreamMessage, TagValue, payload_hash_of
-from watchtower.protocol.paid import EpochPricing, PaidStreamConfig
-from watchtower.protocol.replay_rules import (
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.ledger.billing import (
+    EpochAccessDecision,
+    KeyAccessReceipt,
+    Price,
+    acquire_epoch_access,
+    block_height_at,
+    first_height_of_epoch,
+    key_epoch_at,
+    key_epoch_of_height,
+    price_epochs,
+    require_entitlement,
+)
+from watchtower.protocol.ledger.paid import EpochPricing, PaidStreamConfig
+from watchtower.protocol.replay.rules import (
     ReplayMarker,
     ReplayPlan,
     plan_replay,
     read_replay_headers,
     replay_headers,
 )
-from watchtower.protocol.ring_window import RingWindow, check_limit, floor_for, get_since_range
 from watchtower.protocol.signed_command import Command, command_signing_bytes, sign_command, verify_command
 from watchtower.protocol.signing import (
     message_signing_bytes,
@@ -97,6 +90,17 @@ from watchtower.protocol.signing import (
     verify_with_schedule,
     verify_with_schedule_or_raise,
 )
+from watchtower.protocol.stream.filter_ast import All, Any_, FilterNode, Not, Op, Predicate
+from watchtower.protocol.stream.filters import compile_filter, evaluate, parse_filter, validate_filter
+from watchtower.protocol.stream.key_schedule import (
+    KeyHistoryPage,
+    KeySchedule,
+    KeyScheduleEntry,
+    get_key_at_sequence,
+    get_key_history,
+)
+from watchtower.protocol.stream.message import StreamMessage, TagValue, payload_hash_of
+from watchtower.protocol.stream.ring_window import RingWindow, check_limit, floor_for, get_since_range
 
 __all__ = [
     "AccessMode",

@@ -36,7 +36,7 @@ from watchtower.protocol.constants import (
 )
 from watchtower.protocol.enums import AccessMode, SubscriptionPolicy, parse_access_mode
 from watchtower.protocol.errors import InvalidArgumentError
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.validation import known_fields, require_bytes, require_int, require_text
 
 

@@ -25,34 +25,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.billing import acquire_epoch_access
-from watchtower.protocol.deployment import Deployment
-from watchtower.protocol.enums import AccessMode, parse_access_mode
-from watchtower.protocol.envelope import (
+from watchtower.protocol.confidential.envelope import (
     decrypt_for_epoch,
     derive_content_key,
     derive_nonce,
     encrypt_for_epoch,
     envelope_aad,
 )
-from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
-from watchtower.protocol.filters import evaluate, parse_filter
-from watchtower.protocol.ingestion import task_id
-from watchtower.protocol.ingestion_proof import select_runners, selection_score
-from watchtower.protocol.ingestion_records import (
-    IngestResult,
-    IngestTask,
-    SignedBatch,
-    check_result,
-    verify_result_batch,
-    verify_task,
-    verify_task_batch,
-)
-from watchtower.protocol.ingestion_results import parse_result, validate_result
-from watchtower.protocol.ingestion_runners import RunnerRegistry, decide_runner, evolve_runners
-from watchtower.protocol.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.keyload import (
+from watchtower.protocol.confidential.keyload import (
     KeyloadPart,
     check_keyload,
     decode_part,
@@ -67,11 +47,26 @@ from watchtower.protocol.keyload import (
     payload_key,
     unmask,
 )
-from watchtower.protocol.ledger import PAID_PREFIX, PaidCommand
-from watchtower.protocol.ledger_run import LedgerRun
-from watchtower.protocol.message import StreamMessage
-from watchtower.protocol.paid import EpochPricing
-from watchtower.protocol.ring_window import get_since_range
+from watchtower.protocol.deployment import Deployment
+from watchtower.protocol.enums import AccessMode, parse_access_mode
+from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError
+from watchtower.protocol.ingestion import task_id
+from watchtower.protocol.ingestion.proof import select_runners, selection_score
+from watchtower.protocol.ingestion.records import (
+    IngestResult,
+    IngestTask,
+    SignedBatch,
+    check_result,
+    verify_result_batch,
+    verify_task,
+    verify_task_batch,
+)
+from watchtower.protocol.ingestion.results import parse_result, validate_result
+from watchtower.protocol.ingestion.runners import RunnerRegistry, decide_runner, evolve_runners
+from watchtower.protocol.ledger.billing import acquire_epoch_access
+from watchtower.protocol.ledger.common import PAID_PREFIX, PaidCommand
+from watchtower.protocol.ledger.paid import EpochPricing
+from watchtower.protocol.ledger.run import LedgerRun
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.signing import (
     message_signing_bytes,
@@ -80,6 +75,11 @@ from watchtower.protocol.signing import (
     signing_key_from_seed,
     verify_message,
 )
+from watchtower.protocol.stream.filters import evaluate, parse_filter
+from watchtower.protocol.stream.key_chain import key_chain_from_json, key_chain_owner, verify_key_chain
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
+from watchtower.protocol.stream.ring_window import get_since_range
 
 VECTOR_FORMAT: Final = "watchtower-vectors/1"
 ANY_ERROR: Final = "*"

@@ -28,7 +28,7 @@ class Deployment:
     receipts; None: no ciphertext publish can be accepted on a paid feed.
     `replay_max_range`: the widest ``[first, end)`` one replay request may cover.
     `runner_registrar`: the address that alone admits ingestion runners
-    (`protocol.ingestion_runners`); None: runners register themselves (open registration).
+    (`protocol.ingestion.runners`); None: runners register themselves (open registration).
     """
 
     protocol_treasury: str | None = None

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from watchtower.protocol.config import StreamConfig
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from watchtower.protocol.commands import FeedListing, peek_body
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
-from watchtower.protocol.stream_state import Event, FrozenMap
+from watchtower.protocol.stream.state import Event, FrozenMap
 from watchtower.protocol.validation import require_int
 
 REGISTRY_KEY: Final = "registry"

@@ -52,7 +52,7 @@ class Method(StrEnum):
     """The methods a signed command may name: the StreamActor's (CIP-7 "Actor Interface", plus
     creation, renew_subscription and the ICRC-77 replay methods), the Stream Key Manager's ledger
     and account methods (decided by the account, paid-stream and supply aggregates,
-    `protocol.ledger`), and three request signatures the key-manager service checks itself (never
+    `protocol.ledger.common`), and three request signatures the key-manager service checks itself (never
     sent to Kafka)."""
 
     CREATE_STREAM = "create_stream"
@@ -65,12 +65,12 @@ class Method(StrEnum):
     ALLOWLIST_REMOVE = "allowlist_remove"
     ANNOUNCE_KEY_EPOCH = "announce_key_epoch"
     RENEW_SUBSCRIPTION = "renew_subscription"
-    # ICRC-77 replay control, decided by the stream (protocol.replay_control).
+    # ICRC-77 replay control, decided by the stream (protocol.replay.control).
     REGISTER_REPLAY = "register_replay"
     CANCEL_REPLAY = "cancel_replay"
     SET_REPLAY_PRICE = "set_replay_price"
-    # CIP-7 ingestion: a failed tick, reported by the delegated publisher key (protocol.ingestion_failure),
-    # and the runner registry (protocol.ingestion_runners).
+    # CIP-7 ingestion: a failed tick, reported by the delegated publisher key (protocol.ingestion.failure),
+    # and the runner registry (protocol.ingestion.runners).
     REPORT_INGEST_FAILURE = "report_ingest_failure"
     REGISTER_RUNNER = "register_runner"
     RETIRE_RUNNER = "retire_runner"

@@ -26,8 +26,8 @@ from watchtower.protocol.cbor import encode_head, encode_text
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, ED25519_SEED_BYTES, STREAM_MESSAGE_VERSION
 from watchtower.protocol.enums import PayloadFormat
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError
-from watchtower.protocol.key_schedule import KeySchedule
-from watchtower.protocol.message import StreamMessage, TagValue, payload_hash_of
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage, TagValue, payload_hash_of
 
 SIGNING_KEYS: Final = (
     "stream_id",

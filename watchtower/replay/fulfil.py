@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.records import (
     REPLAY_RECORD_VERSION,
     ReplayCanceled,
     ReplayCompleted,
@@ -35,8 +35,8 @@ from watchtower.protocol.replay_records import (
     ReplayProgress,
     ReplayRecord,
 )
-from watchtower.protocol.replay_rules import ReplaySelector, replay_headers
-from watchtower.protocol.replay_status import ReplayView
+from watchtower.protocol.replay.rules import ReplaySelector, replay_headers
+from watchtower.protocol.replay.status import ReplayView
 from watchtower.schemas.records import decode_message
 
 Headers = list[tuple[str, str | bytes | None]]

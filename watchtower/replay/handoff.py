@@ -17,8 +17,8 @@ import sys
 from collections.abc import Mapping
 from typing import Final
 
-from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayProgress
-from watchtower.protocol.replay_status import ReplayView
+from watchtower.protocol.replay.records import REPLAY_RECORD_VERSION, ReplayProgress
+from watchtower.protocol.replay.status import ReplayView
 
 log = logging.getLogger("watchtower.replay.handoff")
 

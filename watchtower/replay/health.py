@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-from watchtower.protocol.replay_status import STATUSES, ReplayView
+from watchtower.protocol.replay.status import STATUSES, ReplayView
 from watchtower.workers.health import SideHealth
 
 

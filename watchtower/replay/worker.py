@@ -1,7 +1,7 @@
 """The replay worker: fulfils the ICRC-77 replays of the ``replay`` partitions it owns.
 
 It joins the consumer group ``wt-<prefix>.replay-worker`` on ``replay`` (read_committed). On the
-assignment of partition *p* it folds *p* from the beginning with `protocol.replay_status` (a
+assignment of partition *p* it folds *p* from the beginning with `protocol.replay.status` (a
 record that breaks a rule is quarantined: logged with topic/partition/offset and reason, counted,
 skipped) and then keeps consuming it. A record it wrote itself is applied to its view only once
 its transaction committed (and skipped when read back), so an aborted transaction never needs an
@@ -21,11 +21,11 @@ aborted and the slice is done again from the checkpoint.
 When a replay ends (the terminal record: completed, canceled or errored), the same transaction also
 writes a ``ReplayFinished`` forward to the stream on ``internal`` (keyed by the stream id, on the
 stream's partition), so the stream answers a later cancel of it CANNOT_CANCEL
-(`protocol.replay_control.finish_replay`). Its origin is the replay's registration (caller, nonce,
+(`protocol.replay.control.finish_replay`). Its origin is the replay's registration (caller, nonce,
 digest of the signed register_replay).
 
 A ``registered`` record is fulfilled only when it carries its requester's signed register_replay
-and matches it (`protocol.replay_registration`); any other is quarantined like a record that breaks
+and matches it (`protocol.replay.registration`); any other is quarantined like a record that breaks
 a rule. A requested cancel is honoured at the next slice (``canceled``, nothing more is delivered). A plan
 above the Spark threshold is handed off (`handoff`). The worker writes ``deliveries`` and
 ``replay`` only, never ``messages``, ``events`` or ``commands``.
@@ -43,9 +43,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
-from watchtower.protocol.ledger import Origin, ReplayFinished
+from watchtower.protocol.ledger.common import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCancelRequested,
     ReplayCompleted,
@@ -53,9 +53,9 @@ from watchtower.protocol.replay_records import (
     ReplayRecord,
     ReplayRegistered,
 )
-from watchtower.protocol.replay_registration import check_registration_command
-from watchtower.protocol.replay_rules import ReplaySelector, selector_for
-from watchtower.protocol.replay_status import ReplayRuleError, ReplayView, apply_replay_record
+from watchtower.protocol.replay.registration import check_registration_command
+from watchtower.protocol.replay.rules import ReplaySelector, selector_for
+from watchtower.protocol.replay.status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.replay.archive import ArchiveReader
 from watchtower.replay.fulfil import SliceResult, cancel_record, fulfil_slice, start_offset
 from watchtower.replay.handoff import SparkLauncher, spark_progress, spark_threshold, wants_spark

@@ -2,7 +2,7 @@
 
 One JSON record per stream (keyed by the stream id, UTF-8, on the stream's partition: the topic is
 co-partitioned with ``events`` and ``messages``), compacted so the latest checkpoint of each stream
-survives. The fields are `watchtower.protocol.push_checkpoint.PushCheckpoint.to_dict` (docs/push.md).
+survives. The fields are `watchtower.protocol.push.checkpoint.PushCheckpoint.to_dict` (docs/push.md).
 The delivery worker writes them in the transaction that writes the deliveries they account for.
 
 Decoding raises MalformedRecordError (not a checkpoint) or SchemaMismatchError (a version this build
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
-from watchtower.protocol.push_checkpoint import CHECKPOINT_VERSION, PushCheckpoint
+from watchtower.protocol.push.checkpoint import CHECKPOINT_VERSION, PushCheckpoint
 
 
 def encode_checkpoint(checkpoint: PushCheckpoint) -> bytes:

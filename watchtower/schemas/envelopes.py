@@ -4,7 +4,7 @@ These are request/reply traffic between the SDK and the workers (not the archive
 replays), so they stay JSON, readable with any client, and are decoded with msgspec against these
 definitions (a typed decode, several times faster than ``json.loads`` plus hand checks). The key
 manager's forwards are not written here: their records are derived from the core's classes
-(`protocol.ledger`) field for field (`FORWARD_JSON`).
+(`protocol.ledger.common`) field for field (`FORWARD_JSON`).
 `tests/schemas/test_envelopes.py` proves that the encoders write exactly these fields and that
 `SignedCommandJson` is `Command.to_dict()` field for field.
 
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import msgspec
 
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.common import (
     CbyBurn,
     CbyCredit,
     Origin,
@@ -64,14 +64,14 @@ class ErrorJson(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class OriginJson(msgspec.Struct, forbid_unknown_fields=True):
-    """The signed command a key-manager forward descends from (`protocol.ledger.Origin`)."""
+    """The signed command a key-manager forward descends from (`protocol.ledger.common.Origin`)."""
 
     caller: str
     nonce: int
     digest_hex: str
 
 
-#: The key manager's forwards (`protocol.ledger`), each tagged by ``kind`` on the wire.
+#: The key manager's forwards (`protocol.ledger.common`), each tagged by ``kind`` on the wire.
 FORWARD_KINDS: Final[Mapping[type, str]] = {
     CbyCredit: "credit", PurchaseDebit: "purchase_debit", PurchaseSettled: "purchase_settled", CbyBurn: "burn",
     PaidCommand: "paid_command", ReplayCharge: "replay_charge", ReplaySettled: "replay_settled",

@@ -7,7 +7,7 @@ latest ``.avsc`` equal field by field (name, order, Avro type), so neither can d
 
 Two functions cross the edge, one each way, each in one step:
 
-- `event_record`: the `protocol.stream_state.Event` a decide wrote → the record fastavro writes;
+- `event_record`: the `protocol.stream.state.Event` a decide wrote → the record fastavro writes;
 - `event_from_record`: a record fastavro read (already upcast to the latest version) → the Event.
 
 Only three values are not copied as they are: a `StreamConfig` and a `PaidStreamConfig` become
@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from watchtower.protocol.events import BODY_FIELDS, EVENT_BODIES, PaidStreamRegistered, StreamCreated
-from watchtower.protocol.paid import PaidStreamConfig
+from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import BYTES_TAG
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.codec import register_upcaster
 from watchtower.schemas.records import stream_config_from_record, stream_config_to_record
 

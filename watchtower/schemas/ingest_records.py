@@ -1,10 +1,10 @@
 """The wire form of ingestion's signed records: framed Avro ``IngestTask`` / ``IngestResult``
-(``watchtower/schemas/Ingest*.v1.avsc``), field for field with `protocol.ingestion_records`, and
+(``watchtower/schemas/Ingest*.v1.avsc``), field for field with `protocol.ingestion.records`, and
 their batches (``IngestTaskBatch`` / ``IngestResultBatch``: a signed Avro array of them).
 
 A record on ``ingest.tasks`` or ``ingest.results`` is either kind: `decode_tasks` and
 `decode_results` read both, and say which signer a batch names so the caller verifies it
-(`protocol.ingestion_records.verify_task_batch` / `verify_result_batch`) before `batch_entries`
+(`protocol.ingestion.records.verify_task_batch` / `verify_result_batch`) before `batch_entries`
 decodes its body.
 """
 
@@ -20,7 +20,7 @@ import fastavro
 import nacl.signing
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.ingestion_records import (
+from watchtower.protocol.ingestion.records import (
     MAX_BATCH,
     RESULT_BATCH_DOMAIN,
     TASK_BATCH_DOMAIN,

@@ -16,8 +16,8 @@ import fastavro
 
 from watchtower.protocol.config import IngestionConfig, StreamConfig
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signed_command import json_safe
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas import codec
 
 

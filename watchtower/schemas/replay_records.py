@@ -1,4 +1,4 @@
-"""The ``replay`` topic's bytes: the JSON of `watchtower.protocol.replay_records`, derived from
+"""The ``replay`` topic's bytes: the JSON of `watchtower.protocol.replay.records`, derived from
 those definitions by msgspec (like `keymgr_records`); any Kafka client reads them, Spark with
 ``from_json``. Every record of one replay is keyed by the replay's ``stream_id`` (UTF-8), so it
 lands on the stream's partition: partition *p* of ``replay`` holds the replays of the streams whose
@@ -15,7 +15,7 @@ from typing import Final
 import msgspec
 
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
-from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayRecord
+from watchtower.protocol.replay.records import REPLAY_RECORD_VERSION, ReplayRecord
 
 _ENCODER: Final = msgspec.json.Encoder()
 _DECODER: Final = msgspec.json.Decoder(ReplayRecord)

@@ -32,16 +32,16 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.events import ReplayCancelRequested, ReplayRegistered
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.common import (
     KeymgrForward,
     Origin,
     ReplayFinished,
 )
-from watchtower.protocol.replay_records import REPLAY_RECORD_VERSION, ReplayRecord
-from watchtower.protocol.replay_records import ReplayCancelRequested as ReplayCancelRequestedRecord
-from watchtower.protocol.replay_records import ReplayRegistered as ReplayRegisteredRecord
+from watchtower.protocol.replay.records import REPLAY_RECORD_VERSION, ReplayRecord
+from watchtower.protocol.replay.records import ReplayCancelRequested as ReplayCancelRequestedRecord
+from watchtower.protocol.replay.records import ReplayRegistered as ReplayRegisteredRecord
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.envelopes import (
     COMMAND_DECODER,
@@ -91,7 +91,7 @@ class RegistryForward:
 
 
 def encode_keymgr_forward(forward: KeymgrForward) -> bytes:
-    """The internal-topic record of one of the key manager's forwards (`protocol.ledger`)."""
+    """The internal-topic record of one of the key manager's forwards (`protocol.ledger.common`)."""
     return ENCODER.encode(CommandRecord(v=WIRE_VERSION, keymgr=_forward_json(forward)))
 
 

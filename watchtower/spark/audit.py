@@ -39,9 +39,9 @@ from pyspark.sql import functions as sf
 from pyspark.sql.avro.functions import to_avro
 
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.key_schedule import KeySchedule, KeyScheduleEntry
-from watchtower.protocol.message import StreamMessage
 from watchtower.protocol.signing import verify_message, verify_with_schedule
+from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.spark.archive import FRAME_BYTES, decoded, kafka_source, message_schema
 from watchtower.topics.catalogue import topic_name

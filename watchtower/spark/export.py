@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import functions as sf
 
-from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.spark.audit import audited
 
 Report = Callable[[str], None]

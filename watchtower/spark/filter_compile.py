@@ -1,4 +1,4 @@
-"""The CIP-7 filter DSL compiled to a Spark Column, with exactly `protocol.filters.evaluate`'s semantics.
+"""The CIP-7 filter DSL compiled to a Spark Column, with exactly `protocol.stream.filters.evaluate`'s semantics.
 
 Input columns are the decoded StreamMessage columns (`message_columns`): ``kind`` (string),
 ``sequence`` and ``timestamp_unix_ms`` (long) and ``tags``, the Avro map of the union
@@ -23,14 +23,14 @@ from typing import Any
 
 from pyspark.sql import functions as sf
 
-from watchtower.protocol.filter_ast import All, FilterNode, Not, Op, Predicate, Scalar
+from watchtower.protocol.stream.filter_ast import All, FilterNode, Not, Op, Predicate, Scalar
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 TAG_TYPE = "map<string, struct<member0: string, member1: boolean, member2: double>>"
 
 
 def filter_column(node: FilterNode | None, columns: Any = None) -> Any:
-    """A boolean Column true exactly where `protocol.filters.evaluate(node, headers)` is true.
+    """A boolean Column true exactly where `protocol.stream.filters.evaluate(node, headers)` is true.
 
     `columns` maps ``kind``/``sequence``/``timestamp_unix_ms``/``tags`` to Columns (default: the
     top-level columns of those names). None (no filter) matches everything.

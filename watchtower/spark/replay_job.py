@@ -35,16 +35,16 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from watchtower.protocol.errors import GenericReplayError, ReplayNotFoundError, WatchtowerError
-from watchtower.protocol.replay_records import (
+from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
     ReplayRegistered,
 )
-from watchtower.protocol.replay_registration import check_registration_command
-from watchtower.protocol.replay_rules import parse_replay_filter, parse_skip, replay_headers
-from watchtower.protocol.replay_status import ReplayRuleError
+from watchtower.protocol.replay.registration import check_registration_command
+from watchtower.protocol.replay.rules import parse_replay_filter, parse_skip, replay_headers
+from watchtower.protocol.replay.status import ReplayRuleError
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config, spark_kafka_options

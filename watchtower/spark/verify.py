@@ -20,8 +20,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from watchtower.protocol.key_chain import verify_key_chain
-from watchtower.protocol.key_schedule import KeySchedule
+from watchtower.protocol.stream.key_chain import verify_key_chain
+from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.spark.audit import audited
 
 MAX_GAPS = 100

@@ -92,8 +92,6 @@ GROUP_ID = STREAM_WORKER_GROUP
 #: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
 #: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
 TXN_CALL_TIMEOUT_S: Final = 5.0
-#: While the brokers are unreachable and no command arrives, how often to ask for metadata.
-PROBE_INTERVAL_S: Final = 1.0
 
 
 def group_id(prefix: str | None = None) -> str:
@@ -110,7 +108,6 @@ class CommandProcessor(PartitionOwner):
                  aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
         super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health, aggregates, snapshots)
         self.batch_size = batch_size
-        self._next_probe = 0.0
         # Metrics: counted per batch, published when it commits (watchtower.metrics.worker).
         self._metrics = worker_metrics.BatchMetrics()
         self._method = worker_metrics.UNKNOWN_METHOD
@@ -184,14 +181,8 @@ class CommandProcessor(PartitionOwner):
         now = time.monotonic()
         if self._unloaded and now >= self._next_load_try:
             self._load_pending()
-        if self._brokers_down and now >= self._next_probe:
-            # Nothing else tells an idle worker that the brokers are back.
-            self._next_probe = now + PROBE_INTERVAL_S
-            try:
-                self.consumer.list_topics(self.t_commands, timeout=PROBE_INTERVAL_S)
-                self._brokers_down = False
-            except KafkaException:
-                pass
+        if self._brokers_down and self.txn.probe(self.consumer, self.t_commands):
+            self._brokers_down = False
         self._refresh_producer_after_outage()
         self.producer.poll(0)  # serves the producer's error_cb and log lines
         self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from watchtower import tracing
-from watchtower.protocol.billing import block_height_at
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.placement import check_command_placement, check_instance_placement
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeVar
@@ -55,6 +56,8 @@ log = logging.getLogger("watchtower.workers.host")
 
 #: A transactional call is given up (the producer replaced) this long after its own timeout.
 CALL_GRACE_S: Final = 2.0
+#: While the brokers are away, how often to ask whether they answer again (`TransactionalProducer.probe`).
+PROBE_INTERVAL_S: Final = 1.0
 #: The first pause between two init_transactions attempts, and the longest one.
 INIT_BACKOFF_S: Final = 0.5
 INIT_BACKOFF_MAX_S: Final = 4.0
@@ -176,6 +179,7 @@ class TransactionalProducer:
         self.producer = factory(config)
         self.fences = FenceCounter()
         self.outage = False  # every broker connection was lost since the last init_transactions
+        self._next_probe = 0.0
         self._thread_name = thread_name
         self._calls = BoundedCaller(f"{thread_name}-txn-call")
         self._while_waiting = while_waiting or (lambda: None)
@@ -287,6 +291,20 @@ class TransactionalProducer:
         if err.fatal():
             log.error("worker %s: fatal client error: %s", self.worker_id, err)
         return False
+
+    def probe(self, consumer: Any, topic: str) -> bool | None:
+        """Whether the brokers answer (a metadata request for `topic` through `consumer`), asked at most
+        every `PROBE_INTERVAL_S`; None when it is not time to ask again yet. Nothing else tells an idle
+        worker that the brokers are back."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return None
+        self._next_probe = now + PROBE_INTERVAL_S
+        try:
+            consumer.list_topics(topic, timeout=PROBE_INTERVAL_S)
+        except KafkaException:
+            return False  # still away
+        return True
 
     def refresh_after_outage(self, brokers_answer: Callable[[], bool], stop: threading.Event,
                              on_retry: Callable[[BaseException], None] | None = None) -> bool:

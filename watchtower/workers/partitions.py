@@ -21,7 +21,7 @@ from typing import Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from watchtower.protocol.billing import block_height_at
+from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.decider import CommandDecider
 from watchtower.workers.health import HealthFile

@@ -11,7 +11,7 @@ since the last one), never per batch.
 
 Loading (:func:`latest_snapshots`): the latest committed record of each partition is a *claim*. It
 is quarantined (logged with topic, partition, offset and reason; the partition is then folded from
-the start) when it does not decode with the codecs (:mod:`watchtower.protocol.snapshots`), names
+the start) when it does not decode with the codecs (:mod:`watchtower.protocol.stream.snapshots`), names
 another partition, claims an events offset beyond the log's end, lacks a hosted aggregate's part,
 or holds an instance that does not live on the partition. Bytes are CBOR, never pickle.
 """
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final
 
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.snapshots import decode_snapshot, encode_snapshot
+from watchtower.protocol.stream.snapshots import decode_snapshot, encode_snapshot
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets, read_committed
 from watchtower.workers.aggregate import Aggregate

@@ -69,8 +69,6 @@ __all__ = ["EXIT_FENCED", "FencedError", "ProducerFailedError", "TransactionalWo
            "producer_config", "worker_main"]
 
 TXN_TIMEOUT_S: Final = 10.0
-#: After a broker outage, how often to ask whether the brokers answer again.
-PROBE_INTERVAL_S: Final = 1.0
 #: Pause between attempts to rebuild partitions whose rebuild failed in the assignment callback.
 RESTORE_RETRY_S: Final = 1.0
 EXIT_USAGE: Final = 2
@@ -134,7 +132,6 @@ class TransactionalWorker(ABC):
             worker_id=worker_id, service=self.kind, call_timeout_s=TXN_TIMEOUT_S, thread_name=f"wt-{self.kind}",
             while_waiting=self._tick_health)
         self.recoveries = 0
-        self._next_probe = 0.0
         # (topic, partition) assigned paused because their rebuild failed in the callback.
         self._unrestored: list[tuple[str, int]] = []
         self._next_restore = 0.0
@@ -281,14 +278,7 @@ class TransactionalWorker(ABC):
         self.txn.refresh_after_outage(self._brokers_answer, self._stop)
 
     def _brokers_answer(self) -> bool:
-        if time.monotonic() < self._next_probe:
-            return False
-        self._next_probe = time.monotonic() + PROBE_INTERVAL_S
-        try:
-            self.consumer.list_topics(self._subscriptions()[0], timeout=PROBE_INTERVAL_S)
-        except KafkaException:
-            return False  # still away
-        return True
+        return bool(self.txn.probe(self.consumer, self._subscriptions()[0]))
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Called from poll/consume of either client (possibly on the call thread): only notes.

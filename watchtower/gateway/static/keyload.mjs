@@ -1,5 +1,5 @@
 // Confidential private feeds in the browser (and in node for tests): keyload parts, reseals and
-// masked payloads, read as a member reads them. Mirrors watchtower/protocol/keyload.py.
+// masked payloads, read as a member reads them. Mirrors watchtower/protocol/confidential/keyload.py.
 //
 //   payload_key    = HKDF-SHA256(ikm=session_key, salt="watchtower-keyload-v1", info="payload" ‖ keyload_id)
 //   key_commitment = HKDF-SHA256(ikm=session_key, salt="watchtower-keyload-v1", info="commit" ‖ keyload_id)

@@ -1,10 +1,10 @@
-"""Accounts as a hosted aggregate: one instance per ``acct:<address>`` (`protocol.accounts`)."""
+"""Accounts as a hosted aggregate: one instance per ``acct:<address>`` (`protocol.ledger.accounts`)."""
 
 from __future__ import annotations
 
-from watchtower.protocol.account_commands import decide_account
-from watchtower.protocol.accounts import ACCOUNT_EVENTS, AccountState, evolve_account
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ledger.account_commands import decide_account
+from watchtower.protocol.ledger.accounts import ACCOUNT_EVENTS, AccountState, evolve_account
+from watchtower.protocol.ledger.common import (
     ACCOUNT_METHODS,
     ACCOUNT_PREFIX,
     CbyCredit,
@@ -13,7 +13,7 @@ from watchtower.protocol.ledger import (
     account_instance,
 )
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.workers.aggregate import Context, Outcome
 from watchtower.workers.aggregates.ledger_base import LedgerAggregate, to_outcome
 

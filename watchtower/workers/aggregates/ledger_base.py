@@ -1,7 +1,7 @@
 """What the key manager's three aggregates share on the host: routing, codecs, snapshots.
 
-Each adapter maps one pure instance kind (`protocol.accounts`, `protocol.paid_stream`,
-`protocol.supply`) onto the host contract (`watchtower.workers.aggregate`). A signed command is
+Each adapter maps one pure instance kind (`protocol.ledger.accounts`, `protocol.ledger.paid_stream`,
+`protocol.ledger.supply`) onto the host contract (`watchtower.workers.aggregate`). A signed command is
 accepted from ``commands`` only and a forward from ``internal`` only: the same forward bytes on
 the public topic are UNAUTHORIZED (only workers can write ``internal``), and a record that is not
 this aggregate's is MALFORMED_RECORD so the host's router tries the next aggregate.
@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
-from watchtower.protocol.ledger import KeymgrForward, LedgerDecision
+from watchtower.protocol.ledger.common import KeymgrForward, LedgerDecision
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.snapshots import decode_ledger, encode_ledger
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.wire import decode_command, decode_event, encode_event, encode_keymgr_forward
 from watchtower.workers.aggregate import BrokenRuleError, Context, Forward, Outcome
 

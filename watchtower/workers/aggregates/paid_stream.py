@@ -1,11 +1,11 @@
-"""Paid streams as a hosted aggregate: one instance per ``paid:<stream_id>`` (`protocol.paid_stream`)."""
+"""Paid streams as a hosted aggregate: one instance per ``paid:<stream_id>`` (`protocol.ledger.paid_stream`)."""
 
 from __future__ import annotations
 
-from watchtower.protocol.ledger import PAID_METHODS, PAID_PREFIX, PaidCommand, PurchaseSettled, paid_instance
-from watchtower.protocol.paid_stream import PAID_EVENTS, PaidState, decide_paid, evolve_paid
+from watchtower.protocol.ledger.common import PAID_METHODS, PAID_PREFIX, PaidCommand, PurchaseSettled, paid_instance
+from watchtower.protocol.ledger.paid_stream import PAID_EVENTS, PaidState, decide_paid, evolve_paid
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.workers.aggregate import Context, Outcome
 from watchtower.workers.aggregates.ledger_base import LedgerAggregate, to_outcome
 

@@ -14,8 +14,8 @@ from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.snapshots import decode_registry, encode_registry
-from watchtower.protocol.stream_state import FEED_REGISTERED, Event
+from watchtower.protocol.stream.snapshots import decode_registry, encode_registry
+from watchtower.protocol.stream.state import FEED_REGISTERED, Event
 from watchtower.schemas.wire import RegistryForward, decode_command, decode_event, encode_event
 from watchtower.workers.aggregate import BrokenRuleError, Context, Outcome
 from watchtower.workers.aggregates.stream import FORWARDS_ONLY

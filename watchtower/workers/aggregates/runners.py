@@ -1,5 +1,5 @@
 """The ingestion runner registry as a hosted aggregate: one instance (`RUNNERS_KEY`), fed by
-signed register_runner / retire_runner commands (`protocol.ingestion_runners`)."""
+signed register_runner / retire_runner commands (`protocol.ingestion.runners`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError
-from watchtower.protocol.ingestion_runners import (
+from watchtower.protocol.ingestion.runners import (
     RUNNER_EVENTS,
     RUNNER_METHODS,
     RUNNERS_KEY,
@@ -19,7 +19,7 @@ from watchtower.protocol.ingestion_runners import (
     evolve_runners,
 )
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
+from watchtower.protocol.stream.state import Event
 from watchtower.schemas.wire import decode_command, decode_event, encode_event
 from watchtower.workers.aggregate import BrokenRuleError, Context, Outcome
 

@@ -1,12 +1,12 @@
 """The stream actor as a hosted aggregate: CIP-7 commands in, events + StreamMessages out.
 
-The rules are :func:`watchtower.protocol.stream_actor.decide` and ``evolve``; this adapter only maps
+The rules are :func:`watchtower.protocol.stream.actor.decide` and ``evolve``; this adapter only maps
 them onto the host contract (:mod:`watchtower.workers.aggregate`). A publish's StreamMessages go to
 the ``messages`` topic (the one archive of payloads); a create with a ``feed`` listing is forwarded
 to the registry, which answers the caller, so "created" and "listed" commit together. A
 PLATFORM_MANAGED creation is also forwarded to its paid instance (``paid:<stream_id>``, which never
 answers), and a renew_subscription to that instance, which decides the purchase and answers.
-ICRC-77 replay control (`protocol.replay_control`): an accepted register_replay or cancel_replay
+ICRC-77 replay control (`protocol.replay.control`): an accepted register_replay or cancel_replay
 also writes its ``replay``-topic record, derived from its event, in the same transaction; a priced
 register_replay forwards its charge to the requester's account, whose `ReplaySettled` (accepted
 from ``internal`` only) registers the replay and answers the caller. The replay worker's
@@ -22,8 +22,8 @@ from typing import Any
 from watchtower.protocol.command_auth import check_event_clock
 from watchtower.protocol.errors import MalformedRecordError, UnauthorizedError
 from watchtower.protocol.events import StreamCreated
-from watchtower.protocol.ingestion_runners import RUNNER_METHODS
-from watchtower.protocol.ledger import (
+from watchtower.protocol.ingestion.runners import RUNNER_METHODS
+from watchtower.protocol.ledger.common import (
     REPLAY_METHODS,
     SERVICE_METHODS,
     STREAM_METHODS,
@@ -33,11 +33,11 @@ from watchtower.protocol.ledger import (
     paid_instance,
 )
 from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.replay_control import finish_replay, settle_replay
+from watchtower.protocol.replay.control import finish_replay, settle_replay
 from watchtower.protocol.signed_command import Command, Method
-from watchtower.protocol.snapshots import decode_streams, encode_streams
-from watchtower.protocol.stream_actor import StreamState, decide, evolve
-from watchtower.protocol.stream_state import STREAM_EVENT_TYPES, Event
+from watchtower.protocol.stream.actor import StreamState, decide, evolve
+from watchtower.protocol.stream.snapshots import decode_streams, encode_streams
+from watchtower.protocol.stream.state import STREAM_EVENT_TYPES, Event
 from watchtower.schemas.records import encode_message
 from watchtower.schemas.wire import (
     RegistryForward,

@@ -1,11 +1,11 @@
-"""The CBY supply as a hosted aggregate: the one ``cby:supply`` instance (`protocol.supply`)."""
+"""The CBY supply as a hosted aggregate: the one ``cby:supply`` instance (`protocol.ledger.supply`)."""
 
 from __future__ import annotations
 
-from watchtower.protocol.ledger import SUPPLY_KEY, SUPPLY_METHODS, CbyBurn
+from watchtower.protocol.ledger.common import SUPPLY_KEY, SUPPLY_METHODS, CbyBurn
+from watchtower.protocol.ledger.supply import SUPPLY_EVENTS, SupplyState, decide_supply, evolve_supply
 from watchtower.protocol.signed_command import Command
-from watchtower.protocol.stream_state import Event
-from watchtower.protocol.supply import SUPPLY_EVENTS, SupplyState, decide_supply, evolve_supply
+from watchtower.protocol.stream.state import Event
 from watchtower.workers.aggregate import Context, Outcome
 from watchtower.workers.aggregates.ledger_base import LedgerAggregate, to_outcome
 

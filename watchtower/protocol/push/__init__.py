@@ -1,0 +1,1 @@
+"""Push delivery rules: the per-subscription schedule and its checkpoints."""
