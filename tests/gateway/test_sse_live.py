@@ -7,13 +7,13 @@ API over HTTP for catch-up) and the API itself (the projection worker's HTTP ser
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 from sse_reader import SseClient
 from sse_stack import Feed
+from waiting import wait_until
 
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signing import verify_message
@@ -133,10 +133,8 @@ def gateway_sse_stats(services: ServiceSet) -> dict[str, int]:
 
 
 def wait_connections(services: ServiceSet, n: int) -> None:
-    deadline = time.monotonic() + 60
-    while gateway_sse_stats(services)["connections"] != n:
-        assert time.monotonic() < deadline, f"the gateway never got to {n} open connections"
-        time.sleep(0.1)
+    wait_until(f"the gateway to get to {n} open connections",
+               lambda: gateway_sse_stats(services)["connections"] == n, timeout_s=60, every_s=0.1)
 
 
 def test_past_the_connection_cap_a_request_gets_limit_exceeded(sse_stack: ServiceSet, home: Path) -> None:
