@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
 
 import nacl.signing
+from waiting import wait_until
 
 from watchtower.protocol.signed_command import sign_command
 
@@ -44,11 +44,4 @@ class Caller:
 
 
 def wait_for(predicate: Any, timeout_s: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    return wait_until(what, predicate, timeout_s=timeout_s, every_s=0.2)

@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from waiting import wait_until
+
 from watchtower.protocol.stream.state import INGEST_FAILED, Event
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.catalogue import topic_name
@@ -84,14 +86,7 @@ def health(path: Path) -> dict[str, Any]:
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
     """`check()` once it is truthy; AssertionError naming `what` after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    return wait_until(what, check, timeout_s=timeout_s, every_s=0.2)
 
 
 def ingest_failures(bootstrap: str, prefix: str, stream_id: str) -> list[Event]:
