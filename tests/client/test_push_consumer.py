@@ -20,6 +20,7 @@ import nacl.signing
 import pytest
 from confluent_kafka import Producer
 from kafka_fixture import grant
+from waiting import wait_until
 
 from watchtower.client.push import PushConsumer
 from watchtower.protocol.replay.rules import replay_headers
@@ -136,11 +137,7 @@ def test_push_consumer_yields_the_record_value_byte_for_byte(kafka_bootstrap: st
     with PushConsumer(kafka_bootstrap, subscriber, STREAM, prefix=prefix) as consumer:
         sent = message(42)
         deliveries.write([(subscriber, encode_message(sent), push_headers(sent))])
-        deadline = time.monotonic() + 60
-        got: list[StreamMessage] = []
-        while not got:
-            assert time.monotonic() < deadline
-            got = consumer.poll(0.5)
+        got = wait_until("the push", lambda: consumer.poll(0.5), timeout_s=60, every_s=0)
         assert got == [sent]
         assert encode_message(got[0]) == encode_message(sent)
 

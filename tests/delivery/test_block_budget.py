@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from push_helpers import PushReader, create_push_feed, publish
 from stack_fixture import start_stack
+from waiting import wait_until
 
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.worker import DeliveryWorker
@@ -69,11 +70,7 @@ class Running:
 
 def wait(cond: Callable[[], bool], what: str, timeout_s: float = 300) -> None:
     # A safety net, not a timing claim: on a loaded 2-core machine a rejoin and restore can take minutes.
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    wait_until(what, cond, timeout_s=timeout_s, every_s=0.2)
 
 
 def settled(worker: DeliveryWorker, stream_id: str, next_sequence: int) -> Callable[[], bool]:

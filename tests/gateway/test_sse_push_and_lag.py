@@ -10,7 +10,6 @@ transaction, a record that does not decode and a repeated delivery.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from confluent_kafka import Producer
 from sse_reader import SseClient
 from sse_stack import Feed
+from waiting import wait_until
 
 from watchtower.client.account import Account
 from watchtower.local.stack import ServiceSet
@@ -122,10 +122,9 @@ def test_subscriber_mode_resumes_from_last_event_id_with_the_subscriptions_own_r
     reader = Account(nacl.signing.SigningKey.generate(), home=home)
     btc = {"field": "tags.symbol", "op": "eq", "value": "BTC"}
     feed.api.command(reader.sign("subscribe", feed.stream_id, {"mode": "PUSH", "filter": btc}))
-    deadline = time.monotonic() + 60
-    while not any(s["subscriber"] == reader.address for s in feed.api.subscribers(feed.stream_id)):
-        assert time.monotonic() < deadline, "the subscription never became visible"
-        time.sleep(0.2)
+    wait_until("the subscription to become visible",
+               lambda: any(s["subscriber"] == reader.address for s in feed.api.subscribers(feed.stream_id)),
+               timeout_s=60, every_s=0.2)
     for symbol in ("BTC", "ETH", "BTC", "ETH"):  # sequences 3..6
         feed.publish(1, symbol=symbol)
     records = records_of(sse_stack, feed.stream_id)
