@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import TEST_PROTOCOL_TREASURY
 from stack_fixture import stack  # noqa: F401 (the fixture)
+from waiting import wait_until
 
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account, read_key_file
@@ -49,10 +49,14 @@ def run_json(*args: str) -> Any:
 
 def eventually(read: Callable[[], Any], expected: Any, timeout_s: float = 10.0) -> None:
     """The read side trails acknowledged writes by a moment: poll until it shows `expected`."""
-    deadline = time.monotonic() + timeout_s
-    while (got := read()) != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert got == expected
+
+    def shows() -> bool:
+        got = read()
+        assert got == expected
+        return True
+
+    wait_until(f"the read side to show {expected!r}", shows, timeout_s=timeout_s, every_s=0.1,
+               retry_on=(AssertionError,))
 
 
 def refused(code: str, *args: str) -> WatchtowerError:

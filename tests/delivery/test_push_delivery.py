@@ -4,7 +4,6 @@ nothing lost across a kill -9, hostile records quarantined."""
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -20,6 +19,7 @@ from push_helpers import (
     served_everything,
 )
 from stack_fixture import start_stack
+from waiting import wait_until
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
@@ -92,9 +92,8 @@ def test_1000_push_subscribers_bound_100_never_exceeded_nothing_lost_each_served
     assert all(p.cycles == 1_000 + p.value_len for p in pushes)
     # The health file counts what was committed.
     path = stack.health_file("delivery-d1")
-    deadline = time.monotonic() + 30
-    while health(path).get("delivered", 0) < 3000 and time.monotonic() < deadline:
-        time.sleep(0.3)
+    wait_until("the health file to count 3000 deliveries", lambda: health(path).get("delivered", 0) >= 3000,
+               timeout_s=30, every_s=0.3)
     counters = health(path)
     assert counters["delivered"] >= 3000, counters
     assert counters["blocks"] >= 30, counters
@@ -133,9 +132,8 @@ def test_hostile_records_on_events_messages_and_delivery_state_are_quarantined(
     publish(client, feed, 1)
     reader.until(served_everything(reader, feed), timeout_s=120, what="the push after hostile records")
     path = stack.health_file("delivery-d1")
-    deadline = time.monotonic() + 60
-    while health(path).get("quarantined", 0) < 4 and time.monotonic() < deadline:
-        time.sleep(0.3)
+    wait_until("the health file to count 4 quarantined records", lambda: health(path).get("quarantined", 0) >= 4,
+               timeout_s=60, every_s=0.3)
     live = health(path)
     assert live["quarantined"] >= 4, live
     assert {q["topic"] for q in live["last_quarantined"]} >= {topic_name("events", stack.prefix),
@@ -151,13 +149,11 @@ def test_hostile_records_on_events_messages_and_delivery_state_are_quarantined(
     stack.start_delivery("d1")
     publish(client, feed, 1)
     reader.until(served_everything(reader, feed), timeout_s=180, what="the push after the restart")
-    deadline = time.monotonic() + 60
     state_topic = topic_name("delivery-state", stack.prefix)
-    while time.monotonic() < deadline:
-        restored = health(path)
-        if any(q["topic"] == state_topic for q in restored.get("last_quarantined", [])):
-            break
-        time.sleep(0.3)
+    wait_until("a quarantined delivery-state record in the health file",
+               lambda: any(q["topic"] == state_topic for q in health(path).get("last_quarantined", [])),
+               timeout_s=60, every_s=0.3)
+    restored = health(path)
     assert any(q["topic"] == state_topic for q in restored["last_quarantined"]), restored
     assert any(q["topic"] == state_topic and "beyond the current block" in q["reason"]
                for q in restored["last_quarantined"]), restored
