@@ -8,7 +8,6 @@ real processes, ``kill -9``.
 from __future__ import annotations
 
 import collections
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException, Producer
 from counter_aggregate import COUNTER_EVENT, TOTAL_EVENT, CounterAggregate, TotalAggregate, counter_command
+from waiting import wait_until
 from worker_harness import RawCommandChannel, Workers, workers
 
 from watchtower.topics.catalogue import topic_name
@@ -93,10 +93,7 @@ def test_a_worker_killed_mid_batch_neither_double_counts_nor_answers_uncommitted
     burst = [counter_command("pears", 1) for _ in range(5)] + [counter_command("pears", 1, die_once=str(trap))]
     burst += [counter_command("pears", 1) for _ in range(5)]
     corrs = [channel.send(value, key="pears")[0] for value in burst]
-    deadline = time.monotonic() + 60
-    while w.alive("counter-1"):
-        assert time.monotonic() < deadline, "the worker did not reach the fatal command"
-        time.sleep(0.1)
+    wait_until("the worker to reach the fatal command", lambda: not w.alive("counter-1"), timeout_s=60, every_s=0.1)
     assert trap.exists()
     w.procs.pop("counter-1")
     w.start("counter-1", script=SCRIPT)  # same id: fences the dead one's transaction at once

@@ -17,6 +17,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Producer
+from waiting import wait_until
 from worker_harness import RawCommandChannel, partition_for, workers
 
 from watchtower.protocol.ledger.billing import block_height_at
@@ -94,10 +95,7 @@ def in_process_worker(bootstrap: str, prefix: str, worker_id: str, every_events:
 
 
 def wait_for(cond: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.1)
+    wait_until(what, cond, timeout_s=timeout, every_s=0.1)
 
 
 def test_a_new_owner_loads_the_snapshot_and_folds_only_the_events_after_it(kafka_bootstrap: str) -> None:
