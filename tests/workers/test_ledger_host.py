@@ -22,6 +22,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Producer
+from waiting import wait_until
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
 from watchtower.protocol.errors import MalformedRecordError
@@ -83,14 +84,8 @@ class Ledger:
         return state
 
     def wait(self, check: Callable[[KeymgrState], bool], timeout: float = 60.0) -> KeymgrState:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = self.view()
-            if check(view):
-                return view
-            if time.monotonic() > deadline:
-                raise TimeoutError("the ledger did not reach the expected state in time")
-            time.sleep(0.2)
+        return wait_until("the ledger to reach the expected state",
+                          lambda: view if check(view := self.view()) else None, timeout_s=timeout, every_s=0.2)
 
     def balance(self, view: KeymgrState, k: nacl.signing.SigningKey) -> int:
         return view.balances().get(addr(k), 0)
@@ -340,13 +335,9 @@ def test_a_worker_killed_mid_saga_charges_every_purchase_exactly_once(
             w.kill9("crash-a")
             w.start("crash-b", env=env)
             for cmd in commands:
-                deadline = time.monotonic() + 180
-                while True:
-                    reply = led.send(cmd)
-                    if reply["ok"] or reply["error"]["code"] != "NOT_READY":
-                        break
-                    assert time.monotonic() < deadline, "the purchase never settled"
-                    time.sleep(0.5)
+                reply = wait_until("the purchase to settle",
+                                   lambda cmd=cmd: r if (r := led.send(cmd))["ok"] or r["error"]["code"] != "NOT_READY"
+                                   else None, timeout_s=180, every_s=0.5)
                 assert ok(reply)["total_amount_cby"] == FEE + FEE * BPS // 10_000
             n = len(commands)
             view = led.wait(lambda v: led.balance(v, treasury) == n * 25 and led.balance(v, led.publisher) == n * FEE)

@@ -21,6 +21,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Producer
+from waiting import wait_until
 from worker_harness import (
     RawCommandChannel,
     Workers,
@@ -96,14 +97,8 @@ class Host:
         return view.balances().get(addr(k), 0)
 
     def wait(self, check: Callable[[KeymgrState], bool], timeout: float = 60.0) -> KeymgrState:
-        deadline = time.monotonic() + timeout
-        while True:
-            view = self.ledger()
-            if check(view):
-                return view
-            if time.monotonic() > deadline:
-                raise TimeoutError("the ledger did not reach the expected state in time")
-            time.sleep(0.2)
+        return wait_until("the ledger to reach the expected state",
+                          lambda: view if check(view := self.ledger()) else None, timeout_s=timeout, every_s=0.2)
 
     def fund(self, k: nacl.signing.SigningKey, amount: int) -> None:
         ok(self.send(self.sign(self.minter, "mint_cby", {"to": addr(k), "amount_cby": amount}, SUPPLY_KEY)))
