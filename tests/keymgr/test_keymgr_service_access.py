@@ -17,6 +17,7 @@ import nacl.signing
 import pytest
 from api_calls import Caller
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
+from waiting import wait_until
 
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.confidential.envelope import decrypt_with_content_key, envelope_aad, unwrap_epoch_key
@@ -121,15 +122,9 @@ def world(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def _until_registered(w: World, call: Any) -> dict[str, Any]:
     """The paid stream is registered by a forward from the stream's writer; until then NOT_READY."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            result: dict[str, Any] = call()
-            return result
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
+    result: dict[str, Any] = wait_until("the paid stream to be registered", call, timeout_s=60, every_s=0.3,
+                                        retry_on=(AssertionError,))
+    return result
 
 
 def _code(reply: tuple[int, Any]) -> str:

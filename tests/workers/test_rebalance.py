@@ -17,6 +17,7 @@ from typing import Any
 
 import nacl.signing
 import pytest
+from waiting import wait_until
 from worker_harness import partition_for, read_all_messages, read_committed_events, wait_for_assignment, workers
 
 from watchtower.gateway.transport import CommandClient
@@ -82,11 +83,14 @@ class Publisher(threading.Thread):
 
     def wait_acked(self, phase: str, count: int = PHASE_ACKS) -> None:
         """Until `count` publishes submitted in `phase` are answered (or the publisher failed)."""
-        deadline = time.monotonic() + PHASE_TIMEOUT_S
-        while sum(1 for p, _s, _q, f in list(self.futures) if p == phase and f.done()) < count:
+
+        def answered() -> bool:
+            if sum(1 for p, _s, _q, f in list(self.futures) if p == phase and f.done()) >= count:
+                return True
             assert self.error is None, f"the publisher failed: {self.error!r}"
-            assert time.monotonic() < deadline, f"fewer than {count} publishes answered in phase {phase}"
-            time.sleep(0.05)
+            return False
+
+        wait_until(f"{count} publishes answered in phase {phase}", answered, timeout_s=PHASE_TIMEOUT_S, every_s=0.05)
 
 
 def test_publishes_survive_a_worker_leaving_and_rejoining(kafka_bootstrap: str, tmp_path: Path) -> None:
