@@ -20,10 +20,11 @@ from typing import Any
 
 import nacl.signing
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from conftest import TEST_PROTOCOL_TREASURY
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
+from waiting import wait_until
 
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account, write_key_file
@@ -307,12 +308,12 @@ def test_an_authorized_actor_decrypts_for_its_account_until_revoked(paid_stack: 
     run_json("account", "actors", "revoke", "bot", "--feed", feed, "--account", "reader")
     shutil.rmtree(paid_stack["home"] / "epoch-keys")
     # A revocation takes effect from the next block: until then the grant may still answer.
-    deadline = time.monotonic() + 30
-    while True:
+
+    def refused_keys() -> Result | None:
         result = CliRunner().invoke(cli, ["feed", feed, "fetch-keys", "--json", *as_bot])
-        if isinstance(result.exception, WatchtowerError) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+        return result if isinstance(result.exception, WatchtowerError) else None
+
+    result = wait_until("fetch-keys to be refused", refused_keys, timeout_s=30, every_s=0.2)
     assert isinstance(result.exception, WatchtowerError), result.output
     assert result.exception.code == "ACTOR_NOT_AUTHORIZED_FOR_ACCOUNT"
 

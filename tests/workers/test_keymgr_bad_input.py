@@ -19,6 +19,7 @@ import nacl.public
 import nacl.signing
 import pytest
 from ledger_load import Account, paid_stream_body
+from waiting import wait_until
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
 from watchtower.protocol.events import (
@@ -118,14 +119,15 @@ def _first_purchase(ledger: Ledger) -> None:
     """Buy the next epoch, resending while the paid instance has not heard of the stream yet (the
     creation reaches it as a forward on the internal topic, after the creator's answer)."""
     cmd = ledger.alice.acquire(ledger.stream_id, key_epoch_at(int(time.time() * 1000), 3600) + 1)
-    deadline = time.monotonic() + 120
-    while True:
+
+    def answered() -> dict[str, Any] | None:
         reply = ledger.send(cmd)
-        if reply.get("ok") or time.monotonic() > deadline:
-            break
-        if reply["error"]["code"] not in ("NOT_PLATFORM_MANAGED_STREAM", "STREAM_NOT_FOUND", "NOT_READY"):
-            break
-        time.sleep(0.2)
+        if reply.get("ok") or reply["error"]["code"] not in (
+                "NOT_PLATFORM_MANAGED_STREAM", "STREAM_NOT_FOUND", "NOT_READY"):
+            return reply
+        return None
+
+    reply = wait_until("the paid instance to hear of the stream", answered, timeout_s=120, every_s=0.2)
     assert ok(reply)["to_key_epoch"] == cmd.body["target_key_epoch"]
 
 
