@@ -20,7 +20,6 @@ message (the subscriber's deduplication is pinned by tests/client/test_push_stre
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pytest
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
 from tiers import SOAK, scale
+from waiting import wait_until
 
 from watchtower.cli.demo_wait import topic_partitions, wait_worker_serving
 from watchtower.client.account import Account
@@ -95,10 +95,9 @@ class Scenario:
         self.publisher.sync()
         sub = self.api.command(self.reader.sign("subscribe", self.stream_id, {"mode": "PUSH_WITH_PULL_FALLBACK"}))
         assert (sub["mode"], sub["status"]) == ("PUSH_WITH_PULL_FALLBACK", "ACTIVE")
-        deadline = time.monotonic() + 60
-        while self.reader.address not in [s["subscriber"] for s in self.api.subscribers(self.stream_id)]:
-            assert time.monotonic() < deadline, "the subscription did not reach the read side"
-            time.sleep(0.1)
+        wait_until("the subscription to reach the read side",
+                   lambda: self.reader.address in [s["subscriber"] for s in self.api.subscribers(self.stream_id)],
+                   timeout_s=60, every_s=0.1)
         self.published = 0
         self.received = 0  # what the application has been handed so far (written by the reading loop)
 
@@ -120,10 +119,8 @@ class Scenario:
             client.close()
 
     def wait_received(self, at_least: int, timeout_s: float = 600) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.received < at_least:
-            assert time.monotonic() < deadline, f"the application has {self.received} of {at_least} messages"
-            time.sleep(0.05)
+        wait_until(f"the application to have {at_least} messages", lambda: self.received >= at_least,
+                   timeout_s=timeout_s, every_s=0.05)
 
 
 def run_with_kill(scenario: Scenario, source: Any, kill: Callable[[], None], restart: Callable[[], None]) -> None:
