@@ -52,7 +52,7 @@ from watchtower.protocol.errors import (
     NotReadyError,
     WatchtowerError,
 )
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.page.proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
@@ -220,7 +220,7 @@ class Projection:
         proof of what the filter skipped, `page_proof`): the cached messages' JSON bytes joined
         (signed documents, written as signed) around the envelope, which takes the integer rule."""
         envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
-        head = json.dumps(json_safe({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
+        head = json.dumps(json_safe_ints({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
         return b"".join((head[:-1], b',"messages":[', b",".join(messages), b"]}"))
 
     async def _page(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
