@@ -56,6 +56,7 @@ from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.page.proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.protocol.stream.ring_window import floor_for, get_since_range
 from watchtower.protocol.stream.views import (
     TABLE_NAMES,
@@ -210,6 +211,11 @@ class Projection:
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
         return require_stream(self.streams.get(stream_id), stream_id)
 
+    def key_schedule_of(self, stream_id: str) -> KeySchedule | None:
+        """The stream's typed key schedule, as the fold holds it (None when this worker holds no index of it)."""
+        index = self.folder.indexes.get(stream_id)
+        return None if index is None else index.state.key_schedule
+
     def head_of(self, stream_id: str) -> int:
         head = self.heads.get(stream_id)
         return 0 if head is None else int(head["head"])
@@ -341,12 +347,13 @@ class Projection:
 
         @page("/v1/streams/{stream_id}/head", key="stream_id")
         async def get_head(web: Any, _request: Request, stream_id: str) -> Response:
-            return web.json(head_view(projection.stream_view(stream_id), projection.heads.get(stream_id)))
+            return web.json(head_view(projection.stream_view(stream_id), projection.heads.get(stream_id),
+                                      projection.key_schedule_of(stream_id)))
 
         @page("/v1/streams/{stream_id}", key="stream_id")
         async def info(web: Any, _request: Request, stream_id: str) -> Response:
             view = projection.stream_view(stream_id)
-            body = head_view(view, projection.heads.get(stream_id))
+            body = head_view(view, projection.heads.get(stream_id), projection.key_schedule_of(stream_id))
             body.update(config=view["config"], allowlist=view["allowlist"], subscribers=view["subscribers"],
                         created_at_block=view["created_at_block"], key_epoch=view["last_key_epoch"])
             return web.json(body)
