@@ -57,6 +57,7 @@ from watchtower.protocol.page.proof import entry_json, proof_of, require_provabl
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
 from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.ring_window import floor_for, get_since_range
 from watchtower.protocol.stream.views import (
     TABLE_NAMES,
@@ -283,8 +284,12 @@ class Projection:
         else:  # not indexed in this process (yet): scan from the window's first known offset
             located = self.offsets.get(stream_id)
             first = 0 if located is None else int(located["floor_offset"])
-            found = self.reader.scan(partition, first, None, stream_id, verified_sequence(stream_id, view),
+            decoded: dict[int, StreamMessage] = {}
+            found = self.reader.scan(partition, first, None, stream_id, verified_sequence(stream_id, view, decoded),
                                      wanted=missing)
+            for seq, (_offset, raw) in found.items():
+                # The scan decoded and verified it: the page is served from that, not a second decode.
+                self.cache.put(stream_id, seq, raw, decoded.get(seq))
         return {seq: raw for seq, (_offset, raw) in found.items()}
 
     def quarantined(self, partitions: list[int] | None = None) -> dict[str, Any]:
