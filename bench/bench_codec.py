@@ -32,7 +32,7 @@ from typing import Any
 import fastavro
 import nacl.signing
 
-from watchtower.protocol.signed_command import Command, json_safe, sign_command
+from watchtower.protocol.signed_command import Command, sign_command, to_tagged_json
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream import state as stream_state
 from watchtower.protocol.stream.actor import StreamState, decide
@@ -74,7 +74,7 @@ def cases() -> dict[str, dict[str, Callable[[], object]]]:
     ev_new = encode_event(event)
     header, parsed = codec.frame(event.type)
     avro_record = events.event_record(event)
-    ev_dict = json_safe(avro_record)  # the same record as JSON text would carry it (bytes as hex)
+    ev_dict = to_tagged_json(avro_record)  # the same record as JSON text would carry it (bytes as hex)
     ev_json = json.dumps(ev_dict, separators=(",", ":")).encode()
     reply_new = encode_reply(True, result=reply)
     cmd_dict = {"v": 1, "command": command.to_dict()}

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
 
-from watchtower.gateway.archive import read_committed_messages
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet

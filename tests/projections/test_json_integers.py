@@ -1,7 +1,7 @@
 """The JSON integer rule (docs/http-api.md "Integers in JSON"), pinned on real bodies and documents.
 
 Walks every JSON body the read side, the gateway and the key manager write (built by the real view
-functions, written through the same `json_safe` / `SafeJsonWeb` the servers use) and every response
+functions, written through the same `json_safe_ints` / `SafeJsonWeb` the servers use) and every response
 schema of the three OpenAPI documents: no JSON number past 2**53 - 1 ever leaves a server, replay ids
 are always decimal strings, and the documents say so. Pure.
 

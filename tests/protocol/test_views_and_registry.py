@@ -68,6 +68,9 @@ def test_folding_events_again_changes_nothing() -> None:
     assert (view["subscribers"], view["active_subscribers"], view["policy"]) == (1, 1, "PRIVATE_ALLOWLIST")
     assert [s["status"] for s in stream_subscribers(once["subscriptions"].items(), "s1")] == ["ACTIVE"]
     assert head_view(view, None)["signing_key_id"] == 2
+    # A read that passes the fold's typed key schedule answers exactly what parsing the view gives.
+    typed = once[INDEXES]["s1"].state.key_schedule
+    assert head_view(view, {"head": 3}, typed) == head_view(view, {"head": 3})
 
 
 def _created(capacity: int) -> dict[str, dict[str, Any]]:

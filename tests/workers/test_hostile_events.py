@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 from worker_harness import Workers, partition_for, read_health, workers
 
-from watchtower.gateway.archive import read_committed_messages
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.events import FeedRegistered, PublisherKeyRotated, SubscriptionPolicyChanged

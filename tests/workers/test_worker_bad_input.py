@@ -19,7 +19,7 @@ import nacl.signing
 import pytest
 from worker_harness import RawCommandChannel, Workers, partition_for, workers
 
-from watchtower.gateway.archive import read_committed_messages
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES
 from watchtower.protocol.signed_command import Command, sign_command

@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from watchtower.gateway.archive import read_committed_messages
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.protocol.stream.actor import Event
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_event, decode_reply

@@ -21,11 +21,11 @@ from watchtower.cli.demo_trust import show_client_side_trust
 from watchtower.cli.demo_wait import STEP_TIMEOUT_S, DemoStepError, demo_step
 from watchtower.cli.genesis import ENV_PROTOCOL_TREASURY, ensure_genesis
 from watchtower.cli.json_output import json_text
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
-from watchtower.gateway.archive import read_committed_messages
 from watchtower.local.paths import watchtower_home
 from watchtower.local.stack import ServiceSet
 from watchtower.metrics.lag import stack_lag

@@ -14,12 +14,12 @@ from typing import Any
 
 import click
 
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 
 
 def json_text(data: Any, *, line: bool = False, sort_keys: bool = False) -> str:
     """`data` as JSON text under the integer rule: indented, or one compact line with `line`."""
-    safe = json_safe(data)
+    safe = json_safe_ints(data)
     if line:
         return json.dumps(safe, separators=(",", ":"), sort_keys=sort_keys)
     return json.dumps(safe, indent=2, sort_keys=sort_keys)

@@ -33,7 +33,7 @@ from watchtower.protocol.errors import (
     RequestTimeoutError,
     WatchtowerError,
 )
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.signed_command import Command
 
 log = logging.getLogger("watchtower.gateway")
@@ -107,7 +107,7 @@ class CommandGateway:
         # A caller's traceparent is the parent of this hop; the command record carries this span's.
         with tracing.maybe(tracing.span("gateway command", request.headers)):
             try:
-                return web.json_response({"result": json_safe(await self.submit(*await _parse(request)))})
+                return web.json_response({"result": json_safe_ints(await self.submit(*await _parse(request)))})
             except WatchtowerError as err:
                 return web.json_response(error_body(err), status=http_status(err.code))
 
@@ -115,9 +115,9 @@ class CommandGateway:
         """The aiohttp handler of ``POST /v1/commands/batch`` (`watchtower.gateway.batch`)."""
         try:
             commands, timeout = batch.parse_batch(await _json_body(request, batch.USAGE))
-            return web.json_response({"results": json_safe(await self.submit_batch(commands, timeout))})
+            return web.json_response({"results": json_safe_ints(await self.submit_batch(commands, timeout))})
         except GenericBatchError as err:
-            return web.json_response(json_safe(batch.refused_body(err)), status=batch.BATCH_REFUSED_STATUS)
+            return web.json_response(json_safe_ints(batch.refused_body(err)), status=batch.BATCH_REFUSED_STATUS)
         except WatchtowerError as err:
             return web.json_response(error_body(err), status=http_status(err.code))
 

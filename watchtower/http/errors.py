@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 
 _STATUS: Final = {
     400: ("INVALID_ARGUMENT", "INVALID_FILTER", "LIMIT_EXCEEDED", "MALFORMED_RECORD", "SCHEMA_MISMATCH",
@@ -34,4 +34,4 @@ def http_status(code: str) -> int:
 
 def error_body(err: WatchtowerError) -> dict[str, Any]:
     """``{"error": {"code", "message"[, "details"]}}``, integers written by the JSON rule (`json_ints`)."""
-    return {"error": json_safe(err.to_dict())}
+    return {"error": json_safe_ints(err.to_dict())}

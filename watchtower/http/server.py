@@ -51,9 +51,9 @@ from watchtower.protocol.errors import (
     RequestTimeoutError,
     WatchtowerError,
 )
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 
-log = logging.getLogger("watchtower.projections.web")
+log = logging.getLogger("watchtower.http.server")
 
 #: Largest request body (a signed command is a few KiB; a publish at most ~33 KiB of JSON).
 MAX_BODY_BYTES: Final = 256 * 1024
@@ -232,7 +232,7 @@ class SafeJsonWeb:
         self._web = web
 
     def json(self, value: Any, **kwargs: Any) -> Any:
-        return self._web.json(json_safe(value), **kwargs)
+        return self._web.json(json_safe_ints(value), **kwargs)
 
     def schema_json(self, value: Any, **kwargs: Any) -> Any:
         """A JSON Schema / OpenAPI document, written as it is (its bounds are schema, not data)."""

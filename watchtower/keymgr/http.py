@@ -27,7 +27,7 @@ from watchtower.http.errors import error_body, http_status
 from watchtower.keymgr.openapi import OPENAPI
 from watchtower.keymgr.service import KeyManager
 from watchtower.protocol.errors import InvalidArgumentError, PayloadTooLargeError, WatchtowerError
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.signed_command import Method
 
 log = logging.getLogger("watchtower.keymgr.http")
@@ -72,7 +72,7 @@ def _route(
         def work() -> dict[str, Any]:
             return op(manager.authenticate(payload, method))
 
-        return web.json_response(json_safe(await asyncio.to_thread(work)))
+        return web.json_response(json_safe_ints(await asyncio.to_thread(work)))
 
     return handle
 

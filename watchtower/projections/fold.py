@@ -50,9 +50,12 @@ MAX_WAITING: Final = 10_000
 Table = MutableMapping[str, Any]
 
 
-def verified_sequence(stream_id: str, view: Mapping[str, Any]) -> Callable[[int, bytes], int | None]:
+def verified_sequence(stream_id: str, view: Mapping[str, Any],
+                      decoded: dict[int, StreamMessage] | None = None) -> Callable[[int, bytes], int | None]:
     """A log-scan picker (`LogReader.scan`): the sequence of a record holding a verifying message of
-    `stream_id` under the key schedule of `view`, else None."""
+    `stream_id` under the key schedule of `view`, else None. With `decoded`, the first verifying
+    message of each sequence is kept there, so the caller can cache it and serve it without
+    decoding the record a second time."""
     schedule = KeySchedule.from_dict(view["key_schedule"])
 
     def pick(_offset: int, raw: bytes) -> int | None:
@@ -60,8 +63,11 @@ def verified_sequence(stream_id: str, view: Mapping[str, Any]) -> Callable[[int,
             message = decode_message(raw)
         except WatchtowerError:
             return None
-        ok = message.stream_id == stream_id and verify_with_schedule(message, schedule)
-        return message.sequence if ok else None
+        if not (message.stream_id == stream_id and verify_with_schedule(message, schedule)):
+            return None
+        if decoded is not None:
+            decoded.setdefault(message.sequence, message)
+        return message.sequence
     return pick
 
 

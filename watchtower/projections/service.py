@@ -52,10 +52,12 @@ from watchtower.protocol.errors import (
     NotReadyError,
     WatchtowerError,
 )
-from watchtower.protocol.json_ints import json_safe
+from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.page.proof import entry_json, proof_of, require_provable
 from watchtower.protocol.registry import REGISTRY_KEY
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.stream.key_schedule import KeySchedule
+from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.ring_window import floor_for, get_since_range
 from watchtower.protocol.stream.views import (
     TABLE_NAMES,
@@ -210,6 +212,11 @@ class Projection:
     def stream_view(self, stream_id: str) -> Mapping[str, Any]:
         return require_stream(self.streams.get(stream_id), stream_id)
 
+    def key_schedule_of(self, stream_id: str) -> KeySchedule | None:
+        """The stream's typed key schedule, as the fold holds it (None when this worker holds no index of it)."""
+        index = self.folder.indexes.get(stream_id)
+        return None if index is None else index.state.key_schedule
+
     def head_of(self, stream_id: str) -> int:
         head = self.heads.get(stream_id)
         return 0 if head is None else int(head["head"])
@@ -220,7 +227,7 @@ class Projection:
         proof of what the filter skipped, `page_proof`): the cached messages' JSON bytes joined
         (signed documents, written as signed) around the envelope, which takes the integer rule."""
         envelope, messages = await self._page(stream_id, cursor, limit, filter_spec, proof)
-        head = json.dumps(json_safe({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
+        head = json.dumps(json_safe_ints({"stream_id": stream_id, **envelope}), separators=(",", ":")).encode()
         return b"".join((head[:-1], b',"messages":[', b",".join(messages), b"]}"))
 
     async def _page(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
@@ -277,8 +284,12 @@ class Projection:
         else:  # not indexed in this process (yet): scan from the window's first known offset
             located = self.offsets.get(stream_id)
             first = 0 if located is None else int(located["floor_offset"])
-            found = self.reader.scan(partition, first, None, stream_id, verified_sequence(stream_id, view),
+            decoded: dict[int, StreamMessage] = {}
+            found = self.reader.scan(partition, first, None, stream_id, verified_sequence(stream_id, view, decoded),
                                      wanted=missing)
+            for seq, (_offset, raw) in found.items():
+                # The scan decoded and verified it: the page is served from that, not a second decode.
+                self.cache.put(stream_id, seq, raw, decoded.get(seq))
         return {seq: raw for seq, (_offset, raw) in found.items()}
 
     def quarantined(self, partitions: list[int] | None = None) -> dict[str, Any]:
@@ -341,12 +352,13 @@ class Projection:
 
         @page("/v1/streams/{stream_id}/head", key="stream_id")
         async def get_head(web: Any, _request: Request, stream_id: str) -> Response:
-            return web.json(head_view(projection.stream_view(stream_id), projection.heads.get(stream_id)))
+            return web.json(head_view(projection.stream_view(stream_id), projection.heads.get(stream_id),
+                                      projection.key_schedule_of(stream_id)))
 
         @page("/v1/streams/{stream_id}", key="stream_id")
         async def info(web: Any, _request: Request, stream_id: str) -> Response:
             view = projection.stream_view(stream_id)
-            body = head_view(view, projection.heads.get(stream_id))
+            body = head_view(view, projection.heads.get(stream_id), projection.key_schedule_of(stream_id))
             body.update(config=view["config"], allowlist=view["allowlist"], subscribers=view["subscribers"],
                         created_at_block=view["created_at_block"], key_epoch=view["last_key_epoch"])
             return web.json(body)

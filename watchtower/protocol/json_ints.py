@@ -19,7 +19,7 @@ chose and signed) is written exactly as it was signed, integers as JSON numbers 
 size: its reader verifies the signature over those very integers (a JavaScript reader needs a JSON
 parser that keeps big integers for that, as it does to build a command).
 
-`json_safe` applies the rule to a body just before it is written (the projections hand their routes a
+`json_safe_ints` applies the rule to a body just before it is written (the projections hand their routes a
 `web_server.SafeJsonWeb`); readers of our own answers (the
 SDK, the CLI, the workers' share exchange) take both forms with `as_int`.
 """
@@ -36,7 +36,7 @@ _SIGNED_COMMAND_KEYS: Final = frozenset({"caller_public_key_hex", "signature_hex
 _SIGNED_MESSAGE_KEY: Final = "publisher_sig_hex"
 
 
-def json_safe(value: Any, *, as_id: bool = False) -> Any:
+def json_safe_ints(value: Any, *, as_id: bool = False) -> Any:
     """`value` with the rule applied to every integer in it (bools are not integers here)."""
     if isinstance(value, bool) or value is None:
         return value
@@ -45,9 +45,9 @@ def json_safe(value: Any, *, as_id: bool = False) -> Any:
     if isinstance(value, Mapping):
         if value.keys() >= _SIGNED_COMMAND_KEYS or _SIGNED_MESSAGE_KEY in value:
             return value  # a signed document is written exactly as signed (module docstring)
-        return {k: json_safe(v, as_id=k in ID_FIELDS) for k, v in value.items()}
+        return {k: json_safe_ints(v, as_id=k in ID_FIELDS) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
+        return [json_safe_ints(v) for v in value]
     return value
 
 

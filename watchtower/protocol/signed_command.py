@@ -230,19 +230,19 @@ def _freeze(value: object, name: str, depth: int, *, unwrap: bool) -> Any:
     )
 
 
-def json_safe(value: Any) -> Any:
+def to_tagged_json(value: Any) -> Any:
     """The JSON form of a frozen value: plain dicts and lists, bytes as ``{"$bytes": hex}``."""
     if isinstance(value, bytes):
         return {BYTES_TAG: value.hex()}
     if isinstance(value, tuple | list):
-        return [json_safe(v) for v in value]
+        return [to_tagged_json(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: to_tagged_json(v) for k, v in value.items()}
     return value
 
 
-def from_json_safe(value: object, name: str = "body") -> Any:
-    """Inverse of `json_safe`, frozen; INVALID_ARGUMENT on anything `json_safe` cannot produce."""
+def from_tagged_json(value: object, name: str = "body") -> Any:
+    """Inverse of `to_tagged_json`, frozen; INVALID_ARGUMENT on anything `to_tagged_json` cannot produce."""
     return _freeze(value, name, 0, unwrap=True)
 
 
@@ -401,7 +401,7 @@ class Command:
             "stream_id": self.stream_id,
             "caller_public_key_hex": self.caller_public_key.hex(),
             "nonce": self.nonce,
-            "body": json_safe(self.body),
+            "body": to_tagged_json(self.body),
             "signature_hex": self.signature.hex(),
         }
 
@@ -416,7 +416,7 @@ class Command:
         missing = _COMMAND_JSON_KEYS - set(data)
         if missing:
             raise InvalidArgumentError(f"missing command field(s): {', '.join(sorted(missing))}")
-        body = from_json_safe(data["body"])
+        body = from_tagged_json(data["body"])
         if not isinstance(body, Mapping):
             raise InvalidArgumentError("body must be an object")
         return cls(

@@ -111,7 +111,7 @@ def event_from_record(type_name: str, record: Mapping[str, Any]) -> Event:
 
 def _reply_json(reply: Mapping[str, Any]) -> str:
     # json's C encoder walks dicts, lists and tuples; the hook turns the rest (frozen maps, bytes)
-    # into their JSON-safe form (`signed_command.json_safe`), so no Python walk of the whole reply.
+    # into their JSON-safe form (`signed_command.to_tagged_json`), so no Python walk of the whole reply.
     return json.dumps(reply, separators=(",", ":"), sort_keys=True, default=_json_default)
 
 

@@ -16,7 +16,7 @@ import fastavro
 
 from watchtower.protocol.config import IngestionConfig, StreamConfig
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
-from watchtower.protocol.signed_command import json_safe
+from watchtower.protocol.signed_command import to_tagged_json
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas import codec
 
@@ -64,8 +64,8 @@ def stream_config_to_record(config: StreamConfig) -> dict[str, Any]:
     if config.ingestion is not None:
         ingestion = config.ingestion.to_dict()
         # The objects are deep-frozen (they come from a signed command's body): thaw them for json.
-        ingestion["task_definition_json"] = json.dumps(json_safe(ingestion.pop("task_definition")), sort_keys=True)
-        ingestion["result_schema_json"] = json.dumps(json_safe(ingestion.pop("result_schema")), sort_keys=True)
+        ingestion["task_definition_json"] = json.dumps(to_tagged_json(ingestion.pop("task_definition")), sort_keys=True)
+        ingestion["result_schema_json"] = json.dumps(to_tagged_json(ingestion.pop("result_schema")), sort_keys=True)
         record["ingestion"] = ingestion
     record["confidential"] = config.confidential
     return record

@@ -32,7 +32,7 @@ from watchtower.protocol.addresses import address_from_public_key, public_key_fr
 from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, UnauthorizedError
 from watchtower.protocol.ingestion import IngestReason, ProofType, task_id
 from watchtower.protocol.ingestion.proof import select_runners
-from watchtower.protocol.signed_command import json_safe
+from watchtower.protocol.signed_command import to_tagged_json
 
 TASK_DOMAIN: Final = "watchtower-ingest-task-v1"
 RESULT_DOMAIN: Final = "watchtower-ingest-result-v1"
@@ -159,7 +159,7 @@ def check_batch_entry(result: IngestResult, batch: SignedBatch) -> None:
 
 def config_json(value: Any) -> str:
     """A task definition or result schema as a task carries it: JSON with sorted keys, no spaces."""
-    return json.dumps(json_safe(value), sort_keys=True, separators=(",", ":"))
+    return json.dumps(to_tagged_json(value), sort_keys=True, separators=(",", ":"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

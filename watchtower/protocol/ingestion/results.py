@@ -23,7 +23,7 @@ import referencing.exceptions
 
 from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
 from watchtower.protocol.ingestion.common import MAX_RESULT_BYTES, check_json_ints
-from watchtower.protocol.signed_command import json_safe
+from watchtower.protocol.signed_command import to_tagged_json
 
 _VALIDATOR = jsonschema.Draft202012Validator
 
@@ -64,7 +64,7 @@ _REGISTRY: referencing.Registry[Any] = referencing.Registry(retrieve=_no_remote)
 
 def check_result_schema(schema: Mapping[str, Any]) -> None:
     """INVALID_ARGUMENT unless `schema` is a valid Draft 2020-12 JSON Schema object."""
-    _validator(canonical_json(json_safe(schema)).decode())
+    _validator(canonical_json(to_tagged_json(schema)).decode())
 
 
 @lru_cache(maxsize=1024)
@@ -79,14 +79,14 @@ def _validator(schema_text: str) -> Any:
 
 @lru_cache(maxsize=256)
 def _validator_of_text(schema_json: str) -> Any:
-    return _validator(canonical_json(json_safe(json.loads(schema_json))).decode())
+    return _validator(canonical_json(to_tagged_json(json.loads(schema_json))).decode())
 
 
 def validate_result(value: Any, schema: Mapping[str, Any] | str) -> None:
     """SCHEMA_MISMATCH naming the first failing place unless `value` satisfies `schema` (a JSON
     Schema, or its JSON text as a task carries it: read once per distinct text)."""
     validator = _validator_of_text(schema) if isinstance(schema, str) else _validator(
-        canonical_json(json_safe(schema)).decode())
+        canonical_json(to_tagged_json(schema)).decode())
     try:
         if validator.is_valid(value):  # the common case, without collecting errors
             return

@@ -33,8 +33,8 @@ from watchtower.protocol.signed_command import (
     Method,
     command_digest,
     freeze_json,
-    from_json_safe,
-    json_safe,
+    from_tagged_json,
+    to_tagged_json,
     verify_command,
 )
 from watchtower.protocol.stream.state import RUNNER_REGISTERED, RUNNER_RETIRED, CallerRecord, Event, FrozenMap
@@ -130,7 +130,7 @@ def encode_registries(states: Mapping[str, RunnerRegistry]) -> bytes:
     aggregate's snapshot part (replies in their JSON-safe form)."""
     return bytes(cbor2.dumps({"v": 1, "registries": {key: {
         "runners": [list(item) for item in sorted(s.runners.items())],
-        "callers": [[k, r.last_nonce, r.last_digest.hex(), json_safe(r.last_reply)]
+        "callers": [[k, r.last_nonce, r.last_digest.hex(), to_tagged_json(r.last_reply)]
                     for k, r in sorted(s.callers.items())],
     } for key, s in states.items()}}, canonical=True))
 
@@ -144,7 +144,7 @@ def decode_registries(data: bytes) -> dict[str, RunnerRegistry]:
         out = {}
         for key, reg in doc["registries"].items():
             runners = FrozenMap((str(a), str(label)) for a, label in reg["runners"])
-            callers = FrozenMap((str(k), CallerRecord(int(n), bytes.fromhex(d), freeze_json(from_json_safe(r))))
+            callers = FrozenMap((str(k), CallerRecord(int(n), bytes.fromhex(d), freeze_json(from_tagged_json(r))))
                                 for k, n, d, r in reg["callers"])
             out[str(key)] = RunnerRegistry(runners, callers)
     except (KeyError, TypeError, ValueError, AttributeError, WatchtowerError, cbor2.CBORDecodeError) as exc:

@@ -91,7 +91,7 @@ from watchtower.protocol.signed_command import (
     Command,
     Method,
     command_digest,
-    json_safe,
+    to_tagged_json,
     verify_command,
 )
 from watchtower.protocol.signing import (
@@ -410,7 +410,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     raw_filter = body.filter
     parse_filter(raw_filter)  # INVALID_FILTER
     filter_json = (
-        None if raw_filter is None else json.dumps(json_safe(raw_filter), sort_keys=True, separators=(",", ":"))
+        None if raw_filter is None else json.dumps(to_tagged_json(raw_filter), sort_keys=True, separators=(",", ":"))
     )
     existing = state.subscriptions.get(cmd.caller)
     # CIP-7: start_cursor applies only on create; on update it is ignored, not validated.

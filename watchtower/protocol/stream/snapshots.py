@@ -41,7 +41,7 @@ from watchtower.protocol.ledger.paid_stream import PaidState
 from watchtower.protocol.ledger.supply import SupplyState
 from watchtower.protocol.registry import RegistryState
 from watchtower.protocol.replay.fold import REPLAY_STATUSES
-from watchtower.protocol.signed_command import freeze_json, from_json_safe, json_safe
+from watchtower.protocol.signed_command import freeze_json, from_tagged_json, to_tagged_json
 from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.stream.state import CallerRecord, FrozenMap, StreamState, Subscription
 
@@ -138,10 +138,11 @@ def _stream_doc(s: StreamState) -> dict[str, Any]:
                   sub.filter_json, sub.account_key_id] for _, sub in sorted(s.subscriptions.items())],
         "allowlist": sorted(s.allowlist),
         "last_key_epoch": s.last_key_epoch,
-        "callers": [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(s.callers.items())],
+        "callers": [[k, r.last_nonce, r.last_digest, to_tagged_json(r.last_reply)]
+                    for k, r in sorted(s.callers.items())],
         "last_publish_digest": s.last_publish_digest,
         "replay_price": s.replay_price_per_event_cby,
-        "replay_orders": [[k, json_safe(event_fields(v))] for k, v in sorted(s.replay_orders.items())],
+        "replay_orders": [[k, to_tagged_json(event_fields(v))] for k, v in sorted(s.replay_orders.items())],
         "replays": [[k, *v] for k, v in sorted(s.replays.items())],
         "ingest": [s.ingest_fail_count, s.last_failed_tick],
     } | ({} if s.keyloads.is_default else {
@@ -154,7 +155,7 @@ B = TypeVar("B", EpochAccessRequested, ReplayOrdered)
 def _folded_body(value: object, cls: type[B], what: str) -> B:
     # A purchase in flight or a replay order is the event body it was folded from, spelled as a
     # JSON-safe map of exactly that class's fields (a list, such as a replay's skip, reads as a tuple).
-    fields = from_json_safe(value, what)
+    fields = from_tagged_json(value, what)
     _require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[cls.TYPE]),
              f"a {what} must be a map of the {cls.TYPE} fields")
     return cls(**fields)
@@ -194,7 +195,7 @@ def _stream_from(d: Any) -> StreamState:
                                            start_cursor=row[4], filter_json=row[5], account_key_id=row[6]))
                      for row in (_row(r, 7, "subscription") for r in _rows(d["subs"], "subs")))
     callers = FrozenMap((_key(row, "caller"), CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
-                                              freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
+                                              freeze_json(from_tagged_json(row[3], "last_reply"), "last_reply")))
                         for row in (_row(r, 4, "caller") for r in _rows(d["callers"], "callers")))
     active = sum(1 for sub in subs.values() if sub.status is SubscriptionStatus.ACTIVE)
     epoch = d["last_key_epoch"]
@@ -275,12 +276,12 @@ LEDGER_PART_VERSION: Final = 1
 
 
 def _callers_doc(callers: Mapping[str, CallerRecord]) -> list[Any]:
-    return [[k, r.last_nonce, r.last_digest, json_safe(r.last_reply)] for k, r in sorted(callers.items())]
+    return [[k, r.last_nonce, r.last_digest, to_tagged_json(r.last_reply)] for k, r in sorted(callers.items())]
 
 
 def _callers_from(value: object) -> FrozenMap[CallerRecord]:
     return FrozenMap((_key(row, "caller"), CallerRecord(_int(row[1], "last_nonce", 1), _raw(row[2], "last_digest"),
-                                           freeze_json(from_json_safe(row[3], "last_reply"), "last_reply")))
+                                           freeze_json(from_tagged_json(row[3], "last_reply"), "last_reply")))
                      for row in (_row(r, 4, "caller") for r in _rows(value, "callers")))
 
 
@@ -351,7 +352,7 @@ def _paid_doc(s: PaidState) -> dict[str, Any]:
         "owner": s.owner,
         "config": None if s.config is None else s.config.to_dict(),
         "entitlements": [[k, v] for k, v in sorted(s.entitlements.items())],
-        "in_flight": [[k, json_safe(event_fields(v))] for k, v in sorted(s.in_flight.items())],
+        "in_flight": [[k, to_tagged_json(event_fields(v))] for k, v in sorted(s.in_flight.items())],
         "callers": _callers_doc(s.callers),
     }
 

@@ -364,13 +364,16 @@ def require_stream(view: Mapping[str, Any] | None, stream_id: str) -> Mapping[st
     return view
 
 
-def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None) -> dict[str, Any]:
+def head_view(view: Mapping[str, Any], head: Mapping[str, Any] | None,
+              schedule: KeySchedule | None = None) -> dict[str, Any]:
     """CIP-7 get_head from the views: ``head_sequence`` and ``floor_sequence`` plus the stream's metadata.
 
     ``head`` and ``floor`` repeat them under their pre-spec names, deprecated, for one release.
+    `schedule`: the stream's typed key schedule when the caller holds it (the fold's `StreamIndex`),
+    so a read does not parse it again from the view's JSON form; without it, the view's is parsed.
     """
     config = view["config"]
-    current = KeySchedule.from_dict(view["key_schedule"]).current
+    current = (KeySchedule.from_dict(view["key_schedule"]) if schedule is None else schedule).current
     capacity = int(config["ring_buffer_capacity"])
     head_seq = _head_of(head)
     floor_seq = floor_for(head_seq, capacity)

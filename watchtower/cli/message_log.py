@@ -1,4 +1,5 @@
-"""Read the committed StreamMessages straight from the messages topic (the archive)."""
+"""Read the committed StreamMessages straight from the messages topic: what the demo and the tests
+compare the API's answers with."""
 
 from __future__ import annotations
 
