@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec, free_ports
+from waiting import wait_until
 
 from watchtower.local.broker import LocalKafka, metrics_agent_args
 from watchtower.local.config import ClusterSpec
@@ -67,6 +68,9 @@ def test_a_broker_with_metrics_counts_produce_requests(tmp_path: Path) -> None:
         for _ in range(3):
             producer.produce("metrics-probe", value=b"x")
             producer.flush(30)  # one request per record: each is acknowledged before the next
+        # The broker counts a request once it has sent the response, so the client may see the
+        # acknowledgement a moment before the meter moves: wait for it, then hold it to exactly 3.
+        wait_until("the broker's Produce meter to count 3 requests", lambda: _produce_count(url) >= 3, timeout_s=30)
         assert _produce_count(url) == 3
     finally:
         lk.down()
