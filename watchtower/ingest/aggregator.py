@@ -100,7 +100,7 @@ class Sink(Protocol):
         """Drop what the sink believes the stream's head is (a command may have landed unseen)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Flight:
     """A stream's publish or report on its way: at most one per stream."""
 
@@ -110,6 +110,8 @@ class Flight:
     future: Future[None]
     started: float  # monotonic
     reason: IngestReason | None = None  # a report's
+    answered: float | None = None
+    """When its answer came (monotonic; set by the future's callback): its round trip, for the window."""
 
 
 def _submitted(sink: Sink, kind: str, *args: Any) -> Future[None]:
@@ -176,8 +178,6 @@ class Aggregator:
         """Since when (monotonic) some stream has been held without a break."""
         self._serving: str | None = None
         """The held stream `step` is sending now."""
-        self.answered_at: dict[str, float] = {}
-        """When each stream's flight had its answer (monotonic): its round trip, for the window."""
 
     # --- input -----------------------------------------------------------------------------------
 
@@ -310,7 +310,6 @@ class Aggregator:
                 self.resync.pop(sid, None)
                 self.dirty.discard(sid)
                 self.held.pop(sid, None)
-                self.answered_at.pop(sid, None)
             flights = [self.flights.pop(sid) for sid in streams if sid in self.flights]
             for _flight in flights:
                 self.window.forget()
@@ -426,8 +425,7 @@ class Aggregator:
                                    f"{self.reply_timeout_s:g} s (is a stream worker running?)")
                     return
                 self.flights.pop(stream_id, None)
-                with self.lock:
-                    answered = self.answered_at.pop(stream_id, time.monotonic())
+                answered = time.monotonic() if flight.answered is None else flight.answered
                 self.window.answered(answered - flight.started, behind=self._behind())
                 following = self._land(stream_id, flight)
                 if isinstance(following, Flight):
@@ -460,12 +458,12 @@ class Aggregator:
         # tick is counted, and a refusal reported, within a step of the answer).
         self.flights[stream_id] = flight
         self.window.sent()
-        flight.future.add_done_callback(lambda _f: self._answered(stream_id))
+        flight.future.add_done_callback(lambda _f: self._answered(stream_id, flight))
 
-    def _answered(self, stream_id: str) -> None:
-        with self.lock:
-            self.answered_at[stream_id] = time.monotonic()
-            self.dirty.add(stream_id)
+    def _answered(self, stream_id: str, flight: Flight) -> None:
+        # The time is the flight's own: a cancelled or released flight never lends its stream a round trip.
+        flight.answered = time.monotonic()
+        self._retry(stream_id)
 
     def _tick_finished(self, stream_id: str, tick: int) -> None:
         with self.lock:
