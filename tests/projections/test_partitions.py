@@ -59,13 +59,17 @@ def test_a_partition_kept_across_a_rebalance_keeps_its_state_and_a_lost_one_is_d
     for p, key in ((0, "a"), (1, "b")):
         with owned.folding(EV, p, 3):
             streams[key] = p
-    owned.revoke()
-    assert not owned.serves(0)
-    assert len(streams) == 0  # nothing serves mid-rebalance
+    before = owned.generation
+    assert owned.revoke() == before
+    assert owned.serves(0) and owned.serves(1)  # a rebalance under way stops nothing by itself
+    assert dict(streams.items()) == {"a": 0, "b": 1}
     generation = owned.assign([0, 2])
+    assert generation != before
     assert owned.next_offset(EV, 0) == 4
     assert owned.next_offset(EV, 1) is None
-    owned.caught_up(0, generation)
+    assert owned.serves(0)  # kept: it never stopped serving
+    assert not owned.serves(1) and not owned.serves(2)  # moved away; new here, still catching up
+    assert not owned.caught_up(0, generation)  # already serving
     assert dict(streams.items()) == {"a": 0}
     assert owned.health() == {"partitions": [0, 2], "catching_up": [2], "recovered": False,
                               "caught_up_in_s": None}
@@ -79,9 +83,20 @@ def test_a_catch_up_of_an_older_generation_never_serves() -> None:
     owned = OwnedPartitions(("streams",))
     old = owned.assign([0])
     owned.revoke()
-    owned.assign([0])
+    owned.assign([1])
+    owned.assign([0])  # moved away and back: state from scratch, a new catch-up
     assert not owned.caught_up(0, old)
     assert not owned.serves(0)
+
+
+def test_a_rebalance_that_leaves_the_partitions_as_they_were_changes_nothing() -> None:
+    owned = _owned(0, 1)
+    generation = owned.generation
+    epoch = owned.serving_epoch(0)
+    owned.revoke()
+    assert owned.assign([1, 0]) == generation  # the same generation: the running catch-up goes on
+    assert owned.serving_epoch(0) == epoch and owned.serves(1)
+    assert owned.health()["recovered"]
 
 
 def test_the_live_fold_waits_for_the_catch_up_and_skips_what_is_folded_or_foreign() -> None:
@@ -115,14 +130,16 @@ def test_a_read_answers_not_ready_unless_its_partition_served_from_start_to_end(
         assert await read(owned) == "answer"
         with pytest.raises(StreamNotFoundError):
             await read(owned, error=StreamNotFoundError("no such stream"))
+        assert await read(owned, during=owned.revoke) == "answer"  # a rebalance began: still ours
         with pytest.raises(NotReadyError):  # the partition moved away mid-read
-            await read(owned, during=owned.revoke)
+            await read(owned, during=lambda: owned.assign([1]))
         with pytest.raises(NotReadyError):  # not serving when the read starts
             await read(owned)
         generation = owned.assign([0])
         owned.caught_up(0, generation)
 
         def rebuilt() -> None:  # lost and won back mid-read: the state was rebuilt under the read
+            owned.assign([1])
             owned.assign([0])
             owned.caught_up(0, owned.generation)
         with pytest.raises(NotReadyError):

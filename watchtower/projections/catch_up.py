@@ -1,10 +1,11 @@
 """Fold each assigned partition's committed log: up to its end before it serves reads, then live.
 
-After every rebalance, each partition this worker owns is brought up to date from the log itself:
+After every rebalance that changes this worker's partitions, each one is brought up to date from
+the log itself (a rebalance that leaves them as they were changes nothing here):
 ``events[p]``, ``messages[p]`` and ``replay[p]`` are read ``read_committed`` from the offset after
 the last one its state has folded (from the beginning for a partition new to this worker). When a
 partition reaches the end it had when the reading started, it serves reads; the same reader then
-goes on folding what is committed after that (the live fold), until the next rebalance. One reader
+goes on folding what is committed after that (the live fold), until the assignment changes. One reader
 per assignment, folding in log order per partition, so every record is folded exactly once.
 
 Why this reader and not the Faust agent's stream for the live fold: the agent's path costs about
@@ -175,7 +176,7 @@ class CatchUp:
         app.on_partitions_assigned.connect(self._on_assigned)
 
     async def _on_revoked(self, _sender: Any, _revoked: Any, **_kw: Any) -> None:
-        self.owned.revoke()
+        self.owned.revoke()  # stops nothing: the partitions that stay keep serving (`partitions`)
 
     async def _on_assigned(self, _sender: Any, assigned: Iterable[Any], **_kw: Any) -> None:
         self.assign({(tp.topic, tp.partition) for tp in assigned})
@@ -188,7 +189,10 @@ class CatchUp:
             # The fold needs every topic of a partition; one without the others never serves.
             log.error("assignment splits co-partitioned topics: %s; serving only %s",
                       {t: sorted(s) for t, s in zip(self.topics, shares, strict=True)}, partitions)
+        before = self.owned.generation
         generation = self.owned.assign(partitions)
+        if generation == before:
+            return  # the same partitions: their fold goes on, and they never stopped serving
         task = asyncio.ensure_future(self._run(generation, partitions))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

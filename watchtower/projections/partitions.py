@@ -7,10 +7,14 @@ delivered twice — after a rebalance or an uncommitted consumer offset — is f
 the fold does with it).
 
 A partition *serves* reads only once it has folded the committed log up to the end it saw at
-assignment (see `catch_up`); until then, and during a rebalance, reads of its keys answer
-NOT_READY. A read checks this before it starts and again when it ends (`reading`), so a read that
-overlapped a rebalance — a long poll, a log scan — is never answered from state that stopped being
-this worker's, or that was rebuilt, in the middle.
+assignment (see `catch_up`); until then reads of its keys answer NOT_READY. A rebalance does not
+stop the partitions that stay with this worker: they keep serving while the group agrees on the
+next assignment and after it (their state is a fold of the log, which no other worker can serve
+sooner: a new owner first folds the log to its end). Only a partition that moves away stops
+serving (when the new assignment arrives), and one that arrives serves once it has caught up. A
+read checks its partition serves before it starts and still serves, in the same epoch, when it ends
+(`reading`), so a read that overlapped a move — a long poll, a log scan — is never answered from
+state that stopped being this worker's, or that was rebuilt, in the middle.
 
 Tables are `PartitionTable` mappings. Inside a fold (`folding`) they see and change exactly the
 partition being folded, as if it were the only one; outside (HTTP reads) they see every serving
@@ -48,7 +52,8 @@ class OwnedPartitions:
 
     Driven by the consumer's rebalances: `revoke` when a rebalance starts, `assign` with the new
     assignment, `caught_up` when a partition has folded the log to its end. The live fold asks
-    `admit` before each record and folds it inside `folding`.
+    `admit` before each record and folds it inside `folding`. A rebalance stops nothing by itself:
+    `assign` stops exactly the partitions that left (see the module docstring).
     """
 
     def __init__(self, table_names: Iterable[str]) -> None:
@@ -69,29 +74,34 @@ class OwnedPartitions:
 
     # ------------------------------------------------------------------ rebalances
     def revoke(self) -> int:
-        """A rebalance started: nothing serves until the next assignment has caught up."""
-        self.generation += 1
-        self.assigned = None
-        for state in self._parts.values():
-            state.serving = False
-        self._notify()
+        """A rebalance started; returns the current generation.
+
+        Every partition held goes on serving and folding: the consumer protocol revokes all of them
+        at the start of every rebalance, but a partition that stays is served by no one else, and
+        one that moves is served by its new owner only once that owner has folded the log to its
+        end. `assign` stops the partitions that left.
+        """
         return self.generation
 
     def assign(self, partitions: Iterable[int]) -> int:
         """The new assignment; returns its generation. State of partitions no longer owned is dropped.
 
-        A partition kept across the rebalance keeps its state and position: catching up then only
-        folds what was committed since (possibly by another worker, had it moved away and back).
+        The same partitions as before keep the generation (their catch-up and live fold go on). A
+        change starts a new generation: a partition kept keeps its state, its position and its
+        serving, so its reads never stop (catching up then only folds what was committed since); a
+        partition new here serves once it has caught up.
         """
-        self.generation += 1
         owned = frozenset(partitions)
+        if owned == self.assigned:
+            return self.generation
+        self.generation += 1
         for p in set(self._parts) - owned:
             del self._parts[p]
         for p in owned:
-            state = self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
-            state.serving = False
+            self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
         self.assigned = owned
-        self._assigned_at, self.caught_up_in_s = time.monotonic(), (None if owned else 0.0)
+        self._assigned_at = time.monotonic()
+        self.caught_up_in_s = 0.0 if self.ready() else None
         self._notify()
         return self.generation
 

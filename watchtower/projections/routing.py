@@ -23,13 +23,19 @@ import aiohttp
 from yarl import URL
 
 from watchtower.http.errors import error_body, http_status
+from watchtower.http.server import retry_after
 from watchtower.protocol.errors import NotReadyError
 
 log = logging.getLogger("watchtower.projections")
 
 ROUTED_HEADER = "X-Watchtower-Routed"
-# A forwarded long poll may wait as long as the owner lets it; this only stops a hung owner.
-FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=120.0, sock_connect=3.0)
+# A forwarded long poll may wait as long as the owner lets it (`wait_ms`, at most 30 s), any other
+# read a few seconds: past that the owner is hung (stopping, paused), and the read answers NOT_READY
+# with Retry-After instead of hanging. A worker that is gone (its address unreachable) is given up
+# on after `FORWARD_CONNECT_S`.
+FORWARD_CONNECT_S = 1.0
+FORWARD_READ_S = 10.0
+SHARE_TIMEOUT = aiohttp.ClientTimeout(total=FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
 _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 Handler = Callable[..., Awaitable[Any]]
@@ -83,14 +89,26 @@ async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
     headers[ROUTED_HEADER] = "1"
     try:
         async with app.http_client.request(method=request.method, url=url, headers=headers,
-                                           timeout=FORWARD_TIMEOUT) as response:
+                                           timeout=forward_timeout(request)) as response:
             body = await response.read()
-            return view.web.bytes(body, content_type=response.content_type, status=response.status)
+            passed = {"Retry-After": response.headers["Retry-After"]} if "Retry-After" in response.headers else None
+            return view.web.bytes(body, content_type=response.content_type, status=response.status, headers=passed)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         log.info("owner %s did not answer a routed read: %r", owner, exc)
         err = NotReadyError(f"the worker that owns this key's partition ({owner}) did not answer; it may be "
                             "restarting or leaving the group, which then moves its partitions; retry in a moment")
-        return view.web.json(error_body(err), status=http_status(err.code))
+        return view.web.json(error_body(err), status=http_status(err.code), headers=retry_after(err.code))
+
+
+def forward_timeout(request: Any) -> aiohttp.ClientTimeout:
+    """How long a forwarded read may take: a long poll its `wait_ms` and `FORWARD_READ_S` more, any
+    other read `FORWARD_READ_S`; connecting at most `FORWARD_CONNECT_S`."""
+    query = request.url.query
+    try:
+        wait_s = max(0, int(query.get("wait_ms", 0))) / 1000 if "min_head" in query else 0.0
+    except ValueError:
+        wait_s = 0.0  # the owner refuses it: no wait
+    return aiohttp.ClientTimeout(total=min(wait_s, 30.0) + FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
 
 
 async def peer_shares(projection: Any, covered: set[int], path: str, what: str) -> list[dict[str, Any]]:
@@ -107,7 +125,7 @@ async def peer_shares(projection: Any, covered: set[int], path: str, what: str) 
     async def one(url: URL) -> dict[str, Any]:
         try:
             async with app.http_client.get(url.with_path(path), headers={ROUTED_HEADER: "1"},
-                                           timeout=FORWARD_TIMEOUT) as response:
+                                           timeout=SHARE_TIMEOUT) as response:
                 if response.status != 200:
                     raise NotReadyError(f"worker {url} could not give its share of {what}; retry")
                 share: dict[str, Any] = await response.json()

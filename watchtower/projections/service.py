@@ -124,6 +124,9 @@ class Projection:
             # (10 s by default, WATCHTOWER_SESSION_TIMEOUT_MS), not Faust's default 60 s.
             broker_session_timeout=timeouts.session_ms / 1000,
             broker_heartbeat_interval=timeouts.heartbeat_ms / 1000,
+            # Static membership: a worker restarted under its name within the session timeout takes
+            # its own partitions back, with no rebalance of the group (`group_instance_id`).
+            consumer_group_instance_id=group_instance_id(worker_id),
             stream_wait_empty=False,
             folded_elsewhere=frozenset((self.t_events, self.t_messages, self.t_replay)),
         )
@@ -324,7 +327,8 @@ class Projection:
                                 return await fun(SafeJsonWeb(web), request, **kw)
                         return await fun(SafeJsonWeb(web), request, **kw)
                     except WatchtowerError as err:
-                        return web.json(error_body(err), status=http_status(err.code))
+                        return web.json(error_body(err), status=http_status(err.code),
+                                        headers=web_server.retry_after(err.code))
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
                 if key is not None or exact is not None:
@@ -416,6 +420,22 @@ class Projection:
 
         keymgr_routes.install(projection, page)
         replay_routes.install(projection, page)
+
+
+def group_instance_id(worker_id: str) -> str | None:
+    """The projection worker's static member id in its group: its worker name (None: dynamic membership).
+
+    With it, a worker that stops (a rolling restart, a container restarted) does not leave the
+    group: its partitions stay its own for the session timeout (``WATCHTOWER_SESSION_TIMEOUT_MS``),
+    and a worker that comes back under the same name within it rejoins with them, so the other
+    workers see no rebalance at all. One that does not come back loses them after the session
+    timeout, as a killed worker does. Every worker of a group needs its own name: a second process
+    under a name already in the group fences the first. ``WATCHTOWER_STATIC_MEMBERSHIP=0`` turns
+    it off (a stopped worker then leaves the group at once, and every restart rebalances it twice).
+    """
+    if os.environ.get("WATCHTOWER_STATIC_MEMBERSHIP", "1").strip() == "0":
+        return None
+    return f"projection-{worker_id}"
 
 
 def _compiled_filter(filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool] | None:
