@@ -16,6 +16,7 @@ from aiohttp import web
 from kafka_fixture import free_ports
 from yarl import URL
 
+from watchtower.projections import partitions
 from watchtower.projections.routing import ROUTED_HEADER, route_to_owner
 
 TOPIC = "t.events"
@@ -63,6 +64,9 @@ async def _scenario() -> dict[str, Any]:
     async def local(_view: Any, request: Any, **_kw: Any) -> web.Response:
         return web.json_response({"served_by": "me", "key": request.match_info["stream_id"]})
 
+    async def local_standing_in(_view: Any, request: Any, **_kw: Any) -> web.Response:
+        return web.json_response({"served_by": "me", "standing_in": partitions._STANDING_IN.get()})
+
     results: dict[str, Any] = {}
     async with aiohttp.ClientSession() as session:
         handler = route_to_owner(_app(session, owners, me), TOPIC, partition_of, lambda p: p == 0,
@@ -74,6 +78,12 @@ async def _scenario() -> dict[str, Any]:
             response = await handler(view, _request(f"/v1/streams/{key}", key, marked=marked))
             results[name] = (response.status, json.loads(response.body))
             results[f"{name} retry-after"] = response.headers.get("Retry-After")
+        # A caught-up standby of the partition answers for an owner that is away or catching up.
+        standby = route_to_owner(_app(session, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                                 match_info="stream_id", stands_by=lambda p: p in (2, 4))(local_standing_in)
+        for name, key in (("standby gone", "gone"), ("standby moving", "moving"), ("standby there", "there")):
+            response = await standby(view, _request(f"/v1/streams/{key}", key))
+            results[name] = (response.status, json.loads(response.body))
     await runner.cleanup()
     results["owner saw"] = seen
     return results
@@ -84,7 +94,8 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     assert results["here"] == (200, {"served_by": "me", "key": "here"})
     assert results["there"] == (200, {"served_by": "owner", "path": "/v1/streams/there"})
     # The owner got the request marked, so it would never forward it again.
-    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1", "1"]  # "there", "moving"
+    # "there" and "moving", then both again by the router with a standby: marked every time.
+    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"] * 4
     status, body = results["gone"]  # the owner is not listening (killed, restarting)
     assert (status, body["error"]["code"]) == (503, "NOT_READY")
     assert "retry" in body["error"]["message"]
@@ -93,6 +104,9 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     assert (results["moving"][0], results["moving"][1]["error"]["code"]) == (503, "NOT_READY")
     assert results["moving retry-after"] == "1"
     assert results["here retry-after"] is None
+    assert results["standby gone"] == (200, {"served_by": "me", "standing_in": True})
+    assert results["standby moving"] == (200, {"served_by": "me", "standing_in": True})
+    assert results["standby there"][1] == {"served_by": "owner", "path": "/v1/streams/there"}  # the owner answers
     assert results["there retry-after"] is None
     # No owner known, or a request already forwarded once: the local handler answers (NOT_READY
     # from its own partition check when it does not serve the key).

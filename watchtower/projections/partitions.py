@@ -16,6 +16,14 @@ read checks its partition serves before it starts and still serves, in the same 
 (`reading`), so a read that overlapped a move — a long poll, a log scan — is never answered from
 state that stopped being this worker's, or that was rebuilt, in the middle.
 
+A worker may also hold *standby* partitions (the group's assignor names, for each partition, a
+standby worker besides its owner): it folds them exactly as its own, but answers reads of them only
+when asked to stand in for their owner (`standing_in`: the owner cannot be reached, or answers
+NOT_READY), so a worker that restarts, or a partition whose owner is still folding it, is read from
+the standby meanwhile. A standby that becomes the owner (the assignor promotes standbys first) keeps
+its state and serves at once; an owner whose partition moves to the worker it was standby for
+keeps it as that partition's standby.
+
 Tables are `PartitionTable` mappings. Inside a fold (`folding`) they see and change exactly the
 partition being folded, as if it were the only one; outside (HTTP reads) they see every serving
 partition, read-only. Which partition is being folded is a context variable, so an HTTP handler
@@ -35,6 +43,8 @@ from typing import Any
 from watchtower.protocol.errors import NotReadyError
 
 _FOLDING: ContextVar[int | None] = ContextVar("watchtower_folding_partition", default=None)
+_STANDING_IN: ContextVar[bool] = ContextVar("watchtower_standing_in", default=False)
+_READING_STANDBY: ContextVar[int | None] = ContextVar("watchtower_reading_standby", default=None)
 
 
 @dataclass
@@ -45,6 +55,7 @@ class PartitionState:
     applied: dict[str, int] = field(default_factory=dict)  # topic -> offset of the last folded record
     serving: bool = False
     epoch: int = 0  # changes every time the partition starts serving
+    standby: bool = False  # folded here, but owned by another worker
 
 
 class OwnedPartitions:
@@ -59,7 +70,8 @@ class OwnedPartitions:
     def __init__(self, table_names: Iterable[str]) -> None:
         self.table_names = tuple(table_names)
         self.generation = 0  # one per rebalance; work for an older generation is abandoned
-        self.assigned: frozenset[int] | None = None  # None before the first assignment and mid-rebalance
+        self.assigned: frozenset[int] | None = None  # None before the first assignment
+        self.standby: frozenset[int] = frozenset()  # the standby partitions (never among `assigned`)
         self._parts: dict[int, PartitionState] = {}
         self._epochs = 0
         self._changed = asyncio.Event()
@@ -83,23 +95,26 @@ class OwnedPartitions:
         """
         return self.generation
 
-    def assign(self, partitions: Iterable[int]) -> int:
-        """The new assignment; returns its generation. State of partitions no longer owned is dropped.
+    def assign(self, partitions: Iterable[int], standby: Iterable[int] = ()) -> int:
+        """The new assignment (owned and standby partitions); returns its generation. State of
+        partitions neither owned nor standby here any more is dropped.
 
         The same partitions as before keep the generation (their catch-up and live fold go on). A
-        change starts a new generation: a partition kept keeps its state, its position and its
-        serving, so its reads never stop (catching up then only folds what was committed since); a
-        partition new here serves once it has caught up.
+        change starts a new generation: a partition kept (as owner or standby, either way) keeps its
+        state, its position and its serving, so its reads never stop (catching up then only folds
+        what was committed since); a partition new here serves once it has caught up.
         """
         owned = frozenset(partitions)
-        if owned == self.assigned:
+        standbys = frozenset(standby) - owned
+        if owned == self.assigned and standbys == self.standby:
             return self.generation
         self.generation += 1
-        for p in set(self._parts) - owned:
+        for p in set(self._parts) - owned - standbys:
             del self._parts[p]
-        for p in owned:
-            self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
-        self.assigned = owned
+        for p in owned | standbys:
+            state = self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
+            state.standby = p in standbys
+        self.assigned, self.standby = owned, standbys
         self._assigned_at = time.monotonic()
         self.caught_up_in_s = 0.0 if self.ready() else None
         self._notify()
@@ -164,35 +179,49 @@ class OwnedPartitions:
             state.applied[topic] = max(offset, state.applied.get(topic, -1))
 
     # ------------------------------------------------------------------ reads
-    def serving_epoch(self, partition: int) -> int | None:
-        """The partition's current serving epoch, or None when it does not serve reads here."""
+    def serving_epoch(self, partition: int, *, standby: bool = False) -> int | None:
+        """The partition's current serving epoch, or None when it does not serve reads here (with
+        `standby`: when it is not a caught-up standby here)."""
         state = self._parts.get(partition)
-        if self.assigned is None or state is None or not state.serving:
+        if self.assigned is None or state is None or not state.serving or state.standby != standby:
             return None
         return state.epoch
 
     def serves(self, partition: int) -> bool:
-        """True if reads of `partition` are answered here now."""
+        """True if reads of `partition` are answered here now (as its owner)."""
         return self.serving_epoch(partition) is not None
+
+    def stands_by(self, partition: int) -> bool:
+        """True if `partition` is a standby here that has caught up: it can stand in for its owner."""
+        return self.serving_epoch(partition, standby=True) is not None
 
     @asynccontextmanager
     async def reading(self, partition: int) -> AsyncIterator[None]:
         """Run a read of `partition`'s state; NOT_READY unless it served here from start to end.
 
         Whatever the read answered (a result or an error such as STREAM_NOT_FOUND) is replaced by
-        NOT_READY when the partition stopped serving, or served anew, while the read ran.
+        NOT_READY when the partition stopped serving, or served anew, while the read ran. Inside
+        `standing_in`, a caught-up standby partition serves too, and the read sees that partition only.
         """
-        epoch = self.serving_epoch(partition)
+        standby = _STANDING_IN.get() and not self.serves(partition)
+        epoch = self.serving_epoch(partition, standby=standby)
         if epoch is None:
             raise NotReadyError(_NOT_READY)
+        token = _READING_STANDBY.set(partition if standby else None)
         try:
             yield
         finally:
-            if self.serving_epoch(partition) != epoch:
+            _READING_STANDBY.reset(token)
+            if self._epoch_held(partition) != epoch:
                 raise NotReadyError(_NOT_READY)
 
+    def _epoch_held(self, partition: int) -> int | None:
+        """The partition's serving epoch here, as owner or standby (a promotion keeps the state)."""
+        state = self._parts.get(partition)
+        return None if state is None or not state.serving else state.epoch
+
     def ready(self) -> bool:
-        """True once an assignment has arrived and every partition of it serves."""
+        """True once an assignment has arrived and every partition it owns serves (standbys aside)."""
         if self.assigned is None:
             return False
         return all(self._parts[p].serving for p in self.assigned)
@@ -203,20 +232,28 @@ class OwnedPartitions:
         ``partitions``: the events partitions assigned to it (its share; the workers' shares are
         disjoint and cover every partition once the group is stable); ``catching_up``: those of
         them still folding the log, whose reads answer NOT_READY; ``recovered``: none is;
-        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does).
+        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does);
+        ``standby``: the standby partitions it folds too, to stand in for their owners, and
+        ``standby_catching_up`` those of them that cannot yet.
         """
         assigned = sorted(self.assigned or ())
         catching_up = [p for p in assigned if not self._parts[p].serving]
+        standby = sorted(self.standby)
         return {"partitions": assigned, "catching_up": catching_up, "recovered": self.ready(),
-                "caught_up_in_s": self.caught_up_in_s}
+                "caught_up_in_s": self.caught_up_in_s, "standby": standby,
+                "standby_catching_up": [p for p in standby if not self._parts[p].serving]}
 
     def _scope(self) -> list[dict[str, Any]] | None:
         """Partition states a table access sees: the one being folded, or every serving one."""
         folding = _FOLDING.get()
         if folding is not None:
             return None
+        standby = _READING_STANDBY.get()
+        if standby is not None:  # a read standing in for the owner of this one partition
+            state = self._parts.get(standby)
+            return [state.tables] if state is not None and state.serving else []
         # list() copies in one step, so a scan in a worker thread never sees the dict resize.
-        return [s.tables for s in list(self._parts.values()) if s.serving]
+        return [s.tables for s in list(self._parts.values()) if s.serving and not s.standby]
 
     def _folding_tables(self) -> dict[str, dict[str, Any]]:
         partition = _FOLDING.get()
@@ -263,3 +300,14 @@ class PartitionTable(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(len(part) for part in self._parts())
+
+
+@contextmanager
+def standing_in() -> Iterator[None]:
+    """Within it, `OwnedPartitions.reading` also serves a caught-up standby partition: the read
+    stands in for the partition's owner, which could not answer it."""
+    token = _STANDING_IN.set(True)
+    try:
+        yield
+    finally:
+        _STANDING_IN.reset(token)

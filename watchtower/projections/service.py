@@ -104,7 +104,8 @@ class Projection:
             broker=f"kafka://{bootstrap}",
             **faust_broker_settings(),
             # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
-            # partition p of events and messages on the same worker and publishes the owners' URLs.
+            # partition p of events and messages on the same worker and publishes the owners' URLs;
+            # it also names a standby worker for every partition, which folds it too (`catch_up`).
             table_standby_replicas=1,
             web_enabled=True,
             # Listen on loopback unless told otherwise: the API accepts commands, and a stack on a
@@ -151,8 +152,11 @@ class Projection:
         self.source = self.app.topic(self.t_events, self.t_messages, self.t_replay, key_type=bytes,
                                      value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.app.agent(self.source, name="project")(self._project)
+        # Each worker also folds the partitions the assignor makes it standby for, so it answers their
+        # reads while their owner restarts (WATCHTOWER_PROJECTION_STANDBY=0: only its own partitions).
         self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold,
-                                fold_group=projection_fold_group(prefix))
+                                fold_group=projection_fold_group(prefix),
+                                standbys=os.environ.get("WATCHTOWER_PROJECTION_STANDBY", "1").strip() != "0")
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
@@ -334,7 +338,8 @@ class Projection:
                 if key is not None or exact is not None:
                     routed = route_to_owner(app, projection.t_events,
                                             lambda k: projection.partition_of(prefix + k if key else k),
-                                            projection.owned.serves, match_info=key, exact_key=exact)(guarded)
+                                            projection.owned.serves, match_info=key, exact_key=exact,
+                                            stands_by=projection.owned.stands_by)(guarded)
                 return app.page(path, name=fun.__name__, base=web_server.JsonView)(routed)
             return wrap
 
