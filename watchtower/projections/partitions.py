@@ -127,7 +127,7 @@ class OwnedPartitions:
             return False
         self._epochs += 1
         state.serving, state.epoch = True, self._epochs
-        if self.ready():
+        if self.caught_up_in_s is None and self.ready():  # a standby catching up later changes nothing
             self.caught_up_in_s = round(time.monotonic() - self._assigned_at, 3)
         self._notify()
         return True
