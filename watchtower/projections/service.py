@@ -6,7 +6,9 @@ partitions between them; each keeps its partitions' share of the tables with the
 (`partitions`), and brings a partition up to date from the log itself when it is assigned
 (`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
 and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
-partition it serves, else NOT_READY.
+partition it serves, or, when the owner cannot answer, for one it holds as a caught-up standby,
+else NOT_READY with ``Retry-After``. A worker is a static member of its group under its name
+(`group_instance_id`), so a restart within the session timeout moves no partition.
 
 Projections only answer reads. The API process (`watchtower.api.main`) also mounts the command
 gateway and the live feeds (`watchtower.gateway`) on this worker's HTTP server (`web_app`).
