@@ -25,6 +25,7 @@ from watchtower.protocol.errors import (
     DecryptionFailedError,
     InvalidArgumentError,
     InvalidSignatureError,
+    RequestTimeoutError,
     UnauthorizedError,
 )
 from watchtower.protocol.ledger.common import account_instance
@@ -442,3 +443,80 @@ def test_rekey_on_change_re_keys_for_the_remaining_members_before_it_masks(
     assert isinstance(read_all(api, carol.reader())[4], UnauthorizedError)
     assert pub.audience().clean
     assert pub.audience().details() == {"removed": [], "revoked_keys": [], "rotated_keys": []}
+
+
+# --- a read side that folds the allowlist a moment after the writer acknowledges it -------------
+
+
+class SlowProjection(FakeApi):
+    """`FakeApi` whose stream reads show an allowlist change only from the `lag`-th read after the
+    writer acknowledged it (a projection that folds it a moment later), deterministically."""
+
+    def __init__(self, lag: int) -> None:
+        super().__init__()
+        self.lag = lag
+        self.reads: dict[str, int] = {}
+        self.changes: dict[str, list[tuple[int, list[str]]]] = {}  # (shown from read n, allowlist)
+
+    def command(self, cmd: Command, *, timeout_s: float = 30.0) -> dict[str, Any]:
+        result = super().command(cmd, timeout_s=timeout_s)
+        state = self.states.get(cmd.stream_id)
+        if state is not None:
+            self.changes.setdefault(cmd.stream_id, []).append(
+                (self.reads.get(cmd.stream_id, 0) + self.lag, sorted(state.allowlist)))
+        return result
+
+    def stream_info(self, stream_id: str) -> dict[str, Any]:
+        info = super().stream_info(stream_id)
+        self.reads[stream_id] = n = self.reads.get(stream_id, 0) + 1
+        shown: list[str] = []
+        for due, allowlist in self.changes.get(stream_id, []):
+            if n > due:
+                shown = allowlist
+        info["allowlist"] = shown
+        return info
+
+
+def slow_feed(tmp_path: Path, lag: int) -> tuple[SlowProjection, ConfidentialPublisher, Account]:
+    owner = Account(nacl.signing.SigningKey(b"\x01" * 32), name="owner", home=tmp_path)
+    publisher_key = nacl.signing.SigningKey(b"\x02" * 32)
+    api = SlowProjection(lag)
+    api.command(owner.sign("create_stream", SID, {"publisher_key_hex": bytes(publisher_key.verify_key).hex(),
+                                                  "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
+    return api, ConfidentialPublisher(Publisher(api, owner, SID, publisher_key)), owner
+
+
+def test_a_member_just_added_is_sealed_to_once_the_read_side_shows_it(tmp_path: Path) -> None:
+    api, pub, owner = slow_feed(tmp_path, lag=3)
+    alice, bob = Person(11), Person(12)
+    api.command(owner.sign("allowlist_add", SID, {"address": alice.address}))  # acknowledged by the writer
+    with pytest.raises(UnauthorizedError, match=f"{alice.address} is not on the allowlist"):
+        pub.rekey([alice.recipient()])  # the race: the read side has not folded the addition yet
+    assert pub.rekey([alice.recipient()], wait_s=5.0).members[0].address == alice.address
+    info = pub.allow(bob.address, timeout_s=5.0)  # adds, and returns once the read side shows bob
+    assert bob.address in info["allowlist"]
+    pub.rekey([alice.recipient(), bob.recipient()])  # no wait needed any more
+    pub.publish("tick", b'{"n":1}')
+    assert read_all(api, bob.reader())[3] == b'{"n":1}'
+
+
+def test_waiting_for_the_allowlist_is_bounded_and_names_who_is_missing(tmp_path: Path) -> None:
+    api, pub, _owner = slow_feed(tmp_path, lag=10_000)  # the addition never shows
+    carol, dave = Person(13), Person(14)
+    with pytest.raises(RequestTimeoutError, match=carol.address) as late:
+        pub.allow(carol.address, timeout_s=0.2)
+    assert "not folded it yet" in late.value.message
+    with pytest.raises(UnauthorizedError, match=f"{dave.address} is not on the allowlist"):  # never added
+        pub.rekey([dave.recipient()], wait_s=0.2)
+    assert api.get_head(SID)["head_sequence"] == 0  # nothing sealed, nothing sent
+
+
+def test_the_demo_step_waits_for_its_allowlist_changes_on_a_slow_read_side(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from watchtower.cli.demo_private import show_confidential_feed
+
+    owner = Account(nacl.signing.SigningKey(b"\x03" * 32), name="demo-owner", home=tmp_path)
+    show_confidential_feed(SlowProjection(lag=3), owner)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "alice reads: ['before bob left #1', 'before bob left #2', 'after bob left', 'after carol joined'" in out
+    assert "carol reads: ['before bob left #1', 'before bob left #2', 'UNAUTHORIZED', 'after carol joined'" in out

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from watchtower.projections.partitions import OwnedPartitions
+from watchtower.projections.partitions import OwnedPartitions, standing_in
 from watchtower.protocol.errors import NotReadyError, StreamNotFoundError
 
 EV, MSG = "t.events", "t.messages"
@@ -59,16 +59,22 @@ def test_a_partition_kept_across_a_rebalance_keeps_its_state_and_a_lost_one_is_d
     for p, key in ((0, "a"), (1, "b")):
         with owned.folding(EV, p, 3):
             streams[key] = p
-    owned.revoke()
-    assert not owned.serves(0)
-    assert len(streams) == 0  # nothing serves mid-rebalance
+    before = owned.generation
+    assert owned.revoke() == before
+    assert owned.serves(0)
+    assert owned.serves(1)
+    assert dict(streams.items()) == {"a": 0, "b": 1}
     generation = owned.assign([0, 2])
+    assert generation != before
     assert owned.next_offset(EV, 0) == 4
     assert owned.next_offset(EV, 1) is None
-    owned.caught_up(0, generation)
+    assert owned.serves(0)  # kept: it never stopped serving
+    assert not owned.serves(1)
+    assert not owned.serves(2)
+    assert not owned.caught_up(0, generation)  # already serving
     assert dict(streams.items()) == {"a": 0}
     assert owned.health() == {"partitions": [0, 2], "catching_up": [2], "recovered": False,
-                              "caught_up_in_s": None}
+                              "caught_up_in_s": None, "standby": [], "standby_catching_up": []}
     owned.caught_up(2, generation)
     health = owned.health()
     assert health["recovered"]
@@ -79,9 +85,21 @@ def test_a_catch_up_of_an_older_generation_never_serves() -> None:
     owned = OwnedPartitions(("streams",))
     old = owned.assign([0])
     owned.revoke()
-    owned.assign([0])
+    owned.assign([1])
+    owned.assign([0])  # moved away and back: state from scratch, a new catch-up
     assert not owned.caught_up(0, old)
     assert not owned.serves(0)
+
+
+def test_a_rebalance_that_leaves_the_partitions_as_they_were_changes_nothing() -> None:
+    owned = _owned(0, 1)
+    generation = owned.generation
+    epoch = owned.serving_epoch(0)
+    owned.revoke()
+    assert owned.assign([1, 0]) == generation  # the same generation: the running catch-up goes on
+    assert owned.serving_epoch(0) == epoch
+    assert owned.serves(1)
+    assert owned.health()["recovered"]
 
 
 def test_the_live_fold_waits_for_the_catch_up_and_skips_what_is_folded_or_foreign() -> None:
@@ -115,17 +133,56 @@ def test_a_read_answers_not_ready_unless_its_partition_served_from_start_to_end(
         assert await read(owned) == "answer"
         with pytest.raises(StreamNotFoundError):
             await read(owned, error=StreamNotFoundError("no such stream"))
+        assert await read(owned, during=owned.revoke) == "answer"  # a rebalance began: still ours
         with pytest.raises(NotReadyError):  # the partition moved away mid-read
-            await read(owned, during=owned.revoke)
+            await read(owned, during=lambda: owned.assign([1]))
         with pytest.raises(NotReadyError):  # not serving when the read starts
             await read(owned)
         generation = owned.assign([0])
         owned.caught_up(0, generation)
 
         def rebuilt() -> None:  # lost and won back mid-read: the state was rebuilt under the read
+            owned.assign([1])
             owned.assign([0])
             owned.caught_up(0, owned.generation)
         with pytest.raises(NotReadyError):
             await read(owned, during=rebuilt, error=StreamNotFoundError("stale"))
+
+    asyncio.run(scenario())
+
+
+def test_a_standby_partition_is_folded_and_read_only_when_standing_in_for_its_owner() -> None:
+    async def scenario() -> None:
+        owned = OwnedPartitions(("streams",))
+        generation = owned.assign([0], standby=[1])
+        streams = owned.table("streams")
+        for p, key in ((0, "mine"), (1, "theirs")):
+            with owned.folding(EV, p, 0):
+                streams[key] = p
+        owned.caught_up(0, generation)
+        assert not owned.stands_by(1)  # still folding the log
+        owned.caught_up(1, generation)
+        assert owned.serves(0)
+        assert not owned.serves(1)
+        assert owned.stands_by(1)
+        assert dict(streams.items()) == {"mine": 0}  # a standby is no part of this worker's own reads
+        assert owned.health()["standby"] == [1]
+        assert owned.health()["recovered"]
+        with pytest.raises(NotReadyError):  # not asked to stand in: only the owner answers
+            async with owned.reading(1):
+                pass
+        with standing_in():
+            async with owned.reading(1):
+                assert dict(streams.items()) == {"theirs": 1}  # that partition alone
+            async with owned.reading(0):  # its own partition reads as ever
+                assert dict(streams.items()) == {"mine": 0}
+        # The owner left for good: the standby is promoted, keeps its state and serves at once.
+        owned.assign([0, 1])
+        assert owned.serves(1)
+        assert dict(streams.items()) == {"mine": 0, "theirs": 1}
+        # The partition moves back to its owner: this worker keeps it as its standby.
+        owned.assign([0], standby=[1])
+        assert owned.stands_by(1)
+        assert not owned.serves(1)
 
     asyncio.run(scenario())

@@ -16,17 +16,18 @@ from aiohttp import web
 from kafka_fixture import free_ports
 from yarl import URL
 
+from watchtower.projections import partitions
 from watchtower.projections.routing import ROUTED_HEADER, route_to_owner
 
 TOPIC = "t.events"
 
 
 class _Web:
-    def bytes(self, body: bytes, *, content_type: str, status: int) -> web.Response:
-        return web.Response(body=body, content_type=content_type, status=status)
+    def bytes(self, body: bytes, *, content_type: str, status: int, headers: Any = None) -> web.Response:
+        return web.Response(body=body, content_type=content_type, status=status, headers=headers)
 
-    def json(self, value: Any, *, status: int) -> web.Response:
-        return web.json_response(value, status=status)
+    def json(self, value: Any, *, status: int, headers: Any = None) -> web.Response:
+        return web.json_response(value, status=status, headers=headers)
 
 
 def _app(session: aiohttp.ClientSession, owners: dict[str, dict[str, list[int]]], me: str) -> Any:
@@ -45,6 +46,9 @@ async def _scenario() -> dict[str, Any]:
 
     async def owner_handler(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
+        if request.match_info["stream_id"] == "moving":  # the owner is still folding its partition
+            return web.json_response({"error": {"code": "NOT_READY", "message": "retry"}}, status=503,
+                                     headers={"Retry-After": "1"})
         return web.json_response({"served_by": "owner", "path": request.path})
 
     owner_port, dead_port, my_port = free_ports(3)
@@ -54,11 +58,14 @@ async def _scenario() -> dict[str, Any]:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", owner_port).start()
     me, owner, dead = (f"http://127.0.0.1:{p}" for p in (my_port, owner_port, dead_port))
-    owners = {me: {TOPIC: [0]}, owner: {TOPIC: [1]}, dead: {TOPIC: [2]}}
-    partition_of = {"here": 0, "there": 1, "gone": 2, "nobody": 3}.__getitem__
+    owners = {me: {TOPIC: [0]}, owner: {TOPIC: [1, 4]}, dead: {TOPIC: [2]}}
+    partition_of = {"here": 0, "there": 1, "gone": 2, "nobody": 3, "moving": 4}.__getitem__
 
     async def local(_view: Any, request: Any, **_kw: Any) -> web.Response:
         return web.json_response({"served_by": "me", "key": request.match_info["stream_id"]})
+
+    async def local_standing_in(_view: Any, request: Any, **_kw: Any) -> web.Response:
+        return web.json_response({"served_by": "me", "standing_in": partitions._STANDING_IN.get()})
 
     results: dict[str, Any] = {}
     async with aiohttp.ClientSession() as session:
@@ -66,8 +73,16 @@ async def _scenario() -> dict[str, Any]:
                                  match_info="stream_id")(local)
         view = SimpleNamespace(web=_Web())
         for name, key, marked in (("here", "here", False), ("there", "there", False), ("gone", "gone", False),
-                                  ("nobody", "nobody", False), ("marked", "there", True)):
+                                  ("nobody", "nobody", False), ("marked", "there", True),
+                                  ("moving", "moving", False)):
             response = await handler(view, _request(f"/v1/streams/{key}", key, marked=marked))
+            results[name] = (response.status, json.loads(response.body))
+            results[f"{name} retry-after"] = response.headers.get("Retry-After")
+        # A caught-up standby of the partition answers for an owner that is away or catching up.
+        standby = route_to_owner(_app(session, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                                 match_info="stream_id", stands_by=lambda p: p in (2, 4))(local_standing_in)
+        for name, key in (("standby gone", "gone"), ("standby moving", "moving"), ("standby there", "there")):
+            response = await standby(view, _request(f"/v1/streams/{key}", key))
             results[name] = (response.status, json.loads(response.body))
     await runner.cleanup()
     results["owner saw"] = seen
@@ -79,10 +94,20 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     assert results["here"] == (200, {"served_by": "me", "key": "here"})
     assert results["there"] == (200, {"served_by": "owner", "path": "/v1/streams/there"})
     # The owner got the request marked, so it would never forward it again.
-    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"]
+    # "there" and "moving", then both again by the router with a standby: marked every time.
+    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"] * 4
     status, body = results["gone"]  # the owner is not listening (killed, restarting)
     assert (status, body["error"]["code"]) == (503, "NOT_READY")
     assert "retry" in body["error"]["message"]
+    assert results["gone retry-after"] == "1"  # and says when to ask again
+    # The owner's own NOT_READY (still folding the partition) reaches the client with its Retry-After.
+    assert (results["moving"][0], results["moving"][1]["error"]["code"]) == (503, "NOT_READY")
+    assert results["moving retry-after"] == "1"
+    assert results["here retry-after"] is None
+    assert results["standby gone"] == (200, {"served_by": "me", "standing_in": True})
+    assert results["standby moving"] == (200, {"served_by": "me", "standing_in": True})
+    assert results["standby there"][1] == {"served_by": "owner", "path": "/v1/streams/there"}  # the owner answers
+    assert results["there retry-after"] is None
     # No owner known, or a request already forwarded once: the local handler answers (NOT_READY
     # from its own partition check when it does not serve the key).
     assert results["nobody"] == (200, {"served_by": "me", "key": "nobody"})

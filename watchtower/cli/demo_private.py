@@ -58,10 +58,11 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
     api.command(owner.sign("create_stream", sid, {
         "publisher_key_hex": bytes(publisher_key.verify_key).hex(), "subscription_policy": "PRIVATE_ALLOWLIST",
         "confidential": True}))
-    for member in (alice, bob):
-        api.command(owner.sign("allowlist_add", sid, {"address": member.address}))
     wait_until_visible(api, sid, timeout_s=STEP_TIMEOUT_S)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher_key))
+    # A keyload seals only to members the read API shows on the allowlist: `allow` adds them and
+    # waits until it does (the projection workers fold an acknowledged change a moment later).
+    pub.allow(alice.address, bob.address, timeout_s=STEP_TIMEOUT_S)
     before = pub.rekey([alice.recipient(), bob.recipient()])
     pub.publish("note", b"before bob left #1")
     pub.publish("note", b"before bob left #2")
@@ -74,7 +75,7 @@ def show_confidential_feed(api: ApiClient, owner: Account) -> None:
     pub.rekey([alice.recipient()])
     pub.publish("note", b"after bob left")
     carol = _Member("carol")
-    api.command(owner.sign("allowlist_add", sid, {"address": carol.address}))
+    pub.allow(carol.address, timeout_s=STEP_TIMEOUT_S)
     pub.rekey([alice.recipient(), carol.recipient()])
     pub.publish("note", b"after carol joined")
     pub.reseal(before.keyload_id, before.session_key, [carol.recipient()])

@@ -17,6 +17,12 @@ removed, or a member's account key rotated or revoked (`member_recipients` reads
 newest active key). A member added later reads from its join; the owner may `reseal` chosen past
 keyloads to it (the owner, a member of every keyload, opens them from the log).
 
+An allowlist change is acknowledged by the writer, but `rekey` checks the audience against the
+read API, whose allowlist comes from the projection workers a moment later: sealing to a member
+added an instant ago is refused (UNAUTHORIZED, "not on the allowlist") until they have folded it.
+So add members with `allow`, which waits until the read API shows them (`wait_until_allowlisted`,
+bounded, TIMEOUT naming who is missing), or give `rekey` a `wait_s`.
+
 Branches: one `ConfidentialPublisher` per branch, each with its own audience and keyload; every
 message names its branch in the signed ``wt.branch`` tag, so a subscriber filters by branch with
 the filter DSL (``{"field": "tags.wt.branch", "op": "eq", "value": "pro"}``: a branch's keyload
@@ -25,7 +31,9 @@ parts and reseals carry the tag too, so that filter alone gives a member all it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -61,7 +69,10 @@ from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CON
 from watchtower.protocol.errors import (
     DecryptionFailedError,
     InvalidArgumentError,
+    NotReadyError,
+    RequestTimeoutError,
     StaleSequenceError,
+    StreamNotFoundError,
     UnauthorizedError,
 )
 from watchtower.protocol.stream.message import StreamMessage, TagValue
@@ -75,6 +86,8 @@ TAG_PARTS: Final = "wt.parts"
 TAG_FIRST: Final = "wt.first"
 TAG_LAST: Final = "wt.last"
 KEYLOAD_CONTENT_TYPE: Final = "application/cbor"
+#: How long `allow` waits, by default, for the read API to show the members it added.
+ALLOWLIST_WAIT_S: Final = 10.0
 
 
 @runtime_checkable
@@ -112,14 +125,30 @@ class ConfidentialPublisher:
         """The id of the keyload masking the next message (None before the first `rekey`)."""
         return None if self._keyload is None else self._keyload.keyload_id
 
-    def rekey(self, members: Iterable[Recipient]) -> Keyload:
+    def allow(self, *addresses: str, timeout_s: float = ALLOWLIST_WAIT_S) -> dict[str, Any]:
+        """Add `addresses` to the stream's allowlist (signed by the owner) and wait until the read API
+        shows every one of them there, so a `rekey` to them right after is not refused; returns the
+        stream's info. TIMEOUT after `timeout_s` naming who is not shown yet (`wait_until_allowlisted`)."""
+        api = self.publisher.api
+        for address in addresses:
+            api.command(self.publisher.owner.sign("allowlist_add", self.publisher.stream_id, {"address": address}))
+        return wait_until_allowlisted(_audience_api(api), self.publisher.stream_id, addresses, timeout_s=timeout_s)
+
+    def rekey(self, members: Iterable[Recipient], *, wait_s: float = 0.0) -> Keyload:
         """Publish a new keyload for `members` (the owner among them, to read its own feed); every
         later message is masked under it. Returns it (its `session_key` stays in this process).
         UNAUTHORIZED, with nothing built or sent, for a member off the allowlist or under a revoked
-        or superseded account key (`audience`)."""
+        or superseded account key (`audience`). With `wait_s`, a member the read API does not show
+        on the allowlist yet (an allowlist_add just acknowledged) is waited for that long first."""
         recipients = list(members)
-        require_sealable(self.audience([Member(r.address, r.account_key_id) for r in recipients]),
-                         stream_id=self.publisher.stream_id)
+        chosen = [Member(r.address, r.account_key_id) for r in recipients]
+        drift = self.audience(chosen)
+        if drift.removed and wait_s > 0:
+            with contextlib.suppress(RequestTimeoutError):  # refused just below, naming who is off the allowlist
+                wait_until_allowlisted(_audience_api(self.publisher.api), self.publisher.stream_id, drift.removed,
+                                       timeout_s=wait_s)
+            drift = self.audience(chosen)
+        require_sealable(drift, stream_id=self.publisher.stream_id)
         keyload = build_keyload(self.publisher.stream_id, recipients, branch=self.branch)
         parts = [decode_part(p) for p in keyload.parts]
         for raw, part in zip(keyload.parts, parts, strict=True):
@@ -133,10 +162,7 @@ class ConfidentialPublisher:
     def audience(self, members: Iterable[Member] | None = None) -> AudienceDrift:
         """How `members` (default: the current keyload's) differ from who may read now: the stream's
         owner and allowlist and each member's account keys, read from the API."""
-        api = self.publisher.api
-        if not isinstance(api, AudienceApi):
-            raise InvalidArgumentError("a confidential publisher reads the allowlist and the members' account keys "
-                                       "before it seals or masks: its API needs stream_info and account_info")
+        api = _audience_api(self.publisher.api)
         if members is None:
             if self._keyload is None:
                 raise InvalidArgumentError("no keyload yet: call rekey(members) before the first message")
@@ -220,6 +246,41 @@ class ConfidentialPublisher:
                 f"to ({drift.details()}); re-key with the audience you want (`watchtower feed "
                 f"{self.publisher.stream_id} rekey --branch {self.branch}`)", details=drift.details())
         self.rekey(recipients)
+
+
+def _audience_api(api: object) -> AudienceApi:
+    if not isinstance(api, AudienceApi):
+        raise InvalidArgumentError("a confidential publisher reads the allowlist and the members' account keys "
+                                   "before it seals or masks: its API needs stream_info and account_info")
+    return api
+
+
+def wait_until_allowlisted(api: AudienceApi, stream_id: str, addresses: Iterable[str], *,
+                           timeout_s: float = ALLOWLIST_WAIT_S) -> dict[str, Any]:
+    """Wait until the read API shows each of `addresses` on the stream's allowlist (the owner needs
+    no entry); return the stream's info.
+
+    An allowlist_add is acknowledged by the writer; the read API shows it once the projection
+    workers have folded it, a moment later (longer while they restart or rebalance). TIMEOUT after
+    `timeout_s`, naming the addresses not shown yet.
+    """
+    wanted = set(addresses)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            info = api.stream_info(stream_id)
+            missing = wanted - set(info.get("allowlist") or ()) - {str(info.get("owner"))}
+        except (NotReadyError, StreamNotFoundError):
+            missing = wanted  # the read side is catching up, or has not shown the stream yet
+        if not missing:
+            return info
+        if time.monotonic() >= deadline:
+            raise RequestTimeoutError(
+                f"the read API does not show {', '.join(sorted(missing))} on the allowlist of {stream_id} after "
+                f"{timeout_s:g}s: if the allowlist_add was acknowledged, the projection workers have not folded it "
+                "yet (check `watchtower up`), so retry; otherwise add them first",
+                details={"stream_id": stream_id, "missing": ", ".join(sorted(missing))})
+        time.sleep(0.05)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

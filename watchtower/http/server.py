@@ -67,10 +67,21 @@ BODY_DEADLINE_S: float = 10.0
 LINGER_S: float = 2.0
 
 
+#: How long a NOT_READY answer tells the client to wait before asking again (``Retry-After``, seconds).
+#: NOT_READY means a partition is in motion (its owner restarting, a rebalance moving it, its new
+#: owner folding the log): the read succeeds once that ends, and asking every second finds out soon.
+RETRY_AFTER_S: Final = 1
+
+
+def retry_after(code: str) -> dict[str, str] | None:
+    """The ``Retry-After`` header for an error answer with spec code `code` (None: not one to retry)."""
+    return {"Retry-After": str(RETRY_AFTER_S)} if code == NotReadyError.CODE else None
+
+
 def error_response(err: WatchtowerError, status: int | None = None) -> web.Response:
-    """The JSON answer for `err` (status from its code unless given)."""
+    """The JSON answer for `err` (status from its code unless given; NOT_READY with ``Retry-After``)."""
     return web.Response(text=json.dumps(error_body(err)), status=status or http_status(err.code),
-                        content_type="application/json")
+                        content_type="application/json", headers=retry_after(err.code))
 
 
 def error_for_status(status: int, detail: str) -> WatchtowerError:
@@ -160,7 +171,8 @@ class JsonView(View):
 
     async def on_request_error(self, request: Any, exc: WebError) -> Any:  # noqa: ARG002 (Faust's signature)
         status = int(exc.code or 500)
-        return self.json(error_body(error_for_status(status, str(exc.detail))), status=status)
+        err = error_for_status(status, str(exc.detail))
+        return self.json(error_body(err), status=status, headers=retry_after(err.code))
 
 
 class JsonErrorRequestHandler(RequestHandler):

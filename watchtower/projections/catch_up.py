@@ -1,10 +1,11 @@
 """Fold each assigned partition's committed log: up to its end before it serves reads, then live.
 
-After every rebalance, each partition this worker owns is brought up to date from the log itself:
+After every rebalance that changes this worker's partitions, each one is brought up to date from
+the log itself (a rebalance that leaves them as they were changes nothing here):
 ``events[p]``, ``messages[p]`` and ``replay[p]`` are read ``read_committed`` from the offset after
 the last one its state has folded (from the beginning for a partition new to this worker). When a
 partition reaches the end it had when the reading started, it serves reads; the same reader then
-goes on folding what is committed after that (the live fold), until the next rebalance. One reader
+goes on folding what is committed after that (the live fold), until the assignment changes. One reader
 per assignment, folding in log order per partition, so every record is folded exactly once.
 
 Why this reader and not the Faust agent's stream for the live fold: the agent's path costs about
@@ -162,8 +163,10 @@ class CatchUp:
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
-                 fold: Callable[[LogRecord], None], fold_group: str | None = None) -> None:
+                 fold: Callable[[LogRecord], None], fold_group: str | None = None, standbys: bool = True) -> None:
         self.bootstrap = bootstrap
+        self.standbys = standbys  # also fold the standby partitions the group's assignor names
+        self._app: Any = None
         self.fold_group = fold_group  # where the fold's positions are recorded for lag (topics.groups)
         self.topics = topics  # (events, messages, replay): co-partitioned, read together
         self.owned = owned
@@ -171,27 +174,40 @@ class CatchUp:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def attach(self, app: Any) -> None:
+        self._app = app
         app.on_partitions_revoked.connect(self._on_revoked)
         app.on_partitions_assigned.connect(self._on_assigned)
 
     async def _on_revoked(self, _sender: Any, _revoked: Any, **_kw: Any) -> None:
-        self.owned.revoke()
+        self.owned.revoke()  # stops nothing: the partitions that stay keep serving (`partitions`)
 
     async def _on_assigned(self, _sender: Any, assigned: Iterable[Any], **_kw: Any) -> None:
-        self.assign({(tp.topic, tp.partition) for tp in assigned})
+        standby: set[TopicPartitionKey] = set()
+        if self.standbys:  # the group's assignor names them with the assignment (not a Kafka assignment)
+            standby = {(tp.topic, tp.partition) for tp in self._app.assignor.assigned_standbys()}
+        self.assign({(tp.topic, tp.partition) for tp in assigned}, standby)
 
-    def assign(self, assigned: set[TopicPartitionKey]) -> None:
-        """Adopt a new assignment (topic, partition pairs) and start catching it up."""
+    def assign(self, assigned: set[TopicPartitionKey], standby: set[TopicPartitionKey] | None = None) -> None:
+        """Adopt a new assignment (topic, partition pairs, owned and standby) and start catching it up."""
+        partitions = self._whole(assigned, "assignment")
+        standbys = sorted(set(self._whole(standby or set(), "standby assignment")) - set(partitions))
+        before = self.owned.generation
+        generation = self.owned.assign(partitions, standbys)
+        if generation == before:
+            return  # the same partitions: their fold goes on, and they never stopped serving
+        task = asyncio.ensure_future(self._run(generation, sorted([*partitions, *standbys])))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _whole(self, assigned: set[TopicPartitionKey], what: str) -> list[int]:
+        """The partitions of which `assigned` holds every topic (the fold needs them all)."""
         shares = [{p for t, p in assigned if t == topic} for topic in self.topics]
         partitions = sorted(set.intersection(*shares))
         if any(share != shares[0] for share in shares):
             # The fold needs every topic of a partition; one without the others never serves.
-            log.error("assignment splits co-partitioned topics: %s; serving only %s",
+            log.error("%s splits co-partitioned topics: %s; serving only %s", what,
                       {t: sorted(s) for t, s in zip(self.topics, shares, strict=True)}, partitions)
-        generation = self.owned.assign(partitions)
-        task = asyncio.ensure_future(self._run(generation, partitions))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return partitions
 
     async def _run(self, generation: int, partitions: list[int]) -> None:
         started = time.monotonic()
@@ -211,7 +227,8 @@ class CatchUp:
         reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts, self.fold_group)
         folded, serving = 0, False
         next_record = 0.0
-        metrics.BOARD.assigned(partitions)
+        owned = sorted(self.owned.assigned or ())  # the lag metrics and the fold group's positions: these
+        metrics.BOARD.assigned(owned)
         try:
             self._settle(generation, partitions, reader.pending)
             while generation == self.owned.generation:
@@ -231,12 +248,12 @@ class CatchUp:
                 self._settle(generation, partitions, reader.pending)
                 metrics.FOLDED.inc(folded - before)
                 if reader.lag is not None:
-                    metrics.BOARD.measured(reader.lag, {p for p in partitions
-                                                        if not any((t, p) in reader.pending for t in self.topics)})
+                    metrics.BOARD.measured({tp: lag for tp, lag in reader.lag.items() if tp[1] in owned},
+                                           {p for p in owned if not any((t, p) in reader.pending for t in self.topics)})
                     reader.lag = None
                 if self.fold_group is not None and time.monotonic() >= next_record:
                     next_record = time.monotonic() + FOLD_RECORD_EVERY_S
-                    positions = {(t, p): o for p in partitions for t in self.topics
+                    positions = {(t, p): o for p in owned for t in self.topics
                                  if (o := self.owned.next_offset(t, p)) is not None}
                     await loop.run_in_executor(None, reader.commit_positions, positions)
         finally:

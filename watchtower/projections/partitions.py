@@ -7,10 +7,22 @@ delivered twice — after a rebalance or an uncommitted consumer offset — is f
 the fold does with it).
 
 A partition *serves* reads only once it has folded the committed log up to the end it saw at
-assignment (see `catch_up`); until then, and during a rebalance, reads of its keys answer
-NOT_READY. A read checks this before it starts and again when it ends (`reading`), so a read that
-overlapped a rebalance — a long poll, a log scan — is never answered from state that stopped being
-this worker's, or that was rebuilt, in the middle.
+assignment (see `catch_up`); until then reads of its keys answer NOT_READY. A rebalance does not
+stop the partitions that stay with this worker: they keep serving while the group agrees on the
+next assignment and after it (their state is a fold of the log, which no other worker can serve
+sooner: a new owner first folds the log to its end). Only a partition that moves away stops
+serving (when the new assignment arrives), and one that arrives serves once it has caught up. A
+read checks its partition serves before it starts and still serves, in the same epoch, when it ends
+(`reading`), so a read that overlapped a move — a long poll, a log scan — is never answered from
+state that stopped being this worker's, or that was rebuilt, in the middle.
+
+A worker may also hold *standby* partitions (the group's assignor names, for each partition, a
+standby worker besides its owner): it folds them exactly as its own, but answers reads of them only
+when asked to stand in for their owner (`standing_in`: the owner cannot be reached, or answers
+NOT_READY), so a worker that restarts, or a partition whose owner is still folding it, is read from
+the standby meanwhile. A standby that becomes the owner (the assignor promotes standbys first) keeps
+its state and serves at once; an owner whose partition moves to the worker it was standby for
+keeps it as that partition's standby.
 
 Tables are `PartitionTable` mappings. Inside a fold (`folding`) they see and change exactly the
 partition being folded, as if it were the only one; outside (HTTP reads) they see every serving
@@ -31,6 +43,8 @@ from typing import Any
 from watchtower.protocol.errors import NotReadyError
 
 _FOLDING: ContextVar[int | None] = ContextVar("watchtower_folding_partition", default=None)
+_STANDING_IN: ContextVar[bool] = ContextVar("watchtower_standing_in", default=False)
+_READING_STANDBY: ContextVar[int | None] = ContextVar("watchtower_reading_standby", default=None)
 
 
 @dataclass
@@ -41,6 +55,7 @@ class PartitionState:
     applied: dict[str, int] = field(default_factory=dict)  # topic -> offset of the last folded record
     serving: bool = False
     epoch: int = 0  # changes every time the partition starts serving
+    standby: bool = False  # folded here, but owned by another worker
 
 
 class OwnedPartitions:
@@ -48,13 +63,15 @@ class OwnedPartitions:
 
     Driven by the consumer's rebalances: `revoke` when a rebalance starts, `assign` with the new
     assignment, `caught_up` when a partition has folded the log to its end. The live fold asks
-    `admit` before each record and folds it inside `folding`.
+    `admit` before each record and folds it inside `folding`. A rebalance stops nothing by itself:
+    `assign` stops exactly the partitions that left (see the module docstring).
     """
 
     def __init__(self, table_names: Iterable[str]) -> None:
         self.table_names = tuple(table_names)
         self.generation = 0  # one per rebalance; work for an older generation is abandoned
-        self.assigned: frozenset[int] | None = None  # None before the first assignment and mid-rebalance
+        self.assigned: frozenset[int] | None = None  # None before the first assignment
+        self.standby: frozenset[int] = frozenset()  # the standby partitions (never among `assigned`)
         self._parts: dict[int, PartitionState] = {}
         self._epochs = 0
         self._changed = asyncio.Event()
@@ -69,29 +86,37 @@ class OwnedPartitions:
 
     # ------------------------------------------------------------------ rebalances
     def revoke(self) -> int:
-        """A rebalance started: nothing serves until the next assignment has caught up."""
-        self.generation += 1
-        self.assigned = None
-        for state in self._parts.values():
-            state.serving = False
-        self._notify()
+        """A rebalance started; returns the current generation.
+
+        Every partition held goes on serving and folding: the consumer protocol revokes all of them
+        at the start of every rebalance, but a partition that stays is served by no one else, and
+        one that moves is served by its new owner only once that owner has folded the log to its
+        end. `assign` stops the partitions that left.
+        """
         return self.generation
 
-    def assign(self, partitions: Iterable[int]) -> int:
-        """The new assignment; returns its generation. State of partitions no longer owned is dropped.
+    def assign(self, partitions: Iterable[int], standby: Iterable[int] = ()) -> int:
+        """The new assignment (owned and standby partitions); returns its generation. State of
+        partitions neither owned nor standby here any more is dropped.
 
-        A partition kept across the rebalance keeps its state and position: catching up then only
-        folds what was committed since (possibly by another worker, had it moved away and back).
+        The same partitions as before keep the generation (their catch-up and live fold go on). A
+        change starts a new generation: a partition kept (as owner or standby, either way) keeps its
+        state, its position and its serving, so its reads never stop (catching up then only folds
+        what was committed since); a partition new here serves once it has caught up.
         """
-        self.generation += 1
         owned = frozenset(partitions)
-        for p in set(self._parts) - owned:
+        standbys = frozenset(standby) - owned
+        if owned == self.assigned and standbys == self.standby:
+            return self.generation
+        self.generation += 1
+        for p in set(self._parts) - owned - standbys:
             del self._parts[p]
-        for p in owned:
+        for p in owned | standbys:
             state = self._parts.setdefault(p, PartitionState({name: {} for name in self.table_names}))
-            state.serving = False
-        self.assigned = owned
-        self._assigned_at, self.caught_up_in_s = time.monotonic(), (None if owned else 0.0)
+            state.standby = p in standbys
+        self.assigned, self.standby = owned, standbys
+        self._assigned_at = time.monotonic()
+        self.caught_up_in_s = 0.0 if self.ready() else None
         self._notify()
         return self.generation
 
@@ -102,7 +127,7 @@ class OwnedPartitions:
             return False
         self._epochs += 1
         state.serving, state.epoch = True, self._epochs
-        if self.ready():
+        if self.caught_up_in_s is None and self.ready():  # a standby catching up later changes nothing
             self.caught_up_in_s = round(time.monotonic() - self._assigned_at, 3)
         self._notify()
         return True
@@ -154,35 +179,49 @@ class OwnedPartitions:
             state.applied[topic] = max(offset, state.applied.get(topic, -1))
 
     # ------------------------------------------------------------------ reads
-    def serving_epoch(self, partition: int) -> int | None:
-        """The partition's current serving epoch, or None when it does not serve reads here."""
+    def serving_epoch(self, partition: int, *, standby: bool = False) -> int | None:
+        """The partition's current serving epoch, or None when it does not serve reads here (with
+        `standby`: when it is not a caught-up standby here)."""
         state = self._parts.get(partition)
-        if self.assigned is None or state is None or not state.serving:
+        if self.assigned is None or state is None or not state.serving or state.standby != standby:
             return None
         return state.epoch
 
     def serves(self, partition: int) -> bool:
-        """True if reads of `partition` are answered here now."""
+        """True if reads of `partition` are answered here now (as its owner)."""
         return self.serving_epoch(partition) is not None
+
+    def stands_by(self, partition: int) -> bool:
+        """True if `partition` is a standby here that has caught up: it can stand in for its owner."""
+        return self.serving_epoch(partition, standby=True) is not None
 
     @asynccontextmanager
     async def reading(self, partition: int) -> AsyncIterator[None]:
         """Run a read of `partition`'s state; NOT_READY unless it served here from start to end.
 
         Whatever the read answered (a result or an error such as STREAM_NOT_FOUND) is replaced by
-        NOT_READY when the partition stopped serving, or served anew, while the read ran.
+        NOT_READY when the partition stopped serving, or served anew, while the read ran. Inside
+        `standing_in`, a caught-up standby partition serves too, and the read sees that partition only.
         """
-        epoch = self.serving_epoch(partition)
+        standby = _STANDING_IN.get() and not self.serves(partition)
+        epoch = self.serving_epoch(partition, standby=standby)
         if epoch is None:
             raise NotReadyError(_NOT_READY)
+        token = _READING_STANDBY.set(partition if standby else None)
         try:
             yield
         finally:
-            if self.serving_epoch(partition) != epoch:
+            _READING_STANDBY.reset(token)
+            if self._epoch_held(partition) != epoch:
                 raise NotReadyError(_NOT_READY)
 
+    def _epoch_held(self, partition: int) -> int | None:
+        """The partition's serving epoch here, as owner or standby (a promotion keeps the state)."""
+        state = self._parts.get(partition)
+        return None if state is None or not state.serving else state.epoch
+
     def ready(self) -> bool:
-        """True once an assignment has arrived and every partition of it serves."""
+        """True once an assignment has arrived and every partition it owns serves (standbys aside)."""
         if self.assigned is None:
             return False
         return all(self._parts[p].serving for p in self.assigned)
@@ -193,20 +232,28 @@ class OwnedPartitions:
         ``partitions``: the events partitions assigned to it (its share; the workers' shares are
         disjoint and cover every partition once the group is stable); ``catching_up``: those of
         them still folding the log, whose reads answer NOT_READY; ``recovered``: none is;
-        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does).
+        ``caught_up_in_s``: how long the latest assignment took to serve (null until it does);
+        ``standby``: the standby partitions it folds too, to stand in for their owners, and
+        ``standby_catching_up`` those of them that cannot yet.
         """
         assigned = sorted(self.assigned or ())
         catching_up = [p for p in assigned if not self._parts[p].serving]
+        standby = sorted(self.standby)
         return {"partitions": assigned, "catching_up": catching_up, "recovered": self.ready(),
-                "caught_up_in_s": self.caught_up_in_s}
+                "caught_up_in_s": self.caught_up_in_s, "standby": standby,
+                "standby_catching_up": [p for p in standby if not self._parts[p].serving]}
 
     def _scope(self) -> list[dict[str, Any]] | None:
         """Partition states a table access sees: the one being folded, or every serving one."""
         folding = _FOLDING.get()
         if folding is not None:
             return None
+        standby = _READING_STANDBY.get()
+        if standby is not None:  # a read standing in for the owner of this one partition
+            state = self._parts.get(standby)
+            return [state.tables] if state is not None and state.serving else []
         # list() copies in one step, so a scan in a worker thread never sees the dict resize.
-        return [s.tables for s in list(self._parts.values()) if s.serving]
+        return [s.tables for s in list(self._parts.values()) if s.serving and not s.standby]
 
     def _folding_tables(self) -> dict[str, dict[str, Any]]:
         partition = _FOLDING.get()
@@ -253,3 +300,14 @@ class PartitionTable(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(len(part) for part in self._parts())
+
+
+@contextmanager
+def standing_in() -> Iterator[None]:
+    """Within it, `OwnedPartitions.reading` also serves a caught-up standby partition: the read
+    stands in for the partition's owner, which could not answer it."""
+    token = _STANDING_IN.set(True)
+    try:
+        yield
+    finally:
+        _STANDING_IN.reset(token)

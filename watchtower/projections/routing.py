@@ -7,8 +7,11 @@ the partition; otherwise it forwards the request once, marked, and the receiver 
 again: during a rebalance two workers' views of the assignment can disagree, and a marked request
 cannot bounce between them. The receiver then answers from its own state or NOT_READY.
 
-An owner that cannot be reached (stopped, killed, not listening yet) makes the read NOT_READY,
-never a 500: the group moves its partitions within the session timeout.
+An owner that cannot be reached (stopped, killed, restarting, not listening yet) makes the read
+NOT_READY with ``Retry-After``, never a 500 and never a hang: the owner comes back under its name, or
+the group moves its partitions within the session timeout. Meanwhile a worker that holds the
+partition as a caught-up standby answers the read itself (`partitions`), as it does when the owner
+answers NOT_READY (still folding a partition it just got).
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ import aiohttp
 from yarl import URL
 
 from watchtower.http.errors import error_body, http_status
+from watchtower.http.server import retry_after
+from watchtower.projections.partitions import standing_in
 from watchtower.protocol.errors import NotReadyError
 
 log = logging.getLogger("watchtower.projections")
 
 ROUTED_HEADER = "X-Watchtower-Routed"
-# A forwarded long poll may wait as long as the owner lets it; this only stops a hung owner.
-FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=120.0, sock_connect=3.0)
+# A forwarded long poll may wait as long as the owner lets it (`wait_ms`, at most 30 s), any other
+# read a few seconds: past that the owner is hung (stopping, paused), and the read answers NOT_READY
+# with Retry-After instead of hanging. A worker that is gone (its address unreachable) is given up
+# on after `FORWARD_CONNECT_S`.
+FORWARD_CONNECT_S = 1.0
+FORWARD_READ_S = 10.0
+SHARE_TIMEOUT = aiohttp.ClientTimeout(total=FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
 _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
 Handler = Callable[..., Awaitable[Any]]
@@ -49,28 +59,40 @@ def _same_worker(a: str, b: str) -> bool:
 
 
 def route_to_owner(app: Any, topic: str, partition_of: Callable[[str], int], serves: Callable[[int], bool], *,
-                   match_info: str | None = None, exact_key: str | None = None) -> Callable[[Handler], Handler]:
+                   match_info: str | None = None, exact_key: str | None = None,
+                   stands_by: Callable[[int], bool] | None = None) -> Callable[[Handler], Handler]:
     """Decorate a view method: serve here if this worker `serves` the key's partition, else forward.
 
     The key is the URL segment `match_info`, or `exact_key`; `partition_of(key)` is its partition
     of `topic`. The decorated handler must itself answer NOT_READY when it runs here without
     serving the partition (a forwarded request, no owner known, or the owner is this worker but
-    still catching up).
+    still catching up). When the owner cannot answer (unreachable, or NOT_READY itself) and this
+    worker `stands_by` the partition (a caught-up standby), the handler answers here instead, inside
+    `partitions.standing_in`.
     """
     if (match_info is None) == (exact_key is None):
         raise TypeError("give exactly one of match_info and exact_key")
 
     def decorate(handler: Handler) -> Handler:
+        async def here(partition: int, view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            if stands_by is not None and not serves(partition) and stands_by(partition):
+                with standing_in():
+                    return await handler(view, request, *args, **kwargs)
+            return await handler(view, request, *args, **kwargs)
+
         @functools.wraps(handler)
         async def routed(view: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
             key = exact_key if exact_key is not None else request.match_info[match_info]
             partition = partition_of(key)
             if request.headers.get(ROUTED_HEADER) or serves(partition):
-                return await handler(view, request, *args, **kwargs)
+                return await here(partition, view, request, *args, **kwargs)
             url = owner_url(app, topic, partition)
             if url is None or _same_worker(url, str(app.conf.canonical_url)):
-                return await handler(view, request, *args, **kwargs)
-            return await forward(app, view, request, url)
+                return await here(partition, view, request, *args, **kwargs)
+            answer = await forward(app, view, request, url)
+            if answer.status == 503 and stands_by is not None and stands_by(partition):
+                return await here(partition, view, request, *args, **kwargs)  # the owner is away or catching up
+            return answer
         return routed
     return decorate
 
@@ -83,14 +105,26 @@ async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
     headers[ROUTED_HEADER] = "1"
     try:
         async with app.http_client.request(method=request.method, url=url, headers=headers,
-                                           timeout=FORWARD_TIMEOUT) as response:
+                                           timeout=forward_timeout(request)) as response:
             body = await response.read()
-            return view.web.bytes(body, content_type=response.content_type, status=response.status)
+            passed = {"Retry-After": response.headers["Retry-After"]} if "Retry-After" in response.headers else None
+            return view.web.bytes(body, content_type=response.content_type, status=response.status, headers=passed)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         log.info("owner %s did not answer a routed read: %r", owner, exc)
         err = NotReadyError(f"the worker that owns this key's partition ({owner}) did not answer; it may be "
                             "restarting or leaving the group, which then moves its partitions; retry in a moment")
-        return view.web.json(error_body(err), status=http_status(err.code))
+        return view.web.json(error_body(err), status=http_status(err.code), headers=retry_after(err.code))
+
+
+def forward_timeout(request: Any) -> aiohttp.ClientTimeout:
+    """How long a forwarded read may take: a long poll its `wait_ms` and `FORWARD_READ_S` more, any
+    other read `FORWARD_READ_S`; connecting at most `FORWARD_CONNECT_S`."""
+    query = request.url.query
+    try:
+        wait_s = max(0, int(query.get("wait_ms", 0))) / 1000 if "min_head" in query else 0.0
+    except ValueError:
+        wait_s = 0.0  # the owner refuses it: no wait
+    return aiohttp.ClientTimeout(total=min(wait_s, 30.0) + FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
 
 
 async def peer_shares(projection: Any, covered: set[int], path: str, what: str) -> list[dict[str, Any]]:
@@ -107,7 +141,7 @@ async def peer_shares(projection: Any, covered: set[int], path: str, what: str) 
     async def one(url: URL) -> dict[str, Any]:
         try:
             async with app.http_client.get(url.with_path(path), headers={ROUTED_HEADER: "1"},
-                                           timeout=FORWARD_TIMEOUT) as response:
+                                           timeout=SHARE_TIMEOUT) as response:
                 if response.status != 200:
                     raise NotReadyError(f"worker {url} could not give its share of {what}; retry")
                 share: dict[str, Any] = await response.json()

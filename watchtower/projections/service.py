@@ -6,7 +6,9 @@ partitions between them; each keeps its partitions' share of the tables with the
 (`partitions`), and brings a partition up to date from the log itself when it is assigned
 (`catch_up`). Every GET about a stream is routed to the worker that owns the stream's partition,
 and registry reads to the owner of the registry key (`routing`); a worker answers them only for a
-partition it serves, else NOT_READY.
+partition it serves, or, when the owner cannot answer, for one it holds as a caught-up standby,
+else NOT_READY with ``Retry-After``. A worker is a static member of its group under its name
+(`group_instance_id`), so a restart within the session timeout moves no partition.
 
 Projections only answer reads. The API process (`watchtower.api.main`) also mounts the command
 gateway and the live feeds (`watchtower.gateway`) on this worker's HTTP server (`web_app`).
@@ -104,7 +106,8 @@ class Projection:
             broker=f"kafka://{bootstrap}",
             **faust_broker_settings(),
             # With no Faust tables, a standby count above 0 keeps Faust's own assignor, which puts
-            # partition p of events and messages on the same worker and publishes the owners' URLs.
+            # partition p of events and messages on the same worker and publishes the owners' URLs;
+            # it also names a standby worker for every partition, which folds it too (`catch_up`).
             table_standby_replicas=1,
             web_enabled=True,
             # Listen on loopback unless told otherwise: the API accepts commands, and a stack on a
@@ -124,6 +127,9 @@ class Projection:
             # (10 s by default, WATCHTOWER_SESSION_TIMEOUT_MS), not Faust's default 60 s.
             broker_session_timeout=timeouts.session_ms / 1000,
             broker_heartbeat_interval=timeouts.heartbeat_ms / 1000,
+            # Static membership: a worker restarted under its name within the session timeout takes
+            # its own partitions back, with no rebalance of the group (`group_instance_id`).
+            consumer_group_instance_id=group_instance_id(worker_id),
             stream_wait_empty=False,
             folded_elsewhere=frozenset((self.t_events, self.t_messages, self.t_replay)),
         )
@@ -148,8 +154,11 @@ class Projection:
         self.source = self.app.topic(self.t_events, self.t_messages, self.t_replay, key_type=bytes,
                                      value_type=bytes, key_serializer="raw", value_serializer="raw")
         self.app.agent(self.source, name="project")(self._project)
+        # Each worker also folds the partitions the assignor makes it standby for, so it answers their
+        # reads while their owner restarts (WATCHTOWER_PROJECTION_STANDBY=0: only its own partitions).
         self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold,
-                                fold_group=projection_fold_group(prefix))
+                                fold_group=projection_fold_group(prefix),
+                                standbys=os.environ.get("WATCHTOWER_PROJECTION_STANDBY", "1").strip() != "0")
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
@@ -324,13 +333,15 @@ class Projection:
                                 return await fun(SafeJsonWeb(web), request, **kw)
                         return await fun(SafeJsonWeb(web), request, **kw)
                     except WatchtowerError as err:
-                        return web.json(error_body(err), status=http_status(err.code))
+                        return web.json(error_body(err), status=http_status(err.code),
+                                        headers=web_server.retry_after(err.code))
                 guarded.__name__ = fun.__name__
                 routed: Any = guarded
                 if key is not None or exact is not None:
                     routed = route_to_owner(app, projection.t_events,
                                             lambda k: projection.partition_of(prefix + k if key else k),
-                                            projection.owned.serves, match_info=key, exact_key=exact)(guarded)
+                                            projection.owned.serves, match_info=key, exact_key=exact,
+                                            stands_by=projection.owned.stands_by)(guarded)
                 return app.page(path, name=fun.__name__, base=web_server.JsonView)(routed)
             return wrap
 
@@ -416,6 +427,22 @@ class Projection:
 
         keymgr_routes.install(projection, page)
         replay_routes.install(projection, page)
+
+
+def group_instance_id(worker_id: str) -> str | None:
+    """The projection worker's static member id in its group: its worker name (None: dynamic membership).
+
+    With it, a worker that stops (a rolling restart, a container restarted) does not leave the
+    group: its partitions stay its own for the session timeout (``WATCHTOWER_SESSION_TIMEOUT_MS``),
+    and a worker that comes back under the same name within it rejoins with them, so the other
+    workers see no rebalance at all. One that does not come back loses them after the session
+    timeout, as a killed worker does. Every worker of a group needs its own name: a second process
+    under a name already in the group fences the first. ``WATCHTOWER_STATIC_MEMBERSHIP=0`` turns
+    it off (a stopped worker then leaves the group at once, and every restart rebalances it twice).
+    """
+    if os.environ.get("WATCHTOWER_STATIC_MEMBERSHIP", "1").strip() == "0":
+        return None
+    return f"projection-{worker_id}"
 
 
 def _compiled_filter(filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool] | None:
