@@ -6,7 +6,7 @@ aggregators), `--runners` runners (the last one lying with ``--liar``) and a loc
 Creates `--streams` feeds ticking every block (``interval_blocks=1``) with `--proof` over
 `--num-runners` runners, and one plain feed. Then, in three windows:
 
-1. the plain path alone: one publish per block through the SDK, at a random point of the block
+1. the plain path alone: `--plain-rate` publishes a second through the SDK, at random moments
    (`--plain-seconds`);
 2. ingestion starts, and is left `--warmup` seconds to reach its steady state (the first tick of
    each feed is a catch-up over the blocks since its creation);
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import sys
@@ -131,32 +130,36 @@ def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 @dataclasses.dataclass
 class PlainPath:
-    """The baseline: one SDK publish per block on a plain feed; publish → first readable."""
+    """The baseline: SDK publishes on a plain feed at random moments; publish → first readable."""
 
     publisher: Publisher
     seen: dict[int, tuple[float, float]]
     sent: dict[int, float] = dataclasses.field(default_factory=dict)
     acked: dict[int, float] = dataclasses.field(default_factory=dict)
 
-    def run(self, seconds: float) -> list[int]:
-        """One publish per second, each at a random point of its second.
+    def run(self, seconds: float, rate: float) -> list[int]:
+        """Publishes at random moments, `rate` a second on average (a Poisson process).
 
         Blocks tick on the second, and a block's ingested publishes reach the stream worker
-        together; a fixed phase would measure either always that burst or never it. A uniform
-        random phase samples the whole block, so p99 says what a publisher at any moment sees."""
+        together; a fixed phase would measure either always that burst or never it. Poisson arrivals
+        sample every phase of the block alike, so the percentiles say what a publisher at any moment
+        sees. The default of 5 a second gives some 300 samples in a 60-s window, so p99 is not
+        simply the largest of 60 (as at one a block); the load it adds is 1% of 500 feeds'."""
         sequences = []
         start = time.time()
         rng = random.Random(len(self.sent))
-        while time.time() - start < seconds:
-            second = math.floor(time.time()) + 1
-            time.sleep(max(0.0, second + rng.random() - time.time()))
+        due = start
+        while True:
+            due += rng.expovariate(rate)
+            if due - start >= seconds:
+                return sequences
+            time.sleep(max(0.0, due - time.time()))
             t = time.time()
             reply = self.publisher.publish("price", b'{"p": 1}')
             sequence = int(reply["sequence"])
             self.sent[sequence] = t
             self.acked[sequence] = time.time()
             sequences.append(sequence)
-        return sequences
 
     def latencies(self, sequences: list[int]) -> list[float]:
         return [(self.seen[s][0] - self.sent[s]) * 1000 for s in sequences if s in self.seen]
@@ -172,6 +175,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--plain-seconds", type=float, default=40.0, help="the plain path alone, before ingestion")
+    parser.add_argument("--plain-rate", type=float, default=5.0,
+                        help="plain publishes a second, at random moments (1 = the earlier one a block)")
     parser.add_argument("--sample", type=int, default=20, help="ingesting feeds whose latency is measured")
     parser.add_argument("--proof", default="NONE", choices=("NONE", "QUORUM", "MEDIAN"))
     parser.add_argument("--num-runners", type=int, default=1, help="runners each tick asks for")
@@ -228,7 +233,7 @@ def main() -> None:
                                         daemon=True)]
             threads[0].start()
             print(f"plain path alone for {args.plain_seconds:.0f}s", file=sys.stderr, flush=True)
-            plain_alone = plain_path.run(args.plain_seconds)
+            plain_alone = plain_path.run(args.plain_seconds, args.plain_rate)
 
             # Ingestion runs before the feeds exist, so each feed ticks from its creation on (no
             # catch-up burst at the start).
@@ -248,7 +253,7 @@ def main() -> None:
             for sid in seen:
                 threading.Thread(target=watch, args=(api, sid, stop, seen[sid]), daemon=True).start()
             print(f"ingestion warming up for {args.warmup:.0f}s", file=sys.stderr, flush=True)
-            plain_path.run(args.warmup)
+            plain_path.run(args.warmup, args.plain_rate)
 
             pids = services.pids()
             procs = {name: pids[name] for name in [*ingest_names, *(["scheduler"] if args.split else []),
@@ -268,7 +273,7 @@ def main() -> None:
             windows: list[dict[str, Any]] = []
             sampler = threading.Thread(target=sample_windows, args=(services, ingest_names, stop, windows), daemon=True)
             sampler.start()
-            plain_during = plain_path.run(args.seconds)
+            plain_during = plain_path.run(args.seconds, args.plain_rate)
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
             req1 = read_request_counts(metrics_url) if metrics_url else None
@@ -292,6 +297,7 @@ def main() -> None:
             "pending_at_end": after["pending"], "failed_in_window": failed,
             "ingest_tick_to_visible_ms": dist(ingest_lat),
             "send_window": window_summary(windows),
+            "plain_rate_per_s": args.plain_rate,
             "plain_publish_to_visible_ms": {"alone": dist(plain_path.latencies(plain_alone)),
                                              "during_ingestion": dist(plain_path.latencies(plain_during))},
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -14,6 +15,7 @@ import nacl.signing
 
 from watchtower.ingest.aggregator import Aggregator, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.ingest.window import SendWindow
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion import IngestReason
 from watchtower.protocol.ingestion.records import TASK_BATCH_DOMAIN, IngestTask, new_result, new_task, sign_batch
@@ -58,11 +60,14 @@ class Sink:
         self.reports.append((first, last, str(reason)))
 
 
-def aggregator(sink: Sink) -> Aggregator:
+def aggregator(sink: Any, streams: Sequence[str] = (SID,), window: SendWindow | None = None) -> Aggregator:
+    """An aggregator over `streams` (each an ingesting feed with `CONFIG`) and the 3 registered
+    `RUNNERS`, publishing to `sink`."""
     view = IngestionView()
-    create = sign_command(OWNER, "create_stream", SID, 1, {"publisher_key": bytes(DELEGATE.verify_key),
-                                                          "ingestion": CONFIG})
-    view.fold(encode_event(decide(StreamState.initial(SID), create, block_height=HEIGHT).events[0]))
+    for sid in streams:
+        create = sign_command(OWNER, "create_stream", sid, 1, {"publisher_key": bytes(DELEGATE.verify_key),
+                                                              "ingestion": CONFIG})
+        view.fold(encode_event(decide(StreamState.initial(sid), create, block_height=HEIGHT).events[0]))
     reg = RunnerRegistry()
     for i, key in enumerate(RUNNERS):
         event, _ = decide_runner(reg, sign_command(key, "register_runner", RUNNERS_KEY, 5, {"label": f"r{i}"}),
@@ -71,8 +76,8 @@ def aggregator(sink: Sink) -> Aggregator:
         reg = evolve_runners(reg, event)
         view.fold(encode_event(event))
     assert len(view.registered()) == 3
-    assert SID in view.streams
-    return Aggregator(view, address_from_public_key(bytes(SCHEDULER.verify_key)), sink)
+    assert set(streams) <= set(view.streams)
+    return Aggregator(view, address_from_public_key(bytes(SCHEDULER.verify_key)), sink, window=window)
 
 
 def task(tick: int, skip_from: int | None = None) -> IngestTask:

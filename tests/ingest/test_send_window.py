@@ -8,17 +8,12 @@ from typing import Any
 
 import pytest
 
-from tests.ingest.test_aggregator import CONFIG, DELEGATE, HEIGHT, OWNER, RUNNERS, SCHEDULER, result
+from tests.ingest.test_aggregator import CONFIG, HEIGHT, RUNNERS, SCHEDULER, aggregator, result
 from watchtower.ingest.aggregator import Aggregator
-from watchtower.ingest.view import IngestingStream, IngestionView
+from watchtower.ingest.view import IngestingStream
 from watchtower.ingest.window import SendWindow
-from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion.records import IngestTask, new_task
-from watchtower.protocol.ingestion.runners import RUNNERS_KEY, RunnerRegistry, decide_runner, evolve_runners
-from watchtower.protocol.signed_command import sign_command
-from watchtower.protocol.stream.actor import StreamState, decide
 from watchtower.schemas.ingest_records import encode_task
-from watchtower.schemas.wire import encode_event
 
 
 class Clock:
@@ -117,19 +112,7 @@ class Answering:
 
 
 def many_streams(sink: Answering, window: SendWindow) -> Aggregator:
-    view = IngestionView()
-    for sid in STREAMS:
-        create = sign_command(OWNER, "create_stream", sid, 1, {"publisher_key": bytes(DELEGATE.verify_key),
-                                                              "ingestion": CONFIG})
-        view.fold(encode_event(decide(StreamState.initial(sid), create, block_height=HEIGHT).events[0]))
-    reg = RunnerRegistry()
-    for i, key in enumerate(RUNNERS):
-        event, _ = decide_runner(reg, sign_command(key, "register_runner", RUNNERS_KEY, 5, {"label": f"r{i}"}),
-                                 block_height=HEIGHT)
-        assert event is not None
-        reg = evolve_runners(reg, event)
-        view.fold(encode_event(event))
-    return Aggregator(view, address_from_public_key(bytes(SCHEDULER.verify_key)), sink, window=window)
+    return aggregator(sink, STREAMS, window)
 
 
 def task_of(sid: str, tick: int) -> IngestTask:

@@ -200,3 +200,26 @@ def test_only_loopback_binds_count_as_local() -> None:
     assert connect_host("0.0.0.0") == "127.0.0.1"  # noqa: S104
     assert connect_host("192.168.1.5") == "192.168.1.5"
     assert connect_host("fe80::1") == "[fe80::1]"
+
+
+def test_status_shows_the_ingestion_service_progress_and_send_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stand_in_worker: subprocess.Popen[bytes]) -> None:
+    record = _record(tmp_path, stand_in_worker.pid)
+    record.services["ingest"] = ServiceRecord("ingest", "ingest", "ingest", pid=None)  # stopped: its last file
+    monkeypatch.setenv("WATCHTOWER_HOME", str(tmp_path))
+    record.save()
+    health = Path(record.log_dir) / "ingest.health.json"
+    health.parent.mkdir(parents=True)
+    window = {"limit": 40, "in_flight": 37, "held": 12, "base_rtt_ms": 10.5}
+    health.write_text(json.dumps({"pid": 4242, "tasks": 900, "published": 880, "pending": 15,
+                                  "failed": {"TIMEOUT": 2, "SOURCE_ERROR": 3},
+                                  "tick_to_ack_ms": {"p50": 310, "p99": 640},
+                                  "window": window, "quarantined": {}, "streams": ["0x01"] * 500}))
+    code, out = _status(tmp_path, monkeypatch, "--json")
+    assert code == EXIT_DEGRADED, "the recorded broker is not running"
+    ingest = json.loads(out)["services"]["ingest"]["health"]
+    assert ingest["window"] == window
+    assert (ingest["published"], ingest["pending"], ingest["failed"]) == (880, 15, {"TIMEOUT": 2, "SOURCE_ERROR": 3})
+    assert "streams" not in ingest, "a list of every feed is the health file's, not the status line's"
+    _, out = _status(tmp_path, monkeypatch)
+    assert "published 880, pending 15, failed 5; send window 37/40 in flight, 12 held, base round trip 10.5 ms" in out

@@ -357,6 +357,15 @@ def status(as_json: bool, max_lag: int | None, max_lag_seconds: float | None) ->
     raise SystemExit(code)
 
 
+def _ingest_line(health: dict[str, Any]) -> str:
+    """The ingestion service's progress and send window, on one line."""
+    w = health["window"]
+    failed = sum(int(n) for n in (health.get("failed") or {}).values())
+    return (f"published {health.get('published', '?')}, pending {health.get('pending', '?')}, failed {failed}; "
+            f"send window {w.get('in_flight', '?')}/{w.get('limit', '?')} in flight, {w.get('held', '?')} held, "
+            f"base round trip {w.get('base_rtt_ms') if w.get('base_rtt_ms') is not None else '-'} ms")
+
+
 def _print_status(body: dict[str, Any]) -> None:
     kafka = body["kafka"]
     if kafka["reachable"]:
@@ -382,6 +391,8 @@ def _print_status(body: dict[str, Any]) -> None:
                 line += (f"  state {health.get('state', '?')}, quarantined {health.get('quarantined', '?')}"
                          f"{' (stale: written by an earlier process)' if health.get('stale') else ''}")
         click.echo(line)
+        if s.get("health") and isinstance(s["health"].get("window"), dict):
+            click.echo(f"  {'':16} {_ingest_line(s['health'])}")
         if s.get("metrics_url"):
             click.echo(f"  {'':16} metrics {s['metrics_url']}")
     for g in body.get("lag", {}).get("groups", []):
