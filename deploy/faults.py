@@ -36,7 +36,7 @@ import httpx
 import nacl.signing
 
 from deploy.engines import compose, env, wait_healthy
-from watchtower.gateway.archive import read_committed_messages
+from watchtower.cli.message_log import read_committed_messages
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import sign_command
