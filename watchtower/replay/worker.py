@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import ClassVar, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
@@ -65,6 +65,8 @@ from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.workers.host import record_of
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.tx_worker import (
     TransactionalWorker,
     env_int,
@@ -120,7 +122,7 @@ class ReplayWorker(TransactionalWorker):
         self.spark = SparkLauncher(bootstrap, prefix)
 
     # ------------------------------------------------------------------ lifecycle
-    def _subscriptions(self) -> list[str]:
+    def subscriptions(self) -> list[str]:
         return [self.t_replay]
 
     def _step(self) -> None:
@@ -128,9 +130,9 @@ class ReplayWorker(TransactionalWorker):
         wait = 0.0 if view is not None else 0.2
         if view is not None and self.rate > 0:
             wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
-        # A lone record (our own checkpoint read back) is taken at once (`_fetch`).
-        for msg in self._fetch(500, wait):
-            self._consume(msg)
+        # A lone record (our own checkpoint read back) is taken at once (`TransactionalLoop.fetch`).
+        for record in self.host.fetch(500, wait):
+            self._consume(record)
         view = self._pick()
         if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
             self._serve(view)
@@ -141,24 +143,20 @@ class ReplayWorker(TransactionalWorker):
         self.health.count(views)
         replay_progress(views, self._clock_ms())
 
-    def _close(self) -> None:
-        self.spark.stop()
-        super()._close()
-
-    def _closers(self) -> list[Callable[[], None]]:
-        return [self.consumer.close, self.archive.close]
+    def closers(self) -> list[Callable[[], None]]:
+        return [self.spark.stop, self.archive.close]
 
     # ------------------------------------------------------------------ the replay topic
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
-        # the next callback of the same consume() (workers.tx_worker).
+        # the next callback of the same consume() (workers.loop).
         self._partitions = self._partition_count(self.t_replay)
         self._internal_partitions = self._partition_count(self.t_internal)
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
                  recovering: bool = False) -> None:
         if not self._partitions:
-            raise RuntimeError("the partition count of replay is read before subscribing (_prepare)")
+            raise RuntimeError("the partition count of replay is read before subscribing (prepare)")
         for tp in partitions:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
@@ -206,7 +204,7 @@ class ReplayWorker(TransactionalWorker):
                 for msg in batch:
                     err = msg.error()
                     if err is None:
-                        self._apply(msg)
+                        self._apply(record_of(msg))
                         reached = max(reached, int(msg.offset() or 0) + 1)
                     elif err.code() == KafkaError._PARTITION_EOF:
                         return max(reached, int(msg.offset() or 0))
@@ -223,33 +221,33 @@ class ReplayWorker(TransactionalWorker):
         finally:
             scan.close()
 
-    def _consume(self, msg: Message) -> None:
-        partition = int(msg.partition() or 0)
+    def _consume(self, msg: ConsumedRecord) -> None:
+        partition = msg.partition
         if partition not in self.views:
             return
-        self._consumed[partition] = int(msg.offset() or 0) + 1
+        self._consumed[partition] = msg.offset + 1
         self._apply(msg)
 
-    def _apply(self, msg: Message) -> None:
-        partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+    def _apply(self, msg: ConsumedRecord) -> None:
+        partition, offset = msg.partition, msg.offset
         views = self.views.setdefault(partition, {})
         try:
-            record = decode_replay_record(msg.value())
+            record = decode_replay_record(msg.value)
         except (MalformedRecordError, SchemaMismatchError) as exc:
             self.health.quarantine(self.t_replay, partition, offset, exc.message)
             return
         if not isinstance(record, (ReplayRegistered, ReplayCancelRequested)):
             self._awaiting.discard(record.replay_id)  # a worker record: the checkpoint is read back
             echo = self._echo.get(record.replay_id)
-            if echo and msg.value() in echo:
-                while echo.popleft() != msg.value():  # our own commit, applied when it committed
+            if echo and msg.value in echo:
+                while echo.popleft() != msg.value:  # our own commit, applied when it committed
                     pass
                 return
         try:
-            if msg.key() != record.stream_id.encode():
-                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream "
+            if msg.key != record.stream_id.encode():
+                raise ReplayRuleError(f"the record key {msg.key!r:.80} is not the replay's stream "
                                       f"{record.stream_id!r:.80}")
-            misplaced = self._partitions and misplacement(msg.key(), partition, self._partitions)
+            misplaced = self._partitions and misplacement(msg.key, partition, self._partitions)
             if misplaced:
                 raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
                                       f"{partition}: {misplaced}")
@@ -324,7 +322,7 @@ class ReplayWorker(TransactionalWorker):
                                       partition=partition_for_key(key, self._internal_partitions))
             return [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
 
-        if not self._transaction(write):
+        if not self.host.transaction(write):
             return False
         self._applied_own(partition, record, value)
         self.health.slices += 1
