@@ -194,7 +194,7 @@ class TransactionalLoop:
             self.close()
 
     def close(self) -> None:
-        """Close the consumer (bounded: a close can hang on a lost coordinator) and the processor's clients."""
+        """Close the consumer (a call bounded by the watchdog) and then the processor's own clients."""
         for close in [self._close_consumer, *self.processor.closers()]:
             try:
                 close()
