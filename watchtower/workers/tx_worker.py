@@ -149,16 +149,22 @@ class TransactionalWorker(Hosted, Processor):
         try:
             self._restore(consumer, partitions)
         except Exception as exc:
-            self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
-                             "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
-            waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-            self._on_revoke(consumer, waiting)  # drop whatever the failed rebuild left half done
-            self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting} | set(self._unrestored))
-            self._next_restore = time.monotonic() + RESTORE_RETRY_S
+            waiting = self._defer(consumer, partitions, exc)
             consumer.assign(waiting)
             consumer.pause(waiting)
             return
         consumer.assign(partitions)
+
+    def _defer(self, consumer: Consumer, partitions: list[TopicPartition], exc: Exception) -> list[TopicPartition]:
+        """`partitions` could not be rebuilt (`exc`): drop whatever the failed rebuild left half done and
+        leave them to the serving loop (`_restore_deferred`); the partitions, for the caller to pause."""
+        self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
+                         "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
+        waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        self._on_revoke(consumer, waiting)
+        self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting} | set(self._unrestored))
+        self._next_restore = time.monotonic() + RESTORE_RETRY_S
+        return waiting
 
     def revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
@@ -216,12 +222,7 @@ class TransactionalWorker(Hosted, Processor):
         try:
             self._restore(self.consumer, partitions, recovering=True)
         except Exception as exc:  # the brokers went away again: rebuilt later by the serving loop
-            self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
-                             "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
-            waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-            self._on_revoke(self.consumer, waiting)
-            self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting})
-            self._next_restore = time.monotonic() + RESTORE_RETRY_S
+            waiting = self._defer(self.consumer, partitions, exc)
             if waiting:
                 self.consumer.pause(waiting)
             return
