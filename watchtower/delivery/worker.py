@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, TopicPartition
@@ -188,12 +189,8 @@ class DeliveryWorker(TransactionalWorker):
             return
         # A span per message scheduled for push when tracing is on; its pushes keep the message's
         # headers, so a delivery record carries the publish's trace context too.
-        span = tracing.span("delivery schedule", record.headers, partition=p)
-        if span is None:
+        with tracing.span("delivery schedule", record.headers, partition=p) or nullcontext():
             self._ingest(p, offset, record)
-        else:
-            with span:
-                self._ingest(p, offset, record)
 
     def _ingest(self, p: int, offset: int, record: ConsumedRecord) -> None:
         value = record.value or b""
