@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import ClassVar, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
@@ -63,10 +63,10 @@ from watchtower.replay.health import ReplayHealth
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.host import record_of
 from watchtower.workers.record import ConsumedRecord
+from watchtower.workers.state_loader import scan_partition
 from watchtower.workers.tx_worker import (
     TransactionalWorker,
     env_int,
@@ -187,39 +187,8 @@ class ReplayWorker(TransactionalWorker):
         (stream workers keep writing registrations, so a read_committed reader may never see the end
         event; the live consumer goes on from the offset returned). A fold that reads nothing for
         `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
-        scan = Consumer({**kafka_config(self.bootstrap), "group.id": f"{self.group}-scan", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3})
-        try:
-            tp = TopicPartition(self.t_replay, partition)
-            low, high = scan.get_watermark_offsets(tp, timeout=30)
-            if high <= low:
-                return int(high)
-            scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
-            # Done when the position reaches `high` (it steps over transaction markers and aborted
-            # records, which are never delivered), not when a record at high-1 was seen.
-            reached = low
-            stalled_at = time.monotonic() + FOLD_STALL_S
-            while True:
-                batch = scan.consume(num_messages=1000, timeout=1.0)
-                for msg in batch:
-                    err = msg.error()
-                    if err is None:
-                        self._apply(record_of(msg))
-                        reached = max(reached, int(msg.offset() or 0) + 1)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        return max(reached, int(msg.offset() or 0))
-                position = scan.position([tp])[0].offset
-                moved = position > reached
-                reached = max(reached, position)
-                if reached >= high:
-                    return int(reached)
-                if batch or moved:
-                    stalled_at = time.monotonic() + FOLD_STALL_S
-                elif time.monotonic() > stalled_at:
-                    raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
-                                       f"at offset {reached} (end {high})")
-        finally:
-            scan.close()
+        return scan_partition(self.bootstrap, self.t_replay, partition, lambda msg: self._apply(record_of(msg)),
+                              group=f"{self.group}-scan", catch_up=True, timeout_s=FOLD_STALL_S)
 
     def _consume(self, msg: ConsumedRecord) -> None:
         partition = msg.partition
