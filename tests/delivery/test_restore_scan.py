@@ -9,10 +9,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.topics.connection import kafka_config
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import scan_partition
 
 pytestmark = pytest.mark.integration
@@ -42,8 +43,8 @@ def test_a_catch_up_scan_ends_at_the_end_offset_when_the_tail_is_markers_and_abo
     try:
         seen: list[bytes | None] = []
 
-        def record(msg: Message) -> None:
-            seen.append(msg.value())
+        def record(got: ConsumedRecord) -> None:
+            seen.append(got.value)
 
         try:
             reached = scan_partition(kafka_bootstrap, topic, 0, record, group=f"wt-test-scan-{topic}", catch_up=True,

@@ -25,8 +25,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Message
-
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.protocol.push.checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
@@ -34,6 +32,7 @@ from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
 from watchtower.workers.state_loader import scan_partition
 
@@ -66,19 +65,19 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
                      state=start)
     # events keep coming while the stream worker serves: read what was there, the worker folds the rest live.
     events_offset = scan_partition(bootstrap, topics["events"], partition,
-                                   lambda m: fold.apply(m.key(), m.value(), int(m.offset() or 0)),
+                                   lambda r: fold.apply(r.key, r.value, r.offset),
                                    start=(start.snapshot_offset or 0) if start is not None else 0, catch_up=True,
                                    group=_scan_group())
     restored = Restored(fold, events_offset)
 
-    def checkpoint(msg: Message) -> None:
-        offset = int(msg.offset() or 0)
+    def checkpoint(record: ConsumedRecord) -> None:
+        offset = record.offset
         try:
-            cp = decode_checkpoint(msg.value())
+            cp = decode_checkpoint(record.value)
         except (MalformedRecordError, SchemaMismatchError) as exc:
             quarantine(topics["delivery-state"], partition, offset, exc.message)
             return
-        reason = check_checkpoint_placement(cp, msg.key(), partition, partitions)
+        reason = check_checkpoint_placement(cp, record.key, partition, partitions)
         if reason is None and now_block is not None:
             reason = checkpoint_block_refusal(cp, now_block)
         if reason is not None:

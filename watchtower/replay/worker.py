@@ -64,7 +64,6 @@ from watchtower.schemas.replay_records import decode_replay_record, encode_repla
 from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
-from watchtower.workers.host import record_of
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import scan_partition
 from watchtower.workers.tx_worker import (
@@ -187,7 +186,7 @@ class ReplayWorker(TransactionalWorker):
         (stream workers keep writing registrations, so a read_committed reader may never see the end
         event; the live consumer goes on from the offset returned). A fold that reads nothing for
         `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
-        return scan_partition(self.bootstrap, self.t_replay, partition, lambda msg: self._apply(record_of(msg)),
+        return scan_partition(self.bootstrap, self.t_replay, partition, self._apply,
                               group=f"{self.group}-scan", catch_up=True, timeout_s=FOLD_STALL_S)
 
     def _consume(self, msg: ConsumedRecord) -> None:

@@ -15,7 +15,6 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
-    Message,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -25,6 +24,8 @@ from watchtower.topics.reader import end_offsets, read_committed
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
+from watchtower.workers.host import record_of
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
 
 log = logging.getLogger("watchtower.rebuild")
@@ -190,7 +191,8 @@ def _latest(admin: AdminClient, tps: list[TopicPartition], isolation: IsolationL
     return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
 
 
-def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callable[[Message], object], start: int = 0,
+def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callable[[ConsumedRecord], object],
+                   start: int = 0,
                    *, group: str, catch_up: bool = False, timeout_s: float = SCAN_TIMEOUT_S) -> int:
     """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
 
@@ -224,7 +226,7 @@ def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callab
             for msg in batch:
                 err = msg.error()
                 if err is None:
-                    on_record(msg)
+                    on_record(record_of(msg))
                     reached = max(reached, int(msg.offset() or 0) + 1)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     return max(reached, int(msg.offset() or 0))
