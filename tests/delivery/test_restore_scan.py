@@ -1,18 +1,20 @@
-"""`delivery.restore.scan` with ``catch_up`` ends once the reader's position reaches the end offset
-the partition had when the scan began, also when the records before that end are transaction
-markers and aborted records (never delivered to a read_committed reader), and while a later
-transaction is still open (so no end-of-partition event comes)."""
+"""`workers.state_loader.scan_partition` (the restore scan of push delivery and replay) with
+``catch_up`` ends once the reader's position reaches the end offset the partition had when the scan
+began, also when the records before that end are transaction markers and aborted records (never
+delivered to a read_committed reader), and while a later transaction is still open (so no
+end-of-partition event comes)."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from watchtower.delivery.restore import scan
 from watchtower.topics.connection import kafka_config
+from watchtower.workers.record import ConsumedRecord
+from watchtower.workers.state_loader import scan_partition
 
 pytestmark = pytest.mark.integration
 
@@ -41,11 +43,12 @@ def test_a_catch_up_scan_ends_at_the_end_offset_when_the_tail_is_markers_and_abo
     try:
         seen: list[bytes | None] = []
 
-        def record(msg: Message) -> None:
-            seen.append(msg.value())
+        def record(got: ConsumedRecord) -> None:
+            seen.append(got.value)
 
         try:
-            reached = scan(kafka_bootstrap, topic, 0, record, catch_up=True, timeout_s=10)
+            reached = scan_partition(kafka_bootstrap, topic, 0, record, group=f"wt-test-scan-{topic}", catch_up=True,
+                                     timeout_s=10)
         except TimeoutError as exc:
             pytest.fail(f"the catch-up scan did not end: {exc}")
         assert seen == [b"committed"]

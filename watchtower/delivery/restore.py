@@ -21,26 +21,22 @@ Everything is read ``read_committed``: an aborted transaction never reaches a fo
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
-
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError
 from watchtower.protocol.push.checkpoint import PushCheckpoint, checkpoint_block_refusal
 from watchtower.schemas.delivery_records import decode_checkpoint
-from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
+from watchtower.workers.state_loader import scan_partition
 
 Quarantine = Callable[[str, int, int, str], None]
-#: A scan that reads nothing for this long gives up (TimeoutError): the rebuild is retried later.
-SCAN_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -50,54 +46,6 @@ class Restored:
     fold: EventFold
     events_offset: int
     checkpoints: dict[str, PushCheckpoint] = field(default_factory=dict)
-
-
-def scan(bootstrap: str, topic: str, partition: int, on_record: Callable[[Message], object], start: int = 0, *,
-         catch_up: bool = False, timeout_s: float = SCAN_TIMEOUT_S) -> int:
-    """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
-
-    Without `catch_up` it reads to the partition's end (its end-of-partition event): for a topic
-    nobody else writes meanwhile. With `catch_up` it stops once its position reaches the end offset
-    the partition had when the scan began (the caller goes on consuming from the offset returned;
-    the position also steps over transaction markers and aborted records, which are never
-    delivered): a partition that is written all the time holds an open transaction nearly always,
-    so a read_committed reader may never see its end event. A scan that makes no progress for `timeout_s` raises
-    TimeoutError (the caller retries the rebuild later), so it can never hang the worker."""
-    consumer = Consumer({**kafka_config(bootstrap), "group.id": f"wt-delivery-scan-{uuid.uuid4().hex[:12]}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True, "log_level": 3})
-    try:
-        tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=30)
-        if high <= max(low, start):
-            return int(max(high, start))
-        consumer.assign([TopicPartition(topic, partition, start if start > low else OFFSET_BEGINNING)])
-        # Done when the reader's position reaches `high`, not when a record at high-1 was seen: the
-        # offsets before `high` may be transaction markers and aborted records, which are never
-        # delivered but which the position steps over.
-        reached = start
-        stalled_at = time.monotonic() + timeout_s
-        while True:
-            batch = consumer.consume(num_messages=1000, timeout=1.0)
-            for msg in batch:
-                err = msg.error()
-                if err is None:
-                    on_record(msg)
-                    reached = max(reached, int(msg.offset() or 0) + 1)
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    return max(reached, int(msg.offset() or 0))
-            position = consumer.position([tp])[0].offset
-            moved = position > reached
-            reached = max(reached, position)
-            if catch_up and reached >= high:
-                return int(reached)
-            if batch or moved:
-                stalled_at = time.monotonic() + timeout_s
-            elif time.monotonic() > stalled_at:
-                raise TimeoutError(f"reading {topic}[{partition}] made no progress for {timeout_s:g}s at offset "
-                                   f"{reached} (end {high}); the rebuild is tried again")
-    finally:
-        consumer.close()
 
 
 def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, partitions: int,
@@ -116,19 +64,20 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
     fold = EventFold(topics["events"], partition, partitions, on_quarantine=fold_quarantine, aggregates=aggregates,
                      state=start)
     # events keep coming while the stream worker serves: read what was there, the worker folds the rest live.
-    events_offset = scan(bootstrap, topics["events"], partition,
-                         lambda m: fold.apply(m.key(), m.value(), int(m.offset() or 0)),
-                         start=(start.snapshot_offset or 0) if start is not None else 0, catch_up=True)
+    events_offset = scan_partition(bootstrap, topics["events"], partition,
+                                   lambda r: fold.apply(r.key, r.value, r.offset),
+                                   start=(start.snapshot_offset or 0) if start is not None else 0, catch_up=True,
+                                   group=_scan_group())
     restored = Restored(fold, events_offset)
 
-    def checkpoint(msg: Message) -> None:
-        offset = int(msg.offset() or 0)
+    def checkpoint(record: ConsumedRecord) -> None:
+        offset = record.offset
         try:
-            cp = decode_checkpoint(msg.value())
+            cp = decode_checkpoint(record.value)
         except (MalformedRecordError, SchemaMismatchError) as exc:
             quarantine(topics["delivery-state"], partition, offset, exc.message)
             return
-        reason = check_checkpoint_placement(cp, msg.key(), partition, partitions)
+        reason = check_checkpoint_placement(cp, record.key, partition, partitions)
         if reason is None and now_block is not None:
             reason = checkpoint_block_refusal(cp, now_block)
         if reason is not None:
@@ -136,8 +85,12 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
             return
         restored.checkpoints[cp.stream_id] = cp
 
-    scan(bootstrap, topics["delivery-state"], partition, checkpoint)
+    scan_partition(bootstrap, topics["delivery-state"], partition, checkpoint, group=_scan_group())
     return restored
+
+
+def _scan_group() -> str:
+    return f"wt-delivery-scan-{uuid.uuid4().hex[:12]}"
 
 
 def check_checkpoint_placement(cp: PushCheckpoint, key: bytes | None, partition: int, partitions: int) -> str | None:

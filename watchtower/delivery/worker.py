@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from watchtower import tracing
 from watchtower.delivery.health import DeliveryHealth
@@ -60,6 +61,7 @@ from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.event_fold import EventFold
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import CommittedOffsets
 from watchtower.workers.tx_worker import (
     TransactionalWorker,
@@ -108,12 +110,12 @@ class DeliveryWorker(TransactionalWorker):
                                          stable_tries=STABLE_TRIES)
 
     # ------------------------------------------------------------------ lifecycle
-    def _subscriptions(self) -> list[str]:
+    def subscriptions(self) -> list[str]:
         return [self.topics["events"], self.topics["messages"]]
 
     def _step(self) -> None:
-        for msg in self._fetch(1000, self._until_next_block()):
-            self._consume(msg)
+        for record in self.host.fetch(1000, self._until_next_block()):
+            self._consume(record)
         self._tick()
 
     def _now_block(self) -> int:
@@ -124,15 +126,15 @@ class DeliveryWorker(TransactionalWorker):
         return min(0.1, (BLOCK_INTERVAL_MS - ms % BLOCK_INTERVAL_MS) / 1000 + 0.001)
 
     # ------------------------------------------------------------------ assignment
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
-        # the next callback of the same consume() (workers.tx_worker).
+        # the next callback of the same consume() (workers.loop).
         self._partitions = self._partition_count(self.topics["events"])
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (its own clients)
                  recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
         if not self._partitions:
-            raise RuntimeError("the partition count of events is read before subscribing (_prepare)")
+            raise RuntimeError("the partition count of events is read before subscribing (prepare)")
         events = self.topics["events"]
         numbers = sorted({tp.partition for tp in partitions})
         # Asked by a client of its own: the group consumer's committed() blocks while its group state
@@ -173,29 +175,25 @@ class DeliveryWorker(TransactionalWorker):
         self.health.partitions = sorted(self.folds)
 
     # ------------------------------------------------------------------ consuming
-    def _consume(self, msg: Message) -> None:
-        topic, p, offset = msg.topic() or "", int(msg.partition() or 0), int(msg.offset() or 0)
+    def _consume(self, record: ConsumedRecord) -> None:
+        topic, p, offset = record.topic, record.partition, record.offset
         if p not in self.folds:
             return
         self.positions[(topic, p)] = offset + 1
         if topic == self.topics["events"]:
-            key = msg.key()
-            if self.folds[p].apply(key, msg.value(), offset) is None and key:
+            key = record.key
+            if self.folds[p].apply(key, record.value, offset) is None and key:
                 sid = key.decode("utf-8", "replace")
                 if sid in self.folds[p].state.streams:  # its head or subscriptions may have moved
                     self.dirty.add((p, sid))
             return
         # A span per message scheduled for push when tracing is on; its pushes keep the message's
         # headers, so a delivery record carries the publish's trace context too.
-        span = tracing.span("delivery schedule", msg.headers(), partition=p)
-        if span is None:
-            self._ingest(p, offset, msg)
-        else:
-            with span:
-                self._ingest(p, offset, msg)
+        with tracing.span("delivery schedule", record.headers, partition=p) or nullcontext():
+            self._ingest(p, offset, record)
 
-    def _ingest(self, p: int, offset: int, msg: Message) -> None:
-        value = msg.value() or b""
+    def _ingest(self, p: int, offset: int, record: ConsumedRecord) -> None:
+        value = record.value or b""
         try:
             message = decode_message(value)
         except (MalformedRecordError, SchemaMismatchError, ValueError, TypeError) as exc:
@@ -203,18 +201,16 @@ class DeliveryWorker(TransactionalWorker):
             self.health.quarantine(self.topics["messages"], p, offset, f"not a StreamMessage: {reason}"[:300])
             return
         sid = message.stream_id
-        if msg.key() != sid.encode() or partition_for_key(sid.encode(), self._partitions) != p:
+        if record.key != sid.encode() or partition_for_key(sid.encode(), self._partitions) != p:
             self.health.quarantine(self.topics["messages"], p, offset,
-                                   f"a message of stream {sid!r:.80} keyed {msg.key()!r:.80} does not belong on "
+                                   f"a message of stream {sid!r:.80} keyed {record.key!r:.80} does not belong on "
                                    f"partition {p}")
             return
         schedule = self.schedules.get((p, sid))
         if schedule is None:
             schedule = self.schedules[(p, sid)] = StreamSchedule(
                 sid, max_messages=self.backlog_messages, max_bytes=self.backlog_bytes)
-        got = msg.headers() or []
-        raw = list(got.items()) if isinstance(got, dict) else list(got)
-        headers = tuple((k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in raw)
+        headers = tuple((k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in record.headers or [])
         if schedule.ingest(PushMessage(message.sequence, offset, value, headers, message.headers())):
             self.dirty.add((p, sid))
 
@@ -263,7 +259,7 @@ class DeliveryWorker(TransactionalWorker):
                 self._produce(self.topics["delivery-state"], key=sid.encode(), value=checkpoint, partition=p)
             return [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
 
-        if not self._transaction(write):
+        if not self.host.transaction(write):
             return
         delivered = sum(len(plan.deliveries) for _, plan, _ in plans)
         for key, plan, _ in plans:

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import ClassVar, Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
@@ -63,8 +63,9 @@ from watchtower.replay.health import ReplayHealth
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.workers.record import ConsumedRecord
+from watchtower.workers.state_loader import scan_partition
 from watchtower.workers.tx_worker import (
     TransactionalWorker,
     env_int,
@@ -120,7 +121,7 @@ class ReplayWorker(TransactionalWorker):
         self.spark = SparkLauncher(bootstrap, prefix)
 
     # ------------------------------------------------------------------ lifecycle
-    def _subscriptions(self) -> list[str]:
+    def subscriptions(self) -> list[str]:
         return [self.t_replay]
 
     def _step(self) -> None:
@@ -128,9 +129,9 @@ class ReplayWorker(TransactionalWorker):
         wait = 0.0 if view is not None else 0.2
         if view is not None and self.rate > 0:
             wait = max(0.0, min(0.2, self._next_allowed - time.monotonic()))
-        # A lone record (our own checkpoint read back) is taken at once (`_fetch`).
-        for msg in self._fetch(500, wait):
-            self._consume(msg)
+        # A lone record (our own checkpoint read back) is taken at once (`TransactionalLoop.fetch`).
+        for record in self.host.fetch(500, wait):
+            self._consume(record)
         view = self._pick()
         if view is not None and (self.rate <= 0 or time.monotonic() >= self._next_allowed):
             self._serve(view)
@@ -141,24 +142,20 @@ class ReplayWorker(TransactionalWorker):
         self.health.count(views)
         replay_progress(views, self._clock_ms())
 
-    def _close(self) -> None:
-        self.spark.stop()
-        super()._close()
-
-    def _closers(self) -> list[Callable[[], None]]:
-        return [self.consumer.close, self.archive.close]
+    def closers(self) -> list[Callable[[], None]]:
+        return [self.spark.stop, self.archive.close]
 
     # ------------------------------------------------------------------ the replay topic
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         # Before subscribing: list_topics inside the assignment callback would abort the process at
-        # the next callback of the same consume() (workers.tx_worker).
+        # the next callback of the same consume() (workers.loop).
         self._partitions = self._partition_count(self.t_replay)
         self._internal_partitions = self._partition_count(self.t_internal)
 
     def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
                  recovering: bool = False) -> None:
         if not self._partitions:
-            raise RuntimeError("the partition count of replay is read before subscribing (_prepare)")
+            raise RuntimeError("the partition count of replay is read before subscribing (prepare)")
         for tp in partitions:
             self.views[tp.partition] = {}
             tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
@@ -189,67 +186,36 @@ class ReplayWorker(TransactionalWorker):
         (stream workers keep writing registrations, so a read_committed reader may never see the end
         event; the live consumer goes on from the offset returned). A fold that reads nothing for
         `FOLD_STALL_S` raises TimeoutError: the rebuild is retried later, never hung."""
-        scan = Consumer({**kafka_config(self.bootstrap), "group.id": f"{self.group}-scan", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True, "log_level": 3})
-        try:
-            tp = TopicPartition(self.t_replay, partition)
-            low, high = scan.get_watermark_offsets(tp, timeout=30)
-            if high <= low:
-                return int(high)
-            scan.assign([TopicPartition(self.t_replay, partition, OFFSET_BEGINNING)])
-            # Done when the position reaches `high` (it steps over transaction markers and aborted
-            # records, which are never delivered), not when a record at high-1 was seen.
-            reached = low
-            stalled_at = time.monotonic() + FOLD_STALL_S
-            while True:
-                batch = scan.consume(num_messages=1000, timeout=1.0)
-                for msg in batch:
-                    err = msg.error()
-                    if err is None:
-                        self._apply(msg)
-                        reached = max(reached, int(msg.offset() or 0) + 1)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        return max(reached, int(msg.offset() or 0))
-                position = scan.position([tp])[0].offset
-                moved = position > reached
-                reached = max(reached, position)
-                if reached >= high:
-                    return int(reached)
-                if batch or moved:
-                    stalled_at = time.monotonic() + FOLD_STALL_S
-                elif time.monotonic() > stalled_at:
-                    raise TimeoutError(f"folding {self.t_replay}[{partition}] made no progress for {FOLD_STALL_S:g}s "
-                                       f"at offset {reached} (end {high})")
-        finally:
-            scan.close()
+        return scan_partition(self.bootstrap, self.t_replay, partition, self._apply,
+                              group=f"{self.group}-scan", catch_up=True, timeout_s=FOLD_STALL_S)
 
-    def _consume(self, msg: Message) -> None:
-        partition = int(msg.partition() or 0)
+    def _consume(self, msg: ConsumedRecord) -> None:
+        partition = msg.partition
         if partition not in self.views:
             return
-        self._consumed[partition] = int(msg.offset() or 0) + 1
+        self._consumed[partition] = msg.offset + 1
         self._apply(msg)
 
-    def _apply(self, msg: Message) -> None:
-        partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
+    def _apply(self, msg: ConsumedRecord) -> None:
+        partition, offset = msg.partition, msg.offset
         views = self.views.setdefault(partition, {})
         try:
-            record = decode_replay_record(msg.value())
+            record = decode_replay_record(msg.value)
         except (MalformedRecordError, SchemaMismatchError) as exc:
             self.health.quarantine(self.t_replay, partition, offset, exc.message)
             return
         if not isinstance(record, (ReplayRegistered, ReplayCancelRequested)):
             self._awaiting.discard(record.replay_id)  # a worker record: the checkpoint is read back
             echo = self._echo.get(record.replay_id)
-            if echo and msg.value() in echo:
-                while echo.popleft() != msg.value():  # our own commit, applied when it committed
+            if echo and msg.value in echo:
+                while echo.popleft() != msg.value:  # our own commit, applied when it committed
                     pass
                 return
         try:
-            if msg.key() != record.stream_id.encode():
-                raise ReplayRuleError(f"the record key {msg.key()!r:.80} is not the replay's stream "
+            if msg.key != record.stream_id.encode():
+                raise ReplayRuleError(f"the record key {msg.key!r:.80} is not the replay's stream "
                                       f"{record.stream_id!r:.80}")
-            misplaced = self._partitions and misplacement(msg.key(), partition, self._partitions)
+            misplaced = self._partitions and misplacement(msg.key, partition, self._partitions)
             if misplaced:
                 raise ReplayRuleError(f"stream {record.stream_id!r:.80} does not belong to replay partition "
                                       f"{partition}: {misplaced}")
@@ -324,7 +290,7 @@ class ReplayWorker(TransactionalWorker):
                                       partition=partition_for_key(key, self._internal_partitions))
             return [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
 
-        if not self._transaction(write):
+        if not self.host.transaction(write):
             return False
         self._applied_own(partition, record, value)
         self.health.slices += 1

@@ -22,26 +22,15 @@ On assignment a partition is paused, rebuilt from its latest snapshot plus the c
 after it (a record that breaks a rule is quarantined, never fatal) and resumed:
 :mod:`watchtower.workers.partitions`.
 
-The producer, the watchdog that bounds every transactional call, fencing, outage recovery and the
-one ``init_transactions`` policy (retried with backoff while the worker runs) are
-:class:`watchtower.workers.host.TransactionalProducer`'s, shared with the side workers. Consumed
-records are turned into typed records (:class:`watchtower.workers.record.ConsumedRecord`) before they are
-decided. When Kafka misbehaves (a broker restart, a lost coordinator) a failed batch is handled by
-what the error allows:
-
-- the transaction can be aborted: abort it, undo the batch in memory, seek back and re-decide;
-- anything else (a fatal or fencing error, a call that overran its deadline, an abort that
-  failed, a commit whose outcome is unknown): *start over from the log* - a new producer with the
-  same ``transactional.id`` (``init_transactions`` fences the old one and settles its last
-  transaction, committed or aborted), then every owned partition is rebuilt from the events and
-  the consumer seeks to the committed offsets. Whatever happened, state and position are again
-  exactly what the log says. The consumer rejoins the group by itself; a rebalance then arrives
-  through the usual callbacks.
-
-After every broker connection was lost, the producer is also replaced (between batches, so
-nothing needs rebuilding) once the brokers answer again: a producer that lived through the outage
-can keep a stale coordinator and hang in its next ``send_offsets_to_transaction``. While the
-brokers are away the health file says ``broker_unreachable``.
+It is a processor of the one transactional loop (:mod:`watchtower.workers.loop`), like the push
+delivery and replay workers: the loop owns the consumer, the producer (its watchdog, fencing,
+outage recovery and the one ``init_transactions`` policy of :mod:`watchtower.workers.host`), the
+transaction of each batch, and what a failed one means. Consumed records are turned into typed
+records (:class:`watchtower.workers.record.ConsumedRecord`) before they are decided. A batch whose
+transaction is aborted is undone in memory and decided again (the consumer seeks back to its
+first records); a worker that starts over from the log rebuilds every owned partition from the
+events and seeks to the committed offsets. While the brokers are away the health file says
+``broker_unreachable``.
 
 The worker reports how it is doing in its health file (:mod:`watchtower.workers.health`).
 Faust's ``exactly_once`` has open duplicate bugs (DESIGN.md §3), so this step uses
@@ -54,14 +43,12 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from watchtower import tracing
-from watchtower.metrics import common as common_metrics
 from watchtower.metrics import worker as worker_metrics
-from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.metrics.exposition import start_metrics
 from watchtower.metrics.group_lag import GroupLagExporter, every_s
 from watchtower.metrics.lag import worker_groups
@@ -72,15 +59,8 @@ from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
 from watchtower.workers.health import HealthFile, MeteredHealthFile
-from watchtower.workers.host import (
-    ProducerFailedError,
-    TransactionalProducer,
-    consumer_config,
-    kafka_error,
-    producer_config,
-    record_of,
-    unreachable,
-)
+from watchtower.workers.host import consumer_config, producer_config
+from watchtower.workers.loop import Hosted, Processor, TransactionalLoop
 from watchtower.workers.partitions import PartitionOwner
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
@@ -99,8 +79,11 @@ def group_id(prefix: str | None = None) -> str:
     return stream_worker_group(prefix)
 
 
-class CommandProcessor(PartitionOwner):
-    """A worker of the stream actor. Call :meth:`run` (blocking) and :meth:`stop` from elsewhere."""
+class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]  # producer: a Sink
+    """A worker of the stream actor, a processor of the one transactional loop (`workers.loop`).
+    Call :meth:`run` (blocking) and :meth:`stop` from elsewhere."""
+
+    log: ClassVar[logging.Logger] = log
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
                  batch_size: int = 500, transaction_timeout_ms: int = 10_000,
@@ -112,14 +95,14 @@ class CommandProcessor(PartitionOwner):
         self._metrics = worker_metrics.BatchMetrics()
         self._method = worker_metrics.UNKNOWN_METHOD
         self._last_reply: bytes | None = None
-        self.consumer_lag = ConsumerLag(worker_metrics.SERVICE)
-        self._consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
+        self._touched: Touched = {}
+        self._batch: list[ConsumedRecord] = []
+        consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
             # minutes (200,000 events: about 3 on the shared benchmark machine); a shorter bound
             # made the group evict the worker mid-fold and reassign, so it folded forever.
             "max.poll.interval.ms": 900_000,
-            "error_cb": self._on_client_error,
             "logger": kafka_logger(),
         })
         # Stable per worker: a restarted worker fences its own zombie transaction immediately.
@@ -132,115 +115,67 @@ class CommandProcessor(PartitionOwner):
                 # restarted could not initialise transactions again within a minute
                 # (tests/workers/test_broker_restart.py, reproduced twice; 2 ms passes).
                 "linger.ms": 2,
-                "error_cb": self._on_client_error,
                 "logger": kafka_logger(),
             })
-        self.consumer = Consumer(self._consumer_conf)
-        self.txn = TransactionalProducer(producer_conf, worker_id=worker_id, service=worker_metrics.SERVICE,
-                                         call_timeout_s=TXN_CALL_TIMEOUT_S, thread_name="wt-worker",
-                                         while_waiting=self._while_waiting)
+        self.host = TransactionalLoop(self, worker_id=worker_id, service=worker_metrics.SERVICE,
+                                      consumer_conf=consumer_conf, producer_conf=producer_conf,
+                                      call_timeout_s=TXN_CALL_TIMEOUT_S, thread_name="wt-worker", stop=self._stop)
 
-    @property  # type: ignore[override]
-    def producer(self) -> Producer:
-        """The current transactional producer (replaced after a failure: never keep a reference)."""
-        return self.txn.producer
+    # ------------------------------------------------------------------ the processor
+    def subscriptions(self) -> list[str]:
+        # commands and internal are co-partitioned and the range assignor gives partition p of
+        # both to the same worker, so a forward lands with the writer of its aggregate.
+        return [self.t_commands, self.t_internal]
 
-    @producer.setter
-    def producer(self, producer: Producer) -> None:
-        self.txn.producer = producer
-
-    # ------------------------------------------------------------------ lifecycle
-    def stop(self) -> None:
-        self._stop.set()
-
-    def run(self) -> None:
-        """Process commands until :meth:`stop` (or SIGTERM via :func:`run_worker`)."""
-        self.health.write()
-        try:
-            if not self._init_transactions():
-                return
-            # commands and internal are co-partitioned and the range assignor gives partition p of
-            # both to the same worker, so a forward lands with the writer of its aggregate.
-            self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
-                                    on_revoke=self._on_revoke)
-            while not self._stop.is_set():
-                self._housekeeping()
-                batch = self._next_batch()
-                if batch:
-                    self._process_batch(batch)
-        finally:
-            self._close()
-
-    def _close(self) -> None:
-        try:
-            self.txn.call(self.consumer.close, "closing the consumer")
-        except (KafkaException, RuntimeError) as exc:
-            log.warning("closing the consumer failed: %s", exc)
-
-    def _housekeeping(self) -> None:
-        now = time.monotonic()
-        if self._unloaded and now >= self._next_load_try:
+    def step(self) -> None:
+        if self._unloaded and time.monotonic() >= self._next_load_try:
             self._load_pending()
-        if self._brokers_down and self.txn.probe(self.consumer, self.t_commands):
-            self._brokers_down = False
-        self._refresh_producer_after_outage()
-        self.producer.poll(0)  # serves the producer's error_cb and log lines
-        self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
+        batch = self.host.fetch(self.batch_size, 0.1)
+        if batch:
+            self._process_batch(batch)
+
+    def tick(self) -> None:
         self.health.set_aborted_batches(self.stats.aborted_batches)
         self._update_state()
         self.health.tick()
 
-    def _on_client_error(self, err: KafkaError) -> None:
-        # Called from poll/flush of either client, possibly on the call thread.
-        if self.txn.note_client_error(err):
-            self._brokers_down = True
-            self._update_state()
+    def update_state(self) -> None:
+        self._update_state()
 
-    def _next_batch(self) -> list[ConsumedRecord]:
-        # Wait for the first record only; then take whatever is already fetched. consume() with a
-        # timeout would hold a lone command for the whole timeout, adding it to every latency.
-        first = self.consumer.poll(0.1)
-        if first is None:
-            return []
-        batch = []
-        for m in [first, *self.consumer.consume(num_messages=self.batch_size - 1, timeout=0)]:
-            err = m.error()
-            if err is None:
-                batch.append(record_of(m))
-            elif err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", err)
-                if err.fatal():
-                    self._replace_consumer(str(err))
-                    return []
-        if batch:
-            self._brokers_down = False
-        return batch
+    def reset(self) -> None:
+        for partition in list(self._states):
+            self._forget(partition)
+        self._unloaded.clear()
+        self._owned = []
+
+    def lifecycle(self, state: str) -> None:
+        if state == "starting":
+            self.health.write()
 
     # ------------------------------------------------------------------ the transaction
     def _process_batch(self, batch: list[ConsumedRecord]) -> None:
         batch = self._ready_only(batch)
-        if not batch or not self._refresh_producer_after_outage():
+        if not batch:
             return
-        touched: Touched = {}
+        self._touched, self._batch = {}, batch
         self._batch_events.clear()
         ctx = self._context()
-        self._metrics.begin()
-        try:
-            self.producer.begin_transaction()
+        snapshotted: list[int] = []
+        commit_started = 0.0
+
+        def write() -> list[TopicPartition]:
+            nonlocal snapshotted, commit_started
             snapshotted = self._snapshot_due()
             for msg in batch:
-                self._handle(msg, touched, ctx)
-            offsets, group = _next_offsets(batch), self.consumer.consumer_group_metadata()
+                self._handle(msg, self._touched, ctx)
             commit_started = time.perf_counter()
-            self.txn.send_offsets_and_commit(offsets, group)
-        except (KafkaException, BufferError, ProducerFailedError) as exc:
-            self.stats.aborted_batches += 1
-            self._metrics.aborted()
-            self._after_failed_batch(exc, batch, touched)
+            return _next_offsets(batch)
+
+        self._metrics.begin()
+        if not self.host.transaction(write):
             return
         self._metrics.committed(len(batch), commit_started)
         self.stats.batches += 1
-        self._brokers_down = False
         self.snapshots.taken(snapshotted)
         self.stats.snapshots_taken += len(snapshotted)
         for partition, count in self._batch_events.items():
@@ -277,75 +212,23 @@ class CommandProcessor(PartitionOwner):
             done.append(partition)
         return done
 
-    def _after_failed_batch(self, exc: Exception, batch: list[ConsumedRecord], touched: Touched) -> None:
-        if isinstance(exc, KafkaException):  # raised outside the watchdog (begin_transaction, produce)
-            exc = self.txn.classify(exc)  # FencedError when this process must exit
-        if unreachable(exc):
-            self._brokers_down = True
-        if not isinstance(exc, ProducerFailedError):
-            log.warning("transaction failed (%s); aborting and re-deciding the batch", kafka_error(exc) or exc)
-            try:
-                self.txn.abort()
-                self._undo_in_memory(touched)
-                self._seek_to_firsts(batch)
-                return
-            except ProducerFailedError as abort_exc:
-                exc = abort_exc
-        self._recover(f"transaction failed and could not be aborted ({exc})")
+    def failed(self, exc: Exception) -> None:  # noqa: ARG002 (every failure counts alike)
+        self.stats.aborted_batches += 1
+        self._metrics.aborted()
+
+    def aborted(self) -> None:
+        """Undo the batch in memory and seek back: it is decided again."""
+        self._undo_in_memory(self._touched)
+        self._seek_to_firsts(self._batch)
 
     # ------------------------------------------------------------------ starting over from the log
-    def _recover(self, why: str) -> None:
-        """Replace the producer and rebuild every owned partition from the log (see module docstring)."""
-        log.warning("worker %s starts over from the log: %s", self.worker_id, why)
-        self.stats.recoveries += 1
-        common_metrics.RECOVERIES.labels(worker_metrics.SERVICE).inc()
-        self._recovering = True
-        self._update_state()
+    def rebuild(self) -> None:
+        """Rebuild every owned partition from the log (see module docstring)."""
+        self.stats.recoveries = self.host.recoveries
         started = time.monotonic()
-        try:
-            self.txn.replace()
-            if self._init_transactions():
-                log.info("worker %s: transactions initialised after %.1fs", self.worker_id, time.monotonic() - started)
-                self._resync()
-                log.info("worker %s: partitions %s rebuilt and serving again after %.1fs", self.worker_id,
-                         self._owned, time.monotonic() - started)
-        finally:
-            self._recovering = False
-            self._update_state()
-
-    def _init_transactions(self) -> bool:
-        """Initialise the producer's transactions under the one policy of `workers.host` (retried while
-        Kafka is away); False if stopped meanwhile."""
-        if not self.txn.init_transactions(self._stop, self._on_init_retry):
-            return False
-        self._brokers_down = False
-        return True
-
-    def _on_init_retry(self, exc: BaseException) -> None:
-        if unreachable(exc) or kafka_error(exc) is None:
-            self._brokers_down = True
-        self._update_state()
-        self.health.tick()
-
-    def _refresh_producer_after_outage(self) -> bool:
-        """After an outage, once the brokers answer again, start a fresh producer (no batch is
-        open between batches, so nothing needs rebuilding). False if stopped meanwhile."""
-        if not self.txn.outage or self._brokers_down:
-            return True
-        log.info("worker %s: the brokers are back; starting a fresh producer", self.worker_id)
-        self.txn.replace()
-        return self._init_transactions()
-
-    def _replace_consumer(self, why: str) -> None:
-        log.error("worker %s replaces its consumer: %s", self.worker_id, why)
-        self._close()
-        for partition in list(self._states):
-            self._forget(partition)
-        self._unloaded.clear()
-        self._owned = []
-        self.consumer = Consumer(self._consumer_conf)
-        self.consumer.subscribe([self.t_commands, self.t_internal], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke)
+        self._resync()
+        log.info("worker %s: partitions %s rebuilt and serving again after %.1fs", self.worker_id,
+                 self._owned, time.monotonic() - started)
 
     # ------------------------------------------------------------------ metrics of each decision
     def _handle(self, record: ConsumedRecord, touched: Touched, ctx: Context) -> None:
@@ -372,11 +255,6 @@ class CommandProcessor(PartitionOwner):
     def _reply(self, headers: dict[str, Any], value: bytes) -> None:
         self._last_reply = value  # decoded only for a refusal, to count its code
         super()._reply(headers, value)
-
-    def _while_waiting(self) -> None:
-        # The watchdog has served the producer's error_cb (e.g. all brokers down) just before.
-        self._update_state()
-        self.health.tick()
 
 
 def _next_offsets(batch: list[ConsumedRecord]) -> list[TopicPartition]:

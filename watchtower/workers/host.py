@@ -1,8 +1,8 @@
 """The transactional core every worker host shares: one producer, its watchdog, its fencing and its
 ``init_transactions`` policy, written once.
 
-The stream worker (`workers.command_processor`) and the side workers' host (`workers.tx_worker`:
-push delivery, replay) each own one `TransactionalProducer`. It holds the current producer of a
+The one serving loop (`workers.loop.TransactionalLoop`) that runs every worker (the stream worker,
+push delivery, replay) owns one `TransactionalProducer`. It holds the current producer of a
 stable ``transactional.id`` (``<group>-<worker id>``: a restarted worker fences its own zombie at
 ``init_transactions``) and answers for what is the same in every host. The hosts' Kafka clients
 are configured here too (`consumer_config`: read_committed, offsets committed only in the host's

@@ -8,7 +8,7 @@ it; a record that breaks a rule is quarantined, never fatal), and it is resumed.
 cannot read the log yet is retried while the partition stays paused, so a command is never
 decided against a missing state. Nothing raises out of a rebalance callback.
 
-It also derives the health state from the worker's flags (:meth:`PartitionOwner._update_state`).
+It also derives the health state from its partitions and its loop's flags (:meth:`PartitionOwner._update_state`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -28,6 +28,9 @@ from watchtower.workers.health import HealthFile
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy
 from watchtower.workers.state_loader import CommittedOffsets, load_partitions
+
+if TYPE_CHECKING:
+    from watchtower.workers.loop import TransactionalLoop
 
 log = logging.getLogger("watchtower.worker")
 
@@ -49,6 +52,8 @@ class PartitionOwner(CommandDecider):
     """The owned partitions and their rebuilt aggregates; the health state they imply."""
 
     consumer: Consumer
+    #: the transactional loop this owner is plugged into: its flags drive the health state
+    host: TransactionalLoop
 
     def __init__(self, bootstrap: str, worker_id: str, group: str, prefix: str | None,
                  clock_ms: Callable[[], int] | None, health: HealthFile | None,
@@ -66,20 +71,18 @@ class PartitionOwner(CommandDecider):
                                          stable_tries=STABLE_TRIES_AFTER_FENCING)
         self._next_load_try = 0.0
         self._assigned = False
-        self._recovering = False
-        self._brokers_down = False
 
     def _update_state(self) -> None:
-        if self._brokers_down:
+        if self.host.brokers_down:
             self.health.set_state("broker_unreachable")
-        elif self._recovering or self._unloaded:
+        elif self.host.recovering or self._unloaded:
             self.health.set_state("recovering")
         elif not self._assigned:
             self.health.set_state("starting")
         else:
             self.health.set_state("serving")
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Never raise out of a rebalance callback: librdkafka would surface it from poll() and the
         # worker would die on whatever the log or the cluster did. Partitions stay paused until
         # their aggregates are rebuilt, so no command is ever decided against a missing state.
@@ -104,7 +107,7 @@ class PartitionOwner(CommandDecider):
         self._update_state()
         log.info("worker %s assigned %s", self.worker_id, self._owned)
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             if tp.topic != self.t_commands:
                 continue
@@ -137,7 +140,7 @@ class PartitionOwner(CommandDecider):
                                      on_quarantine=self.health.quarantined, aggregates=self.aggregates,
                                      snapshots_topic=self.t_snapshots, timeout_s=LOAD_TIMEOUT_S)
             # Every rebuilt partition resumes from the offsets read here (the assignment gave
-            # the consumer none of its own: _on_assign).
+            # the consumer none of its own: assign).
             if committed:
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING

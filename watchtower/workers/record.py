@@ -1,8 +1,8 @@
 """A consumed record as the code above the host sees it: Kafka stays at the edges.
 
-The host (`workers.command_processor`) turns each consumed confluent-kafka ``Message`` into a
-`ConsumedRecord` (`workers.host.record_of`) before anything decides it, so the decider and the
-aggregates never touch a client object.
+The serving loop (`workers.loop`) turns each consumed confluent-kafka ``Message`` into a
+`ConsumedRecord` (`workers.host.record_of`) before any worker sees it, so the decider, the
+aggregates and the side workers never touch a client object.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Rebuild the aggregates of the owned partitions: the latest snapshot plus the committed events after it."""
+"""Rebuild the aggregates of the owned partitions: the latest snapshot plus the committed events after it;
+and the scan of one partition a side worker's restore reads (`scan_partition`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.topics.connection import kafka_config
@@ -16,16 +24,20 @@ from watchtower.topics.reader import end_offsets, read_committed
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
+from watchtower.workers.host import record_of
+from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
 
 log = logging.getLogger("watchtower.rebuild")
 
 __all__ = ["CommittedOffsets", "PartitionState", "Quarantined", "committed_offsets", "load_partitions",
-           "wait_until_settled"]
+           "scan_partition", "wait_until_settled"]
 
 #: How long a rebuild waits for open transactions on its partitions to end before giving up (the
 #: caller retries). A dead owner's transaction is aborted by the broker after its timeout.
 SETTLE_TIMEOUT_S: Final = 30.0
+#: A scan that reads nothing for this long gives up (TimeoutError): the rebuild is retried later.
+SCAN_TIMEOUT_S: Final = 60.0
 
 
 def load_partitions(bootstrap: str, events_topic: str, partitions: Collection[int], partition_count: int, *,
@@ -177,3 +189,56 @@ def _latest(admin: AdminClient, tps: list[TopicPartition], isolation: IsolationL
     futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=isolation,
                                  request_timeout=10)
     return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+
+
+def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callable[[ConsumedRecord], object],
+                   start: int = 0,
+                   *, group: str, catch_up: bool = False, timeout_s: float = SCAN_TIMEOUT_S) -> int:
+    """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
+
+    Without `catch_up` it reads to the partition's end (its end-of-partition event): for a topic
+    nobody else writes meanwhile. With `catch_up` it stops once its position reaches the end offset
+    the partition had when the scan began (the caller goes on consuming from the offset returned;
+    the position also steps over transaction markers and aborted records, which are never
+    delivered): a partition that is written all the time holds an open transaction nearly always,
+    so a read_committed reader may never see its end event. A scan that makes no progress for `timeout_s` raises
+    TimeoutError (the caller retries the rebuild later), so it can never hang the worker. `group` names
+    the reader (it joins no group and commits nothing).
+
+    A side worker's restore reads its partitions with it (push delivery: ``events`` and
+    ``delivery.state``; replay: ``replay``)."""
+    consumer = Consumer({**kafka_config(bootstrap), "group.id": group,
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "log_level": 3})
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = consumer.get_watermark_offsets(tp, timeout=30)
+        if high <= max(low, start):
+            return int(max(high, start))
+        consumer.assign([TopicPartition(topic, partition, start if start > low else OFFSET_BEGINNING)])
+        # Done when the reader's position reaches `high`, not when a record at high-1 was seen: the
+        # offsets before `high` may be transaction markers and aborted records, which are never
+        # delivered but which the position steps over.
+        reached = start
+        stalled_at = time.monotonic() + timeout_s
+        while True:
+            batch = consumer.consume(num_messages=1000, timeout=1.0)
+            for msg in batch:
+                err = msg.error()
+                if err is None:
+                    on_record(record_of(msg))
+                    reached = max(reached, int(msg.offset() or 0) + 1)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    return max(reached, int(msg.offset() or 0))
+            position = consumer.position([tp])[0].offset
+            moved = position > reached
+            reached = max(reached, position)
+            if catch_up and reached >= high:
+                return int(reached)
+            if batch or moved:
+                stalled_at = time.monotonic() + timeout_s
+            elif time.monotonic() > stalled_at:
+                raise TimeoutError(f"reading {topic}[{partition}] made no progress for {timeout_s:g}s at offset "
+                                   f"{reached} (end {high}); the rebuild is tried again")
+    finally:
+        consumer.close()
