@@ -16,7 +16,7 @@ from watchtower.protocol.replay.records import (
     ReplayErrored,
     ReplayProgress,
     ReplayRecord,
-    ReplayRegistered,
+    ReplayRegistration,
 )
 from watchtower.protocol.replay.status import (
     STATUSES,
@@ -35,8 +35,8 @@ ALICE, MALLORY = "alice", "mallory"
 
 
 def reg(rid: int = 7, *, first: int = 1, end: int = 101, to: int | None = 101, skip: list[int] | None = None,
-        stream: str = S, requester: str = ALICE, flt: str | None = None) -> ReplayRegistered:
-    return ReplayRegistered(v=1, replay_id=rid, stream_id=stream, namespace=stream, requester=requester,
+        stream: str = S, requester: str = ALICE, flt: str | None = None) -> ReplayRegistration:
+    return ReplayRegistration(v=1, replay_id=rid, stream_id=stream, namespace=stream, requester=requester,
                             from_sequence=first, to_sequence=to, first=first, end_exclusive=end,
                             end_id=None if to is not None else end - 1, filter=flt, skip=skip, memo_hex="ab",
                             price_cby=0, block_height=3, caller=requester, nonce=1, digest_hex="00" * 32)

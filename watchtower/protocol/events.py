@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Final
 
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.ledger.paid import PaidStreamConfig
+from watchtower.protocol.replay.plan import ReplayPlan
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -316,33 +317,14 @@ class ReplayPricingSet:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _ReplayPlan:
-    """The fields of one ICRC-77 replay request, as planned."""
-
-    stream_id: str
-    replay_id: int
-    namespace: str
-    requester: str
-    from_sequence: int
-    to_sequence: int | None
-    first: int
-    end_exclusive: int
-    end_id: int | None
-    filter: str | None
-    skip: tuple[int, ...] | None
-    memo_hex: str
-    price_cby: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReplayOrdered(_ReplayPlan):
+class ReplayOrdered(ReplayPlan):
     """A priced ICRC-77 replay being paid for by the requester's account (in flight until settled)."""
 
     TYPE: ClassVar[str] = "ReplayOrdered"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayRegistered(_ReplayPlan):
+class ReplayRegistered(ReplayPlan):
     """An accepted ICRC-77 replay (free, or paid): what the replay topic's registration holds."""
 
     TYPE: ClassVar[str] = "ReplayRegistered"

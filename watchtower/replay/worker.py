@@ -51,7 +51,9 @@ from watchtower.protocol.replay.records import (
     ReplayCompleted,
     ReplayErrored,
     ReplayRecord,
-    ReplayRegistered,
+)
+from watchtower.protocol.replay.records import (
+    ReplayRegistration as ReplayRegistered,
 )
 from watchtower.protocol.replay.registration import check_registration_command
 from watchtower.protocol.replay.rules import ReplaySelector, selector_for

@@ -79,6 +79,7 @@ from watchtower.protocol.replay.fold import (
     check_memo,
     check_namespace,
 )
+from watchtower.protocol.replay.plan import Skip
 from watchtower.protocol.replay.rules import (
     ICRC77_CAPABLE,
     canonical_filter,
@@ -140,7 +141,7 @@ def authorize_requester(state: StreamState, caller: str, namespace: str) -> None
     )
 
 
-def replay_price(per_event_cby: int, first: int, end_exclusive: int, skip: tuple[int, int] | None) -> int:
+def replay_price(per_event_cby: int, first: int, end_exclusive: int, skip: Skip | None) -> int:
     """What a replay of ``[first, end_exclusive)`` under `skip` costs at `per_event_cby`."""
     return per_event_cby * charged_events(first, end_exclusive, skip)
 
@@ -196,7 +197,7 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
     order = ev.ReplayOrdered(
         stream_id=state.stream_id, replay_id=replay_id, namespace=namespace, requester=cmd.caller,
         from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive,
-        end_id=plan.end_id, filter=canonical_filter(node), skip=None if skip is None else tuple(skip),
+        end_id=plan.end_id, filter=canonical_filter(node), skip=skip,
         memo_hex=memo_hex, price_cby=price,
     )
     origin = Origin(cmd.caller, cmd.nonce, digest)
