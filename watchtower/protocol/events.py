@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Self
 
 from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.ledger.billing import RECEIPT_FIELDS, KeyAccessReceipt
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.replay.plan import ReplayPlan
 
@@ -254,20 +255,24 @@ class PaidStreamRegistered:
     paid_stream_config: PaidStreamConfig
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Purchase:
-    """The fields of a purchase of key epochs: its id and the CIP-7 KeyAccessReceipt's fields."""
+@dataclasses.dataclass(frozen=True)
+class _PurchaseId:
+    """A purchase's id: the first field of a purchase's schema (slot-free, so that a purchase can
+    also be a slotted `KeyAccessReceipt`)."""
 
     purchase_id: str
-    stream_id: str
-    beneficiary_account: str
-    payer_account: str
-    from_key_epoch: int
-    to_key_epoch: int
-    epochs_charged: int
-    publisher_amount_cby: int
-    protocol_fee_cby: int
-    total_amount_cby: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Purchase(KeyAccessReceipt, _PurchaseId):
+    """A purchase of key epochs: its id, then the CIP-7 `KeyAccessReceipt` it is (a dataclass lays
+    out its bases' fields from the last base to the first: the schema's order). ``to_dict()`` is
+    the receipt alone."""
+
+    @classmethod
+    def of(cls, purchase_id: str, receipt: KeyAccessReceipt) -> Self:
+        """The purchase `purchase_id` of what `receipt` states."""
+        return cls(purchase_id, **{name: getattr(receipt, name) for name in RECEIPT_FIELDS})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
