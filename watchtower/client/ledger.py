@@ -31,8 +31,9 @@ from watchtower.protocol.errors import (
 )
 from watchtower.protocol.json_ints import as_int
 from watchtower.protocol.ledger.billing import RECEIPT_FIELDS, KeyAccessReceipt
-from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance, require_amount
+from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance
 from watchtower.protocol.signed_command import Command
+from watchtower.protocol.validation import require_amount
 
 X25519: Final = "X25519"
 _RECEIPT_FIELDS: Final = frozenset(RECEIPT_FIELDS)
