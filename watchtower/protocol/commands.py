@@ -29,7 +29,7 @@ from typing import Annotated, Any, ClassVar, Final, TypeVar
 
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, MAX_MEMO, MAX_WIRE_UINT64, X25519_PUBLIC_KEY_BYTES
-from watchtower.protocol.enums import SubscriptionPolicy
+from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy
 from watchtower.protocol.errors import InvalidAccountKeyError, InvalidArgumentError
 from watchtower.protocol.json_ints import MAX_SAFE_INT
 from watchtower.protocol.signed_command import Command, body_fields
@@ -117,6 +117,13 @@ def _policy(value: Any, name: str) -> SubscriptionPolicy:
         raise InvalidArgumentError(f"{name} must be PUBLIC or PRIVATE_ALLOWLIST, got {value!r}") from None
 
 
+def _mode(value: Any, name: str) -> DeliveryMode:
+    try:
+        return DeliveryMode(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name} must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {value!r}") from None
+
+
 def _account_key_scheme(value: object, name: str) -> str:
     if value != ACCOUNT_KEY_SCHEME_X25519:
         raise InvalidAccountKeyError(f"{name} must be {ACCOUNT_KEY_SCHEME_X25519} (the only CIP-7 v1 scheme), "
@@ -151,9 +158,10 @@ def _key(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Subscribe:
-    """subscribe: a delivery mode, and optionally a filter, a start cursor and an account key id."""
+    """subscribe: a delivery mode, and optionally a filter, a start cursor and an account key id (the
+    rule reads these after the filter, and the start cursor only when the subscription is new)."""
 
-    mode: Any
+    mode: Annotated[DeliveryMode, _mode]
     filter: Any = None
     start_cursor: Any = None
     account_key_id: Any = None

@@ -52,7 +52,7 @@ from watchtower.protocol.confidential.receipt import RECEIPT_FIELD, verify_recei
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.deployment import NO_TREASURY, Deployment
-from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
+from watchtower.protocol.enums import PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     InvalidSignatureError,
@@ -400,12 +400,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     when a CANCELLED one is re-activated (CIP-7: start_cursor applies only on create).
     """
     body = read_body(cmd, Subscribe)
-    try:
-        mode = DeliveryMode(body.mode)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"mode must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {body.mode!r}"
-        ) from None
+    mode = body.mode
     raw_filter = body.filter
     parse_filter(raw_filter)  # INVALID_FILTER
     filter_json = (
