@@ -31,7 +31,6 @@ from watchtower.protocol.stream.state import StreamState
 from watchtower.protocol.validation import require_int
 
 MAX_DETAIL: Final = 512
-_FIELDS: Final = frozenset({"reason", "timestamp_unix_ms", "first_tick", "last_tick", "detail"})
 
 
 def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[IngestFailed, dict[str, Any]]:
