@@ -24,7 +24,7 @@ from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest, rebuild_replay_digest
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
@@ -68,8 +68,8 @@ def progress(rid: int, sid: str, next_sequence: int, delivered: int) -> ReplayPr
                           next_sequence=next_sequence, delivered=delivered, filtered=0, skipped=0, at_ms=1)
 
 
-def cancel(rid: int, sid: str, who: str) -> ReplayCancelRequested:
-    return ReplayCancelRequested(v=1, replay_id=rid, stream_id=sid, requester=who, block_height=6, nonce=rid + 100,
+def cancel(rid: int, sid: str, who: str) -> ReplayCancelRequest:
+    return ReplayCancelRequest(v=1, replay_id=rid, stream_id=sid, requester=who, block_height=6, nonce=rid + 100,
                                  digest_hex="11" * 32)
 
 

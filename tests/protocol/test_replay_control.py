@@ -32,7 +32,7 @@ from watchtower.protocol.ledger.common import (
     account_instance,
 )
 from watchtower.protocol.replay.control import finish_replay, settle_replay
-from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRegistration
+from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayRegistration
 from watchtower.protocol.replay.rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.stream.actor import Decision, Event, StreamState, decide, evolve, state_digest
@@ -287,7 +287,7 @@ def test_a_cancel_by_the_requester_is_recorded_for_the_replay_fold() -> None:
     decision = s.do(BOB, "cancel_replay", {"replay_id": replay_id})
     assert decision.reply == {"replay_id": replay_id, "cancel": "requested"}
     record = decode_replay_record(replay_record_for(decision.events[0]))
-    assert isinstance(record, ReplayCancelRequested)
+    assert isinstance(record, ReplayCancelRequest)
     assert (record.replay_id, record.requester, record.stream_id) == (replay_id, addr(BOB), SID)
     s.rejects("INVALID_ARGUMENT", s.command(BOB, "cancel_replay", {"replay_id": 0}))
     unknown = Stream()

@@ -11,7 +11,7 @@ from protocol_strategies import PROPERTY
 
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
@@ -48,8 +48,8 @@ def prog(rid: int = 7, *, seq: int, off: int, d: int = 0, f: int = 0, s: int = 0
                           next_sequence=seq, delivered=d, filtered=f, skipped=s, at_ms=1000 + seq)
 
 
-def cancel(rid: int = 7, who: str = ALICE, stream: str = S) -> ReplayCancelRequested:
-    return ReplayCancelRequested(v=1, replay_id=rid, stream_id=stream, requester=who, block_height=4, nonce=2,
+def cancel(rid: int = 7, who: str = ALICE, stream: str = S) -> ReplayCancelRequest:
+    return ReplayCancelRequest(v=1, replay_id=rid, stream_id=stream, requester=who, block_height=4, nonce=2,
                                  digest_hex="11" * 32)
 
 

@@ -35,7 +35,7 @@ from watchtower.protocol import events as ev
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.ledger.common import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
 from watchtower.protocol.ledger.keymgr_access import KeymgrState
-from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRecord, ReplayRegistration
+from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayRecord, ReplayRegistration
 from watchtower.protocol.replay.rules import replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -215,7 +215,7 @@ def test_a_cancel_writes_cancel_requested(host: Host) -> None:
     replay_id = ok(host.send(host.sign(reader, "register_replay", request(host, 1, None))))["replay_id"]
     assert ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id}))) == {
         "replay_id": replay_id, "cancel": "requested"}
-    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequested)]
+    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequest)]
     assert [(c.requester, c.stream_id) for c in cancels] == [(addr(reader), host.stream_id)]
 
 
@@ -226,7 +226,7 @@ def test_a_cancel_answers_icrc77_errors_and_a_refused_one_writes_nothing(host: H
     refused(host.send(host.sign(stranger, "cancel_replay", {"replay_id": replay_id})), "UNAUTHORIZED")
     ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})))
     refused(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})), "CANNOT_CANCEL")
-    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequested)]
+    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequest)]
     assert [c.requester for c in cancels] == [addr(reader)]
     assert host.records_of(4243) == []
     logged = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)

@@ -47,10 +47,12 @@ from watchtower.protocol.ledger.common import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
     ReplayCompleted,
     ReplayErrored,
     ReplayRecord,
+)
+from watchtower.protocol.replay.records import (
+    ReplayCancelRequest as ReplayCancelRequested,
 )
 from watchtower.protocol.replay.records import (
     ReplayRegistration as ReplayRegistered,

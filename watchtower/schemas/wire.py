@@ -37,8 +37,12 @@ from watchtower.protocol.ledger.common import (
     Origin,
     ReplayFinished,
 )
-from watchtower.protocol.replay.records import REPLAY_RECORD_VERSION, ReplayRecord, ReplayRegistration
-from watchtower.protocol.replay.records import ReplayCancelRequested as ReplayCancelRequestedRecord
+from watchtower.protocol.replay.records import (
+    REPLAY_RECORD_VERSION,
+    ReplayCancelRequest,
+    ReplayRecord,
+    ReplayRegistration,
+)
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream.state import Event
 from watchtower.schemas import codec, events
@@ -238,7 +242,7 @@ def replay_record_for(event: Event, command: Command | None = None) -> bytes | N
                                        nonce=event.nonce, digest_hex=event.digest.hex(),
                                        command=None if command is None else command.to_dict())
     elif isinstance(body, ReplayCancelRequested):
-        record = ReplayCancelRequestedRecord(
+        record = ReplayCancelRequest(
             v=REPLAY_RECORD_VERSION, replay_id=body.replay_id, stream_id=body.stream_id,
             requester=body.requester, block_height=event.block_height, nonce=event.nonce,
             digest_hex=event.digest.hex())

@@ -7,8 +7,9 @@ Who writes what:
 
 - the stream's writer (the aggregate host), in the transaction that decides the command:
   ``registered`` (`ReplayRegistration`: a register_replay that passed every check, paid for when
-  it had a price) and
-  ``cancel_requested`` (a signed cancel_replay; the fold honours it only from the requester);
+  it had a price) and ``cancel_requested`` (`ReplayCancelRequest`: a signed cancel_replay; the
+  fold honours it only from the requester). Each is derived from the stream event of the same
+  fact (ReplayRegistered, ReplayCancelRequested: `schemas.wire.replay_record_for`);
 - the replay worker, in the transaction that also writes the re-emitted deliveries:
   ``progress`` (a checkpoint), then exactly one of ``completed``, ``canceled``, ``errored``.
   A Spark fulfilment writes ``progress`` with ``engine = "spark"`` before it starts.
@@ -73,7 +74,7 @@ class ReplayRegistration(msgspec.Struct, tag="registered", tag_field="kind", for
             block_height=block_height, caller=caller, nonce=nonce, digest_hex=digest_hex, command=command)
 
 
-class ReplayCancelRequested(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):
+class ReplayCancelRequest(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):
     """A signed cancel_replay by `requester` (its signer). Honoured only if it is the replay's requester
     and the replay is not finished."""
 
@@ -139,5 +140,5 @@ class ReplayErrored(msgspec.Struct, tag="errored", tag_field="kind", forbid_unkn
     at_ms: int
 
 
-ReplayRecord = (ReplayRegistration | ReplayCancelRequested | ReplayProgress | ReplayCompleted | ReplayCanceled
+ReplayRecord = (ReplayRegistration | ReplayCancelRequest | ReplayProgress | ReplayCompleted | ReplayCanceled
                 | ReplayErrored)

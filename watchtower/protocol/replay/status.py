@@ -27,7 +27,7 @@ from typing import Any, Final
 from watchtower.protocol.replay.plan import PLAN_FIELDS, ReplayPlan, Skip
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
@@ -94,7 +94,7 @@ def apply_replay_record(views: Mapping[int, ReplayView], record: ReplayRecord) -
     if view.terminal:
         raise ReplayRuleError(f"replay {record.replay_id} is already {view.status}; a later {_kind(record)} "
                               f"record is ignored")
-    if isinstance(record, ReplayCancelRequested):
+    if isinstance(record, ReplayCancelRequest):
         if record.requester != view.requester or view.cancel_requested:
             return {}  # a stranger cannot cancel someone else's replay; a repeat changes nothing
         return {view.replay_id: dataclasses.replace(view, cancel_requested=True)}
