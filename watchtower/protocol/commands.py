@@ -204,9 +204,11 @@ class AnnounceKeyEpoch:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RenewSubscription:
-    """renew_subscription: the target key epoch; who benefits and who pays default to the caller."""
+    """renew_subscription: the target key epoch; who benefits and who pays default to the caller.
+    The stream reads the account key id after it finds the caller's subscription, and the paid
+    stream (which decides the purchase) who benefits and pays."""
 
-    target_key_epoch: Any
+    target_key_epoch: Count
     beneficiary_account: Any = ABSENT
     payer_account: Any = ABSENT
     account_key_id: Any = None
@@ -214,9 +216,10 @@ class RenewSubscription:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AcquireEpochAccess:
-    """acquire_epoch_access: the stream and target key epoch; who benefits and pays default to the caller."""
+    """acquire_epoch_access: the stream and target key epoch; who benefits and pays default to the
+    caller (read by the paid stream's rule, as a renewal's are)."""
 
-    target_key_epoch: Any
+    target_key_epoch: Count
     stream_id: Any = None
     beneficiary_account: Any = ABSENT
     payer_account: Any = ABSENT

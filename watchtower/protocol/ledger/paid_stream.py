@@ -78,7 +78,6 @@ from watchtower.protocol.stream.state import (
     Event,
     FrozenMap,
 )
-from watchtower.protocol.validation import require_int
 
 PAID_EVENTS: Final = frozenset(
     {PAID_STREAM_REGISTERED, EPOCH_ACCESS_REQUESTED, EPOCH_ACCESS_PURCHASED, EPOCH_ACCESS_IDEMPOTENT,
@@ -184,7 +183,7 @@ def _purchase(state: PaidState, cmd: Command, height: int,
     body = read_body(cmd, shape)
     if isinstance(body, AcquireEpochAccess) and body.stream_id != state.stream_id:
         raise InvalidArgumentError(f"body stream_id must be {state.stream_id!r}, the stream of {cmd.stream_id!r}")
-    target = require_int(body.target_key_epoch, "target_key_epoch")
+    target = body.target_key_epoch
     beneficiary = require_address(given(body.beneficiary_account, cmd.caller), "beneficiary_account")
     payer = require_address(given(body.payer_account, cmd.caller), "payer_account")
     if beneficiary in state.in_flight:

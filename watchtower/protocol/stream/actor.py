@@ -573,7 +573,6 @@ def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: b
             f"stream {state.stream_id!r} is OPEN: there is no subscription to pay for; subscribe and read it"
         )
     body = read_body(cmd, RenewSubscription)
-    require_int(body.target_key_epoch, "target_key_epoch")
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is not SubscriptionStatus.ACTIVE:
         raise PaymentRequiredError(
