@@ -20,13 +20,14 @@ from watchtower.protocol.events import (
     BODY_FIELDS,
     EVENT_BODIES,
     EVENT_TYPES,
+    PLAN_FIELDS,
     FeedRegistered,
+    ReplayPlan,
     ReplayRegistered,
     StreamMessagePublished,
     event_fields,
 )
 from watchtower.protocol.ledger.paid import PaidStreamConfig
-from watchtower.protocol.replay.plan import PLAN_FIELDS, ReplayPlan
 from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.stream.state import MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events

@@ -7,11 +7,11 @@ keys. `read_body(cmd, cls)` checks the body has every required field and no unkn
 reads each field the body has, in the class's order, and returns the class with typed values.
 
 Anyone may sign any JSON, so a field is typed by what reads it: ``Annotated[T, reader]``, where
-the reader takes the signed value and the field's name and returns the `T` or raises the error a
-client is told (`require_address`, `require_int`, ...). A rule reads a body only after the checks
-that come first (an owner-only method refuses a stranger before it reads the body), and a field
-the body leaves out keeps its default, the one the rules give it; a field whose absence the rules
-tell from an explicit null defaults to `ABSENT`.
+the reader (`body_readers`) takes the signed value and the field's name and returns the `T` or
+raises the error a client is told. A rule reads a body only after the checks that come first (an
+owner-only method refuses a stranger before it reads the body), and a field the body leaves out
+keeps its default, the one the rules give it; a field whose absence the rules tell from an explicit
+null defaults to `ABSENT`.
 
 A field typed `Any` is read by its rule, not here: the rule checks it later than the body's other
 fields (after the state it depends on), or `peek_body` reads the class from a command already
@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Final, TypeVar
 
-from watchtower.protocol.addresses import require_address
-from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, MAX_MEMO, MAX_WIRE_UINT64, X25519_PUBLIC_KEY_BYTES
+from watchtower.protocol import body_readers as read
+from watchtower.protocol.body_readers import Address, Amount, Count, Reader, Text
+from watchtower.protocol.constants import MAX_MEMO
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy
-from watchtower.protocol.errors import InvalidAccountKeyError, InvalidArgumentError
 from watchtower.protocol.json_ints import MAX_SAFE_INT
 from watchtower.protocol.signed_command import Command, body_fields
-from watchtower.protocol.validation import require_amount, require_bytes, require_int, require_text
 
 
 class _Absent:
@@ -66,88 +65,6 @@ def given(value: T | _Absent, default: D) -> T | D:
     return default if isinstance(value, _Absent) else value
 
 
-# --- the readers: a signed value and its field's name in, a typed value (or the client's error) out ---
-
-Reader = Callable[[Any, str], Any]
-
-
-def _int(*, minimum: int = 0, maximum: int = MAX_WIRE_UINT64) -> Reader:
-    """An integer in [minimum, maximum] (by default, up to the largest the wire carries)."""
-    return lambda value, name: require_int(value, name, minimum=minimum, maximum=maximum)
-
-
-def _nullable(read: Reader) -> Reader:
-    """`read`'s value, or None for an explicit null."""
-    return lambda value, name: None if value is None else read(value, name)
-
-
-def _text(*, allow_empty: bool = False) -> Reader:
-    return lambda value, name: require_text(value, name, allow_empty=allow_empty)
-
-
-def _short_text(limit: int) -> Reader:
-    """Text of at most `limit` characters (empty allowed)."""
-    def read(value: object, name: str) -> str:
-        if not isinstance(value, str) or len(value) > limit:
-            raise InvalidArgumentError(f"{name} must be text of at most {limit} characters")
-        return value
-    return read
-
-
-def _bytes(value: object, name: str) -> bytes:
-    return require_bytes(value, name)
-
-
-def _flag(value: object, name: str) -> bool:
-    if value is not True and value is not False:
-        raise InvalidArgumentError(f"{name} must be true or false")
-    return value
-
-
-def _positive_id(value: object, name: str) -> int:
-    if type(value) is not int or value < 1:
-        raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _policy(value: Any, name: str) -> SubscriptionPolicy:
-    try:
-        return SubscriptionPolicy(value)
-    except ValueError:
-        raise InvalidArgumentError(f"{name} must be PUBLIC or PRIVATE_ALLOWLIST, got {value!r}") from None
-
-
-def _mode(value: Any, name: str) -> DeliveryMode:
-    try:
-        return DeliveryMode(value)
-    except ValueError:
-        raise InvalidArgumentError(f"{name} must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {value!r}") from None
-
-
-def _account_key_scheme(value: object, name: str) -> str:
-    if value != ACCOUNT_KEY_SCHEME_X25519:
-        raise InvalidAccountKeyError(f"{name} must be {ACCOUNT_KEY_SCHEME_X25519} (the only CIP-7 v1 scheme), "
-                                     f"got {value!r}")
-    return ACCOUNT_KEY_SCHEME_X25519
-
-
-def _x25519_public_key(value: object, name: str) -> bytes:
-    if not isinstance(value, bytes) or len(value) != X25519_PUBLIC_KEY_BYTES:
-        raise InvalidAccountKeyError(f"{name} must be the {X25519_PUBLIC_KEY_BYTES}-byte X25519 public key "
-                                     "(send it as bytes)")
-    return value
-
-
-Address = Annotated[str, require_address]
-"""An account or actor address (`addresses.require_address`)."""
-Amount = Annotated[int, require_amount]
-"""An amount of CBY wei, 1..2**63-1 (`validation.require_amount`)."""
-Count = Annotated[int, _int()]
-"""An integer from 0 to the largest the wire carries."""
-Text = Annotated[str, _text()]
-"""Non-empty text."""
-
-
 def _key(name: str) -> str:
     # A JSON field named like a Python keyword is spelled with a trailing underscore here.
     return name[:-1] if name.endswith("_") else name
@@ -161,7 +78,7 @@ class Subscribe:
     """subscribe: a delivery mode, and optionally a filter, a start cursor and an account key id (the
     rule reads these after the filter, and the start cursor only when the subscription is new)."""
 
-    mode: Annotated[DeliveryMode, _mode]
+    mode: Annotated[DeliveryMode, read.delivery_mode]
     filter: Any = None
     start_cursor: Any = None
     account_key_id: Any = None
@@ -185,7 +102,7 @@ class RotatePublisherKey:
 class SetSubscriptionPolicy:
     """set_subscription_policy: PUBLIC or PRIVATE_ALLOWLIST."""
 
-    policy: Annotated[SubscriptionPolicy, _policy]
+    policy: Annotated[SubscriptionPolicy, read.subscription_policy]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -231,10 +148,10 @@ class ReportIngestFailure:
     one of `IngestReason`, ``last_tick`` ≥ ``first_tick`` and the detail's length)."""
 
     reason: Text
-    timestamp_unix_ms: Annotated[int, _int(maximum=MAX_SAFE_INT)]
-    first_tick: Annotated[int, _int(minimum=1, maximum=MAX_SAFE_INT)]
-    last_tick: Annotated[int, _int(minimum=1, maximum=MAX_SAFE_INT)]
-    detail: Annotated[str, _text(allow_empty=True)]
+    timestamp_unix_ms: Annotated[int, read.int_in(maximum=MAX_SAFE_INT)]
+    first_tick: Annotated[int, read.int_in(minimum=1, maximum=MAX_SAFE_INT)]
+    last_tick: Annotated[int, read.int_in(minimum=1, maximum=MAX_SAFE_INT)]
+    detail: Annotated[str, read.text(allow_empty=True)]
 
 
 # --- replay methods (ICRC-77) --------------------------------------------------------------------
@@ -255,7 +172,7 @@ class RegisterReplay:
 class CancelReplay:
     """cancel_replay: the replay id."""
 
-    replay_id: Annotated[int, _int(minimum=1)]
+    replay_id: Annotated[int, read.int_in(minimum=1)]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -319,15 +236,15 @@ class RemoveRunner:
 class RegisterAccountKey:
     """register_account_key: the scheme and the X25519 public key."""
 
-    scheme: Annotated[str, _account_key_scheme]
-    public_key: Annotated[bytes, _x25519_public_key]
+    scheme: Annotated[str, read.account_key_scheme]
+    public_key: Annotated[bytes, read.x25519_public_key]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RevokeAccountKey:
     """revoke_account_key: the key id."""
 
-    account_key_id: Annotated[int, _positive_id]
+    account_key_id: Annotated[int, read.positive_id]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -336,8 +253,8 @@ class ActorAuthorization:
     the body names exactly one of them)."""
 
     actor: Address
-    stream_id: Annotated[str | _Absent, _text()] = ABSENT
-    all_streams: Annotated[bool, _flag] = False
+    stream_id: Annotated[str | _Absent, read.text()] = ABSENT
+    all_streams: Annotated[bool, read.flag] = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -353,7 +270,7 @@ class ApproveSpending:
 
     spender: Address
     cap_cby: Amount
-    stream_id: Annotated[str | _Absent, _text()] = ABSENT
+    stream_id: Annotated[str | _Absent, read.text()] = ABSENT
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -361,7 +278,7 @@ class RevokeSpending:
     """revoke_spending: the spender, and the stream of its allowance (absent: the any-stream one)."""
 
     spender: Address
-    stream_id: Annotated[str | _Absent, _text()] = ABSENT
+    stream_id: Annotated[str | _Absent, read.text()] = ABSENT
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -370,7 +287,7 @@ class TransferCby:
 
     to: Address
     amount_cby: Amount
-    memo: Annotated[str, _short_text(MAX_MEMO)] = ""
+    memo: Annotated[str, read.short_text(MAX_MEMO)] = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -396,8 +313,8 @@ class StreamEncrypt:
     """stream_encrypt: the key epoch, the AAD and the plaintext."""
 
     key_epoch: Count
-    aad: Annotated[bytes, _bytes]
-    plaintext: Annotated[bytes, _bytes]
+    aad: Annotated[bytes, read.raw_bytes]
+    plaintext: Annotated[bytes, read.raw_bytes]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -406,8 +323,8 @@ class StreamDecrypt:
 
     beneficiary_account: Address
     key_epoch: Count
-    aad: Annotated[bytes, _bytes]
-    envelope: Annotated[bytes, _bytes]
+    aad: Annotated[bytes, read.raw_bytes]
+    envelope: Annotated[bytes, read.raw_bytes]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -417,7 +334,7 @@ class EpochKeys:
     account: Address
     from_key_epoch: Count
     to_key_epoch: Count
-    account_key_id: Annotated[int | None, _nullable(_int())] = None
+    account_key_id: Annotated[int | None, read.nullable(read.int_in())] = None
 
 
 def claimed_namespace(cmd: Command) -> Any:
@@ -464,8 +381,8 @@ def read_body(cmd: Command, cls: type[B]) -> B:
     each field's reader's error for a value it refuses (the fields are read in the class's order)."""
     required, optional, names = _shape(cls)
     body: Mapping[str, Any] = body_fields(cmd, required, optional)
-    return cls(**{attr: body[key] if read is None else read(body[key], key)
-                  for attr, key, read in names if key in body})
+    return cls(**{attr: body[key] if reader is None else reader(body[key], key)
+                  for attr, key, reader in names if key in body})
 
 
 def peek_body(cmd: Command, cls: type[B]) -> B:
@@ -474,9 +391,9 @@ def peek_body(cmd: Command, cls: type[B]) -> B:
     in a record (a key chain, a replay registration), whose own rules say what a mismatch is; only
     for a class whose fields are all read by their rules (typed `Any`)."""
     required, _optional, names = _shape(cls)
-    if any(read is not None for _attr, _key, read in names):
+    if any(reader is not None for _attr, _key, reader in names):
         raise TypeError(f"{cls.__name__} has typed fields; peek_body reads only untyped ones")
     body = cmd.body
-    values = {attr: body[key] for attr, key, _read in names if key in body}
-    values.update({attr: None for attr, key, _read in names if key in required and key not in body})
+    values = {attr: body[key] for attr, key, _reader in names if key in body}
+    values.update({attr: None for attr, key, _reader in names if key in required and key not in body})
     return cls(**values)

@@ -22,7 +22,6 @@ from typing import Any, ClassVar, Final, Self
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.ledger.billing import RECEIPT_FIELDS, KeyAccessReceipt
 from watchtower.protocol.ledger.paid import PaidStreamConfig
-from watchtower.protocol.replay.plan import ReplayPlan
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -319,6 +318,45 @@ class ReplayPricingSet:
     TYPE: ClassVar[str] = "ReplayPricingSet"
     stream_id: str
     price_per_event_cby: int
+
+
+Skip = tuple[int, int]
+"""ICRC-77 ``skip`` as ``(modulus, offset)``: sequence *s* is delivered iff ``s % modulus == offset``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """One ICRC-77 replay as the stream's writer planned it.
+
+    The plan is ``[first, end_exclusive)`` (`replay.rules.plan_replay` at the head of the deciding
+    block); ``to_sequence`` is what was asked (None: open-ended, and then ``end_id`` is the last
+    sequence the replay will deliver, ``end_exclusive - 1``). ``filter`` is the CIP-7 filter DSL as
+    canonical JSON text (or None) and ``skip`` the `Skip` rule (or None). ``price_cby`` is what the
+    requester is charged (0: free). ``namespace`` is the requested namespace as given
+    (``feed:<id>`` or the stream id). The field order is the one of the events' ``.avsc``.
+
+    It is every shape of one replay: the ReplayOrdered and ReplayRegistered events below are a
+    plan, and so is the replay fold's `replay.status.ReplayView` (a plan and its progress); the
+    replay topic's ``registered`` record carries one (`replay.records.ReplayRegistration`).
+    """
+
+    stream_id: str
+    replay_id: int
+    namespace: str
+    requester: str
+    from_sequence: int
+    to_sequence: int | None
+    first: int
+    end_exclusive: int
+    end_id: int | None
+    filter: str | None
+    skip: Skip | None
+    memo_hex: str
+    price_cby: int
+
+
+PLAN_FIELDS: Final[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(ReplayPlan))
+"""The plan's field names, in order."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -59,6 +59,7 @@ from watchtower.protocol.errors import (
     UnauthorizedSubscriberError,
     WatchtowerError,
 )
+from watchtower.protocol.events import Skip
 from watchtower.protocol.ledger.common import (
     MAX_CBY,
     REPLAY_METHODS,
@@ -79,7 +80,6 @@ from watchtower.protocol.replay.fold import (
     check_memo,
     check_namespace,
 )
-from watchtower.protocol.replay.plan import Skip
 from watchtower.protocol.replay.rules import (
     ICRC77_CAPABLE,
     canonical_filter,

@@ -21,18 +21,18 @@ from typing import Any, Final
 
 import msgspec
 
-from watchtower.protocol.replay.plan import ReplayPlan
+from watchtower.protocol.events import ReplayPlan
 
 REPLAY_RECORD_VERSION: Final = 1
 
 
 class ReplayRegistration(msgspec.Struct, tag="registered", tag_field="kind", forbid_unknown_fields=True):
-    """A replay accepted by the stream's writer: a `plan.ReplayPlan` on the replay topic, with the
+    """A replay accepted by the stream's writer: a `events.ReplayPlan` on the replay topic, with the
     block that decided it and the signed command it was decided from.
 
-    Its fields from ``replay_id`` to ``price_cby`` are the plan's (`plan.PLAN_FIELDS`, with
+    Its fields from ``replay_id`` to ``price_cby`` are the plan's (`events.PLAN_FIELDS`, with
     ``replay_id`` ahead of ``stream_id`` in this record's bytes, and ``skip`` a JSON array that the
-    replay fold reads into a `plan.Skip`); `tests/schemas/test_typed_events.py` holds the two
+    replay fold reads into a `events.Skip`); `tests/schemas/test_typed_events.py` holds the two
     equal. ``caller``/``nonce``/``digest_hex`` identify the signed register_replay command; the
     replay id is derived from its digest (`rules.replay_id_for`), and ``command`` is that command
     itself.

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from watchtower.protocol.constants import REPLAY_END_ID_HEADER, REPLAY_HEADER, REPLAY_ID_HEADER
 from watchtower.protocol.errors import ImproperConfigError, InvalidFilterError, MalformedRecordError
-from watchtower.protocol.replay.plan import Skip
+from watchtower.protocol.events import Skip
 from watchtower.protocol.stream.filter_ast import FilterNode, to_json
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
 from watchtower.protocol.stream.message import StreamMessage

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from watchtower.protocol.replay.plan import PLAN_FIELDS, ReplayPlan, Skip
+from watchtower.protocol.events import PLAN_FIELDS, ReplayPlan, Skip
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
     ReplayCancelRequest,
