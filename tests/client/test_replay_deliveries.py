@@ -30,7 +30,7 @@ from watchtower.client.replay import ReplayClient, ReplayTicket
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import InvalidSignatureError, RequestTimeoutError
-from watchtower.protocol.replay.records import ReplayCompleted, ReplayProgress, ReplayRecord, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayProgress, ReplayRecord, ReplayRegistration
 from watchtower.protocol.replay.rules import replay_headers
 from watchtower.schemas.records import decode_message, encode_message
 from watchtower.schemas.replay_records import encode_replay_record
@@ -107,8 +107,8 @@ class Fulfilment:
         self.producer.commit_transaction(30)
 
 
-def registered(rid: int, sid: str, requester: str, first: int, end: int) -> ReplayRegistered:
-    return ReplayRegistered(v=1, replay_id=rid, stream_id=sid, namespace=sid, requester=requester,
+def registered(rid: int, sid: str, requester: str, first: int, end: int) -> ReplayRegistration:
+    return ReplayRegistration(v=1, replay_id=rid, stream_id=sid, namespace=sid, requester=requester,
                             from_sequence=first, to_sequence=end, first=first, end_exclusive=end, end_id=None,
                             filter=None, skip=None, memo_hex="", price_cby=0, block_height=1, caller=requester,
                             nonce=rid, digest_hex="00" * 32)

@@ -24,12 +24,12 @@ from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest, rebuild_replay_digest
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
     ReplayRecord,
-    ReplayRegistered,
+    ReplayRegistration,
 )
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.replay_records import encode_replay_record
@@ -54,9 +54,10 @@ def _on_partition(partition: int, tag: str) -> str:
 STREAMS = [_on_partition(i % PARTITIONS, str(i)) for i in range(6)]  # every partition: both workers hold some
 
 
-def registered(rid: int, sid: str, requester: str, *, to: int | None = 11, filt: str | None = None) -> ReplayRegistered:
+def registered(rid: int, sid: str, requester: str, *, to: int | None = 11,
+               filt: str | None = None) -> ReplayRegistration:
     end = 11 if to is None else to
-    return ReplayRegistered(v=1, replay_id=rid, stream_id=sid, namespace=sid, requester=requester, from_sequence=1,
+    return ReplayRegistration(v=1, replay_id=rid, stream_id=sid, namespace=sid, requester=requester, from_sequence=1,
                             to_sequence=to, first=1, end_exclusive=end, end_id=None if to is not None else end - 1,
                             filter=filt, skip=None, memo_hex="", price_cby=0, block_height=5, caller=requester,
                             nonce=rid, digest_hex="00" * 32)
@@ -67,8 +68,8 @@ def progress(rid: int, sid: str, next_sequence: int, delivered: int) -> ReplayPr
                           next_sequence=next_sequence, delivered=delivered, filtered=0, skipped=0, at_ms=1)
 
 
-def cancel(rid: int, sid: str, who: str) -> ReplayCancelRequested:
-    return ReplayCancelRequested(v=1, replay_id=rid, stream_id=sid, requester=who, block_height=6, nonce=rid + 100,
+def cancel(rid: int, sid: str, who: str) -> ReplayCancelRequest:
+    return ReplayCancelRequest(v=1, replay_id=rid, stream_id=sid, requester=who, block_height=6, nonce=rid + 100,
                                  digest_hex="11" * 32)
 
 

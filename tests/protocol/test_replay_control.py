@@ -32,7 +32,7 @@ from watchtower.protocol.ledger.common import (
     account_instance,
 )
 from watchtower.protocol.replay.control import finish_replay, settle_replay
-from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayRegistration
 from watchtower.protocol.replay.rules import charged_events, plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.stream.actor import Decision, Event, StreamState, decide, evolve, state_digest
@@ -264,7 +264,7 @@ def test_the_record_of_a_free_replay_decodes_and_follows_its_plan(to: int | None
     raw = replay_record_for(event)
     assert raw is not None
     record = decode_replay_record(raw)
-    assert isinstance(record, ReplayRegistered)
+    assert isinstance(record, ReplayRegistration)
     plan = plan_replay(replay_id=record.replay_id, from_sequence=3, to_sequence=to, head=20)
     assert record.replay_id == replay_id_for(command_digest(cmd))
     assert (record.first, record.end_exclusive, record.end_id) == (plan.first, plan.end_exclusive, plan.end_id)
@@ -287,7 +287,7 @@ def test_a_cancel_by_the_requester_is_recorded_for_the_replay_fold() -> None:
     decision = s.do(BOB, "cancel_replay", {"replay_id": replay_id})
     assert decision.reply == {"replay_id": replay_id, "cancel": "requested"}
     record = decode_replay_record(replay_record_for(decision.events[0]))
-    assert isinstance(record, ReplayCancelRequested)
+    assert isinstance(record, ReplayCancelRequest)
     assert (record.replay_id, record.requester, record.stream_id) == (replay_id, addr(BOB), SID)
     s.rejects("INVALID_ARGUMENT", s.command(BOB, "cancel_replay", {"replay_id": 0}))
     unknown = Stream()
@@ -441,7 +441,7 @@ def test_a_paid_replay_registers_once_its_account_paid() -> None:
     assert settled.reply == {"replay_id": charge.replay_id, "stream_id": SID, "first": 1, "end_exclusive": 11,
                              "end_id": None, "price_cby": 30}
     record = decode_replay_record(replay_record_for(settled.events[0]))
-    assert isinstance(record, ReplayRegistered)
+    assert isinstance(record, ReplayRegistration)
     assert record.price_cby == 30
     assert not s.state.replay_orders
     assert s.submit(cmd).reply == {**settled.reply, "duplicate": True}

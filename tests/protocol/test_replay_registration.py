@@ -6,7 +6,7 @@ import msgspec
 import nacl.signing
 import pytest
 
-from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.replay.registration import check_registration_command
 from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, replay_id_for
 from watchtower.protocol.replay.status import ReplayRuleError
@@ -17,13 +17,13 @@ SID = "s1"
 FLT = {"field": "kind", "op": "eq", "value": "trade"}
 
 
-def registration(**body_overrides: object) -> ReplayRegistered:
+def registration(**body_overrides: object) -> ReplayRegistration:
     key = nacl.signing.SigningKey(b"\x01" * 32)
     body = {"namespace": SID, "from": 3, "to": 9, "config": {"filter": FLT, "skip": [2, 1]}, "memo_hex": "AB"}
     body.update(body_overrides)
     cmd = sign_command(key, "register_replay", SID, 7, body)
     digest = command_digest(cmd)
-    return ReplayRegistered(v=1, replay_id=replay_id_for(digest), stream_id=SID, namespace=SID, requester=cmd.caller,
+    return ReplayRegistration(v=1, replay_id=replay_id_for(digest), stream_id=SID, namespace=SID, requester=cmd.caller,
                             from_sequence=3, to_sequence=9, first=3, end_exclusive=9, end_id=None,
                             filter=canonical_filter(parse_replay_filter(FLT)), skip=[2, 1], memo_hex="ab",
                             price_cby=0, block_height=1, caller=cmd.caller, nonce=7, digest_hex=digest.hex(),
@@ -43,7 +43,7 @@ def test_a_record_written_before_commands_were_carried_still_decodes_but_is_refu
     raw = msgspec.json.decode(encode_replay_record(rec))
     raw.pop("command", None)
     old = decode_replay_record(msgspec.json.encode(raw))
-    assert isinstance(old, ReplayRegistered)
+    assert isinstance(old, ReplayRegistration)
     assert old.command is None
     with pytest.raises(ReplayRuleError, match="carries no signed register_replay"):
         check_registration_command(old)

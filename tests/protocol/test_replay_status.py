@@ -11,12 +11,12 @@ from protocol_strategies import PROPERTY
 
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
     ReplayRecord,
-    ReplayRegistered,
+    ReplayRegistration,
 )
 from watchtower.protocol.replay.status import (
     STATUSES,
@@ -35,8 +35,8 @@ ALICE, MALLORY = "alice", "mallory"
 
 
 def reg(rid: int = 7, *, first: int = 1, end: int = 101, to: int | None = 101, skip: list[int] | None = None,
-        stream: str = S, requester: str = ALICE, flt: str | None = None) -> ReplayRegistered:
-    return ReplayRegistered(v=1, replay_id=rid, stream_id=stream, namespace=stream, requester=requester,
+        stream: str = S, requester: str = ALICE, flt: str | None = None) -> ReplayRegistration:
+    return ReplayRegistration(v=1, replay_id=rid, stream_id=stream, namespace=stream, requester=requester,
                             from_sequence=first, to_sequence=to, first=first, end_exclusive=end,
                             end_id=None if to is not None else end - 1, filter=flt, skip=skip, memo_hex="ab",
                             price_cby=0, block_height=3, caller=requester, nonce=1, digest_hex="00" * 32)
@@ -48,8 +48,8 @@ def prog(rid: int = 7, *, seq: int, off: int, d: int = 0, f: int = 0, s: int = 0
                           next_sequence=seq, delivered=d, filtered=f, skipped=s, at_ms=1000 + seq)
 
 
-def cancel(rid: int = 7, who: str = ALICE, stream: str = S) -> ReplayCancelRequested:
-    return ReplayCancelRequested(v=1, replay_id=rid, stream_id=stream, requester=who, block_height=4, nonce=2,
+def cancel(rid: int = 7, who: str = ALICE, stream: str = S) -> ReplayCancelRequest:
+    return ReplayCancelRequest(v=1, replay_id=rid, stream_id=stream, requester=who, block_height=4, nonce=2,
                                  digest_hex="11" * 32)
 
 

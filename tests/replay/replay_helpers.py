@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from deliveries_reader import CommittedDeliveries
 
 from watchtower.gateway.transport import CommandClient
-from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, plan_replay, replay_id_for
 from watchtower.protocol.replay.status import ReplayRuleError, ReplayView, apply_replay_record
 from watchtower.protocol.signed_command import command_digest, sign_command
@@ -67,7 +67,7 @@ def create_and_publish(client: CommandClient, count: int, *, capacity: int = 100
 def register(bootstrap: str, prefix: str, stream: Stream, *, start: int = 1, to: int | None = None,
              flt: Any = None, skip: list[int] | None = None, requester: str | None = None,
              replay_id: int | None = None, key: nacl.signing.SigningKey | None = None,
-             nonce: int = 1) -> ReplayRegistered:
+             nonce: int = 1) -> ReplayRegistration:
     """Write a ``registered`` record for a replay of `stream` to its partition of ``replay``, as the
     stream's writer does: with the signed register_replay of a fresh requester it was decided from
     (the replay worker fulfils nothing else). `requester` or `replay_id` make the record disagree
@@ -81,7 +81,7 @@ def register(bootstrap: str, prefix: str, stream: Stream, *, start: int = 1, to:
     rid = replay_id or replay_id_for(digest)
     plan = plan_replay(replay_id=rid, from_sequence=start, to_sequence=to, head=stream.head)
     who = requester or cmd.caller
-    record = ReplayRegistered(
+    record = ReplayRegistration(
         v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id, requester=who,
         from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive, end_id=plan.end_id,
         filter=canonical_filter(parse_replay_filter(flt)), skip=skip, memo_hex="", price_cby=0, block_height=1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nacl.signing
 
-from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistration
 from watchtower.protocol.replay.rules import selector_for
 from watchtower.protocol.replay.status import ReplayView, apply_replay_record
 from watchtower.protocol.signing import sign_message
@@ -23,7 +23,7 @@ def raw(seq: int, stream: str = S, kind: str = "k") -> bytes:
 
 def view(first: int = 1, end: int = 11, *, to: int | None = 11, skip: list[int] | None = None,
          flt: str | None = None) -> ReplayView:
-    reg = ReplayRegistered(v=1, replay_id=9, stream_id=S, namespace=S, requester="alice", from_sequence=first,
+    reg = ReplayRegistration(v=1, replay_id=9, stream_id=S, namespace=S, requester="alice", from_sequence=first,
                            to_sequence=to, first=first, end_exclusive=end, end_id=None if to else end - 1,
                            filter=flt, skip=skip, memo_hex="", price_cby=0, block_height=1, caller="alice", nonce=1,
                            digest_hex="00" * 32)

@@ -31,7 +31,7 @@ from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.confidential.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload, mask
-from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayProgress
+from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayProgress
 from watchtower.protocol.replay.rules import selector_for
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
@@ -106,10 +106,10 @@ def test_cancel_mid_replay_stops_deliveries(env: tuple[ServiceSet, Stream], read
     services, stream = env
     reg = register(services.bootstrap, services.prefix, stream)
     reader.until(lambda: reader.count(reg.replay_id) >= 200, what="the first deliveries")
-    stranger = ReplayCancelRequested(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester="0xnobody",
+    stranger = ReplayCancelRequest(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester="0xnobody",
                                      block_height=2, nonce=5, digest_hex="00" * 32)
     produce_replay(services.bootstrap, services.prefix, stream.stream_id, encode_replay_record(stranger))
-    mine = ReplayCancelRequested(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester=reg.requester,
+    mine = ReplayCancelRequest(v=1, replay_id=reg.replay_id, stream_id=stream.stream_id, requester=reg.requester,
                                  block_height=2, nonce=6, digest_hex="01" * 32)
     produce_replay(services.bootstrap, services.prefix, stream.stream_id, encode_replay_record(mine))
     view = wait_status(services.bootstrap, services.prefix, reg.replay_id, {"canceled", "completed"})

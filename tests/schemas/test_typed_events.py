@@ -20,13 +20,15 @@ from watchtower.protocol.events import (
     BODY_FIELDS,
     EVENT_BODIES,
     EVENT_TYPES,
+    PLAN_FIELDS,
     FeedRegistered,
+    ReplayPlan,
     ReplayRegistered,
     StreamMessagePublished,
     event_fields,
 )
 from watchtower.protocol.ledger.paid import PaidStreamConfig
-from watchtower.protocol.replay.records import ReplayRegistered as ReplayRegisteredRecord
+from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.stream.state import MESSAGE_CIP7_FIELDS, Event
 from watchtower.schemas import codec, events
 from watchtower.schemas.records import stream_config_to_record
@@ -44,7 +46,7 @@ AVRO_OF: dict[Any, Any] = {
     bytes: "bytes",
     int | None: ["null", "long"],
     str | None: ["null", "string"],
-    tuple[int, ...] | None: ["null", {"type": "array", "items": "long"}],
+    tuple[int, int] | None: ["null", {"type": "array", "items": "long"}],  # a replay's skip
 }
 AVRO_INTS = {("StreamMessagePublished", "version")}  # CIP-7's StreamMessage version is an Avro int
 
@@ -171,13 +173,19 @@ def test_reply_keeps_bytes_and_lists() -> None:
 
 def test_the_replay_topics_registration_carries_the_events_plan_field_for_field() -> None:
     """The ``replay`` topic's registered record keeps its own JSON field order (pinned by the golden
-    bytes), so it is a class of its own; every field of the ReplayRegistered event is in it, with
-    the event's value, and what it adds is the envelope."""
+    bytes), so it spells its fields itself; they are the `ReplayPlan`'s, by name and type (``skip``
+    a JSON array there), with the event's values, and what it adds is the envelope."""
+    assert BODY_FIELDS["ReplayRegistered"] == BODY_FIELDS["ReplayOrdered"] == PLAN_FIELDS
     event = next(e for e in one_of_each() if isinstance(e.body, ReplayRegistered))
     record = decode_replay_record(replay_record_for(event))
-    assert isinstance(record, ReplayRegisteredRecord)
+    assert isinstance(record, ReplayRegistration)
     for name, value in event_fields(event.body).items():
         got = getattr(record, name)
         assert (list(value) if isinstance(value, tuple) else value) == got, name
-    added = set(ReplayRegisteredRecord.__struct_fields__) - set(BODY_FIELDS["ReplayRegistered"])
+    plan_types = typing.get_type_hints(ReplayPlan)
+    record_types = typing.get_type_hints(ReplayRegistration)
+    for name in PLAN_FIELDS:
+        expected = list[int] | None if name == "skip" else plan_types[name]
+        assert record_types[name] == expected, name
+    added = set(ReplayRegistration.__struct_fields__) - set(PLAN_FIELDS)
     assert added == {"v", "block_height", "caller", "nonce", "digest_hex", "command"}

@@ -13,7 +13,7 @@ import nacl.signing
 
 from watchtower.client.sdk import wait_until_visible
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, read_replay_headers, replay_id_for
 from watchtower.protocol.signed_command import command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -72,7 +72,7 @@ def register_replay(bootstrap: str, prefix: str, stream_id: str, nonce: int, *, 
     cmd = sign_command(READER_KEY, "register_replay", stream_id, nonce, body)
     digest = command_digest(cmd)
     replay_id = replay_id_for(digest)
-    record = ReplayRegistered(
+    record = ReplayRegistration(
         v=1, replay_id=replay_id, stream_id=stream_id, namespace=stream_id, requester=READER, from_sequence=first,
         to_sequence=to, first=first, end_exclusive=end_exclusive, end_id=end_id,
         filter=canonical_filter(parse_replay_filter(filter_spec)), skip=skip, memo_hex="", price_cby=0,

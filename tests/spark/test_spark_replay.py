@@ -21,7 +21,7 @@ from watchtower.client.http import ApiClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import ReplayNotFoundError
-from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistration
 from watchtower.protocol.replay.rules import (
     canonical_filter,
     parse_replay_filter,
@@ -74,7 +74,7 @@ def register(stack: ServiceSet, nonce: int, *, first: int, end_exclusive: int, e
     cmd = sign_command(READER_KEY, "register_replay", SID, nonce, body)
     digest = command_digest(cmd)
     replay_id = replay_id_for(digest)
-    record = ReplayRegistered(
+    record = ReplayRegistration(
         v=1, replay_id=replay_id, stream_id=SID, namespace=SID, requester=READER, from_sequence=first,
         to_sequence=to, first=first, end_exclusive=end_exclusive,
         end_id=end_id, filter=canonical_filter(parse_replay_filter(filter_spec)), skip=skip, memo_hex="",
@@ -133,7 +133,7 @@ def test_a_spark_replay_delivers_exactly_the_selected_archive_with_replay_header
         assert verify_with_schedule(msg, schedule)
 
     records = replay_records(stack, replay_id)
-    assert [type(r) for r in records] == [ReplayRegistered, ReplayProgress, ReplayCompleted]
+    assert [type(r) for r in records] == [ReplayRegistration, ReplayProgress, ReplayCompleted]
     assert records[1].engine == "spark"
     done = records[2]
     assert (done.engine, done.delivered, done.skipped, done.filtered) == (
@@ -164,7 +164,7 @@ def test_an_unknown_replay_is_replay_not_found(spark: Any, stack: ServiceSet, ap
     with pytest.raises(ReplayNotFoundError, match="not registered"):
         run_replay(spark, stack.bootstrap, SID, 999_999, prefix=stack.prefix)
     # A registration its requester did not sign (no command) is not one the job fulfils.
-    forged = ReplayRegistered(
+    forged = ReplayRegistration(
         v=1, replay_id=7005, stream_id=SID, namespace=SID, requester=READER, from_sequence=1, to_sequence=3,
         first=1, end_exclusive=3, end_id=None, filter=None, skip=None, memo_hex="", price_cby=0, block_height=1,
         caller=READER, nonce=5, digest_hex="00" * 32)

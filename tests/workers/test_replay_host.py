@@ -35,7 +35,7 @@ from watchtower.protocol import events as ev
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.ledger.common import SUPPLY_KEY, Origin, ReplayFinished, ReplaySettled
 from watchtower.protocol.ledger.keymgr_access import KeymgrState
-from watchtower.protocol.replay.records import ReplayCancelRequested, ReplayRecord, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayRecord, ReplayRegistration
 from watchtower.protocol.replay.rules import replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -163,7 +163,7 @@ def test_a_free_registration_writes_its_event_and_its_replay_record_in_one_trans
     assert len(placed) == 1
     partition, record = placed[0]
     assert partition == events[0].partition == partition_for(host.stream_id, PARTITIONS)
-    assert isinstance(record, ReplayRegistered)
+    assert isinstance(record, ReplayRegistration)
     assert (record.requester, record.first, record.end_exclusive, record.end_id) == (addr(reader), 3, 13, 12)
 
 
@@ -186,7 +186,7 @@ def test_a_paid_replay_moves_its_price_once_and_a_retry_moves_nothing(host: Host
         assert retry == {**reply, "duplicate": True}
         after = host.ledger()
         assert after.balances() == view.balances()
-        registered = [r for r in host.records_of(reply["replay_id"]) if isinstance(r, ReplayRegistered)]
+        registered = [r for r in host.records_of(reply["replay_id"]) if isinstance(r, ReplayRegistration)]
         assert [r.price_cby for r in registered] == [50]
         debits = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)
                   if e.event.type == "CbyDebited" and e.event.body.ref == str(reply["replay_id"])]
@@ -215,7 +215,7 @@ def test_a_cancel_writes_cancel_requested(host: Host) -> None:
     replay_id = ok(host.send(host.sign(reader, "register_replay", request(host, 1, None))))["replay_id"]
     assert ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id}))) == {
         "replay_id": replay_id, "cancel": "requested"}
-    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequested)]
+    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequest)]
     assert [(c.requester, c.stream_id) for c in cancels] == [(addr(reader), host.stream_id)]
 
 
@@ -226,7 +226,7 @@ def test_a_cancel_answers_icrc77_errors_and_a_refused_one_writes_nothing(host: H
     refused(host.send(host.sign(stranger, "cancel_replay", {"replay_id": replay_id})), "UNAUTHORIZED")
     ok(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})))
     refused(host.send(host.sign(reader, "cancel_replay", {"replay_id": replay_id})), "CANNOT_CANCEL")
-    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequested)]
+    cancels = [r for r in host.records_of(replay_id) if isinstance(r, ReplayCancelRequest)]
     assert [c.requester for c in cancels] == [addr(reader)]
     assert host.records_of(4243) == []
     logged = [e.event for e in read_committed_events(host.bootstrap, host.workers.prefix)

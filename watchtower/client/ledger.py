@@ -14,7 +14,6 @@ Reads come from the projections (``GET /v1/accounts/{a}``, ``/v1/streams/{s}/ent
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,12 +30,13 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.json_ints import as_int
-from watchtower.protocol.ledger.billing import KeyAccessReceipt
-from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance, require_amount
+from watchtower.protocol.ledger.billing import RECEIPT_FIELDS, KeyAccessReceipt
+from watchtower.protocol.ledger.common import SUPPLY_KEY, account_instance, paid_instance
 from watchtower.protocol.signed_command import Command
+from watchtower.protocol.validation import require_amount
 
 X25519: Final = "X25519"
-_RECEIPT_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(KeyAccessReceipt))
+_RECEIPT_FIELDS: Final = frozenset(RECEIPT_FIELDS)
 
 
 class LedgerApi(Protocol):

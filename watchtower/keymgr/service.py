@@ -42,7 +42,6 @@ from typing import Any, Final, Protocol
 from watchtower.keymgr.follower import Readiness
 from watchtower.keymgr.kek import Kek
 from watchtower.metrics import keymgr as keymgr_metrics
-from watchtower.protocol.addresses import require_address
 from watchtower.protocol.commands import EpochKeys, StreamDecrypt, StreamEncrypt, read_body
 from watchtower.protocol.confidential.envelope import (
     derive_content_key,
@@ -68,7 +67,6 @@ from watchtower.protocol.ledger.keymgr_access import KeymgrState, check_decrypt_
 from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream.reads import require_config, require_schedule
 from watchtower.protocol.stream.state import StreamState
-from watchtower.protocol.validation import require_bytes, require_int
 
 FRESHNESS_US: Final = 5 * 60 * 1_000_000
 MAX_EPOCHS: Final = 1_024
@@ -221,9 +219,7 @@ class KeyManager:
     @_settles_nonce
     def encrypt(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, StreamEncrypt)
-        key_epoch = require_int(body.key_epoch, "key_epoch")
-        aad = require_bytes(body.aad, "aad")
-        plaintext = require_bytes(body.plaintext, "plaintext")
+        key_epoch, aad, plaintext = body.key_epoch, body.aad, body.plaintext
         _require_aad_for(aad, cmd.stream_id, key_epoch)
         # A view that already lets the caller encrypt needs no catch-up: the owner and the access
         # mode never change, and a receipt for a key rotated away since is useless (a publish must
@@ -285,10 +281,7 @@ class KeyManager:
     @_settles_nonce
     def decrypt(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, StreamDecrypt)
-        account = require_address(body.beneficiary_account, "beneficiary_account")
-        key_epoch = require_int(body.key_epoch, "key_epoch")
-        aad = require_bytes(body.aad, "aad")
-        envelope = require_bytes(body.envelope, "envelope")
+        account, key_epoch, aad, envelope = body.beneficiary_account, body.key_epoch, body.aad, body.envelope
         self.follower.catch_up()
         with self.follower.reading():
             check_decrypt_access(
@@ -309,9 +302,7 @@ class KeyManager:
     @_settles_nonce
     def epoch_keys(self, cmd: Command) -> dict[str, Any]:
         body = read_body(cmd, EpochKeys)
-        account = require_address(body.account, "account")
-        first = require_int(body.from_key_epoch, "from_key_epoch")
-        last = require_int(body.to_key_epoch, "to_key_epoch")
+        account, first, last = body.account, body.from_key_epoch, body.to_key_epoch
         if last < first:
             raise InvalidArgumentError("to_key_epoch must be at least from_key_epoch")
         if last - first + 1 > MAX_EPOCHS:
@@ -319,7 +310,7 @@ class KeyManager:
                 f"at most {MAX_EPOCHS} epochs per call; ask for {first}..{first + MAX_EPOCHS - 1} first",
                 details={"max_epochs": MAX_EPOCHS},
             )
-        key_id = None if body.account_key_id is None else require_int(body.account_key_id, "account_key_id")
+        key_id = body.account_key_id
         self.follower.catch_up()
         with self.follower.reading():
             view = self.follower.keymgr

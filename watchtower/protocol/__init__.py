@@ -73,7 +73,7 @@ from watchtower.protocol.ledger.billing import (
 from watchtower.protocol.ledger.paid import EpochPricing, PaidStreamConfig
 from watchtower.protocol.replay.rules import (
     ReplayMarker,
-    ReplayPlan,
+    ReplayRange,
     plan_replay,
     read_replay_headers,
     replay_headers,
@@ -124,7 +124,7 @@ __all__ = [
     "Predicate",
     "Price",
     "ReplayMarker",
-    "ReplayPlan",
+    "ReplayRange",
     "ReplayState",
     "RingWindow",
     "StreamConfig",

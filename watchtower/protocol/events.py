@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Self
 
 from watchtower.protocol.config import StreamConfig
+from watchtower.protocol.ledger.billing import RECEIPT_FIELDS, KeyAccessReceipt
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 
 
@@ -253,20 +254,24 @@ class PaidStreamRegistered:
     paid_stream_config: PaidStreamConfig
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Purchase:
-    """The fields of a purchase of key epochs: its id and the CIP-7 KeyAccessReceipt's fields."""
+@dataclasses.dataclass(frozen=True)
+class _PurchaseId:
+    """A purchase's id: the first field of a purchase's schema (slot-free, so that a purchase can
+    also be a slotted `KeyAccessReceipt`)."""
 
     purchase_id: str
-    stream_id: str
-    beneficiary_account: str
-    payer_account: str
-    from_key_epoch: int
-    to_key_epoch: int
-    epochs_charged: int
-    publisher_amount_cby: int
-    protocol_fee_cby: int
-    total_amount_cby: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Purchase(KeyAccessReceipt, _PurchaseId):
+    """A purchase of key epochs: its id, then the CIP-7 `KeyAccessReceipt` it is (a dataclass lays
+    out its bases' fields from the last base to the first: the schema's order). ``to_dict()`` is
+    the receipt alone."""
+
+    @classmethod
+    def of(cls, purchase_id: str, receipt: KeyAccessReceipt) -> Self:
+        """The purchase `purchase_id` of what `receipt` states."""
+        return cls(purchase_id, **{name: getattr(receipt, name) for name in RECEIPT_FIELDS})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -315,9 +320,25 @@ class ReplayPricingSet:
     price_per_event_cby: int
 
 
+Skip = tuple[int, int]
+"""ICRC-77 ``skip`` as ``(modulus, offset)``: sequence *s* is delivered iff ``s % modulus == offset``."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class _ReplayPlan:
-    """The fields of one ICRC-77 replay request, as planned."""
+class ReplayPlan:
+    """One ICRC-77 replay as the stream's writer planned it.
+
+    The plan is ``[first, end_exclusive)`` (`replay.rules.plan_replay` at the head of the deciding
+    block); ``to_sequence`` is what was asked (None: open-ended, and then ``end_id`` is the last
+    sequence the replay will deliver, ``end_exclusive - 1``). ``filter`` is the CIP-7 filter DSL as
+    canonical JSON text (or None) and ``skip`` the `Skip` rule (or None). ``price_cby`` is what the
+    requester is charged (0: free). ``namespace`` is the requested namespace as given
+    (``feed:<id>`` or the stream id). The field order is the one of the events' ``.avsc``.
+
+    It is every shape of one replay: the ReplayOrdered and ReplayRegistered events below are a
+    plan, and so is the replay fold's `replay.status.ReplayView` (a plan and its progress); the
+    replay topic's ``registered`` record carries one (`replay.records.ReplayRegistration`).
+    """
 
     stream_id: str
     replay_id: int
@@ -329,20 +350,24 @@ class _ReplayPlan:
     end_exclusive: int
     end_id: int | None
     filter: str | None
-    skip: tuple[int, ...] | None
+    skip: Skip | None
     memo_hex: str
     price_cby: int
 
 
+PLAN_FIELDS: Final[tuple[str, ...]] = tuple(f.name for f in dataclasses.fields(ReplayPlan))
+"""The plan's field names, in order."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayOrdered(_ReplayPlan):
+class ReplayOrdered(ReplayPlan):
     """A priced ICRC-77 replay being paid for by the requester's account (in flight until settled)."""
 
     TYPE: ClassVar[str] = "ReplayOrdered"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayRegistered(_ReplayPlan):
+class ReplayRegistered(ReplayPlan):
     """An accepted ICRC-77 replay (free, or paid): what the replay topic's registration holds."""
 
     TYPE: ClassVar[str] = "ReplayRegistered"

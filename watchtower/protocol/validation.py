@@ -50,6 +50,16 @@ def require_int(
     return n
 
 
+def require_amount(value: object, name: str = "amount_cby") -> int:
+    """`value` as an amount of CBY wei (an int in 1..2**63-1, not a bool); INVALID_ARGUMENT otherwise."""
+    if type(value) is not int or not 1 <= value <= MAX_WIRE_UINT64:
+        raise InvalidArgumentError(
+            f"{name} must be a whole number of CBY wei from 1 to {MAX_WIRE_UINT64}, got {value!r}",
+            details={"field": name},
+        )
+    return value
+
+
 def require_text(value: object, name: str, *, allow_empty: bool = False) -> str:
     """`value` as a str (non-empty unless `allow_empty`), else InvalidArgumentError."""
     if not isinstance(value, str):

@@ -47,11 +47,15 @@ from watchtower.protocol.ledger.common import Origin, ReplayFinished
 from watchtower.protocol.placement import misplacement
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
     ReplayCompleted,
     ReplayErrored,
     ReplayRecord,
-    ReplayRegistered,
+)
+from watchtower.protocol.replay.records import (
+    ReplayCancelRequest as ReplayCancelRequested,
+)
+from watchtower.protocol.replay.records import (
+    ReplayRegistration as ReplayRegistered,
 )
 from watchtower.protocol.replay.registration import check_registration_command
 from watchtower.protocol.replay.rules import ReplaySelector, selector_for

@@ -37,9 +37,12 @@ from watchtower.protocol.ledger.common import (
     Origin,
     ReplayFinished,
 )
-from watchtower.protocol.replay.records import REPLAY_RECORD_VERSION, ReplayRecord
-from watchtower.protocol.replay.records import ReplayCancelRequested as ReplayCancelRequestedRecord
-from watchtower.protocol.replay.records import ReplayRegistered as ReplayRegisteredRecord
+from watchtower.protocol.replay.records import (
+    REPLAY_RECORD_VERSION,
+    ReplayCancelRequest,
+    ReplayRecord,
+    ReplayRegistration,
+)
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream.state import Event
 from watchtower.schemas import codec, events
@@ -227,7 +230,7 @@ def decode_event(data: bytes | None) -> Event:
 
 def replay_record_for(event: Event, command: Command | None = None) -> bytes | None:
     """The ``replay``-topic record a stream event implies (a ReplayRegistered or a
-    ReplayCancelRequested event: `replay_records`), or None for any other event. The writer
+    ReplayCancelRequested event: `replay.records`), or None for any other event. The writer
     produces it in the transaction that writes the event, keyed by the stream id. A ``registered``
     record carries `command`, the requester's signed register_replay the event was decided from:
     the replay worker fulfils only a registration that its requester signed
@@ -235,16 +238,11 @@ def replay_record_for(event: Event, command: Command | None = None) -> bytes | N
     body = event.body
     record: ReplayRecord
     if isinstance(body, ReplayRegistered):
-        record = ReplayRegisteredRecord(
-            v=REPLAY_RECORD_VERSION, replay_id=body.replay_id, stream_id=body.stream_id,
-            namespace=body.namespace, requester=body.requester, from_sequence=body.from_sequence,
-            to_sequence=body.to_sequence, first=body.first, end_exclusive=body.end_exclusive,
-            end_id=body.end_id, filter=body.filter, skip=None if body.skip is None else list(body.skip),
-            memo_hex=body.memo_hex, price_cby=body.price_cby, block_height=event.block_height,
-            caller=event.caller, nonce=event.nonce, digest_hex=event.digest.hex(),
-            command=None if command is None else command.to_dict())
+        record = ReplayRegistration.of(body, block_height=event.block_height, caller=event.caller,
+                                       nonce=event.nonce, digest_hex=event.digest.hex(),
+                                       command=None if command is None else command.to_dict())
     elif isinstance(body, ReplayCancelRequested):
-        record = ReplayCancelRequestedRecord(
+        record = ReplayCancelRequest(
             v=REPLAY_RECORD_VERSION, replay_id=body.replay_id, stream_id=body.stream_id,
             requester=body.requester, block_height=event.block_height, nonce=event.nonce,
             digest_hex=event.digest.hex())

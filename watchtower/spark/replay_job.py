@@ -40,7 +40,7 @@ from watchtower.protocol.replay.records import (
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
-    ReplayRegistered,
+    ReplayRegistration,
 )
 from watchtower.protocol.replay.registration import check_registration_command
 from watchtower.protocol.replay.rules import parse_replay_filter, parse_skip, replay_headers
@@ -75,7 +75,7 @@ class ReplayJobResult:
 
 @dataclasses.dataclass
 class _ReplayLog:
-    registration: ReplayRegistered | None = None
+    registration: ReplayRegistration | None = None
     terminal: str | None = None
     engines: set[str] = dataclasses.field(default_factory=set)
 
@@ -99,7 +99,7 @@ def _read_replay_log(bootstrap: str, topic: str, partition: int, stream_id: str,
             continue
         if record.replay_id != replay_id:
             continue
-        if isinstance(record, ReplayRegistered) and log.registration is None and record.stream_id == stream_id:
+        if isinstance(record, ReplayRegistration) and log.registration is None and record.stream_id == stream_id:
             try:  # the same check as the replay worker's: only a registration its requester signed
                 check_registration_command(record)
             except ReplayRuleError as exc:

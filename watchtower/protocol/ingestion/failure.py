@@ -28,10 +28,9 @@ from watchtower.protocol.events import IngestFailed
 from watchtower.protocol.ingestion import MAX_SAFE_JSON_INT, REASON_HINTS, parse_reason
 from watchtower.protocol.signed_command import Command
 from watchtower.protocol.stream.state import StreamState
-from watchtower.protocol.validation import require_int, require_text
+from watchtower.protocol.validation import require_int
 
 MAX_DETAIL: Final = 512
-_FIELDS: Final = frozenset({"reason", "timestamp_unix_ms", "first_tick", "last_tick", "detail"})
 
 
 def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[IngestFailed, dict[str, Any]]:
@@ -47,10 +46,8 @@ def decide_ingest_failure(state: StreamState, cmd: Command) -> tuple[IngestFaile
         )
     body = read_body(cmd, ReportIngestFailure)
     reason = parse_reason(body.reason)
-    timestamp = require_int(body.timestamp_unix_ms, "timestamp_unix_ms", maximum=MAX_SAFE_JSON_INT)
-    first = require_int(body.first_tick, "first_tick", minimum=1, maximum=MAX_SAFE_JSON_INT)
+    timestamp, first, detail = body.timestamp_unix_ms, body.first_tick, body.detail
     last = require_int(body.last_tick, "last_tick", minimum=first, maximum=MAX_SAFE_JSON_INT)
-    detail = require_text(body.detail, "detail", allow_empty=True)
     if len(detail) > MAX_DETAIL:
         raise InvalidArgumentError(f"detail is at most {MAX_DETAIL} characters")
     if first <= state.last_failed_tick:

@@ -77,14 +77,13 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
     if cmd.method == Method.REGISTER_RUNNER:
         if by_registrar:
             admitted = read_body(cmd, AdmitRunner)
-            runner, raw_label = require_address(admitted.runner, "runner"), admitted.label
+            runner, label = admitted.runner, admitted.label
         else:
             if registrar is not None:
                 raise UnauthorizedError(
                     f"this deployment admits runners through its registrar ({registrar}); ask its operator to "
                     f"admit {cmd.caller} (`watchtower runner admit {cmd.caller}`)")
-            runner, raw_label = cmd.caller, read_body(cmd, RegisterRunner).label
-        label = require_text(raw_label, "label")
+            runner, label = cmd.caller, read_body(cmd, RegisterRunner).label
         if len(label) > MAX_LABEL:
             raise InvalidArgumentError(f"a runner label is at most {MAX_LABEL} characters")
         if runner not in state.runners and len(state.runners) >= MAX_RUNNERS:
@@ -92,7 +91,7 @@ def decide_runner(state: RunnerRegistry, cmd: Command, *, block_height: int,
         body: RunnerRegistered | RunnerRetired = RunnerRegistered(runner=runner, label=label)
     else:
         if by_registrar:
-            runner = require_address(read_body(cmd, RemoveRunner).runner, "runner")
+            runner = read_body(cmd, RemoveRunner).runner
         else:
             read_body(cmd, RetireRunner)
             runner = cmd.caller

@@ -40,7 +40,6 @@ from typing import Any, Final
 
 from nacl.bindings import crypto_core_ed25519_is_valid_point
 
-from watchtower.protocol.addresses import require_address
 from watchtower.protocol.commands import (
     ABSENT,
     ActorAuthorization,
@@ -51,6 +50,7 @@ from watchtower.protocol.commands import (
     RevokeAccountKey,
     RevokeSpending,
     TransferCby,
+    given,
     read_body,
 )
 from watchtower.protocol.confidential.envelope import validate_x25519_public_key
@@ -58,13 +58,11 @@ from watchtower.protocol.constants import (
     ACCOUNT_KEY_SCHEME_X25519,
     MAX_ACCOUNT_KEYS_PER_ACCOUNT,
     MAX_ACTOR_AUTHORIZATIONS_PER_STREAM,
-    X25519_PUBLIC_KEY_BYTES,
 )
 from watchtower.protocol.errors import (
     AccountKeyLimitReachedError,
     AuthorizationLimitReachedError,
     InsufficientCbyBalanceError,
-    InvalidAccountKeyError,
     InvalidArgumentError,
     KeyRevokedError,
     UnauthorizedError,
@@ -97,7 +95,6 @@ from watchtower.protocol.ledger.accounts import (
 from watchtower.protocol.ledger.common import (
     ACCOUNT_METHODS,
     MAX_CBY,
-    MAX_MEMO,
     SUPPLY_KEY,
     CbyBurn,
     CbyCredit,
@@ -112,10 +109,8 @@ from watchtower.protocol.ledger.common import (
     make_event,
     paid_instance,
     replay_record,
-    require_amount,
 )
 from watchtower.protocol.signed_command import Command, Method, verify_command
-from watchtower.protocol.validation import require_text
 
 
 def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebit | ReplayCharge, *,
@@ -147,14 +142,7 @@ def decide_account(state: AccountState, item: Command | CbyCredit | PurchaseDebi
 
 
 def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = read_body(cmd, RegisterAccountKey)
-    if body.scheme != ACCOUNT_KEY_SCHEME_X25519:
-        raise InvalidAccountKeyError(f"scheme must be {ACCOUNT_KEY_SCHEME_X25519} (the only CIP-7 v1 scheme), "
-                                     f"got {body.scheme!r}")
-    key = body.public_key
-    if not isinstance(key, bytes) or len(key) != X25519_PUBLIC_KEY_BYTES:
-        raise InvalidAccountKeyError(f"public_key must be the {X25519_PUBLIC_KEY_BYTES}-byte X25519 public key "
-                                     "(send it as bytes)")
+    key = read_body(cmd, RegisterAccountKey).public_key
     # Refuses the all-zero key and every other small-order point: a sealed box to one is readable by anyone.
     validate_x25519_public_key(key)
     if state.active_keys >= MAX_ACCOUNT_KEYS_PER_ACCOUNT:
@@ -173,8 +161,6 @@ def _register_key(state: AccountState, cmd: Command, origin: Origin, height: int
 
 def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
     key_id = read_body(cmd, RevokeAccountKey).account_key_id
-    if type(key_id) is not int or key_id < 1:
-        raise InvalidArgumentError(f"account_key_id must be a positive integer, got {key_id!r}")
     key = state.key(key_id)
     if key is None:
         raise UnauthorizedError(f"account {state.account} has no key {key_id}, so it is not the signer's to revoke; "
@@ -191,14 +177,11 @@ def _revoke_key(state: AccountState, cmd: Command, origin: Origin, height: int) 
 def _actor_and_stream(state: AccountState, cmd: Command) -> tuple[str, str]:
     """(actor, stream id); the stream id is ALL_STREAMS for ``"all_streams": true`` (an own actor)."""
     body = read_body(cmd, ActorAuthorization)
-    actor = require_address(body.actor, "actor")
-    all_streams = body.all_streams
-    if all_streams is not True and all_streams is not False:
-        raise InvalidArgumentError("all_streams must be true or false")
-    if all_streams == (body.stream_id is not ABSENT):
+    actor, stream_id = body.actor, body.stream_id
+    if body.all_streams == (stream_id is not ABSENT):
         raise InvalidArgumentError('name one stream ("stream_id") or every stream of the account '
                                    '("all_streams": true: the account\'s own actor), not both or neither')
-    stream_id = ALL_STREAMS if all_streams else require_text(body.stream_id, "stream_id")
+    stream_id = given(stream_id, ALL_STREAMS)
     if actor == state.account:
         raise InvalidArgumentError("an account is always authorized for itself; name another actor")
     return actor, stream_id
@@ -264,7 +247,7 @@ def _revoke_actor(state: AccountState, cmd: Command, origin: Origin, height: int
 
 
 def _create_actor(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    actor = require_address(read_body(cmd, CreateActor).actor, "actor")
+    actor = read_body(cmd, CreateActor).actor
     if actor == state.account:
         raise InvalidArgumentError("an account is always authorized for itself; name the actor it created")
     require_actor_exists(actor)
@@ -278,18 +261,16 @@ def _create_actor(state: AccountState, cmd: Command, origin: Origin, height: int
     return LedgerDecision((make_event(state.instance, height, origin, reply, body),), reply)
 
 
-def _spender_and_stream(state: AccountState, spender_value: object, stream_value: object) -> tuple[str, str]:
-    spender = require_address(spender_value, "spender")
-    if spender == state.account:
+def _spender_and_stream(state: AccountState, body: ApproveSpending | RevokeSpending) -> tuple[str, str]:
+    if body.spender == state.account:
         raise InvalidArgumentError("an account spends its own balance without an allowance; name another spender")
-    stream_id = ANY_STREAM if stream_value is ABSENT else require_text(stream_value, "stream_id")
-    return spender, stream_id
+    return body.spender, given(body.stream_id, ANY_STREAM)
 
 
 def _approve_spending(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
     body = read_body(cmd, ApproveSpending)
-    spender, stream_id = _spender_and_stream(state, body.spender, body.stream_id)
-    cap = require_amount(body.cap_cby, "cap_cby")
+    spender, stream_id = _spender_and_stream(state, body)
+    cap = body.cap_cby
     if not holds_a_key_pair(spender):
         raise InvalidArgumentError(
             f"spender {spender} is not an address any key pair holds, so it could never sign a purchase; check the "
@@ -306,8 +287,7 @@ def _approve_spending(state: AccountState, cmd: Command, origin: Origin, height:
 
 
 def _revoke_spending(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    body = read_body(cmd, RevokeSpending)
-    spender, stream_id = _spender_and_stream(state, body.spender, body.stream_id)
+    spender, stream_id = _spender_and_stream(state, read_body(cmd, RevokeSpending))
     existing = state.allowance(spender, stream_id)
     if existing is None or existing.status != ACTIVE:
         raise UnauthorizedError(
@@ -332,11 +312,7 @@ def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCby
 
 def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
     body = read_body(cmd, TransferCby)
-    to = require_address(body.to, "to")
-    amount = require_amount(body.amount_cby)
-    memo = body.memo
-    if not isinstance(memo, str) or len(memo) > MAX_MEMO:
-        raise InvalidArgumentError(f"memo must be text of at most {MAX_MEMO} characters")
+    to, amount = body.to, body.amount_cby
     if not holds_a_key_pair(to):
         raise InvalidArgumentError(
             f"to {to} is not an address any key pair holds (the zero address, or not an ed25519 public key of "
@@ -357,7 +333,7 @@ def _transfer(state: AccountState, cmd: Command, origin: Origin, height: int) ->
 
 
 def _burn(state: AccountState, cmd: Command, origin: Origin, height: int) -> LedgerDecision:
-    amount = require_amount(read_body(cmd, BurnCby).amount_cby)
+    amount = read_body(cmd, BurnCby).amount_cby
     if amount > state.balance_cby:
         raise insufficient(state, amount, "this burn")
     ref = origin.digest.hex()

@@ -17,7 +17,7 @@ write, so projections rebuild deterministically.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Final
 
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, BPS_DENOMINATOR, GENESIS_UNIX_MS, MAX_UINT32
 from watchtower.protocol.enums import AccessMode, parse_access_mode
@@ -100,6 +100,9 @@ class KeyAccessReceipt:
     For a purchase, from_key_epoch..to_key_epoch is E+1..target. For an idempotent call nothing
     is charged and the range is empty: from = active_until + 1, to = active_until, so
     `epochs_charged == to_key_epoch - from_key_epoch + 1` holds for every receipt.
+
+    A purchase of key epochs is a receipt with its id (`events.EpochAccessRequested` and
+    `events.EpochAccessPurchased`).
     """
 
     stream_id: str
@@ -113,8 +116,12 @@ class KeyAccessReceipt:
     total_amount_cby: int
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
-        return dataclasses.asdict(self)
+        """The receipt's fields as a plain dict (a purchase's receipt alone, without its id)."""
+        return {name: getattr(self, name) for name in RECEIPT_FIELDS}
+
+
+RECEIPT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(KeyAccessReceipt))
+"""The CIP-7 KeyAccessReceipt's field names, in order."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

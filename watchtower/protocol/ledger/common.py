@@ -33,6 +33,7 @@ from watchtower.protocol.events import EventBody
 from watchtower.protocol.replay.fold import REPLAY_OUTCOMES
 from watchtower.protocol.signed_command import Command, Method, command_digest
 from watchtower.protocol.stream.state import CallerRecord, Event, FrozenMap
+from watchtower.protocol.validation import require_amount
 
 ACCOUNT_PREFIX: Final = "acct:"
 PAID_PREFIX: Final = "paid:"
@@ -67,7 +68,6 @@ if not REPLAY_METHODS <= STREAM_METHODS:  # pragma: no cover
 
 CREDIT_REASONS: Final = frozenset({"mint", "transfer", "publisher_revenue", "protocol_fee", "replay"})
 DEBIT_REASONS: Final = frozenset({"transfer", "purchase", "burn", "replay"})
-MAX_MEMO: Final = 256
 
 
 def account_instance(address: str) -> str:
@@ -78,16 +78,6 @@ def account_instance(address: str) -> str:
 def paid_instance(stream_id: str) -> str:
     """The instance key of a paid stream."""
     return PAID_PREFIX + stream_id
-
-
-def require_amount(value: object, name: str = "amount_cby") -> int:
-    """`value` as an amount of CBY wei (an int in 1..2**63-1, not a bool); INVALID_ARGUMENT otherwise."""
-    if type(value) is not int or not 1 <= value <= MAX_CBY:
-        raise InvalidArgumentError(
-            f"{name} must be a whole number of CBY wei from 1 to {MAX_CBY}, got {value!r}",
-            details={"field": name},
-        )
-    return value
 
 
 # --- Forwards ------------------------------------------------------------------------------------

@@ -78,7 +78,6 @@ from watchtower.protocol.stream.state import (
     Event,
     FrozenMap,
 )
-from watchtower.protocol.validation import require_int
 
 PAID_EVENTS: Final = frozenset(
     {PAID_STREAM_REGISTERED, EPOCH_ACCESS_REQUESTED, EPOCH_ACCESS_PURCHASED, EPOCH_ACCESS_IDEMPOTENT,
@@ -184,7 +183,7 @@ def _purchase(state: PaidState, cmd: Command, height: int,
     body = read_body(cmd, shape)
     if isinstance(body, AcquireEpochAccess) and body.stream_id != state.stream_id:
         raise InvalidArgumentError(f"body stream_id must be {state.stream_id!r}, the stream of {cmd.stream_id!r}")
-    target = require_int(body.target_key_epoch, "target_key_epoch")
+    target = body.target_key_epoch
     beneficiary = require_address(given(body.beneficiary_account, cmd.caller), "beneficiary_account")
     payer = require_address(given(body.payer_account, cmd.caller), "payer_account")
     if beneficiary in state.in_flight:
@@ -197,25 +196,26 @@ def _purchase(state: PaidState, cmd: Command, height: int,
         payer_balance_cby=None,  # the payer's account checks its balance (saga step 2)
         stream_id=state.stream_id, beneficiary_account=beneficiary, payer_account=payer,
     )
-    receipt = decision.receipt.to_dict()
+    receipt = decision.receipt
+    reply = receipt.to_dict()
     if decision.idempotent:
         event_body = EpochAccessIdempotent(stream_id=state.stream_id, beneficiary_account=beneficiary,
                                            target_key_epoch=target,
                                            active_until_key_epoch=decision.active_until_key_epoch)
-        return LedgerDecision((make_event(state.instance, height, origin, receipt, event_body),), receipt)
-    if receipt["total_amount_cby"] > MAX_CBY:
+        return LedgerDecision((make_event(state.instance, height, origin, reply, event_body),), reply)
+    if receipt.total_amount_cby > MAX_CBY:
         # No account can hold that much (the supply bound), so no balance can pay it: refused here,
         # without sending the debit, and without stating a balance this instance does not know.
         raise InsufficientCbyBalanceError(
-            f"epochs {receipt['from_key_epoch']}..{target} cost {receipt['total_amount_cby']} CBY wei, more than "
+            f"epochs {receipt.from_key_epoch}..{target} cost {receipt.total_amount_cby} CBY wei, more than "
             f"any account can hold ({MAX_CBY}); target an earlier key epoch",
-            details={"account": payer, "required_cby": str(receipt["total_amount_cby"]),
+            details={"account": payer, "required_cby": str(receipt.total_amount_cby),
                      "max_balance_cby": str(MAX_CBY)},
         )
-    requested = EpochAccessRequested(purchase_id=purchase_id, **receipt)
+    requested = EpochAccessRequested.of(purchase_id, receipt)
     debit = PurchaseDebit(purchase_id, state.stream_id, payer, beneficiary, config.publisher_treasury,
-                          config.protocol_treasury, receipt["publisher_amount_cby"], receipt["protocol_fee_cby"],
-                          receipt["total_amount_cby"], origin)
+                          config.protocol_treasury, receipt.publisher_amount_cby, receipt.protocol_fee_cby,
+                          receipt.total_amount_cby, origin)
     event = make_event(state.instance, height, origin, {}, requested)
     return LedgerDecision((event,), None, (Routed(account_instance(payer), debit, True),))
 
@@ -225,11 +225,10 @@ def _settle(state: PaidState, settled: PurchaseSettled, height: int) -> LedgerDe
     if pending is None or pending.purchase_id != settled.purchase_id:
         raise InvalidArgumentError(f"purchase {settled.purchase_id} is not in flight on {state.instance!r}")
     if settled.error is None:
-        fields = event_fields(pending)
-        purchased = EpochAccessPurchased(**fields)
-        receipt = {k: v for k, v in fields.items() if k != "purchase_id"}
-        event = make_event(state.instance, height, settled.origin, receipt, purchased)
-        return LedgerDecision((event,), receipt)
+        purchased = EpochAccessPurchased.of(pending.purchase_id, pending)
+        reply = pending.to_dict()
+        event = make_event(state.instance, height, settled.origin, reply, purchased)
+        return LedgerDecision((event,), reply)
     error = WatchtowerError.from_dict(settled.error)
     body = EpochAccessFailed(purchase_id=settled.purchase_id, stream_id=state.stream_id,
                              beneficiary_account=settled.beneficiary, code=error.code, message=error.message)

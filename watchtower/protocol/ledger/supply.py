@@ -40,7 +40,6 @@ from watchtower.protocol.ledger.common import (
     make_event,
     record_caller,
     replay_record,
-    require_amount,
 )
 from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream.state import CBY_BURNED, CBY_MINTED, CallerRecord, Event, FrozenMap
@@ -84,8 +83,7 @@ def decide_supply(state: SupplyState, item: Command | CbyBurn, *, block_height: 
     if record is not None:
         return LedgerDecision((), {**record.last_reply, "duplicate": True})
     mint = read_body(cmd, MintCby)
-    to = require_address(mint.to, "to")
-    amount = require_amount(mint.amount_cby)
+    to, amount = mint.to, mint.amount_cby
     if amount > MAX_CBY - state.total_supply_cby:
         raise InvalidArgumentError(
             f"minting {amount} would take the total supply above {MAX_CBY} (it is {state.total_supply_cby}); "

@@ -59,6 +59,7 @@ from watchtower.protocol.errors import (
     UnauthorizedSubscriberError,
     WatchtowerError,
 )
+from watchtower.protocol.events import Skip
 from watchtower.protocol.ledger.common import (
     MAX_CBY,
     REPLAY_METHODS,
@@ -94,7 +95,7 @@ from watchtower.protocol.stream.state import (
     Event,
     StreamState,
 )
-from watchtower.protocol.validation import is_int, require_int
+from watchtower.protocol.validation import is_int
 
 CONFIG_FIELDS: Final = frozenset({"filter", "skip", "max_payment_cby"})
 ERROR_KEY: Final = "error"
@@ -140,7 +141,7 @@ def authorize_requester(state: StreamState, caller: str, namespace: str) -> None
     )
 
 
-def replay_price(per_event_cby: int, first: int, end_exclusive: int, skip: tuple[int, int] | None) -> int:
+def replay_price(per_event_cby: int, first: int, end_exclusive: int, skip: Skip | None) -> int:
     """What a replay of ``[first, end_exclusive)`` under `skip` costs at `per_event_cby`."""
     return per_event_cby * charged_events(first, end_exclusive, skip)
 
@@ -196,7 +197,7 @@ def register_replay(state: StreamState, cmd: Command, *, height: int, digest: by
     order = ev.ReplayOrdered(
         stream_id=state.stream_id, replay_id=replay_id, namespace=namespace, requester=cmd.caller,
         from_sequence=start, to_sequence=to, first=plan.first, end_exclusive=plan.end_exclusive,
-        end_id=plan.end_id, filter=canonical_filter(node), skip=None if skip is None else tuple(skip),
+        end_id=plan.end_id, filter=canonical_filter(node), skip=skip,
         memo_hex=memo_hex, price_cby=price,
     )
     origin = Origin(cmd.caller, cmd.nonce, digest)
@@ -236,7 +237,7 @@ def settle_replay(state: StreamState, settled: ReplaySettled, *, height: int) ->
 def cancel_replay(state: StreamState, cmd: Command, *, height: int, digest: bytes) -> ReplayDecision:
     """Body: replay_id. Refused per ICRC-77 CancelReplayError (module docstring), else recorded for
     the replay fold."""
-    replay_id = require_int(read_body(cmd, CancelReplay).replay_id, "replay_id", minimum=1)
+    replay_id = read_body(cmd, CancelReplay).replay_id
     known = state.replays.get(str(replay_id))
     if known is None:
         raise ReplayNotFoundError(f"stream {state.stream_id!r} has no replay {replay_id}; list your replays "
@@ -282,8 +283,7 @@ def set_replay_price(state: StreamState, cmd: Command, *, height: int, digest: b
     if cmd.caller != state.owner:
         raise UnauthorizedError(f"set_replay_price is owner-only and {cmd.caller} is not the owner of stream "
                                 f"{state.stream_id!r}; sign it with the owner's key")
-    price = require_int(read_body(cmd, SetReplayPrice).price_per_event_cby, "price_per_event_cby",
-                        maximum=MAX_REPLAY_PRICE)
+    price = read_body(cmd, SetReplayPrice).price_per_event_cby
     reply = {"price_per_event_cby": price, **pricing(price)}
     body = ev.ReplayPricingSet(stream_id=state.stream_id, price_per_event_cby=price)
     origin = Origin(cmd.caller, cmd.nonce, digest)

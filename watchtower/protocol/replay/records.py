@@ -6,8 +6,10 @@ topic are the JSON that `watchtower.schemas.replay_records` derives from these d
 Who writes what:
 
 - the stream's writer (the aggregate host), in the transaction that decides the command:
-  ``registered`` (a register_replay that passed every check, paid for when it had a price) and
-  ``cancel_requested`` (a signed cancel_replay; the fold honours it only from the requester);
+  ``registered`` (`ReplayRegistration`: a register_replay that passed every check, paid for when
+  it had a price) and ``cancel_requested`` (`ReplayCancelRequest`: a signed cancel_replay; the
+  fold honours it only from the requester). Each is derived from the stream event of the same
+  fact (ReplayRegistered, ReplayCancelRequested: `schemas.wire.replay_record_for`);
 - the replay worker, in the transaction that also writes the re-emitted deliveries:
   ``progress`` (a checkpoint), then exactly one of ``completed``, ``canceled``, ``errored``.
   A Spark fulfilment writes ``progress`` with ``engine = "spark"`` before it starts.
@@ -19,20 +21,21 @@ from typing import Any, Final
 
 import msgspec
 
+from watchtower.protocol.events import ReplayPlan
+
 REPLAY_RECORD_VERSION: Final = 1
 
 
-class ReplayRegistered(msgspec.Struct, tag="registered", tag_field="kind", forbid_unknown_fields=True):
-    """A replay accepted by the stream's writer.
+class ReplayRegistration(msgspec.Struct, tag="registered", tag_field="kind", forbid_unknown_fields=True):
+    """A replay accepted by the stream's writer: a `events.ReplayPlan` on the replay topic, with the
+    block that decided it and the signed command it was decided from.
 
-    The plan is ``[first, end_exclusive)`` (`replay_rules.plan_replay` at the head of the deciding
-    block); ``to_sequence`` is what was asked (None: open-ended, and then ``end_id`` is the last
-    sequence the replay will deliver, ``end_exclusive - 1``). ``filter`` is the CIP-7 filter DSL
-    as canonical JSON text (or None), ``skip`` is ``[modulus, offset]`` (or None). ``price_cby``
-    is what the requester was charged (0: free). ``namespace`` is the requested namespace as given
-    (``feed:<id>`` or the stream id). ``caller``/``nonce``/``digest_hex`` identify the signed
-    register_replay command; the replay id is derived from its digest (`replay_id_for`), and
-    ``command`` is that command itself.
+    Its fields from ``replay_id`` to ``price_cby`` are the plan's (`events.PLAN_FIELDS`, with
+    ``replay_id`` ahead of ``stream_id`` in this record's bytes, and ``skip`` a JSON array that the
+    replay fold reads into a `events.Skip`); `tests/schemas/test_typed_events.py` holds the two
+    equal. ``caller``/``nonce``/``digest_hex`` identify the signed register_replay command; the
+    replay id is derived from its digest (`rules.replay_id_for`), and ``command`` is that command
+    itself.
     """
 
     v: int
@@ -58,8 +61,20 @@ class ReplayRegistered(msgspec.Struct, tag="registered", tag_field="kind", forbi
     #: decode; the replay worker refuses to fulfil them).
     command: dict[str, Any] | None = None
 
+    @classmethod
+    def of(cls, plan: ReplayPlan, *, block_height: int, caller: str, nonce: int, digest_hex: str,
+           command: dict[str, Any] | None) -> ReplayRegistration:
+        """The record of `plan` (its ``skip`` as a JSON array), decided at `block_height` from the
+        signed command `caller`/`nonce`/`digest_hex`."""
+        return cls(
+            v=REPLAY_RECORD_VERSION, replay_id=plan.replay_id, stream_id=plan.stream_id, namespace=plan.namespace,
+            requester=plan.requester, from_sequence=plan.from_sequence, to_sequence=plan.to_sequence,
+            first=plan.first, end_exclusive=plan.end_exclusive, end_id=plan.end_id, filter=plan.filter,
+            skip=None if plan.skip is None else list(plan.skip), memo_hex=plan.memo_hex, price_cby=plan.price_cby,
+            block_height=block_height, caller=caller, nonce=nonce, digest_hex=digest_hex, command=command)
 
-class ReplayCancelRequested(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):
+
+class ReplayCancelRequest(msgspec.Struct, tag="cancel_requested", tag_field="kind", forbid_unknown_fields=True):
     """A signed cancel_replay by `requester` (its signer). Honoured only if it is the replay's requester
     and the replay is not finished."""
 
@@ -125,5 +140,5 @@ class ReplayErrored(msgspec.Struct, tag="errored", tag_field="kind", forbid_unkn
     at_ms: int
 
 
-ReplayRecord = (ReplayRegistered | ReplayCancelRequested | ReplayProgress | ReplayCompleted | ReplayCanceled
+ReplayRecord = (ReplayRegistration | ReplayCancelRequest | ReplayProgress | ReplayCompleted | ReplayCanceled
                 | ReplayErrored)

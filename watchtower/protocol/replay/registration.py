@@ -30,13 +30,13 @@ from collections.abc import Mapping
 
 from watchtower.protocol.commands import RegisterReplay, peek_body
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.replay.records import ReplayRegistered
+from watchtower.protocol.replay.records import ReplayRegistration
 from watchtower.protocol.replay.rules import canonical_filter, parse_replay_filter, parse_skip, replay_id_for
 from watchtower.protocol.replay.status import ReplayRuleError
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
 
 
-def check_registration_command(record: ReplayRegistered) -> Command:
+def check_registration_command(record: ReplayRegistration) -> Command:
     """The signed command behind `record` (rules 1-3 of the module docstring); ReplayRuleError
     naming the first rule broken."""
     if record.command is None:
@@ -68,7 +68,7 @@ def check_registration_command(record: ReplayRegistered) -> Command:
     return cmd
 
 
-def _request_mismatches(body: RegisterReplay, record: ReplayRegistered) -> list[str]:
+def _request_mismatches(body: RegisterReplay, record: ReplayRegistration) -> list[str]:
     """The requested fields (rule 3) in which the record differs from the command's body."""
     config = body.config or {}
     if not isinstance(config, Mapping):
@@ -89,7 +89,7 @@ def _request_mismatches(body: RegisterReplay, record: ReplayRegistered) -> list[
     ) if not ok)]
 
 
-def _plan_mismatches(record: ReplayRegistered) -> list[str]:
+def _plan_mismatches(record: ReplayRegistration) -> list[str]:
     """Whether the record's plan ``[first, end_exclusive)`` (and ``end_id``) fits the range it asked for."""
     first, end, to, end_id = record.first, record.end_exclusive, record.to_sequence, record.end_id
     if record.from_sequence < 1 or first != record.from_sequence or end < first:

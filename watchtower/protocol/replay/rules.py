@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from watchtower.protocol.constants import REPLAY_END_ID_HEADER, REPLAY_HEADER, REPLAY_ID_HEADER
 from watchtower.protocol.errors import ImproperConfigError, InvalidFilterError, MalformedRecordError
+from watchtower.protocol.events import Skip
 from watchtower.protocol.stream.filter_ast import FilterNode, to_json
 from watchtower.protocol.stream.filters import compile_filter, parse_filter
 from watchtower.protocol.stream.message import StreamMessage
@@ -30,8 +31,8 @@ MAX_SKIP_MODULUS: Final = 2**32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayPlan:
-    """What one replay delivers: sequences `first` .. `end_exclusive - 1`.
+class ReplayRange:
+    """The range one replay delivers: sequences `first` .. `end_exclusive - 1`.
 
     `end_id` is set (to the last sequence delivered) exactly when the request had no `to`.
     """
@@ -51,7 +52,7 @@ class ReplayPlan:
         return replay_headers(self.replay_id, self.end_id)
 
 
-def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, head: int) -> ReplayPlan:
+def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, head: int) -> ReplayRange:
     """The plan for replaying ``[from_sequence, to_sequence)`` of a stream whose head is `head`.
 
     Raises IMPROPER_CONFIG (ICRC-77 ImproperConfig) for a range that is not a range: `from` < 1
@@ -62,13 +63,13 @@ def plan_replay(*, replay_id: int, from_sequence: int, to_sequence: int | None, 
     if not is_int(from_sequence) or from_sequence < 1:
         raise ImproperConfigError(f"replay 'from' must be a sequence ≥ 1, got {from_sequence!r}")
     if to_sequence is None:
-        return ReplayPlan(rid, from_sequence, max(from_sequence, top + 1), top)
+        return ReplayRange(rid, from_sequence, max(from_sequence, top + 1), top)
     if not is_int(to_sequence) or to_sequence < from_sequence:
         raise ImproperConfigError(
             f"replay range [{from_sequence}, {to_sequence!r}) is empty or reversed; 'to' is exclusive and "
             f"must be ≥ 'from'"
         )
-    return ReplayPlan(rid, from_sequence, max(from_sequence, min(to_sequence, top + 1)), None)
+    return ReplayRange(rid, from_sequence, max(from_sequence, min(to_sequence, top + 1)), None)
 
 
 #: ICRC-77's ``icrc77:capable``: every stream of this service takes replay requests. Shown beside
@@ -140,7 +141,7 @@ def replay_id_for(command_digest: bytes) -> int:
     return (int.from_bytes(command_digest[:8], "big") & MAX_REPLAY_ID) or 1
 
 
-def parse_skip(value: object) -> tuple[int, int] | None:
+def parse_skip(value: object) -> Skip | None:
     """ICRC-77 ``skip``: None, ``[modulus]`` or ``[modulus, offset]``; sequence *s* is delivered iff
     ``s % modulus == offset`` (offset defaults to 0). IMPROPER_CONFIG for anything else."""
     if value is None:
@@ -156,7 +157,7 @@ def parse_skip(value: object) -> tuple[int, int] | None:
     )
 
 
-def skip_keeps(sequence: int, skip: tuple[int, int] | None) -> bool:
+def skip_keeps(sequence: int, skip: Skip | None) -> bool:
     """Whether the skip rule keeps `sequence` (no rule keeps everything)."""
     return skip is None or sequence % skip[0] == skip[1]
 
@@ -191,7 +192,7 @@ def canonical_filter(node: FilterNode | None) -> str | None:
     return None if node is None else json.dumps(to_json(node), sort_keys=True, separators=(",", ":"))
 
 
-def charged_events(first: int, end_exclusive: int, skip: tuple[int, int] | None) -> int:
+def charged_events(first: int, end_exclusive: int, skip: Skip | None) -> int:
     """How many sequences of ``[first, end_exclusive)`` the skip rule keeps: what a per-event price
     is charged on (a filter is not known before the archive is read, so it never lowers the price)."""
     if end_exclusive <= first:
@@ -210,7 +211,7 @@ class ReplaySelector:
 
     __slots__ = ("_end", "_first", "_match", "_skip", "stream_id")
 
-    def __init__(self, stream_id: str, plan_first: int, plan_end_exclusive: int, skip: tuple[int, int] | None,
+    def __init__(self, stream_id: str, plan_first: int, plan_end_exclusive: int, skip: Skip | None,
                  filter_node: FilterNode | None) -> None:
         self.stream_id = stream_id
         self._first, self._end, self._skip = plan_first, plan_end_exclusive, skip
@@ -229,7 +230,7 @@ class ReplaySelector:
 
 
 def selector_for(registration: Any) -> ReplaySelector:
-    """The selector of a ``registered`` replay record (`schemas.replay_records.ReplayRegistered`)."""
+    """The selector of a ``registered`` replay record (`records.ReplayRegistration`)."""
     node = None if registration.filter is None else parse_replay_filter(json.loads(registration.filter))
     skip = parse_skip(registration.skip)
     return ReplaySelector(registration.stream_id, registration.first, registration.end_exclusive, skip, node)

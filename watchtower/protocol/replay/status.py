@@ -24,14 +24,15 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from watchtower.protocol.events import PLAN_FIELDS, ReplayPlan, Skip
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
-    ReplayCancelRequested,
+    ReplayCancelRequest,
     ReplayCompleted,
     ReplayErrored,
     ReplayProgress,
     ReplayRecord,
-    ReplayRegistered,
+    ReplayRegistration,
 )
 
 STATUSES: Final = ("pending", "running", "completed", "canceled", "errored")
@@ -44,24 +45,12 @@ class ReplayRuleError(Exception):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReplayView:
-    """Everything known about one replay. ``next_sequence`` is the first sequence not yet
-    handled; ``partition``/``next_offset`` are the last checkpoint in ``messages`` (None before
-    the first one). ``updated_at_ms`` is the writer's clock on the last worker record."""
+class ReplayView(ReplayPlan):
+    """Everything known about one replay: its plan, then how far it went. ``next_sequence`` is the
+    first sequence not yet handled; ``partition``/``next_offset`` are the last checkpoint in
+    ``messages`` (None before the first one). ``updated_at_ms`` is the writer's clock on the last
+    worker record."""
 
-    replay_id: int
-    stream_id: str
-    namespace: str
-    requester: str
-    from_sequence: int
-    to_sequence: int | None
-    first: int
-    end_exclusive: int
-    end_id: int | None
-    filter: str | None
-    skip: tuple[int, int] | None
-    memo_hex: str
-    price_cby: int
     block_height: int
     status: str
     engine: str
@@ -93,7 +82,7 @@ def apply_replay_record(views: Mapping[int, ReplayView], record: ReplayRecord) -
     (or past the plan), and ``canceled`` without an honoured cancel. This build never returns
     None; callers treat None like ``{}``.
     """
-    if isinstance(record, ReplayRegistered):
+    if isinstance(record, ReplayRegistration):
         return {record.replay_id: _registered(views, record)}
     view = views.get(record.replay_id)
     if view is None:
@@ -105,7 +94,7 @@ def apply_replay_record(views: Mapping[int, ReplayView], record: ReplayRecord) -
     if view.terminal:
         raise ReplayRuleError(f"replay {record.replay_id} is already {view.status}; a later {_kind(record)} "
                               f"record is ignored")
-    if isinstance(record, ReplayCancelRequested):
+    if isinstance(record, ReplayCancelRequest):
         if record.requester != view.requester or view.cancel_requested:
             return {}  # a stranger cannot cancel someone else's replay; a repeat changes nothing
         return {view.replay_id: dataclasses.replace(view, cancel_requested=True)}
@@ -134,25 +123,25 @@ def _kind(record: Any) -> str:
     return type(record).__name__
 
 
-def _registered(views: Mapping[int, ReplayView], rec: ReplayRegistered) -> ReplayView:
+def _registered(views: Mapping[int, ReplayView], rec: ReplayRegistration) -> ReplayView:
     if rec.replay_id in views:
         raise ReplayRuleError(f"replay {rec.replay_id} is already registered; a second registration is ignored")
     if rec.first < 1 or rec.end_exclusive < rec.first:
         raise ReplayRuleError(f"replay {rec.replay_id} has an impossible plan [{rec.first}, {rec.end_exclusive})")
-    skip = None
-    if rec.skip is not None:
-        modulus, offset = (rec.skip[0], rec.skip[1] if len(rec.skip) == 2 else 0) if rec.skip else (0, 0)
-        if len(rec.skip) > 2 or modulus < 1 or not 0 <= offset < modulus:
-            raise ReplayRuleError(f"replay {rec.replay_id} has an invalid skip {rec.skip!r}")
-        skip = (modulus, offset)
-    return ReplayView(
-        replay_id=rec.replay_id, stream_id=rec.stream_id, namespace=rec.namespace, requester=rec.requester,
-        from_sequence=rec.from_sequence, to_sequence=rec.to_sequence, first=rec.first,
-        end_exclusive=rec.end_exclusive, end_id=rec.end_id, filter=rec.filter, skip=skip, memo_hex=rec.memo_hex,
-        price_cby=rec.price_cby, block_height=rec.block_height, status="pending", engine="service", partition=None,
-        next_offset=None, next_sequence=rec.first, delivered=0, filtered=0, skipped=0, cancel_requested=False,
-        error=None, updated_at_ms=None,
-    )
+    plan = {name: getattr(rec, name) for name in PLAN_FIELDS} | {"skip": _skip(rec)}
+    return ReplayView(**plan, block_height=rec.block_height, status="pending", engine="service", partition=None,
+                      next_offset=None, next_sequence=rec.first, delivered=0, filtered=0, skipped=0,
+                      cancel_requested=False, error=None, updated_at_ms=None)
+
+
+def _skip(rec: ReplayRegistration) -> Skip | None:
+    # The record's JSON array ([modulus] or [modulus, offset]) as the plan's (modulus, offset).
+    if rec.skip is None:
+        return None
+    modulus, offset = (rec.skip[0], rec.skip[1] if len(rec.skip) == 2 else 0) if rec.skip else (0, 0)
+    if len(rec.skip) > 2 or modulus < 1 or not 0 <= offset < modulus:
+        raise ReplayRuleError(f"replay {rec.replay_id} has an invalid skip {rec.skip!r}")
+    return modulus, offset
 
 
 def _engine(engine: str) -> None:

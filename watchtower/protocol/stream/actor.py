@@ -35,7 +35,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
-from watchtower.protocol.addresses import require_address
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.commands import (
     AllowlistChange,
@@ -53,7 +52,7 @@ from watchtower.protocol.confidential.receipt import RECEIPT_FIELD, verify_recei
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.deployment import NO_TREASURY, Deployment
-from watchtower.protocol.enums import DeliveryMode, PayloadFormat, SubscriptionPolicy, SubscriptionStatus
+from watchtower.protocol.enums import PayloadFormat, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import (
     InvalidArgumentError,
     InvalidSignatureError,
@@ -401,12 +400,7 @@ def _subscribe(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     when a CANCELLED one is re-activated (CIP-7: start_cursor applies only on create).
     """
     body = read_body(cmd, Subscribe)
-    try:
-        mode = DeliveryMode(body.mode)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"mode must be PUSH, PULL or PUSH_WITH_PULL_FALLBACK, got {body.mode!r}"
-        ) from None
+    mode = body.mode
     raw_filter = body.filter
     parse_filter(raw_filter)  # INVALID_FILTER
     filter_json = (
@@ -524,11 +518,7 @@ def _rotate_publisher_key(state: StreamState, cmd: Command, _ctx: _Context) -> _
 def _set_subscription_policy(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
     """Body: policy, PUBLIC or PRIVATE_ALLOWLIST. Existing subscriptions are left as they are."""
     _require_owner(state, cmd)
-    body = read_body(cmd, SetSubscriptionPolicy)
-    try:
-        policy = SubscriptionPolicy(body.policy)
-    except ValueError:
-        raise InvalidArgumentError(f"policy must be PUBLIC or PRIVATE_ALLOWLIST, got {body.policy!r}") from None
+    policy = read_body(cmd, SetSubscriptionPolicy).policy
     if _config(state).confidential and policy is not SubscriptionPolicy.PRIVATE_ALLOWLIST:
         raise InvalidArgumentError(
             f"stream {state.stream_id!r} is confidential, which needs PRIVATE_ALLOWLIST: its keyloads are sealed to "
@@ -540,7 +530,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
     def handler(state: StreamState, cmd: Command, _ctx: _Context) -> _Outcome:
         """Body: address. Adding a present / removing an absent address is recorded but changes nothing."""
         _require_owner(state, cmd)
-        address = require_address(read_body(cmd, AllowlistChange).address, "address")
+        address = read_body(cmd, AllowlistChange).address
         event = AllowlistChanged(stream_id=state.stream_id, address=address, added=added)
         return event, {"address": address, "added": added}
 
@@ -550,7 +540,7 @@ def _allowlist(added: bool) -> Callable[[StreamState, Command, _Context], _Outco
 def _announce_key_epoch(state: StreamState, cmd: Command, ctx: _Context) -> _Outcome:
     """Body: key_epoch, non-decreasing. effective_block_height is the announcing block."""
     _require_owner(state, cmd)
-    key_epoch = require_int(read_body(cmd, AnnounceKeyEpoch).key_epoch, "key_epoch")
+    key_epoch = read_body(cmd, AnnounceKeyEpoch).key_epoch
     last = state.last_key_epoch
     if last is not None and key_epoch < last:
         raise InvalidArgumentError(
@@ -583,7 +573,6 @@ def _renew_subscription(state: StreamState, cmd: Command, height: int, digest: b
             f"stream {state.stream_id!r} is OPEN: there is no subscription to pay for; subscribe and read it"
         )
     body = read_body(cmd, RenewSubscription)
-    require_int(body.target_key_epoch, "target_key_epoch")
     existing = state.subscriptions.get(cmd.caller)
     if existing is None or existing.status is not SubscriptionStatus.ACTIVE:
         raise PaymentRequiredError(
