@@ -223,3 +223,6 @@ def test_status_shows_the_ingestion_service_progress_and_send_window(
     assert "streams" not in ingest, "a list of every feed is the health file's, not the status line's"
     _, out = _status(tmp_path, monkeypatch)
     assert "published 880, pending 15, failed 5; send window 37/40 in flight, 12 held, base round trip 10.5 ms" in out
+    health.write_text(json.dumps({"pid": 4242, "published": 1, "failed": {"TIMEOUT": "many"}, "window": {"limit": 2}}))
+    _, out = _status(tmp_path, monkeypatch)
+    assert "published 1, pending ?, failed 0; send window ?/2 in flight" in out, "an odd file is shown, not a crash"

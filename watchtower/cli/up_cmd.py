@@ -360,7 +360,10 @@ def status(as_json: bool, max_lag: int | None, max_lag_seconds: float | None) ->
 def _ingest_line(health: dict[str, Any]) -> str:
     """The ingestion service's progress and send window, on one line."""
     w = health["window"]
-    failed = sum(int(n) for n in (health.get("failed") or {}).values())
+    failed_by_reason = health.get("failed")
+    # The file is the service's own, but a status read never fails on what it finds there.
+    failed = sum(n for n in failed_by_reason.values() if isinstance(n, int)) \
+        if isinstance(failed_by_reason, dict) else "?"
     return (f"published {health.get('published', '?')}, pending {health.get('pending', '?')}, failed {failed}; "
             f"send window {w.get('in_flight', '?')}/{w.get('limit', '?')} in flight, {w.get('held', '?')} held, "
             f"base round trip {w.get('base_rtt_ms') if w.get('base_rtt_ms') is not None else '-'} ms")
