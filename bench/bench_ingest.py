@@ -169,13 +169,21 @@ class PlainPath:
         return [(self.acked[s] - self.sent[s]) * 1000 for s in sequences]
 
 
+def positive_rate(text: str) -> float:
+    """A rate a second above 0 (a Poisson process of rate 0 never publishes)."""
+    rate = float(text)
+    if not 0 < rate <= 1000:
+        raise argparse.ArgumentTypeError(f"need a rate above 0 and at most 1000 a second, got {text}")
+    return rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--plain-seconds", type=float, default=40.0, help="the plain path alone, before ingestion")
-    parser.add_argument("--plain-rate", type=float, default=5.0,
+    parser.add_argument("--plain-rate", type=positive_rate, default=5.0,
                         help="plain publishes a second, at random moments (1 = the earlier one a block)")
     parser.add_argument("--sample", type=int, default=20, help="ingesting feeds whose latency is measured")
     parser.add_argument("--proof", default="NONE", choices=("NONE", "QUORUM", "MEDIAN"))
