@@ -39,10 +39,12 @@ REPLY_BATCH = 500
 class CommandClient:
     """Thread-safe: many callers may ``submit`` concurrently; one thread reads replies."""
 
-    def __init__(self, bootstrap: str, *, prefix: str | None = None, linger_ms: int = 2) -> None:
+    def __init__(self, bootstrap: str, *, prefix: str | None = None, linger_ms: int = 2,
+                 topic: str = "commands") -> None:
         """`linger_ms`: how long the producer gathers commands into one request (a service that
-        sends hundreds a second trades a few ms for fewer broker requests)."""
-        self.t_commands = topic_name("commands", prefix)
+        sends hundreds a second trades a few ms for fewer broker requests). `topic`: the catalogue
+        role commands go to (the ingestion service sends to its own lane, ``ingest-commands``)."""
+        self.t_commands = topic_name(topic, prefix)
         self.t_replies = topic_name("replies", prefix)
         self.producer = Producer({
             **kafka_config(bootstrap),

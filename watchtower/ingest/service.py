@@ -9,14 +9,15 @@ a stream's tasks and results to the same member), and each folds the whole ``eve
 - on revoke it drops those streams' pending ticks and waits for their publishes in flight to be
   answered, so the next owner never races one of them;
 - on assign it first waits until the stream workers have decided every command already on
-  ``commands`` (`topics.groups.wait_commands_decided`: a predecessor killed with kill -9 may have
-  left publishes nobody has decided yet), then folds ``events`` to its end, and only then reads the
-  new partitions' tasks and results from `LOOKBACK_MS` before now (every task whose deadline can
-  still matter: timeout_blocks is at most 600). What was finished is whatever the log says: a tick
-  at or below a stream's last finished tick is never finished again.
+  ``ingest.commands`` and ``commands`` (`topics.groups.wait_commands_decided`: a predecessor killed
+  with kill -9 may have left publishes nobody has decided yet), then folds ``events`` to its end,
+  and only then reads the new partitions' tasks and results from `LOOKBACK_MS` before now (every
+  task whose deadline can still matter: timeout_blocks is at most 600). What was finished is
+  whatever the log says: a tick at or below a stream's last finished tick is never finished again.
 
 It keeps no state of its own between runs: the log is its memory (`aggregator`). Decisions leave as
-signed commands on ``commands`` (`sink.KafkaSink`), a few hundred in flight at once.
+signed commands on ``ingest.commands`` (`sink.KafkaSink`), a lane of their own that the stream
+workers serve after clients' commands, a few dozen in flight at once (`window`).
 
 Keys (`keys`): the scheduler key signs tasks; the publisher key is the one owners delegate to.
 """
@@ -85,7 +86,8 @@ class AggregatorService:
             topic_name(r, prefix) for r in ("events", "ingest-tasks", "ingest-results"))
         self.view = IngestionView()
         self.events_next: dict[int, int] = {}
-        self.commands = CommandClient(bootstrap, prefix=prefix, linger_ms=COMMAND_LINGER_MS)
+        # Its own lane: the stream workers serve clients' commands first (docs/ingestion.md).
+        self.commands = CommandClient(bootstrap, prefix=prefix, linger_ms=COMMAND_LINGER_MS, topic="ingest-commands")
         keymgr_url = os.environ.get(ENV_KEYMGR)
         keymgr = KeyManagerApi(keymgr_url) if keymgr_url else None
         self.aggregator = Aggregator(self.view, scheduler, KafkaSink(self.commands, self.view, publisher, keymgr))

@@ -1,5 +1,6 @@
 """The aggregator's edge to the stream actor: publishes and failure reports are signed commands on
-``commands``, produced by the aggregator's own Kafka client (`CommandClient`: one idempotent
+``ingest.commands`` (the ingestion lane, which the stream workers serve after ``commands``),
+produced by the aggregator's own Kafka client (`CommandClient`: one idempotent
 producer batching every stream's commands, one reader of its reply partition), so sequencing and
 every publish check stay where they are, and a tick costs no HTTP round trip.
 
@@ -83,7 +84,7 @@ class Commands(Protocol):
 
 
 class KafkaSink:
-    """Publishes and reports as signed commands on ``commands`` (see the module docstring).
+    """Publishes and reports as signed commands on the ingestion lane (see the module docstring).
 
     Thread-safe for different streams at once; the aggregator drives each stream from one thread
     at a time, in tick order."""

@@ -148,7 +148,7 @@ def _count_records(bootstrap: str, ranges: Mapping[tuple[str, int], tuple[int | 
 def worker_groups(prefix: str | None) -> dict[str, list[str]]:
     """The consumer groups of one deployment's Kafka workers and the topics each consumes."""
     return {
-        stream_worker_group(prefix): [topic_name("commands", prefix), topic_name("internal", prefix)],
+        stream_worker_group(prefix): [topic_name(role, prefix) for role in ("commands", "internal", "ingest-commands")],
         worker_group("delivery", prefix): [topic_name("events", prefix), topic_name("messages", prefix)],
         worker_group("replay", prefix): [topic_name("replay", prefix)],
         # Where the projections record their folds' positions (lag only: nothing consumes through it).

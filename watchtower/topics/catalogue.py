@@ -1,9 +1,10 @@
 """The topic catalogue: every topic Watchtower uses, with its partitioning and retention.
 
-Co-partitioning is a correctness rule, not a tuning knob: ``commands``, ``events`` and
-``messages`` are all keyed by the aggregate id (``stream_id`` or the keymgr key) with the
-murmur2 partitioner and have the same partition count, so the worker that owns partition
-*p* of ``commands`` is the single writer of partition *p* of ``events`` and ``messages``.
+Co-partitioning is a correctness rule, not a tuning knob: ``commands`` (with its twins ``internal``
+and ``ingest.commands``), ``events`` and ``messages`` are all keyed by the aggregate id
+(``stream_id`` or the keymgr key) with the murmur2 partitioner and have the same partition count, so
+the worker that owns partition *p* of ``commands`` is the single writer of partition *p* of
+``events`` and ``messages``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def catalogue(prefix: str | None = None, partitions: int = DEFAULT_PARTITIONS) -
         TopicSpec("ingest-results", f"{p}.ingest.results", partitions, 7 * DAY_MS,
                   purpose="runners' signed results keyed by stream_id (framed Avro IngestResult); hostile input, "
                           "checked and quarantined by the aggregator"),
+        TopicSpec("ingest-commands", f"{p}.ingest.commands", partitions, 7 * DAY_MS,
+                  purpose="the ingestion service's signed publishes and failure reports, keyed like commands: "
+                          "a lane of their own, which the stream workers serve after commands"),
     ]
 
 

@@ -44,49 +44,58 @@ def projection_fold_group(prefix: str | None = None) -> str:
     return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.projection-fold"
 
 
-def commands_pending(bootstrap: str, prefix: str | None, ends: Mapping[int, int],
-                     timeout_s: float = 10.0) -> dict[int, int]:
-    """The ``commands`` partitions whose records before `ends` (partition -> offset) the stream
-    workers have not all decided yet, each with how many remain (empty: all decided).
+#: The topics the stream workers decide commands from, in the order they serve them (`internal`
+#: holds forwards between aggregates, written by the workers themselves).
+COMMAND_ROLES: Final = ("commands", "ingest-commands")
 
-    The stream workers commit their ``commands`` offsets in the transaction that writes the events
-    and replies, so an offset committed at or past ``ends[p]`` means every command before it has
-    its outcome on the log. ``commands`` is written without transactions, so a committed offset
-    can reach the end exactly."""
+
+def commands_pending(bootstrap: str, prefix: str | None, ends: Mapping[tuple[str, int], int],
+                     timeout_s: float = 10.0) -> dict[tuple[str, int], int]:
+    """The command partitions ((topic, partition)) whose records before `ends` the stream workers
+    have not all decided yet, each with how many remain (empty: all decided).
+
+    The stream workers commit their command offsets in the transaction that writes the events and
+    replies, so an offset committed at or past ``ends[tp]`` means every command before it has its
+    outcome on the log. Command topics are written without transactions, so a committed offset can
+    reach the end exactly."""
     group = stream_worker_group(prefix)
-    topic = topic_name("commands", prefix)
     admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
-    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in ends])
+    wanted = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in ends])
     found = admin.list_consumer_group_offsets([wanted], request_timeout=timeout_s)[group].result(timeout_s)
-    committed = {tp.partition: max(int(tp.offset), 0) for tp in found.topic_partitions}
-    return {p: end - committed.get(p, 0) for p, end in ends.items() if committed.get(p, 0) < end}
+    committed = {(tp.topic, tp.partition): max(int(tp.offset), 0) for tp in found.topic_partitions}
+    return {tp: end - committed.get(tp, 0) for tp, end in ends.items() if committed.get(tp, 0) < end}
 
 
 def wait_commands_decided(bootstrap: str, prefix: str | None, *, stop: threading.Event | None = None,
                           log: logging.Logger | None = None, poll_s: float = 0.2) -> bool:
-    """Block until every command on ``commands`` now has been decided by the stream workers
-    (`commands_pending`); False when `stop` was set first.
+    """Block until every command now on ``commands`` and ``ingest.commands`` has been decided by the
+    stream workers (`commands_pending`); False when `stop` was set first.
 
     A process that acts on what the log says was decided (the ingestion aggregator after a restart
     or a rebalance) calls this first, so a command its predecessor sent and nobody has decided yet
     cannot land after it has decided the same thing again. It waits as long as it takes: without a
     stream worker nothing can be decided anyway. Broker errors are retried."""
-    topic = topic_name("commands", prefix)
-    ends: dict[int, int] | None = None
+    topics = [topic_name(role, prefix) for role in COMMAND_ROLES]
+    ends: dict[tuple[str, int], int] | None = None
     said = 0.0
     while stop is None or not stop.is_set():
         try:
             if ends is None:
                 admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
-                partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
-                ends = end_offsets(bootstrap, topic, sorted(partitions))
+                found: dict[tuple[str, int], int] = {}
+                for topic in topics:
+                    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+                    found.update(((topic, p), end) for p, end in
+                                 end_offsets(bootstrap, topic, sorted(partitions)).items())
+                ends = found
             behind = commands_pending(bootstrap, prefix, ends)
         except (KafkaException, TimeoutError, KeyError) as exc:
             reason = f"the broker did not answer ({exc})"
         else:
             if not behind:
                 return True
-            reason = f"{sum(behind.values())} commands on partitions {sorted(behind)} are not decided yet"
+            where = ", ".join(f"{t}[{p}]" for t, p in sorted(behind))
+            reason = f"{sum(behind.values())} commands on {where} are not decided yet"
         if log is not None and time.monotonic() - said > 10:
             said = time.monotonic()
             log.warning("waiting for the stream workers: %s", reason)

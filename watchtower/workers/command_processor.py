@@ -97,6 +97,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._last_reply: bytes | None = None
         self._touched: Touched = {}
         self._batch: list[ConsumedRecord] = []
+        self._held: list[ConsumedRecord] = []  # fetched, waiting for the batch before them (step)
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
@@ -123,16 +124,33 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ the processor
     def subscriptions(self) -> list[str]:
-        # commands and internal are co-partitioned and the range assignor gives partition p of
-        # both to the same worker, so a forward lands with the writer of its aggregate.
-        return [self.t_commands, self.t_internal]
+        # The input topics are co-partitioned and the range assignor gives partition p of each to
+        # the same worker, so a forward or an ingested publish lands with the writer of its aggregate.
+        return list(self.input_topics)
 
     def step(self) -> None:
         if self._unloaded and time.monotonic() >= self._next_load_try:
             self._load_pending()
         batch = self.host.fetch(self.batch_size, 0.1)
-        if batch:
+        if not batch:
+            return
+        # The ingestion lane is served after what was fetched with it, in a transaction of its own:
+        # a client's publish never waits for a block's worth of ingested publishes to be decided and
+        # committed with it. The lane's offsets are its own topic's, so each transaction commits
+        # exactly the records it decided. (No order is lost: a client's commands and the ingestion
+        # service's are from different senders, each in its own order on its own topic.)
+        lane = [r for r in batch if r.topic == self.t_ingest_commands]
+        if not lane or len(lane) == len(batch):
             self._process_batch(batch)
+            return
+        first = [r for r in batch if r.topic != self.t_ingest_commands]
+        self._held = lane  # put back with the first batch if its transaction is aborted
+        try:
+            committed = self._process_batch(first)
+        finally:
+            self._held = []
+        if committed:
+            self._process_batch(lane)
 
     def tick(self) -> None:
         self.health.set_aborted_batches(self.stats.aborted_batches)
@@ -153,10 +171,11 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             self.health.write()
 
     # ------------------------------------------------------------------ the transaction
-    def _process_batch(self, batch: list[ConsumedRecord]) -> None:
+    def _process_batch(self, batch: list[ConsumedRecord]) -> bool:
+        """Decide `batch` and commit it in one transaction; whether it committed (an empty batch counts)."""
         batch = self._ready_only(batch)
         if not batch:
-            return
+            return True
         self._touched, self._batch = {}, batch
         self._batch_events.clear()
         ctx = self._context()
@@ -173,13 +192,14 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
 
         self._metrics.begin()
         if not self.host.transaction(write):
-            return
+            return False
         self._metrics.committed(len(batch), commit_started)
         self.stats.batches += 1
         self.snapshots.taken(snapshotted)
         self.stats.snapshots_taken += len(snapshotted)
         for partition, count in self._batch_events.items():
             self.snapshots.written(partition, count)
+        return True
 
     def _snapshot_due(self) -> list[int]:
         """Produce, in the open transaction and before any record of the batch, a snapshot of each
@@ -217,9 +237,9 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._metrics.aborted()
 
     def aborted(self) -> None:
-        """Undo the batch in memory and seek back: it is decided again."""
+        """Undo the batch in memory and seek back (with what was fetched after it): it is decided again."""
         self._undo_in_memory(self._touched)
-        self._seek_to_firsts(self._batch)
+        self._seek_to_firsts(self._batch + self._held)
 
     # ------------------------------------------------------------------ starting over from the log
     def rebuild(self) -> None:

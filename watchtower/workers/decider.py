@@ -80,6 +80,10 @@ class CommandDecider:
         self.t_commands = topic_name("commands", prefix)
         self.t_events = topic_name("events", prefix)
         self.t_internal = topic_name("internal", prefix)
+        self.t_ingest_commands = topic_name("ingest-commands", prefix)
+        #: Every topic commands are decided from, co-partitioned: clients' commands, the workers'
+        #: own forwards, and the ingestion service's lane (served after the others: CommandProcessor).
+        self.input_topics = (self.t_commands, self.t_internal, self.t_ingest_commands)
         self.t_replies = topic_name("replies", prefix)
         self.t_snapshots = topic_name("snapshots", prefix)
         self._prefix = prefix

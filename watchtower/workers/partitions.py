@@ -2,7 +2,7 @@
 
 :class:`PartitionOwner` is the consumer-facing half of a worker
 (:class:`~watchtower.workers.command_processor.CommandProcessor` is its subclass). On assignment
-each commands partition (with its ``internal`` twin) is paused, its aggregates are rebuilt by
+each commands partition (with its ``internal`` and ``ingest.commands`` twins) is paused, its aggregates are rebuilt by
 :func:`~watchtower.workers.state_loader.load_partitions` (the latest snapshot plus the events after
 it; a record that breaks a rule is quarantined, never fatal), and it is resumed. A rebuild that
 cannot read the log yet is retried while the partition stays paused, so a command is never
@@ -133,7 +133,7 @@ class PartitionOwner(CommandDecider):
         # The stable fetch may never settle after a broker restart (CommittedOffsets); this holds on
         # assignment as after a start over (the rebalance that follows a restart hits it too).
         try:
-            tps = [TopicPartition(t, p) for p in pending for t in (self.t_commands, self.t_internal)]
+            tps = [TopicPartition(t, p) for p in pending for t in self.input_topics]
             committed = self._offsets.fetch(tps)
             loaded = load_partitions(self.bootstrap, self.t_events, pending, self._partition_count(),
                                      now_block_height=block_height_at(self._clock_ms()),
@@ -169,7 +169,7 @@ class PartitionOwner(CommandDecider):
         self.snapshots.forget(partition)
 
     def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
-        tps = [TopicPartition(t, p) for p in partitions for t in (self.t_commands, self.t_internal)]
+        tps = [TopicPartition(t, p) for p in partitions for t in self.input_topics]
         if tps:
             (self.consumer.pause if paused else self.consumer.resume)(tps)
 

@@ -1,0 +1,143 @@
+"""The ingestion lane: the stream worker serves clients' commands before the ingested publishes
+fetched with them, each in a transaction of its own (`CommandProcessor.step`), without a broker.
+
+A client's publish sent while a block's worth of ingested publishes waits at the worker must not
+be decided and committed behind them. Each transaction commits the offsets of exactly the records
+it decided, so an abort puts back both what it held and what was waiting after it.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from counter_aggregate import CounterAggregate, TotalAggregate, counter_command
+
+from watchtower.workers.command_processor import CommandProcessor
+from watchtower.workers.record import ConsumedRecord
+
+PREFIX = "tlane"
+
+
+class RecordingProducer:
+    """A transactional producer that records each transaction's records and offsets."""
+
+    def __init__(self, fail_first_commit: bool = False) -> None:
+        self.transactions: list[dict[str, Any]] = []
+        self.fail_first_commit = fail_first_commit
+
+    def init_transactions(self, _timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        self.transactions.append({"produced": [], "offsets": None, "outcome": "open"})
+
+    def produce(self, topic: str, _value: bytes | None = None, key: bytes | None = None, **_kwargs: Any) -> None:
+        self.transactions[-1]["produced"].append((topic, key))
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], *_args: Any) -> None:
+        self.transactions[-1]["offsets"] = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets)
+        if self.fail_first_commit and len(self.transactions) == 1:
+            raise KafkaException(KafkaError(KafkaError._INCONSISTENT, "from the test"))
+
+    def commit_transaction(self, _timeout: float) -> None:
+        self.transactions[-1]["outcome"] = "committed"
+
+    def abort_transaction(self, _timeout: float) -> None:
+        self.transactions[-1]["outcome"] = "aborted"
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+
+class RecordingConsumer:
+    """The group consumer as far as a step uses it: seeks are recorded."""
+
+    def __init__(self) -> None:
+        self.seeks: list[tuple[str, int, int]] = []
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def consumer_group_metadata(self) -> None:
+        return None
+
+
+@pytest.fixture
+def worker() -> Iterator[CommandProcessor]:
+    # Nothing listens there: constructing the clients contacts no broker, and no call below does.
+    made = CommandProcessor("127.0.0.1:1", "lane", prefix=PREFIX, aggregates=[CounterAggregate(), TotalAggregate()])
+    made._command_partitions = made._reply_partitions = 1
+    made._states[0] = {"counter": {}, "total": {}}  # partition 0 rebuilt
+    real_consumer = made.consumer
+    yield made
+    made.host.consumer = real_consumer
+    made._close()
+    made.producer = None
+    del made
+    gc.collect()
+
+
+def serve(worker: CommandProcessor, batch: list[ConsumedRecord], producer: RecordingProducer) -> RecordingConsumer:
+    """One step of `worker` over `batch` (as fetched), with the recording clients."""
+    consumer = RecordingConsumer()
+    worker.host.consumer = consumer  # type: ignore[assignment]
+    worker.txn._factory = lambda _config: producer
+    worker.producer = producer  # type: ignore[assignment]
+    worker.host.fetch = lambda *_args: list(batch)  # type: ignore[method-assign]
+    worker.step()
+    return consumer
+
+
+def record(topic: str, offset: int, counter: str) -> ConsumedRecord:
+    return ConsumedRecord(f"{PREFIX}.{topic}", 0, offset, counter.encode(), counter_command(counter, 1))
+
+
+def ingested(count: int, first_offset: int = 40) -> list[ConsumedRecord]:
+    return [record("ingest.commands", first_offset + i, f"feed-{i}") for i in range(count)]
+
+
+def test_a_client_command_fetched_behind_ingested_ones_is_committed_first_in_its_own_transaction(
+        worker: CommandProcessor) -> None:
+    producer = RecordingProducer()
+    serve(worker, [*ingested(30), record("commands", 7, "plain")], producer)
+    first, second = producer.transactions
+    assert first == {"produced": [(f"{PREFIX}.events", b"plain")], "outcome": "committed",
+                     "offsets": [(f"{PREFIX}.commands", 0, 8)]}
+    assert second["outcome"] == "committed"
+    assert second["produced"] == [(f"{PREFIX}.events", f"feed-{i}".encode()) for i in range(30)]
+    assert second["offsets"] == [(f"{PREFIX}.ingest.commands", 0, 70)]
+    assert worker._states[0]["counter"]["plain"] == 1
+    assert worker._states[0]["counter"]["feed-29"] == 1
+
+
+def test_a_batch_of_one_kind_is_one_transaction(worker: CommandProcessor) -> None:
+    producer = RecordingProducer()
+    serve(worker, ingested(5), producer)
+    assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 45)]]
+    producer = RecordingProducer()
+    serve(worker, [record("commands", 3, "a"), record("internal", 9, "b")], producer)
+    assert len(producer.transactions) == 1
+    assert producer.transactions[0]["offsets"] == [(f"{PREFIX}.commands", 0, 4), (f"{PREFIX}.internal", 0, 10)]
+
+
+def test_an_aborted_first_transaction_puts_back_the_ingested_records_waiting_behind_it(
+        worker: CommandProcessor) -> None:
+    producer = RecordingProducer(fail_first_commit=True)
+    consumer = serve(worker, [*ingested(3), record("commands", 7, "plain")], producer)
+    assert [t["outcome"] for t in producer.transactions] == ["aborted"]  # nothing decided after it
+    assert sorted(consumer.seeks) == [(f"{PREFIX}.commands", 0, 7), (f"{PREFIX}.ingest.commands", 0, 40)]
+    assert worker._states[0]["counter"] == {}  # undone in memory: decided again from there
+    # The next step decides them again, the client's command first.
+    producer = RecordingProducer()
+    serve(worker, [*ingested(3), record("commands", 7, "plain")], producer)
+    assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.commands", 0, 8)],
+                                                             [(f"{PREFIX}.ingest.commands", 0, 43)]]
+    assert worker._states[0]["counter"] == {"plain": 1, "feed-0": 1, "feed-1": 1, "feed-2": 1}
+
+
+def test_the_worker_consumes_the_lane_with_its_command_topics(worker: CommandProcessor) -> None:
+    assert worker.subscriptions() == [f"{PREFIX}.commands", f"{PREFIX}.internal", f"{PREFIX}.ingest.commands"]
