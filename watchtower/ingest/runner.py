@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Producer
 
 from watchtower.ingest.dispatch import DEFAULT_WORKERS, Dispatcher, deadline_at
 from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, select_result
 from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.ingest.secrets import SecretStore
+from watchtower.ingest.task_reader import TaskReader
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
@@ -280,19 +281,17 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
 
     On `stop` it returns within about two seconds whatever its sources do: running fetches are
     abandoned on their daemon threads and their results dropped."""
-    # The runner's own group has one member, and static: a runner restarted after kill -9 takes its
-    # partitions back at once instead of waiting out its dead self's session; a second process with
-    # the same key is fenced (one process per runner identity).
+    # The runner's own group has one member, and static (`task_reader`).
     timeouts = GroupTimeouts.from_env()
-    consumer = Consumer(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}", "group.instance.id": "runner",
+    tasks = TaskReader(kafka_config(bootstrap, **{
+        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
         "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}))
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}),
+        topic_name("ingest-tasks", prefix))
     # Placed as the scheduler places tasks (scheduler.INGEST_PARTITIONER): a result shares its task's partition.
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": RESULT_LINGER_MS,
                                                    "partitioner": "murmur2_random"}))
     results_topic = topic_name("ingest-results", prefix)
-    consumer.subscribe([topic_name("ingest-tasks", prefix)])
     fetcher = Fetcher(runner.allow, max_connections=concurrency)
 
     partitions = len(producer.list_topics(results_topic, timeout=30).topics[results_topic].partitions)
@@ -308,13 +307,9 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                 producer.poll(0)
                 stop.wait(0.05)
                 continue
-            for msg in consumer.consume(500, 0.1):
-                error = msg.error()
-                if error is None:
-                    for task in runner.accept_all(msg.value(), f"p{msg.partition()}@{msg.offset()}"):
-                        submit(runner, pool, task, batcher.add)
-                elif error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("ingest.tasks: %s", error)
+            for msg in tasks.consume(500, 0.1):
+                for task in runner.accept_all(msg.value(), f"p{msg.partition()}@{msg.offset()}"):
+                    submit(runner, pool, task, batcher.add)
             producer.poll(0)
             if health_file is not None and time.monotonic() - last_health > 0.5:
                 last_health = time.monotonic()
@@ -325,7 +320,7 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
         pool.close()  # never joins a thread a source holds
         batcher.close()
         producer.flush(2)
-        consumer.close()
+        tasks.close()
 
 
 def _produce(producer: Producer, topic: str, partition: int, value: bytes) -> None:

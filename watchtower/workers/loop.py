@@ -237,7 +237,7 @@ class TransactionalLoop:
                 batch.append(record_of(msg))
             elif err.code() != KafkaError._PARTITION_EOF:
                 self.processor.log.warning("consumer error: %s", err)
-                if err.fatal():
+                if err.fatal() or err.code() == KafkaError._FATAL:  # the error event carries _FATAL
                     self.replace_consumer(str(err))
                     return []
         if batch:

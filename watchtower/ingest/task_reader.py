@@ -1,0 +1,73 @@
+"""A runner's reader of ``ingest.tasks``: a static member of the runner's own consumer group that
+outlives the errors that kill a librdkafka consumer.
+
+The runner's group has one member, and it is static (``group.instance.id``): a runner restarted
+after kill -9 takes its partitions back at once instead of waiting out its dead self's session, and
+a second process with the same key fences the first (one process per runner identity).
+
+Static membership has a trap. When the group coordinator is away longer than the session (a broker
+killed or restarted), librdkafka rejoins under the same instance id with a new member id, the
+coordinator fences the old one, and the consumer's next request under it fails with
+FENCED_INSTANCE_ID, a *fatal* error: the consumer never delivers a record again
+(confluentinc/librdkafka#3437). A runner that only logged it would look alive and run nothing. The
+reader therefore replaces a consumer that failed fatally with a new one of the same configuration,
+which joins under the instance id again (fencing, in turn, whatever held it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+
+log = logging.getLogger("watchtower.ingest.runner")
+
+#: The runner's one member of its group (static membership: see the module docstring).
+INSTANCE_ID: Final = "runner"
+
+
+class TaskReader:
+    """Reads `topic` as the static member of `group`; `consume` returns records only (errors and ends
+    of partition are logged or skipped), and replaces the consumer after a fatal error."""
+
+    def __init__(self, config: dict[str, Any], topic: str,
+                 factory: Callable[[dict[str, Any]], Consumer] = Consumer) -> None:
+        self._config = {**config, "group.instance.id": INSTANCE_ID}
+        self._topic = topic
+        self._factory = factory
+        self.replaced = 0
+        self.consumer = self._subscribe()
+
+    def _subscribe(self) -> Consumer:
+        consumer = self._factory(self._config)
+        consumer.subscribe([self._topic])
+        return consumer
+
+    def consume(self, max_records: int, timeout_s: float) -> list[Message]:
+        records = []
+        for msg in self.consumer.consume(max_records, timeout_s):
+            error = msg.error()
+            if error is None:
+                records.append(msg)
+            elif error.fatal() or error.code() == KafkaError._FATAL:  # the event carries _FATAL
+                self._replace(error)
+                return records
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: %s", self._topic, error)
+        return records
+
+    def _replace(self, error: KafkaError) -> None:
+        log.error("%s: the task reader failed (%s); it joins its group again with a new consumer",
+                  self._topic, error.str())
+        self.close()
+        self.replaced += 1
+        self.consumer = self._subscribe()
+
+    def close(self) -> None:
+        """Close the consumer (after a fatal error it may refuse: that is logged, not raised)."""
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("%s: closing the task reader failed: %s", self._topic, exc)
