@@ -7,6 +7,7 @@ The owner is a real aiohttp server; the Faust app is reduced to what the router 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +18,7 @@ from kafka_fixture import free_ports
 from yarl import URL
 
 from watchtower.projections import partitions
-from watchtower.projections.routing import ROUTED_HEADER, route_to_owner
+from watchtower.projections.routing import FORWARD_READ_S, ROUTED_HEADER, route_to_owner
 
 TOPIC = "t.events"
 
@@ -43,9 +44,14 @@ def _request(path: str, key: str, *, marked: bool = False) -> Any:
 
 async def _scenario() -> dict[str, Any]:
     seen: list[dict[str, str]] = []
+    release = asyncio.Event()
 
     async def owner_handler(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
+        if request.match_info["stream_id"] == "stuck":  # the owner is stopping: it holds the read a while
+            # then answers, within the bound a forward without a standby waits
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(release.wait(), FORWARD_READ_S - 2)
         if request.match_info["stream_id"] == "moving":  # the owner is still folding its partition
             return web.json_response({"error": {"code": "NOT_READY", "message": "retry"}}, status=503,
                                      headers={"Retry-After": "1"})
@@ -59,7 +65,7 @@ async def _scenario() -> dict[str, Any]:
     await web.TCPSite(runner, "127.0.0.1", owner_port).start()
     me, owner, dead = (f"http://127.0.0.1:{p}" for p in (my_port, owner_port, dead_port))
     owners = {me: {TOPIC: [0]}, owner: {TOPIC: [1, 4]}, dead: {TOPIC: [2]}}
-    partition_of = {"here": 0, "there": 1, "gone": 2, "nobody": 3, "moving": 4}.__getitem__
+    partition_of = {"here": 0, "there": 1, "gone": 2, "nobody": 3, "moving": 4, "stuck": 1}.__getitem__
 
     async def local(_view: Any, request: Any, **_kw: Any) -> web.Response:
         return web.json_response({"served_by": "me", "key": request.match_info["stream_id"]})
@@ -84,6 +90,13 @@ async def _scenario() -> dict[str, Any]:
         for name, key in (("standby gone", "gone"), ("standby moving", "moving"), ("standby there", "there")):
             response = await standby(view, _request(f"/v1/streams/{key}", key))
             results[name] = (response.status, json.loads(response.body))
+        # An owner that holds the read (stopping): a standby of its partition answers after the hedge
+        # (the owner would answer within the bound a forward without a standby waits).
+        hedging = route_to_owner(_app(session, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                                 match_info="stream_id", stands_by=lambda p: p == 1)(local_standing_in)
+        response = await hedging(view, _request("/v1/streams/stuck", "stuck"))
+        results["standby stuck"] = (response.status, json.loads(response.body))
+        release.set()
     await runner.cleanup()
     results["owner saw"] = seen
     return results
@@ -95,7 +108,8 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     assert results["there"] == (200, {"served_by": "owner", "path": "/v1/streams/there"})
     # The owner got the request marked, so it would never forward it again.
     # "there" and "moving", then both again by the router with a standby: marked every time.
-    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"] * 4
+    # ("stuck" too: it is held, and the standby answers meanwhile.)
+    assert [h.get(ROUTED_HEADER) for h in results["owner saw"]] == ["1"] * 5
     status, body = results["gone"]  # the owner is not listening (killed, restarting)
     assert (status, body["error"]["code"]) == (503, "NOT_READY")
     assert "retry" in body["error"]["message"]
@@ -107,6 +121,8 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     assert results["standby gone"] == (200, {"served_by": "me", "standing_in": True})
     assert results["standby moving"] == (200, {"served_by": "me", "standing_in": True})
     assert results["standby there"][1] == {"served_by": "owner", "path": "/v1/streams/there"}  # the owner answers
+    # Waiting out the owner's bound would have given the owner's late answer instead.
+    assert results["standby stuck"] == (200, {"served_by": "me", "standing_in": True})
     assert results["there retry-after"] is None
     # No owner known, or a request already forwarded once: the local handler answers (NOT_READY
     # from its own partition check when it does not serve the key).

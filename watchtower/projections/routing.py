@@ -11,7 +11,8 @@ An owner that cannot be reached (stopped, killed, restarting, not listening yet)
 NOT_READY with ``Retry-After``, never a 500 and never a hang: the owner comes back under its name, or
 the group moves its partitions within the session timeout. Meanwhile a worker that holds the
 partition as a caught-up standby answers the read itself (`partitions`), as it does when the owner
-answers NOT_READY (still folding a partition it just got).
+answers NOT_READY (still folding a partition it just got) or does not answer within
+`STANDBY_HEDGE_S` (stopping, hung).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ ROUTED_HEADER = "X-Watchtower-Routed"
 # on after `FORWARD_CONNECT_S`.
 FORWARD_CONNECT_S = 1.0
 FORWARD_READ_S = 10.0
+#: When this worker is a caught-up standby of the partition, the owner gets this long instead of
+#: `FORWARD_READ_S` before the standby answers: a stopping owner can hold a read for seconds
+#: (seen while an API worker restarted: reads waited past their clients' own timeouts), and a
+#: healthy one answers a read in milliseconds.
+STANDBY_HEDGE_S = 1.0
 SHARE_TIMEOUT = aiohttp.ClientTimeout(total=FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
 _HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
@@ -89,7 +95,8 @@ def route_to_owner(app: Any, topic: str, partition_of: Callable[[str], int], ser
             url = owner_url(app, topic, partition)
             if url is None or _same_worker(url, str(app.conf.canonical_url)):
                 return await here(partition, view, request, *args, **kwargs)
-            answer = await forward(app, view, request, url)
+            hedged = stands_by is not None and stands_by(partition)
+            answer = await forward(app, view, request, url, hedged=hedged)
             if answer.status == 503 and stands_by is not None and stands_by(partition):
                 return await here(partition, view, request, *args, **kwargs)  # the owner is away or catching up
             return answer
@@ -97,15 +104,16 @@ def route_to_owner(app: Any, topic: str, partition_of: Callable[[str], int], ser
     return decorate
 
 
-async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
-    """Send `request` to `owner` once (marked) and pass its answer through; NOT_READY if it is away."""
+async def forward(app: Any, view: Any, request: Any, owner: str, *, hedged: bool = False) -> Any:
+    """Send `request` to `owner` once (marked) and pass its answer through; NOT_READY if it is away
+    (`hedged`: a standby here answers instead, so the owner gets `STANDBY_HEDGE_S`: `forward_timeout`)."""
     target = URL(owner)
     url = request.url.with_scheme(target.scheme or "http").with_host(target.host or "").with_port(target.port)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
     headers[ROUTED_HEADER] = "1"
     try:
         async with app.http_client.request(method=request.method, url=url, headers=headers,
-                                           timeout=forward_timeout(request)) as response:
+                                           timeout=forward_timeout(request, hedged=hedged)) as response:
             body = await response.read()
             passed = {"Retry-After": response.headers["Retry-After"]} if "Retry-After" in response.headers else None
             return view.web.bytes(body, content_type=response.content_type, status=response.status, headers=passed)
@@ -116,15 +124,17 @@ async def forward(app: Any, view: Any, request: Any, owner: str) -> Any:
         return view.web.json(error_body(err), status=http_status(err.code), headers=retry_after(err.code))
 
 
-def forward_timeout(request: Any) -> aiohttp.ClientTimeout:
+def forward_timeout(request: Any, *, hedged: bool = False) -> aiohttp.ClientTimeout:
     """How long a forwarded read may take: a long poll its `wait_ms` and `FORWARD_READ_S` more, any
-    other read `FORWARD_READ_S`; connecting at most `FORWARD_CONNECT_S`."""
+    other read `FORWARD_READ_S` (`STANDBY_HEDGE_S` instead when a standby here can answer:
+    `hedged`); connecting at most `FORWARD_CONNECT_S`."""
     query = request.url.query
     try:
         wait_s = max(0, int(query.get("wait_ms", 0))) / 1000 if "min_head" in query else 0.0
     except ValueError:
         wait_s = 0.0  # the owner refuses it: no wait
-    return aiohttp.ClientTimeout(total=min(wait_s, 30.0) + FORWARD_READ_S, sock_connect=FORWARD_CONNECT_S)
+    more = STANDBY_HEDGE_S if hedged else FORWARD_READ_S
+    return aiohttp.ClientTimeout(total=min(wait_s, 30.0) + more, sock_connect=FORWARD_CONNECT_S)
 
 
 async def peer_shares(projection: Any, covered: set[int], path: str, what: str) -> list[dict[str, Any]]:
