@@ -193,7 +193,9 @@ def spark_kafka_options(bootstrap: str) -> dict[str, str]:
                     "kafka.sasl.mechanism": principal.sasl_mechanism,
                     "kafka.sasl.jaas.config": principal.jaas_config()})
     if principal.ssl_ca_location:
-        # Kafka's Java client reads a PEM CA bundle directly as a trust store.
+        # Kafka's Java client takes a PEM CA bundle as a trust store. Its certificates travel in the
+        # options, not as a path: the executors of a Spark cluster run on other hosts, which have
+        # no copy of the driver's file (and need none of its secrets).
         options.update({"kafka.ssl.truststore.type": "PEM",
-                        "kafka.ssl.truststore.location": principal.ssl_ca_location})
+                        "kafka.ssl.truststore.certificates": Path(principal.ssl_ca_location).read_text()})
     return options
