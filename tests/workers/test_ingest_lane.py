@@ -54,13 +54,25 @@ class RecordingProducer:
 
 
 class RecordingConsumer:
-    """The group consumer as far as a step uses it: seeks are recorded."""
+    """The group consumer as far as a step uses it: seeks are recorded; `commands` partition 0 is
+    consumed up to `position`, and the last fetch response said its end is `high`."""
 
-    def __init__(self) -> None:
+    def __init__(self, position: int = 8, high: int = 8) -> None:
         self.seeks: list[tuple[str, int, int]] = []
+        self.position_, self.high = position, high
+        self.looks = 0
 
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        self.looks += 1
+        return [TopicPartition(tp.topic, tp.partition, self.position_) for tp in tps]
+
+    def get_watermark_offsets(self, tp: TopicPartition, cached: bool = False) -> tuple[int, int]:
+        assert cached, "a look at the watermarks must not ask the broker"
+        assert (tp.topic, tp.partition) == (f"{PREFIX}.commands", 0)  # only the clients' topic is looked at
+        return 0, self.high
 
     def consumer_group_metadata(self) -> None:
         return None
@@ -72,6 +84,7 @@ def worker() -> Iterator[CommandProcessor]:
     made = CommandProcessor("127.0.0.1:1", "lane", prefix=PREFIX, aggregates=[CounterAggregate(), TotalAggregate()])
     made._command_partitions = made._reply_partitions = 1
     made._states[0] = {"counter": {}, "total": {}}  # partition 0 rebuilt
+    made._owned = [0]
     real_consumer = made.consumer
     yield made
     made.host.consumer = real_consumer
@@ -81,9 +94,10 @@ def worker() -> Iterator[CommandProcessor]:
     gc.collect()
 
 
-def serve(worker: CommandProcessor, batch: list[ConsumedRecord], producer: RecordingProducer) -> RecordingConsumer:
+def serve(worker: CommandProcessor, batch: list[ConsumedRecord], producer: RecordingProducer,
+          consumer: RecordingConsumer | None = None) -> RecordingConsumer:
     """One step of `worker` over `batch` (as fetched), with the recording clients."""
-    consumer = RecordingConsumer()
+    consumer = consumer or RecordingConsumer()
     worker.host.consumer = consumer  # type: ignore[assignment]
     worker.txn._factory = lambda _config: producer
     worker.producer = producer  # type: ignore[assignment]
@@ -141,3 +155,30 @@ def test_an_aborted_first_transaction_puts_back_the_ingested_records_waiting_beh
 
 def test_the_worker_consumes_the_lane_with_its_command_topics(worker: CommandProcessor) -> None:
     assert worker.subscriptions() == [f"{PREFIX}.commands", f"{PREFIX}.internal", f"{PREFIX}.ingest.commands"]
+
+
+def test_a_client_command_arriving_while_the_lane_is_decided_ends_the_lane_transaction_early(
+        worker: CommandProcessor) -> None:
+    producer = RecordingProducer()
+    # A client's command landed on commands[0] (offset 8) after the fetch: the watermark says so.
+    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=9))
+    (only,) = producer.transactions
+    assert only["offsets"] == [(f"{PREFIX}.ingest.commands", 0, 48)]  # the first LANE_LOOK_EVERY = 8
+    assert only["outcome"] == "committed"
+    assert consumer.seeks == [(f"{PREFIX}.ingest.commands", 0, 48)]  # the other 22 are decided again later
+    assert sorted(worker._states[0]["counter"]) == [f"feed-{i}" for i in range(8)]
+    assert worker.stats.lane_yields == 1
+    # The same watermark, still not consumed (a transaction marker, say) gives way once, not again.
+    producer = RecordingProducer()
+    serve(worker, ingested(22, first_offset=48), producer, consumer)
+    assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 70)]]
+    assert worker.stats.lane_yields == 1
+
+
+def test_with_no_client_waiting_the_lane_is_one_transaction_and_looks_cost_no_request(
+        worker: CommandProcessor) -> None:
+    producer = RecordingProducer()
+    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=8))
+    assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 70)]]
+    assert consumer.looks == 3  # after 8, 16 and 24 records; the watermark is the cached one
+    assert consumer.seeks == []

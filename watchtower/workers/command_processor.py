@@ -69,6 +69,9 @@ log = logging.getLogger("watchtower.worker")
 
 GROUP_ID = STREAM_WORKER_GROUP
 
+#: Ingested publishes decided between two looks at whether a client's command is waiting (step).
+LANE_LOOK_EVERY: Final = 8
+
 #: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
 #: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
 TXN_CALL_TIMEOUT_S: Final = 5.0
@@ -98,6 +101,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._touched: Touched = {}
         self._batch: list[ConsumedRecord] = []
         self._held: list[ConsumedRecord] = []  # fetched, waiting for the batch before them (step)
+        self._gave_way_at: dict[int, int] = {}  # commands partition -> its high watermark when the lane gave way
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
@@ -138,19 +142,38 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         # a client's publish never waits for a block's worth of ingested publishes to be decided and
         # committed with it. The lane's offsets are its own topic's, so each transaction commits
         # exactly the records it decided. (No order is lost: a client's commands and the ingestion
-        # service's are from different senders, each in its own order on its own topic.)
+        # service's are from different senders, each in its own order on its own topic.) A client's
+        # command that arrives while the lane's records are being decided ends their transaction
+        # early (`_client_waiting`): the rest are put back and decided after it.
         lane = [r for r in batch if r.topic == self.t_ingest_commands]
-        if not lane or len(lane) == len(batch):
-            self._process_batch(batch)
-            return
-        first = [r for r in batch if r.topic != self.t_ingest_commands]
-        self._held = lane  # put back with the first batch if its transaction is aborted
+        first = [r for r in batch if r.topic != self.t_ingest_commands] if lane else batch
+        if first:
+            self._held = lane  # put back with the first batch if its transaction is aborted
+            try:
+                committed = self._process_batch(first)
+            finally:
+                self._held = []
+            if not committed:
+                return
+        if lane:
+            self._process_batch(lane, yield_to=self._client_waiting)
+
+    def _client_waiting(self) -> bool:
+        """Whether a client's command sits on an owned ``commands`` partition past the consumer's
+        position: its high watermark as the last fetch response gave it (no request) is beyond the
+        position, and beyond the mark at which the lane last gave way (a mark that does not move,
+        e.g. a transaction marker a hostile writer left, gives way once, not on every look)."""
+        tps = [TopicPartition(self.t_commands, p) for p in self._owned]
         try:
-            committed = self._process_batch(first)
-        finally:
-            self._held = []
-        if committed:
-            self._process_batch(lane)
+            positions = self.consumer.position(tps)
+        except KafkaException:
+            return False
+        for tp in positions:
+            high = self.consumer.get_watermark_offsets(tp, cached=True)[1]
+            if tp.offset >= 0 and high > max(tp.offset, self._gave_way_at.get(tp.partition, -1)):
+                self._gave_way_at[tp.partition] = high
+                return True
+        return False
 
     def tick(self) -> None:
         self.health.set_aborted_batches(self.stats.aborted_batches)
@@ -171,8 +194,11 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             self.health.write()
 
     # ------------------------------------------------------------------ the transaction
-    def _process_batch(self, batch: list[ConsumedRecord]) -> bool:
-        """Decide `batch` and commit it in one transaction; whether it committed (an empty batch counts)."""
+    def _process_batch(self, batch: list[ConsumedRecord], *, yield_to: Callable[[], bool] | None = None) -> bool:
+        """Decide `batch` and commit it in one transaction; whether it committed (an empty batch counts).
+
+        `yield_to` is asked every `LANE_LOOK_EVERY` records whether to stop there: the transaction
+        then commits what was decided, and the rest is put back (sought), to be fetched again."""
         batch = self._ready_only(batch)
         if not batch:
             return True
@@ -181,19 +207,31 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         ctx = self._context()
         snapshotted: list[int] = []
         commit_started = 0.0
+        decided = batch
 
         def write() -> list[TopicPartition]:
-            nonlocal snapshotted, commit_started
+            nonlocal snapshotted, commit_started, decided
             snapshotted = self._snapshot_due()
-            for msg in batch:
+            decided = batch
+            for i, msg in enumerate(batch):
+                if yield_to is not None and i and i % LANE_LOOK_EVERY == 0 and yield_to():
+                    decided = batch[:i]
+                    break
                 self._handle(msg, self._touched, ctx)
             commit_started = time.perf_counter()
-            return _next_offsets(batch)
+            return _next_offsets(decided)
 
         self._metrics.begin()
         if not self.host.transaction(write):
             return False
-        self._metrics.committed(len(batch), commit_started)
+        if len(decided) < len(batch):
+            self.stats.lane_yields += 1
+            try:
+                self._seek_to_firsts(batch[len(decided):])
+            except KafkaException as exc:  # never skip them: start over from the committed offsets
+                self.host.recover(exc)
+                return True
+        self._metrics.committed(len(decided), commit_started)
         self.stats.batches += 1
         self.snapshots.taken(snapshotted)
         self.stats.snapshots_taken += len(snapshotted)

@@ -53,6 +53,8 @@ class WorkerStats:
     rebuilt_partitions: int = 0
     quarantined: int = 0
     recoveries: int = 0
+    #: lane transactions ended early for a client's command (`CommandProcessor.step`)
+    lane_yields: int = 0
     #: events records read by rebuilds (a rebuild from a snapshot reads only the tail after it)
     folded_events: int = 0
     #: partitions rebuilt from a snapshot, and snapshots committed
