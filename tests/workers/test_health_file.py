@@ -13,7 +13,8 @@ from watchtower.workers.bounded import BoundedCaller, CallStuckError
 from watchtower.workers.event_fold import Quarantined
 from watchtower.workers.health import LAST_QUARANTINED, HealthFile
 
-FIELDS = {"worker", "pid", "state", "partitions", "quarantined", "last_quarantined", "aborted_batches", "updated_ms"}
+FIELDS = {"worker", "pid", "state", "partitions", "quarantined", "last_quarantined", "aborted_batches", "lane_yields",
+          "updated_ms"}
 
 
 def read(path: Path) -> dict[str, object]:
@@ -29,15 +30,15 @@ def test_the_file_has_every_field_and_follows_the_worker(tmp_path: Path) -> None
     first = read(path)
     assert set(first) == FIELDS
     assert first == {"worker": "w1", "pid": os.getpid(), "state": "starting", "partitions": [], "quarantined": 0,
-                     "last_quarantined": [], "aborted_batches": 0, "updated_ms": 1234}
+                     "last_quarantined": [], "aborted_batches": 0, "lane_yields": 0, "updated_ms": 1234}
 
     health.set_partitions([2, 0])
     assert read(path)["partitions"] == [0, 2]  # written at once, sorted
     health.set_state("serving")
     assert read(path)["state"] == "serving"
-    health.set_aborted_batches(3)
+    health.set_counts(aborted_batches=3, lane_yields=7)
     health.write()
-    assert read(path)["aborted_batches"] == 3
+    assert (read(path)["aborted_batches"], read(path)["lane_yields"]) == (3, 7)
     assert list(tmp_path.iterdir()) == [path], "no temporary file is left behind"
 
 

@@ -12,6 +12,8 @@ increment (`BatchMetrics.decided`); the labelled children are bound once and reu
 - ``watchtower_worker_commit_seconds``: ``send_offsets_to_transaction`` + ``commit_transaction``.
 - ``watchtower_worker_batch_seconds``: a whole batch, begin to commit (deciding included).
 - ``watchtower_worker_aborted_batches_total``: batches whose transaction failed.
+- ``watchtower_worker_lane_yields_total``: transactions of ingested publishes ended early for a
+  client's command.
 - ``watchtower_worker_owned_partitions``, ``watchtower_worker_state{state}`` (1 for the current one),
   ``watchtower_worker_unsnapshotted_events{partition}`` and
   ``watchtower_worker_snapshot_age_seconds{partition}`` (how long the oldest event not yet in a
@@ -46,6 +48,8 @@ COMMIT_SECONDS = Histogram("watchtower_worker_commit_seconds",
 BATCH_SECONDS = Histogram("watchtower_worker_batch_seconds", "A committed batch from begin to commit.",
                           buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 ABORTED = Counter("watchtower_worker_aborted_batches_total", "Batches whose transaction failed (aborted or abandoned).")
+LANE_YIELDS = Counter("watchtower_worker_lane_yields_total",
+                      "Transactions of ingested publishes ended early for a client's command (docs/ingestion.md).")
 
 
 def method_label(command: Any) -> str:

@@ -54,7 +54,6 @@ from watchtower.metrics.group_lag import GroupLagExporter, every_s
 from watchtower.metrics.lag import worker_groups
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
-from watchtower.topics.reader import end_offsets
 from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
@@ -176,7 +175,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         return False
 
     def tick(self) -> None:
-        self.health.set_aborted_batches(self.stats.aborted_batches)
+        self.health.set_counts(aborted_batches=self.stats.aborted_batches, lane_yields=self.stats.lane_yields)
         self._update_state()
         self.health.tick()
 
@@ -226,6 +225,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             return False
         if len(decided) < len(batch):
             self.stats.lane_yields += 1
+            worker_metrics.LANE_YIELDS.inc()
             try:
                 self._seek_to_firsts(batch[len(decided):])
             except KafkaException as exc:  # never skip them: start over from the committed offsets
@@ -240,35 +240,33 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         return True
 
     def _snapshot_due(self) -> list[int]:
-        """Produce, in the open transaction and before any record of the batch, a snapshot of each
-        owned partition that is due one (:mod:`watchtower.workers.snapshots`); the partitions done.
+        """Produce, in the open transaction and before any record of the batch, a snapshot of the
+        first owned partition due one, if any (:mod:`watchtower.workers.snapshots`); the partitions done.
 
-        The states are those after the previous committed batch, and the events partitions' end
-        offsets, read now, cover exactly those batches. A snapshot that cannot be taken is skipped
+        One partition a transaction: every command of the turn waits for it, so partitions that fall
+        due together are taken on successive turns. The state is the one after the previous committed
+        batch, and the events partition's end offset, read now (through the worker's own consumer:
+        no new client), covers exactly those batches. A snapshot that cannot be taken is skipped
         (logged): it is an optimisation, never a reason to fail a batch.
         """
         due = self.snapshots.due([p for p in self._owned if p in self._states])
         if not due:
             return []
+        partition = due[0]
+        started = time.perf_counter()
         try:
-            ends = end_offsets(self.bootstrap, self.t_events, due, timeout_s=TXN_CALL_TIMEOUT_S)
-        except Exception as exc:
-            log.warning("no snapshot of partitions %s now: cannot read the events' end offsets (%s)", due, exc)
-            return []
-        done = []
-        for partition in due:
-            try:
-                value = snapshot_value(partition, ends[partition], self._states[partition], self.aggregates)
-                self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
-            except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError) as exc:
-                log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
-                            partition, exc, self.snapshots.every_events)
-            else:
-                log.info("worker %s snapshots partition %d at events offset %d (%d bytes)", self.worker_id,
-                         partition, ends[partition], len(value))
-            # Also after a failure: back off for a whole period instead of retrying every batch.
-            done.append(partition)
-        return done
+            _, end = self.consumer.get_watermark_offsets(TopicPartition(self.t_events, partition),
+                                                         timeout=TXN_CALL_TIMEOUT_S)
+            value = snapshot_value(partition, end, self._states[partition], self.aggregates)
+            self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
+        except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError) as exc:
+            log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
+                        partition, exc, self.snapshots.every_events)
+        else:
+            log.info("worker %s snapshots partition %d at events offset %d (%d bytes, %.0f ms)", self.worker_id,
+                     partition, end, len(value), (time.perf_counter() - started) * 1000)
+        # Also after a failure: back off for a whole period instead of retrying every batch.
+        return [partition]
 
     def failed(self, exc: Exception) -> None:  # noqa: ARG002 (every failure counts alike)
         self.stats.aborted_batches += 1

@@ -13,6 +13,7 @@ The stream worker's file (:class:`HealthFile`) has the fields:
 - ``quarantined``: how many event records its rebuilds refused; ``last_quarantined``: the last
   :data:`LAST_QUARANTINED` of them as ``{topic, partition, offset, reason}``;
 - ``aborted_batches``: transactions aborted since the start;
+- ``lane_yields``: transactions of ingested publishes ended early for a client's command;
 - ``updated_ms``: wall-clock time of this write (a stale value means a stuck or dead worker).
 
 The worker calls the setters as things happen and :meth:`HealthFile.tick` from its loop; a
@@ -80,6 +81,7 @@ class HealthFile:
         self._quarantined = 0
         self._last_quarantined: deque[Quarantined] = deque(maxlen=LAST_QUARANTINED)
         self._aborted_batches = 0
+        self._lane_yields = 0
         self._last_write = -1e9  # the first tick writes
         self._warned = False
 
@@ -111,9 +113,9 @@ class HealthFile:
         # A flood of bad records must not become a flood of file writes: batch them.
         self.tick(min_interval_s=0.1)
 
-    def set_aborted_batches(self, count: int) -> None:
+    def set_counts(self, *, aborted_batches: int, lane_yields: int) -> None:
         with self._lock:
-            self._aborted_batches = count
+            self._aborted_batches, self._lane_yields = aborted_batches, lane_yields
 
     # ------------------------------------------------------------------ writing
     def snapshot(self) -> dict[str, Any]:
@@ -126,6 +128,7 @@ class HealthFile:
                 "quarantined": self._quarantined,
                 "last_quarantined": [q.to_dict() for q in self._last_quarantined],
                 "aborted_batches": self._aborted_batches,
+                "lane_yields": self._lane_yields,
                 "updated_ms": self._clock_ms(),
             }
 
