@@ -438,6 +438,8 @@ ACL_MATRIX: dict[str, dict[str, frozenset[str]]] = {
     "delivery-state": SERVICE_ONLY,
     "ingest-tasks": {**SERVICE_ONLY, RUNNER_PRINCIPAL: frozenset({R})},
     "ingest-results": {**SERVICE_ONLY, RUNNER_PRINCIPAL: frozenset({W})},
+    # The ingestion service's lane of commands: a client writes `commands` only.
+    "ingest-commands": SERVICE_ONLY,
 }
 # Faust's own topics (changelogs, the assignor's) live under this prefix: the service's alone.
 FAUST_ROW = "faust"
