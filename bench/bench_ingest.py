@@ -66,6 +66,7 @@ from watchtower.local.broker import LocalKafka
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import jolokia_agent_jar
 from watchtower.local.stack import ServiceSet
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue
 
@@ -168,6 +169,17 @@ class PlainPath:
         """Publish → the stream actor's acknowledgement (the worker's share of the latency)."""
         return [(self.acked[s] - self.sent[s]) * 1000 for s in sequences]
 
+    def slowest(self, sequences: list[int], n: int = 5) -> list[dict[str, float]]:
+        """The `n` slowest publishes (→ visible): their latencies, acknowledgement, and how far into
+        its block (ms since the block started) and when each was sent, to tell a block's burst from a
+        stall and to find it in the processes' logs."""
+        rows = [{"visible_ms": round((self.seen[s][0] - self.sent[s]) * 1000, 1),
+                 "ack_ms": round((self.acked[s] - self.sent[s]) * 1000, 1),
+                 "block_phase_ms": round((self.sent[s] * 1000 - GENESIS_UNIX_MS) % BLOCK_INTERVAL_MS, 1),
+                 "sent_unix_ms": int(self.sent[s] * 1000)}
+                for s in sequences if s in self.seen]
+        return sorted(rows, key=lambda r: -r["visible_ms"])[:n]
+
 
 def positive_rate(text: str) -> float:
     """A rate a second above 0 (a Poisson process of rate 0 never publishes)."""
@@ -194,6 +206,9 @@ def main() -> None:
     parser.add_argument("--split", action="store_true",
                         help="the scheduler in a process of its own (by default it shares one with an aggregator)")
     parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--gateway", choices=("api", "own"), default="api",
+                        help="the command gateway in the API process (as `watchtower up` runs it) or in its own "
+                             "(as compose.yaml runs it)")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
     parser.add_argument("--json", action="store_true")
@@ -219,12 +234,18 @@ def main() -> None:
         (api_port,) = free_ports(1)
         services = ServiceSet(bootstrap, prefix, tmp / "logs", api_port=api_port)
         services.start_worker("w1")
-        services.start_projection("p1")
+        services.start_projection("p1", gateway=args.gateway == "api")
+        commands_url = None
+        if args.gateway == "own":  # the command gateway in a process of its own, as compose.yaml runs it
+            (gateway_port,) = free_ports(1)
+            commands_url = services.start_gateway("g1", gateway_port)
         services.wait_ready()
         keys.scheduler_key(home)
         delegated = keys.ingestion_publisher_key(home)
         extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
-        api = ApiClient(services.api_url)
+        if commands_url is not None:  # a runner registers itself with a command
+            extra["WATCHTOWER_COMMANDS_API"] = commands_url
+        api = ApiClient(services.api_url, commands_url=commands_url)
         with serve_source(source) as url:
             runner_names = [f"r{i + 1}" for i in range(args.runners)]
             for i, name in enumerate(runner_names):
@@ -266,6 +287,8 @@ def main() -> None:
             pids = services.pids()
             procs = {name: pids[name] for name in [*ingest_names, *(["scheduler"] if args.split else []),
                                                    *(f"runner-{r}" for r in runner_names)]}
+            if commands_url is not None:
+                procs["gateway"] = pids["gateway-g1"]
             procs |= {"worker": pids["worker-w1"], "projection": pids["projection-p1"],
                       "broker": int(lk.status()["nodes"][0]["pid"]), "bench client": os.getpid()}
             metrics_url = lk.metrics_url()
@@ -298,7 +321,8 @@ def main() -> None:
                       if window_start <= stamp <= window_start + elapsed]
         report: dict[str, Any] = {
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
-            "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "seconds": round(elapsed, 1),
+            "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "gateway": args.gateway,
+            "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),
             "scheduler_tasks_per_s": round((after["tasks"] - before["tasks"]) / elapsed, 1),
@@ -310,9 +334,12 @@ def main() -> None:
                                              "during_ingestion": dist(plain_path.latencies(plain_during))},
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),
                                         "during_ingestion": dist(plain_path.ack_latencies(plain_during))},
+            "plain_slowest_during_ingestion": plain_path.slowest(plain_during),
             "cpu_us_per_tick": {n: round((cpu1[n] - cpu0[n]) * 1e6 / max(ticks, 1)) for n in procs},
             "cores": {n: round((cpu1[n] - cpu0[n]) / elapsed, 2) for n in procs},
             "runners_health": {r: health(services.health_file(f"runner-{r}")) for r in runner_names},
+            # Lane transactions the stream worker ended early for a plain publish (over the whole run).
+            "worker_lane_yields": health(services.health_file("worker-w1")).get("lane_yields"),
         }
         if req0 is not None and req1 is not None:
             delta = count_delta(req0, req1)
