@@ -43,7 +43,7 @@ from deploy.engines import (  # noqa: E402
     wait_healthy,
 )
 from deploy.faults import run_faults  # noqa: E402
-from deploy.flows import run_flows  # noqa: E402
+from deploy.flows import remove_source, run_flows  # noqa: E402
 
 API_URL = "http://127.0.0.1:8470"
 API2_URL = "http://127.0.0.1:8471"
@@ -204,6 +204,7 @@ def main(argv: list[str]) -> int:
                 compose("logs", "--tail", "30", check_rc=False, capture=False)
         if not args.keep:
             with stage("stop and remove volumes"):
+                remove_source()
                 down()
         shutil.rmtree(workdir, ignore_errors=True)
     log("\n== deploy-test summary")

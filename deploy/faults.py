@@ -36,7 +36,9 @@ import httpx
 import nacl.signing
 
 from deploy.engines import compose, env, wait_healthy
+from deploy.flows import API_URL, INGESTED, ingestion_after_faults
 from watchtower.cli.message_log import read_committed_messages
+from watchtower.client.http import ApiClient
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import sign_command
@@ -454,6 +456,9 @@ def run_faults(check: Check, _workdir: Path) -> None:
     finally:
         load.stop()
     check("faults: no acknowledged publish lost, no gap, no doubled sequence", load.verify_archive)
+    if "stream_id" in INGESTED:
+        check("ingestion after the faults: the ingested feed still publishes",
+              lambda: ingestion_after_faults(ApiClient(API_URL)))
     check("security: the client principal cannot write events", client_cannot_write_events)
     check("spark: the compose cluster agrees with local mode", lambda: spark_cluster_agrees(load))
 

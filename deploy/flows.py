@@ -105,9 +105,19 @@ def _podman(*args: str) -> str:
     return podman(*args)
 
 
+#: The ingested feed's stream id, once its flow passed: the faults check it still publishes after them.
+INGESTED: dict[str, str] = {}
+
+
+def remove_source() -> None:
+    """Remove the price source's container (the stack's teardown; a failed ingestion flow)."""
+    _podman("rm", "-f", SOURCE)
+
+
 def ingested_feed(api: ApiClient, home: Path) -> str:
     """A price source served inside the compose network; the registrar (genesis) admits the two
-    runners; a QUORUM feed of it publishes under the ingestion service's key."""
+    runners; a QUORUM feed of it publishes under the ingestion service's key. The source stays up
+    for the faults (`INGESTED`): after them the feed must still publish."""
     from watchtower.client.ingestion import http_ingestion
     from watchtower.ingest.runner import admission_command
 
@@ -139,10 +149,31 @@ def ingested_feed(api: ApiClient, home: Path) -> str:
                 raise AssertionError(f"3 ingested messages not published in 180 s: {api.get_head(sid)}")
             time.sleep(2)
         got = Subscriber(api, sid, expected_owner=owner.address).poll(3)
+        INGESTED["stream_id"], INGESTED["owner"] = sid, owner.address
         return (f"2 runners admitted by the genesis registrar; {len(got)} ingested messages verified under the "
                 f"ingestion key: {[json.loads(m.payload_inline or b'{}') for m in got][:1]}")
     finally:
-        _podman("rm", "-f", SOURCE)
+        if "stream_id" not in INGESTED:
+            remove_source()
+
+
+def ingestion_after_faults(api: ApiClient) -> str:
+    """The ingested feed publishes three more verified messages after every fault: no runner,
+    aggregator or scheduler was left wedged by a broker outage or a rebalance (QUORUM needs both
+    runners)."""
+    sid = INGESTED.get("stream_id")
+    if sid is None:
+        raise AssertionError("no ingested feed to check (its flow failed or did not run)")
+    start = int(api.get_head(sid)["head_sequence"])
+    deadline = time.monotonic() + 180
+    while (head := int(api.get_head(sid)["head_sequence"])) < start + 3:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the ingested feed went from {start} to {head} in 180 s after the faults")
+        time.sleep(2)
+    newest = Subscriber(api, sid, cursor=start, expected_owner=INGESTED["owner"]).poll(3)
+    if len(newest) < 3:
+        raise AssertionError(f"{len(newest)} verified messages after sequence {start}")
+    return f"head {start} -> {head} after the faults; {len(newest)} new messages verified under the ingestion key"
 
 
 def confidential_feed(api: ApiClient, home: Path) -> str:
