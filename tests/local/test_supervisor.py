@@ -113,7 +113,7 @@ def test_health_file_missing_corrupt_stale_and_current(tmp_path: Path) -> None:
     assert "unreadable" in read_health(path, 42)["error"]  # type: ignore[index]
     body = {"worker": "w1", "pid": 42, "state": "serving", "partitions": [0, 1], "quarantined": 2,
             "last_quarantined": [{"topic": "wt.events", "partition": 0, "offset": 7, "reason": "r"}],
-            "aborted_batches": 0, "updated_ms": 1}
+            "aborted_batches": 0, "lane_yields": 4, "updated_ms": 1}
     path.write_text(json.dumps(body))
     assert read_health(path, 42) == {**body, "stale": False}
     assert read_health(path, 43)["stale"] is True  # type: ignore[index]

@@ -49,7 +49,7 @@ EXIT_RUNNING = 0  # every recorded part is alive, and the broker answers metadat
 EXIT_DEGRADED = 1  # a part is dead or the broker does not answer: `watchtower up` restarts it
 EXIT_NOT_UP = 3  # nothing recorded: never started, or `watchtower down` ran
 HEALTH_FIELDS = ("worker", "pid", "state", "partitions", "quarantined", "last_quarantined", "aborted_batches",
-                 "updated_ms",
+                 "lane_yields", "updated_ms",
                  # the ingestion service's: ticks decided and waiting, failures by reason, tick → ack,
                  # and its send window (limit, in flight, held, base round trip)
                  "published", "pending", "failed", "tick_to_ack_ms", "window")
