@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.ingest.task_reader import INSTANCE_ID, TaskReader
@@ -68,3 +68,29 @@ def test_a_fenced_task_reader_joins_again_and_reads_the_tasks_after_it(kafka_boo
         if intruder is not None:
             with contextlib.suppress(KafkaException):  # fenced in turn by the reader's new member
                 intruder.close()
+
+
+class _FencedConsumer:
+    """A consumer whose every consume returns one fatal error (what a fenced static member gets)."""
+
+    def subscribe(self, _topics: list[str]) -> None:
+        pass
+
+    def consume(self, _n: int, _timeout: float) -> list[Any]:
+        error = KafkaError(KafkaError._FATAL, "fenced by the test", fatal=True)
+        return [type("Msg", (), {"error": staticmethod(lambda: error)})()]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_reader_fenced_again_soon_after_rejoining_waits_longer_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr("watchtower.ingest.task_reader.time.sleep", waits.append)
+    reader = TaskReader({}, "t.ingest.tasks", factory=lambda _config: _FencedConsumer())  # type: ignore[arg-type,return-value]
+    for _ in range(7):
+        reader.consume(10, 0)
+    assert reader.replaced == 7
+    # The first rejoin is at once (a broker outage); fenced again within a minute, another process
+    # likely holds the same key: 2, 4, 8, 16 s, then at most 30 s.
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]

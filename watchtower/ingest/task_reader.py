@@ -11,12 +11,16 @@ coordinator fences the old one, and the consumer's next request under it fails w
 FENCED_INSTANCE_ID, a *fatal* error: the consumer never delivers a record again
 (confluentinc/librdkafka#3437). A runner that only logged it would look alive and run nothing. The
 reader therefore replaces a consumer that failed fatally with a new one of the same configuration,
-which joins under the instance id again (fencing, in turn, whatever held it).
+which joins under the instance id again (fencing, in turn, whatever held it). A reader fenced
+again within `REJOIN_WINDOW_S` of its last rejoin is most likely sharing its runner key with another
+process: it says so and waits longer before each next rejoin (up to `MAX_REJOIN_WAIT_S`), so two
+such processes take turns slowly instead of fencing each other in a loop.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -26,6 +30,8 @@ log = logging.getLogger("watchtower.ingest.runner")
 
 #: The runner's one member of its group (static membership: see the module docstring).
 INSTANCE_ID: Final = "runner"
+REJOIN_WINDOW_S: Final = 60.0
+MAX_REJOIN_WAIT_S: Final = 30.0
 
 
 class TaskReader:
@@ -38,6 +44,8 @@ class TaskReader:
         self._topic = topic
         self._factory = factory
         self.replaced = 0
+        self._last_rejoin = float("-inf")
+        self._quick_rejoins = 0
         self.consumer = self._subscribe()
 
     def _subscribe(self) -> Consumer:
@@ -62,7 +70,15 @@ class TaskReader:
         log.error("%s: the task reader failed (%s); it joins its group again with a new consumer",
                   self._topic, error.str())
         self.close()
+        now = time.monotonic()
+        self._quick_rejoins = self._quick_rejoins + 1 if now - self._last_rejoin < REJOIN_WINDOW_S else 0
+        if self._quick_rejoins:
+            wait = min(MAX_REJOIN_WAIT_S, 2.0 ** self._quick_rejoins)
+            log.error("%s: fenced again %.0f s after rejoining: another process may run with this runner's key; "
+                      "rejoining in %.0f s", self._topic, now - self._last_rejoin, wait)
+            time.sleep(wait)
         self.replaced += 1
+        self._last_rejoin = time.monotonic()
         self.consumer = self._subscribe()
 
     def close(self) -> None:
