@@ -11,7 +11,10 @@ Exactly once, across restarts and rebalances, without trusting any local state:
   stream is whatever the log holds (`TaskWriter.last`);
 - each round's tasks are one transaction, and ``last`` moves only after its commit. A scheduler
   killed mid-round leaves an aborted transaction that no reader sees; its successor writes those
-  ticks again, once.
+  ticks again, once;
+- a round whose commit failed with its outcome unknown (the brokers went away mid-commit) restarts
+  the producer and reads ``last`` from the log again (`workers.tx_writer`): the next round writes
+  exactly what did not commit, and the scheduler never wedges on a half-finished commit.
 
 After an outage longer than ``max_catch_up`` ticks the older ticks are written as one skip notice
 (`protocol.ingestion.due_ticks`), which the aggregator records as IngestFailed(TICKS_SKIPPED).
@@ -24,10 +27,11 @@ import signal
 import threading
 import time
 import uuid
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.view import IngestionView
@@ -46,8 +50,13 @@ from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
+from watchtower.workers.host import FencedError
+from watchtower.workers.tx_writer import TransactionalWriter, WriteFailedError
 
 log = logging.getLogger("watchtower.ingest.scheduler")
+
+#: A round's commit waits this long (the watchdog a little longer) before its outcome counts as unknown.
+COMMIT_TIMEOUT_S: Final = 30.0
 
 
 INGEST_PARTITIONER: Final = "murmur2_random"
@@ -62,25 +71,37 @@ class TaskWriter:
     each), each in the partition its streams' keys place them in: one signature and one record for
     a partition's share of the block instead of one per tick."""
 
-    def __init__(self, bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey) -> None:
+    def __init__(self, bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey,
+                 stop: threading.Event | None = None, *,
+                 factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+        self.bootstrap = bootstrap
         self.topic = topic_name("ingest-tasks", prefix)
         self.key = key
         self.address = address_from_public_key(bytes(key.verify_key))
-        self.producer = Producer(kafka_config(bootstrap, **{
+        self.writer = TransactionalWriter(kafka_config(bootstrap, **{
             "transactional.id": f"wt-{prefix or 'wt'}.ingest-scheduler", "enable.idempotence": True,
-            "linger.ms": 2, "partitioner": INGEST_PARTITIONER}))
-        self.producer.init_transactions(60)
-        self.partitions = len(self.producer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
+            "linger.ms": 2, "partitioner": INGEST_PARTITIONER, "log_level": 3}),
+            name="ingest-scheduler", stop=stop or threading.Event(), on_restart=self._read_last,
+            call_timeout_s=COMMIT_TIMEOUT_S, factory=factory)
+        self.writer.open()
+        self.partitions = len(self.writer.producer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
         self.last: dict[str, int] = {}
-        for msg in read_committed(bootstrap, [self.topic]):
+        self._read_last()
+        self.written = 0
+
+    def _read_last(self) -> None:
+        """The last tick written per stream: whatever ``ingest.tasks`` holds, read_committed, after
+        ``init_transactions`` settled any transaction an earlier producer left open."""
+        last: dict[str, int] = {}
+        for msg in read_committed(self.bootstrap, [self.topic]):
             try:
                 tasks = self._tasks(msg.value())
             except WatchtowerError as exc:  # not a task of ours: it moves no stream
                 log.warning("ingest.tasks record p%s@%s is not a task: %s", msg.partition(), msg.offset(), exc.message)
                 continue
             for task in tasks:
-                self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
-        self.written = 0
+                last[task.stream_id] = max(last.get(task.stream_id, 0), task.tick)
+        self.last = last
 
     def _tasks(self, value: bytes | None) -> list[IngestTask]:
         record = decode_tasks(value)
@@ -90,18 +111,22 @@ class TaskWriter:
         return batch_tasks(record)
 
     def write(self, tasks: list[IngestTask]) -> None:
-        """Write `tasks` (unsigned: `new_task(for_batch=True)`) in one transaction."""
+        """Write `tasks` (unsigned: `new_task(for_batch=True)`) in one transaction; `last` moves only
+        once it committed. `WriteFailedError` when it did not (or may not have: `last` was then read
+        again from the log), `FencedError` when another scheduler took over."""
         if not tasks:
             return
         by_partition: dict[int, list[IngestTask]] = {}
         for task in tasks:
             by_partition.setdefault(partition_for_key(task.stream_id.encode(), self.partitions), []).append(task)
-        self.producer.begin_transaction()
-        for partition, share in by_partition.items():
-            for i in range(0, len(share), MAX_BATCH):
-                self.producer.produce(self.topic, partition=partition,
-                                      value=encode_task_batch(share[i:i + MAX_BATCH], self.key))
-        self.producer.commit_transaction(30)
+        def produce(producer: Producer) -> None:
+            for partition, share in by_partition.items():
+                for i in range(0, len(share), MAX_BATCH):
+                    producer.produce(self.topic, partition=partition,
+                                     value=encode_task_batch(share[i:i + MAX_BATCH], self.key))
+
+        # A failure raises WriteFailedError with `last` as the log has it: the next round plans again.
+        self.writer.write(produce)
         for task in tasks:
             self.last[task.stream_id] = max(self.last.get(task.stream_id, 0), task.tick)
         self.written += len(tasks)
@@ -186,7 +211,11 @@ def schedule(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, s
     fold = threading.Thread(target=fold_events, args=(bootstrap, prefix, view, stop), name="ingest-scheduler-fold",
                             daemon=True)
     fold.start()
-    writer = TaskWriter(bootstrap, prefix, key)
+    try:
+        writer = TaskWriter(bootstrap, prefix, key, stop)
+    except FencedError as exc:
+        log.error("ingest scheduler cannot start: %s", exc)
+        return
     log.info("ingest scheduler ready: %d streams already have ticks", len(writer.last))
     while not stop.is_set():
         _sleep_to_next_block(stop, tick_s)
@@ -194,11 +223,11 @@ def schedule(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, s
             break
         try:
             writer.write(plan(view, writer.last, now_height(), key, max_catch_up))
-        except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].fatal():
-                log.error("ingest scheduler fenced: %s; a newer scheduler writes the tasks now", exc.args[0].str())
-                return
-            log.exception("ingest scheduler round failed; the next block tries again")
+        except FencedError as exc:
+            log.error("ingest scheduler fenced: %s; a newer scheduler writes the tasks now", exc)
+            return
+        except WriteFailedError as exc:  # `last` is what the log holds: the next round writes the rest
+            log.warning("ingest scheduler round not written (%s); the next block tries again", exc)
         except Exception:  # the next round writes what this one did not (`TaskWriter.last`)
             log.exception("ingest scheduler round failed; the next block tries again")
 

@@ -26,7 +26,6 @@ old one committed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 import threading
@@ -34,7 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.protocol.constants import MAX_ACTOR_NONCE
@@ -50,6 +49,8 @@ from watchtower.schemas.keymgr_records import (
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import read_committed
+from watchtower.workers.host import FencedError
+from watchtower.workers.tx_writer import TransactionalWriter, WriteFailedError
 
 log = logging.getLogger("watchtower.keymgr.vault")
 
@@ -109,23 +110,37 @@ class Vault:
         self._next_nonce = 1
         self._reserved_through = 0
         self._fenced = False
-        self._producer = Producer(
-            kafka_config(
-                bootstrap,
-                **{
-                    "transactional.id": transactional_id(prefix),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "transaction.timeout.ms": 60_000,
-                    "log_level": 3,
-                },
-            )
-        )
+        self._stop = threading.Event()
+        # The vault's commit outcome may be unknown after a broker outage; the writer then settles it
+        # with a new producer and the state is read again (`workers.tx_writer`), instead of refusing
+        # every later write. A fence is final: a newer instance took over.
+        self._writer = TransactionalWriter(
+            kafka_config(bootstrap, **{"transactional.id": transactional_id(prefix), "enable.idempotence": True,
+                                       "acks": "all", "transaction.timeout.ms": 60_000, "log_level": 3}),
+            name="keymgr-vault", stop=self._stop, on_restart=self._reload_locked, call_timeout_s=_TXN_TIMEOUT_S,
+            fence_is_final=True, factory=Producer)
+
+    @property
+    def _producer(self) -> Producer:
+        return self._writer.producer
 
     # ------------------------------------------------------------------ start
     def open(self) -> None:
-        """Fence older instances, load what they committed, and reserve the first nonce block."""
-        self._producer.init_transactions(_TXN_TIMEOUT_S)
+        """Fence older instances, load what they committed, and reserve the first nonce block.
+        ``init_transactions`` is retried until the brokers answer (or `close`)."""
+        if not self._writer.open():
+            raise NotReadyError("the key manager was stopped before its state could be loaded")
+        with self._lock:
+            self._reload_locked()
+            try:
+                self._reserve_locked()
+            except NoncesExhaustedError as exc:  # decrypts and key fetches still serve
+                log.error("%s", exc.message)
+        log.info("key-manager state loaded: %d stream seeds, actor nonces from %d", len(self._seeds), self._next_nonce)
+
+    def _reload_locked(self) -> None:
+        """Read the seeds and the nonce reservation from the log: at the start, and after a write
+        whose outcome was unknown (its producer was replaced). Nonces continue above the reservation."""
         reserved = 0
         unreadable_reservation = False
         wrapped: dict[str, list[tuple[str, bytes, str]]] = {}  # stream id -> (kek id, blob, where), oldest first
@@ -151,20 +166,15 @@ class Vault:
             reserved = max(reserved, clock_floor())
             log.warning("an actor-nonce reservation was quarantined; actor nonces continue above the clock (%d)",
                         reserved)
+        self._seeds, self._sealed = {}, {}
         for stream_id, candidates in wrapped.items():
             self._open_seed(stream_id, candidates)
         if self._sealed:
             log.warning("%d stream seed(s) do not open under KEK %s (they name KEK %s); those streams are refused "
                         "until the key manager runs with the KEK they were wrapped under (docs/keymgr.md)",
                         len(self._sealed), self._kek.kek_id, ", ".join(sorted(set(self._sealed.values()))))
-        with self._lock:
-            self._reserved_through = reserved
-            self._next_nonce = reserved + 1
-            try:
-                self._reserve_locked()
-            except NoncesExhaustedError as exc:  # decrypts and key fetches still serve
-                log.error("%s", exc.message)
-        log.info("key-manager state loaded: %d stream seeds, actor nonces from %d", len(self._seeds), self._next_nonce)
+        self._reserved_through = reserved
+        self._next_nonce = reserved + 1
 
     def _open_seed(self, stream_id: str, candidates: list[tuple[str, bytes, str]]) -> None:
         """The newest candidate that opens is the seed; a record that does not is quarantined."""
@@ -193,6 +203,7 @@ class Vault:
             )
 
     def close(self) -> None:
+        self._stop.set()
         self._producer.flush(5)
 
     # ------------------------------------------------------------------ writes
@@ -203,22 +214,20 @@ class Vault:
         """Commit `records` in one transaction (all or none)."""
         if self._fenced:
             raise VaultFencedError("another key-manager instance took over; send the request to it")
-        try:
-            self._producer.begin_transaction()
+
+        def produce(producer: Producer) -> None:
             for key, value in records:
-                self._producer.produce(
-                    self.topic, key=key.encode(), value=encode_keymgr_record(value), partition=STATE_PARTITION
-                )
-            self._producer.commit_transaction(_TXN_TIMEOUT_S)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.fatal() or "fenced" in error.str().lower():
-                self._fenced = True
-                log.error("key-manager writer fenced by a newer instance; encryption stops here")
-                raise VaultFencedError("another key-manager instance took over; send the request to it") from None
-            with contextlib.suppress(KafkaException):
-                self._producer.abort_transaction(_TXN_TIMEOUT_S)
-            raise NotReadyError(f"the key manager could not persist its state ({error.name()}); retry") from None
+                producer.produce(self.topic, key=key.encode(), value=encode_keymgr_record(value),
+                                 partition=STATE_PARTITION)
+
+        try:
+            self._writer.write(produce)
+        except FencedError:
+            self._fenced = True
+            log.error("key-manager writer fenced by a newer instance; encryption stops here")
+            raise VaultFencedError("another key-manager instance took over; send the request to it") from None
+        except WriteFailedError as exc:
+            raise NotReadyError(f"the key manager could not persist its state ({exc}); retry") from None
 
     def _reserve_locked(self) -> None:
         current = max(self._reserved_through, self._next_nonce - 1)
