@@ -24,7 +24,7 @@ from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream.actor import StreamState, decide, evolve, state_digest
-from watchtower.protocol.stream.snapshots import encode_snapshot
+from watchtower.protocol.stream.snapshots import decode_snapshot, encode_snapshot
 from watchtower.schemas.wire import encode_command, encode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
@@ -81,8 +81,9 @@ class Seeded:
 
 
 @contextmanager
-def in_process_worker(bootstrap: str, prefix: str, worker_id: str, every_events: int) -> Iterator[CommandProcessor]:
-    worker = CommandProcessor(bootstrap, worker_id, prefix=prefix,
+def in_process_worker(bootstrap: str, prefix: str, worker_id: str, every_events: int,
+                      batch_size: int = 500) -> Iterator[CommandProcessor]:
+    worker = CommandProcessor(bootstrap, worker_id, prefix=prefix, batch_size=batch_size,
                               snapshots=SnapshotPolicy(every_events=every_events, every_s=3600))
     thread = threading.Thread(target=worker.run, name=f"worker-{worker_id}", daemon=True)
     thread.start()
@@ -213,3 +214,33 @@ def full_fold_until(stream: Seeded, events: int) -> StreamState:
             break
         fold.apply(m.key(), m.value(), int(m.offset() or 0))
     return fold.state.streams[stream.sid]
+
+
+def test_each_snapshot_is_tagged_with_the_end_of_the_events_it_holds(kafka_bootstrap: str) -> None:
+    """A batch right after a commit snapshots the state that commit made, tagged with the events
+    partition's end *including* that commit's events: a new owner folds from the tag and must not
+    fold any of them again. (On a cluster the read_committed end, the last stable offset, lags a
+    commit until the followers hold its marker, so the tag is the high watermark:
+    `tests/topics/test_high_watermarks.py`.)"""
+    with workers(kafka_bootstrap, partitions=PARTITIONS) as w:
+        stream = Seeded(kafka_bootstrap, w.prefix, publishes=0)
+        channel = RawCommandChannel(kafka_bootstrap, w.prefix)
+        try:
+            # One command a batch, each with a snapshot of the state the batch before it committed.
+            with in_process_worker(kafka_bootstrap, w.prefix, "snap-tag", every_events=1, batch_size=1) as a:
+                wait_for(lambda: a.stats.rebuilt_partitions >= PARTITIONS, "the worker has rebuilt its partitions")
+                # Sent back to back: each batch starts as soon as the one before it committed.
+                corrs = [channel.send(stream.publish_command(seq), key=stream.sid)[0] for seq in range(1, 81)]
+                assert all(channel.reply(corr, timeout=120)["ok"] for corr in corrs)
+        finally:
+            channel.close()
+        events = [int(m.offset() or 0) for m in read_committed(kafka_bootstrap, [stream.t_events],
+                                                               partition=[stream.partition])]
+        snapshots = [decode_snapshot(m.value()) for m in read_committed(
+            kafka_bootstrap, [topic_name("snapshots", w.prefix)], partition=[stream.partition])]
+    assert len(snapshots) >= 5, "the test needs snapshots taken right after commits"
+    stream_part = default_aggregates()[0]
+    for _, offset, parts in snapshots:
+        head = dict(stream_part.decode_snapshot(parts[stream_part.name]))[stream.sid].head
+        # The create, then one event per publish: the events below the tag are exactly the state's.
+        assert len([o for o in events if o < offset]) == head + 1, f"snapshot at {offset} holds head {head}"

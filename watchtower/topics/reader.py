@@ -88,10 +88,30 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 60.0)
             time.sleep(0.2)
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: Collection[int], timeout_s: float = 10.0) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, partitions: Collection[int], timeout_s: float = 10.0,
+                admin: AdminClient | None = None) -> dict[int, int]:
     """The high watermark of each of ``partitions`` of ``topic``: the offset after its last record,
-    open transactions and commit markers included."""
-    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
+    open transactions and commit markers included. `admin`: a client to ask through (a new one
+    otherwise).
+
+    Not a read_committed consumer's ``get_watermark_offsets``: that answers the last stable offset,
+    which stays at the first record of a transaction until the coordinator writes its commit marker,
+    a moment after ``commit_transaction`` returned."""
+    admin = admin or AdminClient({**kafka_config(bootstrap), "log_level": 3})
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
                                  isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
     return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+
+
+class HighWatermarks:
+    """`end_offsets` through one admin client, made on first use and kept (a worker asks at every
+    snapshot: a new client each time costs a connection and a metadata round trip)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self._admin: AdminClient | None = None
+
+    def __call__(self, topic: str, partitions: Collection[int], timeout_s: float = 10.0) -> dict[int, int]:
+        if self._admin is None:
+            self._admin = AdminClient({**kafka_config(self.bootstrap), "log_level": 3})
+        return end_offsets(self.bootstrap, topic, partitions, timeout_s, admin=self._admin)

@@ -54,6 +54,7 @@ from watchtower.metrics.group_lag import GroupLagExporter, every_s
 from watchtower.metrics.lag import worker_groups
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
+from watchtower.topics.reader import HighWatermarks
 from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
@@ -100,6 +101,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._touched: Touched = {}
         self._batch: list[ConsumedRecord] = []
         self._held: list[ConsumedRecord] = []  # fetched, waiting for the batch before them (step)
+        self._high_watermarks = HighWatermarks(bootstrap)
         self._gave_way_at: dict[int, int] = {}  # commands partition -> its high watermark when the lane gave way
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
@@ -245,9 +247,10 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
 
         One partition a transaction: every command of the turn waits for it, so partitions that fall
         due together are taken on successive turns. The state is the one after the previous committed
-        batch, and the events partition's end offset, read now (through the worker's own consumer:
-        no new client), covers exactly those batches. A snapshot that cannot be taken is skipped
-        (logged): it is an optimisation, never a reason to fail a batch.
+        batch, and the events partition's high watermark, read now, covers exactly those batches (not
+        the consumer's read_committed end: the last stable offset lags the previous commit's marker,
+        and a snapshot tagged with it made the next owner fold that batch's events twice). A snapshot
+        that cannot be taken is skipped (logged): it is an optimisation, never a reason to fail a batch.
         """
         due = self.snapshots.due([p for p in self._owned if p in self._states])
         if not due:
@@ -255,8 +258,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         partition = due[0]
         started = time.perf_counter()
         try:
-            _, end = self.consumer.get_watermark_offsets(TopicPartition(self.t_events, partition),
-                                                         timeout=TXN_CALL_TIMEOUT_S)
+            end = self._high_watermarks(self.t_events, [partition], timeout_s=TXN_CALL_TIMEOUT_S)[partition]
             value = snapshot_value(partition, end, self._states[partition], self.aggregates)
             self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
         except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError) as exc:
