@@ -202,6 +202,8 @@ def main(argv: list[str]) -> int:
         if rc and not args.keep:
             with contextlib.suppress(Exception):
                 compose("logs", "--tail", "30", check_rc=False, capture=False)
+            with contextlib.suppress(Exception):
+                save_logs(LOGS_DIR)
         if not args.keep:
             with stage("stop and remove volumes"):
                 remove_source()
@@ -218,6 +220,19 @@ def main(argv: list[str]) -> int:
     passed = sum(ok for _, ok, _ in RESULTS)
     log(f"{passed} passed, {len(RESULTS) - passed} failed")
     return rc
+
+
+LOGS_DIR = Path(__file__).resolve().parent / "logs"
+
+
+def save_logs(into: Path) -> None:
+    """Every container's whole log, one file each, for a failed run (the summary shows 30 lines)."""
+    into.mkdir(exist_ok=True)
+    names = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{PROJECT}_", check_rc=False).split()
+    for name in names:
+        out = sh(["podman", "logs", "-t", name], check_rc=False, capture=True)
+        (into / f"{name}.log").write_text(out.stdout + out.stderr)
+    log(f"  the containers' whole logs are in {into}")
 
 
 if __name__ == "__main__":

@@ -20,3 +20,16 @@ def test_a_malformed_treasury_is_refused_naming_the_variable() -> None:
         deployment_from_env({ENV_PROTOCOL_TREASURY: "treasury"})
     assert caught.value.code == "INVALID_ARGUMENT"
     assert ENV_PROTOCOL_TREASURY in caught.value.message
+
+
+def test_the_stream_workers_transaction_timeout_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from watchtower.workers.command_processor import ENV_TRANSACTION_TIMEOUT, transaction_timeout_from_env
+
+    monkeypatch.delenv(ENV_TRANSACTION_TIMEOUT, raising=False)
+    assert transaction_timeout_from_env() == 10_000
+    monkeypatch.setenv(ENV_TRANSACTION_TIMEOUT, "6000")
+    assert transaction_timeout_from_env() == 6_000
+    for bad in ("6s", "999", "-1"):
+        monkeypatch.setenv(ENV_TRANSACTION_TIMEOUT, bad)
+        with pytest.raises(ValueError, match=ENV_TRANSACTION_TIMEOUT):
+            transaction_timeout_from_env()

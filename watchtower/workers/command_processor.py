@@ -40,6 +40,7 @@ confluent-kafka transactions; Faust stays for read-side projections.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -89,7 +90,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
     log: ClassVar[logging.Logger] = log
 
     def __init__(self, bootstrap: str, worker_id: str, *, prefix: str | None = None,
-                 batch_size: int = 500, transaction_timeout_ms: int = 10_000,
+                 batch_size: int = 500, transaction_timeout_ms: int | None = None,
                  clock_ms: Callable[[], int] | None = None, health: HealthFile | None = None,
                  aggregates: Sequence[Aggregate] | None = None, snapshots: SnapshotPolicy | None = None) -> None:
         super().__init__(bootstrap, worker_id, group_id(prefix), prefix, clock_ms, health, aggregates, snapshots)
@@ -114,7 +115,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         # Stable per worker: a restarted worker fences its own zombie transaction immediately.
         producer_conf: dict[str, Any] = producer_config(
             bootstrap, f"{group_id(prefix)}-{worker_id}", f"wt-worker-{worker_id}", **{
-                "transaction.timeout.ms": transaction_timeout_ms,
+                "transaction.timeout.ms": transaction_timeout_ms or transaction_timeout_from_env(),
                 # A longer linger would send a batch in fewer produce requests (nothing is visible
                 # before the commit, which flushes): 50 ms cut the burst's produce requests per publish
                 # from 0.24 to 0.05. It is not used: with it, a worker whose broker was killed and
@@ -320,6 +321,27 @@ def _next_offsets(batch: list[ConsumedRecord]) -> list[TopicPartition]:
     for r in batch:
         last[(r.topic, r.partition)] = r.offset
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+
+
+ENV_TRANSACTION_TIMEOUT: Final = "WATCHTOWER_TRANSACTION_TIMEOUT_MS"
+DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 10_000
+MIN_TRANSACTION_TIMEOUT_MS: Final = 1_000
+
+
+def transaction_timeout_from_env() -> int:
+    """The stream worker's ``transaction.timeout.ms`` (``WATCHTOWER_TRANSACTION_TIMEOUT_MS``, 10 s
+    by default). A worker killed mid-transaction leaves it open, and whoever takes its partitions
+    over reads them only once the coordinator aborted it: this timeout after it began. A batch
+    takes milliseconds, so a deployment that wants a fast takeover sets it near the group session
+    timeout (compose.yaml: 6 s); a transaction that outlives it is aborted and the worker starts
+    over from the log."""
+    raw = os.environ.get(ENV_TRANSACTION_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_TRANSACTION_TIMEOUT_MS
+    if not raw.isdigit() or int(raw) < MIN_TRANSACTION_TIMEOUT_MS:
+        raise ValueError(f"{ENV_TRANSACTION_TIMEOUT} must be a whole number of milliseconds ≥ "
+                         f"{MIN_TRANSACTION_TIMEOUT_MS}, got {raw!r}")
+    return int(raw)
 
 
 def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> None:
