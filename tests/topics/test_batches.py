@@ -36,3 +36,14 @@ def test_nothing_fetched_returns_nothing_after_the_wait_and_the_limit_holds() ->
     assert empty.calls == [("poll", 0.1)]
     many = _Consumer([str(i) for i in range(10)])
     assert next_batch(many, 4, 0.1) == ["0", "1", "2", "3"]  # type: ignore[arg-type]
+
+
+def test_a_fatal_error_event_is_recognised_by_its_code_or_its_flag() -> None:
+    from confluent_kafka import KafkaError
+
+    from watchtower.topics.batches import failed_fatally
+
+    assert failed_fatally(KafkaError(KafkaError._FATAL, "fenced static member"))  # fatal() is False here
+    assert failed_fatally(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    assert not failed_fatally(KafkaError(KafkaError._TRANSPORT, "broker down", retriable=True))
+    assert not failed_fatally(KafkaError(KafkaError._PARTITION_EOF))

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
-from watchtower.topics.batches import next_batch
+from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -129,7 +129,7 @@ class PushConsumer:
         for m in next_batch(self._consumer, BATCH, timeout_s):
             err = m.error()
             if err is not None:
-                if err.fatal():
+                if failed_fatally(err):
                     raise KafkaException(err)
                 continue  # transient: the client retries by itself
             msg = self._accept(m.key(), m.headers(), m.value(), m.offset())

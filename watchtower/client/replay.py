@@ -56,7 +56,7 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.replay.rules import read_replay_headers
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
-from watchtower.topics.batches import next_batch
+from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -414,7 +414,7 @@ class _DeliveryReader:
         for m in next_batch(self._consumer, 500, timeout_s):
             err = m.error()
             if err is not None:
-                if err.fatal():
+                if failed_fatally(err):
                     raise KafkaException(err)
                 continue  # transient (the client retries) or the end of the partition
             if m.key() != self._key:

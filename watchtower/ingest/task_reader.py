@@ -26,6 +26,8 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
+from watchtower.topics.batches import failed_fatally
+
 log = logging.getLogger("watchtower.ingest.runner")
 
 #: The runner's one member of its group (static membership: see the module docstring).
@@ -59,7 +61,7 @@ class TaskReader:
             error = msg.error()
             if error is None:
                 records.append(msg)
-            elif error.fatal() or error.code() == KafkaError._FATAL:  # the event carries _FATAL
+            elif failed_fatally(error):  # the event carries _FATAL
                 self._replace(error)
                 return records
             elif error.code() != KafkaError._PARTITION_EOF:

@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from watchtower.metrics import projection as metrics
 from watchtower.projections.partitions import OwnedPartitions
-from watchtower.topics.batches import next_batch
+from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.connection import kafka_config
 
 log = logging.getLogger("watchtower.projections")
@@ -120,7 +120,7 @@ class PartitionReader:
                 self._newest_ms[tp] = m.timestamp()[1]
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.pending.discard(tp)
-            elif err.fatal():
+            elif failed_fatally(err):
                 raise KafkaException(err)
             else:
                 log.warning("catching up %s[%s]: %s (the client retries)", tp[0], tp[1], err)

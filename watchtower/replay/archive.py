@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from watchtower.replay.fulfil import ArchivedRecord
+from watchtower.topics.batches import failed_fatally
 from watchtower.topics.connection import kafka_config
 
 #: How long one read waits for more records before it counts as at the end (safety net; the
@@ -78,7 +79,7 @@ class ArchiveReader:
                 elif err.code() == KafkaError._PARTITION_EOF:
                     at_end = True
                     next_offset = max(next_offset, int(m.offset() or next_offset))
-                elif err.fatal():
+                elif failed_fatally(err):
                     raise KafkaException(err)
             if at_end:
                 break

@@ -9,7 +9,16 @@ at once.
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaError, Message
+
+
+def failed_fatally(err: KafkaError) -> bool:
+    """Whether a consumed error event means the client can never go on (replace it, or give up).
+
+    librdkafka raises a fatal error (a static member fenced under its instance id,
+    confluentinc/librdkafka#3437) as an error event whose code is ``_FATAL`` while its ``fatal()``
+    answers False; only ``rd_kafka_fatal_error`` would name the cause. Both are checked."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
 
 
 def next_batch(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -58,6 +58,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
+from watchtower.topics.batches import failed_fatally
 from watchtower.workers.host import (
     ProducerFailedError,
     TransactionalProducer,
@@ -237,7 +238,7 @@ class TransactionalLoop:
                 batch.append(record_of(msg))
             elif err.code() != KafkaError._PARTITION_EOF:
                 self.processor.log.warning("consumer error: %s", err)
-                if err.fatal() or err.code() == KafkaError._FATAL:  # the error event carries _FATAL
+                if failed_fatally(err):  # the error event carries _FATAL
                     self.replace_consumer(str(err))
                     return []
         if batch:
