@@ -209,6 +209,8 @@ def main() -> None:
     parser.add_argument("--gateway", choices=("api", "own"), default="api",
                         help="the command gateway in the API process (as `watchtower up` runs it) or in its own "
                              "(as compose.yaml runs it)")
+    parser.add_argument("--ingest-nice", type=int, default=None,
+                        help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default)")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
     parser.add_argument("--json", action="store_true")
@@ -243,6 +245,8 @@ def main() -> None:
         keys.scheduler_key(home)
         delegated = keys.ingestion_publisher_key(home)
         extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
+        if args.ingest_nice is not None:
+            extra["WATCHTOWER_INGEST_NICE"] = str(args.ingest_nice)
         if commands_url is not None:  # a runner registers itself with a command
             extra["WATCHTOWER_COMMANDS_API"] = commands_url
         api = ApiClient(services.api_url, commands_url=commands_url)
@@ -322,6 +326,7 @@ def main() -> None:
         report: dict[str, Any] = {
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
             "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "gateway": args.gateway,
+            "ingest_nice": args.ingest_nice,
             "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),

@@ -87,3 +87,15 @@ def test_a_runner_learns_the_scheduler_from_its_public_key_alone(tmp_path: Path,
     other = address_from_public_key(bytes(nacl.signing.SigningKey.generate().verify_key))
     monkeypatch.setenv(ENV_SCHEDULER, other)
     assert scheduler_address(tmp_path, wait_s=0) == other, "the environment names the scheduler first"
+
+
+def test_the_ingestion_niceness_is_a_checked_setting() -> None:
+    import os
+
+    from watchtower.ingest.main import ENV_NICE, lower_priority
+
+    assert lower_priority({ENV_NICE: "0"}) == os.nice(0)  # 0 leaves the priority as it is
+    assert lower_priority({}) == os.nice(0)
+    for bad in ("20", "-5", "ten", "1.5"):
+        with pytest.raises(ValueError, match=ENV_NICE):
+            lower_priority({ENV_NICE: bad})
