@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -230,8 +231,9 @@ def save_logs(into: Path) -> None:
     into.mkdir(exist_ok=True)
     names = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{PROJECT}_", check_rc=False).split()
     for name in names:
-        out = sh(["podman", "logs", "-t", name], check_rc=False, capture=True)
-        (into / f"{name}.log").write_text(out.stdout + out.stderr)
+        with (into / f"{name}.log").open("wb") as out:  # bytes as logged: a stray byte never loses a log
+            subprocess.run(["podman", "logs", "-t", name], stdout=out, stderr=subprocess.STDOUT, check=False,
+                           timeout=120)
     log(f"  the containers' whole logs are in {into}")
 
 

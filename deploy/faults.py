@@ -436,7 +436,36 @@ def spark_cluster_agrees(load: Load) -> str:
     keys = ("messages", "verified", "bad_signatures", "bad_hashes", "missing", "duplicates")
     if any(a.get(k) != b.get(k) for k in keys) or not a.get("ok"):
         raise AssertionError(f"cluster {a} vs local {b}")
-    return f"spark verify {sid}: cluster and local agree ({a.get('verified')}/{a.get('messages')} verified)"
+    replayed = spark_replay_on_the_cluster(base)
+    return (f"spark verify {sid}: cluster and local agree ({a.get('verified')}/{a.get('messages')} verified); "
+            f"{replayed}")
+
+
+def spark_replay_on_the_cluster(base: list[str]) -> str:
+    """The replay flow's range replayed again, by `spark replay` on the cluster while the replay
+    worker is stopped (a replay the service claimed is the service's): the reader receives the same
+    records, verified, as the service delivered. The replay worker is started again afterwards."""
+    from deploy.flows import REPLAYED
+    if "client" not in REPLAYED:
+        raise AssertionError("no replay to compare with (the replay flow failed or did not run)")
+    client, sid = REPLAYED["client"], REPLAYED["stream_id"]
+    sh(["podman", "stop", "-t", "10", ctr("replay-worker")])
+    try:
+        ticket = client.register(REPLAYED["feed_id"], 1, 101)
+        # Replay deliveries are the service's to write: the job runs as the service principal.
+        image_at = base.index("localhost/watchtower-spark:local")
+        job = [*base[:image_at], "-e", "WATCHTOWER_KAFKA_CREDENTIALS=/secrets/service.json", *base[image_at:]]
+        text = sh([*job, "replay", str(ticket.replay_id), "--stream", sid, "--master", "spark://spark-master:7077",
+                   "--json"], timeout=900)
+        result = json.loads(text.strip().splitlines()[-1])
+        got = [(m.sequence, m.payload_inline, m.publisher_sig) for m in client.messages(ticket, timeout_s=120)]
+    finally:
+        sh(["podman", "start", ctr("replay-worker")])
+    if got != REPLAYED["messages"]:
+        raise AssertionError(f"spark replay {ticket.replay_id} delivered {len(got)} records that differ from the "
+                             f"service's {len(REPLAYED['messages'])} ({result})")
+    return (f"spark replay {ticket.replay_id} on the cluster: {result.get('status')}, {len(got)} delivered, "
+            "verified, the same records as the replay service's")
 
 
 def run_faults(check: Check, _workdir: Path) -> None:

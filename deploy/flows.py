@@ -12,6 +12,7 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nacl.signing
 
@@ -53,6 +54,11 @@ def paid_feed(api: ApiClient, home: Path) -> str:
     return "encrypted by the key manager, bought with CBY, decrypted"
 
 
+#: The replay flow's client, feed and what the replay service delivered: the Spark check replays the
+#: same range on the compose Spark cluster and must deliver the same records.
+REPLAYED: dict[str, Any] = {}
+
+
 def replay_beyond_the_window(api: ApiClient, home: Path) -> str:
     owner, reader = _account(home, "replay-owner"), _account(home, "replay-reader")
     key = nacl.signing.SigningKey.generate()
@@ -73,8 +79,11 @@ def replay_beyond_the_window(api: ApiClient, home: Path) -> str:
         raise AssertionError(f"a read at cursor 0 of a ring of 20: {refused or 'answered'}, not CURSOR_TOO_OLD")
     client = ReplayClient(reader, api, HOST_BOOTSTRAP, prefix="wt", expected_owner=owner.address)
     ticket = client.register(feed_id, 1, 101)
-    seqs = [m.sequence for m in client.messages(ticket, timeout_s=TIMEOUT_S)]
+    got = list(client.messages(ticket, timeout_s=TIMEOUT_S))
+    seqs = [m.sequence for m in got]
     assert seqs == list(range(1, 101)), seqs
+    REPLAYED.update(client=client, feed_id=feed_id, stream_id=sid,
+                    messages=[(m.sequence, m.payload_inline, m.publisher_sig) for m in got])
     return f"ring 20, 100 published; replay {ticket.replay_id} delivered 1..100 verified, gapless"
 
 
