@@ -125,8 +125,12 @@ def sample_windows(services: ServiceSet, names: list[str], stop: threading.Event
 
 def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """The aggregators' send windows over the measured window: limit, in flight and held, p50/max."""
-    return {k: {"p50": pct([float(w[k]) for w in samples], 0.5), "max": max((w[k] for w in samples), default=None)}
-            for k in ("limit", "in_flight", "held", "base_rtt_ms") if any(w.get(k) is not None for w in samples)}
+    out: dict[str, Any] = {}
+    for k in ("limit", "in_flight", "held", "base_rtt_ms"):
+        values = [float(w[k]) for w in samples if w.get(k) is not None]  # a sample may lack one (no round trip yet)
+        if values:
+            out[k] = {"p50": pct(values, 0.5), "max": max(values)}
+    return out
 
 
 @dataclasses.dataclass
