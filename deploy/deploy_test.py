@@ -203,6 +203,7 @@ def main(argv: list[str]) -> int:
         if rc and not args.keep:
             with contextlib.suppress(Exception):
                 compose("logs", "--tail", "30", check_rc=False, capture=False)
+        if not args.keep:
             with contextlib.suppress(Exception):
                 save_logs(LOGS_DIR)
         if not args.keep:
@@ -227,7 +228,8 @@ LOGS_DIR = Path(__file__).resolve().parent / "logs"
 
 
 def save_logs(into: Path) -> None:
-    """Every container's whole log, one file each, for a failed run (the summary shows 30 lines)."""
+    """Every container's whole log, one file each, before the stack is removed (a failed run's
+    summary shows 30 lines of each; the takeover and restart timings are read from them)."""
     into.mkdir(exist_ok=True)
     names = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{PROJECT}_", check_rc=False).split()
     for name in names:
