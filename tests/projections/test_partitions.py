@@ -186,3 +186,49 @@ def test_a_standby_partition_is_folded_and_read_only_when_standing_in_for_its_ow
         assert not owned.serves(1)
 
     asyncio.run(scenario())
+
+
+def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose fold outlasts `FOLD_SLICE_S` lets other tasks (reads, health) run inside it."""
+    import time
+
+    from watchtower.projections import catch_up
+
+    topics = ("t.events", "t.messages", "t.replay")
+    batch = [catch_up.LogRecord("t.events", 0, i, b"k", b"v", []) for i in range(40)]
+
+    class OneBatch:
+        def __init__(self, *_: object) -> None:
+            self.pending: set[tuple[str, int]] = set()
+            self.lag = None
+            self.batches = [batch]
+
+        def poll(self) -> list[catch_up.LogRecord]:
+            return self.batches.pop() if self.batches else []
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
+    order: list[str] = []
+
+    def fold(record: catch_up.LogRecord) -> None:
+        time.sleep(0.005)  # about what a record's verify costs on a busy host
+        order.append(f"fold {record.offset}")
+
+    async def main() -> None:
+        owned = OwnedPartitions(("streams",))
+        runner = catch_up.CatchUp("127.0.0.1:1", topics, owned, fold)
+        runner.assign({(t, 0) for t in topics})
+
+        async def other_task() -> None:
+            while len([o for o in order if o.startswith("fold")]) < len(batch):
+                order.append("other")
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(other_task(), 30)
+        owned.assign([])  # a new generation stops the fold
+
+    asyncio.run(main())
+    folds = [i for i, o in enumerate(order) if o.startswith("fold")]
+    assert len(folds) == len(batch)
+    assert "other" in order[folds[0]:folds[-1]], "nothing else ran while the batch was folded"

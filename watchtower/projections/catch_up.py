@@ -6,7 +6,9 @@ the log itself (a rebalance that leaves them as they were changes nothing here):
 the last one its state has folded (from the beginning for a partition new to this worker). When a
 partition reaches the end it had when the reading started, it serves reads; the same reader then
 goes on folding what is committed after that (the live fold), until the assignment changes. One reader
-per assignment, folding in log order per partition, so every record is folded exactly once.
+per assignment, folding in log order per partition, so every record is folded exactly once. The
+fold hands the event loop back every `FOLD_SLICE_S` of folding, so a worker folding a whole log (a
+restart, a standby) still answers reads, long polls and its health within a fraction of a second.
 
 Why this reader and not the Faust agent's stream for the live fold: the agent's path costs about
 2.5x as much CPU per record (aiokafka's fetcher thread, Faust's per-event stream machinery) as
@@ -47,6 +49,8 @@ log = logging.getLogger("watchtower.projections")
 
 #: How often a fold records its positions in the fold group (`topics.groups.projection_fold_group`).
 FOLD_RECORD_EVERY_S: Final = 5.0
+#: The fold gives the event loop back (reads, long polls, health) after this long of folding.
+FOLD_SLICE_S: Final = 0.05
 
 TopicPartitionKey = tuple[str, int]
 
@@ -240,11 +244,22 @@ class CatchUp:
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
                 before = folded
-                for r in records:  # no await in here: a read never sees half a batch's partition
+                slice_ends = time.monotonic() + FOLD_SLICE_S
+                for r in records:
+                    if time.monotonic() >= slice_ends:
+                        # Let the reads in: a batch of 2,000 verifies holds the event loop for
+                        # seconds on a busy host. Each record folds whole, so a read between two
+                        # sees a prefix of the log, as it does between two batches.
+                        await asyncio.sleep(0)
+                        if generation != self.owned.generation:
+                            break  # a newer rebalance owns the state now
+                        slice_ends = time.monotonic() + FOLD_SLICE_S
                     if self.owned.fresh(r.topic, r.partition, r.offset):
                         with self.owned.folding(r.topic, r.partition, r.offset):
                             self.fold(r)
                         folded += 1
+                if generation != self.owned.generation:
+                    break
                 self._settle(generation, partitions, reader.pending)
                 metrics.FOLDED.inc(folded - before)
                 if reader.lag is not None:
