@@ -32,14 +32,16 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "replay": frozenset({"logs", "workers", "metrics", "protocol", "schemas", "topics"}),
     "projections": frozenset({"http", "metrics", "protocol", "schemas", "topics", "tracing"}),
     "gateway": frozenset({"http", "logs", "metrics", "protocol", "schemas", "topics", "tracing"}),
-    "keymgr": frozenset({"home", "logs", "http", "metrics", "protocol", "schemas", "topics", "tracing"}),
+    # The vault writes through the one transactional writer (`workers.tx_writer`).
+    "keymgr": frozenset({"home", "logs", "http", "metrics", "protocol", "schemas", "topics", "tracing", "workers"}),
     "api": frozenset({"gateway", "logs", "metrics", "projections"}),
     # topics: only its Kafka readers (test_sdk_imports); http: the API's and the key manager's transports
     "client": frozenset({"home", "http", "protocol", "schemas", "topics"}),
     "local": frozenset({"home", "topics"}),
     "spark": frozenset({"protocol", "schemas", "topics"}),
     # gateway: its Kafka transport only; http: the command and key-manager transports
-    "ingest": frozenset({"gateway", "home", "http", "logs", "metrics", "protocol", "schemas", "topics"}),
+    # The scheduler writes through the one transactional writer (`workers.tx_writer`).
+    "ingest": frozenset({"gateway", "home", "http", "logs", "metrics", "protocol", "schemas", "topics", "workers"}),
     "cli": frozenset({"client", "gateway", "ingest", "keymgr", "local", "metrics", "protocol", "schemas", "spark",
                       "topics"}),
 }

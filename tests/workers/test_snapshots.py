@@ -244,3 +244,40 @@ def test_each_snapshot_is_tagged_with_the_end_of_the_events_it_holds(kafka_boots
         head = dict(stream_part.decode_snapshot(parts[stream_part.name]))[stream.sid].head
         # The create, then one event per publish: the events below the tag are exactly the state's.
         assert len([o for o in events if o < offset]) == head + 1, f"snapshot at {offset} holds head {head}"
+
+
+def test_a_worker_keeps_the_partitions_a_rebalance_gives_straight_back(kafka_bootstrap: str) -> None:
+    """Worker B joins and leaves beside A. Each time the group revokes every partition; A takes the
+    ones it gets back as they were (no fold of the log) and rebuilds only the ones B had. The
+    seeded stream's next publish gets the next sequence whoever holds it."""
+    with workers(kafka_bootstrap, partitions=PARTITIONS) as w:
+        stream = Seeded(kafka_bootstrap, w.prefix, publishes=200)
+        channel = RawCommandChannel(kafka_bootstrap, w.prefix)
+        sequence = 200
+        try:
+            with in_process_worker(kafka_bootstrap, w.prefix, "keep-a", every_events=1_000_000) as a:
+                wait_for(lambda: a.stats.rebuilt_partitions >= PARTITIONS, "worker A has rebuilt its partitions")
+                rebuilt_alone = a.stats.rebuilt_partitions
+                with in_process_worker(kafka_bootstrap, w.prefix, "keep-b", every_events=1_000_000) as b:
+                    wait_for(lambda: a._owned and b._owned and len(a._owned) + len(b._owned) == PARTITIONS
+                             and not a._unloaded and not b._unloaded, "A and B share the partitions")
+                    # A got some of its partitions straight back: kept, not rebuilt.
+                    assert a.stats.kept_partitions >= len(a._owned) >= 1
+                    assert a.stats.rebuilt_partitions == rebuilt_alone
+                    kept_with_b = a.stats.kept_partitions
+                    for _ in range(3):
+                        sequence += 1
+                        reply = channel.request(stream.publish_command(sequence), key=stream.sid, timeout=120)[1]
+                        assert reply["ok"], reply
+                        assert reply["result"]["sequence"] == sequence
+                    held_by_a = set(a._owned)
+                # B left: A keeps its own again and rebuilds B's share from the log.
+                wait_for(lambda: len(a._owned) == PARTITIONS and not a._unloaded, "A holds every partition again")
+                assert a.stats.kept_partitions >= kept_with_b + len(held_by_a)
+                assert a.stats.rebuilt_partitions == rebuilt_alone + PARTITIONS - len(held_by_a)
+                sequence += 1
+                reply = channel.request(stream.publish_command(sequence), key=stream.sid, timeout=120)[1]
+                assert reply["ok"], reply
+                assert reply["result"]["sequence"] == sequence
+        finally:
+            channel.close()

@@ -182,6 +182,7 @@ def test_the_scheduler_writes_again_after_a_commit_that_timed_out(kafka_bootstra
     # The scheduler is not wedged: its next round commits (before the fix: _CONFLICT for good).
     writer.write(tasks("s2", 7))
     assert writer.last["s2"] == 7
+    writer.close()
     ticks = [(t.stream_id, t.tick) for m in read_committed(kafka_bootstrap, [topic]) for t in writer._tasks(m.value())]
     assert ticks.count(("s2", 7)) == 1
     assert ticks.count(("s1", 1)) <= 1

@@ -89,6 +89,9 @@ class TaskWriter:
         self._read_last()
         self.written = 0
 
+    def close(self) -> None:
+        self.writer.close()
+
     def _read_last(self) -> None:
         """The last tick written per stream: whatever ``ingest.tasks`` holds, read_committed, after
         ``init_transactions`` settled any transaction an earlier producer left open."""
@@ -217,6 +220,14 @@ def schedule(bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey, s
         log.error("ingest scheduler cannot start: %s", exc)
         return
     log.info("ingest scheduler ready: %d streams already have ticks", len(writer.last))
+    try:
+        _write_rounds(writer, view, key, stop, tick_s, max_catch_up)
+    finally:
+        writer.close()
+
+
+def _write_rounds(writer: TaskWriter, view: IngestionView, key: nacl.signing.SigningKey, stop: threading.Event,
+                  tick_s: float, max_catch_up: int) -> None:
     while not stop.is_set():
         _sleep_to_next_block(stop, tick_s)
         if stop.is_set():

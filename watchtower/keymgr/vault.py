@@ -203,8 +203,7 @@ class Vault:
             )
 
     def close(self) -> None:
-        self._stop.set()
-        self._producer.flush(5)
+        self._writer.close()
 
     # ------------------------------------------------------------------ writes
     def _write_locked(self, key: str, value: Record) -> None:

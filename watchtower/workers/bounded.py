@@ -73,16 +73,28 @@ class BoundedCaller:
                   what, timeout_s, self.abandoned)
         raise CallStuckError(f"{what} did not return within {timeout_s:g}s")
 
+    def close(self) -> None:
+        """Let the helper thread end once its current call (if any) returns."""
+        self._queue.put(None)
+
 
 def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
     while True:
         job = jobs.get()
         if job is None:
             return
-        fn, fut = job
-        try:
-            result = fn()
-        except BaseException as exc:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
+        _run(job)
+        # An idle thread holds no client (the job is gone with `_run`'s frame): the last call, a bound
+        # method of a producer, would keep it alive until the process exits, and a client destroyed
+        # at interpreter shutdown can crash it.
+        job = None
+
+
+def _run(job: tuple[Callable[[], Any], Future[Any]]) -> None:
+    fn, fut = job
+    try:
+        result = fn()
+    except BaseException as exc:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)

@@ -186,7 +186,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._update_state()
 
     def reset(self) -> None:
-        for partition in list(self._states):
+        for partition in [*self._states, *self._kept]:
             self._forget(partition)
         self._unloaded.clear()
         self._owned = []
@@ -211,8 +211,10 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         commit_started = 0.0
         decided = batch
 
+        offsets: list[TopicPartition] = []
+
         def write() -> list[TopicPartition]:
-            nonlocal snapshotted, commit_started, decided
+            nonlocal snapshotted, commit_started, decided, offsets
             snapshotted = self._snapshot_due()
             decided = batch
             for i, msg in enumerate(batch):
@@ -221,11 +223,13 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
                     break
                 self._handle(msg, self._touched, ctx)
             commit_started = time.perf_counter()
-            return _next_offsets(decided)
+            offsets = _next_offsets(decided)
+            return offsets
 
         self._metrics.begin()
         if not self.host.transaction(write):
             return False
+        self.note_committed(offsets)
         if len(decided) < len(batch):
             self.stats.lane_yields += 1
             worker_metrics.LANE_YIELDS.inc()

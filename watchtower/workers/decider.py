@@ -60,6 +60,8 @@ class WorkerStats:
     #: partitions rebuilt from a snapshot, and snapshots committed
     snapshot_loads: int = 0
     snapshots_taken: int = 0
+    #: partitions whose state was kept through a rebalance instead of rebuilt (`PartitionOwner`)
+    kept_partitions: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
 

@@ -235,6 +235,13 @@ class TransactionalProducer:
                                       stuck=unreachable(abort_exc), error=kafka_error(abort_exc)) from None
 
     # ------------------------------------------------------------------ the producer's life
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush what is queued (bounded) and end the call thread; the producer is not used again."""
+        try:
+            self.producer.flush(timeout_s)
+        finally:
+            self._calls.close()
+
     def replace(self) -> None:
         """A new producer with the same transactional id (its ``init_transactions`` fences the old one)."""
         old = [self.producer]

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -67,6 +67,13 @@ class PartitionOwner(CommandDecider):
         self._stop = threading.Event()
         self._owned: list[int] = []
         self._unloaded: set[int] = set()  # owned partitions still paused, waiting for their rebuild
+        # A rebalance revokes every partition (the range assignor is eager), and most come straight
+        # back. The states of those are kept (`_kept`) with the offsets this worker knows the group
+        # holds for them (`_mine`: fetched at their rebuild, then its own commits); they are used
+        # again only if the group's committed offsets are still exactly those, i.e. nobody else
+        # decided a record of the partition in between (`_restore_kept`).
+        self._kept: dict[int, dict[str, Any]] = {}
+        self._mine: dict[tuple[str, int], int] = {}
         self._offsets = CommittedOffsets(bootstrap, group, timeout_s=OFFSETS_TIMEOUT_S,
                                          stable_tries=STABLE_TRIES_AFTER_FENCING)
         self._next_load_try = 0.0
@@ -93,8 +100,12 @@ class PartitionOwner(CommandDecider):
             # The partitions stay paused; the rebuild seeks each to the offsets it fetched itself.
             consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in partitions])
             self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
+            for partition in list(self._kept):  # kept for a partition that went elsewhere: gone
+                if partition not in self._owned:
+                    self._drop_kept(partition)
             for partition in self._owned:  # whatever we held before is stale: another owner may have written
-                self._forget(partition)
+                if partition not in self._kept:
+                    self._forget(partition)
             self._unloaded.update(self._owned)
             self._set_paused(self._owned, paused=True)
             self._load_pending()
@@ -111,7 +122,11 @@ class PartitionOwner(CommandDecider):
         for tp in partitions:
             if tp.topic != self.t_commands:
                 continue
-            self._forget(tp.partition)
+            state = self._states.pop(tp.partition, None)
+            if state is not None and tp.partition not in self._unloaded:
+                self._kept[tp.partition] = state  # checked before any use (`_restore_kept`)
+            else:
+                self._forget(tp.partition)
             self._unloaded.discard(tp.partition)
         revoked = {tp.partition for tp in partitions if tp.topic == self.t_commands}
         self._owned = [p for p in self._owned if p not in revoked]
@@ -126,6 +141,9 @@ class PartitionOwner(CommandDecider):
         batch's outcome (or the last committed ones once stable fetches kept timing out:
         CommittedOffsets). The rebuilt partitions are moved to those offsets and resumed.
         """
+        kept = sorted(p for p in self._unloaded if p in self._kept)
+        if kept:
+            self._restore_kept(kept)
         pending = sorted(self._unloaded)
         if not pending:
             return True
@@ -145,6 +163,7 @@ class PartitionOwner(CommandDecider):
                 for tp in committed:
                     offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
                     self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                    self._mine[(tp.topic, tp.partition)] = tp.offset
         except Exception as exc:
             log.warning("cannot rebuild partitions %s yet (%s); retrying in %gs", pending, exc, LOAD_RETRY_S)
             self._next_load_try = time.monotonic() + LOAD_RETRY_S
@@ -166,7 +185,46 @@ class PartitionOwner(CommandDecider):
 
     def _forget(self, partition: int) -> None:
         self._states.pop(partition, None)
+        self._drop_kept(partition)
+
+    def _drop_kept(self, partition: int) -> None:
+        self._kept.pop(partition, None)
         self.snapshots.forget(partition)
+        for topic in self.input_topics:
+            self._mine.pop((topic, partition), None)
+
+    def note_committed(self, offsets: Sequence[TopicPartition]) -> None:
+        """This worker's transaction committed `offsets` (the next offset of each input partition)."""
+        for tp in offsets:
+            self._mine[(tp.topic, tp.partition)] = tp.offset
+
+    def _restore_kept(self, kept: list[int]) -> None:
+        """Use the kept state of each of `kept` again where the group's committed offsets of all its
+        input partitions are still the ones this worker knows (no other worker decided a record of it
+        meanwhile: deciding one commits its offset); rebuild the others from the log. Only this
+        worker's own transactions can be open on such a partition, so the stable fetch is quick."""
+        tps = [TopicPartition(t, p) for p in kept for t in self.input_topics]
+        try:
+            committed = {(tp.topic, tp.partition): tp.offset for tp in self._offsets.fetch(tps)}
+        except Exception as exc:
+            log.warning("worker %s: cannot check the kept partitions %s (%s); rebuilding them", self.worker_id,
+                        kept, exc)
+            committed = {}
+        for partition in kept:
+            keys = [(t, partition) for t in self.input_topics]
+            if not all(k in committed and k in self._mine and committed[k] == self._mine[k] for k in keys):
+                log.info("worker %s: partition %d moved on elsewhere since it was revoked; rebuilding it",
+                         self.worker_id, partition)
+                self._drop_kept(partition)
+                continue
+            for topic, _ in keys:
+                offset = committed[(topic, partition)]
+                self.consumer.seek(TopicPartition(topic, partition, offset if offset >= 0 else OFFSET_BEGINNING))
+            self._states[partition] = self._kept.pop(partition)
+            self._unloaded.discard(partition)
+            self._set_paused([partition], paused=False)
+            self.stats.kept_partitions += 1
+            log.info("worker %s kept partition %d through the rebalance (no rebuild)", self.worker_id, partition)
 
     def _set_paused(self, partitions: list[int], *, paused: bool) -> None:
         tps = [TopicPartition(t, p) for p in partitions for t in self.input_topics]
@@ -194,7 +252,7 @@ class PartitionOwner(CommandDecider):
         """Rebuild every owned partition and seek it to the group's committed offsets."""
         try:
             self._owned = sorted({tp.partition for tp in self.consumer.assignment() if tp.topic == self.t_commands})
-            for partition in self._owned:
+            for partition in [*self._owned, *self._kept]:
                 self._forget(partition)
             self._unloaded = set(self._owned)
             self._set_paused(self._owned, paused=True)

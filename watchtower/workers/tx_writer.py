@@ -23,8 +23,10 @@ manager, where a newer instance replaces the older one) stops at the first.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -51,7 +53,8 @@ class TransactionalWriter:
 
     `config` is the producer's configuration with its ``transactional.id``; `name` names the writer
     in logs and metrics; `stop` ends `open`'s retries (and a restart's) when the process stops;
-    `on_restart` re-reads the writer's state from the log after the producer was replaced;
+    `on_restart` re-reads the writer's state from the log after the producer was replaced (when the
+    object it is a method of still lives);
     `fence_is_final`: the first fence stops the writer (module docstring)."""
 
     def __init__(self, config: dict[str, Any], *, name: str, stop: threading.Event,
@@ -59,7 +62,10 @@ class TransactionalWriter:
                  factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
         self.name = name
         self.stop = stop
-        self.on_restart = on_restart
+        # A bound method is held weakly: its owner holds this writer, and a cycle would keep the
+        # producer alive until a garbage collection, possibly the one at interpreter shutdown.
+        self._on_restart: Callable[[], Callable[[], None] | None] = (
+            weakref.WeakMethod(on_restart) if inspect.ismethod(on_restart) else (lambda: on_restart))
         self.tx = TransactionalProducer(config, worker_id=name, service=name, call_timeout_s=call_timeout_s,
                                         thread_name=name, factory=factory)
         self.fence_is_final = fence_is_final
@@ -110,6 +116,11 @@ class TransactionalWriter:
         self.restart(err or exc)
         return True
 
+    def close(self) -> None:
+        """Stop writing: `stop` ends any retry, and the producer is flushed and let go."""
+        self.stop.set()
+        self.tx.close()
+
     def restart(self, cause: object) -> None:
         """A new producer under the same id, initialised, then `on_restart` (module docstring).
         Returns without `on_restart` only when `stop` was set meanwhile."""
@@ -117,8 +128,8 @@ class TransactionalWriter:
                     "the log is read again", self.name, cause)
         self.restarts += 1
         self.tx.replace()
-        if self.tx.init_transactions(self.stop):
-            self.on_restart()
+        if self.tx.init_transactions(self.stop) and (on_restart := self._on_restart()) is not None:
+            on_restart()
 
 
 __all__ = ["FencedError", "TransactionalWriter", "WriteFailedError"]
