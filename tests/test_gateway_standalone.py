@@ -22,7 +22,8 @@ from stack_fixture import start_stack
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Publisher, Subscriber
+from watchtower.client.sdk import Publisher
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import StaleSequenceError
 

@@ -19,7 +19,8 @@ from waiting import wait_until
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import ENV_ACCOUNT, ENV_KEY_FILE, Account, read_key_file
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import StaleSequenceError, WatchtowerError
 
 pytestmark = pytest.mark.integration

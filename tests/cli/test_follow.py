@@ -25,7 +25,8 @@ from stack_fixture import start_stack
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.stream.message import StreamMessage
 

@@ -33,7 +33,7 @@ from stack_fixture import stack  # noqa: F401 (the fixture)
 
 from watchtower.cli.main import _register, cli
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidSignatureError, WatchtowerError

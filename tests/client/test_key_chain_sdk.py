@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from watchtower.cli import feed_cmd
 from watchtower.cli.main import _register, cli
 from watchtower.client.fake import FakeApi
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
 from watchtower.protocol.signed_command import sign_command

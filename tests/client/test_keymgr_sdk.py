@@ -34,7 +34,8 @@ from watchtower.client.account_keys import (
 from watchtower.client.fake import FakeApi
 from watchtower.client.keymgr import ENV_KEYMGR, KeyManagerClient, resolve_keymgr_url
 from watchtower.client.paid import EpochKeyRing, PaidPublisher
-from watchtower.client.sdk import Publisher, Subscriber, create_feed
+from watchtower.client.sdk import Publisher, create_feed
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.confidential.envelope import (
     derive_content_key,
     derive_nonce,

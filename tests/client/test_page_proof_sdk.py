@@ -19,7 +19,7 @@ from proof_helpers import (
 )
 
 from watchtower.client.fake import FakeApi
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, WatchtowerError
 
 SID = "s-proof-sdk"

@@ -31,7 +31,7 @@ from watchtower.cli import feed_cmd
 from watchtower.cli.main import _register, cli
 from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import (
     InvalidArgumentError,

@@ -19,7 +19,8 @@ import pytest
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader, newest_active_key
-from watchtower.client.sdk import Publisher, Subscriber
+from watchtower.client.sdk import Publisher
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient
 from watchtower.protocol.errors import (
     DecryptionFailedError,

@@ -35,8 +35,9 @@ from watchtower.cli.demo_wait import topic_partitions, wait_worker_serving
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.push import PushConsumer
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.client.sse import SseSource
+from watchtower.client.subscriber import Subscriber
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signing import verify_with_schedule

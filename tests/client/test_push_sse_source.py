@@ -25,8 +25,8 @@ from kafka_fixture import free_ports
 
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
-from watchtower.client.sdk import Subscriber
 from watchtower.client.sse import SseSource
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import FeedNotFoundError
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream.message import StreamMessage

@@ -20,7 +20,8 @@ import pytest
 
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
-from watchtower.client.sdk import Publisher, Subscriber
+from watchtower.client.sdk import Publisher
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import FeedNotFoundError, InvalidArgumentError, WatchtowerError
 from watchtower.protocol.stream.message import StreamMessage
 

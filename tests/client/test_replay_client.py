@@ -22,7 +22,8 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.ledger import Ledger
 from watchtower.client.replay import ReplayClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.errors import CursorTooOldError, PaymentRequiredError
 

@@ -23,7 +23,7 @@ from stack_fixture import start_stack
 
 from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import WatchtowerError

@@ -23,7 +23,8 @@ import pytest
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
 from watchtower.client.http import ApiClient, ApiUnavailableError
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, new_stream_id
+from watchtower.client.sdk import Publisher, create_feed, new_stream_id
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import (
     CursorTooOldError,
     FeedNotFoundError,

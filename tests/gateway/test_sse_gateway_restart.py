@@ -18,8 +18,8 @@ from sse_stack import Feed, start_sse_gateway
 
 from watchtower.client.account import Account
 from watchtower.client.push import PushConsumer
-from watchtower.client.sdk import Subscriber
 from watchtower.client.sse import SseSource
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,8 @@ from tiers import scale
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.ingest import keys
 from watchtower.ingest.runner import now_height
 from watchtower.local.stack import ServiceSet

@@ -17,7 +17,8 @@ from keymgr_harness import keymgr_stack
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.ingest import keys
 
 pytestmark = [pytest.mark.integration, pytest.mark.secure]

@@ -40,8 +40,9 @@ from leak_scan import LeakScanner
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
-from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
+from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.client.sse import SseSource
+from watchtower.client.subscriber import Subscriber
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.keymgr.vault import SEED_PURPOSE, seed_key
 from watchtower.protocol.confidential.envelope import (

@@ -26,7 +26,7 @@ from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message, publish_script
 from stack_fixture import start_stack
 
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream.key_schedule import KeySchedule

@@ -24,7 +24,8 @@ from watchtower.cli.genesis import ENV_RUNNER_REGISTRAR
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.ingestion import http_ingestion
-from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.ingest import keys
 from watchtower.ingest.runner import admission_command, dismissal_command
 from watchtower.local.stack import ServiceSet

@@ -18,7 +18,8 @@ from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
 from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, PaidPublisher, current_key_epoch, paid_config
-from watchtower.client.sdk import Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import create_feed, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import WatchtowerError
 
 FEE_PER_EPOCH = 1_000

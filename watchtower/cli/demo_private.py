@@ -17,7 +17,8 @@ from watchtower.cli.demo_wait import STEP_TIMEOUT_S
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
-from watchtower.client.sdk import Publisher, Subscriber, wait_until_visible
+from watchtower.client.sdk import Publisher, wait_until_visible
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, RESEAL_KIND, Recipient
 from watchtower.protocol.errors import WatchtowerError

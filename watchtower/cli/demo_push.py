@@ -51,9 +51,10 @@ from watchtower.cli.demo_wait import (
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.push import PushConsumer
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.client.sse import SseSource
 from watchtower.client.stream_modes import StreamStats
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.topics.admin import ensure_topics

@@ -25,7 +25,9 @@ from watchtower.cli.message_log import read_committed_messages
 from watchtower.client.account import Account, read_key_file
 from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import KeyManagerClient
-from watchtower.client.sdk import Publisher, Subscriber, create_feed, wait_until_visible, with_spec_names
+from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
+from watchtower.client.stream_api import with_spec_names
+from watchtower.client.subscriber import Subscriber
 from watchtower.local.paths import watchtower_home
 from watchtower.local.stack import ServiceSet
 from watchtower.metrics.lag import stack_lag

@@ -14,7 +14,7 @@ import nacl.signing
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import sign_command
 

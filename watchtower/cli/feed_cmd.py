@@ -33,14 +33,9 @@ from watchtower.cli.follow_cmd import feed_id_of, follow_feed, follow_options
 from watchtower.cli.json_output import echo_json
 from watchtower.client import account as keys
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import (
-    Publisher,
-    Subscriber,
-    create_feed,
-    new_stream_id,
-    wait_until_visible,
-    with_spec_names,
-)
+from watchtower.client.sdk import Publisher, create_feed, new_stream_id, wait_until_visible
+from watchtower.client.stream_api import with_spec_names
+from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError

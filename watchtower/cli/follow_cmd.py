@@ -17,8 +17,8 @@ import click
 from watchtower.cli.feed_group import message_line
 from watchtower.cli.json_output import echo_json
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Subscriber
 from watchtower.client.stream_modes import StreamStats
+from watchtower.client.subscriber import Subscriber
 
 if TYPE_CHECKING:  # httpx, which the event stream reads with, costs every CLI command a second to import
     from watchtower.client.sse import SseSource

@@ -27,7 +27,8 @@ from watchtower.client.keymgr import DEFAULT_KEYMGR_URL, ENV_KEYMGR, KeyManagerC
 from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, current_key_epoch, paid_config
 from watchtower.client.prewrap import WrapReport, pre_wrap, rewrap, wrap_ahead
-from watchtower.client.sdk import Page, Subscriber, with_spec_names
+from watchtower.client.stream_api import with_spec_names
+from watchtower.client.subscriber import Page, Subscriber
 from watchtower.protocol.errors import EntitlementRequiredError, InvalidAccountKeyError
 from watchtower.protocol.ledger.billing import KeyAccessReceipt
 from watchtower.protocol.stream.message import StreamMessage

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from watchtower.client.sdk import StreamApi
+from watchtower.client.stream_api import StreamApi
 from watchtower.protocol.config import IngestionConfig
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.ingestion import check_config

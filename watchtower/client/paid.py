@@ -27,7 +27,8 @@ import nacl.signing
 from watchtower.client.account import Account
 from watchtower.client.account_keys import load_sealed_keys, open_sealed_key, store_sealed_keys
 from watchtower.client.keymgr import MAX_EPOCHS_PER_FETCH, KeyManagerClient, SealedEpochKeys
-from watchtower.client.sdk import Publisher, StreamApi
+from watchtower.client.sdk import Publisher
+from watchtower.client.stream_api import StreamApi
 from watchtower.protocol.confidential.envelope import envelope_aad
 from watchtower.protocol.enums import AccessMode, PayloadFormat, parse_access_mode
 from watchtower.protocol.errors import (

@@ -51,7 +51,7 @@ CATCH_UP_PAGES: Final = 10
 
 
 class PulledPage(Protocol):
-    """What a pull returns (`sdk.Page`): the new messages and where the stream and the cursor stand."""
+    """What a pull returns (`subscriber.Page`): the new messages and where the stream and the cursor stand."""
 
     @property
     def messages(self) -> tuple[StreamMessage, ...]: ...
@@ -62,7 +62,7 @@ class PulledPage(Protocol):
 
 
 class PullSide(Protocol):
-    """What a stream run needs of its `sdk.Subscriber`: its verified pull path and its cursor."""
+    """What a stream run needs of its `subscriber.Subscriber`: its verified pull path and its cursor."""
 
     stream_id: str
     filter: Any

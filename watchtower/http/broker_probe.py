@@ -19,9 +19,7 @@ import threading
 import time
 from typing import Final
 
-from confluent_kafka.admin import AdminClient
-
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.metadata import ClusterProbe
 
 PROBE_INTERVAL_S: Final = 2.0
 PROBE_TIMEOUT_S: Final = 1.5
@@ -31,7 +29,7 @@ class BrokerProbe:
     """A cached answer to "does the Kafka cluster answer?"."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
+        self._cluster = ClusterProbe(bootstrap)
         self._topic = topic
         self._lock = threading.Lock()
         self._reachable: bool | None = None  # None until the first probe finished
@@ -40,13 +38,9 @@ class BrokerProbe:
         self._running: asyncio.Future[None] | None = None
 
     def _probe(self) -> None:
-        try:
-            md = self._admin.list_topics(self._topic, timeout=PROBE_TIMEOUT_S)
-            reachable, error = bool(md.brokers), "" if md.brokers else "no broker in the metadata"
-        except Exception as exc:  # KafkaException or a transport error: unreachable either way
-            reachable, error = False, str(exc)[:200]
+        error = self._cluster.why_unreachable(self._topic, PROBE_TIMEOUT_S)
         with self._lock:
-            self._reachable, self._error, self._checked = reachable, error, time.monotonic()
+            self._reachable, self._error, self._checked = error is None, error or "", time.monotonic()
 
     async def status(self) -> dict[str, object]:
         """``{"reachable": bool, "error"?: str, "checked_ms_ago": int}``; refreshes in the background."""
