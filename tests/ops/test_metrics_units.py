@@ -14,6 +14,7 @@ from watchtower.metrics.projection import FoldLagBoard, PartitionLag
 from watchtower.protocol.errors import MalformedRecordError, StaleSequenceError
 from watchtower.protocol.signed_command import Method
 from watchtower.schemas.wire import encode_reply
+from watchtower.topics.group_lag import GroupLag
 
 
 def sample(name: str, **labels: str) -> float:
@@ -97,8 +98,8 @@ def test_the_metrics_port_setting() -> None:
 
 
 def test_group_lag_counts_what_a_reader_gets_where_it_was_read_and_the_raw_offsets_elsewhere() -> None:
-    seen = lag.GroupLag("g", {("t.events", 0): (10, 11), ("t.events", 1): (None, 4), ("t.events", 2): (3, 900)},
-                        counted={("t.events", 0): 0, ("t.events", 1): 4})
+    seen = GroupLag("g", {("t.events", 0): (10, 11), ("t.events", 1): (None, 4), ("t.events", 2): (3, 900)},
+                    counted={("t.events", 0): 0, ("t.events", 1): 4})
     assert seen.lag_of("t.events", 0) == 0  # one commit marker: nothing to read
     assert seen.lag_of("t.events", 2) == 897
     assert seen.total == 901

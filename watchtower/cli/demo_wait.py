@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from confluent_kafka import KafkaException
 
 from watchtower.local.errors import LocalStackError
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.errors import BROKER_ERRORS, TopicUnavailableError
+from watchtower.topics.metadata import partition_count
 
 T = TypeVar("T")
 
@@ -39,6 +39,8 @@ def _step_timeout() -> float:
 STEP_TIMEOUT_S = _step_timeout()
 #: How often a condition that cannot notify (a file, an HTTP read) is looked at again.
 POLL_S = 0.1
+#: What fails a step with its name: a product error, the local stack's, the broker's, a timeout.
+_STEP_FAILURES: tuple[type[Exception], ...] = (WatchtowerError, LocalStackError, *BROKER_ERRORS, TimeoutError)
 
 
 class DemoStepError(click.ClickException):
@@ -78,7 +80,7 @@ def demo_step(step: str, *, logs: Path | None = None) -> Iterator[None]:
         yield
     except DemoStepError:
         raise
-    except (WatchtowerError, LocalStackError, KafkaException, TimeoutError) as err:
+    except _STEP_FAILURES as err:
         raise DemoStepError(step, f"{type(err).__name__}: {err}", logs=logs) from err
 
 
@@ -108,9 +110,8 @@ def wait_worker_serving(step: str, path: Path, partitions: int, *, since_ms: int
 
 def topic_partitions(bootstrap: str, topic: str) -> int:
     """How many partitions `topic` has (a worker that owns them all is ready to serve every stream)."""
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient(kafka_config(bootstrap)).list_topics(topic, timeout=30).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise DemoStepError(f"read the partitions of {topic}", "the topic does not exist; run `watchtower init`")
-    return len(meta.partitions)
+    try:
+        return partition_count(bootstrap, topic)
+    except TopicUnavailableError:
+        raise DemoStepError(f"read the partitions of {topic}",
+                            "the topic does not exist; run `watchtower init`") from None

@@ -1,8 +1,9 @@
 """Audit records on the ``keymgr`` topic: who decrypted or fetched keys of which stream and epochs.
 
 One `schemas.keymgr_records.AuditRecord` per operation, keyed by stream id. Never key material,
-never plaintext, never an envelope. Produced idempotently (acks=all) and not waited
-for: an audit record that the broker has not acknowledged yet is flushed when the service stops.
+never plaintext, never an envelope. Written idempotently (acks=all) and not waited for
+(`topics.record_writer`): an audit record that the broker has not acknowledged yet is flushed when
+the service stops.
 """
 
 from __future__ import annotations
@@ -10,11 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Producer
-
 from watchtower.schemas.keymgr_records import KEYMGR_RECORD_VERSION, AuditRecord, encode_keymgr_record
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.record_writer import RecordWriter
 
 log = logging.getLogger("watchtower.keymgr.audit")
 
@@ -24,9 +23,7 @@ class KafkaAudit:
 
     def __init__(self, bootstrap: str, prefix: str | None) -> None:
         self.topic = topic_name("keymgr", prefix)
-        self._producer = Producer(
-            kafka_config(bootstrap, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5, "log_level": 3})
-        )
+        self._writer = RecordWriter(bootstrap)
 
     def record(self, action: str, *, stream_id: str, caller: str, account: str, key_epochs: list[int],
                account_key_id: int | None = None) -> None:
@@ -34,15 +31,9 @@ class KafkaAudit:
             v=KEYMGR_RECORD_VERSION, action=action, stream_id=stream_id, caller=caller, account=account,
             key_epochs=list(key_epochs), at_ms=int(time.time() * 1000), account_key_id=account_key_id,
         ))
-        key = stream_id.encode()
-        try:
-            self._producer.produce(self.topic, key=key, value=value)
-        except BufferError:
-            self._producer.flush(5)
-            self._producer.produce(self.topic, key=key, value=value)
-        self._producer.poll(0)
+        self._writer.write(self.topic, value, key=stream_id.encode())
 
     def close(self) -> None:
-        left = self._producer.flush(10)
+        left = self._writer.flush(10)
         if left:
             log.error("%d audit records were not acknowledged before the key manager stopped", left)

@@ -14,9 +14,9 @@ offset and reason, counted, skipped; the fold goes on from the last valid state.
 the last stable offset of every events partition, then waits until the thread has folded up to
 it, so any revocation or purchase committed before the request arrived is seen.
 
-The end offsets come from `end_offsets.EndOffsets`, whose AdminClient is replaced when its answers
-show stale metadata (after a broker restart a long-lived one answered FENCED_LEADER_EPOCH for
-minutes).
+The records come from a `topics.log_follower.LogFollower`; the end offsets from
+`topics.stable_offsets.StableOffsets`, whose AdminClient is replaced when its answers show stale
+metadata (after a broker restart a long-lived one answered FENCED_LEADER_EPOCH for minutes).
 
 `readiness` is what ``/v1/health`` reports: whether the last check of the broker's end offsets and
 of the fold succeeded, and why not. A watch thread repeats that check every few seconds, so health
@@ -30,22 +30,19 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-
-from watchtower.keymgr.end_offsets import EndOffsets
 from watchtower.protocol.errors import NotReadyError, WatchtowerError
 from watchtower.protocol.ledger.keymgr_access import KeymgrState
 from watchtower.protocol.stream.state import STREAM_EVENT_TYPES, Event, StreamState, evolve
 from watchtower.schemas.wire import decode_event
-from watchtower.topics.batches import next_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.errors import BrokerError, TopicUnavailableError
+from watchtower.topics.log_follower import LogFollower, PartitionEnd
+from watchtower.topics.stable_offsets import StableOffsets
 
 log = logging.getLogger("watchtower.keymgr.follower")
 
@@ -81,24 +78,13 @@ class EventFollower:
         self._readiness = Readiness(False, "the key manager is reading the events topic")
         self._readiness_at = 0.0  # when the check behind `_readiness` started
         self._ends_failing = False  # whether the last end-offsets query went unanswered
-        self._consumer = Consumer(
-            kafka_config(
-                bootstrap,
-                **{
-                    "group.id": f"wt-keymgr-follow-{uuid.uuid4().hex[:12]}",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    "log_level": 3,
-                },
-            )
-        )
-        meta = self._consumer.list_topics(self.topic, timeout=30).topics[self.topic]
-        if meta.error is not None:
-            raise NotReadyError(f"the events topic {self.topic} is not available ({meta.error}); run watchtower init")
-        self.partitions = sorted(meta.partitions)
-        self.end_offsets = EndOffsets(bootstrap, self.topic, self.partitions)
-        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.partitions])
+        try:
+            self._log = LogFollower(bootstrap, self.topic, group_prefix="wt-keymgr-follow")
+        except TopicUnavailableError as exc:
+            raise NotReadyError(f"the events topic {self.topic} is not available ({exc.reason}); "
+                                "run watchtower init") from None
+        self.partitions = self._log.partitions
+        self.end_offsets = StableOffsets(bootstrap, self.topic, self.partitions)
         self._thread = threading.Thread(target=self._run, name="keymgr-follower", daemon=True)
         self._watch_thread = threading.Thread(target=self._watch, name="keymgr-readiness", daemon=True)
 
@@ -110,14 +96,14 @@ class EventFollower:
         self._stop.set()
         self._thread.join(10)
         self._watch_thread.join(PROBE_TIMEOUT_S + 5)
-        self._consumer.close()
+        self._log.close()
 
     # ------------------------------------------------------------------ fold
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                records = next_batch(self._consumer, 500, 0.2)
-            except KafkaException as exc:  # fatal consumer errors only; transient ones come as records
+                records = self._log.poll(500, 0.2)
+            except BrokerError as exc:  # the client failed for good; transient errors never come here
                 self._error = str(exc)
                 log.error("the events follower stopped: %s", exc)
                 return
@@ -125,14 +111,11 @@ class EventFollower:
                 continue
             with self._cond:
                 for record in records:
-                    err = record.error()
-                    partition, offset = record.partition() or 0, record.offset() or 0
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            self._advance(partition, offset)
+                    if isinstance(record, PartitionEnd):
+                        self._advance(record.partition, record.offset)
                         continue
-                    self._fold(partition, offset, record.value())
-                    self._advance(partition, offset + 1)
+                    self._fold(record.partition, record.offset, record.value)
+                    self._advance(record.partition, record.offset + 1)
                 self._cond.notify_all()
 
     def _advance(self, partition: int, offset: int) -> None:
@@ -180,7 +163,7 @@ class EventFollower:
         ends_timeout_s = min(ends_timeout_s, deadline - time.monotonic())
         try:
             targets = self.end_offsets.query(ends_timeout_s)
-        except (KafkaException, TimeoutError) as exc:
+        except (BrokerError, TimeoutError) as exc:
             self._ends_failing = True
             why = str(exc) or f"no answer in {ends_timeout_s:.0f}s"
             raise NotReadyError(f"the broker did not answer the events topic's end offsets ({why}); retry") from None

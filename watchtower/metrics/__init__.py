@@ -11,8 +11,8 @@
 - `lag`: consumer-group lag read from Kafka, and a service's metrics read back over HTTP, for
   `watchtower status`; `targets`: a local stack's metrics ports as Prometheus file discovery.
 
-`lag` and `group_lag` are the modules here that talk to Kafka themselves (an admin client and
-readers that never join a group); the rest only counts what the services hand it. `exposition`
+No module here holds a Kafka client: `lag` and `group_lag` read the groups' lag through
+`topics.group_lag`; the rest only counts what the services hand it. `exposition`
 also installs the process's tracer when ``WATCHTOWER_TRACES`` asks for one (`watchtower.tracing`).
 
 Labels are low-cardinality by construction: a method, a spec error code, a topic role, a route

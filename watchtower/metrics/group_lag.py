@@ -4,7 +4,7 @@ A worker's own ``watchtower_consumer_lag_records`` vanishes with the worker: a s
 or replay worker shows only as a target that is down. This exporter runs in a process that stays
 up (the stream worker) and reads, every `EVERY_S` seconds on a daemon thread of its own (never the
 worker's serving loop), the committed offsets of the deployment's consumer groups and the ends of
-their topics, as `watchtower status` does (`lag.group_lag`: a read_committed count where the raw
+their topics, as `watchtower status` does (`topics.group_lag`: a read_committed count where the raw
 lag is small, so commit markers do not count as records). A group's partitions are summed per
 topic role (``topic``: ``commands``, ``events``, ...): no partition label, the per-partition view
 is `watchtower status --json`'s.
@@ -26,14 +26,11 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from watchtower.metrics.common import topic_role
-from watchtower.metrics.lag import group_lag, offsets_reader
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.group_lag import GroupLagReader
 
 log = logging.getLogger("watchtower.metrics")
 
@@ -70,20 +67,14 @@ class GroupLagExporter(Collector):
         self._failures = dict.fromkeys(self.groups, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._admin: AdminClient | None = None
-        self._readers: dict[str, Consumer] = {}
+        # Quiet: a failed reading is this module's warning, not librdkafka's line at every failed connect.
+        self._reader = GroupLagReader(bootstrap, quiet=True)
 
     def read_once(self) -> None:
         """Read every group's lag now (the thread's body; tests call it directly)."""
-        if self._admin is None:
-            # Errors only through this module's warnings: librdkafka would print every failed connect.
-            self._admin = AdminClient({**kafka_config(self.bootstrap), "log_level": 0})
         for group, topics in self.groups.items():
             try:
-                reader = self._readers.get(group)
-                if reader is None:
-                    reader = self._readers[group] = offsets_reader(self.bootstrap, group)
-                seen = group_lag(self.bootstrap, group, topics, self.timeout_s, self._admin, reader)
+                seen = self._reader.read(group, topics, self.timeout_s)
             except Exception as exc:  # the cluster did not answer in time: keep the last reading
                 self._failures[group] += 1
                 log.warning("no lag reading of group %s: %s: %s", group, type(exc).__name__, exc)

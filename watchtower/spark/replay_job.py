@@ -31,9 +31,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
-
 from watchtower.protocol.errors import GenericReplayError, ReplayNotFoundError, WatchtowerError
 from watchtower.protocol.replay.records import (
     ReplayCanceled,
@@ -47,9 +44,12 @@ from watchtower.protocol.replay.rules import parse_replay_filter, parse_skip, re
 from watchtower.protocol.replay.status import ReplayRuleError
 from watchtower.schemas.replay_records import decode_replay_record, encode_replay_record
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config, spark_kafka_options
+from watchtower.topics.connection import spark_kafka_options
+from watchtower.topics.errors import TopicUnavailableError
+from watchtower.topics.metadata import partition_count
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
+from watchtower.topics.record_writer import RecordWriter
 
 _LOG = logging.getLogger(__name__)
 ENGINE = "spark"
@@ -82,11 +82,10 @@ class _ReplayLog:
 
 def partitions_of(bootstrap: str, topic: str) -> int:
     """The partition count of `topic`."""
-    admin = AdminClient({**kafka_config(bootstrap), "log_level": 3})
-    meta = admin.list_topics(topic, timeout=30).topics[topic]
-    if meta.error is not None:
-        raise GenericReplayError(f"topic {topic} is not readable ({meta.error}); run `watchtower init` first")
-    return len(meta.partitions)
+    try:
+        return partition_count(bootstrap, topic)
+    except TopicUnavailableError as exc:
+        raise GenericReplayError(f"topic {topic} is not readable ({exc.reason}); run `watchtower init` first") from None
 
 
 def _read_replay_log(bootstrap: str, topic: str, partition: int, stream_id: str, replay_id: int) -> _ReplayLog:
@@ -115,9 +114,9 @@ def _read_replay_log(bootstrap: str, topic: str, partition: int, stream_id: str,
 
 
 def _write_replay_record(bootstrap: str, topic: str, partition: int, record: Any) -> None:
-    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
-    producer.produce(topic, key=record.stream_id.encode(), value=encode_replay_record(record), partition=partition)
-    if producer.flush(60) != 0:
+    writer = RecordWriter(bootstrap)
+    writer.write(topic, encode_replay_record(record), key=record.stream_id.encode(), partition=partition)
+    if writer.flush(60) != 0:
         raise GenericReplayError(f"could not write the replay record to {topic}[{partition}]; check the broker")
 
 

@@ -5,7 +5,9 @@ cache and refreshes that cache only on NOT_LEADER_OR_FOLLOWER and LEADER_NOT_AVA
 (``rd_kafka_admin_result_err_refresh``). After a broker restart a long-lived client therefore
 keeps sending the old epoch and gets FENCED_LEADER_EPOCH until the cache entry expires
 (``metadata.max.age.ms``, 15 minutes by default). A fresh client starts with an empty cache and
-looks the leaders and their epochs up again, so `EndOffsets` replaces its client on such an answer.
+looks the leaders and their epochs up again, so `StableOffsets` replaces its client on such an answer.
+
+A query that fails raises `BrokerError` (the client's reason) or `TimeoutError` (no answer in time).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.errors import BrokerError
 
-log = logging.getLogger("watchtower.keymgr.end_offsets")
+log = logging.getLogger("watchtower.topics.stable_offsets")
 
 #: A client failing this long without one answer is replaced, whatever its error.
 RENEW_AFTER_S: Final = 10.0
@@ -54,7 +57,7 @@ def _code(exc: Exception) -> int | None:
     return exc.args[0].code() if isinstance(exc, KafkaException) and exc.args else None
 
 
-class EndOffsets:
+class StableOffsets:
     """The partitions' last stable offsets (read_committed), from an AdminClient replaced when it goes stale.
 
     Thread-safe: concurrent requests share one client; a failure replaces the client it came from
@@ -74,7 +77,7 @@ class EndOffsets:
 
     def query(self, timeout_s: float) -> dict[int, int]:
         """``{partition: last stable offset}``, asked again after each failure until `timeout_s` is spent
-        (then its KafkaException or TimeoutError), except after an authorization failure (at once)."""
+        (then `BrokerError` or TimeoutError), except after an authorization failure (at once)."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
@@ -90,6 +93,8 @@ class EndOffsets:
             except (KafkaException, TimeoutError) as exc:
                 self._failed(admin, exc)
                 if _code(exc) in _PERMANENT or deadline - time.monotonic() <= _RETRY_PAUSE_S:
+                    if isinstance(exc, KafkaException):
+                        raise BrokerError(str(exc)) from exc
                     raise
                 time.sleep(_RETRY_PAUSE_S)  # a back-off between queries to the broker, not a synchronisation
                 continue

@@ -1,0 +1,83 @@
+"""`LogFollower`: every partition of one topic, read_committed, from its first record on, for as long as it lives.
+
+The follower is assigned the partitions (it never joins its group, never commits), so each process
+that follows a topic sees all of it, in log order per partition. `poll` answers what arrived as
+plain values: a `LogRecord` for each record, a `PartitionEnd` whenever a partition is read to its
+current end (so a reader can tell "caught up" from "nothing came"). Transient client errors are the
+client's to retry and never surface; a client that failed for good raises `BrokerError`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from watchtower.topics.batches import next_batch
+from watchtower.topics.connection import kafka_config
+from watchtower.topics.errors import BrokerError
+from watchtower.topics.metadata import partitions
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One committed record: where it stands, and its value (None for a tombstone)."""
+
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEnd:
+    """`partition` was read to its end, which was then at `offset`."""
+
+    partition: int
+    offset: int
+
+
+class LogFollower:
+    """Follows every partition of `topic` from the beginning; `group_prefix` names its (never joined) group.
+
+    `TopicUnavailableError` at construction when the topic is not served. Not thread-safe: one
+    thread polls it.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, *, group_prefix: str) -> None:
+        self.topic = topic
+        self._consumer = Consumer(kafka_config(bootstrap, **{
+            "group.id": f"{group_prefix}-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 3,
+        }))
+        try:
+            #: the topic's partitions, ascending
+            self.partitions = partitions(self._consumer, topic)
+        except BaseException:
+            self._consumer.close()
+            raise
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
+
+    def poll(self, max_records: int, timeout_s: float) -> list[LogRecord | PartitionEnd]:
+        """What arrived, in log order per partition: the first waited for up to `timeout_s`, the rest
+        only if already fetched (`batches.next_batch`). `BrokerError` when the client failed for good."""
+        try:
+            batch = next_batch(self._consumer, max_records, timeout_s)
+        except KafkaException as exc:  # fatal consumer errors only; transient ones come as records
+            raise BrokerError(str(exc)) from exc
+        out: list[LogRecord | PartitionEnd] = []
+        for record in batch:
+            err = record.error()
+            partition, offset = record.partition() or 0, record.offset() or 0
+            if err is None:
+                out.append(LogRecord(partition, offset, record.value()))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                out.append(PartitionEnd(partition, offset))
+        return out
+
+    def close(self) -> None:
+        """Leave the partitions."""
+        self._consumer.close()
