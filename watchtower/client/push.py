@@ -4,9 +4,9 @@ The delivery worker writes every push on the ``deliveries`` topic (docs/push.md)
 subscriber's address, the value the StreamMessage record byte for byte, marked with the headers
 ``wt:push = 1`` and ``wt:push:stream = <stream id>``, in Kafka transactions. A PushConsumer:
 
-- is assigned (never joins a group, never commits) the one partition of ``deliveries`` the
-  subscriber's key hashes to (`partitioning.partition_for_key`, murmur2 like every producer);
-- reads it ``read_committed`` (a delivery transaction that a crash aborted never shows);
+- reads, through `topics.keyed_partition`, the one partition of ``deliveries`` the subscriber's
+  key hashes to (murmur2 like every producer), by assignment (never joins a group, never commits)
+  and ``read_committed`` (a delivery transaction that a crash aborted never shows);
 - starts at the partition's end when it is created (`start_offset` overrides): pushes are live,
   and what came before is the pull side's (``Subscriber.stream`` catches up with get_since);
 - keeps only records keyed by the subscriber, carrying ``wt:push`` and this stream's
@@ -24,18 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import uuid
+from collections.abc import Sequence
 from typing import Final
-
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
-from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
-from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.keyed_partition import KeyedPartitionReader
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +50,7 @@ class PushStats:
     undecodable: int = 0  #: ours by their headers, but the value is not a StreamMessage of the stream
 
 
-RawHeaders = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None
+RawHeaders = dict[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]] | None
 
 
 def header_value(headers: RawHeaders, name: str) -> bytes | None:
@@ -84,29 +80,18 @@ class PushConsumer:
         self.stats = PushStats()
         self._key = subscriber_address.encode()
         self._stream = stream_id.encode()
-        self._consumer = Consumer(kafka_config(bootstrap, **{
-            # assign() only: the group id is never joined and nothing is committed.
-            "group.id": f"wt-client-push-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "log_level": 3,
-        }))
+        self._reader: KeyedPartitionReader | None = KeyedPartitionReader(
+            bootstrap, self.topic, self._key, group_prefix="wt-client-push")
+        self.partition = self._reader.partition
         try:
-            meta = self._consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise InvalidArgumentError(f"topic {self.topic} does not exist; is the deployment's prefix right "
-                                           "(WATCHTOWER_TOPIC_PREFIX)?")
-            self.partition = partition_for_key(self._key, len(meta.partitions))
-            tp = TopicPartition(self.topic, self.partition)
             if start_offset is None:
                 # The end now, resolved here (not lazily at the first fetch), so every push committed
                 # after the constructor returns is read.
-                start_offset = int(self._consumer.get_watermark_offsets(tp, timeout=30)[1])
+                start_offset = self._reader.end()
             self.start_offset = start_offset
-            self._consumer.assign([TopicPartition(self.topic, self.partition, start_offset)])
+            self._reader.start_at(start_offset)
         except BaseException:
-            self._consumer.close()
+            self._reader.close()
             raise
 
     def __enter__(self) -> PushConsumer:
@@ -117,22 +102,17 @@ class PushConsumer:
 
     def close(self) -> None:
         """Leave the partition (idempotent)."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None  # type: ignore[assignment]
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def poll(self, timeout_s: float = 0.5) -> list[StreamMessage]:
         """The pushes that arrived within `timeout_s` (possibly none), in log order."""
-        if self._consumer is None:
+        if self._reader is None:
             raise InvalidArgumentError("this PushConsumer is closed; create a new one")
         out: list[StreamMessage] = []
-        for m in next_batch(self._consumer, BATCH, timeout_s):
-            err = m.error()
-            if err is not None:
-                if failed_fatally(err):
-                    raise KafkaException(err)
-                continue  # transient: the client retries by itself
-            msg = self._accept(m.key(), m.headers(), m.value(), m.offset())
+        for record in self._reader.poll(timeout_s, BATCH):
+            msg = self._accept(record.key, record.headers, record.value, record.offset)
             if msg is not None:
                 out.append(msg)
         return out

@@ -35,11 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
@@ -56,10 +53,8 @@ from watchtower.protocol.errors import (
 from watchtower.protocol.replay.rules import read_replay_headers
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
-from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
-from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.keyed_partition import KeyedPartitionReader
 
 if TYPE_CHECKING:
     from watchtower.client.sdk import Page, Subscriber
@@ -71,6 +66,7 @@ DEFAULT_TIMEOUT_S: Final = 600.0
 BATCH_PATH: Final = "/v1/commands/batch"
 MAX_BATCH: Final = 100  # the most registrations one batch may carry (the gateway refuses more as a whole)
 _REPLY_MARGIN_S: Final = 5.0  # the HTTP request outlives the gateway's wait, so its TIMEOUT items arrive
+_POLL_S: Final = 0.25  # how long `messages` waits for a delivery before it looks at the status again
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -313,11 +309,13 @@ class ReplayClient:
         status: dict[str, Any] | None = None
         deadline = time.monotonic() + timeout_s
         next_status = 0.0
-        with _DeliveryReader(self.bootstrap, self.t_deliveries, self.account.address,
-                             ticket.deliveries_offset) as reader:
+        with self._deliveries() as reader:
+            reader.start_at(ticket.deliveries_offset)
             while True:
-                for headers, value in reader.poll():
-                    msg = self._accept(ticket, verifier, headers, value)
+                for record in reader.poll(_POLL_S):
+                    if record.key != reader.key:
+                        continue  # another account's delivery on the same partition
+                    msg = self._accept(ticket, verifier, record.headers, record.value)
                     if msg is not None and (msg.stream_id, msg.sequence) not in seen:
                         seen.add((msg.stream_id, msg.sequence))
                         yield msg
@@ -363,8 +361,13 @@ class ReplayClient:
         verifier.verify(msg)  # INVALID_SIGNATURE for an altered or forged message
         return msg
 
+    def _deliveries(self) -> KeyedPartitionReader:
+        """The requester's partition of ``deliveries`` (read_committed; nothing read before `start_at`)."""
+        return KeyedPartitionReader(self.bootstrap, self.t_deliveries, self.account.address.encode(),
+                                    group_prefix="wt-client-replay")  # the group prefix client ACLs allow
+
     def _deliveries_end(self) -> int | None:
-        with _DeliveryReader(self.bootstrap, self.t_deliveries, self.account.address, None, assign=False) as reader:
+        with self._deliveries() as reader:
             return reader.end()
 
 
@@ -372,57 +375,6 @@ def _done(status: Mapping[str, Any], distinct: int) -> bool:
     """Terminal, and every message it reports delivered has been read."""
     state = state_of(status)
     return state in TERMINAL and distinct >= int(status["stats"]["delivered"])
-
-
-class _DeliveryReader:
-    """The requester's partition of ``deliveries``, read_committed, from `start` (None: the beginning)."""
-
-    def __init__(self, bootstrap: str, topic: str, requester: str, start: int | None, *, assign: bool = True) -> None:
-        self._consumer = Consumer({
-            **kafka_config(bootstrap),
-            # Never joins or commits: assign() only. The prefix is the one client ACLs allow.
-            "group.id": f"wt-client-replay-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "log_level": 3,
-        })
-        self._key = requester.encode()
-        meta = self._consumer.list_topics(topic, timeout=30).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            self._consumer.close()
-            raise InvalidArgumentError(f"topic {topic} does not exist; is the deployment's prefix right "
-                                       "(WATCHTOWER_TOPIC_PREFIX)?")
-        self._tp = TopicPartition(topic, partition_for_key(self._key, len(meta.partitions)))
-        if assign:
-            self._consumer.assign([TopicPartition(self._tp.topic, self._tp.partition,
-                                                  OFFSET_BEGINNING if start is None else start)])
-
-    def __enter__(self) -> _DeliveryReader:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._consumer.close()
-
-    def end(self) -> int:
-        """The partition's high watermark now."""
-        return int(self._consumer.get_watermark_offsets(self._tp, timeout=30)[1])
-
-    def poll(self, timeout_s: float = 0.25) -> list[tuple[Headers, bytes | None]]:
-        """(headers, value) of the next records keyed by the requester."""
-        out = []
-        for m in next_batch(self._consumer, 500, timeout_s):
-            err = m.error()
-            if err is not None:
-                if failed_fatally(err):
-                    raise KafkaException(err)
-                continue  # transient (the client retries) or the end of the partition
-            if m.key() != self._key:
-                continue
-            raw = m.headers() or []
-            pairs = raw.items() if isinstance(raw, dict) else raw
-            out.append(([(str(k), v.encode() if isinstance(v, str) else v) for k, v in pairs], m.value()))
-        return out
 
 
 # --- CURSOR_TOO_OLD's way back ---------------------------------------------------------------------
