@@ -68,6 +68,7 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.group_lag import group_lag
 from watchtower.topics.groups import projection_fold_group, worker_group
 
 pytestmark = pytest.mark.integration
@@ -208,7 +209,7 @@ def test_publishes_move_the_worker_and_projection_metrics(stack: ServiceSet) -> 
 def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: ServiceSet) -> None:
     group, topics = next(iter(lag.worker_groups(stack.prefix).items()))
     commands = topic_name("commands", stack.prefix)
-    wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to settle")
+    wait_for(lambda: group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to settle")
     malformed = ("watchtower_worker_commands_total", {"method": "unknown", "outcome": "MALFORMED_RECORD"})
     before = value(scrape(stack, "worker-w1"), malformed[0], **malformed[1])
     worker = stack.procs["worker-w1"]
@@ -220,7 +221,7 @@ def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: Se
             producer.produce(commands, key=key, value=b"\x00 not a command %d" % i,
                              partition=partition_for_key(key, PARTITIONS))
         assert producer.flush(30) == 0
-        seen = lag.group_lag(stack.bootstrap, group, topics)
+        seen = group_lag(stack.bootstrap, group, topics)
         assert seen.total == MALFORMED
         assert seen.exact
         for (topic, partition), (committed, end) in seen.partitions.items():
@@ -234,7 +235,7 @@ def test_malformed_commands_show_as_group_lag_then_as_refusals_by_code(stack: Se
     wait_for(lambda: value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before >= MALFORMED,
              what="the worker to refuse the malformed records")
     assert value(scrape(stack, "worker-w1"), malformed[0], **malformed[1]) - before == MALFORMED
-    wait_for(lambda: lag.group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
+    wait_for(lambda: group_lag(stack.bootstrap, group, topics).total == 0, what="the worker group to catch up")
 
 
 def exported_group_lag(samples: Samples, group: str) -> float | None:

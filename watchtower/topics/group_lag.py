@@ -113,6 +113,15 @@ class GroupLagReader:
         self._offsets.clear()
 
 
+def group_lag(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0) -> GroupLag:
+    """One reading of `group`'s lag (`GroupLagReader.read`) through clients of its own, closed after."""
+    reader = GroupLagReader(bootstrap)
+    try:
+        return reader.read(group, topics, timeout_s)
+    finally:
+        reader.close()
+
+
 def _count_records(bootstrap: str, ranges: Mapping[tuple[str, int], tuple[int | None, int]],
                    timeout_s: float) -> dict[tuple[str, int], int]:
     """Records a read_committed reader gets in each [committed, end) range; partitions that did not
