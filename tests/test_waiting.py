@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.waiting import wait_until
+from tests.waiting import let_time_pass, wait_until
 
 
 def test_returns_the_first_truthy_value() -> None:
@@ -55,3 +55,29 @@ def test_a_retried_exception_then_success_returns_the_value() -> None:
         return item
 
     assert wait_until("the port", check, timeout_s=10, every_s=0.001, retry_on=(ConnectionError,)) == 7
+
+
+def test_a_callable_what_is_asked_only_when_time_runs_out() -> None:
+    seen: list[int] = []
+    asked: list[int] = []
+
+    def what() -> str:
+        asked.append(1)
+        return f"5 records, read {seen}"
+
+    def check() -> bool:
+        seen.append(len(seen))
+        return False
+
+    with pytest.raises(AssertionError, match=r"5 records, read \[0, 1"):
+        wait_until(what, check, timeout_s=0.05, every_s=0.01)
+    assert asked == [1]
+
+
+def test_let_time_pass_needs_a_reason_then_sleeps_the_time_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("tests.waiting.time.sleep", slept.append)
+    with pytest.raises(ValueError, match="reason"):
+        let_time_pass(0.01, " ")
+    let_time_pass(2.5, "the window in which nothing may happen")
+    assert slept == [2.5]
