@@ -23,7 +23,9 @@ import cbor2
 from generate_keyloads import KEYLOAD_ID, SESSION_KEY, SMALL, STREAM, TEST_KEY_NOTE, _reseal, _summary
 
 from watchtower.protocol import cbor
-from watchtower.protocol.confidential.keyload import PskRecipient, build_keyload, key_commitment
+from watchtower.protocol.confidential.keyload import build_keyload
+from watchtower.protocol.confidential.psk import PskRecipient
+from watchtower.protocol.confidential.session_key import key_commitment
 
 DESK_ID = bytes.fromhex("0d35c0000000000000000000000000a1")
 DESK_PSK = hashlib.sha256(b"watchtower test psk desk").digest()

@@ -32,16 +32,9 @@ import nacl.signing
 
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.confidential.keyload import (
-    Recipient,
-    build_keyload,
-    decode_part,
-    decode_reseal,
-    key_commitment,
-    mask,
-    masked_aad,
-    payload_key,
-)
+from watchtower.protocol.confidential.keyload import Recipient, build_keyload, decode_part
+from watchtower.protocol.confidential.reseal import decode_reseal
+from watchtower.protocol.confidential.session_key import key_commitment, mask, masked_aad, payload_key
 
 STREAM = "news.private-desk"
 SESSION_KEY = hashlib.sha256(b"watchtower test session key 1").digest()

@@ -38,7 +38,9 @@ from sse_stack import Feed
 
 from watchtower.gateway import page
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.confidential.keyload import Recipient, build_keyload, build_reseals, decode_part, mask
+from watchtower.protocol.confidential.keyload import Recipient, build_keyload, decode_part
+from watchtower.protocol.confidential.reseal import build_reseals
+from watchtower.protocol.confidential.session_key import mask
 from watchtower.protocol.signing import sign_message
 
 pytestmark = pytest.mark.integration

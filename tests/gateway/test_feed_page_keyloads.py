@@ -25,17 +25,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from watchtower.gateway import page
 from watchtower.protocol import cbor
-from watchtower.protocol.confidential.keyload import (
-    Recipient,
-    build_keyload,
-    build_reseals,
-    check_keyload,
-    decode_part,
-    key_commitment,
-    mask,
-    masked_aad,
-    new_session_key,
-)
+from watchtower.protocol.confidential.keyload import Recipient, build_keyload, check_keyload, decode_part
+from watchtower.protocol.confidential.reseal import build_reseals
+from watchtower.protocol.confidential.session_key import key_commitment, mask, masked_aad, new_session_key
 
 HERE = Path(__file__).parent
 CHECKER = HERE / "keyload_check.mjs"

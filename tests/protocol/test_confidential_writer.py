@@ -21,14 +21,13 @@ from watchtower.protocol.confidential.keyload import (
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
     MAX_BRANCHES,
-    RESEAL_KIND,
     Keyload,
     Recipient,
     build_keyload,
-    build_reseals,
-    mask,
 )
+from watchtower.protocol.confidential.reseal import RESEAL_KIND, build_reseals
 from watchtower.protocol.confidential.rules import NO_KEYLOADS, Keyloads, KeyloadState, fold_keyload_part
+from watchtower.protocol.confidential.session_key import mask
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import (
     InvalidArgumentError,

@@ -22,20 +22,14 @@ from watchtower.protocol.confidential.keyload import (
     Member,
     Recipient,
     build_keyload,
-    build_reseals,
     check_keyload,
     decode_part,
-    decode_reseal,
-    key_commitment,
-    mask,
     members_digest,
     open_keyload,
-    open_reseal,
     part_for,
-    payload_key,
-    require_branch,
-    unmask,
 )
+from watchtower.protocol.confidential.reseal import build_reseals, decode_reseal, open_reseal
+from watchtower.protocol.confidential.session_key import key_commitment, mask, payload_key, require_branch, unmask
 from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
 
 SID = "private.prices"
@@ -73,7 +67,7 @@ def test_no_part_holds_the_session_key_or_a_key_derived_from_it() -> None:
     blob = b"".join(keyload.parts)
     assert keyload.session_key not in blob
     # The commitment is published; the payload key is not.
-    from watchtower.protocol.confidential.keyload import payload_key
+    from watchtower.protocol.confidential.session_key import payload_key
     assert payload_key(keyload.session_key, keyload.keyload_id) not in blob
     assert key_commitment(keyload.session_key, keyload.keyload_id) in blob
 

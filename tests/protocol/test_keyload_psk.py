@@ -16,17 +16,15 @@ import nacl.public
 import pytest
 
 from watchtower.protocol.confidential.keyload import (
-    MAX_PSK_RECIPIENTS,
-    PskRecipient,
     Recipient,
     build_keyload,
     check_keyload,
     decode_part,
-    mask,
     open_keyload,
     open_keyload_psk,
-    unmask,
 )
+from watchtower.protocol.confidential.psk import MAX_PSK_RECIPIENTS, PskRecipient
+from watchtower.protocol.confidential.session_key import mask, unmask
 from watchtower.protocol.conformance import run_vector
 from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
 

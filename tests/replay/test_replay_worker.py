@@ -30,7 +30,8 @@ from watchtower.client.private import ConfidentialReader
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.confidential.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload, mask
+from watchtower.protocol.confidential.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIND, Recipient, build_keyload
+from watchtower.protocol.confidential.session_key import mask
 from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayProgress
 from watchtower.protocol.replay.rules import selector_for
 from watchtower.protocol.signed_command import sign_command

@@ -20,7 +20,8 @@ from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
 from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, RESEAL_KIND, Recipient
+from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient
+from watchtower.protocol.confidential.reseal import RESEAL_KIND
 from watchtower.protocol.errors import WatchtowerError
 
 

@@ -32,15 +32,9 @@ from watchtower.client.http import ApiClient
 from watchtower.client.private import TAG_KEYLOAD, ConfidentialPublisher, ConfidentialReader, member_recipients
 from watchtower.client.sdk import Publisher
 from watchtower.client.subscriber import Subscriber
-from watchtower.protocol.confidential.keyload import (
-    DEFAULT_BRANCH,
-    KEYLOAD_KIND,
-    RESEAL_KIND,
-    Recipient,
-    check_keyload,
-    decode_part,
-    require_branch,
-)
+from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient, check_keyload, decode_part
+from watchtower.protocol.confidential.reseal import RESEAL_KIND
+from watchtower.protocol.confidential.session_key import DEFAULT_BRANCH, require_branch
 from watchtower.protocol.errors import (
     DecryptionFailedError,
     InvalidArgumentError,

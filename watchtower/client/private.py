@@ -46,25 +46,18 @@ from watchtower.protocol.confidential.audience import (
 )
 from watchtower.protocol.confidential.keyload import (
     BRANCH_TAG,
-    DEFAULT_BRANCH,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
-    RESEAL_KIND,
     Keyload,
     KeyloadPart,
     Member,
     Recipient,
     build_keyload,
-    build_reseals,
     decode_part,
-    decode_reseal,
-    key_commitment,
-    mask,
     open_keyload,
-    open_reseal,
-    require_branch,
-    unmask,
 )
+from watchtower.protocol.confidential.reseal import RESEAL_KIND, build_reseals, decode_reseal, open_reseal
+from watchtower.protocol.confidential.session_key import DEFAULT_BRANCH, key_commitment, mask, require_branch, unmask
 from watchtower.protocol.constants import ACCOUNT_KEY_SCHEME_X25519, DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import (
     DecryptionFailedError,

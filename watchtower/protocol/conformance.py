@@ -36,17 +36,12 @@ from watchtower.protocol.confidential.keyload import (
     KeyloadPart,
     check_keyload,
     decode_part,
-    decode_reseal,
-    key_commitment,
-    mask,
-    masked_aad,
     open_keyload,
     open_keyload_psk,
-    open_reseal,
     part_for,
-    payload_key,
-    unmask,
 )
+from watchtower.protocol.confidential.reseal import decode_reseal, open_reseal
+from watchtower.protocol.confidential.session_key import key_commitment, mask, masked_aad, payload_key, unmask
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.enums import AccessMode, parse_access_mode
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError, WatchtowerError

@@ -40,18 +40,15 @@ from typing import Any, Final
 
 from watchtower.protocol.confidential.keyload import (
     BRANCH_TAG,
-    DEFAULT_BRANCH,
-    KEYLOAD_ID_BYTES,
     KEYLOAD_ID_TAG,
     KEYLOAD_KIND,
     MAX_BRANCHES,
     MAX_MEMBERS,
-    RESEAL_KIND,
     Member,
     decode_part,
-    decode_reseal,
-    require_branch,
 )
+from watchtower.protocol.confidential.reseal import RESEAL_KIND, decode_reseal
+from watchtower.protocol.confidential.session_key import DEFAULT_BRANCH, KEYLOAD_ID_BYTES, require_branch
 from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.validation import require_int
@@ -260,7 +257,7 @@ def _check_reseal(msg: StreamMessage, *, stream_id: str, owner: str, allowlist: 
         raise InvalidArgumentError(f"a reseal names its keyload in the {KEYLOAD_ID_TAG!r} tag ({kid}) and its branch "
                                    f"in the {BRANCH_TAG!r} tag ({reseal.branch!r})")
     # The writer cannot tell which key the reseal holds; every member checks it against the
-    # keyload's key commitment (keyload.open_reseal). It holds the reseal to the allowlist.
+    # keyload's key commitment (reseal.open_reseal). It holds the reseal to the allowlist.
     _check_members((m for m, _ in reseal.entries), f"the reseal of keyload {kid}", stream_id=stream_id, owner=owner,
                    allowlist=allowlist)
 
