@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from watchtower.cli.json_output import echo_json
-from watchtower.protocol.conformance import VectorFormatError, VectorOutcome, run_document
+from watchtower.protocol.conformance import VectorOutcome, run_document
+from watchtower.protocol.vector_input import VectorFormatError
 
 
 @click.group()
