@@ -1,19 +1,20 @@
 """What every command about one feed shares: the ``feed ID`` group that they join, the ``ID``
-reference it passes them, the options of reads and writes, JSON arguments, and a message's one-line
-rendering. `feed_cmd`, `paid_feed_cmd`, `ledger_cmd`, `replay_cmd` and `follow_cmd` build on it and
-never on each other's internals."""
+reference it passes them, the options of reads and writes, JSON arguments, a message's one-line
+rendering and a reply's. `feed_cmd`, `audience_cmd`, `paid_feed_cmd`, `ledger_cmd`, `replay_cmd`
+and `follow_cmd` build on it and never on each other's internals."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 
 from watchtower.cli.account_cmd import identity_options, json_option
+from watchtower.cli.json_output import echo_json
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
 from watchtower.protocol.stream.message import StreamMessage, TagValue
 
@@ -93,3 +94,11 @@ def message_line(msg: StreamMessage) -> str:
         payload = payload[:79] + "…"
     parts = [f"#{msg.sequence}", msg.kind, when.isoformat(timespec="milliseconds").replace("+00:00", "Z")]
     return "  ".join(p for p in (*parts, tags, payload) if p)
+
+
+def echo_reply(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
+    """A command's reply: as JSON with ``--json``, else the one line `text`."""
+    if as_json:
+        echo_json(dict(reply))
+    else:
+        click.echo(text)
