@@ -13,7 +13,8 @@ from typing import Any
 import fastavro
 import nacl.signing
 
-from watchtower.ingest.aggregator import Aggregator, TransientError
+from watchtower.ingest.aggregator import Aggregator
+from watchtower.ingest.sink_contract import TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.ingest.window import SendWindow
 from watchtower.protocol.addresses import address_from_public_key

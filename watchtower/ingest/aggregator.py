@@ -22,9 +22,16 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, Final, Protocol
+from typing import Final
 
+from watchtower.ingest.sink_contract import (
+    Flight,
+    HeadMovedError,
+    Sink,
+    SinkRefusedError,
+    TransientError,
+    submitted,
+)
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.ingest.window import SendWindow
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
@@ -42,7 +49,6 @@ from watchtower.protocol.ingestion.records import (
 )
 from watchtower.protocol.ingestion.results import canonical_json, parse_result, validate_result
 from watchtower.protocol.ingestion.transform import (
-    Payload,
     TransformError,
     apply_transform,
     check_payload_size,
@@ -61,73 +67,6 @@ BEHIND_S: Final = BLOCK_INTERVAL_MS / 1000
 and the window grows (`SendWindow.answered`)."""
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's answer before its tick is tried again."""
-
-
-class TransientError(Exception):
-    """The sink could not act now (no reply in time, key manager down): keep the tick and try again."""
-
-
-class HeadMovedError(TransientError):
-    """The stream's head is not where the sink thought (STALE_SEQUENCE): a command sent earlier,
-    perhaps by a previous aggregator, landed. The tick is decided again once the events fold has
-    read up to `head`, from what the log then says was finished."""
-
-    def __init__(self, head: int) -> None:
-        super().__init__(f"the stream's head moved to {head}; waiting for the events fold to read it")
-        self.head = head
-
-
-class SinkRefusedError(Exception):
-    """The sink refused for good before publishing (e.g. stream_encrypt refused): an IngestFailed `reason`."""
-
-    def __init__(self, reason: IngestReason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-class Sink(Protocol):
-    """Where decisions go: the stream actor, through the command path."""
-
-    def last_ingested_tick(self, stream: IngestingStream) -> int: ...
-
-    def publish(self, stream: IngestingStream, tick: int, timestamp_ms: int, payloads: tuple[Payload, ...]) -> None: ...
-
-    def report(self, stream: IngestingStream, first: int, last: int, reason: IngestReason, detail: str,
-               timestamp_ms: int) -> None: ...
-
-    def forget_head(self, stream_id: str) -> None:
-        """Drop what the sink believes the stream's head is (a command may have landed unseen)."""
-
-
-@dataclasses.dataclass(slots=True)
-class Flight:
-    """A stream's publish or report on its way: at most one per stream."""
-
-    stream: IngestingStream
-    task: IngestTask
-    kind: str  # "publish" or "report"
-    future: Future[None]
-    started: float  # monotonic
-    reason: IngestReason | None = None  # a report's
-    answered: float | None = None
-    """When its answer came (monotonic; set by the future's callback): its round trip, for the window."""
-
-
-def _submitted(sink: Sink, kind: str, *args: Any) -> Future[None]:
-    """The sink's `submit_publish`/`submit_report` when it has them; else its blocking
-    `publish`/`report` called now, its outcome in a finished future."""
-    submit = getattr(sink, f"submit_{kind}", None)
-    if submit is not None:
-        return submit(*args)
-    future: Future[None] = Future()
-    try:
-        getattr(sink, kind)(*args)
-    except Exception as exc:
-        future.set_exception(exc)
-    else:
-        future.set_result(None)
-    return future
 
 
 @dataclasses.dataclass
@@ -516,12 +455,12 @@ class Aggregator:
             return self._report(stream, task, exc.reason, exc.detail)
         except WatchtowerError as exc:
             return self._report(stream, task, IngestReason.TRANSFORM_FAILED, exc.message)
-        future = _submitted(self.sink, "publish", stream, task.tick, block_ms(task.tick_height), payloads)
+        future = submitted(self.sink, "publish", stream, task.tick, block_ms(task.tick_height), payloads)
         return Flight(stream, task, "publish", future, time.monotonic())
 
     def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> Flight:
         first = task.skip_from if task.skip_from is not None else task.tick
-        future = _submitted(self.sink, "report", stream, first, task.tick, reason, detail[:512],
+        future = submitted(self.sink, "report", stream, first, task.tick, reason, detail[:512],
                             block_ms(task.tick_height))
         return Flight(stream, task, "report", future, time.monotonic(), reason)
 

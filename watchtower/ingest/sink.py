@@ -28,7 +28,7 @@ import nacl.signing
 
 from watchtower.http.api_client import ApiUnavailableError
 from watchtower.http.keymgr_client import KeyManagerApi
-from watchtower.ingest.aggregator import HeadMovedError, SinkRefusedError, TransientError
+from watchtower.ingest.sink_contract import HeadMovedError, SinkRefusedError, TransientError
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.protocol.addresses import public_key_from_address
 from watchtower.protocol.confidential.envelope import envelope_aad
