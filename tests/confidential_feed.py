@@ -18,7 +18,8 @@ import nacl.signing
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.private import ConfidentialPublisher
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.protocol.confidential.keyload import Keyload, Recipient
 

@@ -18,7 +18,8 @@ import pytest
 
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader, newest_active_key
+from watchtower.client.private import ConfidentialPublisher, newest_active_key
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.client.sdk import Publisher
 from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient

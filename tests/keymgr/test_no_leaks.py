@@ -36,10 +36,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from keymgr_harness import KeymgrClient, addr, keymgr_stack
 from leak_scan import LeakScanner
+from waiting import wait_until
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.private import ConfidentialPublisher
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.client.sse import SseSource
 from watchtower.client.subscriber import Subscriber
@@ -245,9 +247,12 @@ def _confidential_feed(api_url: str, home: Path) -> tuple[dict[str, bytes], str]
                        timeout_s=120, what="the confidential feed's listing")
     pushed: list[Any] = []
     with SseSource(api_url, int(feed_id), last_event_id=0) as sse:
-        deadline = time.monotonic() + 120
-        while len(pushed) < 8 and time.monotonic() < deadline:
-            pushed += sse.poll(1.0)
+
+        def eight_pushed() -> bool:
+            pushed.extend(sse.poll(1.0))
+            return len(pushed) >= 8
+
+        wait_until(lambda: f"8 live messages over SSE (got {len(pushed)})", eight_pushed, timeout_s=120, every_s=0)
     assert [m.sequence for m in pushed] == list(range(1, 9))
     assert {m.payload_inline for m in pushed} == payloads
     served += json.dumps([m.to_json_dict() for m in pushed])

@@ -26,7 +26,7 @@ from replay_helpers import (
 )
 from stack_fixture import start_stack
 
-from watchtower.client.private import ConfidentialReader
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key

@@ -16,7 +16,8 @@ import nacl.signing
 from watchtower.cli.demo_wait import STEP_TIMEOUT_S
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
-from watchtower.client.private import ConfidentialPublisher, ConfidentialReader
+from watchtower.client.private import ConfidentialPublisher
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.client.sdk import Publisher, wait_until_visible
 from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.addresses import address_from_public_key

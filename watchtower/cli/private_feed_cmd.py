@@ -29,7 +29,8 @@ from watchtower.client import account as keys
 from watchtower.client.account import Account
 from watchtower.client.account_keys import load_account_key, local_account_key_ids
 from watchtower.client.http import ApiClient
-from watchtower.client.private import TAG_KEYLOAD, ConfidentialPublisher, ConfidentialReader, member_recipients
+from watchtower.client.private import TAG_KEYLOAD, ConfidentialPublisher, member_recipients
+from watchtower.client.private_reader import ConfidentialReader
 from watchtower.client.sdk import Publisher
 from watchtower.client.subscriber import Subscriber
 from watchtower.protocol.confidential.keyload import KEYLOAD_KIND, Recipient, check_keyload, decode_part
