@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kafka_fixture import embedded_spec
 
-from watchtower.local.broker import MARKER, LocalKafka
+from watchtower.local.broker import LocalKafka
+from watchtower.local.data_dir import MARKER
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import Bundle, ensure_bundle
 

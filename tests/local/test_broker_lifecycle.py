@@ -13,7 +13,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec
 
-from watchtower.local.broker import LocalKafka, _pid_alive
+from watchtower.local.broker import LocalKafka
+from watchtower.local.processes import pid_alive
 from watchtower.topics.connection import kafka_config
 
 pytestmark = pytest.mark.integration
@@ -37,13 +38,13 @@ def test_up_is_idempotent_and_down_leaves_nothing(broker: LocalKafka) -> None:
     first = broker.status()
     assert first["state"] == "running"
     pid = first["nodes"][0]["pid"]
-    assert _pid_alive(pid)
+    assert pid_alive(pid)
 
     assert broker.up() == 0.0, "a second up must be a no-op"
     assert broker.status()["nodes"][0]["pid"] == pid
 
     broker.down()
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     assert not _port_open(broker.spec.port)
     assert broker.status()["state"] == "stopped"
     assert not broker.spec.node_specs[0].pid_file.exists()
@@ -83,7 +84,7 @@ def test_record_survives_sigkill_and_restart(broker: LocalKafka) -> None:
 
     pid = broker.status()["nodes"][0]["pid"]
     broker.kill_node(1, signal.SIGKILL)
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     assert broker.status()["state"] == "stopped"
 
     assert broker.up() > 0.0, "up after a crash must restart the broker (the stale pid file is cleared)"

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from kafka_fixture import embedded_spec
 
-from watchtower.local import broker as broker_module
-from watchtower.local.broker import LocalKafka, random_cluster_id
+from watchtower.local import data_dir
+from watchtower.local.broker import LocalKafka
+from watchtower.local.data_dir import random_cluster_id
 
 URLSAFE_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 
@@ -42,7 +43,7 @@ def test_storage_formats_and_the_broker_starts_with_a_cluster_id_starting_with_a
     dash_id = _id_starting_with_dash()
     # The id a fresh data directory draws is the only thing replaced; formatting runs the real
     # kafka-storage tool and the broker really starts on it.
-    monkeypatch.setattr(broker_module, "random_cluster_id", lambda: dash_id)
+    monkeypatch.setattr(data_dir, "random_cluster_id", lambda: dash_id)
     lk = LocalKafka(embedded_spec(tmp_path / "kafka"))
     try:
         assert lk.up() > 0.0

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from watchtower.cli.json_output import echo_json
-from watchtower.local.broker import LocalKafka, recorded_secure
+from watchtower.local.broker import LocalKafka
 from watchtower.local.config import DEFAULT_CONTROLLER_PORT, DEFAULT_PORT, ClusterSpec
+from watchtower.local.data_dir import recorded_secure
 from watchtower.local.paths import default_data_dir
 from watchtower.local.security import CLIENT_PRINCIPAL, credentials_file
 

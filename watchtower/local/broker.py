@@ -8,25 +8,23 @@ pid files left by a crash or ``kill -9`` are detected and cleared.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
-import json
 import os
 import signal
-import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from watchtower.local.config import ADMIN_PRINCIPAL, BROKER_SESSION_TIMEOUT_MS, HOST, ClusterSpec, NodeSpec
+from watchtower.local.data_dir import claim_data_dir, storage_format_argv
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import KAFKA_BUNDLE, KAFKA_VERSION, classpath, jolokia_agent_jar, require_tool
 from watchtower.local.ports import port_bindable
+from watchtower.local.processes import log_tail, pid_alive, port_open, private_dir, wait_gone, write_private
 from watchtower.local.security import (
     admin_settings,
     ensure_acls,
@@ -37,7 +35,6 @@ from watchtower.local.security import (
 from watchtower.topics.catalogue import topic_prefix
 from watchtower.topics.connection import Principal
 
-MARKER = "watchtower-kafka.json"
 #: The broker's JVM and `kafka-storage format` run with it: what they create is owner-only.
 PRIVATE_UMASK = 0o077
 READY_TIMEOUT_S = 90.0
@@ -97,9 +94,9 @@ class LocalKafka:
         agent = jolokia_agent_jar() if self.spec.metrics_port is not None else None
         # The data directory holds every topic's segments (`events`, `keymgr.state`, deliveries):
         # ACLs guard the port, file modes the disk. Owner-only, also for a directory made earlier.
-        _private_dir(self.spec.data_dir)
+        private_dir(self.spec.data_dir)
         with self._lock():
-            cluster_id = self._check_or_claim_data_dir()
+            cluster_id = claim_data_dir(self.spec)
             to_start = [n for n in self.spec.all_node_specs if not self._alive(n)]
             if not to_start:
                 return 0.0
@@ -153,12 +150,12 @@ class LocalKafka:
         deadline = time.monotonic() + timeout
         for node in nodes:
             pid = self._read_pid(node)
-            while pid is not None and _pid_alive(pid) and time.monotonic() < deadline:
+            while pid is not None and pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if pid is not None and _pid_alive(pid):
+            if pid is not None and pid_alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, 10.0)
+                wait_gone(pid, 10.0)
 
     def kill_node(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one node (fault injection for tests); waits for it to die on SIGKILL."""
@@ -168,7 +165,7 @@ class LocalKafka:
             raise LocalStackError(f"node {node_id} is not running; start it with `watchtower local up`")
         os.kill(pid, sig)
         if sig == signal.SIGKILL:
-            _wait_gone(pid, 10.0)
+            wait_gone(pid, 10.0)
             self._killed_at[node_id] = time.monotonic()
 
     def status(self) -> dict[str, Any]:
@@ -213,79 +210,17 @@ class LocalKafka:
         """Path of a node's broker log."""
         return self.spec.node_specs[node_id - 1].log_file
 
-    # ---------------------------------------------------------------- data directory
-    def _check_or_claim_data_dir(self) -> str:
-        """Return the cluster id, creating the marker on a fresh directory.
-
-        A non-empty directory without our marker, or with an unreadable marker or storage
-        metadata that disagrees with it, is refused rather than reformatted: it may hold data.
-        """
-        marker = self.spec.data_dir / MARKER
-        if not marker.exists():
-            # Credentials placed before the first start are used instead of drawing new ones.
-            foreign = [p.name for p in self.spec.data_dir.iterdir()
-                       if p.name != ".lock" and p != self.spec.credentials_dir]
-            if foreign:
-                raise LocalStackError(
-                    f"data directory {self.spec.data_dir} is not empty and was not made by Watchtower "
-                    f"(found {', '.join(sorted(foreign)[:3])}); pass --data-dir with an empty or "
-                    "Watchtower-made directory"
-                )
-            cluster_id = random_cluster_id()
-            _write_private(marker, json.dumps({"cluster_id": cluster_id, "nodes": self.spec.nodes,
-                                               "kafka_version": KAFKA_VERSION, "secure": self.spec.secure}))
-            return cluster_id
-        try:
-            meta = json.loads(marker.read_text())
-            cluster_id = str(meta["cluster_id"])
-            nodes = int(meta["nodes"])
-            secure = bool(meta.get("secure", False))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise LocalStackError(
-                f"data directory {self.spec.data_dir} is corrupt ({MARKER} unreadable: {exc}); "
-                "remove it (`watchtower local down --purge`) or pass another --data-dir"
-            ) from None
-        if nodes != self.spec.nodes:
-            raise LocalStackError(
-                f"data directory {self.spec.data_dir} holds a {nodes}-node cluster, not {self.spec.nodes}; "
-                "use the matching --nodes or another --data-dir"
-            )
-        if secure != self.spec.secure:
-            have, want = ("secure", "plaintext") if secure else ("plaintext", "secure")
-            raise LocalStackError(
-                f"data directory {self.spec.data_dir} holds a {have} cluster, not a {want} one; "
-                f"{'add' if secure else 'drop'} --secure, or remove it (`watchtower local down --purge`)"
-            )
-        for node in self.spec.all_node_specs:
-            self._check_storage_meta(node, cluster_id)
-        return cluster_id
-
-    def _check_storage_meta(self, node: NodeSpec, cluster_id: str) -> None:
-        meta = node.log_dirs / "meta.properties"
-        if not meta.exists():
-            return
-        props: dict[str, str] = {}
-        for line in meta.read_text(errors="replace").splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, _, value = line.partition("=")
-                props[key.strip()] = value.strip()
-        if props.get("cluster.id") != cluster_id or props.get("node.id") != str(node.node_id):
-            raise LocalStackError(
-                f"data directory {node.log_dirs} is corrupt or belongs to another cluster "
-                f"(meta.properties does not match {MARKER}); remove it (`watchtower local down --purge`) "
-                "or pass another --data-dir"
-            )
 
     # ---------------------------------------------------------------- processes
     def _prepare_node(self, node: NodeSpec, cluster_id: str, cp: str) -> None:
-        _private_dir(node.directory)
+        private_dir(node.directory)
         if node.log_dirs.exists():  # made by an earlier release with the default modes
-            _private_dir(node.log_dirs)
+            private_dir(node.log_dirs)
         principals = self.principals(create=True) if self.spec.secure else {}
         admin_password = principals[ADMIN_PRINCIPAL].password if principals else None
         # The properties of a secure node hold the admin password: owner-only, like the credentials.
-        _write_private(node.properties_file, self.spec.server_properties(node, admin_password))
-        _write_private(node.log4j_file, self.spec.log4j_properties(node))
+        write_private(node.properties_file, self.spec.server_properties(node, admin_password))
+        write_private(node.log4j_file, self.spec.log4j_properties(node))
         if (node.log_dirs / "meta.properties").exists():
             return
         argv = storage_format_argv(cp, node, cluster_id) + scram_format_args(principals)
@@ -310,13 +245,13 @@ class LocalKafka:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=node.directory, umask=PRIVATE_UMASK)
         out.close()
-        _write_private(node.pid_file, str(proc.pid))
+        write_private(node.pid_file, str(proc.pid))
 
     def _wait_ready(self, nodes: list[NodeSpec], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for node in nodes:
             port = node.port if node.is_broker else node.controller_port
-            while not _port_open(port):
+            while not port_open(port):
                 self._fail_if_dead(node)
                 if time.monotonic() > deadline:
                     raise LocalStackError(
@@ -328,8 +263,8 @@ class LocalKafka:
 
     def _fail_if_dead(self, node: NodeSpec) -> None:
         pid = self._read_pid(node)
-        if pid is not None and not _pid_alive(pid):
-            tail = _tail(node.directory / "broker.out", 3) or _tail(node.log_file, 3)
+        if pid is not None and not pid_alive(pid):
+            tail = log_tail(node.directory / "broker.out", 3) or log_tail(node.log_file, 3)
             raise LocalStackError(
                 f"node {node.node_id} exited during start-up ({tail[-200:] or 'no output'}); "
                 f"see {node.log_file}"
@@ -360,7 +295,7 @@ class LocalKafka:
     def _alive(self, node: NodeSpec) -> bool:
         """True when the pid file names a live JVM running *this* node's config."""
         pid = self._read_pid(node)
-        if pid is None or not _pid_alive(pid):
+        if pid is None or not pid_alive(pid):
             return False
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -384,33 +319,6 @@ class LocalKafka:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-# -------------------------------------------------------------------- helpers
-def recorded_secure(data_dir: Path) -> bool:
-    """Whether the cluster formatted in ``data_dir`` is secure (False when there is none yet)."""
-    try:
-        return bool(json.loads((data_dir / MARKER).read_text()).get("secure", False))
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-# Kafka's Uuid.randomUuid() never returns these (Uuid.RESERVED: ZERO_UUID and ONE_UUID).
-_RESERVED_IDS = (bytes(16), bytes(15) + b"\x01")
-
-
-def random_cluster_id() -> str:
-    """A KRaft cluster id drawn exactly as Kafka's ``Uuid.randomUuid()`` draws one.
-
-    A random (version 4) UUID, written as URL-safe base64 without padding (22 characters), drawn
-    again while it is reserved or starts with ``-``: URL-safe base64 starts with ``-`` once in 64
-    draws, and command-line tools would read such an id as an option.
-    """
-    while True:
-        raw = uuid.uuid4().bytes
-        text = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-        if raw not in _RESERVED_IDS and not text.startswith("-"):
-            return text
-
-
 def metrics_agent_args(spec: ClusterSpec, node: NodeSpec, agent: Path | None) -> list[str]:
     """The JVM option attaching the Jolokia agent to ``node`` (none unless ``spec.metrics_port``).
 
@@ -423,46 +331,6 @@ def metrics_agent_args(spec: ClusterSpec, node: NodeSpec, agent: Path | None) ->
         raise LocalStackError("a broker with metrics_port needs the Jolokia agent jar")
     port = spec.metrics_port + node.node_id - 1
     return [f"-javaagent:{agent}=port={port},host={HOST},discoveryEnabled=false"]
-
-
-def storage_format_argv(cp: str, node: NodeSpec, cluster_id: str) -> list[str]:
-    """The ``kafka-storage format`` command for ``node``.
-
-    The id is passed as ``--cluster-id=ID`` (one argument) so the tool can never parse it as an
-    option, whatever its first character: ids from other tools or older data directories may
-    start with ``-`` even though :func:`random_cluster_id` never draws one.
-    """
-    return ["java", "-cp", cp, f"-Dlog4j2.configurationFile={node.log4j_file}",
-            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(node.properties_file)]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); treat it as gone.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.05)
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.3)
-        return sock.connect_ex((HOST, port)) == 0
 
 
 def _metadata_problem(bootstrap: str, brokers: int, timeout: float,
@@ -490,24 +358,3 @@ def _wait_metadata(bootstrap: str, brokers: int, deadline: float, security: dict
         time.sleep(0.2)
     raise LocalStackError(f"the cluster at {bootstrap} did not answer metadata in time ({last}); "
                           "see `watchtower local logs`")
-
-
-def _private_dir(path: Path) -> None:
-    """Make ``path`` (and missing parents) and give it mode 0700, also when it existed."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 (created so, never readable by others)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""

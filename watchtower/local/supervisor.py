@@ -28,10 +28,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from watchtower.local.broker import LocalKafka, _pid_alive
+from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
 from watchtower.local.paths import default_data_dir, watchtower_home
 from watchtower.local.ports import port_bindable
+from watchtower.local.processes import pid_alive
 from watchtower.local.stack import (
     DELIVERY_MODULE,
     INGEST_MODULE,
@@ -184,7 +185,7 @@ def process_runs(pid: int, module: str, worker_id: str, started: int | None = No
     """True when ``pid`` is a live, non-zombie process and the one recorded: started at `started`
     (clock ticks, `process_start_ticks`), or, when no start time was recorded, running
     ``python -m module ... worker_id``."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     if started is not None:
         return process_start_ticks(pid) == started
