@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from aiohttp import web
 from aiohttp_sse import sse_response
 from kafka_fixture import free_ports
+from waiting import wait_until
 
 from watchtower.client.account import Account
 from watchtower.client.fake import FakeApi
@@ -137,10 +137,12 @@ def server() -> Iterator[tuple[str, Script]]:
 
 def collect(source: SseSource, until: int, timeout_s: float = 60) -> list[int]:
     got: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while until not in got:
-        assert time.monotonic() < deadline, f"{until} did not arrive; got {got}, stats {source.stats}"
-        got += [m.sequence for m in source.poll(0.2)]
+
+    def arrived() -> bool:
+        got.extend(m.sequence for m in source.poll(0.2))
+        return until in got
+
+    wait_until(lambda: f"{until} (got {got}, stats {source.stats})", arrived, timeout_s=timeout_s, every_s=0)
     return got
 
 

@@ -8,11 +8,11 @@ priority is read from the kernel, and they are killed.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from watchtower.local.stack import DELIVERY_MODULE, WORKER_MODULE, ServiceSet, delivery_nice
 
@@ -31,13 +31,13 @@ def services(tmp_path: Path) -> Iterator[ServiceSet]:
 def priority_once_running(services: ServiceSet, name: str, module: str) -> int:
     """The niceness of process `name` once it runs Python with `module` (a `nice` wrapper execs into it)."""
     pid = services.procs[name].pid
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def runs_module() -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if module.encode() in argv and not any(a.endswith(b"/nice") or a == b"nice" for a in argv):
-            return os.getpriority(os.PRIO_PROCESS, pid) - os.getpriority(os.PRIO_PROCESS, 0)
-        time.sleep(0.05)
-    raise AssertionError(f"{name} did not start {module} within 60 s")
+        return module.encode() in argv and not any(a.endswith(b"/nice") or a == b"nice" for a in argv)
+
+    wait_until(f"{name} to run {module}", runs_module, timeout_s=60, every_s=0.05)
+    return os.getpriority(os.PRIO_PROCESS, pid) - os.getpriority(os.PRIO_PROCESS, 0)
 
 
 @pytest.mark.no_broker

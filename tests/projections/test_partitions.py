@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from waiting import let_time_pass
 
 from watchtower.projections.partitions import OwnedPartitions, standing_in
 from watchtower.protocol.errors import NotReadyError, StreamNotFoundError
@@ -190,7 +191,6 @@ def test_a_standby_partition_is_folded_and_read_only_when_standing_in_for_its_ow
 
 def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose fold outlasts `FOLD_SLICE_S` lets other tasks (reads, health) run inside it."""
-    import time
 
     from watchtower.projections import catch_up
 
@@ -212,7 +212,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     order: list[str] = []
 
     def fold(record: catch_up.LogRecord) -> None:
-        time.sleep(0.005)  # about what a record's verify costs on a busy host
+        let_time_pass(0.005, "a fold costs about what a record's verify costs on a busy host")
         order.append(f"fold {record.offset}")
 
     async def main() -> None:
