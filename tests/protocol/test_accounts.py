@@ -10,18 +10,17 @@ import pytest
 from ledger_world import ALICE, BOB, SID, World, addr
 
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
-from watchtower.protocol.events import (
+from watchtower.protocol.events import EventBody, FeedRegistered
+from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.common import MAX_CBY, account_instance
+from watchtower.protocol.ledger.events import (
     AccountKeyRegistered,
     AccountKeyRevoked,
     ActorAuthorizationGranted,
     ActorAuthorizationRevoked,
     CbyCredited,
     CbyDebited,
-    EventBody,
-    FeedRegistered,
 )
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
-from watchtower.protocol.ledger.common import MAX_CBY, account_instance
 
 X_KEY = bytes(range(1, 33))
 

@@ -9,8 +9,8 @@ from ledger_world import ALICE, BOB, MINTER, World, addr
 
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import MalformedRecordError
-from watchtower.protocol.events import CbyBurned
 from watchtower.protocol.ledger.common import MAX_CBY, SUPPLY_KEY
+from watchtower.protocol.ledger.events import CbyBurned
 from watchtower.protocol.ledger.supply import SupplyState, evolve_supply
 
 

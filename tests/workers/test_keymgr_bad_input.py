@@ -22,15 +22,15 @@ from ledger_load import Account, paid_stream_body
 from waiting import wait_until
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
-from watchtower.protocol.events import (
+from watchtower.protocol.ledger.billing import key_epoch_at
+from watchtower.protocol.ledger.common import CbyCredit, Origin, PurchaseSettled
+from watchtower.protocol.ledger.events import (
     CbyCredited,
     CbyDebited,
     EpochAccessFailed,
     EpochAccessPurchased,
     EpochAccessRequested,
 )
-from watchtower.protocol.ledger.billing import key_epoch_at
-from watchtower.protocol.ledger.common import CbyCredit, Origin, PurchaseSettled
 from watchtower.protocol.signed_command import Command, command_digest
 from watchtower.schemas.wire import encode_command, encode_keymgr_forward
 from watchtower.topics.catalogue import topic_name

@@ -26,9 +26,10 @@ from waiting import wait_until
 from worker_harness import RawCommandChannel, Workers, read_committed_events, workers
 
 from watchtower.protocol.errors import MalformedRecordError
-from watchtower.protocol.events import CbyCredited, CbyDebited, EpochAccessFailed, EpochAccessIdempotent, event_fields
+from watchtower.protocol.events import event_fields
 from watchtower.protocol.ledger.billing import block_height_at, key_epoch_of_height
 from watchtower.protocol.ledger.common import SUPPLY_KEY, CbyCredit, Origin, account_instance, paid_instance
+from watchtower.protocol.ledger.events import CbyCredited, CbyDebited, EpochAccessFailed, EpochAccessIdempotent
 from watchtower.protocol.ledger.keymgr_access import KeymgrState
 from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.schemas.wire import encode_command, encode_event, encode_keymgr_forward

@@ -68,17 +68,6 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.events import (
-    AccountKeyRegistered,
-    AccountKeyRevoked,
-    ActorAuthorizationGranted,
-    ActorAuthorizationRevoked,
-    ActorCreated,
-    CbyCredited,
-    CbyDebited,
-    SpendingAllowanceGranted,
-    SpendingAllowanceRevoked,
-)
 from watchtower.protocol.ledger.accounts import (
     ACTIVE,
     ALL_STREAMS,
@@ -109,6 +98,17 @@ from watchtower.protocol.ledger.common import (
     make_event,
     paid_instance,
     replay_record,
+)
+from watchtower.protocol.ledger.events import (
+    AccountKeyRegistered,
+    AccountKeyRevoked,
+    ActorAuthorizationGranted,
+    ActorAuthorizationRevoked,
+    ActorCreated,
+    CbyCredited,
+    CbyDebited,
+    SpendingAllowanceGranted,
+    SpendingAllowanceRevoked,
 )
 from watchtower.protocol.signed_command import Command, Method, verify_command
 

@@ -57,17 +57,6 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     WatchtowerError,
 )
-from watchtower.protocol.events import (
-    AccountKeyRegistered,
-    AccountKeyRevoked,
-    ActorAuthorizationGranted,
-    ActorAuthorizationRevoked,
-    ActorCreated,
-    CbyCredited,
-    CbyDebited,
-    SpendingAllowanceGranted,
-    SpendingAllowanceRevoked,
-)
 from watchtower.protocol.ledger.common import (
     ACCOUNT_PREFIX,
     CREDIT_REASONS,
@@ -77,6 +66,17 @@ from watchtower.protocol.ledger.common import (
     check_event_envelope,
     event_int,
     record_caller,
+)
+from watchtower.protocol.ledger.events import (
+    AccountKeyRegistered,
+    AccountKeyRevoked,
+    ActorAuthorizationGranted,
+    ActorAuthorizationRevoked,
+    ActorCreated,
+    CbyCredited,
+    CbyDebited,
+    SpendingAllowanceGranted,
+    SpendingAllowanceRevoked,
 )
 from watchtower.protocol.stream.state import (
     ACCOUNT_KEY_REGISTERED,

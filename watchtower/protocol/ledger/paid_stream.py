@@ -40,14 +40,7 @@ from watchtower.protocol.errors import (
     NotReadyError,
     WatchtowerError,
 )
-from watchtower.protocol.events import (
-    EpochAccessFailed,
-    EpochAccessIdempotent,
-    EpochAccessPurchased,
-    EpochAccessRequested,
-    PaidStreamRegistered,
-    event_fields,
-)
+from watchtower.protocol.events import event_fields
 from watchtower.protocol.ledger.billing import acquire_epoch_access, key_epoch_of_height, price_epochs
 from watchtower.protocol.ledger.common import (
     MAX_CBY,
@@ -65,6 +58,13 @@ from watchtower.protocol.ledger.common import (
     paid_instance,
     record_caller,
     replay_record,
+)
+from watchtower.protocol.ledger.events import (
+    EpochAccessFailed,
+    EpochAccessIdempotent,
+    EpochAccessPurchased,
+    EpochAccessRequested,
+    PaidStreamRegistered,
 )
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command, Method, verify_command

@@ -25,7 +25,6 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.events import CbyBurned, CbyMinted
 from watchtower.protocol.ledger.common import (
     MAX_CBY,
     SUPPLY_KEY,
@@ -41,6 +40,7 @@ from watchtower.protocol.ledger.common import (
     record_caller,
     replay_record,
 )
+from watchtower.protocol.ledger.events import CbyBurned, CbyMinted
 from watchtower.protocol.signed_command import Command, Method, verify_command
 from watchtower.protocol.stream.state import CBY_BURNED, CBY_MINTED, CallerRecord, Event, FrozenMap
 

@@ -25,7 +25,7 @@ from watchtower.protocol.confidential.rules import Keyloads
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
-from watchtower.protocol.events import BODY_FIELDS, EpochAccessRequested, ReplayOrdered, event_fields
+from watchtower.protocol.events import BODY_FIELDS, ReplayOrdered, event_fields
 from watchtower.protocol.ledger.accounts import (
     ACTIVE,
     REVOKED,
@@ -36,6 +36,7 @@ from watchtower.protocol.ledger.accounts import (
     authorization_key,
 )
 from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, MAX_CBY, PAID_PREFIX
+from watchtower.protocol.ledger.events import EpochAccessRequested
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.ledger.paid_stream import PaidState
 from watchtower.protocol.ledger.supply import SupplyState

@@ -49,9 +49,7 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
-from watchtower.protocol.events import (
-    EVENT_TYPES as EVENT_TYPES,
-)
+from watchtower.protocol.events import EVENT_TYPES as EVENT_TYPES
 from watchtower.protocol.events import (
     AllowlistChanged,
     IngestFailed,
