@@ -13,10 +13,10 @@ from watchtower.protocol.events import FeedRegistered
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState, decide_registration, evolve_registry
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream.actor import Event, StreamState, decide, evolve
+from watchtower.protocol.stream.stream_index import StreamIndex
 from watchtower.protocol.stream.views import (
     INDEXES,
     TABLE_NAMES,
-    StreamIndex,
     apply_event,
     apply_message,
     head_view,
