@@ -15,7 +15,8 @@ import nacl.signing
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ledger.account_commands import decide_account
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.billing import first_height_of_epoch
 from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, PAID_PREFIX, SUPPLY_KEY, KeymgrForward, LedgerDecision
 from watchtower.protocol.ledger.keymgr_access import KeymgrState

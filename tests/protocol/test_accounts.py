@@ -11,7 +11,8 @@ from ledger_world import ALICE, BOB, SID, World, addr
 
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.events import EventBody, FeedRegistered
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.common import MAX_CBY, account_instance
 from watchtower.protocol.ledger.events import (
     AccountKeyRegistered,

@@ -22,7 +22,8 @@ from watchtower.protocol.errors import (
     WatchtowerError,
 )
 from watchtower.protocol.ledger.account_commands import decide_account
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.common import (
     CbyCredit,
     Origin,

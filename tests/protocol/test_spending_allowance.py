@@ -9,7 +9,8 @@ import pytest
 from ledger_world import ALICE, BOB, CAROL, SID, World, addr
 
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.common import PAID_PREFIX, account_instance
 from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
 

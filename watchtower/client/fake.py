@@ -25,7 +25,8 @@ from typing import Any, Final
 from watchtower.protocol.constants import DEFAULT_KEY_HISTORY_LIMIT, FIRST_SIGNING_KEY_ID
 from watchtower.protocol.errors import InvalidArgumentError, LimitExceededError, StreamNotFoundError
 from watchtower.protocol.ledger.account_commands import decide_account
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.billing import block_height_at
 from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, account_instance
 from watchtower.protocol.page.proof import build_page_proof

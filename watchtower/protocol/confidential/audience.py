@@ -27,7 +27,7 @@ from typing import Any
 
 from watchtower.protocol.confidential.keyload import Member
 from watchtower.protocol.errors import UnauthorizedError
-from watchtower.protocol.ledger.accounts import ACTIVE
+from watchtower.protocol.ledger.account_state import ACTIVE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

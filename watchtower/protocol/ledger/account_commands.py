@@ -68,19 +68,17 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
-from watchtower.protocol.ledger.accounts import (
+from watchtower.protocol.ledger.account_state import (
     ACTIVE,
     ALL_STREAMS,
-    ALLOWANCE_STREAM,
     ANY_STREAM,
     AUTHORIZATION_SCOPE,
     MAX_SPENDING_ALLOWANCES,
     REVOKED,
-    SPENT_BY,
     AccountState,
     AllowanceRecord,
-    credit_reply,
 )
+from watchtower.protocol.ledger.accounts import ALLOWANCE_STREAM, SPENT_BY, credit_reply
 from watchtower.protocol.ledger.common import (
     ACCOUNT_METHODS,
     MAX_CBY,

@@ -24,7 +24,8 @@ from watchtower.protocol.errors import (
     KeyRevokedError,
     NotPlatformManagedStreamError,
 )
-from watchtower.protocol.ledger.accounts import ACCOUNT_EVENTS, ACTIVE, AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import ACTIVE, AccountState
+from watchtower.protocol.ledger.accounts import ACCOUNT_EVENTS, evolve_account
 from watchtower.protocol.ledger.billing import require_entitlement
 from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, PAID_PREFIX
 from watchtower.protocol.ledger.paid import PaidStreamConfig

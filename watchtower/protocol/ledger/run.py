@@ -16,7 +16,8 @@ from typing import Any
 from watchtower.protocol.deployment import Deployment
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ledger.account_commands import decide_account
-from watchtower.protocol.ledger.accounts import AccountState, evolve_account
+from watchtower.protocol.ledger.account_state import AccountState
+from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.common import (
     ACCOUNT_PREFIX,
     PAID_PREFIX,

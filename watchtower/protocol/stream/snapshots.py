@@ -26,7 +26,7 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
 from watchtower.protocol.events import BODY_FIELDS, ReplayOrdered, event_fields
-from watchtower.protocol.ledger.accounts import (
+from watchtower.protocol.ledger.account_state import (
     ACTIVE,
     REVOKED,
     AccountKeyRecord,
