@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import AUTHORIZATION_SCOPE_STREAM_DECRYPT
-from watchtower.protocol.errors import InvalidArgumentError
+from watchtower.protocol.errors import InsufficientCbyBalanceError, InvalidArgumentError
 from watchtower.protocol.ledger.common import ACCOUNT_PREFIX, account_instance
 from watchtower.protocol.stream.state import CallerRecord, FrozenMap
 
@@ -167,6 +167,15 @@ class AccountState:
         return self.own_actor(actor)
 
 
+def insufficient(state: AccountState, amount: int, what: str) -> InsufficientCbyBalanceError:
+    """INSUFFICIENT_CBY_BALANCE for `amount` against the account's balance, with details."""
+    return InsufficientCbyBalanceError(
+        f"account {state.account} holds {state.balance_cby} CBY wei but {what} needs {amount}; fund it with at "
+        f"least {amount - state.balance_cby} more and retry",
+        details={"account": state.account, "balance_cby": str(state.balance_cby), "required_cby": str(amount)},
+    )
+
+
 __all__ = [
     "ACTIVE",
     "ALL_STREAMS",
@@ -180,4 +189,5 @@ __all__ = [
     "AllowanceRecord",
     "AuthorizationRecord",
     "authorization_key",
+    "insufficient",
 ]
