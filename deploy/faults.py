@@ -336,20 +336,24 @@ def restart_api_workers(load: Load) -> str:
     answered, unanswered = [0], [0]
     longest, last_ok = [0.0], [time.monotonic()]
     caught_up: dict[str, float] = {}
+    misses: list[str] = []  # why each unanswered read went unanswered, for the failure message
     sid = load.stream_ids[0]
+    began = time.monotonic()
 
     def reader() -> None:
         client = httpx.Client(timeout=3)
         while not stop.is_set():
             ok = False
+            why: list[str] = []
             for url in API_URLS:
                 try:
                     r = client.get(f"{url}/v1/streams/{sid}/head")
                     if r.status_code == 200:
                         ok = True
                         break
-                except httpx.HTTPError:
-                    pass
+                    why.append(f"{url.rsplit(':', 1)[-1]}: HTTP {r.status_code} {r.text[:120]}")
+                except httpx.HTTPError as exc:
+                    why.append(f"{url.rsplit(':', 1)[-1]}: {exc.__class__.__name__}")
             now = time.monotonic()
             if ok:
                 answered[0] += 1
@@ -357,6 +361,7 @@ def restart_api_workers(load: Load) -> str:
                 last_ok[0] = now
             else:
                 unanswered[0] += 1
+                misses.append(f"at {now - began:.1f}s: " + "; ".join(why))
             time.sleep(0.1)
 
     t = threading.Thread(target=reader, daemon=True)
@@ -384,7 +389,8 @@ def restart_api_workers(load: Load) -> str:
     ready = ", ".join(f"{api} caught up {seconds:.0f}s after its restart" for api, seconds in caught_up.items())
     if unanswered[0]:
         raise AssertionError(f"{unanswered[0]} reads answered by neither API worker ({answered[0]} answered); "
-                             f"longest time without an answer {longest[0]:.1f}s; {ready}")
+                             f"longest time without an answer {longest[0]:.1f}s; {ready}; "
+                             f"unanswered (first 5): {' | '.join(misses[:5])}")
     return (f"{answered[0]} reads, every one answered by api-1 or api-2; longest gap between answers "
             f"{longest[0]:.1f}s; {ready}")
 
