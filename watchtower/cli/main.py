@@ -42,6 +42,7 @@ def _register() -> None:
         vectors_cmd,
     )
     from watchtower.cli import audience_cmd as _audience  # it adds `feed ID subscribe|follow|allowlist|…`
+    from watchtower.cli import epoch_wrap_cmd as _wrap  # it adds `feed ID pre-wrap-epochs|wrap-daemon|rewrap-epochs`
     from watchtower.cli import paid_feed_cmd as _paid  # it adds `feed ID acquire-access|renew|fetch-keys`
     from watchtower.cli import private_feed_cmd as _private  # it adds `feed ID keyloads`
 
@@ -59,7 +60,7 @@ def _register() -> None:
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_group.feed,
                     ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
-    del _audience, _paid, _private
+    del _audience, _paid, _private, _wrap
     _registered = True
 
 

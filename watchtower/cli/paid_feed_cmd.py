@@ -4,12 +4,12 @@
 --decrypt`` opens what it reads with the account's epoch keys; both live in `feed_cmd` and call
 the helpers here. The key manager is found by ``--keymgr``, ``$WATCHTOWER_KEYMGR`` or the
 ``keymgr_url`` `watchtower up` recorded. Epoch keys are never printed: ``fetch-keys`` reports which
-epochs it holds, and keeps them sealed to the account's X25519 key on disk.
+epochs it holds, and keeps them sealed to the account's X25519 key on disk (sealing them ahead
+of time, ``pre-wrap-epochs`` and the rest, is `epoch_wrap_cmd`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,6 @@ from watchtower.client.http import ApiClient
 from watchtower.client.keymgr import DEFAULT_KEYMGR_URL, ENV_KEYMGR, KeyManagerClient
 from watchtower.client.ledger import Ledger
 from watchtower.client.paid import EpochKeyRing, current_key_epoch, paid_config
-from watchtower.client.prewrap import WrapReport, pre_wrap, rewrap, wrap_ahead
 from watchtower.client.stream_api import with_spec_names
 from watchtower.client.subscriber import Page, Subscriber
 from watchtower.protocol.errors import EntitlementRequiredError, InvalidAccountKeyError
@@ -307,103 +306,3 @@ def feed_consume(ref: FeedRef, account_key_id: int | None, cursor: int, limit: i
     subscriber = Subscriber(api, stream_id, cursor, None, decrypt=True, epoch_keys=ring)
     subscriber.key_schedule()  # the chain verifies before any message is trusted
     echo_decrypted_page(subscriber.poll_page(limit), as_json)
-
-
-# --- epoch keys sealed ahead of time (the public CLI's pre-wrap-epochs, wrap-daemon, rewrap-epochs) ---
-
-
-def _active_key_id(api: ApiClient, address: str) -> int:
-    """The account's newest ACTIVE account key (INVALID_ACCOUNT_KEY without one)."""
-    keys = api.account_info(address).get("keys", [])
-    active = [int(k["account_key_id"]) for k in keys if k.get("status") == "ACTIVE"]
-    if not active:
-        raise InvalidAccountKeyError(f"{address} has no ACTIVE account key; register one with "
-                                     "`watchtower account register-key --scheme x25519`")
-    return max(active)
-
-
-def _echo_wrap(report: WrapReport, as_json: bool, what: str) -> None:
-    if as_json:
-        echo_json(report.to_dict())
-        return
-    click.echo(f"{report.stream_id}: {what} {len(report.fetched)} epoch key(s) {report.fetched or ''}".rstrip()
-               + (f"; {len(report.already)} already sealed here" if report.already else ""))
-
-
-@feed.command("pre-wrap-epochs")
-@click.option("--from", "from_epoch", type=click.IntRange(min=0), required=True, help="First key epoch.")
-@click.option("--to", "to_epoch", type=click.IntRange(min=0), required=True, help="Last key epoch (inclusive).")
-@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
-              help="Seal to this account key (default: your ACTIVE one).")
-@for_account_option
-@keymgr_option
-@write_options
-@pass_feed
-def feed_pre_wrap_epochs(ref: FeedRef, from_epoch: int, to_epoch: int, account_key_id: int | None,
-                         for_account: str | None, keymgr_url: str | None, api_url: str | None, account: str | None,
-                         key_file: Path | None, as_json: bool) -> None:
-    """Seal the epoch keys --from..--to to your account key now, so reading them later needs no key
-    manager round trip (epochs already sealed here are skipped). Only epochs you bought."""
-    if to_epoch < from_epoch:
-        raise click.UsageError("--to must not be below --from")
-    api = ApiClient(api_url)
-    stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account, account_key_id)
-    if ring.account_key_id is None:
-        ring.account_key_id = _active_key_id(api, ring.holder.address)
-    _echo_wrap(pre_wrap(ring, stream_id, from_epoch, to_epoch), as_json, "sealed")
-
-
-@feed.command("wrap-daemon")
-@click.option("--depth", type=click.IntRange(min=0, max=1024), required=True,
-              help="Keep the current key epoch and this many after it sealed here.")
-@click.option("--interval-s", type=click.FloatRange(min=0.1), default=None,
-              help="Seconds between checks (default: a tenth of a key epoch, at most 60).")
-@click.option("--once", is_flag=True, help="One step, then exit (for cron, and tests).")
-@for_account_option
-@keymgr_option
-@write_options
-@pass_feed
-def feed_wrap_daemon(ref: FeedRef, depth: int, interval_s: float | None, once: bool, for_account: str | None,
-                     keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
-                     as_json: bool) -> None:
-    """Keep --depth epochs ahead sealed to your account key, within your entitlement, until stopped.
-
-    Each step seals what is missing of current..current+depth (capped at the entitlement's end)
-    and nothing else; two daemons for the same account and feed are safe (the store is locked).
-    """
-    api = ApiClient(api_url)
-    stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account)
-    config = paid_config({"stream_id": stream_id, **api.stream_info(stream_id)})
-    ledger = Ledger(api, ring.holder)
-    pause = interval_s if interval_s is not None else min(60.0, max(0.1, config.key_epoch_blocks / 10))
-    while True:
-        ring.account_key_id = _active_key_id(api, ring.holder.address)  # follows a rotated account key
-        report = wrap_ahead(ring, stream_id, current_epoch=current_key_epoch(config), depth=depth,
-                            entitled_until=ledger.active_until(stream_id))
-        _echo_wrap(report, as_json, "sealed ahead")
-        if once:
-            return
-        time.sleep(pause)
-
-
-@feed.command("rewrap-epochs")
-@click.option("--account-key-id", type=click.IntRange(min=1), default=None,
-              help="Seal to this account key (default: your newest ACTIVE one).")
-@click.option("--from", "from_epoch", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Only epochs from this one on.")
-@for_account_option
-@keymgr_option
-@write_options
-@pass_feed
-def feed_rewrap_epochs(ref: FeedRef, account_key_id: int | None, from_epoch: int, for_account: str | None,
-                       keymgr_url: str | None, api_url: str | None, account: str | None, key_file: Path | None,
-                       as_json: bool) -> None:
-    """After an account-key rotation: seal every epoch key kept here again to the new key (the ones
-    already sealed to it are left as they are)."""
-    api = ApiClient(api_url)
-    stream_id = ref.resolve(api)[0]
-    ring = epoch_key_ring(api, keymgr_url, load_account(account, key_file), for_account)
-    target = account_key_id if account_key_id is not None else _active_key_id(api, ring.holder.address)
-    _echo_wrap(rewrap(ring, stream_id, target, from_epoch=from_epoch), as_json, "re-sealed")
