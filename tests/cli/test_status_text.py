@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from watchtower.cli import up_cmd
+from watchtower.cli import status_cmd
 from watchtower.cli.main import _register, cli
 from watchtower.local.supervisor import ServiceRecord, StackRecord
 
@@ -36,7 +36,7 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StackRecord:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "worker-w1.health.json").write_text(json.dumps({"state": "running", "quarantined": 0}))
     _register()
-    monkeypatch.setattr(up_cmd.StackRecord, "load", classmethod(lambda _cls, _path=None: rec))
+    monkeypatch.setattr(status_cmd.StackRecord, "load", classmethod(lambda _cls, _path=None: rec))
     return rec
 
 

@@ -14,7 +14,7 @@ from api_calls import wait_for
 from click.testing import CliRunner
 from kafka_fixture import free_port_block
 
-from watchtower.cli.up_cmd import status
+from watchtower.cli.status_cmd import status
 from watchtower.local.stack import WORKER_MODULE, connect_host, is_loopback
 from watchtower.local.supervisor import (
     EXIT_DEGRADED,

@@ -38,6 +38,7 @@ def _register() -> None:
         local_cmd,
         replay_cmd,
         runner_cmd,
+        status_cmd,
         up_cmd,
         vectors_cmd,
     )
@@ -55,7 +56,7 @@ def _register() -> None:
     cli.add_command(ingest_cmd.ingest)
     cli.add_command(runner_cmd.runner)
     cli.add_command(__import__("watchtower.cli.spark_cmd", fromlist=["spark"]).spark)  # spark replay|verify|export
-    for stack_command in (up_cmd.up, up_cmd.down, up_cmd.status):
+    for stack_command in (up_cmd.up, up_cmd.down, status_cmd.status):
         cli.add_command(stack_command)
     for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_group.feed,
                     ledger_cmd.cby, replay_cmd.replay):
