@@ -15,7 +15,7 @@ import nacl.public
 import pytest
 from click.testing import CliRunner, Result
 
-from watchtower.cli import audience_cmd, feed_cmd, paid_feed_cmd, private_feed_cmd
+from watchtower.cli import audience_cmd, feed_cmd, new_feed_cmd, paid_feed_cmd, private_feed_cmd
 from watchtower.cli.account_cmd import load_account
 from watchtower.cli.main import _register, cli
 from watchtower.client.account import Account, load_publisher_key
@@ -35,6 +35,7 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
     monkeypatch.setattr(feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     monkeypatch.setattr(audience_cmd, "ApiClient", lambda *_a, **_k: fake)
+    monkeypatch.setattr(new_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     monkeypatch.setattr(private_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     monkeypatch.setattr(paid_feed_cmd, "ApiClient", lambda *_a, **_k: fake)
     return fake

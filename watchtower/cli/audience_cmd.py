@@ -82,7 +82,7 @@ def feed_subscribe(ref: FeedRef, mode: str, filter_json: str | None, cursor: int
         echo_json(reply, line=True)  # JSON lines: the reply, then one per message
     else:
         echo_reply(reply, as_json, f"{reply.get('status', 'ACTIVE').lower()} {MODES[mode]} subscription to {stream_id} "
-                              f"from cursor {reply.get('start_cursor')}")
+                                   f"from cursor {reply.get('start_cursor')}")
     if follow:
         stream_mode = STREAM_MODES[MODES[mode]]
         subscriber = Subscriber(api, stream_id, int(reply.get("start_cursor") or 0), flt)
@@ -191,7 +191,7 @@ def _allowlist_command(action: str, method: str) -> None:
                        f"`watchtower feed {ref.ref} info` no longer lists {address} before the next publish",
                        err=True)
         echo_reply(reply, as_json, f"{'added' if action == 'add' else 'removed'} {address} "
-                              f"{'to' if action == 'add' else 'from'} the allowlist of {stream_id}")
+                                   f"{'to' if action == 'add' else 'from'} the allowlist of {stream_id}")
 
     command.__doc__ = f"{action.capitalize()} ADDRESS {'to' if action == 'add' else 'from'} the allowlist."
     command.help = command.__doc__

@@ -1,10 +1,10 @@
-"""Feeds from the command line, mirroring the `cowboy watchtower` CLI over the HTTP API.
+"""One feed from the command line, mirroring the `cowboy watchtower` CLI over the HTTP API.
 
-``new feed`` creates and registers a feed; ``list`` / ``feeds`` read the registry; ``feed ID …``
-publishes, reads, rotates keys and shows one feed (who reads it, subscriptions and the allowlist,
-is `audience_cmd`). ``ID`` is a feed id (an integer, looked up
-in the registry) or a stream id. Writes are signed by the account found as in `account_cmd`;
-publishes are additionally signed by the feed's publisher key, which ``new feed`` stores as
+``feed ID …`` publishes, reads, rotates the publisher key, announces key epochs and shows one
+feed; ``ID`` is a feed id (an integer, looked up in the registry) or a stream id. Making a feed
+and listing the registry is `new_feed_cmd`; who reads a feed (subscriptions and the allowlist)
+is `audience_cmd`. Writes are signed by the account found as in `account_cmd`; publishes are
+additionally signed by the feed's publisher key, which ``new feed`` stored as
 ``$WATCHTOWER_HOME/publishers/<stream_id>.key``. Every read command takes ``--json``.
 """
 
@@ -18,8 +18,7 @@ from typing import Any
 import click
 import nacl.signing
 
-from watchtower.cli.account_cmd import echo_table, identity_options, load_account
-from watchtower.cli.feed_config import POLICIES, stream_config_fields
+from watchtower.cli.account_cmd import identity_options, load_account
 from watchtower.cli.feed_group import (
     FeedRef,
     echo_reply,
@@ -28,15 +27,15 @@ from watchtower.cli.feed_group import (
     parse_json,
     pass_feed,
     read_options,
+    settle,
     write_options,
 )
 from watchtower.cli.json_output import echo_json
 from watchtower.client import account as keys
 from watchtower.client.http import ApiClient
-from watchtower.client.sdk import Publisher, create_feed, new_stream_id, wait_until_visible
+from watchtower.client.sdk import Publisher
 from watchtower.client.stream_api import with_spec_names
 from watchtower.client.subscriber import Subscriber
-from watchtower.protocol.addresses import require_address
 from watchtower.protocol.constants import DEFAULT_CONTENT_TYPE
 from watchtower.protocol.errors import RequestTimeoutError, StaleSequenceError, WatchtowerError
 from watchtower.protocol.stream.message import TagValue
@@ -70,11 +69,6 @@ def parse_tags(text: str | None) -> dict[str, TagValue]:
 # --- Rendering -----------------------------------------------------------------------------------
 
 
-def _short(address: object) -> str:
-    text = str(address or "")
-    return text if len(text) <= 14 else f"{text[:10]}…{text[-4:]}"
-
-
 def _echo_fields(data: Mapping[str, Any], names: tuple[str, ...]) -> None:
     width = max(len(n) for n in names)
     for name in names:
@@ -83,113 +77,7 @@ def _echo_fields(data: Mapping[str, Any], names: tuple[str, ...]) -> None:
             click.echo(f"{name.ljust(width)}  {'-' if value is None else value}")
 
 
-def _feed_rows(feeds: list[dict[str, Any]]) -> list[tuple[object, ...]]:
-    return [(f["feed_id"], f["name"], f["stream_id"], _short(f["owner"]), f.get("description", "")) for f in feeds]
-
-
-# --- new feed, list, feeds -----------------------------------------------------------------------
-
-
-@click.group("new")
-def new() -> None:
-    """Create things (`new feed`)."""
-
-
-@new.command("feed")
-@click.option("--name", required=True, help="Feed name shown in the registry (1-64 characters).")
-@click.option("--description", default="", help="One-line description (up to 280 characters).")
-@click.option("--access-mode", type=click.Choice(["open", "subscriber-paid", "platform-managed"]), default="open",
-              show_default=True, help="open: plaintext for everyone; subscriber-paid: encrypted, paid per key epoch.")
-@click.option("--paid", is_flag=True, help="A paid feed: the same as --access-mode platform-managed.")
-@click.option("--content-cipher", type=click.Choice(["XCHACHA20_POLY1305"]), default=None,
-              help="Paid feeds: the payload cipher (the only CIP-7 v1 value).")
-@click.option("--key-scope", type=click.Choice(["ACCOUNT"]), default=None,
-              help="Paid feeds: who epoch keys are sealed to (the only CIP-7 v1 value).")
-@click.option("--fee-per-epoch-cby", type=click.IntRange(min=1), default=None, help="Paid feeds: CBY per key epoch.")
-@click.option("--protocol-fee-bps", type=click.IntRange(0, 5000), default=None, help="Paid feeds: protocol fee.")
-@click.option("--key-epoch-blocks", type=click.IntRange(min=1), default=None, help="Paid feeds: blocks per key epoch.")
-@click.option("--min-purchase-epochs", type=click.IntRange(min=1), default=None, help="Paid feeds: minimum purchase.")
-@click.option("--publisher-treasury", default=None, metavar="ADDR", help="Paid feeds: fee recipient (default: you).")
-@click.option("--ring-buffer-capacity", type=click.IntRange(min=1), default=None, help="Messages retained.")
-@click.option("--max-subscribers", type=click.IntRange(min=1), default=None, help="Subscription cap.")
-@click.option("--policy", type=click.Choice(list(POLICIES)), default=None, help="Who may subscribe (default public).")
-@click.option("--confidential", is_flag=True, default=False,
-              help="With --policy private-allowlist: every message must be masked under the current keyload.")
-@click.option("--max-push-deliveries-per-block", type=click.IntRange(min=1), default=None)
-@click.option("--max-push-cycles-per-block", type=click.IntRange(min=1), default=None)
-@click.option("--publisher-key-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Sign messages with this key instead of a fresh one.")
-@click.option("--stream-id", default=None, help="Stream id to create (default: a fresh random one).")
-@write_options
-def new_feed(api_url: str | None, account: str | None, key_file: Path | None, as_json: bool,
-             publisher_key_file: Path | None, stream_id: str | None, **opts: Any) -> None:
-    """Create a feed (a stream listed in the registry) owned by your account; prints its feed id."""
-    owner = load_account(account, key_file)
-    name, description = opts.pop("name"), opts.pop("description")
-    config = stream_config_fields(owner.address, opts)
-    sid = stream_id or new_stream_id()
-    publisher = (keys.read_key_file(publisher_key_file) if publisher_key_file
-                 else nacl.signing.SigningKey.generate())
-    # Stored before the stream exists, so no created feed is ever left without its key.
-    key_path = keys.save_publisher_key(sid, publisher)
-    api = ApiClient(api_url)
-    try:
-        reply = create_feed(api, owner, name=name, description=description, stream_id=sid,
-                            publisher_key_hex=bytes(publisher.verify_key).hex(), **config)
-    except RequestTimeoutError:
-        click.echo(f"the creation may still complete; the publisher key stays at {key_path}", err=True)
-        raise
-    except WatchtowerError:
-        key_path.unlink(missing_ok=True)
-        raise
-    _settle(api, sid, feed_id=reply.get("feed_id"))
-    if as_json:
-        echo_json({**reply, "publisher_key_file": str(key_path)})
-        return
-    click.echo(f"feed {reply.get('feed_id')} created (stream {reply.get('stream_id', sid)})")
-    click.echo(f"publisher key saved to {key_path}")
-
-
-def _settle(api: ApiClient, stream_id: str, *, feed_id: object = None, signing_key_id: int = 1) -> None:
-    # The next command (often a new process) reads from the projections, which trail the writer's
-    # acknowledgement by a moment: wait for them, so scripts can chain commands.
-    try:
-        wait_until_visible(api, stream_id, signing_key_id=signing_key_id,
-                           feed_id=feed_id if isinstance(feed_id, int) else None)
-    except RequestTimeoutError as err:
-        click.echo(f"note: {err.message}", err=True)
-
-
-@click.command("list")
-@read_options
-def list_feeds(api_url: str | None, as_json: bool) -> None:
-    """List every feed in the registry."""
-    feeds = ApiClient(api_url).feeds()
-    if as_json:
-        echo_json({"feeds": feeds})
-        return
-    echo_table(("FEED", "NAME", "STREAM", "OWNER", "DESCRIPTION"), _feed_rows(feeds),
-               empty="no feeds yet; create one with `watchtower new feed --name NAME`")
-
-
-@click.command("feeds")
-@click.option("--owner", default=None, metavar="ADDR", help="Owner address (default: your account's).")
-@identity_options
-@read_options
-def feeds_by_owner(owner: str | None, account: str | None, key_file: Path | None, api_url: str | None,
-                   as_json: bool) -> None:
-    """List the feeds one owner registered (default: yours)."""
-    address = require_address(owner, "--owner") if owner else load_account(account, key_file).address
-    feeds = ApiClient(api_url).feeds(owner=address)
-    if as_json:
-        echo_json({"owner": address, "feeds": feeds})
-        return
-    echo_table(("FEED", "NAME", "STREAM", "OWNER", "DESCRIPTION"), _feed_rows(feeds),
-               empty=f"{address} owns no feeds")
-
-
 # --- feed ID … -----------------------------------------------------------------------------------
-
 
 
 @feed.command("publish")
@@ -241,7 +129,7 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
             api, owner, stream_id, publisher_key_file, branch=branch, kind=kind, plaintext=data.encode(),
             tags=parse_tags(tags), content_type=content_type, rekey_on_change=rekey_on_change))
         echo_reply(reply, as_json, f"published sequence {reply['sequence']} masked under branch {branch}'s keyload "
-                              f"(head {reply['head_sequence']})")
+                                   f"(head {reply['head_sequence']})")
         return
     key = keys.read_key_file(publisher_key_file) if publisher_key_file else keys.load_publisher_key(stream_id)
     publisher = (PaidPublisher(api, owner, stream_id, key, KeyManagerClient(keymgr_url)) if is_paid(api, stream_id)
@@ -257,7 +145,7 @@ def feed_publish(ref: FeedRef, kind: str, data: str, tags: str | None, content_t
         reply = publisher.publish(*args)
     reply = with_spec_names(reply)
     echo_reply(reply, as_json, f"published sequence {reply['sequence']} (head {reply['head_sequence']}, "
-                          f"floor {reply['floor_sequence']})")
+                               f"floor {reply['floor_sequence']})")
 
 
 @feed.command("get-since")
@@ -382,10 +270,10 @@ def feed_rotate_publisher_key(ref: FeedRef, new_key_file: Path | None, api_url: 
         raise
     path = keys.replace_publisher_key(stream_id, new_key, old_signing_key_id=reply["old_signing_key_id"])
     pending.unlink(missing_ok=True)
-    _settle(api, stream_id, signing_key_id=reply["signing_key_id"])
+    settle(api, stream_id, signing_key_id=reply["signing_key_id"])
     echo_reply({**reply, "publisher_key_file": str(path)}, as_json,
-          f"publisher key {reply['signing_key_id']} signs from sequence {reply['effective_sequence']}; "
-          f"saved to {path} (key {reply['old_signing_key_id']} kept beside it)")
+               f"publisher key {reply['signing_key_id']} signs from sequence {reply['effective_sequence']}; "
+               f"saved to {path} (key {reply['old_signing_key_id']} kept beside it)")
 
 @feed.command("announce-key-epoch")
 @click.argument("key_epoch", type=click.IntRange(min=0))
@@ -404,7 +292,7 @@ def feed_announce_key_epoch(ref: FeedRef, key_epoch: int, api_url: str | None, a
     stream_id, _ = ref.resolve(api)
     reply = announce_key_epoch(api, load_account(account, key_file), stream_id, key_epoch)
     echo_reply(reply, as_json, f"{stream_id} key epoch {reply.get('key_epoch', key_epoch)} from block "
-                          f"{reply.get('effective_block_height')}")
+                               f"{reply.get('effective_block_height')}")
 
 @feed.command("info")
 @read_options

@@ -1,7 +1,8 @@
 """What every command about one feed shares: the ``feed ID`` group that they join, the ``ID``
 reference it passes them, the options of reads and writes, JSON arguments, a message's one-line
-rendering and a reply's. `feed_cmd`, `audience_cmd`, `paid_feed_cmd`, `ledger_cmd`, `replay_cmd`
-and `follow_cmd` build on it and never on each other's internals."""
+rendering and a reply's, and waiting for the read side after a write. `feed_cmd`, `new_feed_cmd`,
+`audience_cmd`, `paid_feed_cmd`, `ledger_cmd`, `replay_cmd` and `follow_cmd` build on it and never
+on each other's internals."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import click
 from watchtower.cli.account_cmd import identity_options, json_option
 from watchtower.cli.json_output import echo_json
 from watchtower.client.http import DEFAULT_API_URL, ENV_API, ApiClient
+from watchtower.client.sdk import wait_until_visible
+from watchtower.protocol.errors import RequestTimeoutError
 from watchtower.protocol.stream.message import StreamMessage, TagValue
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -102,3 +105,14 @@ def echo_reply(reply: Mapping[str, Any], as_json: bool, text: str) -> None:
         echo_json(dict(reply))
     else:
         click.echo(text)
+
+
+def settle(api: ApiClient, stream_id: str, *, feed_id: object = None, signing_key_id: int = 1) -> None:
+    """Wait (briefly) until the read side shows an acknowledged write, and say so on stderr if it does
+    not: the next command, often a new process, reads from the projections, which trail the writer's
+    acknowledgement by a moment, so scripts can chain commands."""
+    try:
+        wait_until_visible(api, stream_id, signing_key_id=signing_key_id,
+                           feed_id=feed_id if isinstance(feed_id, int) else None)
+    except RequestTimeoutError as err:
+        click.echo(f"note: {err.message}", err=True)

@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from watchtower.cli.account_cmd import echo_json, load_account
-from watchtower.cli.feed_cmd import FeedRef, feed, new_feed, pass_feed, read_options
 from watchtower.cli.feed_config import stream_config_fields
+from watchtower.cli.feed_group import FeedRef, feed, pass_feed, read_options
+from watchtower.cli.new_feed_cmd import new_feed
 from watchtower.cli.settings import bootstrap as resolve_bootstrap
 from watchtower.client.http import ApiClient
 from watchtower.client.ingestion import http_ingestion, ingestion_status

@@ -28,7 +28,6 @@ def _register() -> None:
     from watchtower.cli import (  # ingest_cmd adds `new feed --ingest-*`, `feed ID ingestion`
         account_cmd,
         demo_cmd,
-        feed_cmd,
         feed_group,
         gateway_cmd,
         ingest_cmd,
@@ -36,6 +35,7 @@ def _register() -> None:
         keymgr_cmd,
         ledger_cmd,
         local_cmd,
+        new_feed_cmd,
         replay_cmd,
         runner_cmd,
         status_cmd,
@@ -58,8 +58,8 @@ def _register() -> None:
     cli.add_command(__import__("watchtower.cli.spark_cmd", fromlist=["spark"]).spark)  # spark replay|verify|export
     for stack_command in (up_cmd.up, up_cmd.down, status_cmd.status):
         cli.add_command(stack_command)
-    for command in (account_cmd.account, feed_cmd.new, feed_cmd.list_feeds, feed_cmd.feeds_by_owner, feed_group.feed,
-                    ledger_cmd.cby, replay_cmd.replay):
+    for command in (account_cmd.account, new_feed_cmd.new, new_feed_cmd.list_feeds, new_feed_cmd.feeds_by_owner,
+                    feed_group.feed, ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
     del _audience, _paid, _private, _wrap
     _registered = True
