@@ -58,7 +58,7 @@ def build() -> dict[str, Target]:
     from watchtower.protocol.errors import WatchtowerError, known_error_codes
     from watchtower.protocol.registry import RegistryState, evolve_registry
     from watchtower.protocol.signed_command import Command, command_digest
-    from watchtower.protocol.stream import filter_ast, filters, snapshots
+    from watchtower.protocol.stream import filter_ast, filters, snapshot_cbor, snapshots
     from watchtower.protocol.stream.actor import decide
     from watchtower.protocol.stream.message import StreamMessage
     from watchtower.protocol.stream.state import FEED_REGISTERED, StreamState, evolve
@@ -127,11 +127,11 @@ def build() -> dict[str, Target]:
     def cbor_reencode(data: bytes) -> None:
         # protocol/cbor.py encodes; its input domain is every value a CBOR decoder can produce.
         try:
-            value = snapshots._loads(data, "input")
-        except snapshots.SnapshotError:
+            value = snapshot_cbor.loads(data, "input")
+        except snapshot_cbor.SnapshotError:
             return
         out = cbor.encode(value)
-        again = snapshots._loads(out, "re-encoded")
+        again = snapshot_cbor.loads(out, "re-encoded")
         assert cbor.encode(again) == out, "deterministic CBOR must be a fixed point"
 
     def snapshot(data: bytes) -> None:

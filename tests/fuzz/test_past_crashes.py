@@ -13,7 +13,8 @@ import pytest
 
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.stream.message import StreamMessage
-from watchtower.protocol.stream.snapshots import SnapshotError, decode_streams
+from watchtower.protocol.stream.snapshot_cbor import SnapshotError
+from watchtower.protocol.stream.snapshots import decode_streams
 
 
 @pytest.mark.parametrize("document", ["null", '"x"', '[["a"]]', "1e400", "[]"])

@@ -383,7 +383,7 @@ def test_a_credit_number_must_follow_and_an_unnumbered_credit_only_precedes_the_
 
 
 def test_the_applied_credits_survive_a_snapshot_and_a_rebuild_so_a_copy_stays_refused() -> None:
-    from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
+    from watchtower.protocol.ledger.snapshots import decode_ledger, encode_ledger
 
     world = World()
     world.mint(ALICE, 100)

@@ -145,7 +145,8 @@ def test_any_sequence_of_mints_transfers_burns_and_purchases_conserves_value(ste
 def test_the_snapshot_codecs_give_back_exactly_the_folded_states() -> None:
     import cbor2
 
-    from watchtower.protocol.stream.snapshots import SnapshotError, decode_ledger, encode_ledger
+    from watchtower.protocol.ledger.snapshots import decode_ledger, encode_ledger
+    from watchtower.protocol.stream.snapshot_cbor import SnapshotError
 
     world = entitled_world()
     acct = account_instance(addr(ALICE))

@@ -12,7 +12,7 @@ from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.ledger.account_state import AccountState
 from watchtower.protocol.ledger.accounts import evolve_account
 from watchtower.protocol.ledger.common import PAID_PREFIX, account_instance
-from watchtower.protocol.stream.snapshots import decode_ledger, encode_ledger
+from watchtower.protocol.ledger.snapshots import decode_ledger, encode_ledger
 
 PRICE = 1_000 + 1_000 * 250 // 10_000  # one epoch at the sample stream's fee and protocol fee
 

@@ -14,8 +14,8 @@ from test_event_fold import ROTATED, SID, genuine
 
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.registry import REGISTRY_KEY, RegistryState
+from watchtower.protocol.stream.snapshot_cbor import SnapshotError
 from watchtower.protocol.stream.snapshots import (
-    SnapshotError,
     decode_registry,
     decode_snapshot,
     decode_streams,
