@@ -69,14 +69,16 @@ class Paced:
         self.topic, self.streams = topic, streams
         self.sent: dict[bytes, float] = {}
 
-    def run(self, rate: float, n: int) -> None:
+    def run(self, rate: float, n: int, *, first: int = 0, timed: bool = True) -> None:
+        """Commands `first` .. `first + n - 1`; only `timed` ones are recorded in `sent`."""
         start = time.time()
-        for i in range(n):
-            due = start + i / rate
+        for i in range(first, first + n):
+            due = start + (i - first) / rate
             while (left := due - time.time()) > 0:
                 time.sleep(left)
             key = i.to_bytes(KEY_BYTES, "big")
-            self.sent[key] = due
+            if timed:
+                self.sent[key] = due
             self.producer.produce(self.topic, key + b"x" * (PAYLOAD - KEY_BYTES), key=str(i % self.streams).encode())
             self.producer.poll(0)
         self.producer.flush(10)
@@ -103,10 +105,11 @@ class Follower(threading.Thread):
 class FloorLoop(threading.Thread):
     """The worker's cycle with nothing decided: fetch, 3 records per command, offsets, commit."""
 
-    def __init__(self, bootstrap: str, group: str, topics: dict[str, str]) -> None:
+    def __init__(self, bootstrap: str, group: str, topics: dict[str, str], **producer: Any) -> None:
         super().__init__(daemon=True)
         self.consumer = Consumer(consumer_config(bootstrap, group, f"{group}-loop"))
-        self.producer = Producer(producer_config(bootstrap, f"{group}-txn", f"{group}-loop", **{"linger.ms": 2}))
+        self.producer = Producer(producer_config(bootstrap, f"{group}-txn", f"{group}-loop",
+                                                 **{"linger.ms": 2, **producer}))
         self.producer.init_transactions(30)
         self.topics = topics
         self.consumer.subscribe([topics["commands"]])
@@ -162,19 +165,32 @@ def latency(sent: dict[bytes, float], seen: dict[bytes, float]) -> dict[str, flo
 
 def drain(sent: dict[bytes, float], seen: dict[bytes, float], timeout_s: float = 15.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while len(seen) < len(sent) and time.monotonic() < deadline:
+    while any(k not in seen for k in sent) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def floor_leg(bootstrap: str, topics: dict[str, str], partitions: int, rate: float, n: int, streams: int) -> dict[str, Any]:
+def warmed(bootstrap: str, topic: str, streams: int, rate: float, seen: dict[bytes, float]) -> "Paced":
+    """A paced producer whose first second of commands (not timed) has been seen end to end: the
+    clients' connections, the follower's position and the transaction coordinator are warm."""
+    paced = Paced(bootstrap, topic, streams)
+    warm = max(10, int(rate))
+    paced.run(rate, warm, first=10**9, timed=False)
+    keys = {(10**9 + i).to_bytes(KEY_BYTES, "big"): 0.0 for i in range(warm)}
+    drain(keys, seen, timeout_s=30.0)
+    return paced
+
+
+def floor_leg(bootstrap: str, topics: dict[str, str], partitions: int, rate: float, n: int, streams: int,
+              **producer: Any) -> dict[str, Any]:
     group = f"floor-{uuid.uuid4().hex[:6]}"
-    loop = FloorLoop(bootstrap, group, topics)
+    loop = FloorLoop(bootstrap, group, topics, **producer)
     loop.wait_assigned()
     follower = Follower(bootstrap, f"{group}-r", topics["replies"], partitions)
     loop.start()
     follower.start()
-    time.sleep(1.0)  # let the follower's fetch from the end settle before the first command
-    paced = Paced(bootstrap, topics["commands"], streams)
+    paced = warmed(bootstrap, topics["commands"], streams, rate, follower.seen)
+    loop.phases = {k: [] for k in loop.phases}
+    loop.batches = []
     paced.run(rate, n)
     drain(paced.sent, follower.seen)
     loop.stop.set()
@@ -189,8 +205,7 @@ def floor_leg(bootstrap: str, topics: dict[str, str], partitions: int, rate: flo
 def raw_leg(bootstrap: str, topic: str, partitions: int, rate: float, n: int, streams: int) -> dict[str, Any]:
     follower = Follower(bootstrap, f"raw-{uuid.uuid4().hex[:6]}", topic, partitions)
     follower.start()
-    time.sleep(1.0)
-    paced = Paced(bootstrap, topic, streams)
+    paced = warmed(bootstrap, topic, streams, rate, follower.seen)
     paced.run(rate, n)
     drain(paced.sent, follower.seen)
     follower.stop.set()
@@ -214,6 +229,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=6, help="partitions per topic (default 6, as the catalogue)")
     parser.add_argument("--streams", type=int, default=10, help="distinct command keys (default 10)")
     parser.add_argument("--verification", choices=("on", "off"), default="on")
+    parser.add_argument("--retry-backoff-ms", type=int, default=None,
+                        help="the loop producer's retry.backoff.ms (default: the workers' own, workers.host)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wt-txn-floor-"))
@@ -231,7 +248,8 @@ def main() -> None:
             future.result(30)
         for rate in (float(r) for r in args.rates.split(",")):
             n = int(rate * args.seconds)
-            floor = floor_leg(bootstrap, topics, args.partitions, rate, n, args.streams)
+            producer = {} if args.retry_backoff_ms is None else {"retry.backoff.ms": args.retry_backoff_ms}
+            floor = floor_leg(bootstrap, topics, args.partitions, rate, n, args.streams, **producer)
             raw = raw_leg(bootstrap, topics["raw"], args.partitions, rate, n, args.streams)
             results.append({"rate": rate, "floor": floor, "raw": raw})
             print_row(rate, floor, raw)
