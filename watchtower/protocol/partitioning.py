@@ -10,6 +10,8 @@ aggregate (the registry) must pick the same partition those clients would.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -41,8 +43,19 @@ def murmur2(data: bytes) -> int:
     return h
 
 
+#: Distinct keys remembered by `partition_for_key`. A worker or a projection hashes the same few
+#: stream ids for every record (placement checks, forwards); murmur2 in Python costs microseconds
+#: per key, a lookup a fraction of that. Bounded, so hostile keys only evict.
+KEY_CACHE_SIZE = 1 << 16
+
+
+@lru_cache(maxsize=KEY_CACHE_SIZE)
+def _partition(key: bytes, partitions: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner gives `key` among `partitions`."""
     if partitions < 1:
         raise ValueError("a topic has at least one partition")
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return _partition(bytes(key), partitions)

@@ -8,6 +8,7 @@ All failures are `InvalidArgumentError` unless the caller passes another error c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -79,21 +80,24 @@ def require_bytes(value: object, name: str, *, length: int | None = None) -> byt
     return raw
 
 
+@functools.lru_cache(maxsize=None)
+def _init_fields(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """Dataclass `cls`'s constructor field names, and those without a default (read once per class:
+    `dataclasses.fields` builds a tuple on every call, and a fold asks for every record)."""
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    required = {f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    return frozenset(f.name for f in fields), frozenset(required)
+
+
 def known_fields(cls: type, data: object, what: str) -> dict[str, Any]:
     """`data` as constructor kwargs for dataclass `cls`: no unknown keys, every required key present."""
     if not isinstance(data, Mapping):
         raise InvalidArgumentError(f"{what} must be an object, got {type(data).__name__}")
-    fields = dataclasses.fields(cls)
-    names = {f.name for f in fields if f.init}
-    unknown = set(data) - names
+    names, required = _init_fields(cls)
+    unknown = data.keys() - names
     if unknown:
         raise InvalidArgumentError(f"unknown {what} field(s): {', '.join(sorted(map(str, unknown)))}")
-    required = {
-        f.name
-        for f in fields
-        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    }
-    missing = required - set(data)
+    missing = required - data.keys()
     if missing:
         raise InvalidArgumentError(f"missing {what} field(s): {', '.join(sorted(missing))}")
     return dict(data)
