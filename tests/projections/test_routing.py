@@ -97,6 +97,18 @@ async def _scenario() -> dict[str, Any]:
         response = await hedging(view, _request("/v1/streams/stuck", "stuck"))
         results["standby stuck"] = (response.status, json.loads(response.body))
         release.set()
+    # A worker that is stopping has closed its HTTP client while its server still answers: a read it
+    # would forward is NOT_READY (a standby here stands in), never a 500.
+    closed = aiohttp.ClientSession()
+    await closed.close()
+    stopping = route_to_owner(_app(closed, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                              match_info="stream_id")(local)
+    response = await stopping(view, _request("/v1/streams/there", "there"))
+    results["stopping"] = (response.status, json.loads(response.body), response.headers.get("Retry-After"))
+    stopping_standby = route_to_owner(_app(closed, owners, me), TOPIC, partition_of, lambda p: p == 0,
+                                      match_info="stream_id", stands_by=lambda p: p == 1)(local_standing_in)
+    response = await stopping_standby(view, _request("/v1/streams/there", "there"))
+    results["stopping standby"] = (response.status, json.loads(response.body))
     await runner.cleanup()
     results["owner saw"] = seen
     return results
@@ -128,3 +140,6 @@ def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready
     # from its own partition check when it does not serve the key).
     assert results["nobody"] == (200, {"served_by": "me", "key": "nobody"})
     assert results["marked"] == (200, {"served_by": "me", "key": "there"})
+    status, body, retry = results["stopping"]
+    assert (status, body["error"]["code"], retry) == (503, "NOT_READY", "1")
+    assert results["stopping standby"] == (200, {"served_by": "me", "standing_in": True})

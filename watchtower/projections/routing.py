@@ -112,12 +112,17 @@ async def forward(app: Any, view: Any, request: Any, owner: str, *, hedged: bool
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
     headers[ROUTED_HEADER] = "1"
     try:
+        # A worker that is stopping closes its HTTP client before its server stops answering; its
+        # forwards then fail with RuntimeError("Session is closed"): the owner is as unreachable
+        # from here as a stopped one (seen while an API worker restarted: 500s for a second).
+        if app.http_client.closed:
+            raise aiohttp.ClientConnectionError("this worker's HTTP client is closed (stopping)")
         async with app.http_client.request(method=request.method, url=url, headers=headers,
                                            timeout=forward_timeout(request, hedged=hedged)) as response:
             body = await response.read()
             passed = {"Retry-After": response.headers["Retry-After"]} if "Retry-After" in response.headers else None
             return view.web.bytes(body, content_type=response.content_type, status=response.status, headers=passed)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: closed meanwhile
         log.info("owner %s did not answer a routed read: %r", owner, exc)
         err = NotReadyError(f"the worker that owns this key's partition ({owner}) did not answer; it may be "
                             "restarting or leaving the group, which then moves its partitions; retry in a moment")
@@ -156,7 +161,7 @@ async def peer_shares(projection: Any, covered: set[int], path: str, what: str) 
                     raise NotReadyError(f"worker {url} could not give its share of {what}; retry")
                 share: dict[str, Any] = await response.json()
                 return share
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError) as exc:  # RuntimeError: client closed
             raise NotReadyError(f"worker {url} did not answer for its share of {what} ({type(exc).__name__}); "
                                 "retry in a moment") from None
     return list(await asyncio.gather(*(one(u) for u in urls)))
