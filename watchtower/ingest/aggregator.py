@@ -291,7 +291,7 @@ class Aggregator(Intake):
     def _report(self, stream: IngestingStream, task: IngestTask, reason: IngestReason, detail: str) -> Flight:
         first = task.skip_from if task.skip_from is not None else task.tick
         future = submitted(self.sink, "report", stream, first, task.tick, reason, detail[:512],
-                            block_ms(task.tick_height))
+                           block_ms(task.tick_height))
         return Flight(stream, task, "report", future, time.monotonic(), reason)
 
     def _land(self, stream_id: str, flight: Flight) -> Flight | bool | None:

@@ -332,7 +332,7 @@ def open_keyload_psk(part: KeyloadPart, psk_id: bytes, psk: bytes) -> bytes:
 
 
 def open_sealed(found: tuple[Member, bytes], address: str, private_key: bytes, keyload_id: bytes,
-                 commitment: bytes) -> bytes:
+                commitment: bytes) -> bytes:
     """The session key sealed in `found` (the entry of `address`), opened with `private_key` and checked
     against `commitment`; DECRYPTION_FAILED when it does not open or is not the committed key."""
     try:
@@ -405,7 +405,7 @@ def decode_entries(raw: object) -> tuple[tuple[Member, bytes], ...]:
 
 
 def decode_cbor_map(data: object, fields: frozenset[str], what: str,
-                     optional: frozenset[str] = frozenset()) -> dict[str, Any]:
+                    optional: frozenset[str] = frozenset()) -> dict[str, Any]:
     """`data` (a `what`, at most `MAX_PART_BYTES`) as a CBOR map with exactly `fields` (and any of
     `optional`) at `KEYLOAD_VERSION`; INVALID_ARGUMENT naming what is wrong."""
     if not isinstance(data, bytes) or len(data) > MAX_PART_BYTES:

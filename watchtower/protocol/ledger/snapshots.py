@@ -161,7 +161,7 @@ def decode_ledger(kind: str, data: bytes) -> dict[str, Any]:
     _, from_doc = _LEDGER_CODECS[kind]
     doc = loads(data, f"a {kind} snapshot")
     require(isinstance(doc, dict) and set(doc) == {"v", kind} and doc["v"] == LEDGER_PART_VERSION,
-             f"a {kind} snapshot is {{v: {LEDGER_PART_VERSION}, {kind}: [...]}}")
+            f"a {kind} snapshot is {{v: {LEDGER_PART_VERSION}, {kind}: [...]}}")
     out: dict[str, Any] = {}
     for row in rows_of(doc[kind], kind):
         key = key_of(row_of(row, 2, kind), kind)

@@ -51,7 +51,7 @@ def require(cond: bool, why: str) -> None:
 def read_int(value: object, name: str, minimum: int = 0) -> int:
     """`value` if it is an integer (not a bool) of at least `minimum`; SnapshotError naming `name` otherwise."""
     require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-             f"{name} must be an integer >= {minimum}")
+            f"{name} must be an integer >= {minimum}")
     return int(value)  # type: ignore[call-overload]
 
 
@@ -64,7 +64,7 @@ def folded_body(value: object, cls: type[B], what: str) -> B:
     # JSON-safe map of exactly that class's fields (a list, such as a replay's skip, reads as a tuple).
     fields = from_tagged_json(value, what)
     require(isinstance(fields, Mapping) and set(fields) == set(BODY_FIELDS[cls.TYPE]),
-             f"a {what} must be a map of the {cls.TYPE} fields")
+            f"a {what} must be a map of the {cls.TYPE} fields")
     return cls(**fields)
 
 

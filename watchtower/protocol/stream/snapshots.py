@@ -64,11 +64,11 @@ def decode_snapshot(data: bytes | None) -> tuple[int, int, dict[str, bytes]]:
     """(partition, events_offset, parts) of a snapshot record; SnapshotError otherwise."""
     doc = loads(data, "a snapshot")
     require(isinstance(doc, dict) and set(doc) == {"v", "partition", "events_offset", "parts"},
-             "a snapshot has exactly the fields v, partition, events_offset, parts")
+            "a snapshot has exactly the fields v, partition, events_offset, parts")
     require(doc["v"] == SNAPSHOT_VERSION, f"snapshot version {doc['v']!r} is not {SNAPSHOT_VERSION}")
     parts = doc["parts"]
     require(isinstance(parts, dict) and all(isinstance(k, str) and isinstance(v, bytes) for k, v in parts.items()),
-             "snapshot parts must map aggregate names to bytes")
+            "snapshot parts must map aggregate names to bytes")
     return read_int(doc["partition"], "partition"), read_int(doc["events_offset"], "events_offset"), parts
 
 
@@ -83,7 +83,7 @@ def encode_streams(states: Mapping[str, StreamState]) -> bytes:
 def decode_streams(data: bytes) -> dict[str, StreamState]:
     doc = loads(data, "a streams snapshot")
     require(isinstance(doc, dict) and doc.get("v") == STREAMS_PART_VERSION and isinstance(doc.get("streams"), list),
-             f"a streams snapshot is {{v: {STREAMS_PART_VERSION}, streams: [...]}}")
+            f"a streams snapshot is {{v: {STREAMS_PART_VERSION}, streams: [...]}}")
     out: dict[str, StreamState] = {}
     for item in doc["streams"]:
         try:
@@ -138,7 +138,7 @@ def _stream_from(d: Any) -> StreamState:
     require(isinstance(d["created"], bool), "created must be a boolean")
     publish_digest = d["last_publish_digest"]
     require(publish_digest is None or (isinstance(publish_digest, bytes) and len(publish_digest) == 32),
-             "last_publish_digest must be 32 bytes or null")
+            "last_publish_digest must be 32 bytes or null")
     # Snapshots written before replay pricing existed lack the two replay keys: free, no orders.
     replay_price = read_int(d.get("replay_price", 0), "replay_price")
     require(replay_price <= MAX_CBY, "replay_price must be at most 2**63-1")
@@ -191,16 +191,16 @@ def encode_registry(states: Mapping[str, RegistryState]) -> bytes:
 def decode_registry(data: bytes) -> dict[str, RegistryState]:
     doc = loads(data, "a registry snapshot")
     require(isinstance(doc, dict) and doc.get("v") == REGISTRY_PART_VERSION
-             and isinstance(doc.get("registries"), dict),
-             f"a registry snapshot is {{v: {REGISTRY_PART_VERSION}, registries: {{...}}}}")
+            and isinstance(doc.get("registries"), dict),
+            f"a registry snapshot is {{v: {REGISTRY_PART_VERSION}, registries: {{...}}}}")
     out: dict[str, RegistryState] = {}
     for key, item in doc["registries"].items():
         require(isinstance(key, str) and isinstance(item, dict) and isinstance(item.get("by_stream"), dict),
-                 "a registry entry is {next_feed_id, by_stream}")
+                "a registry entry is {next_feed_id, by_stream}")
         next_id = read_int(item.get("next_feed_id"), "next_feed_id", 1)
         by_stream = {str(s): read_int(i, "feed_id", 1) for s, i in item["by_stream"].items()}
         require(sorted(by_stream.values()) == list(range(1, next_id)),
-                 "registry feed ids must run 1..next_feed_id-1 without gaps")
+                "registry feed ids must run 1..next_feed_id-1 without gaps")
         out[key] = RegistryState(next_id, FrozenMap(by_stream))
     return out
 
