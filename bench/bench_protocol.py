@@ -15,6 +15,10 @@ Cases (each project operation beside its baseline):
           `decode_command` of the record as it sits on the commands topic, vs raw
           `nacl.bindings.crypto_sign_open` of that message. The ratio is the share of one core's
           raw verify rate that the writer's pure decision keeps (1.0 would be verify-bound).
+- worker record: everything the stream worker does with that record in Python, Kafka aside
+          (`CommandDecider._handle`: placement checks, decode and route, decide, evolve, encode the
+          event, the message and the reply, hand the three to a producer that discards them), vs
+          the same raw verify; the state is put back after each call, so every call decides head+1.
 
 Sign and verify run on a typical price_batch (about 200-byte payload, 3 tags) and on a maximal
 16 KiB payload, where SHA-256 of the payload is a visible share of the project's cost.
@@ -47,7 +51,9 @@ from watchtower.protocol import (
 )
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream.actor import StreamState, decide, evolve
-from watchtower.schemas.wire import decode_command, encode_command
+from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_command, encode_command
+from watchtower.workers.decider import CommandDecider
+from watchtower.workers.record import ConsumedRecord
 
 SEED = bytes(range(32))
 SPEC_FILTER = {
@@ -162,7 +168,53 @@ def _decide_cases() -> list[Case]:
     return [
         ("decide publish (512 B)", project_decide, raw_verify, "libsodium crypto_sign_open"),
         ("decode + decide publish (512 B)", project_decode_decide, raw_verify, "libsodium crypto_sign_open"),
+        ("worker record: publish (512 B)", _worker_record(owner, publisher, stream_id, record), raw_verify,
+         "libsodium crypto_sign_open"),
     ]
+
+
+class _Discard:
+    """A producer that keeps nothing (the decider's `Sink`); its topics have 6 partitions."""
+
+    produced = 0
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                headers: Any = None) -> None:
+        self.produced += 1
+
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
+        from types import SimpleNamespace
+        return SimpleNamespace(topics={topic: SimpleNamespace(partitions=dict.fromkeys(range(6)))})
+
+
+def _worker_record(owner: nacl.signing.SigningKey, publisher: nacl.signing.SigningKey, stream_id: str,
+                   publish: bytes) -> Callable[[], object]:
+    """The stream worker's whole Python path for one publish record, its state put back after each call."""
+    decider = CommandDecider("bench", clock_ms=lambda: 1_767_225_600_000)
+    decider.producer = sink = _Discard()
+    partition = decider._partition_of(stream_id)
+    decider._states[partition] = {a.name: {} for a in decider.aggregates}
+    headers = [(H_CORRELATION, b"c" * 16), (H_REPLY_PARTITION, b"0")]
+    ctx = decider._context()
+    create = sign_command(owner, "create_stream", stream_id, 1, {"publisher_key": bytes(publisher.verify_key)})
+    decider._handle(ConsumedRecord(decider.t_commands, partition, 0, stream_id.encode(), encode_command(create),
+                                   headers), {}, ctx)
+    states = decider._states[partition]["stream"]
+    created = dict(states)
+    record = ConsumedRecord(decider.t_commands, partition, 1, stream_id.encode(), publish, headers)
+
+    def handle() -> object:
+        decider._handle(record, {}, ctx)
+        states.clear()
+        states.update(created)
+        return sink
+
+    rejected, produced = decider.stats.rejected, sink.produced
+    handle()
+    if decider.stats.rejected != rejected or sink.produced - produced != 3:  # its event, message and reply
+        raise RuntimeError("the benchmarked publish was not accepted by the worker path "
+                           f"({sink.produced - produced} records)")
+    return handle
 
 
 def _batch(fn: Callable[[], object], size: int) -> float:
