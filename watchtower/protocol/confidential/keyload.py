@@ -5,17 +5,17 @@ member's X25519 account key; every later message of the branch is masked under i
 (`session_key`). Only the publisher (who made the session key) and the members (who open it) ever
 hold it: the platform stores and forwards sealed boxes and ciphertext, nothing else.
 
-    sealed         = crypto_box_seal(session_key, member's X25519 public key)             (80 bytes)
     members_digest = SHA-256("watchtower-keyload-members-v1" ‖ len-prefixed stream_id, branch,
                              keyload_id ‖ for each member in address order: address ‖ u64be(key id))
 
-and the keyload publishes the session key's commitment (`session_key.key_commitment`).
+where each member's entry is the session key sealed to its X25519 key (`keyload_entries`), and the
+keyload publishes the session key's commitment (`session_key.key_commitment`).
 
 **Pre-shared-key recipients.** Beside its X25519 members a keyload may wrap the session key for
 holders of a pre-shared key (`psk`); those entries ride in part 0 under ``psk_entries``, a field a
 keyload without PSK recipients does not have (so its bytes are as before), and the members digest
 then also covers every PSK id (``"psk" ‖ psk_id`` after the members). `open_keyload_psk` opens it.
-A past keyload's key sealed to later members is a reseal (`reseal`), built from the pieces here.
+A past keyload's key sealed to later members is a reseal (`reseal`), made of the same entries.
 
 **Parts.** A message carries at most 16,384 payload bytes, and one member's entry takes about 120,
 so a keyload is split into *parts*: each part is one message, deterministic CBOR of the keyload's
@@ -36,7 +36,6 @@ No error message contains key material.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -45,13 +44,20 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-import cbor2
-import nacl.exceptions
-import nacl.public
-
-from watchtower.protocol import cbor
-from watchtower.protocol.addresses import require_address
-from watchtower.protocol.confidential.envelope import validate_x25519_public_key
+from watchtower.protocol.confidential.keyload_entries import (
+    KEYLOAD_VERSION,
+    MAX_MEMBERS,
+    MAX_PART_BYTES,
+    Member,
+    Recipient,
+    decode_cbor_map,
+    decode_entries,
+    encode_part,
+    find_member,
+    open_sealed,
+    pack_entries,
+    sealed_entries,
+)
 from watchtower.protocol.confidential.psk import (
     PskRecipient,
     decode_psk_entries,
@@ -62,7 +68,6 @@ from watchtower.protocol.confidential.psk import (
 from watchtower.protocol.confidential.session_key import (
     DEFAULT_BRANCH,
     KEYLOAD_ID_BYTES,
-    SESSION_KEY_BYTES,
     key_commitment,
     mask,
     new_session_key,
@@ -71,22 +76,15 @@ from watchtower.protocol.confidential.session_key import (
     require_session_key,
     unmask,
 )
-from watchtower.protocol.constants import MAX_INLINE_PAYLOAD_BYTES
-from watchtower.protocol.errors import DecryptionFailedError, InvalidArgumentError, UnauthorizedError
+from watchtower.protocol.errors import InvalidArgumentError, UnauthorizedError
 from watchtower.protocol.validation import require_int, require_text
 
-KEYLOAD_VERSION: Final = 1
-SEALED_KEY_BYTES: Final = 80  # crypto_box_seal: 32-byte ephemeral key, 16-byte MAC, 32-byte key
 #: The message kind of a keyload part (a publisher's own kinds never start with "wt.").
 KEYLOAD_KIND: Final = "wt.keyload"
 #: The tag naming a message's keyload (its id in hex), on a masked message, a keyload part and a reseal.
 KEYLOAD_ID_TAG: Final = "wt.keyload"
 #: The tag naming a message's branch (absent: `DEFAULT_BRANCH`).
 BRANCH_TAG: Final = "wt.branch"
-#: A part's bytes: one message payload.
-MAX_PART_BYTES: Final = MAX_INLINE_PAYLOAD_BYTES
-#: Members of one keyload (the issue's scale target, with room).
-MAX_MEMBERS: Final = 20_000
 #: Branches with a keyload in one stream: each is state the writer keeps, so a publisher cannot
 #: grow it without bound.
 MAX_BRANCHES: Final = 64
@@ -96,24 +94,6 @@ _u64be = struct.Struct(">Q").pack
 _HEADER_FIELDS: Final = frozenset({"v", "keyload_id", "stream_id", "branch", "part", "parts", "members",
                                    "members_digest", "key_commitment", "entries"})
 _PSK_FIELD: Final = "psk_entries"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Recipient:
-    """A member a keyload seals the session key to: its account address, the id of its X25519
-    account key, and that key."""
-
-    address: str
-    account_key_id: int
-    public_key: bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Member:
-    """An entry of a keyload, as anyone reads it: who, under which account key."""
-
-    address: str
-    account_key_id: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -179,15 +159,6 @@ def members_digest(stream_id: str, branch: str, keyload_id: bytes, members: Iter
 # --- Building -------------------------------------------------------------------------------------
 
 
-def _entry(member: Member, sealed: bytes) -> list[Any]:
-    return [bytes.fromhex(member.address[2:]), member.account_key_id, sealed]
-
-
-def encode_part(header: dict[str, Any], entries: Sequence[list[Any]]) -> bytes:
-    """Deterministic CBOR of `header` with its ``entries`` (a keyload part or a reseal)."""
-    return cbor.encode({**header, "entries": list(entries)})
-
-
 def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: str = DEFAULT_BRANCH,
                   session_key: bytes | None = None, keyload_id: bytes | None = None,
                   psk_recipients: Iterable[PskRecipient] = ()) -> Keyload:
@@ -223,42 +194,6 @@ def build_keyload(stream_id: str, recipients: Iterable[Recipient], *, branch: st
     return Keyload(key, kid, parts, members, psk_ids)
 
 
-def pack_entries(entries: Sequence[list[Any]], *, overhead: int) -> list[list[list[Any]]]:
-    """`entries` in runs, each as many as fit in `MAX_PART_BYTES` beside a header of `overhead` bytes
-    (greedy, in order: each run is one message)."""
-    runs: list[list[list[Any]]] = [[]]
-    size = overhead
-    for entry in entries:
-        entry_size = len(cbor.encode(entry))
-        if runs[-1] and size + entry_size > MAX_PART_BYTES:
-            runs.append([])
-            size = overhead
-        runs[-1].append(entry)
-        size += entry_size
-    return runs
-
-
-def sealed_entries(session_key: bytes, recipients: Iterable[Recipient]) -> tuple[tuple[Member, ...], list[list[Any]]]:
-    """The members, in address order, and their entries: `session_key` sealed to each one's X25519 key.
-    INVALID_ARGUMENT for no member, one listed twice or more than `MAX_MEMBERS`."""
-    # Members in address order, each with the session key sealed to its X25519 key.
-    by_address: dict[str, Recipient] = {}
-    for r in recipients:
-        address = require_address(r.address, "recipient address")
-        require_int(r.account_key_id, "account_key_id", minimum=1)
-        if address in by_address:
-            raise InvalidArgumentError(f"{address} is listed twice; a keyload seals to one key per member")
-        by_address[address] = r
-    if not by_address:
-        raise InvalidArgumentError("a keyload needs at least one member (the owner is always one)")
-    if len(by_address) > MAX_MEMBERS:
-        raise InvalidArgumentError(f"a keyload holds at most {MAX_MEMBERS} members, got {len(by_address)}")
-    members = tuple(Member(a, by_address[a].account_key_id) for a in sorted(by_address))
-    entries = [_entry(m, bytes(nacl.public.SealedBox(nacl.public.PublicKey(
-        validate_x25519_public_key(by_address[m.address].public_key))).encrypt(session_key))) for m in members]
-    return members, entries
-
-
 # --- Reading --------------------------------------------------------------------------------------
 
 
@@ -284,13 +219,6 @@ def decode_part(data: object) -> KeyloadPart:
     if encode_part({k: doc[k] for k in doc if k != "entries"}, doc["entries"]) != data:
         raise InvalidArgumentError("a keyload part must be deterministic CBOR (RFC 8949 §4.2.1)")
     return decoded
-
-
-def find_member(entries: tuple[tuple[Member, bytes], ...], address: str) -> tuple[Member, bytes] | None:
-    """The entry of `address` in `entries` (in address order: binary search), or None."""
-    addresses = [m.address for m, _ in entries]
-    i = bisect.bisect_left(addresses, address)
-    return entries[i] if i < len(addresses) and addresses[i] == address else None
 
 
 def find_entry(part: KeyloadPart, address: str) -> tuple[Member, bytes] | None:
@@ -329,22 +257,6 @@ def open_keyload_psk(part: KeyloadPart, psk_id: bytes, psk: bytes) -> bytes:
                                 "PSK entries ride in part 0: read it, or ask the owner for the current keyload")
     return unwrap_for_psk(wrapped, keyload_id=part.keyload_id, commitment=part.key_commitment, psk_id=pid,
                           psk=psk)
-
-
-def open_sealed(found: tuple[Member, bytes], address: str, private_key: bytes, keyload_id: bytes,
-                commitment: bytes) -> bytes:
-    """The session key sealed in `found` (the entry of `address`), opened with `private_key` and checked
-    against `commitment`; DECRYPTION_FAILED when it does not open or is not the committed key."""
-    try:
-        key = bytes(nacl.public.SealedBox(nacl.public.PrivateKey(private_key)).decrypt(found[1]))
-    except (nacl.exceptions.CryptoError, nacl.exceptions.TypeError, nacl.exceptions.ValueError):
-        raise DecryptionFailedError(
-            f"the sealed key for {address} did not open with this account key (key id "
-            f"{found[0].account_key_id} was sealed to); load that key") from None
-    if len(key) != SESSION_KEY_BYTES or key_commitment(key, keyload_id) != commitment:
-        raise DecryptionFailedError("the key sealed to you is not the one this keyload commits to; "
-                                    "the keyload is forged or altered: report it to the feed's owner")
-    return key
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -386,41 +298,6 @@ def check_keyload(parts: Sequence[KeyloadPart]) -> KeyloadSummary:
         raise InvalidArgumentError("the keyload's members (and PSK ids) do not match its members digest")
     return KeyloadSummary(head.keyload_id, head.stream_id, head.branch, members, head.members_digest,
                           head.key_commitment, psk_ids)
-
-
-def decode_entries(raw: object) -> tuple[tuple[Member, bytes], ...]:
-    """The entries of a keyload part or a reseal; INVALID_ARGUMENT unless well formed, in strict address order."""
-    if not isinstance(raw, list) or not raw:
-        raise InvalidArgumentError("a keyload part or reseal holds at least one entry")
-    entries: list[tuple[Member, bytes]] = []
-    for item in raw:
-        if (not isinstance(item, list) or len(item) != 3 or not isinstance(item[0], bytes) or len(item[0]) != 32
-                or not isinstance(item[2], bytes) or len(item[2]) != SEALED_KEY_BYTES):
-            raise InvalidArgumentError("a keyload entry is [address (32 bytes), account_key_id, sealed key (80 bytes)]")
-        member = Member("0x" + item[0].hex(), require_int(item[1], "account_key_id", minimum=1))
-        if entries and member.address <= entries[-1][0].address:
-            raise InvalidArgumentError("a keyload part's entries are in strictly increasing address order")
-        entries.append((member, item[2]))
-    return tuple(entries)
-
-
-def decode_cbor_map(data: object, fields: frozenset[str], what: str,
-                    optional: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """`data` (a `what`, at most `MAX_PART_BYTES`) as a CBOR map with exactly `fields` (and any of
-    `optional`) at `KEYLOAD_VERSION`; INVALID_ARGUMENT naming what is wrong."""
-    if not isinstance(data, bytes) or len(data) > MAX_PART_BYTES:
-        raise InvalidArgumentError(f"a {what} is at most {MAX_PART_BYTES} bytes of CBOR")
-    try:
-        doc = cbor2.loads(data)
-    except Exception:  # cbor2 raises several types on hostile bytes; every one means "not one"
-        raise InvalidArgumentError(f"a {what} is deterministic CBOR; this is not CBOR") from None
-    if not isinstance(doc, dict) or not fields <= set(doc) <= fields | optional:
-        extra = f" (and optionally {sorted(optional)})" if optional else ""
-        raise InvalidArgumentError(f"a {what} has exactly the fields {sorted(fields)}{extra}")
-    if type(doc["v"]) is not int or doc["v"] != KEYLOAD_VERSION:  # not 1.0, not True: one spelling
-        raise InvalidArgumentError(f"{what} version {doc['v']!r} is not supported (this build reads "
-                                   f"v{KEYLOAD_VERSION}); upgrade the client")
-    return doc
 
 
 # `mask` and `unmask` (homed in `session_key`) are named here too: the keyload benchmark takes the

@@ -9,9 +9,9 @@ kind `RESEAL_KIND`. A reseal is deterministic CBOR of
     {v, keyload_id, stream_id, branch, key_commitment, entries}
 
 where `key_commitment` is the keyload's own and `entries` are ``[address, account_key_id, sealed]``
-in address order, as in a keyload part (`keyload`). A reseal opens nothing newer than its keyload,
-and a member that read the keyload checks the reseal's commitment against the keyload's, so a
-reseal cannot swap in another key. The decoder is byte-exact, as the keyload's is.
+in address order, as in a keyload part (`keyload_entries`). A reseal opens nothing newer than its
+keyload, and a member that read the keyload checks the reseal's commitment against the keyload's,
+so a reseal cannot swap in another key. The decoder is byte-exact, as the keyload's is.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
-from watchtower.protocol.confidential.keyload import (
+from watchtower.protocol.confidential.keyload_entries import (
     KEYLOAD_VERSION,
     Member,
     Recipient,
@@ -61,8 +61,8 @@ class Reseal:
 def build_reseals(stream_id: str, recipients: Iterable[Recipient], *, branch: str, keyload_id: bytes,
                   session_key: bytes) -> tuple[bytes, ...]:
     """Seal a past keyload's `session_key` to `recipients` (the owner opened it from the keyload),
-    as reseal payloads of at most `keyload.MAX_PART_BYTES` each: one message each, kind `RESEAL_KIND`.
-    The members of a reseal open nothing newer: each keyload is resealed on its own."""
+    as reseal payloads of at most `keyload_entries.MAX_PART_BYTES` each: one message each, kind
+    `RESEAL_KIND`. The members of a reseal open nothing newer: each keyload is resealed on its own."""
     require_text(stream_id, "stream_id")
     require_branch(branch)
     kid = require_keyload_id(keyload_id)
