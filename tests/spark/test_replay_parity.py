@@ -22,7 +22,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
 from replay_helpers import DeliveryReader, Stream, create_and_publish, kind_of, register, wait_status
-from stack_fixture import start_stack
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.jars import spark_jars
@@ -38,13 +37,12 @@ FILTER = {"any": [{"field": "kind", "op": "eq", "value": "trade"}, {"field": "ta
 
 
 @pytest.fixture(scope="module")
-def env(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, Stream]]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("parity-logs"), replay=False) as services:
-        client = CommandClient(services.bootstrap, prefix=services.prefix)
-        try:
-            yield services, create_and_publish(client, COUNT, capacity=100)
-        finally:
-            client.close()
+def env(stack: ServiceSet) -> Iterator[tuple[ServiceSet, Stream]]:
+    client = CommandClient(stack.bootstrap, prefix=stack.prefix)
+    try:
+        yield stack, create_and_publish(client, COUNT, capacity=100)
+    finally:
+        client.close()
 
 
 def replayed(reader: DeliveryReader, replay_id: int, count: int) -> list[Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,7 @@ from click.testing import CliRunner
 from confidential_feed import publish_confidential_feed
 from confluent_kafka import Producer
 from kafka_fixture import grant
-from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message, publish_script
-from stack_fixture import start_stack
+from spark_script import KEY_2, LENGTH, ROTATED_AFTER, message
 
 from watchtower.client.http import ApiClient
 from watchtower.client.subscriber import Subscriber
@@ -43,21 +41,6 @@ pytestmark = pytest.mark.integration
 SID = "s-spark-audit"
 GAP, FORGED, ALTERED = 8, 20, 5
 FORGER = nacl.signing.SigningKey(bytes(range(90, 122)))
-
-
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-audit-logs"), replay=False) as services:
-        yield services
-
-
-@pytest.fixture(scope="module")
-def api(stack: ServiceSet) -> ApiClient:
-    client = ApiClient(stack.api_url)
-    publish_script(client, SID)
-    return client
 
 
 @pytest.fixture(scope="module")

@@ -8,28 +8,19 @@ with confluent-kafka. One local Spark session and one stack serve the module.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
-from spark_script import BTC, LENGTH, OWNER, READER, READER_KEY, publish_script
-from stack_fixture import start_stack
+from spark_script import BTC, LENGTH, OWNER, READER, register_replay, replay_deliveries
 
 from watchtower.client.http import ApiClient
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import ReplayNotFoundError
 from watchtower.protocol.replay.records import ReplayCompleted, ReplayErrored, ReplayProgress, ReplayRegistration
-from watchtower.protocol.replay.rules import (
-    canonical_filter,
-    parse_replay_filter,
-    read_replay_headers,
-    replay_headers,
-    replay_id_for,
-)
-from watchtower.protocol.signed_command import command_digest, sign_command
+from watchtower.protocol.replay.rules import replay_headers
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.stream.key_chain import verify_key_chain
 from watchtower.schemas.records import decode_message
@@ -45,44 +36,10 @@ pytestmark = pytest.mark.integration
 SID = "s-spark-replay"
 
 
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    """No replay worker: the job alone fulfils the replays this module registers."""
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-replay-logs"), replay=False) as services:
-        yield services
-
-
-@pytest.fixture(scope="module")
-def api(stack: ServiceSet) -> ApiClient:
-    client = ApiClient(stack.api_url)
-    publish_script(client, SID)
-    return client
-
-
-def register(stack: ServiceSet, nonce: int, *, first: int, end_exclusive: int, end_id: int | None,
-             filter_spec: Any = None, skip: list[int] | None = None) -> tuple[int, int]:
-    """Write the `registered` record the stream's writer would write, with the reader's signed
-    register_replay (nonce `nonce`) it was decided from; (its replay id, the replay partition)."""
-    topic = topic_name("replay", stack.prefix)
-    partition = partition_for_key(SID.encode(), 3)
-    to = None if end_id is not None else end_exclusive
-    config = {name: value for name, value in (("filter", filter_spec), ("skip", skip)) if value is not None}
-    body: dict[str, Any] = {"namespace": SID, "from": first, **({} if to is None else {"to": to}),
-                            **({"config": config} if config else {})}
-    cmd = sign_command(READER_KEY, "register_replay", SID, nonce, body)
-    digest = command_digest(cmd)
-    replay_id = replay_id_for(digest)
-    record = ReplayRegistration(
-        v=1, replay_id=replay_id, stream_id=SID, namespace=SID, requester=READER, from_sequence=first,
-        to_sequence=to, first=first, end_exclusive=end_exclusive,
-        end_id=end_id, filter=canonical_filter(parse_replay_filter(filter_spec)), skip=skip, memo_hex="",
-        price_cby=0, block_height=1, caller=READER, nonce=nonce, digest_hex=digest.hex(), command=cmd.to_dict())
-    producer = Producer(kafka_config(stack.bootstrap))
-    producer.produce(topic, key=SID.encode(), value=encode_replay_record(record), partition=partition)
-    assert producer.flush(60) == 0
-    return replay_id, partition
+def register(stack: ServiceSet, nonce: int, **replay: Any) -> tuple[int, int]:
+    """The `registered` record the stream's writer would write for the reader's register_replay of
+    SID (nonce `nonce`); (its replay id, the replay partition)."""
+    return register_replay(stack.bootstrap, stack.prefix, SID, nonce, **replay)
 
 
 def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:
@@ -92,12 +49,7 @@ def replay_records(stack: ServiceSet, replay_id: int) -> list[Any]:
 
 
 def deliveries(stack: ServiceSet, replay_id: int) -> list[Any]:
-    out = []
-    for m in read_committed(stack.bootstrap, [topic_name("deliveries", stack.prefix)]):
-        marker = read_replay_headers(m.headers())
-        if marker is not None and marker.replay_id == replay_id:
-            out.append(m)
-    return out
+    return replay_deliveries(stack.bootstrap, stack.prefix, replay_id)
 
 
 @pytest.mark.secure

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,8 @@ from typing import Any
 
 import pytest
 from kafka_fixture import free_ports
-from spark_script import BTC, LENGTH, publish_script, register_replay, replay_deliveries
-from stack_fixture import start_stack
+from spark_script import BTC, LENGTH, register_replay, replay_deliveries
+from waiting import wait_until
 
 import watchtower
 from watchtower.client.http import ApiClient
@@ -72,12 +71,15 @@ class Cluster:
             self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
                         "--cores", "1", "--memory", "512m", "--webui-port", str(ui),
                         "--work-dir", str(self.root / f"work{i}"))
-        deadline = time.monotonic() + STARTUP_S
-        while self.alive_workers() < WORKERS:
+
+        def workers_alive() -> bool:
+            if self.alive_workers() >= WORKERS:
+                return True
             for proc in self.procs:
                 assert proc.poll() is None, f"a cluster process exited: {self.logs()}"
-            assert time.monotonic() < deadline, f"{WORKERS} workers not alive after {STARTUP_S}s: {self.logs()}"
-            time.sleep(1)
+            return False
+
+        wait_until(lambda: f"{WORKERS} workers alive: {self.logs()}", workers_alive, timeout_s=STARTUP_S, every_s=1)
 
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as response:
@@ -113,19 +115,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield running
     finally:
         running.stop()
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("spark-cluster-logs"), replay=False) as services:
-        yield services
-
-
-@pytest.fixture(scope="module")
-def api(stack: ServiceSet) -> ApiClient:
-    client = ApiClient(stack.api_url)
-    publish_script(client, SID)
-    return client
 
 
 def cli(cluster: Cluster, stack: ServiceSet, *args: str) -> dict[str, Any]:
