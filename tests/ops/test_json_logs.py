@@ -120,6 +120,18 @@ def test_a_faust_worker_gets_the_same_json_lines(monkeypatch: pytest.MonkeyPatch
         root.setLevel(saved[1])
 
 
+
+def test_the_api_workers_faust_level_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WATCHTOWER_LOG_LEVEL reaches the API worker's Faust ``--loglevel`` (the deploy tier reads its
+    assignments at INFO); unset or unknown stays ``warn``."""
+    from watchtower.api.main import faust_loglevel
+
+    monkeypatch.delenv("WATCHTOWER_LOG_LEVEL", raising=False)
+    assert faust_loglevel() == "warn"
+    for given, level in (("INFO", "info"), ("debug", "debug"), ("WARNING", "warn"), ("loud", "warn")):
+        monkeypatch.setenv("WATCHTOWER_LOG_LEVEL", given)
+        assert faust_loglevel() == level
+
 FAUST_CHILD = """
 import sys
 import faust

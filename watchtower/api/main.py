@@ -49,9 +49,20 @@ def main(argv: list[str]) -> None:
     if logging_config is not None:
         projection.app.conf.logging_config = logging_config
     # Faust's App.main() parses sys.argv like the `faust` command.
-    sys.argv = faust_worker_argv(projection.app, "--loglevel", "warn", "--web-port", str(port), "--web-host",
+    sys.argv = faust_worker_argv(projection.app, "--loglevel", faust_loglevel(), "--web-port", str(port), "--web-host",
                                  os.environ.get("WATCHTOWER_WEB_HOST", "127.0.0.1"))  # no banner, no spinner
     projection.app.main()
+
+
+#: `WATCHTOWER_LOG_LEVEL` names as Faust's ``--loglevel`` spells them.
+_FAUST_LEVELS = {"CRITICAL": "crit", "ERROR": "error", "WARNING": "warn", "WARN": "warn", "INFO": "info",
+                 "DEBUG": "debug"}
+
+
+def faust_loglevel() -> str:
+    """The API worker's Faust log level: ``WATCHTOWER_LOG_LEVEL`` (e.g. ``INFO``, to see its
+    assignments and catch-ups), ``warn`` when unset or not a level."""
+    return _FAUST_LEVELS.get(os.environ.get("WATCHTOWER_LOG_LEVEL", "").strip().upper(), "warn")
 
 
 if __name__ == "__main__":

@@ -199,6 +199,7 @@ class CatchUp:
         generation = self.owned.assign(partitions, standbys)
         if generation == before:
             return  # the same partitions: their fold goes on, and they never stopped serving
+        log.info("assigned partitions %s, standby %s (generation %d)", partitions, standbys, generation)
         task = asyncio.ensure_future(self._run(generation, sorted([*partitions, *standbys])))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
