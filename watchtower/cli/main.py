@@ -44,6 +44,7 @@ def _register() -> None:
     )
     from watchtower.cli import audience_cmd as _audience  # it adds `feed ID subscribe|follow|allowlist|…`
     from watchtower.cli import epoch_wrap_cmd as _wrap  # it adds `feed ID pre-wrap-epochs|wrap-daemon|rewrap-epochs`
+    from watchtower.cli import feed_cmd as _feed  # it adds `feed ID publish|get-since|get-head|rotate-publisher-key|…`
     from watchtower.cli import paid_feed_cmd as _paid  # it adds `feed ID acquire-access|renew|fetch-keys`
     from watchtower.cli import private_feed_cmd as _private  # it adds `feed ID keyloads`
 
@@ -61,7 +62,7 @@ def _register() -> None:
     for command in (account_cmd.account, new_feed_cmd.new, new_feed_cmd.list_feeds, new_feed_cmd.feeds_by_owner,
                     feed_group.feed, ledger_cmd.cby, replay_cmd.replay):
         cli.add_command(command)
-    del _audience, _paid, _private, _wrap
+    del _audience, _feed, _paid, _private, _wrap
     _registered = True
 
 
