@@ -4,16 +4,18 @@ partitions assigned); the push and replay helpers keep the records they care abo
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from waiting import wait_until
 
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 
 
 class CommittedDeliveries:
-    """`records` yields the next fetched records (read_committed); `close` when done."""
+    """`records` yields the next fetched records (read_committed); `until` polls until a
+    condition on what a subclass's `poll` kept holds; `close` when done."""
 
     def __init__(self, bootstrap: str, prefix: str) -> None:
         self.topic = topic_name("deliveries", prefix)
@@ -31,6 +33,20 @@ class CommittedDeliveries:
                 assert err.code() == KafkaError._PARTITION_EOF, err
                 continue
             yield m
+
+    def poll(self, timeout: float = 0.5) -> object:
+        """Read the records fetched within `timeout`, keeping those the reader is for."""
+        raise NotImplementedError
+
+    def until(self, cond: Callable[[], bool], timeout_s: float = 600, what: str = "deliveries") -> None:
+        """`poll` until `cond()` holds; AssertionError naming `what` after `timeout_s`."""
+        def polled() -> bool:
+            if cond():
+                return True
+            self.poll()
+            return False
+
+        wait_until(what, polled, timeout_s=timeout_s, every_s=0)
 
     def close(self) -> None:
         self.consumer.close()

@@ -12,7 +12,6 @@ transaction.
 from __future__ import annotations
 
 import secrets
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -97,10 +96,12 @@ def deliveries(kafka_bootstrap: str, prefix: str) -> Iterator[Deliveries]:
 
 def read_until(consumer: PushConsumer, last: int, timeout_s: float = 60) -> list[int]:
     seen: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while last not in seen:
-        assert time.monotonic() < deadline, f"push {last} did not arrive; read {seen}"
-        seen += [m.sequence for m in consumer.poll(0.5)]
+
+    def arrived() -> bool:
+        seen.extend(m.sequence for m in consumer.poll(0.5))
+        return last in seen
+
+    wait_until(lambda: f"push {last} (read {seen})", arrived, timeout_s=timeout_s, every_s=0)
     seen += [m.sequence for m in consumer.poll(1.0)]  # nothing more may follow
     return seen
 

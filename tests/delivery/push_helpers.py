@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,13 +93,6 @@ class PushReader(CommittedDeliveries):
 
     def of(self, feed: PushFeed) -> list[Push]:
         return [p for p in self.pushes if p.stream_id == feed.stream_id]
-
-    def until(self, cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            self.poll()
 
 
 def served_everything(reader: PushReader, feed: PushFeed) -> Callable[[], bool]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from push_helpers import PushReader, create_push_feed, publish
 from stack_fixture import start_stack
-from waiting import wait_until
+from waiting import let_time_pass, wait_until
 
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.worker import DeliveryWorker
@@ -89,7 +88,7 @@ def settled(worker: DeliveryWorker, stream_id: str, next_sequence: int) -> Calla
     def check() -> bool:
         if not once():
             return False
-        time.sleep(0.2)
+        let_time_pass(0.2, "the worker thread runs between the two readings")
         return once()
     return check
 

@@ -11,9 +11,10 @@ import dataclasses
 import http.client
 import json
 import socket
-import time
 from typing import Any
 from urllib.parse import urlsplit
+
+from waiting import wait_until
 
 
 @dataclasses.dataclass
@@ -88,15 +89,19 @@ class SseClient:
     def messages(self, count: int, timeout_s: float = 120.0) -> list[Event]:
         """The next `count` message events (skipping comments); fails on a deadline or a close."""
         out: list[Event] = []
-        deadline = time.monotonic() + timeout_s
-        for ev in self.events():
+        events = self.events()
+
+        def read_one() -> bool:
+            ev = next(events, None)
+            if ev is None:
+                raise AssertionError(f"the stream closed after {len(out)} of {count} events")
             if ev.comment is None:
                 assert ev.event == "message", ev
                 out.append(ev)
-                if len(out) == count:
-                    return out
-            assert time.monotonic() < deadline, f"only {len(out)} of {count} events in time"
-        raise AssertionError(f"the stream closed after {len(out)} of {count} events")
+            return len(out) == count
+
+        wait_until(lambda: f"{count} events (only {len(out)} in time)", read_one, timeout_s=timeout_s, every_s=0)
+        return out
 
     def close(self) -> None:
         self.conn.close()

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import nacl.signing
 from confluent_kafka import Producer
 from deliveries_reader import CommittedDeliveries
+from waiting import wait_until
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.replay.records import ReplayRegistration
@@ -111,14 +112,16 @@ def replay_views(bootstrap: str, prefix: str) -> dict[int, ReplayView]:
 
 
 def wait_status(bootstrap: str, prefix: str, replay_id: int, statuses: set[str], timeout_s: float = 600) -> ReplayView:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    view: ReplayView | None = None
+
+    def reached() -> ReplayView | None:
+        nonlocal view
         view = replay_views(bootstrap, prefix).get(replay_id)
-        if view is not None and view.status in statuses:
-            return view
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"replay {replay_id} is {view and view.status} after {timeout_s:.0f}s")
-        time.sleep(0.5)
+        return view if view is not None and view.status in statuses else None
+
+    wanted = " or ".join(sorted(statuses))
+    return wait_until(lambda: f"replay {replay_id} to be {wanted} (it is {view and view.status})", reached,
+                      timeout_s=timeout_s, every_s=0.5)
 
 
 class DeliveryReader(CommittedDeliveries):
@@ -136,13 +139,6 @@ class DeliveryReader(CommittedDeliveries):
             self.by_replay.setdefault(rid, []).append(m)
             got += 1
         return got
-
-    def until(self, cond: Callable[[], bool], timeout_s: float = 600, what: str = "deliveries") -> None:
-        deadline = time.monotonic() + timeout_s
-        while not cond():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what} did not arrive within {timeout_s:.0f}s")
-            self.poll()
 
     def count(self, replay_id: int) -> int:
         return len(self.by_replay.get(replay_id, []))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from replay_helpers import (
     wait_status,
 )
 from stack_fixture import start_stack
+from waiting import wait_until
 
 from watchtower.client.private_reader import ConfidentialReader
 from watchtower.gateway.transport import CommandClient
@@ -34,6 +34,7 @@ from watchtower.protocol.confidential.keyload import KEYLOAD_ID_TAG, KEYLOAD_KIN
 from watchtower.protocol.confidential.session_key import mask
 from watchtower.protocol.replay.records import ReplayCancelRequest, ReplayProgress
 from watchtower.protocol.replay.rules import selector_for
+from watchtower.protocol.replay.status import ReplayView
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 from watchtower.protocol.stream.message import StreamMessage
@@ -70,11 +71,15 @@ def health(services: ServiceSet) -> dict[str, Any]:
 
 
 def wait_health(services: ServiceSet, cond: Callable[[dict[str, Any]], bool], timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while not cond(body := health(services)):
-        assert time.monotonic() < deadline, f"the health file never satisfied the check: {body}"
-        time.sleep(0.3)
-    return body
+    body: dict[str, Any] = {}
+
+    def satisfied() -> dict[str, Any] | None:
+        nonlocal body
+        body = health(services)
+        return body if cond(body) else None
+
+    return wait_until(lambda: f"the health file to satisfy the check (last: {body})", satisfied,
+                      timeout_s=timeout_s, every_s=0.3)
 
 
 @pytest.mark.secure
@@ -183,10 +188,15 @@ def test_a_plan_above_the_spark_threshold_is_handed_off_not_served(env: tuple[Se
     big = register(services.bootstrap, services.prefix, stream, start=1, to=1001)
     small = register(services.bootstrap, services.prefix, stream, start=1, to=101)
     assert wait_status(services.bootstrap, services.prefix, small.replay_id, {"completed"}).delivered == 100
-    deadline = time.monotonic() + 120
-    while (view := replay_views(services.bootstrap, services.prefix)[big.replay_id]).engine != "spark":
-        assert time.monotonic() < deadline, f"replay {big.replay_id} was not handed to Spark: {view}"
-        time.sleep(0.5)
+    view: ReplayView | None = None
+
+    def handed_off() -> ReplayView | None:
+        nonlocal view
+        view = replay_views(services.bootstrap, services.prefix)[big.replay_id]
+        return view if view.engine == "spark" else None
+
+    view = wait_until(lambda: f"replay {big.replay_id} to be handed to Spark (last: {view})", handed_off,
+                      timeout_s=120, every_s=0.5)
     assert view.next_offset == 0
     assert view.delivered == 0
     reader.until(lambda: reader.count(small.replay_id) >= 100, what="the small replay's deliveries")
