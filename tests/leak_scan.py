@@ -14,7 +14,6 @@ directory tree (service logs, state files) and any text (a test's captured outpu
 from __future__ import annotations
 
 import base64
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from waiting import wait_until
 
 from watchtower.topics.connection import kafka_config
 
@@ -116,12 +116,13 @@ class LeakScanner:
                         ends[(topic, partition)] = high
                         starts.append(TopicPartition(topic, partition, low))
             consumer.assign(starts)
-            deadline = time.monotonic() + timeout
+
             # Transaction markers occupy offsets but are never delivered: a partition is done when
             # the consumer's position (not the last record's offset) reaches today's high watermark.
-            while ends:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the scan did not reach the end of {sorted(ends)[:5]} ...")
+            def at_the_ends() -> bool:
+                nonlocal records, found
+                if not ends:
+                    return True
                 for msg in consumer.consume(1000, 0.5):
                     if msg.error():
                         continue
@@ -131,6 +132,10 @@ class LeakScanner:
                         if tp.offset >= ends[(tp.topic, tp.partition)]]
                 for tp in done:
                     del ends[(tp.topic, tp.partition)]
+                return not ends
+
+            wait_until(lambda: f"the scan to reach the end of {sorted(ends)[:5]} ...", at_the_ends,
+                       timeout_s=timeout, every_s=0)
         finally:
             consumer.close()
         return records, found

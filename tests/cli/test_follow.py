@@ -7,13 +7,13 @@ event stream unreachable it falls back to pull and still prints every message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import nacl.signing
 import pytest
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
+from waiting import wait_until
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
@@ -49,14 +50,15 @@ class Cli:
 
     def read(self, n: int, timeout_s: float = 120) -> list[str]:
         out: list[str] = []
-        deadline = time.monotonic() + timeout_s
-        while len(out) < n:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"read {len(out)} of {n} lines: {out}; stderr so far: {self._stderr_if_done()}"
-            try:
-                out.append(self.lines.get(timeout=min(1.0, remaining)))
-            except queue.Empty:
-                continue
+
+        def read_n() -> bool:
+            if len(out) < n:
+                with contextlib.suppress(queue.Empty):
+                    out.append(self.lines.get(timeout=1.0))
+            return len(out) >= n
+
+        wait_until(lambda: f"{n} lines (read {len(out)}: {out}; stderr so far: {self._stderr_if_done()})", read_n,
+                   timeout_s=timeout_s, every_s=0)
         return out
 
     def finish(self, timeout_s: float = 60) -> str:

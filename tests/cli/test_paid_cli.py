@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,16 +87,22 @@ def refused(code: str, *args: str) -> WatchtowerError:
 
 
 def eventually(call: Callable[[], Any], timeout_s: float = 30.0, retry: tuple[str, ...] = ()) -> Any:
-    """`call()` once the read side (or the key manager) has caught up with an acknowledged write."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """`call()` once the read side (or the key manager) has caught up with an acknowledged write: an
+    AssertionError, or a refusal whose code is in `retry`, means not yet; any other refusal fails at once."""
+    refusal: WatchtowerError | None = None
+
+    def attempt() -> tuple[Any] | None:
+        nonlocal refusal
         try:
-            return call()
-        except (AssertionError, WatchtowerError) as err:
-            code = getattr(err, "code", None)
-            if time.monotonic() >= deadline or (isinstance(err, WatchtowerError) and code not in retry):
+            return (call(),)
+        except WatchtowerError as err:
+            if err.code not in retry:
                 raise
-        time.sleep(0.2)
+            refusal = err
+            return None
+
+    return wait_until(lambda: f"the read side to catch up with an acknowledged write (last refusal: {refusal!r})",
+                      attempt, timeout_s=timeout_s, every_s=0.2, retry_on=(AssertionError,))[0]
 
 
 def balances(*who: str) -> dict[str, int]:

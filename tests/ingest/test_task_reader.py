@@ -9,13 +9,13 @@ the runner's member in the same way; the reader must join again and go on readin
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from waiting import wait_until
 
 from watchtower.ingest.task_reader import INSTANCE_ID, TaskReader
 from watchtower.topics.connection import GroupTimeouts, kafka_config
@@ -33,9 +33,12 @@ def reader_config(bootstrap: str, group: str) -> dict[str, Any]:
 
 def read_until(reader: TaskReader, value: bytes, timeout_s: float = 60.0) -> list[bytes]:
     seen: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while value not in seen and time.monotonic() < deadline:
-        seen += [m.value() for m in reader.consume(100, 0.2)]
+
+    def arrived() -> bool:
+        seen.extend(m.value() for m in reader.consume(100, 0.2))
+        return value in seen
+
+    wait_until(lambda: f"{value!r} (read {seen})", arrived, timeout_s=timeout_s, every_s=0)
     return seen
 
 
@@ -54,11 +57,14 @@ def test_a_fenced_task_reader_joins_again_and_reads_the_tasks_after_it(kafka_boo
         # Another consumer under the runner's instance id: the coordinator fences the reader's member.
         intruder = Consumer({**reader_config(kafka_bootstrap, group), "group.instance.id": INSTANCE_ID})
         intruder.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while reader.replaced == 0 and time.monotonic() < deadline:
+
+        def replaced() -> bool:
             intruder.poll(0.1)
             reader.consume(100, 0.1)
-        assert reader.replaced == 1, "the fenced reader was never replaced"
+            return reader.replaced > 0
+
+        wait_until("the fenced reader to be replaced", replaced, timeout_s=60, every_s=0)
+        assert reader.replaced == 1, "the fenced reader was replaced more than once"
 
         producer.produce(topic, b"after")
         producer.flush(10)

@@ -8,7 +8,6 @@ manager folds the committed events and refuses or serves with the CIP-7 codes.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,13 +187,12 @@ def test_audit_records_name_who_and_what_but_hold_no_key_or_plaintext(world: Wor
     status, reply = world.keys(ALICE, ALICE)
     assert status == 200, reply
     topic = topic_name("keymgr", world.services.prefix)
-    deadline = time.monotonic() + 60
-    records: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        records = [json.loads(m.value()) for m in read_committed(world.services.bootstrap, [topic])]
-        if any(r["action"] == "fetch_epoch_keys" and r["caller"] == addr(ALICE) for r in records):
-            break
-        time.sleep(0.3)
+
+    def audited() -> list[dict[str, Any]] | None:
+        found = [json.loads(m.value()) for m in read_committed(world.services.bootstrap, [topic])]
+        return found if any(r["action"] == "fetch_epoch_keys" and r["caller"] == addr(ALICE) for r in found) else None
+
+    records = wait_until("the audit record of Alice's fetch_epoch_keys", audited, timeout_s=60, every_s=0.3)
     assert any(
         r["action"] == "stream_decrypt" and r["caller"] == addr(ACTOR) and r["account"] == addr(ALICE) for r in records
     ), records
