@@ -7,6 +7,7 @@ import uuid
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
+from waiting import wait_until
 
 from watchtower.topics.connection import kafka_config
 
@@ -50,11 +51,12 @@ def records_past_commit(bootstrap: str, group: str) -> list[TopicPartition] | No
 
 def wait_group_committed(bootstrap: str, group: str, timeout_s: float = 120.0) -> None:
     """Until `group` has committed offsets and no committed record lies past them."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    behind: list[TopicPartition] | None = None
+
+    def covered() -> bool:
+        nonlocal behind
         behind = records_past_commit(bootstrap, group)
-        if behind == []:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"group {group} has records past its committed offsets on {behind}")
-        time.sleep(0.2)
+        return behind == []
+
+    wait_until(lambda: f"group {group}'s committed offsets to pass every record (records past them on {behind})",
+               covered, timeout_s=timeout_s, every_s=0.2)

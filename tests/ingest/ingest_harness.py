@@ -5,14 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from waiting import wait_until
+from waiting import let_time_pass, wait_until
 
 from watchtower.protocol.stream.state import INGEST_FAILED, Event
 from watchtower.schemas.wire import decode_event
@@ -37,7 +36,7 @@ class PriceSource:
         if mode == "down":
             return 503, b'{"error": "maintenance"}'
         if mode == "hang":
-            time.sleep(self.hang_s)
+            let_time_pass(self.hang_s, "a source that hangs: the runner's request timeout must cut it off")
         price: Any = self.price
         if mode == "schema":
             price = "high"

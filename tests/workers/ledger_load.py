@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nacl.signing
+from waiting import wait_until
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.protocol.addresses import address_from_public_key
@@ -93,10 +94,9 @@ class Sender:
         """Send `cmd` (and the same `cmd` again after a timeout or a retry code) until answered."""
         start = time.monotonic()
         sends = 0
-        while True:
-            if time.monotonic() - start > self.give_up_s:
-                raise AssertionError(f"{cmd.method} on {cmd.stream_id}: no answer in {self.give_up_s:g}s "
-                                     f"after {sends} sends")
+
+        def answered() -> Answer | None:
+            nonlocal sends
             sends += 1
             if sends > 1:
                 with self._lock:
@@ -106,13 +106,15 @@ class Sender:
                 result = fut.result(self.attempt_timeout_s)
             except (FutureTimeout, CancelledError):
                 fut.cancel()
-                continue
+                return None
             except WatchtowerError as err:
                 if err.code in RETRY_CODES:
-                    time.sleep(0.2)
-                    continue
+                    return None
                 return Answer(cmd, False, None, err.code, err.message, sends, time.monotonic() - start)
             return Answer(cmd, True, dict(result), None, "", sends, time.monotonic() - start)
+
+        return wait_until(lambda: f"an answer to {cmd.method} on {cmd.stream_id} ({sends} sends)", answered,
+                          timeout_s=self.give_up_s, every_s=0.2)
 
     def ok(self, cmd: Command) -> dict[str, Any]:
         """The result of `cmd`; a refusal fails the caller with its code and message."""

@@ -5,13 +5,13 @@ signature valid."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from concurrent.futures import Future
 
 import nacl.signing
 import pytest
 from tiers import scale
+from waiting import let_time_pass
 from worker_harness import read_all_messages, workers
 
 from watchtower.gateway.transport import CommandClient
@@ -47,7 +47,7 @@ def test_gapless_and_lossless_under_kill9(kafka_bootstrap: str) -> None:
             def killer() -> None:
                 nonlocal kills_done
                 while kills_done < KILLS and not stop.is_set():
-                    time.sleep(2.5)
+                    let_time_pass(2.5, "publishes flow between two kills")
                     w.kill9("a")
                     kills_done += 1
                     w.start("a")
@@ -64,7 +64,7 @@ def test_gapless_and_lossless_under_kill9(kafka_bootstrap: str) -> None:
                     futures[(sid, seq)] = client.submit(cmd)
                 if seq % 200 == 0:
                     client.flush()
-                    time.sleep(0.5)  # spread the load so the kills land mid-stream
+                    let_time_pass(0.5, "the load is spread out so the kills land mid-stream")
             client.flush()
             acked: dict[str, set[int]] = defaultdict(set)
             for (sid, seq), fut in futures.items():

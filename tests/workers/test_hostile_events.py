@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import nacl.signing
 import pytest
 from confluent_kafka import Producer
+from waiting import wait_until
 from worker_harness import Workers, partition_for, read_health, workers
 
 from watchtower.cli.message_log import read_committed_messages
@@ -67,9 +67,10 @@ class Bench:
     def wait_serving_with_quarantined(self, pid: int, partition: int, offset: int,
                                       timeout: float = 90.0) -> dict[str, Any]:
         """Wait until the restarted worker serves and reports the record at partition/offset as quarantined."""
-        deadline = time.monotonic() + timeout
         last: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
+
+        def quarantined() -> dict[str, Any] | None:
+            nonlocal last
             if not self.workers.alive(WORKER):
                 pytest.fail(f"the worker died at start:\n{self.workers.log(WORKER)[-3000:]}")
             last = read_health(self.health)
@@ -78,9 +79,11 @@ class Bench:
                     if (q["topic"], q["partition"], q["offset"]) == (self.t_events, partition, offset):
                         assert last["quarantined"] >= 1
                         return dict(q)
-            time.sleep(0.1)
-        pytest.fail(f"the restarted worker did not report the record {partition}@{offset} as quarantined "
-                    f"while serving; last health: {last}\nlog:\n{self.workers.log(WORKER)[-3000:]}")
+            return None
+
+        return wait_until(lambda: f"the restarted worker to report the record {partition}@{offset} as quarantined "
+                                  f"while serving; last health: {last}\nlog:\n{self.workers.log(WORKER)[-3000:]}",
+                          quarantined, timeout_s=timeout, every_s=0.1)
 
 
 @dataclass

@@ -9,7 +9,6 @@ duplicate, every signature valid, and each partition written by one owner at a t
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 import nacl.signing
 import pytest
-from waiting import wait_until
+from waiting import let_time_pass, wait_until
 from worker_harness import partition_for, read_all_messages, read_committed_events, wait_for_assignment, workers
 
 from watchtower.gateway.transport import CommandClient
@@ -77,7 +76,7 @@ class Publisher(threading.Thread):
                     cmd = sign_command(self.owner, "publish", sid, seq + 1, msg.to_json_dict())
                     self.futures.append((self.phase, sid, seq, self.client.submit(cmd)))
                 self.client.flush()
-                time.sleep(0.02)
+                let_time_pass(0.02, "a steady load through the rebalances, not a flood")
         except BaseException as exc:
             self.error = exc
 

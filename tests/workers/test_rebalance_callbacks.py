@@ -17,11 +17,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue
@@ -70,8 +70,9 @@ def test_the_assignment_callback_leaves_consume_able_to_serve_the_next_callback(
         # Serving its partitions, then written again at least once more (writes come at most once a
         # second): the consume() that ran the assignment callback went on serving callbacks.
         assigned_at: int | None = None
-        deadline = time.monotonic() + 120  # a safety net: a rebalance on a loaded machine takes seconds
-        while True:
+
+        def served_then_written_again() -> bool:
+            nonlocal assigned_at
             h = read_health(health)
             if proc.poll() is not None:
                 pytest.fail(f"the {kind} worker exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
@@ -79,9 +80,12 @@ def test_the_assignment_callback_leaves_consume_able_to_serve_the_next_callback(
                 if assigned_at is None:
                     assigned_at = int(h["updated_ms"])  # type: ignore[call-overload]
                 elif int(h["updated_ms"]) > assigned_at:  # type: ignore[call-overload]
-                    break
-            assert time.monotonic() < deadline, f"the {kind} worker never served its partitions:\n{log.read_text()}"
-            time.sleep(0.1)
+                    return True
+            return False
+
+        # The timeout is a safety net: a rebalance on a loaded machine takes seconds.
+        wait_until(lambda: f"the {kind} worker to serve its partitions:\n{log.read_text()}", served_then_written_again,
+                   timeout_s=120, every_s=0.1)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

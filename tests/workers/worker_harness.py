@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from waiting import wait_until
 
 from watchtower.cli.message_log import read_committed_messages
 from watchtower.protocol.stream.actor import Event
@@ -183,14 +183,14 @@ class RawCommandChannel:
 
     def reply(self, corr: str, timeout: float = 60.0) -> dict[str, Any]:
         """The decoded reply envelope (``{"v", "ok", "result" | "error"}``) for ``corr``."""
-        deadline = time.monotonic() + timeout
-        while corr not in self._early:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no reply to {corr} within {timeout}s: the worker never answered")
-            msg = self.consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            self._early[(msg.key() or b"").decode()] = decode_reply(msg.value())
+        def replied() -> bool:
+            if corr not in self._early:
+                msg = self.consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    self._early[(msg.key() or b"").decode()] = decode_reply(msg.value())
+            return corr in self._early
+
+        wait_until(f"a reply to {corr} (the worker never answered)", replied, timeout_s=timeout, every_s=0)
         return self._early.pop(corr)
 
     def request(self, value: bytes | None, *, key: str, timeout: float = 60.0) -> tuple[int, dict[str, Any]]:
@@ -205,17 +205,16 @@ class RawCommandChannel:
 
 def _end_offset(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> int:
     """The end offset of ``tp``, waiting out a topic so new that its leader is not known yet."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def answered() -> tuple[int] | None:
         try:
             _low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            return int(high)
         except KafkaException as exc:
             if not exc.args[0].retriable() and exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
                 raise
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return None
+        return (int(high),)
+
+    return wait_until(f"the end offset of {tp.topic}/{tp.partition}", answered, timeout_s=timeout, every_s=0.2)[0]
 
 
 # --- Partitioning, the events log and the worker group --------------------------------------------
@@ -261,16 +260,18 @@ def group_assignment(bootstrap: str, topic: str) -> dict[str, frozenset[int]] | 
 def wait_for_assignment(bootstrap: str, topic: str, members: int, partitions: int,
                         timeout: float = 60.0) -> dict[str, frozenset[int]]:
     """Wait until ``members`` workers together own all ``partitions`` of ``topic``; return who owns what."""
-    deadline = time.monotonic() + timeout
     last: dict[str, frozenset[int]] | None = None
-    while time.monotonic() < deadline:
+
+    def assigned() -> dict[str, frozenset[int]] | None:
+        nonlocal last
         last = group_assignment(bootstrap, topic)
-        if last is not None and len(last) == members:
-            owned = sorted(p for parts in last.values() for p in parts)
-            if owned == list(range(partitions)):
-                return last
-        time.sleep(0.25)
-    raise TimeoutError(f"{topic}: wanted {partitions} partitions over {members} workers; last saw {last}")
+        if last is None or len(last) != members:
+            return None
+        owned = sorted(p for parts in last.values() for p in parts)
+        return last if owned == list(range(partitions)) else None
+
+    return wait_until(lambda: f"{topic}: {partitions} partitions over {members} workers (last saw {last})",
+                      assigned, timeout_s=timeout, every_s=0.25)
 
 
 # --- The worker's health file ---------------------------------------------------------------------
@@ -289,11 +290,12 @@ def read_health(path: Path) -> dict[str, Any] | None:
 def wait_for_health(path: Path, check: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
     """Poll the health file until ``check`` holds; return that health. The file is replaced
     atomically by the worker, so every read sees one whole JSON document."""
-    deadline = time.monotonic() + timeout
     last: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
+
+    def reached() -> dict[str, Any] | None:
+        nonlocal last
         last = read_health(path)
-        if last is not None and check(last):
-            return last
-        time.sleep(0.05)
-    raise TimeoutError(f"the health file {path} did not reach the expected state within {timeout:g}s; last: {last}")
+        return last if last is not None and check(last) else None
+
+    return wait_until(lambda: f"the health file {path} to reach the expected state (last: {last})", reached,
+                      timeout_s=timeout, every_s=0.05)
