@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import free_port_block, free_ports
+from waiting import wait_until
 
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
@@ -107,13 +107,15 @@ def _pids(status: dict[str, Any]) -> dict[str, int]:
 
 def _until_ok(stack: Stack, *args: str, within_s: float = 150) -> subprocess.CompletedProcess[str]:
     """Run a CLI command until it succeeds (a safety deadline, not a timing claim)."""
-    deadline = time.monotonic() + within_s
-    while True:
+    result: subprocess.CompletedProcess[str] | None = None
+
+    def succeeded() -> subprocess.CompletedProcess[str] | None:
+        nonlocal result
         result = stack.wt(*args)
-        if result.returncode == 0 or time.monotonic() > deadline:
-            assert result.returncode == 0, result.stderr
-            return result
-        time.sleep(1)
+        return result if result.returncode == 0 else None
+
+    return wait_until(lambda: f"`{' '.join(args)}` to succeed (last stderr: {result and result.stderr})", succeeded,
+                      timeout_s=within_s, every_s=1)
 
 
 def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> None:
@@ -229,20 +231,14 @@ def test_status_reports_a_hung_broker_as_alive_but_not_answering(running: Stack)
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is False
     assert status["kafka"]["error"]
-    deadline = time.monotonic() + 60
-    while running.status()[0] != 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert running.status()[0] == 0, "the resumed broker answers again"
+    wait_until("the resumed broker to answer again", lambda: running.status()[0] == 0, timeout_s=60, every_s=0.5)
 
 
 def test_up_restarts_only_a_killed_worker(running: Stack) -> None:
     _, before = running.status()
     worker_pid = before["services"]["worker-w1"]["pid"]
     os.kill(worker_pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while not _gone(worker_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(worker_pid), "the worker killed with SIGKILL did not exit within 30 s"
+    wait_until("the worker killed with SIGKILL to exit", lambda: _gone(worker_pid), timeout_s=30, every_s=0.05)
     code, status = running.status()
     assert code == 1
     assert status["services"]["worker-w1"]["state"] == "dead"

@@ -30,6 +30,7 @@ import pytest
 from api_calls import Caller, http, wait_for
 from kafka_fixture import free_ports
 from stack_fixture import start_stack
+from waiting import let_time_pass
 
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.addresses import address_from_public_key
@@ -304,7 +305,7 @@ def test_reads_through_any_of_n_workers_equal_one_workers_during_and_after_rebal
                 shares = wait_for(lambda: _shares(workers), SETTLE_S, f"{name}: partitions split over {workers}")
                 timings[name] = round(time.monotonic() - started, 1)
                 catch_up[name] = [_get(f"{u}/v1/health")[1].get("caught_up_in_s") for u in workers]
-                time.sleep(2)  # keep writing and reading across the settled assignment too
+                let_time_pass(2, "writes and reads go on across the settled assignment too")
                 traffic.stop()
                 assert len(shares) == len(workers)
                 _expect_same_answers(workers, reference, feeds)
