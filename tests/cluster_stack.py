@@ -34,6 +34,7 @@ from api_calls import http
 from confluent_kafka.admin import AdminClient
 from kafka_fixture import embedded_spec
 from stack_fixture import start_stack
+from waiting import let_time_pass, wait_until
 
 from watchtower.cli.message_log import read_committed_messages
 from watchtower.gateway.transport import CommandClient
@@ -80,18 +81,19 @@ def busiest_broker(bootstrap: str, prefix: str, exclude: set[int]) -> int:
 
 def wait_fully_replicated(bootstrap: str, replicas: int = 3, timeout_s: float = 180.0) -> None:
     """Until every partition of every topic (internal ones included) has ``replicas`` in-sync replicas."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    short: list[str] = []
+
+    def replicated() -> bool:
+        nonlocal short
         try:
             short = [f"{n}/{p.id}" for n, t in _metadata(bootstrap).topics.items() for p in t.partitions.values()
                      if len(p.isrs) < replicas]
         except Exception as exc:  # a metadata request during a failover may fail: ask again
             short = [repr(exc)]
-        if not short:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"partitions still under-replicated after {timeout_s:.0f}s: {short[:5]}")
-        time.sleep(0.5)
+        return not short
+
+    wait_until(lambda: f"{replicas} in-sync replicas everywhere (still under-replicated: {short[:5]})", replicated,
+               timeout_s=timeout_s, every_s=0.5)
 
 
 # ----------------------------------------------------------------------------- publishing
@@ -143,7 +145,7 @@ class Publisher(threading.Thread):
             for i, item in enumerate(self.items):
                 delay = t0 + i / self.rate - time.monotonic()
                 if delay > 0:
-                    time.sleep(delay)
+                    let_time_pass(delay, "the publishes go out at `rate`, before, during and after the kills")
                 # A full window waits for answers: that is the stall a client sees during a failover.
                 while not self.slots.acquire(timeout=0.2):
                     if self.halt.is_set():
@@ -231,9 +233,8 @@ class FailoverRun:
             for t in threads:
                 t.join(self.answer_timeout_s + len(self.items) / self.rate)
             self.note("every publish submitted")
-            deadline = time.monotonic() + self.answer_timeout_s
-            while self.answered() < len(self.items) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(lambda: f"an answer to every publish ({self.answered()} of {len(self.items)})",
+                       lambda: self.answered() >= len(self.items), timeout_s=self.answer_timeout_s, every_s=0.2)
             self.note("publishing ends")
         finally:
             for t in threads:
@@ -246,32 +247,41 @@ class FailoverRun:
 
     def _fail_over(self, at: float, threads: list[Publisher]) -> None:
         """Kill -9 the busiest broker once ``at`` of the publishes are answered; restart it."""
-        deadline = time.monotonic() + self.answer_timeout_s + len(self.items) / self.rate
-        while self.answered() < at * len(self.items):
-            if time.monotonic() > deadline or not any(t.is_alive() for t in threads):
-                raise TimeoutError(f"only {self.answered()} of {len(self.items)} publishes answered before a kill")
-            time.sleep(0.1)
+        def answered_enough() -> bool:
+            if self.answered() >= at * len(self.items):
+                return True
+            if not any(t.is_alive() for t in threads):
+                raise AssertionError(f"the publishers stopped with only {self.answered()} of {len(self.items)} "
+                                     "publishes answered before a kill")
+            return False
+
+        wait_until(lambda: f"{at:.0%} of the publishes answered before a kill ({self.answered()} of {len(self.items)})",
+                   answered_enough, timeout_s=self.answer_timeout_s + len(self.items) / self.rate, every_s=0.1)
         victim = busiest_broker(self.lk.spec.bootstrap, self.services.prefix, set())
         self.lk.kill_node(victim, signal.SIGKILL)
         self.killed.append(victim)
         self.note(f"kill -9 broker {victim}")
-        time.sleep(self.down_s)
+        let_time_pass(self.down_s, "the broker stays down this long while the publishes go on")
         self.note(f"restart broker {victim}")
         self.lk.up()
         self.note(f"broker {victim} answers again")
 
 
 # ----------------------------------------------------------------------------- checking
+def _ready_answer(url: str) -> tuple[int, Any] | None:
+    """GET `url`, or None on 503 NOT_READY (a payload is still being read back from the log)."""
+    answer = http("GET", url)
+    return None if answer[0] == 503 else answer
+
+
 def projection_messages(api: str, sid: str, head: int) -> list[dict[str, Any]]:
     """Every message of ``sid`` up to ``head`` through get_since pages."""
     out: list[dict[str, Any]] = []
-    cursor, retries = 0, 0
+    cursor = 0
     while cursor < head:
-        status, page = http("GET", f"{api}/v1/streams/{sid}/messages?cursor={cursor}&limit={PAGE}")
-        if status == 503 and retries < 50:  # NOT_READY: a payload is still being read back from the log
-            retries += 1
-            time.sleep(0.2)
-            continue
+        url = f"{api}/v1/streams/{sid}/messages?cursor={cursor}&limit={PAGE}"
+        status, page = wait_until(f"get_since {sid} cursor {cursor} to answer other than 503 NOT_READY",
+                                  lambda url=url: _ready_answer(url), timeout_s=10, every_s=0.2)
         if status != 200:
             raise AssertionError(f"get_since {sid} cursor {cursor}: HTTP {status} {page}")
         out.extend(page["messages"])
@@ -292,7 +302,9 @@ def _sequence_report(sequences: list[int], acked: set[int], signed: dict[int, by
 
 
 def check_run(run: FailoverRun, timeout_s: float = 300.0) -> dict[str, Any]:
-    """Read the archive and the projection back; figures per stream and the digests. Asserts nothing."""
+    """Read the archive and the projection back; figures per stream and the digests. Judges nothing
+    itself: it waits (up to `timeout_s` each) for the projection to reach the archive's heads and for
+    the live digest to equal the rebuild's, and fails only when one of those never happens."""
     bootstrap, prefix, api = run.lk.spec.bootstrap, run.services.prefix, run.services.api_url
     schedule = KeySchedule.initial(bytes(run.publisher_key.verify_key))
     acked: dict[str, set[int]] = defaultdict(set)
@@ -313,11 +325,7 @@ def check_run(run: FailoverRun, timeout_s: float = 300.0) -> dict[str, Any]:
                 return False
         return True
 
-    deadline = time.monotonic() + timeout_s
-    while not caught_up():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the projection did not reach the archive's heads {heads} in {timeout_s:.0f}s")
-        time.sleep(0.5)
+    wait_until(f"the projection to reach the archive's heads {heads}", caught_up, timeout_s=timeout_s, every_s=0.5)
     report: dict[str, Any] = {"archive": {}, "projection": {}, "heads": heads}
     for sid in run.stream_ids:
         logged = archive[sid]
@@ -328,11 +336,14 @@ def check_run(run: FailoverRun, timeout_s: float = 300.0) -> dict[str, Any]:
                                                      schedule)
     offline = rebuild_digest(bootstrap, prefix)
     live: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def same_digest() -> bool:
+        nonlocal live
         _status, live = http("GET", f"{api}/v1/admin/digest")
-        if live.get("digest") == offline["digest"]:
-            break
-        time.sleep(0.5)
+        return bool(live.get("digest") == offline["digest"])
+
+    wait_until(lambda: f"the live digest to equal the rebuild's {offline['digest']} (live: {live})", same_digest,
+               timeout_s=timeout_s, every_s=0.5)
     report["digest"] = {"live": live.get("digest"), "rebuild": offline["digest"], "counts": offline["counts"],
                         "live_quarantined": live.get("quarantined"), "rebuild_quarantined": offline["quarantined"]}
     report["acked"] = sum(len(v) for v in acked.values())

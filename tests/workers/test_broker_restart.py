@@ -55,6 +55,7 @@ from confluent_kafka import Message
 from deliveries_reader import CommittedDeliveries
 from kafka_fixture import embedded_spec, free_ports
 from stack_fixture import start_stack
+from waiting import let_time_pass, wait_until
 from worker_harness import partition_for, read_all_messages, wait_for_health
 
 from watchtower.gateway.transport import CommandClient
@@ -76,6 +77,7 @@ STREAMS = 4
 WINDOW = 4  # rounds of publishes in flight at once
 DEADLINE_S = 60.0  # safety net for "answered again"; the measured time is reported, not asserted
 SERVICES = ("worker-w1", "projection-p1", "replay-r1", "delivery-d1", "keymgr")
+PUBLISHER_BOUND_S = 600.0  # a publisher thread gives up a round after this: longer than any of the test's deadlines
 KEYMGR_DEADLINE_S = 30.0  # the key manager serves a key fetch again within this of the broker's return
 
 
@@ -122,11 +124,12 @@ class Publisher(threading.Thread):
             seq = self.first
             while not self.halt.is_set():
                 if len(rounds) >= WINDOW:
-                    # Wait for the oldest round; the broker may be away for a while, so no timeout
-                    # here (the test's own deadline decides), only a check of the halt flag.
-                    for fut in rounds.pop(0):
-                        while not fut.done() and not self.halt.is_set():
-                            time.sleep(0.05)
+                    # Wait for the oldest round, or the halt. The broker may be away for a while: the
+                    # test's own deadlines decide, this one (longer than all of them) only bounds the thread.
+                    oldest = rounds.pop(0)
+                    wait_until("the oldest round's answers, or the halt",
+                               lambda oldest=oldest: self.halt.is_set() or all(f.done() for f in oldest),
+                               timeout_s=PUBLISHER_BOUND_S, every_s=0.05)
                     continue
                 seq += 1
                 this_round = []
@@ -140,17 +143,9 @@ class Publisher(threading.Thread):
                     this_round.append(fut)
                 rounds.append(this_round)
                 self.client.producer.poll(0)
-                time.sleep(0.01)
+                let_time_pass(0.01, "a steady load: a round at most every 10 ms, not a flood")
         except BaseException as exc:
             self.error = exc
-
-
-def wait_until(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout:g}s")
-        time.sleep(0.1)
 
 
 def spread_streams(prefix: str) -> list[str]:
@@ -202,16 +197,10 @@ class PaidReader:
         client.call(sign_command(MINTER, "mint_cby", "cby:supply", 1, {"to": self.account, "amount_cby": 1_000}),
                     timeout=DEADLINE_S)
         # The paid stream is registered by a forward from the stream's writer; until then it is refused.
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            try:
-                self.command("acquire_epoch_access", f"paid:{stream_id}",
-                             {"stream_id": stream_id, "target_key_epoch": UNTIL_EPOCH})
-                break
-            except WatchtowerError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        wait_until("the paid stream's registration (acquire_epoch_access accepted)",
+                   lambda: self.command("acquire_epoch_access", f"paid:{stream_id}",
+                                        {"stream_id": stream_id, "target_key_epoch": UNTIL_EPOCH}) or True,
+                   timeout_s=DEADLINE_S, every_s=0.2, retry_on=(WatchtowerError,))
         self.register_key(FIRST_KEY)
 
     def command(self, method: str, instance: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -232,17 +221,21 @@ class PaidReader:
         return http("POST", f"{self.stack.keymgr_url}/v1/keymgr/epoch-keys", request)
 
     def fetch_until_served(self, request: dict[str, Any], deadline: float) -> None:
-        """Send `request` until it is served; only NOT_READY may refuse it meanwhile."""
-        while True:
+        """Send `request` until it is served (by monotonic time `deadline`); only NOT_READY may refuse it meanwhile."""
+        answer: Any = None
+
+        def served() -> bool:
+            nonlocal answer
             status, answer = self.fetch(request)
             if status == 200:
                 self.opens(answer, FIRST_KEY)
-                return
+                return True
             assert answer["error"]["code"] == "NOT_READY", answer
-            if time.monotonic() > deadline:
-                pytest.fail(f"the key manager still refused a key fetch {KEYMGR_DEADLINE_S:g}s after the broker's "
-                            f"return: {answer}; its log tail:\n{tail(self.stack, 'keymgr', 40)}")
-            time.sleep(0.5)
+            return False
+
+        wait_until(lambda: f"the key manager to serve a key fetch within {KEYMGR_DEADLINE_S:g}s of the broker's "
+                           f"return (last: {answer}); its log tail:\n{tail(self.stack, 'keymgr', 40)}",
+                   served, timeout_s=max(0.0, deadline - time.monotonic()), every_s=0.5)
 
     def opens(self, answer: dict[str, Any], key: nacl.public.PrivateKey) -> None:
         assert [k["key_epoch"] for k in answer["keys"]] == list(range(UNTIL_EPOCH + 1)), answer
@@ -300,7 +293,7 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
 
             pub = Publisher(client, owner, publisher, stream_ids)
             pub.start()
-            wait_until("100 answered publishes", lambda: pub.answered() >= 100, timeout=60)
+            wait_until("100 answered publishes", lambda: pub.answered() >= 100, timeout_s=60)
 
             # kill -9 mid-load; restart once the worker and the key manager have noticed.
             own_broker.kill_node(1, signal.SIGKILL)
@@ -309,7 +302,7 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             assert down["pid"] == pids["worker-w1"]
             noticed = time.monotonic() - killed
             wait_until("the key manager's health to say not ready", lambda: paid.health().get("ready") is False,
-                       timeout=30)
+                       timeout_s=30)
             assert paid.health()["reason"], paid.health()
             # Refused while the broker is away; its nonce stays unspent, so this very request is served later.
             refused_request = paid.request()
@@ -338,7 +331,8 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
                   f"after the broker's return, the key fetch it refused before was served {keys_after:.2f}s after it")
 
             # The projection reads what was published after the restart.
-            wait_until("the projection to show the probe", lambda: head_of(stack, probe_sid) == 1, timeout=DEADLINE_S)
+            wait_until("the projection to show the probe", lambda: head_of(stack, probe_sid) == 1,
+                       timeout_s=DEADLINE_S)
             # The replay worker fulfils a replay registered after the restart (its status is read
             # through the projection, which folds the replay topic).
             registered = client.call(sign_command(owner, "register_replay", probe_sid, 3,
@@ -346,7 +340,7 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             replay_url = f"{stack.api_url}/v1/replays/{registered['replay_id']}"
             wait_until("the replay registered after the restart to complete",
                        lambda: (http_json(replay_url)[1] or {}).get("status") == {"completed": 1},
-                       timeout=DEADLINE_S)
+                       timeout_s=DEADLINE_S)
 
             # The key manager's fold goes on: a key registered after the restart is the one keys are sealed to.
             paid.register_key(SECOND_KEY)
@@ -354,7 +348,8 @@ def test_every_service_serves_again_after_the_broker_is_killed_and_restarted(own
             assert status == 200, sealed
             paid.opens(sealed, SECOND_KEY)
 
-            wait_until("100 more answered publishes", lambda: pub.answered_since(returned) >= 100, timeout=DEADLINE_S)
+            wait_until("100 more answered publishes", lambda: pub.answered_since(returned) >= 100,
+                       timeout_s=DEADLINE_S)
             pub.halt.set()
             pub.join(30)
             assert pub.error is None, f"the publisher failed: {pub.error!r}"
@@ -399,11 +394,10 @@ def push_and_wait(client: CommandClient, stack: ServiceSet, owner: nacl.signing.
                        timeout=DEADLINE_S)["sequence"] == sequence
     reader = CommittedDeliveries(stack.bootstrap, stack.prefix)  # a fresh one: it never saw the outage
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not any(push_of(m) == (stream_id, sequence) for m in reader.records(0.5)):
-            if time.monotonic() > deadline:
-                pytest.fail(f"no push of {stream_id}#{sequence} within {DEADLINE_S:g}s; delivery worker log tail:\n"
-                            f"{tail(stack, 'delivery-d1', 40)}")
+        wait_until(lambda: f"a push of {stream_id}#{sequence}; delivery worker log tail:\n"
+                           f"{tail(stack, 'delivery-d1', 40)}",
+                   lambda: any(push_of(m) == (stream_id, sequence) for m in reader.records(0.5)),
+                   timeout_s=DEADLINE_S, every_s=0)
     finally:
         reader.close()
 
@@ -466,14 +460,14 @@ def test_the_delivery_and_replay_workers_serve_again_after_the_broker_is_killed_
             # the broker is killed.
             pub = Publisher(client, owner, publisher, [push_sid], first=1)
             pub.start()
-            wait_until("20 answered publishes", lambda: pub.answered() >= 20, timeout=60)
+            wait_until("20 answered publishes", lambda: pub.answered() >= 20, timeout_s=60)
             own_broker.kill_node(1, signal.SIGKILL)
             wait_for_health(stack.health_file("worker-w1"), lambda h: h["state"] == "broker_unreachable",
                             timeout=30)
             own_broker.up()
             returned = time.monotonic()
             wait_until("10 publishes answered after the restart", lambda: pub.answered_since(returned) >= 10,
-                       timeout=DEADLINE_S)
+                       timeout_s=DEADLINE_S)
             pub.halt.set()
             pub.join(30)
             assert pub.error is None, f"the publisher failed: {pub.error!r}"
@@ -505,9 +499,7 @@ def replay_and_wait(client: CommandClient, stack: ServiceSet, owner: nacl.signin
     registered = client.call(sign_command(owner, "register_replay", stream_id, nonce,
                                           {"namespace": stream_id, "from": 1, "to": 2}), timeout=DEADLINE_S)
     replay_url = f"{stack.api_url}/v1/replays/{registered['replay_id']}"
-    deadline = time.monotonic() + DEADLINE_S
-    while (http_json(replay_url)[1] or {}).get("status") != {"completed": 1}:
-        if time.monotonic() > deadline:
-            pytest.fail(f"replay {registered['replay_id']} did not complete within {DEADLINE_S:g}s; replay worker "
-                        f"log tail:\n{tail(stack, 'replay-r1', 40)}")
-        time.sleep(0.2)
+    wait_until(lambda: f"replay {registered['replay_id']} to complete; replay worker log tail:\n"
+                       f"{tail(stack, 'replay-r1', 40)}",
+               lambda: (http_json(replay_url)[1] or {}).get("status") == {"completed": 1},
+               timeout_s=DEADLINE_S, every_s=0.2)
