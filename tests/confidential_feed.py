@@ -56,9 +56,11 @@ def publish_confidential_feed(api_url: str, home: Path, *, prefix: str, count: i
     sid = f"{prefix}-{uuid.uuid4().hex[:8]}"
     api.command(owner.sign("create_stream", sid, {"publisher_key_hex": bytes(publisher.verify_key).hex(),
                                                   "subscription_policy": "PRIVATE_ALLOWLIST", "confidential": True}))
-    api.command(owner.sign("allowlist_add", sid, {"address": member_address}))
     wait_until_visible(api, sid, timeout_s=timeout_s)
     pub = ConfidentialPublisher(Publisher(api, owner, sid, publisher))
+    # `allow` returns once the read API shows the member on the allowlist: a rekey right after an
+    # acknowledged allowlist_add may otherwise be refused as sealing to a non-member (the fold lags).
+    pub.allow(member_address, timeout_s=timeout_s)
     keyload = pub.rekey([Recipient(member_address, 1, bytes(member.public_key))])
     texts = tuple(f"{prefix} plaintext {uuid.uuid4().hex}".encode() for _ in range(count))
     for text in texts:
