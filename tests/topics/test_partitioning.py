@@ -41,3 +41,18 @@ def test_partition_for_key_matches_librdkafka_murmur2_random(kafka_bootstrap: st
                          on_delivery=lambda _err, msg, k=key: landed.__setitem__(k, msg.partition()))
     producer.flush(30)
     assert landed == {k: partition_for_key(k.encode(), 7) for k in keys}
+
+
+def test_remembered_partitions_agree_with_murmur2_and_long_keys_are_not_kept() -> None:
+    """A key's partition is remembered only for short keys (stream ids): the same answer as murmur2
+    either way, and a hostile writer's long keys take no room in the memo."""
+    from watchtower.protocol import partitioning
+
+    short, long = b"prices.btc-usd", b"k" * (partitioning.CACHED_KEY_BYTES + 1)
+    for key in (short, long):
+        expected = (partitioning.murmur2(key) & 0x7FFFFFFF) % 6
+        assert partitioning.partition_for_key(key, 6) == expected
+        assert partitioning.partition_for_key(bytearray(key), 6) == expected
+    before = partitioning._partition.cache_info().currsize
+    partitioning.partition_for_key(b"x" * 10_000, 6)
+    assert partitioning._partition.cache_info().currsize == before

@@ -45,8 +45,11 @@ def murmur2(data: bytes) -> int:
 
 #: Distinct keys remembered by `partition_for_key`. A worker or a projection hashes the same few
 #: stream ids for every record (placement checks, forwards); murmur2 in Python costs microseconds
-#: per key, a lookup a fraction of that. Bounded, so hostile keys only evict.
+#: per key, a lookup a fraction of that. Bounded, so hostile keys only evict; and only keys up to
+#: `CACHED_KEY_BYTES` are kept (a stream id is far shorter), so a hostile writer's megabyte keys cost
+#: no memory here.
 KEY_CACHE_SIZE = 1 << 16
+CACHED_KEY_BYTES = 256
 
 
 @lru_cache(maxsize=KEY_CACHE_SIZE)
@@ -58,4 +61,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner gives `key` among `partitions`."""
     if partitions < 1:
         raise ValueError("a topic has at least one partition")
-    return _partition(bytes(key), partitions)
+    raw = bytes(key)
+    if len(raw) > CACHED_KEY_BYTES:
+        return (murmur2(raw) & 0x7FFFFFFF) % partitions
+    return _partition(raw, partitions)
