@@ -198,7 +198,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     batch = [catch_up.LogRecord("t.events", 0, i, b"k", b"v", []) for i in range(40)]
 
     class OneBatch:
-        def __init__(self, *_: object) -> None:
+        def __init__(self, *_: object, **__: object) -> None:
             self.pending: set[tuple[str, int]] = set()
             self.lag = None
             self.batches = [batch]

@@ -31,6 +31,7 @@ moves to a worker, only the tail when it stays.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -74,10 +75,17 @@ class PartitionReader:
     not yet reached the end they had at open: a partition leaves it at its first end-of-partition
     event, which ``read_committed`` places at the last stable offset. Every partition is read on
     past that, for as long as the reader is polled (the live fold).
+
+    With `lead` = (leader, follower), a follower partition is not fetched until the leader partition of
+    the same number has reached its end at open: the fold then never holds a follower record waiting
+    for a leader record still to come (messages wait in memory for their publish events, and past
+    `fold.MAX_WAITING` the oldest are dropped unindexed). Read together, the messages topic ran
+    thousands of records ahead of the events one while an API worker caught up under load. The
+    offline rebuild reads in the same order (`rebuild.rebuild_all`).
     """
 
     def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None],
-                 fold_group: str | None = None) -> None:
+                 fold_group: str | None = None, lead: tuple[str, str] | None = None) -> None:
         self._consumer = Consumer({
             **kafka_config(bootstrap),
             # assign() only: it never joins the group. With `fold_group` it commits the fold's
@@ -106,8 +114,15 @@ class PartitionReader:
             if begin < high:
                 self.pending.add((topic, partition))
             assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
+        self._held: dict[TopicPartitionKey, TopicPartition] = {}  # leader partition -> its held follower
         if assignment:
             self._consumer.assign(assignment)
+        if lead is not None:
+            leader, follower = lead
+            self._held = {(leader, p): TopicPartition(follower, p) for t, p in self.pending
+                          if t == leader and (follower, p) in self._begins}
+            if self._held:
+                self._consumer.pause(list(self._held.values()))
 
     def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[LogRecord]:
         """The next records, in log order per partition (`next_batch`: a live record is handed over
@@ -124,6 +139,9 @@ class PartitionReader:
                 self._newest_ms[tp] = m.timestamp()[1]
             elif err.code() == KafkaError._PARTITION_EOF:
                 self.pending.discard(tp)
+                follower = self._held.pop(tp, None)
+                if follower is not None:  # the leader reached its end: its follower is read from here on
+                    self._consumer.resume([follower])
             elif failed_fatally(err):
                 raise KafkaException(err)
             else:
@@ -229,7 +247,8 @@ class CatchUp:
         """Fold `partitions` to their ends (then they serve), then live, until the generation changes."""
         loop = asyncio.get_running_loop()
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
-        reader = await loop.run_in_executor(None, PartitionReader, self.bootstrap, starts, self.fold_group)
+        reader = await loop.run_in_executor(None, functools.partial(
+            PartitionReader, self.bootstrap, starts, self.fold_group, lead=(self.topics[0], self.topics[1])))
         folded, serving = 0, False
         next_record = 0.0
         owned = sorted(self.owned.assigned or ())  # the lag metrics and the fold group's positions: these

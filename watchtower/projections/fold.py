@@ -22,6 +22,8 @@ arrives, the record is not re-read (Faust committed past it); the head still mov
 from the events), reads find the payload by scanning the log, and only that record's verdict is
 missing from this worker's counts. At most `MAX_WAITING` records wait; beyond that the oldest are
 dropped (same consequence), so a flood of records for streams that never publish costs bounded memory.
+A catch-up reads a partition's events to their end before its messages (`catch_up.PartitionReader`,
+as the offline rebuild does), so only the live fold's few in-flight records ever wait.
 """
 
 from __future__ import annotations
