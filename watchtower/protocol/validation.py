@@ -80,7 +80,7 @@ def require_bytes(value: object, name: str, *, length: int | None = None) -> byt
     return raw
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _init_fields(cls: type) -> tuple[frozenset[str], frozenset[str]]:
     """Dataclass `cls`'s constructor field names, and those without a default (read once per class:
     `dataclasses.fields` builds a tuple on every call, and a fold asks for every record)."""
