@@ -361,7 +361,8 @@ def restart_api_workers(load: Load) -> str:
                 last_ok[0] = now
             else:
                 unanswered[0] += 1
-                misses.append(f"at {now - began:.1f}s: " + "; ".join(why))
+                stamp = time.strftime("%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+                misses.append(f"at {now - began:.1f}s ({stamp}): " + "; ".join(why))
             time.sleep(0.1)
 
     t = threading.Thread(target=reader, daemon=True)
