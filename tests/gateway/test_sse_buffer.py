@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from watchtower.gateway.sse import Connection, SseHub
+from watchtower.gateway.sse import SseHub
+from watchtower.gateway.sse_connection import Connection
 from watchtower.gateway.tail import Item
 
 

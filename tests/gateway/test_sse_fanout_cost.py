@@ -23,7 +23,7 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse, sse_response
 from kafka_fixture import free_ports
 
-from watchtower.gateway import sse as sse_module
+from watchtower.gateway import sse_connection
 from watchtower.gateway.sse import SseHub
 from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route
@@ -159,13 +159,13 @@ def test_connections_of_a_feed_share_each_formatted_event_and_write_a_batch_in_o
         monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_ports(1)[0]
     formatted: list[str] = []
-    real_encode = sse_module.encode_event
+    real_encode = sse_connection.encode_event
 
     def counting_encode(data: str, **kw: Any) -> bytes:
         formatted.append(data)
         return real_encode(data, **kw)
 
-    monkeypatch.setattr(sse_module, "encode_event", counting_encode)
+    monkeypatch.setattr(sse_connection, "encode_event", counting_encode)
     writes: dict[int, int] = {}
     real_write = EventSourceResponse.write
 
