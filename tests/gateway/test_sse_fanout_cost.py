@@ -29,31 +29,18 @@ from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import encode_message
+from watchtower.topics.assigned_reader import ReadRecord
 
 KEY = nacl.signing.SigningKey.generate()
 STREAM = "cost.test"
 
 
-class Record:
-    """A ``messages`` record as the tail's consumer returns it."""
-
-    def __init__(self, sequence: int) -> None:
-        msg = sign_message(stream_id=STREAM, sequence=sequence, timestamp_unix_ms=1_700_000_000_000 + sequence,
-                           kind="tick", payload=b'{"i": %d}' % sequence, signing_key=KEY,
-                           content_type="application/json")
-        self._value = encode_message(msg)
-
-    def key(self) -> bytes:
-        return STREAM.encode()
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return []
-
-    def error(self) -> None:
-        return None
+def record(sequence: int) -> ReadRecord:
+    """A ``messages`` record as the tail's reader returns it."""
+    msg = sign_message(stream_id=STREAM, sequence=sequence, timestamp_unix_ms=1_700_000_000_000 + sequence,
+                       kind="tick", payload=b'{"i": %d}' % sequence, signing_key=KEY,
+                       content_type="application/json")
+    return ReadRecord("t.messages", 0, sequence, STREAM.encode(), encode_message(msg), [])
 
 
 # ----------------------------------------------------------------------------- the bytes
@@ -103,7 +90,7 @@ def test_a_poll_wakes_each_loop_once_and_every_sink_shares_the_same_items() -> N
     sinks = [Sink(loop_a) for _ in range(50)] + [Sink(loop_b) for _ in range(3)]
     for sink in sinks:
         tailer.register(STREAM, sink)  # type: ignore[arg-type]
-    tailer._fan_out([Record(s) for s in (1, 2, 3)])
+    tailer._fan_out([record(s) for s in (1, 2, 3)])
     assert (loop_a.calls, loop_b.calls) == (1, 1)  # not one per connection
     assert all([i.sequence for i in s.got] == [1, 2, 3] for s in sinks)
     first = sinks[0].got
@@ -175,7 +162,7 @@ def test_connections_of_a_feed_share_each_formatted_event_and_write_a_batch_in_o
         await real_write(self, data)
 
     monkeypatch.setattr(EventSourceResponse, "write", counting_write)
-    batch = [Record(s) for s in range(1, 51)]
+    batch = [record(s) for s in range(1, 51)]
 
     async def scenario() -> None:
         hub = SseHub("127.0.0.1:1", prefix="t", api_url=f"http://127.0.0.1:{port}")

@@ -19,7 +19,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from aiohttp import web
-from confluent_kafka import KafkaException
 
 from watchtower import tracing
 from watchtower.gateway import batch
@@ -35,6 +34,7 @@ from watchtower.protocol.errors import (
 )
 from watchtower.protocol.json_ints import json_safe_ints
 from watchtower.protocol.signed_command import Command
+from watchtower.topics.errors import BrokerError
 
 log = logging.getLogger("watchtower.gateway")
 
@@ -88,7 +88,7 @@ class CommandGateway:
         for cmd in commands:
             try:
                 pending.append(client.submit(cmd))
-            except (BufferError, KafkaException) as exc:  # the producer's queue is full, or it failed
+            except (BufferError, BrokerError) as exc:  # the producer's queue is full, or it failed
                 pending.append(NotReadyError(f"the gateway could not queue this command ({type(exc).__name__}); "
                                              "send it again"))
 

@@ -1,8 +1,8 @@
 """One live tail of a topic per process, fanned out to the SSE connections that listen.
 
-A `Tailer` owns one confluent-kafka consumer (``read_committed``, no consumer group offsets:
-partitions are assigned by hand at the high watermark the tailer found when it started) running in
-a thread. It routes each record to a key: `messages_route` keys a ``messages`` record by its
+A `Tailer` owns one `topics.assigned_reader.AssignedReader` (``read_committed``, no consumer group
+offsets: partitions are assigned by hand at the high watermark the tailer found when it started)
+running in a thread. It routes each record (a `ReadRecord`) to a key: `messages_route` keys a ``messages`` record by its
 stream id; `push_route` keys a ``deliveries`` record by ``(subscriber, stream id)`` and drops every
 record without the ``wt:push`` header (replays and anything else on that topic). Only records
 whose key has a registered sink are decoded (``watchtower.schemas.records.decode_message``), so
@@ -24,14 +24,12 @@ import asyncio
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from watchtower.schemas.records import decode_message
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.assigned_reader import AssignedReader, ReadRecord
+from watchtower.topics.errors import BrokerError
 
 log = logging.getLogger("watchtower.gateway.tail")
 
@@ -41,7 +39,7 @@ _POLL_S = 0.2  # the longest wait for a first record (so a stop is seen within i
 _COALESCE_S = 0.01  # after the first record, how long to gather what follows into the same batch
 _BATCH = 500
 
-Route = Callable[[Any], Hashable | None]
+Route = Callable[[ReadRecord], Hashable | None]
 
 
 class Item:
@@ -78,20 +76,20 @@ def message_json(msg: Any) -> str:
     return json.dumps(msg.to_json_dict(), separators=(",", ":"))
 
 
-def messages_route(record: Any) -> Hashable | None:
+def messages_route(record: ReadRecord) -> Hashable | None:
     """A ``messages`` record's stream id (its key)."""
-    key = record.key()
+    key = record.key
     return None if key is None else bytes(key).decode("utf-8", "replace")
 
 
-def _headers(record: Any) -> dict[str, bytes]:
-    return {str(k): bytes(v or b"") for k, v in (record.headers() or [])}
+def _headers(record: ReadRecord) -> dict[str, bytes]:
+    return {str(k): v.encode() if isinstance(v, str) else bytes(v or b"") for k, v in (record.headers or [])}
 
 
-def push_route(record: Any) -> Hashable | None:
+def push_route(record: ReadRecord) -> Hashable | None:
     """``(subscriber, stream id)`` of a push delivery; None for any record without ``wt:push``."""
     headers = _headers(record)
-    key = record.key()
+    key = record.key
     if headers.get(PUSH_HEADER) != b"1" or key is None or PUSH_STREAM_HEADER not in headers:
         return None
     return bytes(key).decode("utf-8", "replace"), headers[PUSH_STREAM_HEADER].decode("utf-8", "replace")
@@ -109,7 +107,7 @@ class Tailer:
         self._start_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer: Any = None
+        self._reader: AssignedReader | None = None
         self.records = 0  # records read (all keys); for health
 
     @property
@@ -125,29 +123,20 @@ class Tailer:
         with self._start_lock:
             if self._thread is not None:
                 return
-            consumer = Consumer(kafka_config(
-                self.bootstrap,
-                **{"group.id": f"wt-sse-tail-{uuid.uuid4().hex}",  # never joins or commits: assign() only
-                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                   "auto.offset.reset": "latest", "enable.partition.eof": False}))
+            reader = AssignedReader(self.bootstrap, self.topic, group_prefix="wt-sse-tail",  # never joins or commits
+                                    settings={"auto.offset.reset": "latest", "enable.partition.eof": False})
             try:
-                meta = consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
-                if meta is None or meta.error is not None or not meta.partitions:
-                    raise KafkaException(f"topic {self.topic} does not exist; run `watchtower init`")
-                assignment = []
-                for p in sorted(meta.partitions):
-                    _low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)
-                    assignment.append(TopicPartition(self.topic, p, high))
-                consumer.assign(assignment)
+                # TopicUnavailableError when the topic does not exist (`watchtower init` makes it).
+                reader.assign({p: reader.end(p) for p in reader.partitions()})
             except BaseException:
-                consumer.close()
+                reader.close()
                 raise
-            self._consumer = consumer
+            self._reader = reader
             self._thread = threading.Thread(target=self._run, name=f"sse-tail-{self.topic}", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and close the consumer (blocking, bounded by one poll)."""
+        """Stop the thread and close the reader (blocking, bounded by one poll)."""
         self._stop.set()
         thread = self._thread
         if thread is not None:
@@ -170,37 +159,36 @@ class Tailer:
             return sum(len(s) for s in self._sinks.values())
 
     def _run(self) -> None:
-        consumer = self._consumer
+        reader = self._reader
+        assert reader is not None  # set by `start` before the thread starts
         try:
             while not self._stop.is_set():
                 try:
-                    batch = _next_batch(consumer)
-                except KafkaException:
+                    batch = _next_batch(reader)
+                except BrokerError:
                     log.exception("tail of %s: poll failed; retrying", self.topic)
                     self._stop.wait(1.0)
                     continue
                 if batch:
                     self._fan_out(batch)
         finally:
-            consumer.close()
+            reader.close()
 
-    def _fan_out(self, batch: list[Any]) -> None:
+    def _fan_out(self, batch: list[ReadRecord]) -> None:
         out: dict[Sink, list[Item]] = {}
         with self._lock:
             sinks = {k: list(v) for k, v in self._sinks.items()}
         for record in batch:
-            if record.error() is not None:
-                continue  # partition-level events (not data): librdkafka recovers by itself
             self.records += 1
             try:
                 key = self.route(record)
                 targets = sinks.get(key) if key is not None else None
                 if not targets:
                     continue
-                item = Item.of(decode_message(bytes(record.value() or b"")))
+                item = Item.of(decode_message(bytes(record.value or b"")))
             except Exception as exc:  # a record no reader can use: skip it, never stop the tail
-                log.warning("tail of %s: skipped %s[%s]@%s (%s)", self.topic, record.topic(), record.partition(),
-                            record.offset(), type(exc).__name__)
+                log.warning("tail of %s: skipped %s[%s]@%s (%s)", self.topic, record.topic, record.partition,
+                            record.offset, type(exc).__name__)
                 continue
             for sink in targets:
                 out.setdefault(sink, []).append(item)
@@ -214,18 +202,16 @@ class Tailer:
                 continue
 
 
-def _next_batch(consumer: Any) -> list[Any]:
+def _next_batch(reader: AssignedReader) -> list[ReadRecord]:
     """The next records: wait up to `_POLL_S` for the first one only, then gather for `_COALESCE_S`.
 
     ``consume(n, timeout)`` returns when it has `n` records or the whole timeout has passed, which
     held every record of a quiet feed for up to 0.2 s. Waiting for the first record alone passes it
     on at once, and the short second wait still gathers a burst (or a busy topic) into one batch:
-    one hand-over to each loop and one write per connection.
+    one hand-over to each loop and one write per connection. Partition-level events are not data
+    (the client recovers by itself) and are left out.
     """
-    first = consumer.poll(_POLL_S)
-    if first is None:
-        return []
-    return [first, *consumer.consume(_BATCH - 1, _COALESCE_S)]
+    return [r for r in reader.fetch(_BATCH, _POLL_S, gather_s=_COALESCE_S) if isinstance(r, ReadRecord)]
 
 
 def _offer_all(handoffs: list[tuple[Sink, list[Item]]]) -> None:

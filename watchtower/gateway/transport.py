@@ -16,23 +16,21 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 import uuid
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
-
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from watchtower import tracing
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
-from watchtower.topics.batches import next_batch
+from watchtower.topics.assigned_reader import AssignedReader, ReadRecord
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.errors import BrokerError
+from watchtower.topics.keyed_writer import KeyedWriter
 
 log = logging.getLogger("watchtower.gateway.transport")
-#: Most replies taken from the consumer in one call.
+#: Most replies taken from the reader in one call.
 REPLY_BATCH = 500
 
 
@@ -46,31 +44,21 @@ class CommandClient:
         role commands go to (the ingestion service sends to its own lane, ``ingest-commands``)."""
         self.t_commands = topic_name(topic, prefix)
         self.t_replies = topic_name("replies", prefix)
-        self.producer = Producer({
-            **kafka_config(bootstrap),
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": linger_ms,
-            # The same partitioner Faust and Kafka's Java clients use, so every client agrees
-            # on which partition (and so which worker) owns a stream.
-            "partitioner": "murmur2_random",
-            "log_level": 3,
-        })
-        self.consumer = Consumer({
-            **kafka_config(bootstrap),
-            "group.id": f"wt-client-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 3,
-        })
-        md = self.consumer.list_topics(self.t_replies, timeout=30)
-        partitions = list(md.topics[self.t_replies].partitions)
-        # Spreading clients over reply partitions is load balancing, not security.
-        self.reply_partition = random.choice(partitions)  # noqa: S311
-        # Start at the partition's current end, as an explicit offset: replies to commands sent
-        # from now on come after it, and the reader is ready without waiting for a first fetch.
-        high = _end_offset(self.consumer, TopicPartition(self.t_replies, self.reply_partition))
-        self.consumer.assign([TopicPartition(self.t_replies, self.reply_partition, high)])
+        # The partitioner every client shares (`KeyedWriter`): a stream's commands reach the
+        # partition, and so the worker, that owns the stream.
+        self.producer = KeyedWriter(bootstrap, linger_ms=linger_ms)
+        self.replies = AssignedReader(bootstrap, self.t_replies, group_prefix="wt-client", settings={"log_level": 3})
+        try:
+            # Spreading clients over reply partitions is load balancing, not security.
+            self.reply_partition = random.choice(self.replies.partitions())  # noqa: S311
+            # Start at the partition's current end, as an explicit offset: replies to commands sent
+            # from now on come after it, and the reader is ready without waiting for a first fetch.
+            # A just-created topic may have no leader yet: asked again meanwhile.
+            high = self.replies.end(self.reply_partition, timeout_s=10.0, retry_s=30.0)
+        except BaseException:
+            self.replies.close()
+            raise
+        self.replies.assign({self.reply_partition: high})
         self._pending: dict[str, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -80,11 +68,17 @@ class CommandClient:
     def _read_replies(self) -> None:
         # A worker commits the replies of a whole batch in one transaction; take them in one call
         # (up to REPLY_BATCH) instead of one poll each, so a burst is handed out in one pass, and
-        # a lone reply at once (`next_batch`: consume(n, timeout) would hold it for the timeout).
+        # a lone reply at once (`AssignedReader.fetch`: consume(n, timeout) would hold it for the timeout).
         while not self._closed.is_set():
-            for msg in next_batch(self.consumer, REPLY_BATCH, 0.1):
-                if not msg.error():
-                    self._deliver(msg.key(), msg.value())
+            try:
+                batch = self.replies.fetch(REPLY_BATCH, 0.1)
+            except BrokerError as exc:  # the reader failed for good: no reply comes any more
+                log.error("the reply reader of %s failed: %s", self.t_replies, exc)
+                self._closed.wait(1.0)
+                continue
+            for record in batch:
+                if isinstance(record, ReadRecord):
+                    self._deliver(record.key, record.value)
 
     def _deliver(self, key: bytes | None, value: bytes | None) -> None:
         corr = (key or b"").decode(errors="replace")
@@ -105,7 +99,8 @@ class CommandClient:
 
         A caller that stops waiting may cancel the future: its reply is then dropped quietly
         when it arrives (the command itself may still be applied; a retry of the same signed
-        command is idempotent).
+        command is idempotent). BufferError when the producer's queue is full, `BrokerError`
+        when the client refused the command (nothing was sent either way).
         """
         corr = uuid.uuid4().hex
         raw: Future[dict[str, Any]] = Future()
@@ -135,17 +130,16 @@ class CommandClient:
         result.add_done_callback(forget)
         with self._lock:
             self._pending[corr] = raw
-        self.producer.produce(self.t_commands, key=(key or cmd.stream_id).encode(),
-                              value=encode_command(cmd),
-                              headers=tracing.inject({H_CORRELATION: corr,
-                                                      H_REPLY_PARTITION: str(self.reply_partition)}))
-        if poll:  # a caller that sends many at once polls once for all of them (`poll`)
-            self.producer.poll(0)
+        # `poll`: a caller that sends many at once polls once for all of them (`poll`).
+        self.producer.write(self.t_commands, key=(key or cmd.stream_id).encode(), value=encode_command(cmd),
+                            headers=tracing.inject({H_CORRELATION: corr,
+                                                    H_REPLY_PARTITION: str(self.reply_partition)}),
+                            poll=poll)
         return result
 
     def poll(self) -> None:
         """Serve the producer's delivery reports (`submit` with ``poll=False`` leaves them to this)."""
-        self.producer.poll(0)
+        self.producer.poll()
 
     def call(self, cmd: Command, timeout: float = 30.0) -> dict[str, Any]:
         """Send and wait. Raises the spec error, or TimeoutError when no worker answered in time."""
@@ -160,16 +154,5 @@ class CommandClient:
         self.producer.flush(10)
         self._closed.set()
         self._reader.join(5)
-        self.consumer.close()
+        self.replies.close()
 
-
-def _end_offset(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> int:
-    """The partition's end offset, retrying while a just-created topic has no leader yet."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
-        except KafkaException as exc:
-            if time.monotonic() > deadline or not exc.args[0].retriable():
-                raise
-            time.sleep(0.2)
