@@ -17,13 +17,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from waiting import wait_until
 
-from watchtower.ingest.task_reader import INSTANCE_ID, TaskReader
+from watchtower.ingest.task_reader import INSTANCE_ID, task_reader
 from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.group_reader import GroupReader
+from watchtower.topics.records import TopicRecord
 
 pytestmark = pytest.mark.integration
 
 
-def reader_config(bootstrap: str, group: str) -> dict[str, Any]:
+def intruder_config(bootstrap: str, group: str) -> dict[str, Any]:
     timeouts = GroupTimeouts.from_env()
     return kafka_config(bootstrap, **{
         "group.id": group, "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
@@ -31,11 +33,11 @@ def reader_config(bootstrap: str, group: str) -> dict[str, Any]:
         "log_level": 0})
 
 
-def read_until(reader: TaskReader, value: bytes, timeout_s: float = 60.0) -> list[bytes]:
-    seen: list[bytes] = []
+def read_until(reader: GroupReader, value: bytes, timeout_s: float = 60.0) -> list[bytes | None]:
+    seen: list[bytes | None] = []
 
     def arrived() -> bool:
-        seen.extend(m.value() for m in reader.consume(100, 0.2))
+        seen.extend(r.value for r in reader.poll(100, 0.2) if isinstance(r, TopicRecord))
         return value in seen
 
     wait_until(lambda: f"{value!r} (read {seen})", arrived, timeout_s=timeout_s, every_s=0)
@@ -47,7 +49,7 @@ def test_a_fenced_task_reader_joins_again_and_reads_the_tasks_after_it(kafka_boo
     admin = AdminClient(kafka_config(kafka_bootstrap))
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     producer = Producer(kafka_config(kafka_bootstrap))
-    reader = TaskReader(reader_config(kafka_bootstrap, group), topic)
+    reader = task_reader(kafka_bootstrap, topic, group)
     intruder = None
     try:
         producer.produce(topic, b"before")
@@ -55,12 +57,12 @@ def test_a_fenced_task_reader_joins_again_and_reads_the_tasks_after_it(kafka_boo
         assert b"before" in read_until(reader, b"before")
 
         # Another consumer under the runner's instance id: the coordinator fences the reader's member.
-        intruder = Consumer({**reader_config(kafka_bootstrap, group), "group.instance.id": INSTANCE_ID})
+        intruder = Consumer({**intruder_config(kafka_bootstrap, group), "group.instance.id": INSTANCE_ID})
         intruder.subscribe([topic])
 
         def replaced() -> bool:
             intruder.poll(0.1)
-            reader.consume(100, 0.1)
+            reader.poll(100, 0.1)
             return reader.replaced > 0
 
         wait_until("the fenced reader to be replaced", replaced, timeout_s=60, every_s=0)
@@ -92,10 +94,11 @@ class _FencedConsumer:
 
 def test_a_reader_fenced_again_soon_after_rejoining_waits_longer_each_time(monkeypatch: pytest.MonkeyPatch) -> None:
     waits: list[float] = []
-    monkeypatch.setattr("watchtower.ingest.task_reader.time.sleep", waits.append)
-    reader = TaskReader({}, "t.ingest.tasks", factory=lambda _config: _FencedConsumer())  # type: ignore[arg-type,return-value]
+    monkeypatch.setattr("watchtower.topics.group_reader.time.sleep", waits.append)
+    reader = GroupReader("unused:9092", ["t.ingest.tasks"], group="wt-test", auto_commit=True, instance_id=INSTANCE_ID,
+                         factory=lambda _config: _FencedConsumer())  # type: ignore[arg-type,return-value]
     for _ in range(7):
-        reader.consume(10, 0)
+        reader.poll(10, 0)
     assert reader.replaced == 7
     # The first rejoin is at once (a broker outage); fenced again within a minute, another process
     # likely holds the same key: 2, 4, 8, 16 s, then at most 30 s.

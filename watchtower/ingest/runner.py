@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import Producer
 
 from watchtower.ingest.dispatch import DEFAULT_WORKERS, Dispatcher, deadline_at
 from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, select_result
 from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.ingest.secrets import SecretStore
-from watchtower.ingest.task_reader import TaskReader
+from watchtower.ingest.task_reader import task_reader
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
@@ -54,7 +53,8 @@ from watchtower.protocol.signed_command import Command, sign_command
 from watchtower.protocol.validation import is_number
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_result_batch
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.partition_writer import PartitionWriter
+from watchtower.topics.records import TopicRecord
 
 log = logging.getLogger("watchtower.ingest.runner")
 
@@ -282,21 +282,16 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
     On `stop` it returns within about two seconds whatever its sources do: running fetches are
     abandoned on their daemon threads and their results dropped."""
     # The runner's own group has one member, and static (`task_reader`).
-    timeouts = GroupTimeouts.from_env()
-    tasks = TaskReader(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}",
-        "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": True}),
-        topic_name("ingest-tasks", prefix))
+    tasks = task_reader(bootstrap, topic_name("ingest-tasks", prefix),
+                        f"wt-{prefix or 'wt'}.ingest-runner-{runner.address[2:18]}")
     # Placed as the scheduler places tasks (scheduler.INGEST_PARTITIONER): a result shares its task's partition.
-    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True, "linger.ms": RESULT_LINGER_MS,
-                                                   "partitioner": "murmur2_random"}))
+    writer = PartitionWriter(bootstrap, linger_ms=RESULT_LINGER_MS)
     results_topic = topic_name("ingest-results", prefix)
     fetcher = Fetcher(runner.allow, max_connections=concurrency)
 
-    partitions = len(producer.list_topics(results_topic, timeout=30).topics[results_topic].partitions)
+    partitions = len(writer.partitions(results_topic))
     runner.batched = True
-    batcher = ResultBatcher(runner.key, lambda partition, value: _produce(producer, results_topic, partition, value),
+    batcher = ResultBatcher(runner.key, lambda partition, value: writer.write(results_topic, partition, value),
                             partitions)
     batcher.start()
     pool = dispatcher(runner, batcher.add, fetcher, workers=concurrency)
@@ -304,13 +299,14 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
     try:
         while not stop.is_set():
             if pool.waiting() > MAX_WAITING:
-                producer.poll(0)
+                writer.poll()
                 stop.wait(0.05)
                 continue
-            for msg in tasks.consume(500, 0.1):
-                for task in runner.accept_all(msg.value(), f"p{msg.partition()}@{msg.offset()}"):
-                    submit(runner, pool, task, batcher.add)
-            producer.poll(0)
+            for record in tasks.poll(500, 0.1):
+                if isinstance(record, TopicRecord):  # the reader answers no ends of partition
+                    for task in runner.accept_all(record.value, f"p{record.partition}@{record.offset}"):
+                        submit(runner, pool, task, batcher.add)
+            writer.poll()
             if health_file is not None and time.monotonic() - last_health > 0.5:
                 last_health = time.monotonic()
                 tmp = health_file.with_suffix(".tmp")
@@ -319,17 +315,8 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
     finally:
         pool.close()  # never joins a thread a source holds
         batcher.close()
-        producer.flush(2)
+        writer.flush(2)
         tasks.close()
-
-
-def _produce(producer: Producer, topic: str, partition: int, value: bytes) -> None:
-    while True:
-        try:
-            producer.produce(topic, partition=partition, value=value)
-            return
-        except BufferError:  # the local queue is full: let it drain
-            producer.poll(0.05)
 
 
 class ResultBatcher:
