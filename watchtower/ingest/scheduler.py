@@ -26,12 +26,10 @@ import logging
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.view import IngestionView
@@ -49,7 +47,9 @@ from watchtower.protocol.partitioning import partition_for_key
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_task_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.reader import read_committed
+from watchtower.topics.metadata import partitions
+from watchtower.topics.records import RecordProducer, committed_records
+from watchtower.topics.tail_reader import TailReader
 from watchtower.workers.host import FencedError
 from watchtower.workers.tx_writer import TransactionalWriter, WriteFailedError
 
@@ -69,22 +69,26 @@ class TaskWriter:
     """The one writer of ``ingest.tasks`` (see the module docstring). A round's tasks leave as
     signed batches, one or more per partition (`protocol.ingestion.records.MAX_BATCH` tasks at most
     each), each in the partition its streams' keys place them in: one signature and one record for
-    a partition's share of the block instead of one per tick."""
+    a partition's share of the block instead of one per tick.
+
+    `factory` makes the transactional producer from its settings (the client's own when None; a
+    test passes one that fails on cue)."""
 
     def __init__(self, bootstrap: str, prefix: str | None, key: nacl.signing.SigningKey,
                  stop: threading.Event | None = None, *,
-                 factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+                 factory: Callable[[dict[str, Any]], Any] | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic_name("ingest-tasks", prefix)
         self.key = key
         self.address = address_from_public_key(bytes(key.verify_key))
+        options: dict[str, Any] = {} if factory is None else {"factory": factory}
         self.writer = TransactionalWriter(kafka_config(bootstrap, **{
             "transactional.id": f"wt-{prefix or 'wt'}.ingest-scheduler", "enable.idempotence": True,
             "linger.ms": 2, "partitioner": INGEST_PARTITIONER, "log_level": 3}),
             name="ingest-scheduler", stop=stop or threading.Event(), on_restart=self._read_last,
-            call_timeout_s=COMMIT_TIMEOUT_S, factory=factory)
+            call_timeout_s=COMMIT_TIMEOUT_S, **options)
         self.writer.open()
-        self.partitions = len(self.writer.producer.list_topics(self.topic, timeout=30).topics[self.topic].partitions)
+        self.partitions = len(partitions(self.writer.producer, self.topic))
         self.last: dict[str, int] = {}
         self._read_last()
         self.written = 0
@@ -96,11 +100,12 @@ class TaskWriter:
         """The last tick written per stream: whatever ``ingest.tasks`` holds, read_committed, after
         ``init_transactions`` settled any transaction an earlier producer left open."""
         last: dict[str, int] = {}
-        for msg in read_committed(self.bootstrap, [self.topic]):
+        for record in committed_records(self.bootstrap, [self.topic]):
             try:
-                tasks = self._tasks(msg.value())
+                tasks = self._tasks(record.value)
             except WatchtowerError as exc:  # not a task of ours: it moves no stream
-                log.warning("ingest.tasks record p%s@%s is not a task: %s", msg.partition(), msg.offset(), exc.message)
+                log.warning("ingest.tasks record p%s@%s is not a task: %s", record.partition, record.offset,
+                            exc.message)
                 continue
             for task in tasks:
                 last[task.stream_id] = max(last.get(task.stream_id, 0), task.tick)
@@ -122,7 +127,7 @@ class TaskWriter:
         by_partition: dict[int, list[IngestTask]] = {}
         for task in tasks:
             by_partition.setdefault(partition_for_key(task.stream_id.encode(), self.partitions), []).append(task)
-        def produce(producer: Producer) -> None:
+        def produce(producer: RecordProducer) -> None:
             for partition, share in by_partition.items():
                 for i in range(0, len(share), MAX_BATCH):
                     producer.produce(self.topic, partition=partition,
@@ -168,31 +173,25 @@ def plan(view: IngestionView, last: dict[str, int], height: int, key: nacl.signi
 
 BLOCK_START_MARGIN_MS: Final = 2
 """How long after a block starts the scheduler plans it (the clock's own jitter)."""
-EVENTS_FETCH: Final = {"fetch.wait.max.ms": 100, "fetch.min.bytes": 65536}
-"""The events fold waits for a fuller fetch: a new stream or runner is picked up within 100 ms,
-and the broker answers a few fetches a second instead of one per publish."""
+EVENTS_FETCH_WAIT_MS: Final = 100
+"""The events fold waits for a fuller fetch (`EVENTS_FETCH_MIN_BYTES`): a new stream or runner is
+picked up within 100 ms, and the broker answers a few fetches a second instead of one per publish."""
+EVENTS_FETCH_MIN_BYTES: Final = 65536
 
 
 def fold_events(bootstrap: str, prefix: str | None, view: IngestionView, stop: threading.Event) -> None:
     """Fold ``events`` into `view` from the beginning, read_committed (an aborted StreamCreated must
     not schedule anything), until `stop`. The view skips every record that is neither a creation nor
     a runner event from its header alone, so the ingested feeds' own messages cost no decode."""
-    topic = topic_name("events", prefix)
-    consumer = Consumer(kafka_config(bootstrap, **{
-        "group.id": f"wt-{prefix or 'wt'}.ingest-scheduler-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
+    events = TailReader(bootstrap, topic_name("events", prefix),
+                        group_prefix=f"wt-{prefix or 'wt'}.ingest-scheduler-fold",
+                        fetch_wait_ms=EVENTS_FETCH_WAIT_MS, fetch_min_bytes=EVENTS_FETCH_MIN_BYTES)
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
         while not stop.is_set():
-            for msg in consumer.consume(1000, 0.2):
-                error = msg.error()
-                if error is None:
-                    view.fold(msg.value(), msg.key())
-                elif error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("events reader: %s", error)
+            for record in events.poll(1000, 0.2):
+                view.fold(record.value, record.key)
     finally:
-        consumer.close()
+        events.close()
 
 
 def _sleep_to_next_block(stop: threading.Event, tick_s: float) -> None:

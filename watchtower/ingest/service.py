@@ -1,5 +1,5 @@
 """``watchtower ingest serve``: the ingestion service process — the scheduler and the aggregator,
-each a thread with its own confluent-kafka readers and producer (or one of them alone, `ROLES`).
+each a thread with its own Kafka readers and producer (or one of them alone, `ROLES`).
 
 Aggregators scale out by stream: they share one consumer group on ``ingest.tasks`` and
 ``ingest.results`` (both keyed by stream id, with the same partitions, so the range assignor gives
@@ -30,12 +30,10 @@ import os
 import signal
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Final
 
 import nacl.signing
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.http.keymgr_client import ENV_KEYMGR, KeyManagerApi
@@ -49,19 +47,21 @@ from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.group_reader import GroupReader, Partitions
 from watchtower.topics.groups import wait_commands_decided
-from watchtower.topics.reader import read_committed
+from watchtower.topics.records import EndOfPartition, TopicRecord, committed_records
+from watchtower.topics.tail_reader import TailReader
 
 log = logging.getLogger("watchtower.ingest.service")
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
 COMMAND_LINGER_MS: Final = 10
 """A block's decisions leave within a few ms of each other: gathering them costs little latency and
 saves the broker a request per publish."""
-EVENTS_FETCH: Final = {"fetch.wait.max.ms": 50, "fetch.min.bytes": 65536}
-"""The events fold waits up to 50 ms for a fuller fetch: it needs the log for new streams and after a
-moved head, never on the way of a tick, and the broker answers a few fetches a second, not one
-per publish."""
+EVENTS_FETCH_WAIT_MS: Final = 50
+"""The events fold waits up to 50 ms for a fuller fetch (`EVENTS_FETCH_MIN_BYTES`): it needs the log
+for new streams and after a moved head, never on the way of a tick, and the broker answers a few
+fetches a second, not one per publish."""
+EVENTS_FETCH_MIN_BYTES: Final = 65536
 RELEASE_TIMEOUT_S: Final = 45.0
 """Longest a revoke waits for the released streams' publishes in flight (a reply's timeout and more)."""
 
@@ -71,17 +71,13 @@ def aggregator_group(prefix: str | None) -> str:
     return f"wt-{topic_name('events', prefix).rsplit('.', 1)[0]}.ingest-aggregator"
 
 
-def _partitions(consumer: Consumer, topic: str) -> list[int]:
-    meta = consumer.list_topics(topic, timeout=30)
-    return sorted(meta.topics[topic].partitions)
-
-
 class AggregatorService:
     """One aggregator member (see the module docstring). `run` drives it until `stop`."""
 
     def __init__(self, bootstrap: str, prefix: str | None, scheduler: str, publisher: nacl.signing.SigningKey,
                  stop: threading.Event, health_file: Path | None = None, *, group: str | None = None) -> None:
         self.bootstrap, self.prefix, self.stop, self.health_file = bootstrap, prefix, stop, health_file
+        self.group = group or aggregator_group(prefix)
         self.t_events, self.t_tasks, self.t_results = (
             topic_name(r, prefix) for r in ("events", "ingest-tasks", "ingest-results"))
         self.view = IngestionView()
@@ -96,51 +92,40 @@ class AggregatorService:
         self.read_to: dict[int, int] = {}
         """Per results partition: the instant (Unix ms) up to which its results are all read."""
         self.at_end: set[int] = set()
-        self.events = Consumer(kafka_config(bootstrap, **{
-            "group.id": f"wt-{prefix or 'wt'}.ingest-fold-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest", **EVENTS_FETCH}))
-        timeouts = GroupTimeouts.from_env()  # a member killed with kill -9 hands its feeds on within this
-        self.work = Consumer(kafka_config(bootstrap, **{
-            "group.id": group or aggregator_group(prefix), "enable.auto.commit": False,
-            "session.timeout.ms": timeouts.session_ms, "heartbeat.interval.ms": timeouts.heartbeat_ms,
-            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range", "enable.partition.eof": True}))
 
     # --- the events fold -------------------------------------------------------------------------
 
-    def _fold(self, msg: Message) -> None:
-        partition, offset = msg.partition(), msg.offset()
-        if partition is None or offset is None or offset < self.events_next.get(partition, 0):
+    def _fold(self, record: TopicRecord) -> None:
+        if record.offset < self.events_next.get(record.partition, 0):
             return  # read already (the catch-up scan and the tail overlap)
-        self.view.fold(msg.value(), msg.key())
-        self.events_next[partition] = offset + 1
+        self.view.fold(record.value, record.key)
+        self.events_next[record.partition] = record.offset + 1
 
     def catch_up(self) -> None:
         """Fold ``events`` to its current end."""
-        for msg in read_committed(self.bootstrap, [self.t_events], start=dict(self.events_next)):
-            self._fold(msg)
+        for record in committed_records(self.bootstrap, [self.t_events], start=dict(self.events_next)):
+            self._fold(record)
 
     # --- partitions ------------------------------------------------------------------------------
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        mine = sorted({tp.partition for tp in partitions})
+    def _on_assign(self, partitions: Partitions) -> int | None:
+        """Ready the member for `partitions`; the instant their tasks and results are read from
+        (None, when stopped meanwhile: the client places them itself)."""
+        mine = sorted({p for _topic, p in partitions})
         log.info("aggregator takes partitions %s: waiting for the commands already sent to be decided", mine)
         if not wait_commands_decided(self.bootstrap, self.prefix, stop=self.stop, log=log):
-            return
+            return None
         self.catch_up()
         self.aggregator.forget_finished()
         for partition in mine:
             self.at_end.discard(partition)
             self.read_to.pop(partition, None)
-        since = int(time.time() * 1000) - LOOKBACK_MS
-        wanted = [TopicPartition(tp.topic, tp.partition, since) for tp in partitions]
-        placed = consumer.offsets_for_times(wanted, timeout=30) if wanted else []
-        consumer.assign(placed)
         self.owned = set(mine)
         log.info("aggregator holds partitions %s", mine)
+        return int(time.time() * 1000) - LOOKBACK_MS
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        gone = {tp.partition for tp in partitions}
+    def _on_revoke(self, partitions: Partitions) -> None:
+        gone = {p for _topic, p in partitions}
         streams = {sid for sid, p in self.stream_partition.items() if p in gone}
         self.owned -= gone
         if not self.aggregator.release(streams, RELEASE_TIMEOUT_S):
@@ -151,55 +136,49 @@ class AggregatorService:
 
     def run(self) -> None:
         self.catch_up()
-        self.events.assign([TopicPartition(self.t_events, p, self.events_next.get(p, OFFSET_BEGINNING))
-                            for p in _partitions(self.events, self.t_events)])
-        self.work.subscribe([self.t_tasks, self.t_results], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        events = TailReader(self.bootstrap, self.t_events, group_prefix=f"wt-{self.prefix or 'wt'}.ingest-fold",
+                            starts=self.events_next, fetch_wait_ms=EVENTS_FETCH_WAIT_MS,
+                            fetch_min_bytes=EVENTS_FETCH_MIN_BYTES)
+        # A member killed with kill -9 hands its feeds on within the session (`GroupTimeouts`).
+        work = GroupReader(self.bootstrap, [self.t_tasks, self.t_results], group=self.group, auto_commit=False,
+                           range_assignor=True, partition_ends=True, on_assign=self._on_assign,
+                           on_revoke=self._on_revoke)
         start_metrics("ingest", [AggregatorCollector(self.aggregator)])
         last_health = 0.0
         try:
             while not self.stop.is_set():
-                for msg in self.events.consume(1000, 0):
-                    error = msg.error()
-                    if error is None:
-                        self._fold(msg)
-                    elif error.code() != KafkaError._PARTITION_EOF:
-                        log.warning("events reader: %s", error)
-                for msg in self.work.consume(1000, 0.02):  # short: answers that came back are landed each turn
-                    self._handle(msg)
+                for record in events.poll(1000, 0):
+                    self._fold(record)
+                for item in work.poll(1000, 0.02):  # short: answers that came back are landed each turn
+                    self._handle(item)
                 self.aggregator.step(now_height(), self.results_read_to)
                 self.commands.poll()  # the step's commands were sent without a poll each
                 if self.health_file is not None and time.monotonic() - last_health > 0.5:
                     last_health = time.monotonic()
                     self._write_health()
         finally:
-            self.work.close()
-            self.events.close()
+            work.close()
+            events.close()
             self.commands.close()
 
-    def _handle(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                if msg.topic() == self.t_results:
-                    self.at_end.add(int(msg.partition() or 0))
-            else:
-                log.warning("ingest reader: %s", error)
+    def _handle(self, item: TopicRecord | EndOfPartition) -> None:
+        if isinstance(item, EndOfPartition):
+            if item.topic == self.t_results:
+                self.at_end.add(item.partition)
             return
-        if msg.partition() not in self.owned:
+        if item.partition not in self.owned:
             return  # read before a revoke took effect
-        if msg.topic() == self.t_results:
-            partition = int(msg.partition() or 0)
-            self.at_end.discard(partition)
-            _, stamp = msg.timestamp()
+        if item.topic == self.t_results:
+            self.at_end.discard(item.partition)
             # A runner's clock cannot push the mark past now (it would time out others' ticks early).
-            self.read_to[partition] = max(self.read_to.get(partition, 0), min(stamp, time.time_ns() // 1_000_000))
-        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
-        if msg.topic() == self.t_tasks:
-            partition = int(msg.partition() or 0)
-            for stream_id in self.aggregator.on_tasks(msg.value(), where):
-                self.stream_partition[stream_id] = partition
+            self.read_to[item.partition] = max(self.read_to.get(item.partition, 0),
+                                               min(item.timestamp_ms, time.time_ns() // 1_000_000))
+        where = f"{item.topic}[{item.partition}]@{item.offset}"
+        if item.topic == self.t_tasks:
+            for stream_id in self.aggregator.on_tasks(item.value, where):
+                self.stream_partition[stream_id] = item.partition
         else:
-            self.aggregator.on_results(msg.value(), where)
+            self.aggregator.on_results(item.value, where)
 
     def results_read_to(self, stream_id: str) -> int:
         """The instant up to which `stream_id`'s results are all read: now when its partition is
