@@ -34,8 +34,6 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import Consumer, TopicPartition
-
 from watchtower import tracing
 from watchtower.delivery.health import DeliveryHealth
 from watchtower.delivery.restore import messages_start, restore_partition
@@ -64,6 +62,7 @@ from watchtower.workers.event_fold import EventFold
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import CommittedOffsets
 from watchtower.workers.tx_worker import (
+    TopicPartitionId,
     TransactionalWorker,
     env_int,
 )
@@ -131,18 +130,17 @@ class DeliveryWorker(TransactionalWorker):
         # the next callback of the same consume() (workers.loop).
         self._partitions = self._partition_count(self.topics["events"])
 
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (its own clients)
-                 recovering: bool = False) -> None:  # noqa: ARG002 (the same after a rebalance or a recovery)
+    def _restore(self, partitions: list[TopicPartitionId], *,
+                 recovering: bool = False) -> dict[TopicPartitionId, int]:  # noqa: ARG002 (the same after a rebalance or a recovery)
         if not self._partitions:
             raise RuntimeError("the partition count of events is read before subscribing (prepare)")
         events = self.topics["events"]
-        numbers = sorted({tp.partition for tp in partitions})
+        numbers = sorted({p for _topic, p in partitions})
         # Asked by a client of its own: the group consumer's committed() blocks while its group state
         # waits for a rebalance it has not served yet (after a broker restart: for good).
         # A hanging offset commit after a broker restart falls back to the last committed offsets
         # (CommittedOffsets); the checkpoints bound where the messages are read from anyway.
-        committed = {tp.partition: tp.offset for tp in self._offsets.fetch(
-            [TopicPartition(self.topics["messages"], p) for p in numbers])}
+        committed = self._offsets.offsets(self.topics["messages"], numbers)
         for p in numbers:
             restored = restore_partition(self.bootstrap, self.topics, p, self._partitions, self.health.quarantine,
                                          now_block=self._now_block())
@@ -158,13 +156,12 @@ class DeliveryWorker(TransactionalWorker):
             log.info("partition %d restored (events from offset %s): %d streams, %d checkpoints", p,
                      restored.fold.state.snapshot_offset or 0, len(restored.fold.state.streams),
                      len(restored.checkpoints))
-        for tp in partitions:
-            tp.offset = self.positions[(tp.topic, tp.partition)]
         self.health.partitions = sorted(self.folds)
         self.health.write()
+        return {tp: self.positions[tp] for tp in partitions}
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        gone = {tp.partition for tp in partitions}
+    def _on_revoke(self, partitions: list[TopicPartitionId]) -> None:
+        gone = {p for _topic, p in partitions}
         for p in gone:
             self.folds.pop(p, None)
         for key in [k for k in self.schedules if k[0] in gone]:
@@ -250,16 +247,16 @@ class DeliveryWorker(TransactionalWorker):
 
     def _commit(self, plans: list[tuple[Key, BlockPlan, bytes]], block: int) -> None:
         """Deliveries + checkpoints + the group's offsets in one transaction; memory follows only on commit."""
-        def write() -> list[TopicPartition]:
+        def write() -> dict[TopicPartitionId, int]:
             for (p, sid), plan, checkpoint in plans:
                 for d in plan.deliveries:
                     headers = push_headers(d.message.headers, sid, d.message.sequence, d.block, d.cycles)
                     self._produce(self.topics["deliveries"], key=d.subscriber.encode(), value=d.message.value,
                                   headers=headers)
                 self._produce(self.topics["delivery-state"], key=sid.encode(), value=checkpoint, partition=p)
-            return [TopicPartition(t, p, o) for (t, p), o in self.positions.items()]
+            return dict(self.positions)
 
-        if not self.host.transaction(write):
+        if not self._transaction(write):
             return
         delivered = sum(len(plan.deliveries) for _, plan, _ in plans)
         for key, plan, _ in plans:

@@ -39,8 +39,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import ClassVar, Final
 
-from confluent_kafka import Consumer, TopicPartition
-
 from watchtower.metrics.side_workers import replay_progress
 from watchtower.protocol.errors import MalformedRecordError, SchemaMismatchError, WatchtowerError
 from watchtower.protocol.ledger.common import Origin, ReplayFinished
@@ -71,6 +69,7 @@ from watchtower.topics.partitioning import partition_for_key
 from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import scan_partition
 from watchtower.workers.tx_worker import (
+    TopicPartitionId,
     TransactionalWorker,
     env_int,
     worker_group,
@@ -156,31 +155,33 @@ class ReplayWorker(TransactionalWorker):
         self._partitions = self._partition_count(self.t_replay)
         self._internal_partitions = self._partition_count(self.t_internal)
 
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *,  # noqa: ARG002 (the contract's)
-                 recovering: bool = False) -> None:
+    def _restore(self, partitions: list[TopicPartitionId], *,
+                 recovering: bool = False) -> dict[TopicPartitionId, int]:
         if not self._partitions:
             raise RuntimeError("the partition count of replay is read before subscribing (prepare)")
-        for tp in partitions:
-            self.views[tp.partition] = {}
-            tp.offset = self._consumed[tp.partition] = self._fold(tp.partition)
-            log.info("replay partition %d folded: %d replays", tp.partition, len(self.views[tp.partition]))
+        resume: dict[TopicPartitionId, int] = {}
+        for topic, partition in partitions:
+            self.views[partition] = {}
+            resume[(topic, partition)] = self._consumed[partition] = self._fold(partition)
+            log.info("replay partition %d folded: %d replays", partition, len(self.views[partition]))
             # A Spark replay without a terminal record: its job died with the previous owner (or is
             # still running; the deliveries are deduplicated by readers): launch it again. Not after
             # this process's own producer failed: its launches are still running.
-            for view in self.views[tp.partition].values():
+            for view in self.views[partition].values():
                 if view.engine == "spark" and not view.terminal and not recovering:
                     self.spark.launch(view)
         self.health.partitions = sorted(self.views)
         self.health.write()
+        return resume
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            for rid in self.views.pop(tp.partition, {}):
+    def _on_revoke(self, partitions: list[TopicPartitionId]) -> None:
+        for _topic, partition in partitions:
+            for rid in self.views.pop(partition, {}):
                 self._awaiting.discard(rid)
                 self._echo.pop(rid, None)
                 self._selectors.pop(rid, None)
                 self._origins.pop(rid, None)
-            self._consumed.pop(tp.partition, None)
+            self._consumed.pop(partition, None)
         self.health.partitions = sorted(self.views)
 
     def _fold(self, partition: int) -> int:
@@ -283,7 +284,7 @@ class ReplayWorker(TransactionalWorker):
         assert record is not None
         value = encode_replay_record(record)
 
-        def write() -> list[TopicPartition]:
+        def write() -> dict[TopicPartitionId, int]:
             for d in result.deliveries:
                 self.producer.produce(self.t_deliveries, key=d.key, value=d.value, headers=d.headers)
             self.producer.produce(self.t_replay, key=view.stream_id.encode(), value=value, partition=partition)
@@ -292,9 +293,9 @@ class ReplayWorker(TransactionalWorker):
                 key = view.stream_id.encode()
                 self.producer.produce(self.t_internal, key=key, value=encode_replay_finished(finished),
                                       partition=partition_for_key(key, self._internal_partitions))
-            return [TopicPartition(self.t_replay, p, o) for p, o in self._consumed.items()]
+            return {(self.t_replay, p): o for p, o in self._consumed.items()}
 
-        if not self.host.transaction(write):
+        if not self._transaction(write):
             return False
         self._applied_own(partition, record, value)
         self.health.slices += 1

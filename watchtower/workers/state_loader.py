@@ -158,6 +158,10 @@ class CommittedOffsets:
                         "read the last committed offsets instead", self.group)
         return found
 
+    def offsets(self, topic: str, partitions: Collection[int]) -> dict[int, int]:
+        """`fetch` of `partitions` of `topic`, as ``{partition: committed offset}`` (negative: none)."""
+        return {tp.partition: tp.offset for tp in self.fetch([TopicPartition(topic, p) for p in partitions])}
+
 
 def wait_until_settled(bootstrap: str, topic: str, partitions: list[int], timeout_s: float) -> None:
     """Return once no transaction is open on ``topic``'s ``partitions``: each one's last stable

@@ -33,7 +33,7 @@ import signal
 import sys
 import time
 from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Final
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -59,6 +59,9 @@ TXN_TIMEOUT_S: Final = 10.0
 #: Pause between attempts to rebuild partitions whose rebuild failed in the assignment callback.
 RESTORE_RETRY_S: Final = 1.0
 EXIT_USAGE: Final = 2
+
+#: A partition of a consumed topic, as a worker sees it: (topic, partition).
+TopicPartitionId = tuple[str, int]
 
 
 def env_int(name: str, default: int, *, minimum: int = 0) -> int:
@@ -121,12 +124,12 @@ class TransactionalWorker(Hosted, Processor):
 
     # ------------------------------------------------------------------ what a worker implements
     @abstractmethod
-    def _restore(self, consumer: Consumer, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
-        """Rebuild the state of `partitions` from what the log holds committed and set each one's
-        ``offset`` to where consuming resumes (`recovering`: after a producer failure, not a rebalance)."""
+    def _restore(self, partitions: list[TopicPartitionId], *, recovering: bool = False) -> dict[TopicPartitionId, int]:
+        """Rebuild the state of `partitions` from what the log holds committed; where consuming
+        resumes, for each of them (`recovering`: after a producer failure, not a rebalance)."""
 
     @abstractmethod
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, partitions: list[TopicPartitionId]) -> None:
         """Forget the state of the revoked partitions."""
 
     @abstractmethod
@@ -147,29 +150,29 @@ class TransactionalWorker(Hosted, Processor):
         # Never raise out of a rebalance callback: librdkafka would surface it from consume() and
         # the worker would die on whatever the cluster did (the brokers away mid-rebalance).
         try:
-            self._restore(consumer, partitions)
+            self._restore_at(partitions)
         except Exception as exc:
-            waiting = self._defer(consumer, partitions, exc)
+            waiting = self._defer(partitions, exc)
             consumer.assign(waiting)
             consumer.pause(waiting)
             return
         consumer.assign(partitions)
 
-    def _defer(self, consumer: Consumer, partitions: list[TopicPartition], exc: Exception) -> list[TopicPartition]:
+    def _defer(self, partitions: list[TopicPartition], exc: Exception) -> list[TopicPartition]:
         """`partitions` could not be rebuilt (`exc`): drop whatever the failed rebuild left half done and
         leave them to the serving loop (`_restore_deferred`); the partitions, for the caller to pause."""
         self.log.warning("worker %s cannot rebuild partitions %s yet (%s); they stay paused and are rebuilt "
                          "shortly", self.worker_id, sorted({tp.partition for tp in partitions}), exc)
         waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-        self._on_revoke(consumer, waiting)
+        self._on_revoke(_ids(waiting))
         self._unrestored = sorted({(tp.topic, tp.partition) for tp in waiting} | set(self._unrestored))
         self._next_restore = time.monotonic() + RESTORE_RETRY_S
         return waiting
 
-    def revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:  # noqa: ARG002 (the contract's)
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._unrestored = [tp for tp in self._unrestored if tp not in gone]
-        self._on_revoke(consumer, partitions)
+        self._on_revoke(_ids(partitions))
 
     def reset(self) -> None:
         held = [TopicPartition(t, p) for t in self.subscriptions() for p in self.health.partitions]
@@ -201,7 +204,7 @@ class TransactionalWorker(Hosted, Processor):
         pending = [TopicPartition(t, p) for t, p in self._unrestored if (t, p) in assigned]
         try:
             if pending:
-                self._restore(self.consumer, pending)
+                self._restore_at(pending)
                 for tp in pending:
                     self.consumer.seek(tp)
                 self.consumer.resume(pending)
@@ -218,11 +221,11 @@ class TransactionalWorker(Hosted, Processor):
     def rebuild(self) -> None:
         """Rebuild every assigned partition after a start over from the log (module docstring)."""
         partitions = [TopicPartition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
-        self._on_revoke(self.consumer, partitions)
+        self._on_revoke(_ids(partitions))
         try:
-            self._restore(self.consumer, partitions, recovering=True)
+            self._restore_at(partitions, recovering=True)
         except Exception as exc:  # the brokers went away again: rebuilt later by the serving loop
-            waiting = self._defer(self.consumer, partitions, exc)
+            waiting = self._defer(partitions, exc)
             if waiting:
                 self.consumer.pause(waiting)
             return
@@ -235,10 +238,26 @@ class TransactionalWorker(Hosted, Processor):
                          sorted({tp.topic for tp in partitions}))
 
     # ------------------------------------------------------------------ shared plumbing
+    def _restore_at(self, partitions: list[TopicPartition], *, recovering: bool = False) -> None:
+        """`_restore` `partitions` and set each one's ``offset`` to where consuming resumes."""
+        resume = self._restore(_ids(partitions), recovering=recovering)
+        for tp in partitions:
+            tp.offset = resume[(tp.topic, tp.partition)]
+
+    def _transaction(self, write: Callable[[], Mapping[TopicPartitionId, int]]) -> bool:
+        """ONE transaction of the loop (`TransactionalLoop.transaction`): `write` produces the records
+        and answers the group's next offsets to commit with them, by (topic, partition). Whether it
+        committed."""
+        return self.host.transaction(lambda: [TopicPartition(t, p, o) for (t, p), o in write().items()])
+
     def _partition_count(self, topic: str) -> int:
         """Partitions of `topic`, asked by the group consumer: call it from `prepare` only, never from
         inside a rebalance callback (`workers.loop`)."""
         return len(self.consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+def _ids(partitions: list[TopicPartition]) -> list[TopicPartitionId]:
+    return [(tp.topic, tp.partition) for tp in partitions]
 
 
 def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | None], TransactionalWorker],
