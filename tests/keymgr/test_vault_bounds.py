@@ -9,6 +9,7 @@ reservation and every actor nonce were past 2**64 and every encrypt failed.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from watchtower.schemas.keymgr_records import (
     decode_nonce_reservation,
     encode_keymgr_record,
 )
+from watchtower.workers.tx_writer import TransactionalWriter
 
 KEK = Kek(bytes(range(32)))
 
@@ -70,7 +72,7 @@ def _reservation(n: int) -> bytes:
 
 def _vault(monkeypatch: pytest.MonkeyPatch, *values: bytes) -> vault_mod.Vault:
     records = [_Record(vault_mod.NONCE_KEY, v, i) for i, v in enumerate(values)]
-    monkeypatch.setattr(vault_mod, "Producer", _Producer)
+    monkeypatch.setattr(vault_mod, "TransactionalWriter", partial(TransactionalWriter, factory=_Producer))
     monkeypatch.setattr(vault_mod, "read_committed", lambda *_a, **_k: iter(records))
     vault = vault_mod.Vault("127.0.0.1:1", "wt", KEK, nonce_block=10)
     vault.open()
@@ -88,7 +90,7 @@ def test_an_implausible_reservation_is_quarantined_and_nonces_continue_above_the
     nonces = [vault.next_actor_nonce() for _ in range(25)]  # crosses two reservations
     assert all(before_us < n <= MAX_ACTOR_NONCE for n in nonces)
     assert nonces == sorted(set(nonces))
-    committed = [decode_nonce_reservation(v).reserved_through for _, v in vault._producer.written]
+    committed = [decode_nonce_reservation(v).reserved_through for _, v in vault._writer.producer.written]
     assert committed
     assert all(c <= MAX_ACTOR_NONCE for c in committed)
 

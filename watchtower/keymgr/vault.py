@@ -31,9 +31,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from typing import Final
-
-from confluent_kafka import Producer
+from typing import Final, Protocol
 
 from watchtower.keymgr.kek import Kek, KekError
 from watchtower.protocol.constants import MAX_ACTOR_NONCE
@@ -66,6 +64,12 @@ DEFAULT_NONCE_BLOCK: Final = 1_000
 PLAUSIBLE_ABOVE_CLOCK: Final = 2**40
 _TXN_TIMEOUT_S: Final = 30.0
 Record = WrappedSeedRecord | NonceReservationRecord
+
+
+class _RecordProducer(Protocol):
+    """What a vault write needs of the transactional writer's producer: one record at a time."""
+
+    def produce(self, topic: str, value: bytes, key: bytes, partition: int) -> None: ...
 
 
 def clock_floor() -> int:
@@ -118,11 +122,7 @@ class Vault:
             kafka_config(bootstrap, **{"transactional.id": transactional_id(prefix), "enable.idempotence": True,
                                        "acks": "all", "transaction.timeout.ms": 60_000, "log_level": 3}),
             name="keymgr-vault", stop=self._stop, on_restart=self._reload_locked, call_timeout_s=_TXN_TIMEOUT_S,
-            fence_is_final=True, factory=Producer)
-
-    @property
-    def _producer(self) -> Producer:
-        return self._writer.producer
+            fence_is_final=True)
 
     # ------------------------------------------------------------------ start
     def open(self) -> None:
@@ -214,7 +214,7 @@ class Vault:
         if self._fenced:
             raise VaultFencedError("another key-manager instance took over; send the request to it")
 
-        def produce(producer: Producer) -> None:
+        def produce(producer: _RecordProducer) -> None:
             for key, value in records:
                 producer.produce(self.topic, key=key.encode(), value=encode_keymgr_record(value),
                                  partition=STATE_PARTITION)
