@@ -17,11 +17,11 @@ from protocol_strategies import PROPERTY, json_values
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.errors import InvalidArgumentError, InvalidSignatureError, WatchtowerError
+from watchtower.protocol.frozen_json import FrozenDict
 from watchtower.protocol.signed_command import (
     COMMAND_DOMAIN,
     METHODS,
     Command,
-    FrozenDict,
     Method,
     command_digest,
     command_signing_bytes,

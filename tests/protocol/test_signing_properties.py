@@ -24,7 +24,8 @@ from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import MAX_WIRE_UINT64
 from watchtower.protocol.enums import PayloadFormat
-from watchtower.protocol.signed_command import BYTES_TAG, COMMAND_DOMAIN, METHODS, command_signing_bytes
+from watchtower.protocol.frozen_json import BYTES_TAG
+from watchtower.protocol.signed_command import COMMAND_DOMAIN, METHODS, command_signing_bytes
 from watchtower.protocol.signing import message_signing_bytes
 from watchtower.protocol.stream.message import StreamMessage
 

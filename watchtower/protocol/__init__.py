@@ -7,8 +7,8 @@ Faust, HTTP or any other Watchtower package.
 Modules, by family (the shared core at the top, each family a sub-package):
 - `constants`, `enums`, `errors`, `validation`, `json_ints` — the spec's numbers, vocabularies,
   error codes and argument checks;
-- `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`, `commands`,
-  `command_auth`, `addresses` — identities and signed commands; `events` — event bodies;
+- `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`, `frozen_json`,
+  `commands`, `command_auth`, `addresses` — identities and signed commands; `events` — event bodies;
 - `config` — StreamConfig; `deployment`, `partitioning`, `placement`, `registry`;
 - `conformance` — the DESIGN §7.9 vector checker;
 - `stream/` — the stream actor: `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`,

@@ -30,9 +30,9 @@ import nacl.signing
 from watchtower.protocol import cbor
 from watchtower.protocol.addresses import address_from_public_key, public_key_from_address
 from watchtower.protocol.errors import InvalidSignatureError, MalformedRecordError, UnauthorizedError
+from watchtower.protocol.frozen_json import to_tagged_json
 from watchtower.protocol.ingestion import IngestReason, ProofType, task_id
 from watchtower.protocol.ingestion.proof import select_runners
-from watchtower.protocol.signed_command import to_tagged_json
 
 TASK_DOMAIN: Final = "watchtower-ingest-task-v1"
 RESULT_DOMAIN: Final = "watchtower-ingest-result-v1"

@@ -22,8 +22,8 @@ import referencing
 import referencing.exceptions
 
 from watchtower.protocol.errors import InvalidArgumentError, SchemaMismatchError
+from watchtower.protocol.frozen_json import to_tagged_json
 from watchtower.protocol.ingestion.common import MAX_RESULT_BYTES, check_json_ints
-from watchtower.protocol.signed_command import to_tagged_json
 
 _VALIDATOR = jsonschema.Draft202012Validator
 

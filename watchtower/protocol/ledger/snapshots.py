@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.events import event_fields
+from watchtower.protocol.frozen_json import to_tagged_json
 from watchtower.protocol.ledger.account_state import (
     ACTIVE,
     REVOKED,
@@ -28,7 +29,6 @@ from watchtower.protocol.ledger.events import EpochAccessRequested
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.ledger.paid_stream import PaidState
 from watchtower.protocol.ledger.supply import SupplyState
-from watchtower.protocol.signed_command import to_tagged_json
 from watchtower.protocol.stream.snapshot_cbor import (
     SnapshotError,
     callers_doc,

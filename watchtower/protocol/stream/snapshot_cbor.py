@@ -17,8 +17,8 @@ import cbor2
 
 from watchtower.protocol.errors import MalformedRecordError
 from watchtower.protocol.events import BODY_FIELDS, ReplayOrdered
+from watchtower.protocol.frozen_json import freeze_json, from_tagged_json, to_tagged_json
 from watchtower.protocol.ledger.events import EpochAccessRequested
-from watchtower.protocol.signed_command import freeze_json, from_tagged_json, to_tagged_json
 from watchtower.protocol.stream.state import CallerRecord, FrozenMap
 
 

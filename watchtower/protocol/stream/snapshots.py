@@ -25,11 +25,11 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, WatchtowerError
 from watchtower.protocol.events import ReplayOrdered, event_fields
+from watchtower.protocol.frozen_json import to_tagged_json
 from watchtower.protocol.ledger.common import MAX_CBY
 from watchtower.protocol.ledger.snapshots import decode_ledger, encode_ledger
 from watchtower.protocol.registry import RegistryState
 from watchtower.protocol.replay.fold import REPLAY_STATUSES
-from watchtower.protocol.signed_command import to_tagged_json
 from watchtower.protocol.stream.key_schedule import KeySchedule, KeyScheduleEntry
 from watchtower.protocol.stream.snapshot_cbor import (
     SnapshotError,

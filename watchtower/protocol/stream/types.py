@@ -19,7 +19,7 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError
 from watchtower.protocol.events import EVENT_BODIES, EventBody, ReplayOrdered, SubscriberUpdated
-from watchtower.protocol.signed_command import freeze_json
+from watchtower.protocol.frozen_json import freeze_json
 from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.protocol.stream.ring_window import floor_for
 from watchtower.protocol.validation import require_int, require_text
