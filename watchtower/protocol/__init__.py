@@ -7,8 +7,9 @@ Faust, HTTP or any other Watchtower package.
 Modules, by family (the shared core at the top, each family a sub-package):
 - `constants`, `enums`, `errors`, `validation`, `json_ints` — the spec's numbers, vocabularies,
   error codes and argument checks;
-- `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`, `frozen_json`,
-  `commands`, `command_auth`, `addresses` — identities and signed commands; `events` — event bodies;
+- `canonical_bytes`, `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`,
+  `frozen_json`, `commands`, `command_auth`, `addresses` — identities and signed commands;
+  `events` — event bodies;
 - `config` — StreamConfig; `deployment`, `partitioning`, `placement`, `registry`;
 - `conformance` — the DESIGN §7.9 vector checker;
 - `stream/` — the stream actor: `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`,
@@ -27,6 +28,7 @@ from watchtower.protocol.addresses import (
     public_key_from_address,
     require_address,
 )
+from watchtower.protocol.canonical_bytes import message_signing_bytes, signing_bytes
 from watchtower.protocol.command_auth import (
     caller_address,
     check_nonce,
@@ -80,10 +82,8 @@ from watchtower.protocol.replay.rules import (
 )
 from watchtower.protocol.signed_command import Command, command_signing_bytes, sign_command, verify_command
 from watchtower.protocol.signing import (
-    message_signing_bytes,
     public_key_of,
     sign_message,
-    signing_bytes,
     signing_key_from_seed,
     verify_message,
     verify_message_or_raise,
