@@ -9,7 +9,7 @@ Modules, by family (the shared core at the top, each family a sub-package):
   error codes and argument checks;
 - `canonical_bytes`, `signing`, `cbor` — canonical signing bytes, ed25519; `signed_command`,
   `frozen_json`, `commands`, `command_auth`, `addresses` — identities and signed commands;
-  `events` — event bodies;
+  `events`, `event_names` — event bodies and their type names;
 - `config` — StreamConfig; `deployment`, `partitioning`, `placement`, `registry`;
 - `conformance` — the DESIGN §7.9 vector checker;
 - `stream/` — the stream actor: `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`,

@@ -27,10 +27,11 @@ from watchtower.protocol.addresses import public_key_from_address, require_addre
 from watchtower.protocol.command_auth import check_nonce
 from watchtower.protocol.commands import AdmitRunner, RegisterRunner, RemoveRunner, RetireRunner, read_body
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, UnauthorizedError, WatchtowerError
+from watchtower.protocol.event_names import RUNNER_REGISTERED, RUNNER_RETIRED
 from watchtower.protocol.events import RunnerRegistered, RunnerRetired
 from watchtower.protocol.frozen_json import freeze_json, from_tagged_json, to_tagged_json
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
-from watchtower.protocol.stream.state import RUNNER_REGISTERED, RUNNER_RETIRED, CallerRecord, Event, FrozenMap
+from watchtower.protocol.stream.state import CallerRecord, Event, FrozenMap
 from watchtower.protocol.validation import require_text
 
 RUNNERS_KEY: Final = "ingest:runners"

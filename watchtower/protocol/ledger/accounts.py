@@ -57,6 +57,17 @@ from watchtower.protocol.errors import (
     MalformedRecordError,
     WatchtowerError,
 )
+from watchtower.protocol.event_names import (
+    ACCOUNT_KEY_REGISTERED,
+    ACCOUNT_KEY_REVOKED,
+    ACTOR_AUTHORIZATION_GRANTED,
+    ACTOR_AUTHORIZATION_REVOKED,
+    ACTOR_CREATED,
+    CBY_CREDITED,
+    CBY_DEBITED,
+    SPENDING_ALLOWANCE_GRANTED,
+    SPENDING_ALLOWANCE_REVOKED,
+)
 from watchtower.protocol.ledger.account_state import (
     ACTIVE,
     ALL_STREAMS,
@@ -90,18 +101,7 @@ from watchtower.protocol.ledger.events import (
     SpendingAllowanceGranted,
     SpendingAllowanceRevoked,
 )
-from watchtower.protocol.stream.state import (
-    ACCOUNT_KEY_REGISTERED,
-    ACCOUNT_KEY_REVOKED,
-    ACTOR_AUTHORIZATION_GRANTED,
-    ACTOR_AUTHORIZATION_REVOKED,
-    ACTOR_CREATED,
-    CBY_CREDITED,
-    CBY_DEBITED,
-    SPENDING_ALLOWANCE_GRANTED,
-    SPENDING_ALLOWANCE_REVOKED,
-    Event,
-)
+from watchtower.protocol.stream.state import Event
 from watchtower.protocol.validation import require_text
 
 ACCOUNT_EVENTS: Final = frozenset(

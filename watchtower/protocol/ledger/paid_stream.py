@@ -40,6 +40,13 @@ from watchtower.protocol.errors import (
     NotReadyError,
     WatchtowerError,
 )
+from watchtower.protocol.event_names import (
+    EPOCH_ACCESS_FAILED,
+    EPOCH_ACCESS_IDEMPOTENT,
+    EPOCH_ACCESS_PURCHASED,
+    EPOCH_ACCESS_REQUESTED,
+    PAID_STREAM_REGISTERED,
+)
 from watchtower.protocol.events import event_fields
 from watchtower.protocol.ledger.billing import acquire_epoch_access, key_epoch_of_height, price_epochs
 from watchtower.protocol.ledger.common import (
@@ -68,16 +75,7 @@ from watchtower.protocol.ledger.events import (
 )
 from watchtower.protocol.ledger.paid import PaidStreamConfig
 from watchtower.protocol.signed_command import Command, Method, verify_command
-from watchtower.protocol.stream.state import (
-    EPOCH_ACCESS_FAILED,
-    EPOCH_ACCESS_IDEMPOTENT,
-    EPOCH_ACCESS_PURCHASED,
-    EPOCH_ACCESS_REQUESTED,
-    PAID_STREAM_REGISTERED,
-    CallerRecord,
-    Event,
-    FrozenMap,
-)
+from watchtower.protocol.stream.state import CallerRecord, Event, FrozenMap
 
 PAID_EVENTS: Final = frozenset(
     {PAID_STREAM_REGISTERED, EPOCH_ACCESS_REQUESTED, EPOCH_ACCESS_PURCHASED, EPOCH_ACCESS_IDEMPOTENT,

@@ -25,6 +25,7 @@ from watchtower.protocol.errors import (
     UnauthorizedError,
     WatchtowerError,
 )
+from watchtower.protocol.event_names import CBY_BURNED, CBY_MINTED
 from watchtower.protocol.ledger.common import (
     MAX_CBY,
     SUPPLY_KEY,
@@ -42,7 +43,7 @@ from watchtower.protocol.ledger.common import (
 )
 from watchtower.protocol.ledger.events import CbyBurned, CbyMinted
 from watchtower.protocol.signed_command import Command, Method, verify_command
-from watchtower.protocol.stream.state import CBY_BURNED, CBY_MINTED, CallerRecord, Event, FrozenMap
+from watchtower.protocol.stream.state import CallerRecord, Event, FrozenMap
 
 ENV_CBY_MINTER: Final = "WATCHTOWER_CBY_MINTER"
 SUPPLY_EVENTS: Final = frozenset({CBY_MINTED, CBY_BURNED})

@@ -5,7 +5,7 @@ subscriptions, allowlist, the last announced key epoch, and per-caller replay pr
 no payloads and nothing per message, so memory is bounded by subscribers and callers, never by
 traffic. The floor is derived from head and capacity (`ring_window.floor_for`), so it cannot drift.
 The state and event types are defined in `stream_types` (so `replay_fold` builds on them without
-importing this module) and named here too.
+importing this module) and named here too; the events' type names are `event_names`'.
 
 `evolve(state, event)` is pure and never reads a clock. It trusts the facts in the log (decide
 already checked the rules) and refuses only events that cannot belong to this state, as
@@ -49,6 +49,23 @@ from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.constants import ED25519_PUBLIC_KEY_BYTES
 from watchtower.protocol.enums import DeliveryMode, SubscriptionPolicy, SubscriptionStatus
 from watchtower.protocol.errors import InvalidArgumentError, MalformedRecordError, WatchtowerError
+from watchtower.protocol.event_names import (
+    ALLOWLIST_CHANGED,
+    INGEST_FAILED,
+    KEY_EPOCH_ROTATED,
+    PUBLISHER_KEY_ROTATED,
+    REPLAY_EVENT_TYPES,
+    REPLAY_FINISHED,
+    STREAM_CREATED,
+    STREAM_MESSAGE_PUBLISHED,
+    SUBSCRIBER_UPDATED,
+    SUBSCRIPTION_POLICY_CHANGED,
+)
+
+# Named here too, where the workers, projections and ingestion look them up.
+from watchtower.protocol.event_names import FEED_REGISTERED as FEED_REGISTERED
+from watchtower.protocol.event_names import MESSAGE_CIP7_FIELDS as MESSAGE_CIP7_FIELDS
+from watchtower.protocol.event_names import STREAM_EVENT_TYPES as STREAM_EVENT_TYPES
 from watchtower.protocol.events import EVENT_TYPES as EVENT_TYPES
 from watchtower.protocol.events import (
     AllowlistChanged,
@@ -84,94 +101,6 @@ from watchtower.protocol.stream.types import (
     subscriber_updated as subscriber_updated,
 )
 from watchtower.protocol.validation import require_bytes, require_int, require_text
-
-# --- Events --------------------------------------------------------------------------------------
-
-STREAM_CREATED: Final = "StreamCreated"
-STREAM_MESSAGE_PUBLISHED: Final = "StreamMessagePublished"
-SUBSCRIBER_UPDATED: Final = "SubscriberUpdated"
-PUBLISHER_KEY_ROTATED: Final = "PublisherKeyRotated"
-SUBSCRIPTION_POLICY_CHANGED: Final = "SubscriptionPolicyChanged"
-ALLOWLIST_CHANGED: Final = "AllowlistChanged"
-KEY_EPOCH_ROTATED: Final = "KeyEpochRotated"
-REPLAY_PRICING_SET: Final = "ReplayPricingSet"
-REPLAY_ORDERED: Final = "ReplayOrdered"
-REPLAY_REGISTERED: Final = "ReplayRegistered"
-REPLAY_PAYMENT_FAILED: Final = "ReplayPaymentFailed"
-REPLAY_CANCEL_REQUESTED: Final = "ReplayCancelRequested"
-REPLAY_FINISHED: Final = "ReplayFinished"
-FEED_REGISTERED: Final = "FeedRegistered"
-"""The registry's event (see `registry`); it lives on the registry key, never on a stream."""
-INGEST_FAILED: Final = "IngestFailed"
-"""CIP-7 IngestFailed: an ingestion tick published nothing (`ingestion_failure`)."""
-RUNNER_REGISTERED: Final = "RunnerRegistered"
-RUNNER_RETIRED: Final = "RunnerRetired"
-"""The runner registry's events (`ingestion_runners`), on the registry's own key, never on a stream."""
-
-# The Stream Key Manager's events (`protocol.ledger.common`): each lives on its instance key
-# (``acct:<address>``, ``paid:<stream_id>``, ``cby:supply``), never on a stream.
-ACCOUNT_KEY_REGISTERED: Final = "AccountKeyRegistered"
-ACCOUNT_KEY_REVOKED: Final = "AccountKeyRevoked"
-ACTOR_AUTHORIZATION_GRANTED: Final = "ActorAuthorizationGranted"
-ACTOR_AUTHORIZATION_REVOKED: Final = "ActorAuthorizationRevoked"
-ACTOR_CREATED: Final = "ActorCreated"
-SPENDING_ALLOWANCE_GRANTED: Final = "SpendingAllowanceGranted"
-SPENDING_ALLOWANCE_REVOKED: Final = "SpendingAllowanceRevoked"
-CBY_CREDITED: Final = "CbyCredited"
-CBY_DEBITED: Final = "CbyDebited"
-CBY_MINTED: Final = "CbyMinted"
-CBY_BURNED: Final = "CbyBurned"
-PAID_STREAM_REGISTERED: Final = "PaidStreamRegistered"
-EPOCH_ACCESS_REQUESTED: Final = "EpochAccessRequested"
-EPOCH_ACCESS_PURCHASED: Final = "EpochAccessPurchased"
-EPOCH_ACCESS_IDEMPOTENT: Final = "EpochAccessIdempotent"
-EPOCH_ACCESS_FAILED: Final = "EpochAccessFailed"
-
-MESSAGE_CIP7_FIELDS: Final = (
-    "stream_id",
-    "version",
-    "sequence",
-    "kind",
-    "content_type",
-    "payload_format",
-    "payload_hash",
-    "key_epoch",
-    "signing_key_id",
-    "timestamp_unix_ms",
-)
-"""The CIP-7 StreamMessagePublished fields: the whole event body, a reference to the message by
-stream, sequence and hash. The message itself goes to the messages topic only."""
-
-
-
-STREAM_EVENT_TYPES: Final = frozenset(
-    {
-        STREAM_CREATED,
-        STREAM_MESSAGE_PUBLISHED,
-        SUBSCRIBER_UPDATED,
-        PUBLISHER_KEY_ROTATED,
-        SUBSCRIPTION_POLICY_CHANGED,
-        ALLOWLIST_CHANGED,
-        KEY_EPOCH_ROTATED,
-        REPLAY_PRICING_SET,
-        REPLAY_ORDERED,
-        REPLAY_REGISTERED,
-        REPLAY_PAYMENT_FAILED,
-        REPLAY_CANCEL_REQUESTED,
-        REPLAY_FINISHED,
-        INGEST_FAILED,
-    }
-)
-"""The events a stream's own log holds (the stream actor folds exactly these)."""
-
-REPLAY_EVENT_TYPES: Final = frozenset(
-    {REPLAY_PRICING_SET, REPLAY_ORDERED, REPLAY_REGISTERED, REPLAY_PAYMENT_FAILED, REPLAY_CANCEL_REQUESTED,
-     REPLAY_FINISHED}
-)
-"""The ICRC-77 replay control events of a stream (folded by `replay_fold`)."""
-
-
-
 
 # --- evolve --------------------------------------------------------------------------------------
 
