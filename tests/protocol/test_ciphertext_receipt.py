@@ -200,12 +200,12 @@ def test_a_paid_publish_is_refused_when_the_deployment_has_no_keymgr_key() -> No
 
 
 def test_an_open_stream_never_checks_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
-    import watchtower.protocol.stream.actor as actor
+    import watchtower.protocol.stream.publish_rules as publish_rules
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("verify_receipt ran for an OPEN stream")
 
-    monkeypatch.setattr(actor, "verify_receipt", boom)
+    monkeypatch.setattr(publish_rules, "verify_receipt", boom)
     stream = _Stream(paid=False, deployment=dataclasses.replace(DEPLOYMENT, keymgr_public_key=None))
     assert stream.publish(b"plain", ciphertext=False)["sequence"] == 1
     # An OPEN stream accepts ciphertext the publisher sealed itself, with no receipt.

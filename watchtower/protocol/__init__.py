@@ -12,8 +12,9 @@ Modules, by family (the shared core at the top, each family a sub-package):
   `events`, `event_names` — event bodies and their type names;
 - `config` — StreamConfig; `deployment`, `partitioning`, `placement`, `registry`;
 - `conformance` — the DESIGN §7.9 vector checker;
-- `stream/` — the stream actor: `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`,
-  `ring_window`, its state, reads, views and snapshots;
+- `stream/` — the stream actor: `actor` (decide, with `publish_rules` and `method_rules`),
+  `message`, `key_schedule`, `key_chain`, `filter_ast`, `filters`, `ring_window`, its state,
+  reads, views and snapshots;
 - `ledger/` — the ledger and paid access: `paid`, `billing`, accounts, supply, paid streams;
 - `confidential/` — `envelope` (epoch keys, the XChaCha20-Poly1305 envelope, sealed-box key
   delivery), keyloads and ciphertext receipts;
