@@ -33,6 +33,7 @@ from watchtower.local.security import (
     scram_format_args,
 )
 from watchtower.topics.catalogue import topic_prefix
+from watchtower.topics.cluster_admin import registration_problem
 from watchtower.topics.connection import Principal
 
 #: The broker's JVM and `kafka-storage format` run with it: what they create is owner-only.
@@ -335,18 +336,7 @@ def metrics_agent_args(spec: ClusterSpec, node: NodeSpec, agent: Path | None) ->
 
 def _metadata_problem(bootstrap: str, brokers: int, timeout: float,
                       security: dict[str, str] | None = None) -> str | None:
-    from confluent_kafka.admin import AdminClient
-
-    # log_level 0: an unreachable broker is an answer here, not something to print.
-    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {}), "log_level": 0,
-                         "socket.timeout.ms": max(100, int(timeout * 1000))})
-    try:
-        md = admin.list_topics(timeout=timeout)
-    except Exception as exc:
-        return str(exc) or type(exc).__name__
-    if len(md.brokers) < brokers or md.controller_id < 0:
-        return f"{len(md.brokers)}/{brokers} brokers registered"
-    return None
+    return registration_problem({"bootstrap.servers": bootstrap, **(security or {})}, brokers, timeout)
 
 
 def _wait_metadata(bootstrap: str, brokers: int, deadline: float, security: dict[str, str] | None = None) -> None:

@@ -36,10 +36,16 @@ from __future__ import annotations
 import secrets
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from watchtower.local.config import ADMIN_PRINCIPAL, SCRAM_MECHANISM, SECURE_LISTENER, ClusterSpec
 from watchtower.local.errors import LocalStackError
+from watchtower.topics.cluster_admin import (
+    ClusterAdminError,
+    Grant,
+    create_acls,
+    upsert_scram_users,
+    users_without_scram,
+)
 from watchtower.topics.connection import CredentialsError, Principal, read_credentials, write_credentials
 
 SERVICE_PRINCIPAL = "service"
@@ -130,100 +136,55 @@ def admin_settings(principals: dict[str, Principal]) -> dict[str, str]:
     return principals[ADMIN_PRINCIPAL].librdkafka()
 
 
-def acl_bindings(prefix: str) -> list[Any]:
-    """Every ACL binding the principals need for the deployment whose topics start with ``prefix.``."""
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclOperation,
-        AclPermissionType,
-        ResourcePatternType,
-        ResourceType,
-    )
-
-    allow, lit, pre = AclPermissionType.ALLOW, ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-    op = AclOperation
-
-    def grant(principal: str, rtype: ResourceType, name: str, pattern: ResourcePatternType,
-              operation: AclOperation) -> AclBinding:
-        return AclBinding(rtype, name, pattern, f"User:{principal}", "*", operation, allow)
-
-    client, service = CLIENT_PRINCIPAL, SERVICE_PRINCIPAL
-    bindings = [grant(client, ResourceType.TOPIC, f"{prefix}.commands", lit, o) for o in (op.WRITE, op.DESCRIBE)]
+def acl_bindings(prefix: str) -> list[Grant]:
+    """Every ACL grant the principals need for the deployment whose topics start with ``prefix.``."""
+    client, service, runner = CLIENT_PRINCIPAL, SERVICE_PRINCIPAL, RUNNER_PRINCIPAL
+    grants = [Grant(client, "topic", f"{prefix}.commands", o) for o in ("write", "describe")]
     for role in ("messages", "replies", "deliveries"):
-        bindings += [grant(client, ResourceType.TOPIC, f"{prefix}.{role}", lit, o) for o in (op.READ, op.DESCRIBE)]
-    bindings.append(grant(client, ResourceType.GROUP, client_group_prefix(prefix), pre, op.READ))
+        grants += [Grant(client, "topic", f"{prefix}.{role}", o) for o in ("read", "describe")]
+    grants.append(Grant(client, "group", client_group_prefix(prefix), "read", prefixed=True))
     # The command client's reply reader (watchtower.gateway.transport) names its group so.
-    bindings.append(grant(client, ResourceType.GROUP, COMMAND_CLIENT_GROUP_PREFIX, pre, op.READ))
+    grants.append(Grant(client, "group", COMMAND_CLIENT_GROUP_PREFIX, "read", prefixed=True))
     for topic_prefix in (f"{prefix}.", f"wt-projections-{prefix}-"):
-        bindings.append(grant(service, ResourceType.TOPIC, topic_prefix, pre, op.ALL))
-    bindings.append(grant(service, ResourceType.GROUP, SERVICE_ID_PREFIX, pre, op.ALL))
-    bindings.append(grant(service, ResourceType.TRANSACTIONAL_ID, SERVICE_ID_PREFIX, pre, op.ALL))
-    bindings += [grant(service, ResourceType.BROKER, "kafka-cluster", lit, o)
-                 for o in (op.IDEMPOTENT_WRITE, op.DESCRIBE)]
-    runner = RUNNER_PRINCIPAL
-    bindings += [grant(runner, ResourceType.TOPIC, f"{prefix}.ingest.tasks", lit, o) for o in (op.READ, op.DESCRIBE)]
-    bindings += [grant(runner, ResourceType.TOPIC, f"{prefix}.ingest.results", lit, o)
-                 for o in (op.WRITE, op.DESCRIBE)]
-    bindings.append(grant(runner, ResourceType.GROUP, runner_group_prefix(prefix), pre, op.READ))
-    bindings.append(grant(runner, ResourceType.GROUP, SOURCE_READ_GROUP_PREFIX, pre, op.READ))
-    bindings.append(grant(runner, ResourceType.BROKER, "kafka-cluster", lit, op.IDEMPOTENT_WRITE))
-    return bindings
+        grants.append(Grant(service, "topic", topic_prefix, "all", prefixed=True))
+    grants.append(Grant(service, "group", SERVICE_ID_PREFIX, "all", prefixed=True))
+    grants.append(Grant(service, "transactional_id", SERVICE_ID_PREFIX, "all", prefixed=True))
+    grants += [Grant(service, "broker", "kafka-cluster", o) for o in ("idempotent_write", "describe")]
+    grants += [Grant(runner, "topic", f"{prefix}.ingest.tasks", o) for o in ("read", "describe")]
+    grants += [Grant(runner, "topic", f"{prefix}.ingest.results", o) for o in ("write", "describe")]
+    grants.append(Grant(runner, "group", runner_group_prefix(prefix), "read", prefixed=True))
+    grants.append(Grant(runner, "group", SOURCE_READ_GROUP_PREFIX, "read", prefixed=True))
+    grants.append(Grant(runner, "broker", "kafka-cluster", "idempotent_write"))
+    return grants
 
 
-def runner_source_bindings(topic: str) -> list[Any]:
+def runner_source_bindings(topic: str) -> list[Grant]:
     """READ+DESCRIBE on one topic, by its exact name, for the runner principal: what a
     ``kafka_topic`` task reading `topic` needs. Granted per topic, by the operator who sets up such
     a feed (``python -m watchtower.local.security grant-source TOPIC``), never by a pattern: a
     runner reads only the topics someone chose to make a source."""
-    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+    return [Grant(RUNNER_PRINCIPAL, "topic", topic, o) for o in ("read", "describe")]
 
-    return [AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, f"User:{RUNNER_PRINCIPAL}", "*", o,
-                       AclPermissionType.ALLOW) for o in (AclOperation.READ, AclOperation.DESCRIBE)]
+
+def _admin_config(bootstrap: str, principals: dict[str, Principal]) -> dict[str, str]:
+    return {"bootstrap.servers": bootstrap, **admin_settings(principals)}
+
+
+_BROKER_LOG_ADVICE = "check the broker log (`watchtower local logs`) and run the command again"
 
 
 def ensure_scram_users(bootstrap: str, principals: dict[str, Principal]) -> list[str]:
     """Create, as the admin, the SCRAM credential of every principal in `principals` the cluster
     does not know yet (a principal a newer release added to a cluster formatted before it); an
     existing credential is left alone. Returns the names created."""
-    from confluent_kafka.admin import (
-        AdminClient,
-        ScramCredentialInfo,
-        ScramMechanism,
-        UserScramCredentialAlteration,
-        UserScramCredentialUpsertion,
-    )
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
+    config = _admin_config(bootstrap, principals)
     names = [name for name in principals if name != ADMIN_PRINCIPAL]
-    described = admin.describe_user_scram_credentials(names, request_timeout=ACL_TIMEOUT_S)
-    assert isinstance(described, dict)  # a dict of futures when users are named
-    known = {name for name, future in described.items() if _has_credential(future)}
-    missing = [principals[name] for name in names if name not in known]
-    if not missing:
-        return []
-    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
-    upserts: list[UserScramCredentialAlteration] = [
-        UserScramCredentialUpsertion(p.username, info, p.password.encode()) for p in missing]
-    for name, future in admin.alter_user_scram_credentials(upserts, request_timeout=ACL_TIMEOUT_S).items():
-        try:
-            future.result(timeout=ACL_TIMEOUT_S)
-        except Exception as exc:
-            raise LocalStackError(f"creating the SCRAM credential of {name!r} failed ({exc}); check the broker "
-                                  "log (`watchtower local logs`) and run the command again") from None
-    return [p.username for p in missing]
-
-
-def _has_credential(future: Any) -> bool:
-    """Whether a described user has a SCRAM credential (a user without one is RESOURCE_NOT_FOUND)."""
-    from confluent_kafka import KafkaError, KafkaException
-
     try:
-        return bool(future.result(timeout=ACL_TIMEOUT_S).scram_credential_infos)
-    except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
-            return False
-        raise LocalStackError(f"the broker did not describe the SCRAM users ({exc}); check the broker log "
-                              "(`watchtower local logs`) and run the command again") from None
+        missing = users_without_scram(config, names, ACL_TIMEOUT_S)
+        upsert_scram_users(config, {principals[n].username: principals[n].password for n in missing}, ACL_TIMEOUT_S)
+    except ClusterAdminError as exc:
+        raise LocalStackError(f"{exc}; {_BROKER_LOG_ADVICE}") from None
+    return [principals[n].username for n in missing]
 
 
 def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -> int:
@@ -231,19 +192,11 @@ def ensure_acls(bootstrap: str, principals: dict[str, Principal], prefix: str) -
     return _create_acls(bootstrap, principals, acl_bindings(prefix))
 
 
-def _create_acls(bootstrap: str, principals: dict[str, Principal], bindings: list[Any]) -> int:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_settings(principals), "log_level": 3})
-    futures = admin.create_acls(bindings, request_timeout=ACL_TIMEOUT_S)
-    for binding, future in futures.items():
-        try:
-            future.result(timeout=ACL_TIMEOUT_S)
-        except Exception as exc:
-            raise LocalStackError(f"creating the ACL {binding} failed ({exc}); check the broker log "
-                                  "(`watchtower local logs`) and run the command again") from None
-    return len(bindings)
-
+def _create_acls(bootstrap: str, principals: dict[str, Principal], grants: list[Grant]) -> int:
+    try:
+        return create_acls(_admin_config(bootstrap, principals), grants, ACL_TIMEOUT_S)
+    except ClusterAdminError as exc:
+        raise LocalStackError(f"{exc}; {_BROKER_LOG_ADVICE}") from None
 
 
 USAGE = ("usage: python -m watchtower.local.security grant PREFIX\n"

@@ -18,11 +18,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from watchtower.local.errors import LocalStackError
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.client_probe import make_topics, produce_aborted, produce_transactional, read_committed_until
 
 
 @dataclass(frozen=True)
@@ -35,56 +32,13 @@ class Hop:
     seconds: float
 
 
-def make_topics(bootstrap: str, names: list[str]) -> None:
-    admin = AdminClient({**kafka_config(bootstrap), "log_level": 0})
-    futures = admin.create_topics([NewTopic(n, 1, 1) for n in names], operation_timeout=30)
-    for fut in futures.values():
-        fut.result()
-
-
-def produce_transactional(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
-    """Produce one record inside a committed confluent-kafka transaction."""
-    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"wt-smoke-{uuid.uuid4()}",
-                         "log_level": 0})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, key=key, value=value)
-    producer.commit_transaction(30)
-
-
-def produce_aborted(bootstrap: str, topic: str, key: bytes, value: bytes) -> None:
-    """Produce one record inside a transaction that is then aborted (must stay invisible)."""
-    producer = Producer({**kafka_config(bootstrap), "transactional.id": f"wt-smoke-{uuid.uuid4()}",
-                         "log_level": 0})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, key=key, value=value)
-    producer.flush(10)
-    producer.abort_transaction(30)
-
-
 def read_committed(bootstrap: str, topic: str, until: Callable[[list[bytes]], bool],
                    timeout: float = 60.0) -> list[bytes]:
     """Read ``topic`` from the start with isolation read_committed until ``until(values)``."""
-    consumer = Consumer({
-        **kafka_config(bootstrap), "group.id": f"wt-smoke-{uuid.uuid4()}",
-        "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-        "enable.auto.commit": False, "log_level": 0,
-    })
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
     try:
-        while not until(values):
-            if time.monotonic() > deadline:
-                raise LocalStackError(f"timed out reading {topic}: saw {values!r}")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            values.append(msg.value() or b"")
-    finally:
-        consumer.close()
-    return values
+        return read_committed_until(bootstrap, topic, until, timeout)
+    except TimeoutError as exc:
+        raise LocalStackError(str(exc)) from None
 
 
 def faust_forward(bootstrap: str, source: str, sink: str, expect: bytes, timeout: float = 120.0) -> float:
