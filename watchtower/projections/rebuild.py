@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from watchtower.projections import quarantine
 from watchtower.projections.fold import Folder
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, keymgr_digest, keymgr_table_digests, new_keymgr_tables
 from watchtower.projections.replay_tables import digest_of, fold_replay
 from watchtower.protocol.stream.views import TABLE_NAMES, table_digests, views_digest
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.metadata import partition_count
 from watchtower.topics.reader import read_committed
 
 
@@ -44,13 +42,15 @@ def rebuild_all(bootstrap: str, prefix: str | None = None, timeout_s: float = 30
     events the oldest would be dropped unindexed, and the result would depend on fetch timing.
     This order never makes a record wait (the fold's decisions do not depend on the order), and the
     topics are co-partitioned: a stream's events and messages share its partition number.
+
+    `TopicUnavailableError` when the cluster does not serve the events or the messages topic.
     """
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
     keymgr = new_keymgr_tables()
     refused: dict[str, Any] = {}
     t_events, t_messages = topic_name("events", prefix), topic_name("messages", prefix)
     t_replay = topic_name("replay", prefix)
-    partitions = _partitions(bootstrap, t_events)
+    partitions = partition_count(bootstrap, t_events)
     folder = Folder(tables, refused, t_events=t_events, t_messages=t_messages, partitions=partitions,
                     keymgr=keymgr)
     replay_table: dict[str, Any] = {} if replays is None else replays
@@ -60,7 +60,7 @@ def rebuild_all(bootstrap: str, prefix: str | None = None, timeout_s: float = 30
                     key=key, value=value)
 
     folds = [(t_events, folder.fold_event), (t_messages, folder.fold_message), (t_replay, fold_replay_record)]
-    for p in range(max(partitions, _partitions(bootstrap, t_messages))):
+    for p in range(max(partitions, partition_count(bootstrap, t_messages))):
         for topic, fold in folds:
             for record in read_committed(bootstrap, [topic], partition=p, timeout_s=timeout_s):
                 fold(p, int(record.offset() or 0), record.key(), record.value())
@@ -97,8 +97,3 @@ def _keymgr_summary(keymgr: dict[str, dict[str, Any]], refused: dict[str, Any]) 
     snapshot = {k: list(keymgr[k].items()) for k in KEYMGR_TABLES}
     return {"digest": keymgr_digest(snapshot), "counts": {k: len(v) for k, v in snapshot.items()},
             "tables": keymgr_table_digests(snapshot), "quarantined": quarantine.summary(refused.items())}
-
-
-def _partitions(bootstrap: str, topic: str) -> int:
-    md = AdminClient(kafka_config(bootstrap)).list_topics(topic, timeout=30)
-    return len(md.topics[topic].partitions)

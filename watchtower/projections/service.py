@@ -27,7 +27,6 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from faust.web import Request, Response
 
 from watchtower import tracing
@@ -73,9 +72,11 @@ from watchtower.protocol.stream.views import (
     views_digest,
 )
 from watchtower.topics.catalogue import topic_name
-from watchtower.topics.connection import GroupTimeouts, kafka_config
+from watchtower.topics.connection import GroupTimeouts
+from watchtower.topics.errors import TopicUnavailableError
 from watchtower.topics.faust_settings import faust_broker_settings
 from watchtower.topics.groups import projection_fold_group
+from watchtower.topics.metadata import topic_layout
 from watchtower.topics.partitioning import partition_for_key
 
 log = logging.getLogger("watchtower.projections")
@@ -472,9 +473,9 @@ _FILTERS: dict[tuple[str, bool], Callable[[Mapping[str, Any]], bool]] = {}
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:
-    md = AdminClient(kafka_config(bootstrap)).list_topics(topic, timeout=30)
-    meta = md.topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise InvalidArgumentError(f"topic {topic} does not exist; run `watchtower init` first")
-    replicas = len(next(iter(meta.partitions.values())).replicas)
-    return len(meta.partitions), replicas
+    """(partitions, replication factor) of `topic`; INVALID_ARGUMENT when the cluster does not serve it."""
+    try:
+        layout = topic_layout(bootstrap, topic)
+    except TopicUnavailableError:
+        raise InvalidArgumentError(f"topic {topic} does not exist; run `watchtower init` first") from None
+    return layout.partitions, layout.replication_factor
