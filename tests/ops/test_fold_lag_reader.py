@@ -1,4 +1,4 @@
-"""The projection fold's lag reading (`catch_up.PartitionReader`) on a real broker and a transactional topic.
+"""The projection fold's lag reading (`partition_reader.PartitionReader`) on a real broker and a transactional topic.
 
 Records are written in committed transactions, so the partition also holds a commit marker per
 transaction. A reader started from the beginning reads the whole backlog as its lag before it has
@@ -13,10 +13,10 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from watchtower.projections.catch_up import PartitionReader
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import TopicSpec
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.partition_reader import PartitionReader
 
 pytestmark = pytest.mark.integration
 

@@ -193,9 +193,10 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     """A batch whose fold outlasts `FOLD_SLICE_S` lets other tasks (reads, health) run inside it."""
 
     from watchtower.projections import catch_up
+    from watchtower.topics.partition_reader import PartitionRecord
 
     topics = ("t.events", "t.messages", "t.replay")
-    batch = [catch_up.LogRecord("t.events", 0, i, b"k", b"v", []) for i in range(40)]
+    batch = [PartitionRecord("t.events", 0, i, b"k", b"v", []) for i in range(40)]
 
     class OneBatch:
         def __init__(self, *_: object, **__: object) -> None:
@@ -203,7 +204,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
             self.lag = None
             self.batches = [batch]
 
-        def poll(self) -> list[catch_up.LogRecord]:
+        def poll(self) -> list[PartitionRecord]:
             return self.batches.pop() if self.batches else []
 
         def close(self) -> None: ...
@@ -211,7 +212,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
     order: list[str] = []
 
-    def fold(record: catch_up.LogRecord) -> None:
+    def fold(record: PartitionRecord) -> None:
         let_time_pass(0.005, "a fold costs about what a record's verify costs on a busy host")
         order.append(f"fold {record.offset}")
 

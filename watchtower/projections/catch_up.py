@@ -10,12 +10,13 @@ per assignment, folding in log order per partition, so every record is folded ex
 fold hands the event loop back every `FOLD_SLICE_S` of folding, so a worker folding a whole log (a
 restart, a standby) still answers reads, long polls and its health within a fraction of a second.
 
-Why this reader and not the Faust agent's stream for the live fold: the agent's path costs about
-2.5x as much CPU per record (aiokafka's fetcher thread, Faust's per-event stream machinery) as
-confluent-kafka's C client handing over whole batches, and on the live path that was the
-projection's largest cost (README, "Publish to visible"). Faust still runs the group: it
-subscribes to the topics, so its assignor co-partitions them and publishes the owners' URLs, and
-this reader follows its assignment (`consumer.ProjectionApp` never fetches their records itself).
+Why this reader (`topics.partition_reader.PartitionReader`) and not the Faust agent's stream for
+the live fold: the agent's path costs about 2.5x as much CPU per record (aiokafka's fetcher thread,
+Faust's per-event stream machinery) as confluent-kafka's C client handing over whole batches, and
+on the live path that was the projection's largest cost (README, "Publish to visible"). Faust still
+runs the group: it subscribes to the topics, so its assignor co-partitions them and publishes the
+owners' URLs, and this reader follows its assignment (`consumer.ProjectionApp` never fetches their
+records itself).
 
 Why not Faust's changelog recovery: with several workers it loses and corrupts state. A table
 write in a rebalance window goes to an aborted transaction while the writer keeps it in memory; a
@@ -34,17 +35,12 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any, Final
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from watchtower.metrics import projection as metrics
 from watchtower.projections.partitions import OwnedPartitions
-from watchtower.topics.batches import failed_fatally, next_batch
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.partition_reader import PartitionReader, PartitionRecord
 
 log = logging.getLogger("watchtower.projections")
 
@@ -56,127 +52,6 @@ FOLD_SLICE_S: Final = 0.05
 TopicPartitionKey = tuple[str, int]
 
 
-@dataclass(frozen=True)
-class LogRecord:
-    """A committed record, with the attributes of Faust's consumer message that the fold reads."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, Any]]
-
-
-class PartitionReader:
-    """Committed records of some topic partitions, each from a start offset on.
-
-    Blocking (confluent-kafka); run it in a worker thread. `pending` holds the partitions that have
-    not yet reached the end they had at open: a partition leaves it at its first end-of-partition
-    event, which ``read_committed`` places at the last stable offset. Every partition is read on
-    past that, for as long as the reader is polled (the live fold).
-
-    With `lead` = (leader, follower), a follower partition is not fetched until the leader partition of
-    the same number has reached its end at open: the fold then never holds a follower record waiting
-    for a leader record still to come (messages wait in memory for their publish events, and past
-    `fold.MAX_WAITING` the oldest are dropped unindexed). Read together, the messages topic ran
-    thousands of records ahead of the events one while an API worker caught up under load. The
-    offline rebuild reads in the same order (`rebuild.rebuild_all`).
-    """
-
-    def __init__(self, bootstrap: str, starts: Mapping[TopicPartitionKey, int | None],
-                 fold_group: str | None = None, lead: tuple[str, str] | None = None) -> None:
-        self._consumer = Consumer({
-            **kafka_config(bootstrap),
-            # assign() only: it never joins the group. With `fold_group` it commits the fold's
-            # positions there (`commit_positions`), for lag readers only.
-            "group.id": fold_group or f"wt-catch-up-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            # The reader lives as long as the assignment: bound what librdkafka prefetches for a fold
-            # that lags (64 MiB by default) so the projection's memory stays within its budget.
-            "queued.max.messages.kbytes": 16384,
-            "log_level": 3,
-        })
-        self.pending: set[TopicPartitionKey] = set()
-        # Lag measurements for the metrics (watchtower.metrics.projection), taken by this thread.
-        self.lag: dict[TopicPartitionKey, metrics.PartitionLag] | None = None
-        self._begins: dict[TopicPartitionKey, int] = {}
-        self._newest_ms: dict[TopicPartitionKey, int] = {}
-        self._next_lag = 0.0
-        assignment = []
-        for (topic, partition), start in starts.items():
-            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-            begin = low if start is None else max(start, low)
-            self._begins[(topic, partition)] = begin
-            if begin < high:
-                self.pending.add((topic, partition))
-            assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
-        self._held: dict[TopicPartitionKey, TopicPartition] = {}  # leader partition -> its held follower
-        if assignment:
-            self._consumer.assign(assignment)
-        if lead is not None:
-            leader, follower = lead
-            self._held = {(leader, p): TopicPartition(follower, p) for t, p in self.pending
-                          if t == leader and (follower, p) in self._begins}
-            if self._held:
-                self._consumer.pause(list(self._held.values()))
-
-    def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[LogRecord]:
-        """The next records, in log order per partition (`next_batch`: a live record is handed over
-        as soon as it is committed, never held for a batch to fill)."""
-        records = []
-        for m in next_batch(self._consumer, max_records, timeout_s):
-            tp = (str(m.topic()), int(m.partition() or 0))
-            err = m.error()
-            if err is None:
-                raw = m.headers() or []
-                pairs = raw.items() if isinstance(raw, dict) else raw
-                records.append(LogRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
-                                         [(str(k), v) for k, v in pairs]))
-                self._newest_ms[tp] = m.timestamp()[1]
-            elif err.code() == KafkaError._PARTITION_EOF:
-                self.pending.discard(tp)
-                follower = self._held.pop(tp, None)
-                if follower is not None:  # the leader reached its end: its follower is read from here on
-                    self._consumer.resume([follower])
-            elif failed_fatally(err):
-                raise KafkaException(err)
-            else:
-                log.warning("catching up %s[%s]: %s (the client retries)", tp[0], tp[1], err)
-        if time.monotonic() >= self._next_lag:
-            self._next_lag = time.monotonic() + metrics.LAG_EVERY_S
-            self.lag = self._measure_lag()
-        return records
-
-    def _measure_lag(self) -> dict[TopicPartitionKey, metrics.PartitionLag]:
-        """Records behind each partition's end, from the client's cached watermarks (no broker request)."""
-        out = {}
-        for tp in self._consumer.position(self._consumer.assignment()):
-            key = (str(tp.topic), int(tp.partition))
-            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            position = tp.offset if tp.offset >= 0 else self._begins.get(key, 0)
-            if high >= 0:
-                out[key] = metrics.PartitionLag(high - position, self._newest_ms.get(key))
-        return out
-
-    def commit_positions(self, positions: Mapping[TopicPartitionKey, int]) -> None:
-        """Record the fold's `positions` (the next offset to fold, per topic partition) in the fold
-        group, asynchronously; a failed commit is retried by the next call."""
-        if not positions:
-            return
-        try:
-            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())],
-                                  asynchronous=True)
-        except KafkaException as exc:
-            log.debug("recording the fold positions failed: %s", exc)
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
 class CatchUp:
     """Runs the catch-up of each assignment and tells `owned` which partitions serve.
 
@@ -185,7 +60,7 @@ class CatchUp:
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
-                 fold: Callable[[LogRecord], None], fold_group: str | None = None, standbys: bool = True) -> None:
+                 fold: Callable[[PartitionRecord], None], fold_group: str | None = None, standbys: bool = True) -> None:
         self.bootstrap = bootstrap
         self.standbys = standbys  # also fold the standby partitions the group's assignor names
         self._app: Any = None
@@ -247,8 +122,15 @@ class CatchUp:
         """Fold `partitions` to their ends (then they serve), then live, until the generation changes."""
         loop = asyncio.get_running_loop()
         starts = {(t, p): self.owned.next_offset(t, p) for p in partitions for t in self.topics}
+        # The events lead the messages: a partition's messages are fetched only once its events have
+        # reached the end they had at open, so the fold never holds a message waiting for a publish
+        # event still to come (messages wait in memory for their publish events, and past
+        # `fold.MAX_WAITING` the oldest are dropped unindexed). Read together, the messages topic
+        # ran thousands of records ahead of the events one while an API worker caught up under
+        # load. The offline rebuild reads in the same order (`rebuild.rebuild_all`).
         reader = await loop.run_in_executor(None, functools.partial(
-            PartitionReader, self.bootstrap, starts, self.fold_group, lead=(self.topics[0], self.topics[1])))
+            PartitionReader, self.bootstrap, starts, self.fold_group, lead=(self.topics[0], self.topics[1]),
+            lag_every_s=metrics.LAG_EVERY_S))
         folded, serving = 0, False
         next_record = 0.0
         owned = sorted(self.owned.assigned or ())  # the lag metrics and the fold group's positions: these
@@ -283,7 +165,8 @@ class CatchUp:
                 self._settle(generation, partitions, reader.pending)
                 metrics.FOLDED.inc(folded - before)
                 if reader.lag is not None:
-                    metrics.BOARD.measured({tp: lag for tp, lag in reader.lag.items() if tp[1] in owned},
+                    metrics.BOARD.measured({tp: metrics.PartitionLag(lag.behind, lag.newest_ms)
+                                            for tp, lag in reader.lag.items() if tp[1] in owned},
                                            {p for p in owned if not any((t, p) in reader.pending for t in self.topics)})
                     reader.lag = None
                 if self.fold_group is not None and time.monotonic() >= next_record:
