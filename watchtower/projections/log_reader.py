@@ -12,21 +12,17 @@ payload size x window. A page the cache lacks is read with one assign and one co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
-import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from watchtower.protocol.stream.message import StreamMessage, headers_of_record, json_dict_of_record
 from watchtower.schemas.records import decode_message_record
-from watchtower.topics.batches import next_batch
-from watchtower.topics.connection import kafka_config
+from watchtower.topics.offset_range import OffsetRangeReader
 
 DEFAULT_CACHE_BYTES = int(float(os.environ.get("WATCHTOWER_PAYLOAD_CACHE_MB", "64")) * 1024 * 1024)
 
@@ -149,26 +145,7 @@ class LogReader:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
-        self._local = threading.local()
-        self._all: list[Consumer] = []
-        self._lock = threading.Lock()
-
-    def _consumer(self) -> Consumer:
-        consumer = getattr(self._local, "consumer", None)
-        if consumer is None:
-            consumer = Consumer({
-                **kafka_config(self.bootstrap),
-                "group.id": f"wt-reader-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 10,
-                "log_level": 3,
-            })
-            self._local.consumer = consumer
-            with self._lock:
-                self._all.append(consumer)
-        return consumer
+        self._ranges = OffsetRangeReader(bootstrap, topic, group_prefix="wt-reader")
 
     def scan(self, partition: int, first_offset: int, last_offset: int | None, stream_id: str,
              pick: Callable[[int, bytes], int | None], wanted: Iterable[int] | None = None,
@@ -178,52 +155,21 @@ class LogReader:
 
         `pick` decides from the record itself (decoded message, verification), never from a
         header. `wanted` limits which sequences are kept (all when None); the scan stops early
-        once all of them are found.
+        once all of them are found. TimeoutError when the range is not read within `timeout_s`.
         """
         want = None if wanted is None else set(wanted)
         found: dict[int, tuple[int, bytes]] = {}
         key = stream_id.encode()
-        consumer = self._consumer()
-        consumer.assign([TopicPartition(self.topic, partition, first_offset)])
-        try:
-            deadline = time.monotonic() + timeout_s
-            position = first_offset
-            while time.monotonic() < deadline:
-                # Ask for no more records than the range can hold, and never wait for a batch to
-                # fill: the range's offsets include transaction markers, which are never delivered,
-                # so consume(left, timeout) would wait out its whole timeout on every cold read.
-                left = 1000 if last_offset is None else max(1, min(1000, last_offset - position + 1))
-                batch = next_batch(consumer, left, 0.02)
-                done = False
-                for m in batch:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            done = True
-                        continue
-                    offset = int(m.offset() or 0)
-                    position = offset + 1
-                    if last_offset is not None and offset > last_offset:
-                        done = True
-                        break
-                    if m.key() == key:
-                        value = m.value() or b""
-                        sequence = pick(offset, value)
-                        if sequence is not None and sequence not in found and (want is None or sequence in want):
-                            found[sequence] = (offset, value)
-                    if (want is not None and len(found) == len(want)) or offset == last_offset:
-                        done = True
-                        break
-                if done:
-                    return found
-            raise TimeoutError(
-                f"reading {self.topic}[{partition}] from {first_offset} took over {timeout_s}s")
-        finally:
-            consumer.unassign()
+        with contextlib.closing(self._ranges.read(partition, first_offset, last_offset, timeout_s)) as records:
+            for record in records:
+                if record.key == key:
+                    value = record.value or b""
+                    sequence = pick(record.offset, value)
+                    if sequence is not None and sequence not in found and (want is None or sequence in want):
+                        found[sequence] = (record.offset, value)
+                if want is not None and len(found) == len(want):
+                    break
+        return found
 
     def close(self) -> None:
-        with self._lock:
-            for consumer in self._all:
-                consumer.close()
-            self._all.clear()
-
+        self._ranges.close()
