@@ -29,21 +29,34 @@ GENERIC_BATCH_ERROR (ICRC-77 GenericBatchError) and registers nothing.
 
 `recover_gap` is how ``Subscriber(replay_on_cursor_too_old=True)`` crosses a CURSOR_TOO_OLD: it
 sends the ready request the error carries, reads the replay and hands back one verified page.
+
+What a request carries and how its answers read (`ReplayRequest`, `ReplayTicket`, the batch
+answers, a ReplayStatus's state) is `replay_tickets`', which does no I/O; this module sends and reads.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
+from watchtower.client.replay_tickets import BATCH_PATH as BATCH_PATH
+from watchtower.client.replay_tickets import TERMINAL as TERMINAL
+from watchtower.client.replay_tickets import (
+    ReplayRequest,
+    ReplayTicket,
+    batch_item,
+    batch_results,
+    is_done,
+    register_body,
+    state_of,
+    ticket_of,
+)
 from watchtower.protocol.errors import (
     CursorTooOldError,
     GenericReplayError,
-    InvalidArgumentError,
     InvalidSignatureError,
     MalformedRecordError,
     ReplayNotFoundError,
@@ -60,57 +73,11 @@ if TYPE_CHECKING:
     from watchtower.client.sdk import Page, Subscriber
 
 Headers = list[tuple[str, bytes | None]]  # a record's headers, as `replay_rules.read_replay_headers` takes them
-TERMINAL: Final = ("completed", "canceled", "errored")
 STATUS_EVERY_S: Final = 0.5  # how often `messages` asks for the replay's status while it waits
 DEFAULT_TIMEOUT_S: Final = 600.0
-BATCH_PATH: Final = "/v1/commands/batch"
 MAX_BATCH: Final = 100  # the most registrations one batch may carry (the gateway refuses more as a whole)
 _REPLY_MARGIN_S: Final = 5.0  # the HTTP request outlives the gateway's wait, so its TIMEOUT items arrive
 _POLL_S: Final = 0.25  # how long `messages` waits for a delivery before it looks at the status again
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReplayTicket:
-    """A registered replay: what `register` answered, and where its deliveries start.
-
-    `deliveries_offset` is the requester's ``deliveries`` partition end just before registering
-    (None: read the partition from its start).
-    """
-
-    replay_id: int
-    stream_id: str
-    requester: str
-    first: int
-    end_exclusive: int
-    end_id: int | None
-    price_cby: int
-    deliveries_offset: int | None = None
-
-    @property
-    def total(self) -> int:
-        """How many sequences the plan covers (before skip and filter)."""
-        return max(0, self.end_exclusive - self.first)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReplayRequest:
-    """One registration of `ReplayClient.register_many`: the arguments `ReplayClient.register` takes."""
-
-    namespace: str | int
-    from_sequence: int
-    to_sequence: int | None = None
-    filter: Mapping[str, Any] | None = None
-    skip: list[int] | tuple[int, ...] | None = None
-    max_payment_cby: int | None = None
-    memo: bytes = b""
-
-
-def state_of(status: Mapping[str, Any]) -> str:
-    """The state name of an ICRC-77 ReplayStatus (``pending``, ``running``, ``completed``, …)."""
-    state = status.get("status")
-    if not isinstance(state, Mapping) or len(state) != 1:
-        raise MalformedRecordError(f"a replay status needs one state, got {state!r}")
-    return str(next(iter(state)))
 
 
 class ReplayClient:
@@ -179,11 +146,7 @@ class ReplayClient:
         reply = self.api.request("POST", BATCH_PATH, body={"commands": [c.to_dict() for c in commands],
                                                            "timeout_s": timeout_s},
                                  timeout=max(self.api.timeout, timeout_s + _REPLY_MARGIN_S), commands=True)
-        results = reply.get("results")
-        if not isinstance(results, list) or len(results) != len(commands):
-            raise MalformedRecordError(f"{BATCH_PATH} answered {sorted(reply)} for {len(commands)} registrations, "
-                                       "not one result each; is it a Watchtower API?")
-        return [self._batch_item(item, start) for item in results]
+        return [self._ticket_or_error(item, start) for item in batch_results(reply, len(commands), "registrations")]
 
     def _consecutive_nonces(self, count: int) -> list[int]:
         """`count` consecutive nonces, all drawn from the account's clock (none is ever given again)."""
@@ -194,15 +157,10 @@ class ReplayClient:
             self.account.next_nonce()  # each call is at least one more: the clock has passed the last one
         return [first + i for i in range(count)]
 
-    def _batch_item(self, item: object, start: int | None) -> ReplayTicket | WatchtowerError:
-        if not isinstance(item, Mapping) or not isinstance(item.get("ok"), bool):
-            raise MalformedRecordError(f"{BATCH_PATH} answered an item {item!r:.80}, not {{ok, result | error}}")
-        if not item["ok"]:
-            error = item.get("error")
-            if not isinstance(error, Mapping):
-                raise MalformedRecordError(f"{BATCH_PATH} answered a refused item without its error")
-            return WatchtowerError.from_dict(error)
-        result = item.get("result")
+    def _ticket_or_error(self, item: object, start: int | None) -> ReplayTicket | WatchtowerError:
+        result = batch_item(item)
+        if isinstance(result, WatchtowerError):
+            return result
         if not isinstance(result, Mapping):
             raise MalformedRecordError(f"{BATCH_PATH} answered an accepted item without its result")
         return self._ticket(result, start)
@@ -210,15 +168,10 @@ class ReplayClient:
     def _request_body(self, request: ReplayRequest,
                       resolved: tuple[str, str] | None = None) -> tuple[str, dict[str, Any]]:
         """(stream id, register_replay body) of `request`."""
-        if len(request.memo) > 32:
-            raise InvalidArgumentError(f"a replay memo is at most 32 bytes, got {len(request.memo)}")
-        stream_id, recorded = resolved or self.resolve(request.namespace)
-        body = {"namespace": recorded, "from": request.from_sequence, "to": request.to_sequence,
-                "config": {"filter": None if request.filter is None else dict(request.filter),
-                           "skip": None if request.skip is None else list(request.skip),
-                           "max_payment_cby": request.max_payment_cby},
-                "memo_hex": request.memo.hex()}
-        return stream_id, body
+        if resolved is None:
+            return register_body(request, self.resolve)
+        known = resolved
+        return register_body(request, lambda _namespace: known)
 
     def send(self, stream_id: str, body: Mapping[str, Any], *, timeout_s: float = 30.0) -> ReplayTicket:
         """Sign and send a register_replay `body` for `stream_id` (e.g. a CURSOR_TOO_OLD's ready request)."""
@@ -227,14 +180,7 @@ class ReplayClient:
         return self._ticket(reply, start)
 
     def _ticket(self, reply: Mapping[str, Any], start: int | None) -> ReplayTicket:
-        try:
-            return ReplayTicket(replay_id=int(reply["replay_id"]), stream_id=str(reply["stream_id"]),
-                                requester=self.account.address, first=int(reply["first"]),
-                                end_exclusive=int(reply["end_exclusive"]),
-                                end_id=None if reply.get("end_id") is None else int(reply["end_id"]),
-                                price_cby=int(reply.get("price_cby") or 0), deliveries_offset=start)
-        except (KeyError, TypeError, ValueError):
-            raise MalformedRecordError(f"register_replay answered {sorted(reply)}, not a replay ticket") from None
+        return ticket_of(reply, self.account.address, start)
 
     def recover_gap(self, subscriber: Subscriber, err: CursorTooOldError, max_payment_cby: int | None) -> Page:
         """`recover_gap` as this client (the `sdk.GapReplayer` a Subscriber calls)."""
@@ -260,21 +206,10 @@ class ReplayClient:
         reply = self.api.request("POST", BATCH_PATH, body={"commands": [c.to_dict() for c in commands],
                                                            "timeout_s": timeout_s},
                                  timeout=max(self.api.timeout, timeout_s + _REPLY_MARGIN_S), commands=True)
-        results = reply.get("results")
-        if not isinstance(results, list) or len(results) != len(commands):
-            raise MalformedRecordError(f"{BATCH_PATH} answered {sorted(reply)} for {len(commands)} cancels, "
-                                       "not one result each; is it a Watchtower API?")
         out: list[dict[str, Any] | WatchtowerError] = []
-        for item in results:
-            if not isinstance(item, Mapping) or not isinstance(item.get("ok"), bool):
-                raise MalformedRecordError(f"{BATCH_PATH} answered an item {item!r:.80}, not {{ok, result | error}}")
-            if item["ok"]:
-                out.append(dict(item.get("result") or {}))
-            else:
-                error = item.get("error")
-                if not isinstance(error, Mapping):
-                    raise MalformedRecordError(f"{BATCH_PATH} answered a refused item without its error")
-                out.append(WatchtowerError.from_dict(error))
+        for item in batch_results(reply, len(commands), "cancels"):
+            result = batch_item(item)
+            out.append(result if isinstance(result, WatchtowerError) else dict(result or {}))
         return out
 
     def status(self, replay_id: int) -> dict[str, Any]:
@@ -325,7 +260,7 @@ class ReplayClient:
                     status = self._status_or_none(ticket.replay_id)
                     if status is not None and on_status is not None:
                         on_status(status)
-                if status is not None and _done(status, len(seen)):
+                if status is not None and is_done(status, len(seen)):
                     break
                 if now >= deadline:
                     raise RequestTimeoutError(
@@ -369,12 +304,6 @@ class ReplayClient:
     def _deliveries_end(self) -> int | None:
         with self._deliveries() as reader:
             return reader.end()
-
-
-def _done(status: Mapping[str, Any], distinct: int) -> bool:
-    """Terminal, and every message it reports delivered has been read."""
-    state = state_of(status)
-    return state in TERMINAL and distinct >= int(status["stats"]["delivered"])
 
 
 # --- CURSOR_TOO_OLD's way back ---------------------------------------------------------------------
