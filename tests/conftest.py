@@ -42,3 +42,7 @@ def shared_dir() -> Path:
 
 # A broker test without the `integration` marker fails collection (tests/broker_markers.py).
 from broker_markers import pytest_collection_modifyitems  # noqa: E402, F401
+
+# `stack`: a module-wide running stack (one worker, one projection; tests/stack_fixture.py) for any
+# test module that asks for it; a module that needs another shape defines its own `stack`.
+from stack_fixture import stack  # noqa: E402, F401

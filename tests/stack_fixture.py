@@ -1,7 +1,8 @@
 """A running Watchtower stack for integration tests: real broker, worker and projection processes.
 
-Use ``from stack_fixture import stack`` in a test module (or conftest) to get the module-scoped
-`stack` fixture; `start_stack` is the context manager behind it for tests that need their own.
+Every test module gets the module-scoped `stack` fixture (tests/conftest.py re-exports it; a module
+that needs another shape of stack defines its own); `start_stack` is the context manager behind it,
+for tests that need their own.
 """
 
 from __future__ import annotations

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from push_helpers import PushReader, create_push_feed, publish
-from stack_fixture import start_stack
 from waiting import let_time_pass, wait_until
 
 from watchtower.delivery.health import DeliveryHealth
@@ -35,13 +34,6 @@ class Clock:
 
     def __call__(self) -> int:
         return GENESIS_UNIX_MS + self.block * BLOCK_INTERVAL_MS + BLOCK_INTERVAL_MS // 2
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("budget-logs"), replay=False,
-                     delivery=False) as services:
-        yield services
 
 
 class Running:

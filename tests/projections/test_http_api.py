@@ -9,14 +9,12 @@ import logging
 import socket
 import urllib.parse
 import uuid
-from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
 
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
-from stack_fixture import start_stack
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.stack import ServiceSet
@@ -25,12 +23,6 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.signing import sign_message
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("http-api-logs")) as services:
-        yield services
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from api_calls import Caller, http, wait_for
 from hypothesis import HealthCheck, given, seed, settings
 from openapi_checks import CHECKS
 from schemathesis import GenerationMode
-from stack_fixture import start_stack
 
 import watchtower.projections.keymgr_routes
 import watchtower.projections.replay_routes
@@ -36,12 +34,6 @@ from watchtower.protocol.signing import sign_message
 pytestmark = pytest.mark.integration
 
 EXAMPLES = 25
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("fuzz-logs")) as services:
-        yield services
 
 
 @pytest.fixture(scope="module")

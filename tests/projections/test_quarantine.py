@@ -11,14 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import nacl.signing
 import pytest
 from api_calls import Caller, http, wait_for
 from confluent_kafka import Producer
-from stack_fixture import start_stack
 
 from watchtower.local.stack import ServiceSet
 from watchtower.projections.rebuild import rebuild_digest
@@ -33,12 +31,6 @@ from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import read_committed
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceSet]:
-    with start_stack(kafka_bootstrap, tmp_path_factory.mktemp("quarantine-logs")) as services:
-        yield services
 
 
 class Feed:
