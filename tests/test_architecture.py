@@ -155,3 +155,48 @@ def test_the_check_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from watchtower.workers.decider import Touched\n    import watchtower.cli.main\n")
     assert watchtower_imports(module) == {"workers", "cli"}
+
+
+# --- Kafka at the edges -----------------------------------------------------------------------------
+#: Where the Kafka client may be imported: the topics edge and the one transactional host.
+KAFKA_CLIENT_HOMES = ("topics", "workers")
+#: Where Faust may be imported: the modules where a Faust app runs (the projection/API worker, its
+#: web views and routes, its worker logging) and the probe that checks the Faust client stack.
+FAUST_HOMES = frozenset({
+    "topics/faust_settings.py",
+    "projections/consumer.py", "projections/service.py", "projections/keymgr_routes.py",
+    "projections/replay_routes.py",
+    "http/server.py",
+    "logs/faust_worker.py",
+    "local/faust_probe.py",
+})
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every module `path` imports (``confluent_kafka``, ``faust``), at any depth."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_kafka_client_is_imported_only_at_the_edges() -> None:
+    outside = sorted(str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+                     if "confluent_kafka" in third_party_imports(p) and package_of(p) not in KAFKA_CLIENT_HOMES)
+    assert outside == [], (f"{outside} import confluent_kafka: take plain values from a watchtower.topics "
+                           "module (or the host, watchtower.workers) instead")
+
+
+def test_faust_is_imported_only_where_a_faust_app_runs() -> None:
+    outside = sorted(rel for p in ROOT.rglob("*.py")
+                     if "faust" in third_party_imports(p) and (rel := str(p.relative_to(ROOT))) not in FAUST_HOMES)
+    assert outside == [], f"{outside} import faust outside the Faust apps ({sorted(FAUST_HOMES)})"
+
+
+def test_the_edge_check_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from confluent_kafka.admin import AdminClient\n    import faust.web\n")
+    assert {"confluent_kafka", "faust"} <= third_party_imports(module)
