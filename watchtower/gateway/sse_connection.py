@@ -21,7 +21,8 @@ import contextlib
 import json
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 from aiohttp_sse import EventSourceResponse
 
@@ -32,18 +33,33 @@ from watchtower.protocol.constants import MAX_GET_SINCE_LIMIT
 from watchtower.protocol.errors import LimitExceededError, SubscriptionNotFoundError, WatchtowerError
 from watchtower.protocol.stream.message import StreamMessage
 
-if TYPE_CHECKING:
-    from watchtower.gateway.sse import SseHub
-
 log = logging.getLogger("watchtower.gateway.sse")
 
 GAP_WAIT_MS: Final = 10_000  # how long a gap fill waits for the projection to fold the missing message
 
 
+class ApiReads(Protocol):
+    """The API reads a connection makes (`sse.Api`)."""
+
+    async def get(self, path: str, query: Mapping[str, str] | None = None) -> dict[str, Any]: ...
+
+
+class Hub(Protocol):
+    """What a connection uses of the hub that serves it (`sse.SseHub`): the API reads, the hub's
+    closing, and the lag counters it adds to."""
+
+    @property
+    def api(self) -> ApiReads: ...
+
+    closing: asyncio.Event
+    lagged: int
+    max_queued: int
+
+
 class Connection:
     """One SSE connection's bounded buffer of live events, filled by a tailer on this loop."""
 
-    def __init__(self, hub: SseHub, maxsize: int) -> None:
+    def __init__(self, hub: Hub, maxsize: int) -> None:
         self.hub = hub
         self.loop = asyncio.get_running_loop()
         self.maxsize = maxsize
@@ -74,7 +90,7 @@ class Connection:
 class ConnectionStream:
     """What one connection has sent and how it catches up; `start_*` run before the response starts."""
 
-    def __init__(self, hub: SseHub, conn: Connection, feed_id: int, stream_id: str, match: Any,
+    def __init__(self, hub: Hub, conn: Connection, feed_id: int, stream_id: str, match: Any,
                  filter_spec: object) -> None:
         self.hub, self.conn, self.feed_id, self.stream_id = hub, conn, feed_id, stream_id
         self.match, self.filter_spec = match, filter_spec
