@@ -50,7 +50,7 @@ from watchtower.protocol.ledger.common import REPLAY_METHODS
 from watchtower.protocol.replay.control import ERROR_KEY, as_unauthorized, decide_replay
 from watchtower.protocol.replay.rules import replay_id_for
 from watchtower.protocol.signed_command import Command, Method, command_digest, verify_command
-from watchtower.protocol.stream.decision import Decision, require_this_stream
+from watchtower.protocol.stream.decision import Decision, one_event, require_this_stream
 from watchtower.protocol.stream.method_rules import HANDLERS, Context, renew_subscription
 from watchtower.protocol.stream.publish_rules import decide_publish
 from watchtower.protocol.stream.reads import (
@@ -129,16 +129,7 @@ def decide(state: StreamState, cmd: Command, *, block_height: int, deployment: D
     if handler is None:  # a key-manager method: the host routes those to their own aggregates
         raise InvalidArgumentError(f"{cmd.method} is not a stream method; it is sent to the key manager")
     body, reply = handler(state, cmd, Context(height, deployment))
-    event = Event(
-        stream_id=state.stream_id,
-        block_height=height,
-        caller=cmd.caller,
-        nonce=cmd.nonce,
-        digest=digest,
-        reply=reply,
-        body=body,
-    )
-    return Decision((event,), reply)
+    return one_event(state, cmd, height, digest, reply, body)
 
 
 def _require_no_order_in_flight(state: StreamState, cmd: Command, digest: bytes) -> None:

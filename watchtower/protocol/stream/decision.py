@@ -32,6 +32,15 @@ class Decision(NamedTuple):
     answers: bool = True
 
 
+def one_event(state: StreamState, cmd: Command, height: int, digest: bytes, reply: dict[str, Any], body: Any,
+              messages: tuple[StreamMessage, ...] = ()) -> Decision:
+    """The Decision of a command that commits one event: `body` stamped with the stream, the block
+    height, the caller, its nonce and the command's `digest` (its replay protection), and `reply`."""
+    event = Event(stream_id=state.stream_id, block_height=height, caller=cmd.caller, nonce=cmd.nonce,
+                  digest=digest, reply=reply, body=body)
+    return Decision((event,), reply, messages)
+
+
 def window_reply(head: int, floor: int) -> dict[str, int]:
     """The ring window in a reply: CIP-7's names, then the 0.1 names ``head``/``floor``
     (deprecated, kept for one release)."""

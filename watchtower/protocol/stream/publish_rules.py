@@ -32,12 +32,12 @@ from watchtower.protocol.signing import (
     publish_digest,
     verify_signing_bytes_with_schedule_or_raise,
 )
-from watchtower.protocol.stream.decision import Decision, require_owner, require_this_stream, window_reply
+from watchtower.protocol.stream.decision import Decision, one_event, require_owner, require_this_stream, window_reply
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.reads import require_config as _config
 from watchtower.protocol.stream.reads import require_schedule as _schedule
 from watchtower.protocol.stream.ring_window import floor_for
-from watchtower.protocol.stream.state import Event, StreamState
+from watchtower.protocol.stream.state import StreamState
 from watchtower.protocol.validation import require_int
 
 
@@ -108,16 +108,7 @@ def decide_publish(state: StreamState, cmd: Command, height: int, deployment: De
         content_type=msg.content_type, payload_format=str(msg.payload_format), payload_hash=msg.payload_hash,
         key_epoch=msg.key_epoch, signing_key_id=msg.signing_key_id, timestamp_unix_ms=msg.timestamp_unix_ms,
     )
-    event = Event(
-        stream_id=state.stream_id,
-        block_height=height,
-        caller=cmd.caller,
-        nonce=cmd.nonce,
-        digest=digest,
-        reply=reply,
-        body=event_body,
-    )
-    return Decision((event,), reply, (msg,))
+    return one_event(state, cmd, height, digest, reply, event_body, (msg,))
 
 
 def publish_reply(sequence: int, config: StreamConfig) -> dict[str, Any]:
