@@ -29,18 +29,18 @@ from watchtower.gateway.sse_events import SEP, EventStream, encode_event
 from watchtower.gateway.tail import Item, Tailer, messages_route
 from watchtower.protocol.signing import sign_message
 from watchtower.schemas.records import encode_message
-from watchtower.topics.assigned_reader import ReadRecord
+from watchtower.topics.records import Record
 
 KEY = nacl.signing.SigningKey.generate()
 STREAM = "cost.test"
 
 
-def record(sequence: int) -> ReadRecord:
+def record(sequence: int) -> Record:
     """A ``messages`` record as the tail's reader returns it."""
     msg = sign_message(stream_id=STREAM, sequence=sequence, timestamp_unix_ms=1_700_000_000_000 + sequence,
                        kind="tick", payload=b'{"i": %d}' % sequence, signing_key=KEY,
                        content_type="application/json")
-    return ReadRecord("t.messages", 0, sequence, STREAM.encode(), encode_message(msg), [])
+    return Record("t.messages", 0, sequence, STREAM.encode(), encode_message(msg), (), 0)
 
 
 # ----------------------------------------------------------------------------- the bytes

@@ -20,7 +20,7 @@ from waiting import wait_until
 from watchtower.ingest.task_reader import INSTANCE_ID, task_reader
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.group_reader import GroupReader
-from watchtower.topics.records import TopicRecord
+from watchtower.topics.records import Record
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,7 @@ def read_until(reader: GroupReader, value: bytes, timeout_s: float = 60.0) -> li
     seen: list[bytes | None] = []
 
     def arrived() -> bool:
-        seen.extend(r.value for r in reader.poll(100, 0.2) if isinstance(r, TopicRecord))
+        seen.extend(r.value for r in reader.poll(100, 0.2) if isinstance(r, Record))
         return value in seen
 
     wait_until(lambda: f"{value!r} (read {seen})", arrived, timeout_s=timeout_s, every_s=0)

@@ -193,10 +193,10 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     """A batch whose fold outlasts `FOLD_SLICE_S` lets other tasks (reads, health) run inside it."""
 
     from watchtower.projections import catch_up
-    from watchtower.topics.partition_reader import PartitionRecord
+    from watchtower.topics.records import Record
 
     topics = ("t.events", "t.messages", "t.replay")
-    batch = [PartitionRecord("t.events", 0, i, b"k", b"v", []) for i in range(40)]
+    batch = [Record("t.events", 0, i, b"k", b"v", (), 0) for i in range(40)]
 
     class OneBatch:
         def __init__(self, *_: object, **__: object) -> None:
@@ -204,7 +204,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
             self.lag = None
             self.batches = [batch]
 
-        def poll(self) -> list[PartitionRecord]:
+        def poll(self) -> list[Record]:
             return self.batches.pop() if self.batches else []
 
         def close(self) -> None: ...
@@ -212,7 +212,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
     order: list[str] = []
 
-    def fold(record: PartitionRecord) -> None:
+    def fold(record: Record) -> None:
         let_time_pass(0.005, "a fold costs about what a record's verify costs on a busy host")
         order.append(f"fold {record.offset}")
 

@@ -37,7 +37,7 @@ from watchtower.schemas.wire import encode_event
 from watchtower.topics.admin import ensure_topics
 from watchtower.topics.catalogue import catalogue, topic_name
 from watchtower.topics.connection import kafka_config
-from watchtower.topics.partition_reader import PartitionRecord
+from watchtower.topics.records import Record
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_a_live_worker_catching_up_indexes_every_message_of_a_log_whose_messages
     folder = Folder(tables, refused, t_events=topics[0], t_messages=topics[1], partitions=1,
                     indexes=owned.table("indexes"))
 
-    def fold_record(record: PartitionRecord) -> None:
+    def fold_record(record: Record) -> None:
         if record.topic == topics[1]:
             folder.fold_message(record.partition, record.offset, record.key, record.value)
         elif record.topic == topics[0]:

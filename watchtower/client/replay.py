@@ -68,11 +68,11 @@ from watchtower.protocol.stream.message import StreamMessage
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.keyed_partition import KeyedPartitionReader
+from watchtower.topics.records import Headers
 
 if TYPE_CHECKING:
     from watchtower.client.sdk import Page, Subscriber
 
-Headers = list[tuple[str, bytes | None]]  # a record's headers, as `replay_rules.read_replay_headers` takes them
 STATUS_EVERY_S: Final = 0.5  # how often `messages` asks for the replay's status while it waits
 DEFAULT_TIMEOUT_S: Final = 600.0
 MAX_BATCH: Final = 100  # the most registrations one batch may carry (the gateway refuses more as a whole)

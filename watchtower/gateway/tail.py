@@ -2,7 +2,7 @@
 
 A `Tailer` owns one `topics.assigned_reader.AssignedReader` (``read_committed``, no consumer group
 offsets: partitions are assigned by hand at the high watermark the tailer found when it started)
-running in a thread. It routes each record (a `ReadRecord`) to a key: `messages_route` keys a ``messages`` record by its
+running in a thread. It routes each record (a `Record`) to a key: `messages_route` keys a ``messages`` record by its
 stream id; `push_route` keys a ``deliveries`` record by ``(subscriber, stream id)`` and drops every
 record without the ``wt:push`` header (replays and anything else on that topic). Only records
 whose key has a registered sink are decoded (``watchtower.schemas.records.decode_message``), so
@@ -28,8 +28,9 @@ from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from watchtower.schemas.records import decode_message
-from watchtower.topics.assigned_reader import AssignedReader, ReadRecord
+from watchtower.topics.assigned_reader import AssignedReader
 from watchtower.topics.errors import BrokerError
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.gateway.tail")
 
@@ -39,7 +40,7 @@ _POLL_S = 0.2  # the longest wait for a first record (so a stop is seen within i
 _COALESCE_S = 0.01  # after the first record, how long to gather what follows into the same batch
 _BATCH = 500
 
-Route = Callable[[ReadRecord], Hashable | None]
+Route = Callable[[Record], Hashable | None]
 
 
 class Item:
@@ -76,17 +77,17 @@ def message_json(msg: Any) -> str:
     return json.dumps(msg.to_json_dict(), separators=(",", ":"))
 
 
-def messages_route(record: ReadRecord) -> Hashable | None:
+def messages_route(record: Record) -> Hashable | None:
     """A ``messages`` record's stream id (its key)."""
     key = record.key
     return None if key is None else bytes(key).decode("utf-8", "replace")
 
 
-def _headers(record: ReadRecord) -> dict[str, bytes]:
+def _headers(record: Record) -> dict[str, bytes]:
     return {str(k): v.encode() if isinstance(v, str) else bytes(v or b"") for k, v in (record.headers or [])}
 
 
-def push_route(record: ReadRecord) -> Hashable | None:
+def push_route(record: Record) -> Hashable | None:
     """``(subscriber, stream id)`` of a push delivery; None for any record without ``wt:push``."""
     headers = _headers(record)
     key = record.key
@@ -174,7 +175,7 @@ class Tailer:
         finally:
             reader.close()
 
-    def _fan_out(self, batch: list[ReadRecord]) -> None:
+    def _fan_out(self, batch: list[Record]) -> None:
         out: dict[Sink, list[Item]] = {}
         with self._lock:
             sinks = {k: list(v) for k, v in self._sinks.items()}
@@ -202,7 +203,7 @@ class Tailer:
                 continue
 
 
-def _next_batch(reader: AssignedReader) -> list[ReadRecord]:
+def _next_batch(reader: AssignedReader) -> list[Record]:
     """The next records: wait up to `_POLL_S` for the first one only, then gather for `_COALESCE_S`.
 
     ``consume(n, timeout)`` returns when it has `n` records or the whole timeout has passed, which
@@ -211,7 +212,7 @@ def _next_batch(reader: AssignedReader) -> list[ReadRecord]:
     one hand-over to each loop and one write per connection. Partition-level events are not data
     (the client recovers by itself) and are left out.
     """
-    return [r for r in reader.fetch(_BATCH, _POLL_S, gather_s=_COALESCE_S) if isinstance(r, ReadRecord)]
+    return [r for r in reader.fetch(_BATCH, _POLL_S, gather_s=_COALESCE_S) if isinstance(r, Record)]
 
 
 def _offer_all(handoffs: list[tuple[Sink, list[Item]]]) -> None:

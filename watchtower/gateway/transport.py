@@ -24,10 +24,11 @@ from watchtower import tracing
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.signed_command import Command
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_reply, encode_command
-from watchtower.topics.assigned_reader import AssignedReader, ReadRecord
+from watchtower.topics.assigned_reader import AssignedReader
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.keyed_writer import KeyedWriter
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.gateway.transport")
 #: Most replies taken from the reader in one call.
@@ -77,7 +78,7 @@ class CommandClient:
                 self._closed.wait(1.0)
                 continue
             for record in batch:
-                if isinstance(record, ReadRecord):
+                if isinstance(record, Record):
                     self._deliver(record.key, record.value)
 
     def _deliver(self, key: bytes | None, value: bytes | None) -> None:

@@ -54,7 +54,7 @@ from watchtower.protocol.validation import is_number
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_result_batch
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partition_writer import PartitionWriter
-from watchtower.topics.records import TopicRecord
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.ingest.runner")
 
@@ -303,7 +303,7 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                 stop.wait(0.05)
                 continue
             for record in tasks.poll(500, 0.1):
-                if isinstance(record, TopicRecord):  # the reader answers no ends of partition
+                if isinstance(record, Record):  # the reader answers no ends of partition
                     for task in runner.accept_all(record.value, f"p{record.partition}@{record.offset}"):
                         submit(runner, pool, task, batcher.add)
             writer.poll()

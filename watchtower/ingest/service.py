@@ -49,7 +49,7 @@ from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.group_reader import GroupReader, Partitions
 from watchtower.topics.groups import wait_commands_decided
-from watchtower.topics.records import EndOfPartition, TopicRecord, committed_records
+from watchtower.topics.records import EndOfPartition, Record, committed_records
 from watchtower.topics.tail_reader import TailReader
 
 log = logging.getLogger("watchtower.ingest.service")
@@ -95,7 +95,7 @@ class AggregatorService:
 
     # --- the events fold -------------------------------------------------------------------------
 
-    def _fold(self, record: TopicRecord) -> None:
+    def _fold(self, record: Record) -> None:
         if record.offset < self.events_next.get(record.partition, 0):
             return  # read already (the catch-up scan and the tail overlap)
         self.view.fold(record.value, record.key)
@@ -161,7 +161,7 @@ class AggregatorService:
             events.close()
             self.commands.close()
 
-    def _handle(self, item: TopicRecord | EndOfPartition) -> None:
+    def _handle(self, item: Record | EndOfPartition) -> None:
         if isinstance(item, EndOfPartition):
             if item.topic == self.t_results:
                 self.at_end.add(item.partition)

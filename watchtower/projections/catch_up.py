@@ -40,7 +40,8 @@ from typing import Any, Final
 
 from watchtower.metrics import projection as metrics
 from watchtower.projections.partitions import OwnedPartitions
-from watchtower.topics.partition_reader import PartitionReader, PartitionRecord
+from watchtower.topics.partition_reader import PartitionReader
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.projections")
 
@@ -60,7 +61,7 @@ class CatchUp:
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
-                 fold: Callable[[PartitionRecord], None], fold_group: str | None = None, standbys: bool = True) -> None:
+                 fold: Callable[[Record], None], fold_group: str | None = None, standbys: bool = True) -> None:
         self.bootstrap = bootstrap
         self.standbys = standbys  # also fold the standby partitions the group's assignor names
         self._app: Any = None

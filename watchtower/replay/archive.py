@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from watchtower.replay.fulfil import ArchivedRecord
-from watchtower.topics.assigned_reader import AssignedReader, ReadRecord
+from watchtower.topics.assigned_reader import AssignedReader
+from watchtower.topics.records import Record
 
 #: How long one read waits for more records before it counts as at the end (safety net; the
 #: end-of-partition event normally ends a read much sooner).
@@ -64,7 +65,7 @@ class ArchiveReader:
                         break
                     continue
             for m in batch:
-                if isinstance(m, ReadRecord):
+                if isinstance(m, Record):
                     out.append(ArchivedRecord(m.offset, m.value, m.headers))
                     next_offset = m.offset + 1
                     at_end = False  # a record after an end event: not the end any more

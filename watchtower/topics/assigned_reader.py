@@ -3,7 +3,7 @@
 The reader is assigned its partitions (it never joins its group, never commits), so the caller
 decides where each one is read from: the end it has now (a live tail, a reply partition), or an
 offset of its own (a range of an archive). `fetch` answers what arrived as plain values: a
-`ReadRecord` for each record and, when the settings ask for end-of-partition events
+`records.Record` for each record and, when the settings ask for end-of-partition events
 (``enable.partition.eof``), a `log_follower.PartitionEnd` whenever a partition is read to its
 current end. Transient client errors are the client's to retry and never surface; a client that
 failed for good raises `BrokerError`.
@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -24,21 +23,7 @@ from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.log_follower import PartitionEnd
 from watchtower.topics.metadata import partitions
-
-#: Record headers as the client hands them over: (name, value) pairs in order, or None when there are none.
-Headers = list[tuple[str, str | bytes | None]] | None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadRecord:
-    """One committed record: where it stands, its key, value (None for a tombstone) and headers."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
+from watchtower.topics.records import Record, record_of
 
 
 class AssignedReader:
@@ -83,7 +68,7 @@ class AssignedReader:
         """Read exactly the partitions of `offsets`, each from its offset (replacing any assignment)."""
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in offsets.items()])
 
-    def fetch(self, max_records: int, wait_s: float, *, gather_s: float = 0.0) -> list[ReadRecord | PartitionEnd]:
+    def fetch(self, max_records: int, wait_s: float, *, gather_s: float = 0.0) -> list[Record | PartitionEnd]:
         """What arrived, in log order per partition: the first waited for up to `wait_s`, then up to
         `max_records` in all gathered for up to `gather_s` more (0: only what is already fetched).
 
@@ -104,12 +89,10 @@ class AssignedReader:
         self._consumer.close()
 
 
-def _read(m: Message) -> ReadRecord | PartitionEnd | None:
+def _read(m: Message) -> Record | PartitionEnd | None:
     err = m.error()
     if err is None:
-        headers = m.headers()
-        return ReadRecord(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(), m.value(),
-                          headers if isinstance(headers, list) else None)
+        return record_of(m)
     if err.code() == KafkaError._PARTITION_EOF:
         return PartitionEnd(m.partition() or 0, m.offset() or 0)
     if failed_fatally(err):

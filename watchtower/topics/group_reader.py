@@ -4,7 +4,7 @@ The group's coordinator shares the topics' partitions among its members; the rea
 caller which partitions it was given and which it lost (`on_assign`, `on_revoke`, called from
 `poll` on the polling thread), and the caller may start the partitions it was given at an instant
 rather than where the group's committed offsets place them. Records come as
-`records.TopicRecord`, and, when asked for, ends of partition as `records.EndOfPartition`.
+`records.Record`, and, when asked for, ends of partition as `records.EndOfPartition`.
 
 A static member (`instance_id`: ``group.instance.id``) takes its partitions back at once after a
 restart instead of waiting out its dead self's session, and a second process under the same id
@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from watchtower.topics.batches import failed_fatally
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.topics.errors import BrokerError
-from watchtower.topics.records import EndOfPartition, TopicRecord, end_of_partition, topic_record
+from watchtower.topics.records import EndOfPartition, Record, end_of_partition, record_of
 
 log = logging.getLogger("watchtower.topics.group_reader")
 
@@ -111,17 +111,17 @@ class GroupReader:
         assert self._on_revoke is not None
         self._on_revoke([(tp.topic, tp.partition) for tp in partitions])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[TopicRecord | EndOfPartition]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Record | EndOfPartition]:
         """Up to `max_records` records (and ends of partition, if asked for), waiting up to
         `timeout_s` for them (the client's ``consume``); the hooks run in here.
 
         After a fatal error a static member answers what came before it and joins again; any other
         member raises `BrokerError`."""
-        out: list[TopicRecord | EndOfPartition] = []
+        out: list[Record | EndOfPartition] = []
         for msg in self._consumer.consume(max_records, timeout_s):
             error = msg.error()
             if error is None:
-                out.append(topic_record(msg))
+                out.append(record_of(msg))
             elif error.code() == KafkaError._PARTITION_EOF:
                 out.append(end_of_partition(msg))
             elif failed_fatally(error):  # the event carries _FATAL

@@ -4,7 +4,7 @@ A reader of the records addressed to one key (a subscriber's pushes, a requester
 ``deliveries``) needs only the partition every producer puts that key in
 (`partitioning.partition_for_key`, murmur2). The reader is assigned it (never joins its group,
 never commits), reads it ``read_committed`` (a transaction that a crash aborted never shows), and
-answers each record as a `KeyedRecord` of plain values: the records of other keys on the same
+answers each record as a `records.Record` of plain values: the records of other keys on the same
 partition included, for the caller to count or skip. Transient client errors are the client's to
 retry and never surface; a fatal one is raised as the client's exception.
 """
@@ -12,7 +12,6 @@ retry and never surface; a fatal one is raised as the client's exception.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
@@ -22,16 +21,7 @@ from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import TopicUnavailableError
 from watchtower.topics.metadata import partitions
 from watchtower.topics.partitioning import partition_for_key
-
-
-@dataclass(frozen=True, slots=True)
-class KeyedRecord:
-    """One committed record of the partition: its key, headers (in order, values as bytes), value, offset."""
-
-    key: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    value: bytes | None
-    offset: int
+from watchtower.topics.records import Record, record_of
 
 
 class KeyedPartitionReader:
@@ -83,20 +73,17 @@ class KeyedPartitionReader:
         self._client().assign([TopicPartition(self.topic, self.partition,
                                               OFFSET_BEGINNING if offset is None else offset)])
 
-    def poll(self, timeout_s: float, max_records: int = 500) -> list[KeyedRecord]:
+    def poll(self, timeout_s: float, max_records: int = 500) -> list[Record]:
         """The records that arrived, in log order: the first waited for up to `timeout_s`, the rest
         only if already fetched (`batches.next_batch`)."""
-        out: list[KeyedRecord] = []
+        out: list[Record] = []
         for m in next_batch(self._client(), max_records, timeout_s):
             err = m.error()
             if err is not None:
                 if failed_fatally(err):
                     raise KafkaException(err)
                 continue  # transient (the client retries by itself) or the end of the partition
-            raw = m.headers() or []
-            pairs = raw.items() if isinstance(raw, dict) else raw
-            headers = [(str(k), v.encode() if isinstance(v, str) else v) for k, v in pairs]
-            out.append(KeyedRecord(m.key(), headers, m.value(), int(m.offset() or 0)))
+            out.append(record_of(m))
         return out
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 The follower is assigned the partitions (it never joins its group, never commits), so each process
 that follows a topic sees all of it, in log order per partition. `poll` answers what arrived as
-plain values: a `LogRecord` for each record, a `PartitionEnd` whenever a partition is read to its
+plain values: a `records.Record` for each record, a `PartitionEnd` whenever a partition is read to its
 current end (so a reader can tell "caught up" from "nothing came"). Transient client errors are the
 client's to retry and never surface; a client that failed for good raises `BrokerError`.
 """
@@ -18,15 +18,7 @@ from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.metadata import partitions
-
-
-@dataclass(frozen=True, slots=True)
-class LogRecord:
-    """One committed record: where it stands, and its value (None for a tombstone)."""
-
-    partition: int
-    offset: int
-    value: bytes | None
+from watchtower.topics.records import Record, record_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +53,20 @@ class LogFollower:
             raise
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[LogRecord | PartitionEnd]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Record | PartitionEnd]:
         """What arrived, in log order per partition: the first waited for up to `timeout_s`, the rest
         only if already fetched (`batches.next_batch`). `BrokerError` when the client failed for good."""
         try:
             batch = next_batch(self._consumer, max_records, timeout_s)
         except KafkaException as exc:  # fatal consumer errors only; transient ones come as records
             raise BrokerError(str(exc)) from exc
-        out: list[LogRecord | PartitionEnd] = []
-        for record in batch:
-            err = record.error()
-            partition, offset = record.partition() or 0, record.offset() or 0
+        out: list[Record | PartitionEnd] = []
+        for msg in batch:
+            err = msg.error()
             if err is None:
-                out.append(LogRecord(partition, offset, record.value()))
+                out.append(record_of(msg))
             elif err.code() == KafkaError._PARTITION_EOF:
-                out.append(PartitionEnd(partition, offset))
+                out.append(PartitionEnd(msg.partition() or 0, msg.offset() or 0))
         return out
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ one partition from an offset up to a last offset or the partition's end, and sto
 calling thread has its own consumer, made on its first read and kept for the next (a read is then
 one assign and one contiguous fetch, no group and no connection set-up); the consumer is assigned
 the partition (it never joins its group, never commits) and unassigned when the read ends. Records
-come as `RangeRecord`s of plain values; transaction markers and records of aborted transactions
+come as `records.Record`s of plain values; transaction markers and records of aborted transactions
 never show, and transient client errors are the client's to retry.
 """
 
@@ -15,24 +15,15 @@ import threading
 import time
 import uuid
 from collections.abc import Generator
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
+from watchtower.topics.records import Record, record_of
 
 #: The most records one fetch hands over.
 MAX_BATCH = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class RangeRecord:
-    """One committed record of the stretch: its offset, key and value (None for a tombstone)."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 class OffsetRangeReader:
@@ -64,7 +55,7 @@ class OffsetRangeReader:
         return consumer
 
     def read(self, partition: int, first_offset: int, last_offset: int | None,
-             timeout_s: float = 10.0) -> Generator[RangeRecord, None, None]:
+             timeout_s: float = 10.0) -> Generator[Record, None, None]:
         """The committed records of `partition` from `first_offset` to `last_offset` (inclusive; None:
         to the partition's end), in log order.
 
@@ -91,11 +82,12 @@ class OffsetRangeReader:
                         if err.code() == KafkaError._PARTITION_EOF:
                             done = True
                         continue
-                    offset = int(m.offset() or 0)
+                    record = record_of(m)
+                    offset = record.offset
                     position = offset + 1
                     if last_offset is not None and offset > last_offset:
                         return
-                    yield RangeRecord(offset, m.key(), m.value())
+                    yield record
                     if offset == last_offset:
                         return
                 if done:

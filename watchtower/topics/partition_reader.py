@@ -1,7 +1,7 @@
 """`PartitionReader`: assigned topic partitions from start offsets on, read_committed, for as long as it is polled.
 
 The reader is assigned its partitions (it never joins a group; with a group name it only records
-positions there, for lag readers), and answers each record as a `PartitionRecord` of plain values.
+positions there, for lag readers), and answers each record as a `records.Record` of plain values.
 It tells which partitions have not yet reached the end they had at open (`pending`), can hold one
 topic's partitions back until another topic's partition of the same number has reached that end
 (`lead`), and measures how far each partition is behind its end (`lag`), all from the client's own
@@ -16,30 +16,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from watchtower.topics.batches import failed_fatally, next_batch
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
+from watchtower.topics.records import Record, record_of
 
 log = logging.getLogger("watchtower.topics.partition_reader")
 
 TopicPartitionKey = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class PartitionRecord:
-    """A committed record. Its attributes are named as Faust's consumer message names them, so code
-    that takes one takes the other."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,21 +100,20 @@ class PartitionReader:
             if self._held:
                 self._consumer.pause(list(self._held.values()))
 
-    def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[PartitionRecord]:
+    def poll(self, max_records: int = 2000, timeout_s: float = 0.2) -> list[Record]:
         """The next records, in log order per partition (`next_batch`: a live record is handed over
         as soon as it is committed, never held for a batch to fill). `BrokerError` when the client
         failed for good."""
         records = []
         for m in next_batch(self._consumer, max_records, timeout_s):
-            tp = (str(m.topic()), int(m.partition() or 0))
             err = m.error()
             if err is None:
-                raw = m.headers() or []
-                pairs = raw.items() if isinstance(raw, dict) else raw
-                records.append(PartitionRecord(tp[0], tp[1], int(m.offset() or 0), m.key(), m.value(),
-                                               [(str(k), v) for k, v in pairs]))
-                self._newest_ms[tp] = m.timestamp()[1]
-            elif err.code() == KafkaError._PARTITION_EOF:
+                record = record_of(m)
+                records.append(record)
+                self._newest_ms[(record.topic, record.partition)] = record.timestamp_ms
+                continue
+            tp = (str(m.topic()), int(m.partition() or 0))
+            if err.code() == KafkaError._PARTITION_EOF:
                 self.pending.discard(tp)
                 follower = self._held.pop(tp, None)
                 if follower is not None:  # the leader reached its end: its follower is read from here on

@@ -4,7 +4,7 @@ A process that keeps a fold of a whole topic up to date (the ingestion scheduler
 view of ``events``) catches up first, then follows the tail from where the catch-up stopped. The
 reader is assigned the partitions (it never joins its group, never commits), reads them
 ``read_committed`` (an aborted transaction never shows) and answers each record as a
-`records.TopicRecord`. A reader that waits for a fuller fetch costs the broker a few fetches a
+`records.Record`. A reader that waits for a fuller fetch costs the broker a few fetches a
 second instead of one per record written (`fetch_wait_ms`, `fetch_min_bytes`).
 
 Transient client errors are the client's to retry: they are logged, never raised. A client that
@@ -23,7 +23,7 @@ from watchtower.topics.batches import failed_fatally
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.metadata import partitions
-from watchtower.topics.records import TopicRecord, topic_record
+from watchtower.topics.records import Record, record_of
 
 log = logging.getLogger("watchtower.topics.tail_reader")
 
@@ -54,14 +54,14 @@ class TailReader:
         begin = dict(starts or {})
         self._consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in self.partitions])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[TopicRecord]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to `max_records` records, in log order per partition, waiting up to `timeout_s` for
         them (the client's ``consume``). `BrokerError` when the client failed for good."""
-        out: list[TopicRecord] = []
+        out: list[Record] = []
         for msg in self._consumer.consume(max_records, timeout_s):
             error = msg.error()
             if error is None:
-                out.append(topic_record(msg))
+                out.append(record_of(msg))
             elif failed_fatally(error):
                 raise BrokerError(str(error))
             elif error.code() != KafkaError._PARTITION_EOF:

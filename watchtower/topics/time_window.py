@@ -17,14 +17,14 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.metadata import partitions
-from watchtower.topics.records import TopicRecord, topic_record
+from watchtower.topics.records import Record, record_of
 
 #: The bound of each metadata and offset request.
 REQUEST_TIMEOUT_S = 5.0
 
 
 def read_time_window(bootstrap: str, topic: str, start_ms: int, end_ms: int, *, group_prefix: str,
-                     timeout_s: float) -> list[TopicRecord]:
+                     timeout_s: float) -> list[Record]:
     """Every record of `topic` read whose timestamp (Unix ms) lies in [`start_ms`, `end_ms`), in the
     order read (log order per partition). A partition that answers an error contributes what it
     answered before it. `group_prefix` names the reader's (never joined) group.
@@ -41,7 +41,7 @@ def read_time_window(bootstrap: str, topic: str, start_ms: int, end_ms: int, *, 
         ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=REQUEST_TIMEOUT_S)[1] for tp in wanted}
         todo = {tp.partition for tp in starts if 0 <= tp.offset < ends[tp.partition]}
         consumer.assign([tp for tp in starts if tp.partition in todo])
-        records: list[TopicRecord] = []
+        records: list[Record] = []
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
@@ -56,7 +56,7 @@ def read_time_window(bootstrap: str, topic: str, start_ms: int, end_ms: int, *, 
                 todo.discard(p)
             if ts >= end_ms or ts < start_ms:
                 continue
-            records.append(topic_record(msg))
+            records.append(record_of(msg))
         if todo:
             raise TimeoutError(f"topic {topic!r} was not read within {timeout_s:.0f}s")
         return records
