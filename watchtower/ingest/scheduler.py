@@ -45,11 +45,11 @@ from watchtower.protocol.ingestion import (
 from watchtower.protocol.ingestion.records import MAX_BATCH, IngestTask, new_task, verify_task_batch
 from watchtower.protocol.partitioning import partition_for_key
 from watchtower.schemas.ingest_records import batch_tasks, decode_tasks, encode_task_batch
+from watchtower.topics.assigned_reader import FROM_BEGINNING, AssignedReader
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.metadata import partitions
-from watchtower.topics.records import RecordProducer, committed_records
-from watchtower.topics.tail_reader import TailReader
+from watchtower.topics.records import Record, RecordProducer, committed_records
 from watchtower.workers.host import FencedError
 from watchtower.workers.tx_writer import TransactionalWriter, WriteFailedError
 
@@ -183,13 +183,16 @@ def fold_events(bootstrap: str, prefix: str | None, view: IngestionView, stop: t
     """Fold ``events`` into `view` from the beginning, read_committed (an aborted StreamCreated must
     not schedule anything), until `stop`. The view skips every record that is neither a creation nor
     a runner event from its header alone, so the ingested feeds' own messages cost no decode."""
-    events = TailReader(bootstrap, topic_name("events", prefix),
-                        group_prefix=f"wt-{prefix or 'wt'}.ingest-scheduler-fold",
-                        fetch_wait_ms=EVENTS_FETCH_WAIT_MS, fetch_min_bytes=EVENTS_FETCH_MIN_BYTES)
+    events = AssignedReader(bootstrap, topic_name("events", prefix),
+                            group_prefix=f"wt-{prefix or 'wt'}.ingest-scheduler-fold",
+                            settings={"auto.offset.reset": "earliest", "fetch.wait.max.ms": EVENTS_FETCH_WAIT_MS,
+                                      "fetch.min.bytes": EVENTS_FETCH_MIN_BYTES})
     try:
+        events.assign(dict.fromkeys(events.partitions(), FROM_BEGINNING))
         while not stop.is_set():
-            for record in events.poll(1000, 0.2):
-                view.fold(record.value, record.key)
+            for record in events.take(1000, 0.2):
+                if isinstance(record, Record):  # the reader asks for no ends of partition
+                    view.fold(record.value, record.key)
     finally:
         events.close()
 

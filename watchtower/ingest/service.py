@@ -46,11 +46,11 @@ from watchtower.metrics.ingest import AggregatorCollector
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.ingestion import MAX_TIMEOUT_BLOCKS
+from watchtower.topics.assigned_reader import FROM_BEGINNING, AssignedReader
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.group_reader import GroupReader, Partitions
 from watchtower.topics.groups import wait_commands_decided
 from watchtower.topics.records import EndOfPartition, Record, committed_records
-from watchtower.topics.tail_reader import TailReader
 
 log = logging.getLogger("watchtower.ingest.service")
 LOOKBACK_MS: Final = (MAX_TIMEOUT_BLOCKS + 60) * BLOCK_INTERVAL_MS
@@ -136,9 +136,14 @@ class AggregatorService:
 
     def run(self) -> None:
         self.catch_up()
-        events = TailReader(self.bootstrap, self.t_events, group_prefix=f"wt-{self.prefix or 'wt'}.ingest-fold",
-                            starts=self.events_next, fetch_wait_ms=EVENTS_FETCH_WAIT_MS,
-                            fetch_min_bytes=EVENTS_FETCH_MIN_BYTES)
+        events = AssignedReader(self.bootstrap, self.t_events, group_prefix=f"wt-{self.prefix or 'wt'}.ingest-fold",
+                                settings={"auto.offset.reset": "earliest", "fetch.wait.max.ms": EVENTS_FETCH_WAIT_MS,
+                                          "fetch.min.bytes": EVENTS_FETCH_MIN_BYTES})
+        try:  # the tail goes on where the catch-up stopped
+            events.assign({p: self.events_next.get(p, FROM_BEGINNING) for p in events.partitions()})
+        except BaseException:
+            events.close()
+            raise
         # A member killed with kill -9 hands its feeds on within the session (`GroupTimeouts`).
         work = GroupReader(self.bootstrap, [self.t_tasks, self.t_results], group=self.group, auto_commit=False,
                            range_assignor=True, partition_ends=True, on_assign=self._on_assign,
@@ -147,8 +152,9 @@ class AggregatorService:
         last_health = 0.0
         try:
             while not self.stop.is_set():
-                for record in events.poll(1000, 0):
-                    self._fold(record)
+                for record in events.take(1000, 0):
+                    if isinstance(record, Record):  # the reader asks for no ends of partition
+                        self._fold(record)
                 for item in work.poll(1000, 0.02):  # short: answers that came back are landed each turn
                     self._handle(item)
                 self.aggregator.step(now_height(), self.results_read_to)

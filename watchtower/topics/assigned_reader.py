@@ -1,22 +1,24 @@
 """`AssignedReader`: partitions of one topic, read_committed, at the offsets its caller names.
 
 The reader is assigned its partitions (it never joins its group, never commits), so the caller
-decides where each one is read from: the end it has now (a live tail, a reply partition), or an
-offset of its own (a range of an archive). `fetch` answers what arrived as plain values: a
+decides where each one is read from: the end it has now (a live tail, a reply partition), an
+offset of its own (a range of an archive, where a fold of the whole topic stopped), or the
+partition's beginning (`FROM_BEGINNING`). `fetch` and `take` answer what arrived as plain values: a
 `records.Record` for each record and, when the settings ask for end-of-partition events
 (``enable.partition.eof``), a `log_follower.PartitionEnd` whenever a partition is read to its
-current end. Transient client errors are the client's to retry and never surface; a client that
-failed for good raises `BrokerError`.
+current end. Transient client errors are the client's to retry: they are logged, never raised. A
+client that failed for good raises `BrokerError`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from watchtower.topics.batches import failed_fatally
 from watchtower.topics.connection import kafka_config
@@ -24,6 +26,11 @@ from watchtower.topics.errors import BrokerError
 from watchtower.topics.log_follower import PartitionEnd
 from watchtower.topics.metadata import partitions
 from watchtower.topics.records import Record, record_of
+
+log = logging.getLogger("watchtower.topics.assigned_reader")
+
+#: The offset `assign` takes for "from the partition's first record on" (its log start).
+FROM_BEGINNING: Final[int] = OFFSET_BEGINNING
 
 
 class AssignedReader:
@@ -65,7 +72,8 @@ class AssignedReader:
                 time.sleep(0.2)  # a back-off between two asks of the broker, not a synchronisation
 
     def assign(self, offsets: Mapping[int, int]) -> None:
-        """Read exactly the partitions of `offsets`, each from its offset (replacing any assignment)."""
+        """Read exactly the partitions of `offsets`, each from its offset (`FROM_BEGINNING`: from its
+        log start), replacing any assignment."""
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in offsets.items()])
 
     def fetch(self, max_records: int, wait_s: float, *, gather_s: float = 0.0) -> list[Record | PartitionEnd]:
@@ -82,19 +90,30 @@ class AssignedReader:
             batch = [first] if max_records <= 1 else [first, *self._consumer.consume(max_records - 1, gather_s)]
         except KafkaException as exc:  # fatal consumer errors only; transient ones come as events
             raise BrokerError(str(exc)) from exc
-        return [read for m in batch if (read := _read(m)) is not None]
+        return [read for m in batch if (read := self._read(m)) is not None]
+
+    def take(self, max_records: int, timeout_s: float) -> list[Record | PartitionEnd]:
+        """Up to `max_records`, in log order per partition, waiting up to `timeout_s` for that many
+        (the client's ``consume``: a fold that runs behind its topic takes full batches, and one
+        that waits for a fuller fetch costs no loop turn per record). `BrokerError` when the client
+        failed for good."""
+        try:
+            batch = self._consumer.consume(max_records, timeout_s)
+        except KafkaException as exc:  # fatal consumer errors only; transient ones come as events
+            raise BrokerError(str(exc)) from exc
+        return [read for m in batch if (read := self._read(m)) is not None]
 
     def close(self) -> None:
         """Leave the partitions."""
         self._consumer.close()
 
-
-def _read(m: Message) -> Record | PartitionEnd | None:
-    err = m.error()
-    if err is None:
-        return record_of(m)
-    if err.code() == KafkaError._PARTITION_EOF:
-        return PartitionEnd(m.partition() or 0, m.offset() or 0)
-    if failed_fatally(err):
-        raise BrokerError(str(err))
-    return None  # transient: the client retries by itself
+    def _read(self, m: Message) -> Record | PartitionEnd | None:
+        err = m.error()
+        if err is None:
+            return record_of(m)
+        if err.code() == KafkaError._PARTITION_EOF:
+            return PartitionEnd(m.partition() or 0, m.offset() or 0)
+        if failed_fatally(err):
+            raise BrokerError(str(err))
+        log.warning("%s reader: %s (the client retries)", self.topic, err)
+        return None
