@@ -165,7 +165,7 @@ KAFKA_CLIENT_HOMES = ("topics", "workers")
 FAUST_HOMES = frozenset({
     "topics/faust_settings.py",
     "projections/consumer.py", "projections/service.py", "projections/keymgr_routes.py",
-    "projections/replay_routes.py",
+    "projections/replay_routes.py", "projections/stream_routes.py",
     "http/server.py",
     "logs/faust_worker.py",
     "local/faust_probe.py",

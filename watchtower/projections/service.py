@@ -30,15 +30,15 @@ from typing import Any
 from faust.web import Request, Response
 
 from watchtower import tracing
-from watchtower.http import params
 from watchtower.http import server as web_server
 from watchtower.http.broker_probe import BrokerProbe
 from watchtower.http.errors import error_body, http_status
 from watchtower.http.openapi import OPENAPI
 from watchtower.http.server import SafeJsonWeb
-from watchtower.projections import keymgr_routes, quarantine, replay_routes
+from watchtower.projections import keymgr_routes, quarantine, replay_routes, stream_routes
 from watchtower.projections.catch_up import CatchUp
 from watchtower.projections.consumer import ProjectionApp
+from watchtower.projections.filter_cache import compiled_filter
 from watchtower.projections.fold import Folder, verified_sequence
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, KEYMGR_VIEW, keymgr_digest, keymgr_table_digests
 from watchtower.projections.log_reader import LogReader, PayloadCache
@@ -47,27 +47,18 @@ from watchtower.projections.partitions import OwnedPartitions
 from watchtower.projections.replay_tables import REPLAY_TABLE, fold_replay, replay_price_of
 from watchtower.projections.routing import route_to_owner
 from watchtower.protocol.errors import (
-    FeedNotFoundError,
     InvalidArgumentError,
-    LimitExceededError,
     NotReadyError,
     WatchtowerError,
 )
 from watchtower.protocol.json_ints import json_safe_ints
-from watchtower.protocol.page.proof import entry_json, proof_of, require_provable
-from watchtower.protocol.registry import REGISTRY_KEY
-from watchtower.protocol.stream.filters import compile_filter, parse_filter
+from watchtower.protocol.page.proof import entry_json, proof_of
 from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.ring_window import floor_for, get_since_range
 from watchtower.protocol.stream.views import (
     TABLE_NAMES,
-    feeds,
-    head_view,
-    key_at,
-    key_page,
     require_stream,
-    stream_subscribers,
     table_digests,
     views_digest,
 )
@@ -243,7 +234,7 @@ class Projection:
     async def _page(self, stream_id: str, cursor: int, limit: int, filter_spec: object,
                     proof: bool) -> tuple[dict[str, Any], list[bytes]]:
         """The page's envelope (window, next cursor, proof) and its messages' JSON bytes."""
-        match = _compiled_filter(filter_spec, proof)
+        match = compiled_filter(filter_spec, proof)
         view = self.stream_view(stream_id)
         head = self.heads.get(stream_id)
         head_seq, capacity = 0 if head is None else int(head["head"]), int(view["config"]["ring_buffer_capacity"])
@@ -362,70 +353,7 @@ class Projection:
         async def openapi(web: Any, _request: Request) -> Response:
             return web.schema_json(OPENAPI)  # a schema, not data: its bounds are written as they are
 
-        @page("/v1/streams/{stream_id}/head", key="stream_id")
-        async def get_head(web: Any, _request: Request, stream_id: str) -> Response:
-            return web.json(head_view(projection.stream_view(stream_id), projection.heads.get(stream_id),
-                                      projection.key_schedule_of(stream_id)))
-
-        @page("/v1/streams/{stream_id}", key="stream_id")
-        async def info(web: Any, _request: Request, stream_id: str) -> Response:
-            view = projection.stream_view(stream_id)
-            body = head_view(view, projection.heads.get(stream_id), projection.key_schedule_of(stream_id))
-            body.update(config=view["config"], allowlist=view["allowlist"], subscribers=view["subscribers"],
-                        created_at_block=view["created_at_block"], key_epoch=view["last_key_epoch"])
-            return web.json(body)
-
-        @page("/v1/streams/{stream_id}/messages", key="stream_id")
-        async def get_since(web: Any, request: Request, stream_id: str) -> Response:
-            q = request.query
-            limit = params.limit_param(q)  # first, as the spec orders the checks
-            cursor = params.int_param(q, "cursor", 0)
-            filter_spec = params.filter_param(q)
-            min_head = params.int_param(q, "min_head", 0)
-            wait_ms = params.wait_ms_param(q)
-            proof = params.bool_param(q, "proof")
-            if min_head:
-                await projection.waiters.wait(stream_id, min_head, wait_ms, lambda: projection.head_of(stream_id))
-            body = await projection.get_since_bytes(stream_id, cursor, limit, filter_spec, proof)
-            return web.bytes(body, content_type="application/json")
-
-        @page("/v1/streams/{stream_id}/keys/at/{sequence}", key="stream_id")
-        async def key_at_sequence(web: Any, _request: Request, stream_id: str, sequence: str) -> Response:
-            entry = key_at(projection.stream_view(stream_id), params.int_text(sequence, "sequence", minimum=1))
-            # publisher_key is the spec's name; public_key_hex is the deprecated one.
-            return web.json({**entry.to_dict(), "publisher_key": entry.public_key.hex()})
-
-        @page("/v1/streams/{stream_id}/keys", key="stream_id")
-        async def key_history(web: Any, request: Request, stream_id: str) -> Response:
-            q = request.query
-            page_ = key_page(projection.stream_view(stream_id), params.int_param(q, "from", 1, minimum=1),
-                             params.int_param(q, "limit", 100, minimum=1, maximum=500,
-                                              error=LimitExceededError))
-            return web.json({"entries": [{**e.to_dict(), "publisher_key": e.public_key.hex()} for e in page_.entries],
-                             "next_from": page_.next_from_signing_key_id})
-
-        @page("/v1/streams/{stream_id}/subscribers", key="stream_id")
-        async def subscribers(web: Any, request: Request, stream_id: str) -> Response:
-            active = params.bool_param(request.query, "active_only")
-            projection.stream_view(stream_id)
-            subs = stream_subscribers(projection.subscriptions.items(), stream_id, active_only=active)
-            return web.json({"stream_id": stream_id, "subscribers": subs})
-
-        @page("/v1/feeds", exact=REGISTRY_KEY)
-        async def list_feeds(web: Any, request: Request) -> Response:
-            return web.json({"feeds": feeds(projection.registry.items(), request.query.get("owner"))})
-
-        @page("/v1/feeds/{feed_id}", exact=REGISTRY_KEY)
-        async def get_feed(web: Any, _request: Request, feed_id: str) -> Response:
-            entry = projection.registry.get(str(params.int_text(feed_id, "feed_id", minimum=1)))
-            if entry is None:
-                raise FeedNotFoundError(f"no feed has id {feed_id}; run `watchtower list` to see the feeds")
-            return web.json(entry)
-
-        @page("/v1/admin/digest")
-        async def digest(web: Any, _request: Request) -> Response:
-            return web.json(projection.digest())
-
+        stream_routes.install(projection, page)
         keymgr_routes.install(projection, page)
         replay_routes.install(projection, page)
 
@@ -444,32 +372,6 @@ def group_instance_id(worker_id: str) -> str | None:
     if os.environ.get("WATCHTOWER_STATIC_MEMBERSHIP", "1").strip() == "0":
         return None
     return f"projection-{worker_id}"
-
-
-def _compiled_filter(filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool] | None:
-    """The filter's predicate (None: no filter, every message matches); INVALID_FILTER as the spec
-    says, and with `proof` also for a filter a proof cannot cover. Compiled once per distinct filter."""
-    if filter_spec is None and not proof:
-        return None
-    key = filter_spec if isinstance(filter_spec, str) else json.dumps(filter_spec, sort_keys=True)
-    return _compile_cached(key, filter_spec, proof)
-
-
-def _compile_cached(key: str, filter_spec: object, proof: bool) -> Callable[[Mapping[str, Any]], bool]:
-    cached = _FILTERS.get((key, proof))
-    if cached is None:
-        node = parse_filter(filter_spec)
-        if proof:
-            require_provable(node)
-        cached = compile_filter(node)
-        if len(_FILTERS) >= _MAX_FILTERS:
-            _FILTERS.pop(next(iter(_FILTERS)))
-        _FILTERS[(key, proof)] = cached
-    return cached
-
-
-_MAX_FILTERS = 1024
-_FILTERS: dict[tuple[str, bool], Callable[[Mapping[str, Any]], bool]] = {}
 
 
 def _topic_layout(bootstrap: str, topic: str) -> tuple[int, int]:
