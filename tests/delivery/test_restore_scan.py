@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from watchtower.topics.connection import kafka_config
-from watchtower.workers.record import ConsumedRecord
+from watchtower.topics.records import Record
 from watchtower.workers.state_loader import scan_partition
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_a_catch_up_scan_ends_at_the_end_offset_when_the_tail_is_markers_and_abo
     try:
         seen: list[bytes | None] = []
 
-        def record(got: ConsumedRecord) -> None:
+        def record(got: Record) -> None:
             seen.append(got.value)
 
         try:

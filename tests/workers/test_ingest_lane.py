@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from counter_aggregate import CounterAggregate, TotalAggregate, counter_command
 
+from watchtower.topics.records import Record
 from watchtower.workers.command_processor import CommandProcessor
-from watchtower.workers.record import ConsumedRecord
 
 PREFIX = "tlane"
 
@@ -94,7 +94,7 @@ def worker() -> Iterator[CommandProcessor]:
     gc.collect()
 
 
-def serve(worker: CommandProcessor, batch: list[ConsumedRecord], producer: RecordingProducer,
+def serve(worker: CommandProcessor, batch: list[Record], producer: RecordingProducer,
           consumer: RecordingConsumer | None = None) -> RecordingConsumer:
     """One step of `worker` over `batch` (as fetched), with the recording clients."""
     consumer = consumer or RecordingConsumer()
@@ -106,11 +106,11 @@ def serve(worker: CommandProcessor, batch: list[ConsumedRecord], producer: Recor
     return consumer
 
 
-def record(topic: str, offset: int, counter: str) -> ConsumedRecord:
-    return ConsumedRecord(f"{PREFIX}.{topic}", 0, offset, counter.encode(), counter_command(counter, 1))
+def record(topic: str, offset: int, counter: str) -> Record:
+    return Record(f"{PREFIX}.{topic}", 0, offset, counter.encode(), counter_command(counter, 1), (), 0)
 
 
-def ingested(count: int, first_offset: int = 40) -> list[ConsumedRecord]:
+def ingested(count: int, first_offset: int = 40) -> list[Record]:
     return [record("ingest.commands", first_offset + i, f"feed-{i}") for i in range(count)]
 
 

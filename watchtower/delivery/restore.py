@@ -30,9 +30,9 @@ from watchtower.protocol.push.checkpoint import PushCheckpoint, checkpoint_block
 from watchtower.schemas.delivery_records import decode_checkpoint
 from watchtower.topics.partitioning import partition_for_key
 from watchtower.topics.reader import end_offsets
+from watchtower.topics.records import Record
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
-from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
 from watchtower.workers.state_loader import scan_partition
 
@@ -70,7 +70,7 @@ def restore_partition(bootstrap: str, topics: dict[str, str], partition: int, pa
                                    group=_scan_group())
     restored = Restored(fold, events_offset)
 
-    def checkpoint(record: ConsumedRecord) -> None:
+    def checkpoint(record: Record) -> None:
         offset = record.offset
         try:
             cp = decode_checkpoint(record.value)

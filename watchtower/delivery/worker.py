@@ -58,8 +58,8 @@ from watchtower.schemas.delivery_records import encode_checkpoint
 from watchtower.schemas.records import decode_message
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.records import Record
 from watchtower.workers.event_fold import EventFold
-from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.state_loader import CommittedOffsets
 from watchtower.workers.tx_worker import (
     TopicPartitionId,
@@ -172,7 +172,7 @@ class DeliveryWorker(TransactionalWorker):
         self.health.partitions = sorted(self.folds)
 
     # ------------------------------------------------------------------ consuming
-    def _consume(self, record: ConsumedRecord) -> None:
+    def _consume(self, record: Record) -> None:
         topic, p, offset = record.topic, record.partition, record.offset
         if p not in self.folds:
             return
@@ -189,7 +189,7 @@ class DeliveryWorker(TransactionalWorker):
         with tracing.span("delivery schedule", record.headers, partition=p) or nullcontext():
             self._ingest(p, offset, record)
 
-    def _ingest(self, p: int, offset: int, record: ConsumedRecord) -> None:
+    def _ingest(self, p: int, offset: int, record: Record) -> None:
         value = record.value or b""
         try:
             message = decode_message(value)

@@ -41,7 +41,8 @@ from watchtower.protocol.stream.state import STREAM_EVENT_TYPES, Event, StreamSt
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.errors import BrokerError, TopicUnavailableError
-from watchtower.topics.log_follower import LogFollower, PartitionEnd
+from watchtower.topics.log_follower import LogFollower
+from watchtower.topics.records import EndOfPartition
 from watchtower.topics.stable_offsets import StableOffsets
 
 log = logging.getLogger("watchtower.keymgr.follower")
@@ -111,7 +112,7 @@ class EventFollower:
                 continue
             with self._cond:
                 for record in records:
-                    if isinstance(record, PartitionEnd):
+                    if isinstance(record, EndOfPartition):
                         self._advance(record.partition, record.offset)
                         continue
                     self._fold(record.partition, record.offset, record.value)

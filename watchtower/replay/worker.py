@@ -66,7 +66,7 @@ from watchtower.schemas.replay_records import decode_replay_record, encode_repla
 from watchtower.schemas.wire import encode_replay_finished
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.partitioning import partition_for_key
-from watchtower.workers.record import ConsumedRecord
+from watchtower.topics.records import Record
 from watchtower.workers.state_loader import scan_partition
 from watchtower.workers.tx_worker import (
     TopicPartitionId,
@@ -194,14 +194,14 @@ class ReplayWorker(TransactionalWorker):
         return scan_partition(self.bootstrap, self.t_replay, partition, self._apply,
                               group=f"{self.group}-scan", catch_up=True, timeout_s=FOLD_STALL_S)
 
-    def _consume(self, msg: ConsumedRecord) -> None:
+    def _consume(self, msg: Record) -> None:
         partition = msg.partition
         if partition not in self.views:
             return
         self._consumed[partition] = msg.offset + 1
         self._apply(msg)
 
-    def _apply(self, msg: ConsumedRecord) -> None:
+    def _apply(self, msg: Record) -> None:
         partition, offset = msg.partition, msg.offset
         views = self.views.setdefault(partition, {})
         try:

@@ -5,7 +5,7 @@ decides where each one is read from: the end it has now (a live tail, a reply pa
 offset of its own (a range of an archive, where a fold of the whole topic stopped), or the
 partition's beginning (`FROM_BEGINNING`). `fetch` and `take` answer what arrived as plain values: a
 `records.Record` for each record and, when the settings ask for end-of-partition events
-(``enable.partition.eof``), a `log_follower.PartitionEnd` whenever a partition is read to its
+(``enable.partition.eof``), a `records.EndOfPartition` whenever a partition is read to its
 current end. Transient client errors are the client's to retry: they are logged, never raised. A
 client that failed for good raises `BrokerError`.
 """
@@ -23,9 +23,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from watchtower.topics.batches import failed_fatally
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
-from watchtower.topics.log_follower import PartitionEnd
 from watchtower.topics.metadata import partitions
-from watchtower.topics.records import Record, record_of
+from watchtower.topics.records import EndOfPartition, Record, end_of_partition, record_of
 
 log = logging.getLogger("watchtower.topics.assigned_reader")
 
@@ -76,7 +75,7 @@ class AssignedReader:
         log start), replacing any assignment."""
         self._consumer.assign([TopicPartition(self.topic, p, o) for p, o in offsets.items()])
 
-    def fetch(self, max_records: int, wait_s: float, *, gather_s: float = 0.0) -> list[Record | PartitionEnd]:
+    def fetch(self, max_records: int, wait_s: float, *, gather_s: float = 0.0) -> list[Record | EndOfPartition]:
         """What arrived, in log order per partition: the first waited for up to `wait_s`, then up to
         `max_records` in all gathered for up to `gather_s` more (0: only what is already fetched).
 
@@ -92,7 +91,7 @@ class AssignedReader:
             raise BrokerError(str(exc)) from exc
         return [read for m in batch if (read := self._read(m)) is not None]
 
-    def take(self, max_records: int, timeout_s: float) -> list[Record | PartitionEnd]:
+    def take(self, max_records: int, timeout_s: float) -> list[Record | EndOfPartition]:
         """Up to `max_records`, in log order per partition, waiting up to `timeout_s` for that many
         (the client's ``consume``: a fold that runs behind its topic takes full batches, and one
         that waits for a fuller fetch costs no loop turn per record). `BrokerError` when the client
@@ -107,12 +106,12 @@ class AssignedReader:
         """Leave the partitions."""
         self._consumer.close()
 
-    def _read(self, m: Message) -> Record | PartitionEnd | None:
+    def _read(self, m: Message) -> Record | EndOfPartition | None:
         err = m.error()
         if err is None:
             return record_of(m)
         if err.code() == KafkaError._PARTITION_EOF:
-            return PartitionEnd(m.partition() or 0, m.offset() or 0)
+            return end_of_partition(m)
         if failed_fatally(err):
             raise BrokerError(str(err))
         log.warning("%s reader: %s (the client retries)", self.topic, err)

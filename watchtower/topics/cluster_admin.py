@@ -74,7 +74,8 @@ def _admin(settings: Mapping[str, Any]) -> AdminClient:
 def create_acls(settings: Mapping[str, Any], grants: Sequence[Grant], timeout_s: float = 30.0) -> int:
     """Create every grant (creating one that exists is a no-op); returns how many were asked for."""
     by_binding = {g.binding(): g for g in grants}
-    futures = _admin(settings).create_acls(list(by_binding), request_timeout=timeout_s)
+    admin = _admin(settings)  # held until every answer is in: a destroyed client fails its futures
+    futures = admin.create_acls(list(by_binding), request_timeout=timeout_s)
     for binding, future in futures.items():
         try:
             future.result(timeout=timeout_s)
@@ -87,7 +88,8 @@ def users_without_scram(settings: Mapping[str, Any], names: Sequence[str], timeo
     """Those of `names` the cluster holds no SCRAM credential for, in the order given."""
     if not names:
         return []
-    described = _admin(settings).describe_user_scram_credentials(list(names), request_timeout=timeout_s)
+    admin = _admin(settings)  # held until every answer is in: a destroyed client fails its futures
+    described = admin.describe_user_scram_credentials(list(names), request_timeout=timeout_s)
     assert isinstance(described, dict)  # a dict of futures when users are named
     return [name for name in names if not _has_credential(described[name], timeout_s)]
 
@@ -109,7 +111,8 @@ def upsert_scram_users(settings: Mapping[str, Any], passwords: Mapping[str, str]
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
     upserts: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(name, info, password.encode()) for name, password in passwords.items()]
-    for name, future in _admin(settings).alter_user_scram_credentials(upserts, request_timeout=timeout_s).items():
+    admin = _admin(settings)  # held until every answer is in: a destroyed client fails its futures
+    for name, future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s).items():
         try:
             future.result(timeout=timeout_s)
         except Exception as exc:  # KafkaException or a timeout: refused either way

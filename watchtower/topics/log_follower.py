@@ -2,7 +2,7 @@
 
 The follower is assigned the partitions (it never joins its group, never commits), so each process
 that follows a topic sees all of it, in log order per partition. `poll` answers what arrived as
-plain values: a `records.Record` for each record, a `PartitionEnd` whenever a partition is read to its
+plain values: a `records.Record` for each record, an `records.EndOfPartition` whenever a partition is read to its
 current end (so a reader can tell "caught up" from "nothing came"). Transient client errors are the
 client's to retry and never surface; a client that failed for good raises `BrokerError`.
 """
@@ -10,7 +10,6 @@ client's to retry and never surface; a client that failed for good raises `Broke
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -18,15 +17,7 @@ from watchtower.topics.batches import next_batch
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.errors import BrokerError
 from watchtower.topics.metadata import partitions
-from watchtower.topics.records import Record, record_of
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionEnd:
-    """`partition` was read to its end, which was then at `offset`."""
-
-    partition: int
-    offset: int
+from watchtower.topics.records import EndOfPartition, Record, end_of_partition, record_of
 
 
 class LogFollower:
@@ -53,20 +44,20 @@ class LogFollower:
             raise
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Record | PartitionEnd]:
+    def poll(self, max_records: int, timeout_s: float) -> list[Record | EndOfPartition]:
         """What arrived, in log order per partition: the first waited for up to `timeout_s`, the rest
         only if already fetched (`batches.next_batch`). `BrokerError` when the client failed for good."""
         try:
             batch = next_batch(self._consumer, max_records, timeout_s)
         except KafkaException as exc:  # fatal consumer errors only; transient ones come as records
             raise BrokerError(str(exc)) from exc
-        out: list[Record | PartitionEnd] = []
+        out: list[Record | EndOfPartition] = []
         for msg in batch:
             err = msg.error()
             if err is None:
                 out.append(record_of(msg))
             elif err.code() == KafkaError._PARTITION_EOF:
-                out.append(PartitionEnd(msg.partition() or 0, msg.offset() or 0))
+                out.append(end_of_partition(msg))
         return out
 
     def close(self) -> None:

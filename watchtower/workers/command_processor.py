@@ -26,7 +26,7 @@ It is a processor of the one transactional loop (:mod:`watchtower.workers.loop`)
 delivery and replay workers: the loop owns the consumer, the producer (its watchdog, fencing,
 outage recovery and the one ``init_transactions`` policy of :mod:`watchtower.workers.host`), the
 transaction of each batch, and what a failed one means. Consumed records are turned into typed
-records (:class:`watchtower.workers.record.ConsumedRecord`) before they are decided. A batch whose
+records (:class:`watchtower.workers.record.Record`) before they are decided. A batch whose
 transaction is aborted is undone in memory and decided again (the consumer seeks back to its
 first records); a worker that starts over from the log rebuilds every owned partition from the
 events and seeks to the committed offsets. While the brokers are away the health file says
@@ -56,6 +56,7 @@ from watchtower.metrics.lag import worker_groups
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.topics.groups import STREAM_WORKER_GROUP, stream_worker_group
 from watchtower.topics.reader import HighWatermarks
+from watchtower.topics.records import Record
 from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
@@ -63,7 +64,6 @@ from watchtower.workers.health import HealthFile, MeteredHealthFile
 from watchtower.workers.host import consumer_config, producer_config
 from watchtower.workers.loop import Hosted, Processor, TransactionalLoop
 from watchtower.workers.partitions import PartitionOwner
-from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
 
 log = logging.getLogger("watchtower.worker")
@@ -100,8 +100,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._method = worker_metrics.UNKNOWN_METHOD
         self._last_reply: bytes | None = None
         self._touched: Touched = {}
-        self._batch: list[ConsumedRecord] = []
-        self._held: list[ConsumedRecord] = []  # fetched, waiting for the batch before them (step)
+        self._batch: list[Record] = []
+        self._held: list[Record] = []  # fetched, waiting for the batch before them (step)
         self._high_watermarks = HighWatermarks(bootstrap)
         self._gave_way_at: dict[int, int] = {}  # commands partition -> its high watermark when the lane gave way
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
@@ -196,7 +196,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             self.health.write()
 
     # ------------------------------------------------------------------ the transaction
-    def _process_batch(self, batch: list[ConsumedRecord], *, yield_to: Callable[[], bool] | None = None) -> bool:
+    def _process_batch(self, batch: list[Record], *, yield_to: Callable[[], bool] | None = None) -> bool:
         """Decide `batch` and commit it in one transaction; whether it committed (an empty batch counts).
 
         `yield_to` is asked every `LANE_LOOK_EVERY` records whether to stop there: the transaction
@@ -294,7 +294,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
                  self._owned, time.monotonic() - started)
 
     # ------------------------------------------------------------------ metrics of each decision
-    def _handle(self, record: ConsumedRecord, touched: Touched, ctx: Context) -> None:
+    def _handle(self, record: Record, touched: Touched, ctx: Context) -> None:
         self._method = worker_metrics.UNKNOWN_METHOD  # until the record is routed
         rejected = self.stats.rejected
         # A span per command when tracing is on (what it writes carries its context: decider);
@@ -320,7 +320,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         super()._reply(headers, value)
 
 
-def _next_offsets(batch: list[ConsumedRecord]) -> list[TopicPartition]:
+def _next_offsets(batch: list[Record]) -> list[TopicPartition]:
     last: dict[tuple[str, int], int] = {}
     for r in batch:
         last[(r.topic, r.partition)] = r.offset

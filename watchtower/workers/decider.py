@@ -1,7 +1,7 @@
 """Deciding one batch of records: the hosted aggregates' rules applied to consumed records.
 
 :class:`CommandDecider` holds the per-partition aggregate instances a worker owns and turns each
-command or forward record (a typed :class:`~watchtower.workers.record.ConsumedRecord`) into events,
+command or forward record (a typed :class:`~watchtower.workers.record.Record`) into events,
 extra records (StreamMessages), forwards and a reply, produced on the current transaction of
 ``self.producer``. It knows aggregates only through the contract of
 :mod:`watchtower.workers.aggregate`; it never commits or aborts:
@@ -30,10 +30,10 @@ from watchtower.protocol.partitioning import partition_for_key
 from watchtower.protocol.placement import check_command_placement, check_instance_placement
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, encode_reply
 from watchtower.topics.catalogue import topic_name
+from watchtower.topics.records import Record
 from watchtower.workers.aggregate import Aggregate, Context, DecodeOnce, check_unique
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.deployment import deployment_from_env
-from watchtower.workers.record import ConsumedRecord
 
 log = logging.getLogger("watchtower.worker")
 
@@ -129,7 +129,7 @@ class CommandDecider:
             raise first
         raise recognised
 
-    def _handle(self, record: ConsumedRecord, touched: Touched, ctx: Context) -> None:
+    def _handle(self, record: Record, touched: Touched, ctx: Context) -> None:
         self.stats.commands += 1
         partition = record.partition
         headers = dict(record.headers or [])

@@ -44,13 +44,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from watchtower.metrics import common as common_metrics
 from watchtower.topics.connection import GroupTimeouts, kafka_config
 from watchtower.workers.bounded import BoundedCaller, CallStuckError
 from watchtower.workers.fences import FenceCounter, rival_message
-from watchtower.workers.record import ConsumedRecord
 
 log = logging.getLogger("watchtower.workers.host")
 
@@ -138,13 +137,6 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
         return exc.error
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return err if isinstance(err, KafkaError) else None
-
-
-def record_of(msg: Message) -> ConsumedRecord:
-    """The typed record of a consumed message (one without an error)."""
-    headers = msg.headers()
-    return ConsumedRecord(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0), msg.key(), msg.value(),
-                          list(headers.items()) if isinstance(headers, dict) else headers)
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -59,14 +59,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from watchtower.metrics import common as common_metrics
 from watchtower.metrics.consumer_lag import ConsumerLag
 from watchtower.topics.batches import failed_fatally
+from watchtower.topics.records import Record, record_of
 from watchtower.workers.host import (
     ProducerFailedError,
     TransactionalProducer,
     kafka_error,
-    record_of,
     unreachable,
 )
-from watchtower.workers.record import ConsumedRecord
 
 log = logging.getLogger("watchtower.workers.loop")
 
@@ -223,7 +222,7 @@ class TransactionalLoop:
                                          sorted({(tp.topic, tp.partition) for tp in partitions}))
 
     # ------------------------------------------------------------------ consuming
-    def fetch(self, max_records: int, wait_s: float) -> list[ConsumedRecord]:
+    def fetch(self, max_records: int, wait_s: float) -> list[Record]:
         """Waits up to `wait_s` for the first record only, then takes whatever is already fetched (up to
         `max_records` in all): consume() with a timeout would wait for a FULL batch and hold a lone
         record for the whole wait, adding it to every latency. Errors and ends of partition are left

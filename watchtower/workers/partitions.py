@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Final
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from watchtower.protocol.ledger.billing import block_height_at
+from watchtower.topics.records import Record
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.decider import CommandDecider
 from watchtower.workers.health import HealthFile
-from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import SnapshotPolicy
 from watchtower.workers.state_loader import CommittedOffsets, load_partitions
 
@@ -238,7 +238,7 @@ class PartitionOwner(CommandDecider):
         if tps:
             (self.consumer.pause if paused else self.consumer.resume)(tps)
 
-    def _ready_only(self, batch: list[ConsumedRecord]) -> list[ConsumedRecord]:
+    def _ready_only(self, batch: list[Record]) -> list[Record]:
         """The records of partitions with a rebuilt state; the others are put back (never decided)."""
         ready = [r for r in batch if r.partition in self._states]
         if len(ready) < len(batch):
@@ -248,7 +248,7 @@ class PartitionOwner(CommandDecider):
                 log.warning("could not put back records of a partition being rebuilt: %s", exc)
         return ready
 
-    def _seek_to_firsts(self, batch: list[ConsumedRecord]) -> None:
+    def _seek_to_firsts(self, batch: list[Record]) -> None:
         firsts: dict[tuple[str, int], int] = {}
         for r in batch:
             firsts.setdefault((r.topic, r.partition), r.offset)

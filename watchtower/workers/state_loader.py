@@ -21,11 +21,10 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.reader import end_offsets, read_committed
+from watchtower.topics.records import Record, record_of
 from watchtower.workers.aggregate import Aggregate
 from watchtower.workers.aggregates import default_aggregates
 from watchtower.workers.event_fold import EventFold, PartitionState, Quarantined
-from watchtower.workers.host import record_of
-from watchtower.workers.record import ConsumedRecord
 from watchtower.workers.snapshots import latest_snapshots
 
 log = logging.getLogger("watchtower.rebuild")
@@ -195,7 +194,7 @@ def _latest(admin: AdminClient, tps: list[TopicPartition], isolation: IsolationL
     return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
 
 
-def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callable[[ConsumedRecord], object],
+def scan_partition(bootstrap: str, topic: str, partition: int, on_record: Callable[[Record], object],
                    start: int = 0,
                    *, group: str, catch_up: bool = False, timeout_s: float = SCAN_TIMEOUT_S) -> int:
     """Feed every committed record of `topic` `partition` from `start` to `on_record`; the offset reached.
