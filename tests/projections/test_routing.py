@@ -114,6 +114,49 @@ async def _scenario() -> dict[str, Any]:
     return results
 
 
+async def _promoted_during_the_forward() -> tuple[int, dict[str, Any]]:
+    """This worker holds partition 1 as a caught-up standby. Its owner is going away: it takes the
+    forwarded read and drops the connection, and meanwhile the group's rebalance has made this
+    worker the owner (no longer a standby)."""
+    state = {"owned": {0}, "standby": {1}}
+
+    async def leaving_owner(request: web.Request) -> web.Response:
+        state["owned"], state["standby"] = {0, 1}, set()  # the new assignment arrives meanwhile
+        assert request.transport is not None
+        request.transport.close()  # the owner's process exits before it answers
+        return web.Response()
+
+    owner_port, my_port = free_ports(2)
+    server = web.Application()
+    server.router.add_get("/v1/streams/{stream_id}", leaving_owner)
+    runner = web.AppRunner(server)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", owner_port).start()
+    me, owner = f"http://127.0.0.1:{my_port}", f"http://127.0.0.1:{owner_port}"
+    owners = {me: {TOPIC: [0]}, owner: {TOPIC: [1]}}
+
+    async def local(_view: Any, request: Any, **_kw: Any) -> web.Response:
+        return web.json_response({"served_by": "me", "standing_in": partitions._STANDING_IN.get()})
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            handler = route_to_owner(_app(session, owners, me), TOPIC, {"k": 1}.__getitem__,
+                                     lambda p: p in state["owned"], match_info="stream_id",
+                                     stands_by=lambda p: p in state["standby"])(local)
+            response = await handler(SimpleNamespace(web=_Web()), _request("/v1/streams/k", "k"))
+    finally:
+        await runner.cleanup()
+    return response.status, json.loads(response.body)
+
+
+def test_a_standby_made_owner_while_its_forward_waits_answers_the_read_itself() -> None:
+    """Seen in the deploy tier's rolling restart: the survivor forwarded a read to the stopped owner
+    as its standby, the group handed it the partition during the forward, and it answered NOT_READY
+    because it was no longer a standby (and neither worker answered that read)."""
+    status, body = asyncio.run(_promoted_during_the_forward())
+    assert (status, body) == (200, {"served_by": "me", "standing_in": False})
+
+
 def test_reads_are_served_here_forwarded_once_to_the_owner_or_answered_not_ready() -> None:
     results = asyncio.run(_scenario())
     assert results["here"] == (200, {"served_by": "me", "key": "here"})

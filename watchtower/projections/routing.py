@@ -12,7 +12,8 @@ NOT_READY with ``Retry-After``, never a 500 and never a hang: the owner comes ba
 the group moves its partitions within the session timeout. Meanwhile a worker that holds the
 partition as a caught-up standby answers the read itself (`partitions`), as it does when the owner
 answers NOT_READY (still folding a partition it just got) or does not answer within
-`STANDBY_HEDGE_S` (stopping, hung).
+`STANDBY_HEDGE_S` (stopping, hung); and so does a worker that a rebalance made the owner while its
+forward waited (the group hands a departed owner's partitions to their standby).
 """
 
 from __future__ import annotations
@@ -97,8 +98,11 @@ def route_to_owner(app: Any, topic: str, partition_of: Callable[[str], int], ser
                 return await here(partition, view, request, *args, **kwargs)
             hedged = stands_by is not None and stands_by(partition)
             answer = await forward(app, view, request, url, hedged=hedged)
-            if answer.status == 503 and stands_by is not None and stands_by(partition):
-                return await here(partition, view, request, *args, **kwargs)  # the owner is away or catching up
+            # The owner is away or catching up: a caught-up standby here answers, and so does this
+            # worker when a rebalance during the forward made it the owner (an owner that left the
+            # group hands its partitions to their standby while a forward to it is waiting).
+            if answer.status == 503 and (serves(partition) or (stands_by is not None and stands_by(partition))):
+                return await here(partition, view, request, *args, **kwargs)
             return answer
         return routed
     return decorate
