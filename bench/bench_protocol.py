@@ -40,6 +40,7 @@ from typing import Any
 
 import nacl.bindings
 import nacl.signing
+from watchtower.workers.record import ConsumedRecord
 
 from watchtower.protocol import (
     compile_filter,
@@ -53,7 +54,6 @@ from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream.actor import StreamState, decide, evolve
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_command, encode_command
 from watchtower.workers.decider import CommandDecider
-from watchtower.workers.record import ConsumedRecord
 
 SEED = bytes(range(32))
 SPEC_FILTER = {
@@ -178,11 +178,11 @@ class _Discard:
 
     produced = 0
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
-                headers: Any = None) -> None:
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,  # noqa: ARG002
+                partition: int = -1, headers: Any = None) -> None:  # noqa: ARG002 (the producer's signature)
         self.produced += 1
 
-    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = 0) -> Any:  # noqa: ARG002
         from types import SimpleNamespace
         return SimpleNamespace(topics={topic: SimpleNamespace(partitions=dict.fromkeys(range(6)))})
 

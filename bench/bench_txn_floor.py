@@ -169,7 +169,7 @@ def drain(sent: dict[bytes, float], seen: dict[bytes, float], timeout_s: float =
         time.sleep(0.05)
 
 
-def warmed(bootstrap: str, topic: str, streams: int, rate: float, seen: dict[bytes, float]) -> "Paced":
+def warmed(bootstrap: str, topic: str, streams: int, rate: float, seen: dict[bytes, float]) -> Paced:
     """A paced producer whose first second of commands (not timed) has been seen end to end: the
     clients' connections, the follower's position and the transaction coordinator are warm."""
     paced = Paced(bootstrap, topic, streams)
@@ -218,7 +218,8 @@ def set_verification(bootstrap: str, enabled: bool) -> None:
     entry = ConfigEntry("transaction.partition.verification.enable", "true" if enabled else "false",
                         incremental_operation=AlterConfigOpType.SET)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.incremental_alter_configs([ConfigResource("BROKER", "1", incremental_configs=[entry])]).values():
+    resource = ConfigResource("BROKER", "1", incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
 
 
