@@ -40,7 +40,6 @@ from typing import Any
 
 import nacl.bindings
 import nacl.signing
-from watchtower.workers.record import ConsumedRecord
 
 from watchtower.protocol import (
     compile_filter,
@@ -53,6 +52,7 @@ from watchtower.protocol import (
 from watchtower.protocol.signed_command import sign_command
 from watchtower.protocol.stream.actor import StreamState, decide, evolve
 from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION, decode_command, encode_command
+from watchtower.topics.records import Record
 from watchtower.workers.decider import CommandDecider
 
 SEED = bytes(range(32))
@@ -197,11 +197,11 @@ def _worker_record(owner: nacl.signing.SigningKey, publisher: nacl.signing.Signi
     headers = [(H_CORRELATION, b"c" * 16), (H_REPLY_PARTITION, b"0")]
     ctx = decider._context()
     create = sign_command(owner, "create_stream", stream_id, 1, {"publisher_key": bytes(publisher.verify_key)})
-    decider._handle(ConsumedRecord(decider.t_commands, partition, 0, stream_id.encode(), encode_command(create),
-                                   headers), {}, ctx)
+    decider._handle(Record(decider.t_commands, partition, 0, stream_id.encode(), encode_command(create),
+                           headers, 0), {}, ctx)
     states = decider._states[partition]["stream"]
     created = dict(states)
-    record = ConsumedRecord(decider.t_commands, partition, 1, stream_id.encode(), publish, headers)
+    record = Record(decider.t_commands, partition, 1, stream_id.encode(), publish, headers, 0)
 
     def handle() -> object:
         decider._handle(record, {}, ctx)

@@ -49,7 +49,7 @@ from kafka_fixture import embedded_spec, free_ports
 from watchtower.gateway.transport import CommandClient
 from watchtower.local.broker import LocalKafka
 from watchtower.local.stack import ServiceSet
-from watchtower.protocol.replay.records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistered
+from watchtower.protocol.replay.records import ReplayCanceled, ReplayCompleted, ReplayErrored, ReplayRegistration
 from watchtower.protocol.replay.rules import plan_replay, replay_id_for
 from watchtower.protocol.signed_command import Command, command_digest, sign_command
 from watchtower.protocol.signing import sign_message
@@ -139,7 +139,7 @@ def raw_copy(bootstrap: str, source: str, partition: int, target: str, slice_siz
     return copied / elapsed
 
 
-def register(bootstrap: str, prefix: str, stream: Stream) -> ReplayRegistered:
+def register(bootstrap: str, prefix: str, stream: Stream) -> ReplayRegistration:
     """The ``registered`` record a stream's writer writes for a fresh requester's signed
     register_replay of the whole stream (the replay worker fulfils nothing else)."""
     key = nacl.signing.SigningKey.generate()
@@ -147,11 +147,11 @@ def register(bootstrap: str, prefix: str, stream: Stream) -> ReplayRegistered:
     digest = command_digest(cmd)
     rid = replay_id_for(digest)
     plan = plan_replay(replay_id=rid, from_sequence=1, to_sequence=None, head=stream.head)
-    rec = ReplayRegistered(v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id,
-                           requester=cmd.caller, from_sequence=1, to_sequence=None, first=plan.first,
-                           end_exclusive=plan.end_exclusive, end_id=plan.end_id, filter=None, skip=None, memo_hex="",
-                           price_cby=0, block_height=1, caller=cmd.caller, nonce=cmd.nonce, digest_hex=digest.hex(),
-                           command=cmd.to_dict())
+    rec = ReplayRegistration(v=1, replay_id=rid, stream_id=stream.stream_id, namespace=stream.stream_id,
+                            requester=cmd.caller, from_sequence=1, to_sequence=None, first=plan.first,
+                            end_exclusive=plan.end_exclusive, end_id=plan.end_id, filter=None, skip=None, memo_hex="",
+                            price_cby=0, block_height=1, caller=cmd.caller, nonce=cmd.nonce, digest_hex=digest.hex(),
+                            command=cmd.to_dict())
     producer = Producer(kafka_config(bootstrap, **{"partitioner": "murmur2_random", "log_level": 3}))
     producer.produce(topic_name("replay", prefix), key=stream.stream_id.encode(), value=encode_replay_record(rec))
     producer.flush(30)
