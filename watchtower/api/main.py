@@ -16,6 +16,7 @@ import sys
 from watchtower.gateway.page import mount_live_feeds
 from watchtower.gateway.routes import CommandGateway
 from watchtower.logs import faust_logging_config, faust_worker_argv
+from watchtower.metrics import gc_pauses
 from watchtower.metrics import http as http_metrics
 from watchtower.metrics import projection as projection_metrics
 from watchtower.metrics.exposition import start_metrics
@@ -39,6 +40,7 @@ def assemble(bootstrap: str, worker_id: str, *, prefix: str | None = None, port:
 def main(argv: list[str]) -> None:
     bootstrap, worker_id, port = argv[0], argv[1], int(argv[2])
     prefix = argv[3] if len(argv) > 3 else None
+    gc_pauses.install()
     projection = assemble(bootstrap, worker_id, prefix=prefix, port=port,
                           datadir=os.environ.get("WATCHTOWER_FAUST_DATADIR"))
     start_metrics(projection_metrics.SERVICE, [projection_metrics.collector(),

@@ -12,6 +12,7 @@ import sys
 
 from watchtower.gateway.server import serve
 from watchtower.logs import setup_logging
+from watchtower.metrics import gc_pauses
 from watchtower.metrics.exposition import start_metrics
 
 
@@ -19,6 +20,7 @@ def main(argv: list[str]) -> None:
     bootstrap, port = argv[0], int(argv[1])
     prefix = argv[2] if len(argv) > 2 else None  # None: WATCHTOWER_TOPIC_PREFIX, default wt
     setup_logging("gateway")
+    gc_pauses.install()
     start_metrics("gateway")
     asyncio.run(serve(bootstrap, port, prefix=prefix, bind=os.environ.get("WATCHTOWER_WEB_BIND", "127.0.0.1")))
 

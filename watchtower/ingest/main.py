@@ -24,6 +24,7 @@ from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, register, serve
 from watchtower.logs import setup_logging
+from watchtower.metrics import gc_pauses
 from watchtower.metrics.exposition import start_metrics
 from watchtower.metrics.ingest import RunnerCollector
 from watchtower.topics.catalogue import topic_prefix
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--lie", action="store_true")
     args = parser.parse_args(argv)
     niceness = lower_priority()
+    gc_pauses.install()
     setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
                   default_level="INFO")
     # Build info and the process metrics (CPU, memory, open files) on this process's /metrics; the

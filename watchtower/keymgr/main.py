@@ -26,6 +26,7 @@ from watchtower.keymgr.kek import KekError, load_kek
 from watchtower.keymgr.service import KeyManager
 from watchtower.keymgr.vault import Vault
 from watchtower.logs import setup_logging
+from watchtower.metrics import gc_pauses
 from watchtower.metrics import http as http_metrics
 from watchtower.metrics import keymgr as keymgr_metrics
 from watchtower.metrics.exposition import start_metrics
@@ -79,6 +80,7 @@ async def _serve_until_signalled(app: web.Application, host: str, port: int) -> 
 
 def main(argv: list[str]) -> None:
     setup_logging("keymgr", default_level="INFO")
+    gc_pauses.install()
     if len(argv) < 2:
         print("usage: python -m watchtower.keymgr.main BOOTSTRAP PORT [PREFIX [INSTANCE]]", file=sys.stderr)
         sys.exit(2)

@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Final
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from watchtower.logs import setup_logging
+from watchtower.metrics import gc_pauses
 from watchtower.metrics import side_workers as side_metrics
 from watchtower.metrics.exposition import start_metrics
 from watchtower.topics.groups import worker_group
@@ -267,6 +268,7 @@ def worker_main(argv: list[str], usage: str, make: Callable[[str, str, str | Non
     stops on SIGTERM/SIGINT. Returns the exit code: 0 after a stop, `EXIT_USAGE` (printing
     `usage`'s first line) for wrong arguments, `EXIT_FENCED` when fenced."""
     setup_logging(logger.rsplit(".", 1)[-1], argv[1] if len(argv) > 1 else None)
+    gc_pauses.install()
     if len(argv) not in (2, 3):
         print(usage.strip().splitlines()[0], file=sys.stderr)
         return EXIT_USAGE

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 
 from watchtower.logs import setup_logging
+from watchtower.metrics import gc_pauses
 from watchtower.workers.command_processor import run_worker
 
 
 def main(argv: list[str]) -> None:
     bootstrap, worker_id, *rest = argv
     setup_logging("worker", worker_id)
+    gc_pauses.install()
     run_worker(bootstrap, worker_id, prefix=rest[0] if rest else None)
 
 
