@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nacl.signing
 from bench_stream_actor import cpu_seconds
-from broker_requests import count_delta, read_request_counts
+from broker_requests import count_delta, read_error_counts, read_request_counts
 from ingest_harness import PriceSource, health, serve_source
 from kafka_fixture import embedded_spec, free_ports
 from profiles import SpyRecorder
@@ -305,6 +305,7 @@ def main() -> None:
             first = [health(services.health_file(n)) for n in ingest_names]
             cpu0 = {n: cpu_seconds(p) for n, p in procs.items()}
             req0 = read_request_counts(metrics_url) if metrics_url else None
+            err0 = read_error_counts(metrics_url) if metrics_url else None
             window_start = time.time()
             if spy is not None:
                 spy.start()
@@ -316,6 +317,7 @@ def main() -> None:
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
             req1 = read_request_counts(metrics_url) if metrics_url else None
+            err1 = read_error_counts(metrics_url) if metrics_url else None
             end = [health(services.health_file(n)) for n in ingest_names]
             time.sleep(3)
             stop.set()
@@ -354,6 +356,9 @@ def main() -> None:
             delta = count_delta(req0, req1)
             report["broker_requests_per_tick"] = {t: round(v / max(ticks, 1), 3) for t, v in
                                                   sorted(delta.items(), key=lambda kv: -kv[1]) if v}
+        if err0 is not None and err1 is not None:  # refusals the clients retry, e.g. CONCURRENT_TRANSACTIONS
+            report["broker_errors_per_tick"] = {t: round(v / max(ticks, 1), 4) for t, v in
+                                                sorted(count_delta(err0, err1).items(), key=lambda kv: -kv[1])}
         if profiles is not None:  # the files: NAME.svg, NAME.speedscope.json, NAME.top.txt
             report["profiles"] = {"dir": str(args.profile), "processes": sorted(profiles)}
         print(json.dumps(report, indent=None if args.json else 2, default=str))

@@ -77,6 +77,41 @@ def read_request_counts(base_url: str, timeout_s: float = 10.0) -> dict[str, int
         return parse_request_counts(json.loads(resp.read()))
 
 
+ERRORS_MBEAN = "kafka.network:type=RequestMetrics,name=ErrorsPerSec,*"
+
+
+def parse_error_counts(body: Mapping[str, Any]) -> dict[str, int]:
+    """Error answers by ``request/ERROR`` from a Jolokia read of ``ERRORS_MBEAN``'s ``Count``.
+
+    The broker ticks ``ErrorsPerSec,request=<Type>,error=<CODE>`` for every answer, ``error=NONE``
+    included; those are left out. Raises ValueError when the answer is not a successful read."""
+    if body.get("status") == 404 and body.get("error_type") == "javax.management.InstanceNotFoundException":
+        return {}
+    if body.get("status") != 200:
+        raise ValueError(f"Jolokia read failed: status {body.get('status')}: {body.get('error', 'no detail')}")
+    value = body.get("value")
+    if not isinstance(value, dict):
+        raise ValueError(f"Jolokia read of a pattern should answer a map of MBeans, got {type(value).__name__}")
+    counts: dict[str, int] = {}
+    for name, attrs in value.items():
+        props = _mbean_props(name)
+        if props.get("name") != "ErrorsPerSec" or "request" not in props or props.get("error", "NONE") == "NONE":
+            continue
+        count = attrs.get("Count") if isinstance(attrs, dict) else attrs
+        if not isinstance(count, int | float):
+            raise ValueError(f"{name}: Count is {count!r}")
+        key = f"{props['request']}/{props['error']}"
+        counts[key] = counts.get(key, 0) + int(count)
+    return counts
+
+
+def read_error_counts(base_url: str, timeout_s: float = 10.0) -> dict[str, int]:
+    """Read the broker's error answers by ``request/ERROR`` from the Jolokia agent at ``base_url``."""
+    url = f"{base_url.rstrip('/')}/read/{ERRORS_MBEAN}/Count"
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - our own loopback URL
+        return parse_error_counts(json.loads(resp.read()))
+
+
 def count_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
     """Requests per type between two samples (a type first seen in ``after`` started from 0)."""
     delta = {t: after[t] - before.get(t, 0) for t in after}

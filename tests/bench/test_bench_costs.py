@@ -15,6 +15,7 @@ from broker_requests import (
     cpu_table,
     cpu_us_per_message,
     leg_cost,
+    parse_error_counts,
     parse_request_counts,
     requests_table,
     transactions_note,
@@ -48,6 +49,19 @@ def test_no_matching_meter_yet_is_no_requests() -> None:
     body = {"status": 404, "error_type": "javax.management.InstanceNotFoundException",
             "error": "No MBean with pattern ... found for READ request"}
     assert parse_request_counts(body) == {}
+
+
+def test_error_answers_count_by_request_and_code_without_the_successes() -> None:
+    errors = "kafka.network:type=RequestMetrics,name=ErrorsPerSec,request={},error={}"
+    body = {"status": 200, "value": {
+        errors.format("AddPartitionsToTxn", "CONCURRENT_TRANSACTIONS"): {"Count": 12},
+        errors.format("AddPartitionsToTxn", "NONE"): {"Count": 900},
+        errors.format("AddOffsetsToTxn", "CONCURRENT_TRANSACTIONS"): {"Count": 3},
+        MBEAN.format("Produce", 11): {"Count": 40}}}
+    assert parse_error_counts(body) == {"AddPartitionsToTxn/CONCURRENT_TRANSACTIONS": 12,
+                                        "AddOffsetsToTxn/CONCURRENT_TRANSACTIONS": 3}
+    with pytest.raises(ValueError):
+        parse_error_counts({"status": 200, "value": {errors.format("Produce", "X"): {"Count": None}}})
 
 
 @pytest.mark.parametrize("body", [
