@@ -458,7 +458,8 @@ GROUP_MATRIX = {
     "wt-ingest-read-probe": {SERVICE_PRINCIPAL, RUNNER_PRINCIPAL},
     "wt-{prefix}.ingest": {SERVICE_PRINCIPAL},  # the scheduler's and aggregator's, not a runner's
 }
-TXN_MATRIX = {"wt-{prefix}.worker-w1": {SERVICE_PRINCIPAL}, "{prefix}.client-txn": set[str](),
+TXN_MATRIX = {"wt-{prefix}.worker-w1": {SERVICE_PRINCIPAL}, "wt-{prefix}.worker-w1#2": {SERVICE_PRINCIPAL},
+              "{prefix}.client-txn": set[str](),
               "wt-{prefix}.ingest-runner-txn": {SERVICE_PRINCIPAL}}
 
 

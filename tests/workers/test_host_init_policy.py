@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from watchtower.delivery.worker import DeliveryWorker
 from watchtower.replay.worker import ReplayWorker
-from watchtower.workers.command_processor import CommandProcessor
+from watchtower.workers.command_processor import ENV_PRODUCER_PAIR, CommandProcessor, producer_pair_from_env
 from watchtower.workers.fences import MAX_FENCES
 from watchtower.workers.host import FencedError, TransactionalProducer
 
@@ -146,12 +146,118 @@ def test_every_host_initialises_through_the_one_policy(script: Script, make: Cal
         assert isinstance(worker.txn, TransactionalProducer)
         fast(worker.txn)
         worker.txn._factory = script.factory
-        worker.txn.producer = script.factory({})
-        script.outcomes = [*RESTART, error(KafkaError._FATAL, fatal=True), OK]
+        worker.txn.producer = script.factory({})  # one producer, until the first replace
+        pair = 2 if worker.txn.pair_config is not None else 1  # the stream worker's: a pair
+        script.outcomes = [*RESTART, error(KafkaError._FATAL, fatal=True)] + [OK] * pair
         assert worker._init_transactions()
-        assert script.calls == [1] * len(RESTART) + [1, 2]
+        assert script.calls == [1] * len(RESTART) + [1] + list(range(2, 2 + pair))
     finally:
         worker._close()
         worker.producer = None
         del worker
         gc.collect()
+
+
+class PairProducer:
+    """Records what a pair's producers are asked, by creation number and transactional id."""
+
+    def __init__(self, log: list[tuple[int, str]], number: int, config: dict[str, Any]) -> None:
+        self.log, self.number, self.config = log, number, config
+
+    def init_transactions(self, _timeout: float) -> None:
+        self.log.append((self.number, "init"))
+
+    def begin_transaction(self) -> None:
+        self.log.append((self.number, "begin"))
+
+    def poll(self, _timeout: float) -> int:
+        self.log.append((self.number, "poll"))
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
+def pair_of(log: list[tuple[int, str]]) -> TransactionalProducer:
+    made: list[PairProducer] = []
+
+    def factory(config: dict[str, Any]) -> PairProducer:
+        made.append(PairProducer(log, len(made) + 1, config))
+        return made[-1]
+
+    return fast(TransactionalProducer({"transactional.id": "wt-stream-actor-w1", "client.id": "wt-worker-w1"},
+                                      worker_id="w1", service="test", call_timeout_s=5.0, thread_name="wt-test",
+                                      factory=factory, pair=True))  # type: ignore[arg-type]
+
+
+def test_a_pair_alternates_its_two_transactional_ids_one_transaction_each() -> None:
+    log: list[tuple[int, str]] = []
+    txn = pair_of(log)
+    ids = [p.config["transactional.id"] for p in txn.producers()]
+    assert ids == ["wt-stream-actor-w1", "wt-stream-actor-w1#2"]
+    assert txn.producers()[1].config["client.id"] == "wt-worker-w1#2"
+    assert txn.init_transactions(threading.Event())
+    assert log == [(1, "init"), (2, "init")], "both ids initialised: a restarted worker fences both zombies"
+    log.clear()
+    used = []
+    for _ in range(4):
+        txn.begin()
+        used.append(txn.producer.config["transactional.id"])
+    assert used == ["wt-stream-actor-w1#2", "wt-stream-actor-w1"] * 2
+    assert log == [(2, "begin"), (1, "begin"), (2, "begin"), (1, "begin")]
+    log.clear()
+    txn.poll()
+    assert sorted(log) == [(1, "poll"), (2, "poll")], "both producers' callbacks are served"
+
+
+def test_a_pair_is_replaced_whole_and_a_failed_second_init_retries_only_the_second() -> None:
+    log: list[tuple[int, str]] = []
+    txn = pair_of(log)
+    second = txn.producers()[1]
+    failures = [error(KafkaError.NOT_COORDINATOR, retriable=True)]
+
+    def flaky_init(_timeout: float) -> None:
+        log.append((2, "init"))
+        if failures:
+            raise KafkaException(failures.pop())
+
+    second.init_transactions = flaky_init  # type: ignore[method-assign]
+    assert txn.init_transactions(threading.Event())
+    assert [e for e in log if e[1] == "init"] == [(1, "init"), (2, "init"), (2, "init")]
+    before = txn.producers()
+    txn.replace()
+    assert [p.number for p in txn.producers()] == [3, 4]
+    assert not set(map(id, before)) & set(map(id, txn.producers()))
+
+
+def test_setting_a_producer_uses_exactly_that_one_until_the_next_replace() -> None:
+    log: list[tuple[int, str]] = []
+    txn = pair_of(log)
+    only = PairProducer(log, 9, {})
+    txn.producer = only  # type: ignore[assignment]
+    txn.begin()
+    txn.begin()
+    assert txn.producers() == [only]
+    assert log == [(9, "begin"), (9, "begin")]
+    txn.replace()
+    assert len(txn.producers()) == 2
+
+
+@pytest.mark.parametrize(("raw", "pair"), [("", True), ("1", True), ("0", False)])
+def test_the_stream_worker_pairs_its_producers_unless_told_not_to(monkeypatch, raw: str, pair: bool) -> None:
+    monkeypatch.setenv(ENV_PRODUCER_PAIR, raw)
+    assert producer_pair_from_env() is pair
+    worker = CommandProcessor("127.0.0.1:1", "pairing", prefix="tpair")
+    try:
+        assert len(worker.txn.producers()) == (2 if pair else 1)
+    finally:
+        worker._close()
+        worker.producer = None
+        del worker
+        gc.collect()
+
+
+def test_a_bad_pair_setting_is_refused_with_the_setting_named(monkeypatch) -> None:
+    monkeypatch.setenv(ENV_PRODUCER_PAIR, "yes")
+    with pytest.raises(ValueError, match=ENV_PRODUCER_PAIR):
+        producer_pair_from_env()

@@ -112,7 +112,8 @@ def test_a_producer_that_cannot_abort_is_replaced_and_the_worker_starts_over(wor
     undone, rebuilt = spy(worker, "aborted"), spy(worker, "rebuild")
     first = worker.producer
     assert not worker.host.transaction(write)
-    assert calls == ["begin", "send_offsets", "abort", "init"]  # the new producer initialised
+    # the new producer initialised (both of the stream worker's pair)
+    assert calls == ["begin", "send_offsets", "abort"] + ["init"] * len(worker.txn.producers())
     assert worker.producer is not first
     assert (undone, rebuilt, worker.recoveries) == ([], [True], 1)
     assert not worker.host.recovering
@@ -122,7 +123,7 @@ def test_a_fatal_error_starts_over_without_an_abort(worker: Any) -> None:
     calls = scripted(worker, KafkaError(KafkaError._FATAL, "from the test", fatal=True))
     rebuilt = spy(worker, "rebuild")
     assert not worker.host.transaction(write)
-    assert calls == ["begin", "send_offsets", "init"]
+    assert calls == ["begin", "send_offsets"] + ["init"] * len(worker.txn.producers())
     assert (rebuilt, worker.recoveries) == ([True], 1)
 
 

@@ -126,7 +126,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             })
         self.host = TransactionalLoop(self, worker_id=worker_id, service=worker_metrics.SERVICE,
                                       consumer_conf=consumer_conf, producer_conf=producer_conf,
-                                      call_timeout_s=TXN_CALL_TIMEOUT_S, thread_name="wt-worker", stop=self._stop)
+                                      call_timeout_s=TXN_CALL_TIMEOUT_S, thread_name="wt-worker", stop=self._stop,
+                                      pair=producer_pair_from_env())
 
     # ------------------------------------------------------------------ the processor
     def subscriptions(self) -> list[str]:
@@ -346,6 +347,18 @@ def transaction_timeout_from_env() -> int:
         raise ValueError(f"{ENV_TRANSACTION_TIMEOUT} must be a whole number of milliseconds ≥ "
                          f"{MIN_TRANSACTION_TIMEOUT_MS}, got {raw!r}")
     return int(raw)
+
+
+ENV_PRODUCER_PAIR: Final = "WATCHTOWER_WORKER_PRODUCER_PAIR"
+
+
+def producer_pair_from_env() -> bool:
+    """Whether the stream worker alternates a pair of transactional producers (`workers.host`, "A pair
+    of producers"): ``WATCHTOWER_WORKER_PRODUCER_PAIR``, ``1`` (the default) or ``0`` for one producer."""
+    raw = os.environ.get(ENV_PRODUCER_PAIR, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{ENV_PRODUCER_PAIR} must be 1 (a pair of producers, the default) or 0 (one), got {raw!r}")
+    return raw != "0"
 
 
 def run_worker(bootstrap: str, worker_id: str, prefix: str | None = None) -> None:

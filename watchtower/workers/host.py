@@ -29,6 +29,17 @@ transactions; `producer_config`: idempotent and transactional).
   broker that just started answers NOT_COORDINATOR for a while and a broker that is down answers
   nothing; giving up would leave a worker that never serves again after a broker restart. It
   returns False only when the host was stopped meanwhile; `FencedError` is the only error raised.
+- **A pair of producers** (the stream worker's, `pair=True`). Right after a commit the coordinator
+  is still writing that transaction's markers, and it answers the same transactional id's next
+  AddPartitionsToTxn (and AddOffsetsToTxn) with CONCURRENT_TRANSACTIONS until they are written;
+  librdkafka retries the former after a fixed 20 ms. Back-to-back transactions, a worker's normal
+  state under load, each paid that wait. A pair alternates two producers of two transactional ids
+  (``<group>-<worker id>`` and the same with `PAIR_SUFFIX`), one transaction each in turn, so the
+  next transaction never waits for the previous one's markers. Still one transaction is open at a
+  time, begun only after the previous one committed (or was aborted), so the records of each
+  partition keep the order of the decisions; the group coordinator keeps, for each partition, the
+  offset commit appended last, whichever transaction's marker lands first. Both ids are
+  initialised (fencing both zombies of a restarted worker), replaced and refreshed together.
 - **Outage recovery.** After every broker connection was lost (``_ALL_BROKERS_DOWN`` from either
   client, noted by `note_client_error`), `refresh_after_outage` replaces the producer once the
   brokers answer again (between two transactions: nothing needs rebuilding): a producer that lived
@@ -61,6 +72,8 @@ PROBE_INTERVAL_S: Final = 1.0
 INIT_BACKOFF_S: Final = 0.5
 INIT_BACKOFF_MAX_S: Final = 4.0
 EXIT_FENCED: Final = 3
+#: Appended to a worker's transactional id (and client id) for the second producer of a pair.
+PAIR_SUFFIX: Final = "#2"
 
 #: Errors that mean "no broker answers" rather than "the request was refused".
 UNREACHABLE: Final = frozenset({
@@ -116,6 +129,15 @@ def producer_config(bootstrap: str, transactional_id: str, client_id: str, **ext
 
 
 
+def pair_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The second producer of a pair: `config` with `PAIR_SUFFIX` on its transactional and client ids."""
+    out = dict(config)
+    for key in ("transactional.id", "client.id"):
+        if key in out:
+            out[key] = f"{out[key]}{PAIR_SUFFIX}"
+    return out
+
+
 class FencedError(RuntimeError):
     """This process must exit: another one keeps taking over its transactional id, or it may not use it."""
 
@@ -162,19 +184,47 @@ class TransactionalProducer:
 
     def __init__(self, config: dict[str, Any], *, worker_id: str, service: str, call_timeout_s: float,
                  thread_name: str, while_waiting: Callable[[], None] | None = None,
-                 factory: Callable[[dict[str, Any]], Producer] = Producer) -> None:
+                 factory: Callable[[dict[str, Any]], Producer] = Producer, pair: bool = False) -> None:
         self.config = config
         self.worker_id = worker_id
         self.service = service
         self.call_timeout_s = call_timeout_s
         self._factory = factory
-        self.producer = factory(config)
+        #: the second producer's configuration when the producers are a pair (module docstring)
+        self.pair_config = pair_config(config) if pair else None
+        self._producer: Producer = factory(config)
+        self._spare: Producer | None = factory(self.pair_config) if self.pair_config is not None else None
         self.fences = FenceCounter()
         self.outage = False  # every broker connection was lost since the last init_transactions
         self._next_probe = 0.0
         self._thread_name = thread_name
         self._calls = BoundedCaller(f"{thread_name}-txn-call")
         self._while_waiting = while_waiting or (lambda: None)
+
+    @property
+    def producer(self) -> Producer:
+        """The producer of the current (or next) transaction: never keep a reference."""
+        return self._producer
+
+    @producer.setter
+    def producer(self, producer: Producer) -> None:
+        """Use exactly `producer` from now on (a pair is undone until the next `replace`)."""
+        self._producer, self._spare = producer, None
+
+    def producers(self) -> list[Producer]:
+        """Every producer held: the current one, and the other of a pair."""
+        return [self._producer] if self._spare is None else [self._producer, self._spare]
+
+    def begin(self) -> None:
+        """Begin a transaction: on the other producer of a pair (module docstring), else on the one."""
+        if self._spare is not None:
+            self._producer, self._spare = self._spare, self._producer
+        self._producer.begin_transaction()
+
+    def poll(self) -> None:
+        """Serve every producer's callbacks (error_cb, log lines)."""
+        for producer in self.producers():
+            producer.poll(0)
 
     # ------------------------------------------------------------------ the watchdog
     def call(self, fn: Callable[[], T], what: str | None = None) -> T:
@@ -208,7 +258,7 @@ class TransactionalProducer:
         return exc
 
     def _serve_while_waiting(self) -> None:
-        self.producer.poll(0)  # serves the producer's error_cb (e.g. all brokers down)
+        self.poll()  # serves the producers' error_cb (e.g. all brokers down)
         self._while_waiting()
 
     # ------------------------------------------------------------------ the transaction's calls
@@ -230,14 +280,16 @@ class TransactionalProducer:
     def close(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (bounded) and end the call thread; the producer is not used again."""
         try:
-            self.producer.flush(timeout_s)
+            for producer in self.producers():
+                producer.flush(timeout_s)
         finally:
             self._calls.close()
 
     def replace(self) -> None:
-        """A new producer with the same transactional id (its ``init_transactions`` fences the old one)."""
-        old = [self.producer]
-        self.producer = self._factory(self.config)
+        """New producers with the same transactional ids (their ``init_transactions`` fence the old ones)."""
+        old = self.producers()
+        self._producer = self._factory(self.config)
+        self._spare = self._factory(self.pair_config) if self.pair_config is not None else None
         # Destroying a producer can block on its broker threads: let a daemon thread drop the last
         # reference (a call still stuck on it keeps it alive on its own thread until it returns).
         threading.Thread(target=old.clear, name=f"{self._thread_name}-dispose", daemon=True).start()
@@ -249,9 +301,12 @@ class TransactionalProducer:
         `on_retry` sees each failure before its backoff (the host notes an unreachable cluster)."""
         backoff = self.init_backoff_s
         attempt = 0
+        pending = self.producers()  # a pair's first, once initialised, is not initialised again
         while not stop.is_set():
             try:
-                self.call(partial(self.producer.init_transactions, self.call_timeout_s), "init_transactions")
+                while pending:
+                    self.call(partial(pending[0].init_transactions, self.call_timeout_s), "init_transactions")
+                    pending.pop(0)
             except (KafkaException, ProducerFailedError) as exc:
                 attempt += 1
                 err = kafka_error(exc)
@@ -260,6 +315,7 @@ class TransactionalProducer:
                             err or exc, attempt, backoff, " with a new producer" if replace else "")
                 if replace:
                     self.replace()
+                    pending = self.producers()
                 if on_retry is not None:
                     on_retry(exc)
                 self._wait(stop, backoff)

@@ -137,11 +137,12 @@ class TransactionalLoop:
     `consumer_conf` and `producer_conf` are the clients' configurations (`workers.host.consumer_config`,
     `producer_config`); the loop adds their ``error_cb``. `service` labels the metrics (recoveries,
     fences, consumer lag); `call_timeout_s` bounds each transactional call (`TransactionalProducer`).
-    `stop` is the event `stop` sets (the processor may share it)."""
+    `stop` is the event `stop` sets (the processor may share it). `pair`: alternate two producers,
+    one transaction each (`workers.host`, "A pair of producers")."""
 
     def __init__(self, processor: Processor, *, worker_id: str, service: str, consumer_conf: dict[str, Any],
                  producer_conf: dict[str, Any], call_timeout_s: float, thread_name: str,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, pair: bool = False) -> None:
         self.processor = processor
         self.worker_id = worker_id
         self.service = service
@@ -150,7 +151,7 @@ class TransactionalLoop:
         self.consumer = Consumer(self._consumer_conf)
         self.txn = TransactionalProducer({**producer_conf, "error_cb": self._on_client_error}, worker_id=worker_id,
                                          service=service, call_timeout_s=call_timeout_s, thread_name=thread_name,
-                                         while_waiting=self._while_waiting)
+                                         while_waiting=self._while_waiting, pair=pair)
         self.consumer_lag = ConsumerLag(service)
         self.recoveries = 0
         #: no broker answers (every connection lost, or a call found none), until one answers again
@@ -186,7 +187,7 @@ class TransactionalLoop:
                     self.processor.step()
                 except ProducerFailedError as exc:  # from a transactional call outside `transaction`
                     self.recover(exc)
-                self.producer.poll(0)  # serves the producer's error_cb and log lines
+                self.txn.poll()  # serves the producers' error_cb and log lines
                 self.consumer_lag.measure(self.consumer)  # at most once a second, on this thread
                 self.processor.tick()
         finally:
@@ -266,7 +267,7 @@ class TransactionalLoop:
         if not self.refresh_after_outage():
             return False
         try:
-            self.producer.begin_transaction()
+            self.txn.begin()
             offsets = write()
             self.txn.send_offsets_and_commit(offsets, self.consumer.consumer_group_metadata())
         except (KafkaException, BufferError, ProducerFailedError) as exc:
