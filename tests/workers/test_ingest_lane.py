@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from counter_aggregate import CounterAggregate, TotalAggregate, counter_command
 
 from watchtower.topics.records import Record
-from watchtower.workers.command_processor import CommandProcessor
+from watchtower.workers.command_processor import SNAPSHOT_END_TIMEOUT_S, CommandProcessor
 
 PREFIX = "tlane"
 
@@ -182,3 +182,20 @@ def test_with_no_client_waiting_the_lane_is_one_transaction_and_looks_cost_no_re
     assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 70)]]
     assert consumer.looks == 3  # after 8, 16 and 24 records; the watermark is the cached one
     assert consumer.seeks == []
+
+
+def test_a_snapshot_whose_end_offset_is_slow_is_skipped_and_never_holds_the_batch(worker: CommandProcessor) -> None:
+    asked: list[float] = []
+
+    def slow_end(_topic: str, _partitions: list[int], timeout_s: float) -> dict[int, int]:
+        asked.append(timeout_s)
+        raise TimeoutError  # what the bounded wait for the broker's answer raises
+
+    worker._high_watermarks = slow_end  # type: ignore[assignment]
+    worker.snapshots.due = lambda partitions: [p for p in partitions if p == 0]  # type: ignore[method-assign]
+    producer = RecordingProducer()
+    serve(worker, [record("commands", 3, "a")], producer)
+    assert asked == [SNAPSHOT_END_TIMEOUT_S]
+    [txn] = producer.transactions
+    assert txn["outcome"] == "committed", "the batch is decided and committed without its snapshot"
+    assert txn["produced"] == [(f"{PREFIX}.events", b"a")]

@@ -9,6 +9,7 @@ worker start over from the log with a new producer. Either way nothing is commit
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from watchtower.delivery.worker import DeliveryWorker
 from watchtower.replay.worker import ReplayWorker
+from watchtower.workers import loop
 from watchtower.workers.command_processor import CommandProcessor
 from watchtower.workers.loop import TransactionalLoop
 
@@ -131,3 +133,22 @@ def test_a_committed_transaction_commits_its_offsets(worker: Any) -> None:
     calls = scripted(worker, None)
     assert worker.host.transaction(write)
     assert calls == ["begin", "send_offsets", "commit"]
+
+
+def test_a_slow_transaction_is_logged_with_where_its_time_went(worker: Any, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    scripted(worker, None)
+    monkeypatch.setattr(loop, "SLOW_TRANSACTION_S", 0.0)  # every transaction counts as slow
+    with caplog.at_level(logging.WARNING, logger=worker.log.name):
+        assert worker.host.transaction(write)
+    [line] = [r.getMessage() for r in caplog.records if "a transaction took" in r.getMessage()]
+    assert "deciding and producing" in line
+    assert "offsets and commit" in line
+    assert "transactional id" in line
+
+
+def test_a_fast_transaction_is_not_logged(worker: Any, caplog: pytest.LogCaptureFixture) -> None:
+    scripted(worker, None)
+    with caplog.at_level(logging.WARNING, logger=worker.log.name):
+        assert worker.host.transaction(write)
+    assert not [r for r in caplog.records if "a transaction took" in r.getMessage()]

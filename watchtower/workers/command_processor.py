@@ -73,6 +73,10 @@ GROUP_ID = STREAM_WORKER_GROUP
 #: Ingested publishes decided between two looks at whether a client's command is waiting (step).
 LANE_LOOK_EVERY: Final = 8
 
+#: How long a snapshot may wait for its partition's end offset before it is skipped: every command of
+#: the turn waits with it, and a snapshot is only an optimisation (the read takes a few ms when healthy).
+SNAPSHOT_END_TIMEOUT_S: Final = 0.25
+
 #: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
 #: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
 TXN_CALL_TIMEOUT_S: Final = 5.0
@@ -256,7 +260,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         batch, and the events partition's high watermark, read now, covers exactly those batches (not
         the consumer's read_committed end: the last stable offset lags the previous commit's marker,
         and a snapshot tagged with it made the next owner fold that batch's events twice). A snapshot
-        that cannot be taken is skipped (logged): it is an optimisation, never a reason to fail a batch.
+        that cannot be taken is skipped (logged): it is an optimisation, never a reason to fail a batch,
+        nor to hold one: the end offset is given `SNAPSHOT_END_TIMEOUT_S`.
         """
         due = self.snapshots.due([p for p in self._owned if p in self._states])
         if not due:
@@ -264,12 +269,12 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         partition = due[0]
         started = time.perf_counter()
         try:
-            end = self._high_watermarks(self.t_events, [partition], timeout_s=TXN_CALL_TIMEOUT_S)[partition]
+            end = self._high_watermarks(self.t_events, [partition], timeout_s=SNAPSHOT_END_TIMEOUT_S)[partition]
             value = snapshot_value(partition, end, self._states[partition], self.aggregates)
             self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
-        except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError) as exc:
+        except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError, TimeoutError) as exc:
             log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
-                        partition, exc, self.snapshots.every_events)
+                        partition, exc or type(exc).__name__, self.snapshots.every_events)
         else:
             log.info("worker %s snapshots partition %d at events offset %d (%d bytes, %.0f ms)", self.worker_id,
                      partition, end, len(value), (time.perf_counter() - started) * 1000)

@@ -194,6 +194,7 @@ class TransactionalProducer:
         self.pair_config = pair_config(config) if pair else None
         self._producer: Producer = factory(config)
         self._spare: Producer | None = factory(self.pair_config) if self.pair_config is not None else None
+        self._first: Producer = self._producer  # the producer of `config`'s own transactional id
         self.fences = FenceCounter()
         self.outage = False  # every broker connection was lost since the last init_transactions
         self._next_probe = 0.0
@@ -210,6 +211,16 @@ class TransactionalProducer:
     def producer(self, producer: Producer) -> None:
         """Use exactly `producer` from now on (a pair is undone until the next `replace`)."""
         self._producer, self._spare = producer, None
+        self._first = producer
+
+    @property
+    def transactional_id(self) -> str:
+        """The current producer's transactional id (as configured)."""
+        config = self.config if self._producer_is_first() else (self.pair_config or self.config)
+        return str(config.get("transactional.id", "?"))
+
+    def _producer_is_first(self) -> bool:
+        return self._first is self._producer
 
     def producers(self) -> list[Producer]:
         """Every producer held: the current one, and the other of a pair."""
@@ -288,7 +299,7 @@ class TransactionalProducer:
     def replace(self) -> None:
         """New producers with the same transactional ids (their ``init_transactions`` fence the old ones)."""
         old = self.producers()
-        self._producer = self._factory(self.config)
+        self._producer = self._first = self._factory(self.config)
         self._spare = self._factory(self.pair_config) if self.pair_config is not None else None
         # Destroying a producer can block on its broker threads: let a daemon thread drop the last
         # reference (a call still stuck on it keeps it alive on its own thread until it returns).

@@ -69,6 +69,9 @@ from watchtower.workers.host import (
 
 log = logging.getLogger("watchtower.workers.loop")
 
+#: A transaction that takes this long is logged with where its time went (a healthy one takes ms).
+SLOW_TRANSACTION_S = 1.0
+
 
 class Processor(ABC):
     """What a worker plugs into the `TransactionalLoop`: its topics, its partitions' state, and what
@@ -266,14 +269,23 @@ class TransactionalLoop:
         one is handled by what its error allows (module docstring)."""
         if not self.refresh_after_outage():
             return False
+        started = time.monotonic()
         try:
             self.txn.begin()
             offsets = write()
+            written = time.monotonic()
             self.txn.send_offsets_and_commit(offsets, self.consumer.consumer_group_metadata())
         except (KafkaException, BufferError, ProducerFailedError) as exc:
             self._failed(exc)
             return False
         self.brokers_down = False
+        ended = time.monotonic()
+        if ended - started >= SLOW_TRANSACTION_S:
+            # A healthy transaction takes milliseconds: say where a slow one spent its time.
+            self.processor.log.warning(
+                "worker %s: a transaction took %.0f ms (deciding and producing %.0f ms, offsets and commit "
+                "%.0f ms, transactional id %s)", self.worker_id, (ended - started) * 1000,
+                (written - started) * 1000, (ended - written) * 1000, self.txn.transactional_id)
         return True
 
     def _failed(self, exc: Exception) -> None:
