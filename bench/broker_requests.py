@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 REQUESTS_MBEAN = "kafka.network:type=RequestMetrics,name=RequestsPerSec,*"
@@ -51,6 +51,13 @@ def parse_request_counts(body: Mapping[str, Any]) -> dict[str, int]:
     The broker keeps one meter per (request type, API version); this sums the versions. Raises
     ValueError when the answer is not a successful read.
     """
+    return _meter_counts(body, lambda props: props["request"] if props.get("name") == "RequestsPerSec"
+                         and "request" in props else None)
+
+
+def _meter_counts(body: Mapping[str, Any], key_of: Callable[[dict[str, str]], str | None]) -> dict[str, int]:
+    """The ``Count`` of each meter of a Jolokia pattern read, added up by ``key_of(its key properties)``
+    (None: not counted). No meter yet is no counts; a failed or malformed read raises ValueError."""
     if body.get("status") == 404 and body.get("error_type") == "javax.management.InstanceNotFoundException":
         return {}  # no meter matches yet: the broker registers one at the first request of its type
     if body.get("status") != 200:
@@ -60,13 +67,13 @@ def parse_request_counts(body: Mapping[str, Any]) -> dict[str, int]:
         raise ValueError(f"Jolokia read of a pattern should answer a map of MBeans, got {type(value).__name__}")
     counts: dict[str, int] = {}
     for name, attrs in value.items():
-        props = _mbean_props(name)
-        if props.get("name") != "RequestsPerSec" or "request" not in props:
+        key = key_of(_mbean_props(name))
+        if key is None:
             continue
         count = attrs.get("Count") if isinstance(attrs, dict) else attrs
         if not isinstance(count, int | float):
             raise ValueError(f"{name}: Count is {count!r}")
-        counts[props["request"]] = counts.get(props["request"], 0) + int(count)
+        counts[key] = counts.get(key, 0) + int(count)
     return counts
 
 
@@ -85,24 +92,9 @@ def parse_error_counts(body: Mapping[str, Any]) -> dict[str, int]:
 
     The broker ticks ``ErrorsPerSec,request=<Type>,error=<CODE>`` for every answer, ``error=NONE``
     included; those are left out. Raises ValueError when the answer is not a successful read."""
-    if body.get("status") == 404 and body.get("error_type") == "javax.management.InstanceNotFoundException":
-        return {}
-    if body.get("status") != 200:
-        raise ValueError(f"Jolokia read failed: status {body.get('status')}: {body.get('error', 'no detail')}")
-    value = body.get("value")
-    if not isinstance(value, dict):
-        raise ValueError(f"Jolokia read of a pattern should answer a map of MBeans, got {type(value).__name__}")
-    counts: dict[str, int] = {}
-    for name, attrs in value.items():
-        props = _mbean_props(name)
-        if props.get("name") != "ErrorsPerSec" or "request" not in props or props.get("error", "NONE") == "NONE":
-            continue
-        count = attrs.get("Count") if isinstance(attrs, dict) else attrs
-        if not isinstance(count, int | float):
-            raise ValueError(f"{name}: Count is {count!r}")
-        key = f"{props['request']}/{props['error']}"
-        counts[key] = counts.get(key, 0) + int(count)
-    return counts
+    return _meter_counts(body, lambda props: f"{props['request']}/{props['error']}"
+                         if props.get("name") == "ErrorsPerSec" and "request" in props
+                         and props.get("error", "NONE") != "NONE" else None)
 
 
 def read_error_counts(base_url: str, timeout_s: float = 10.0) -> dict[str, int]:
