@@ -184,7 +184,8 @@ def test_with_no_client_waiting_the_lane_is_one_transaction_and_looks_cost_no_re
     assert consumer.seeks == []
 
 
-def test_a_snapshot_whose_end_offset_is_slow_is_skipped_and_never_holds_the_batch(worker: CommandProcessor) -> None:
+def test_a_snapshot_whose_end_offset_is_slow_is_skipped_and_never_holds_the_batch(
+        worker: CommandProcessor, caplog: pytest.LogCaptureFixture) -> None:
     asked: list[float] = []
 
     def slow_end(_topic: str, _partitions: list[int], timeout_s: float) -> dict[int, int]:
@@ -194,8 +195,10 @@ def test_a_snapshot_whose_end_offset_is_slow_is_skipped_and_never_holds_the_batc
     worker._high_watermarks = slow_end  # type: ignore[assignment]
     worker.snapshots.due = lambda partitions: [p for p in partitions if p == 0]  # type: ignore[method-assign]
     producer = RecordingProducer()
-    serve(worker, [record("commands", 3, "a")], producer)
+    with caplog.at_level("WARNING", logger="watchtower.worker"):
+        serve(worker, [record("commands", 3, "a")], producer)
     assert asked == [SNAPSHOT_END_TIMEOUT_S]
+    assert "no snapshot of partition 0 now (TimeoutError)" in caplog.text  # a reason, even for a bare timeout
     [txn] = producer.transactions
     assert txn["outcome"] == "committed", "the batch is decided and committed without its snapshot"
     assert txn["produced"] == [(f"{PREFIX}.events", b"a")]

@@ -30,7 +30,6 @@ Metric: ``watchtower_gc_pause_seconds{generation}``, a histogram of every collec
 from __future__ import annotations
 
 import gc
-import logging
 import os
 import threading
 import time
@@ -38,8 +37,6 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from prometheus_client import Histogram
-
-log = logging.getLogger("watchtower.metrics.gc")
 
 ENV_THAW: Final = "WATCHTOWER_GC_THAW_S"
 #: How often the frozen survivors are thawed, so that garbage cycles among them are reclaimed.
@@ -63,17 +60,16 @@ class GcPolicy:
         self._clock = clock
         self._observe = observe or _observe
         self._next_thaw = clock() + thaw_every_s
-        self._started: dict[int, float] = {}  # thread id -> when its collection started
+        self._started: float | None = None  # when the collection under way started (one at a time: the GIL)
         self.freezes = 0
         self.thaws = 0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         # Runs inside the collector, on whichever thread triggered it: never raise, never allocate much.
-        me = threading.get_ident()
         if phase == "start":
-            self._started[me] = time.perf_counter()
+            self._started = time.perf_counter()
             return
-        started = self._started.pop(me, None)
+        started, self._started = self._started, None
         generation = int(info.get("generation", 0))
         if started is not None:
             self._observe(generation, time.perf_counter() - started)

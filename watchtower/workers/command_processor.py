@@ -274,7 +274,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
         except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError, TimeoutError) as exc:
             log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
-                        partition, exc or type(exc).__name__, self.snapshots.every_events)
+                        partition, str(exc) or type(exc).__name__, self.snapshots.every_events)
         else:
             log.info("worker %s snapshots partition %d at events offset %d (%d bytes, %.0f ms)", self.worker_id,
                      partition, end, len(value), (time.perf_counter() - started) * 1000)
