@@ -17,7 +17,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from counter_aggregate import CounterAggregate, TotalAggregate, counter_command
 
 from watchtower.topics.records import Record
-from watchtower.workers.command_processor import SNAPSHOT_END_TIMEOUT_S, CommandProcessor
+from watchtower.workers import snapshots
+from watchtower.workers.command_processor import (
+    SNAPSHOT_END_TIMEOUT_MAX_S,
+    SNAPSHOT_END_TIMEOUT_S,
+    SNAPSHOT_RETRY_S,
+    CommandProcessor,
+)
+from watchtower.workers.snapshots import SnapshotPolicy
 
 PREFIX = "tlane"
 
@@ -184,21 +191,104 @@ def test_with_no_client_waiting_the_lane_is_one_transaction_and_looks_cost_no_re
     assert consumer.seeks == []
 
 
-def test_a_snapshot_whose_end_offset_is_slow_is_skipped_and_never_holds_the_batch(
-        worker: CommandProcessor, caplog: pytest.LogCaptureFixture) -> None:
-    asked: list[float] = []
+class Clock:
+    """`time.monotonic` for the snapshot policy, moved by hand."""
 
-    def slow_end(_topic: str, _partitions: list[int], timeout_s: float) -> dict[int, int]:
-        asked.append(timeout_s)
-        raise TimeoutError  # what the bounded wait for the broker's answer raises
+    def __init__(self) -> None:
+        self.now = 1_000.0
 
-    worker._high_watermarks = slow_end  # type: ignore[assignment]
-    worker.snapshots.due = lambda partitions: [p for p in partitions if p == 0]  # type: ignore[method-assign]
+    def __call__(self) -> float:
+        return self.now
+
+
+class EndOffsets:
+    """The worker's end-offset reader: each call pops the next answer (an exception is raised)."""
+
+    def __init__(self, *answers: int | Exception) -> None:
+        self.answers = list(answers)
+        self.asked: list[float] = []
+
+    def __call__(self, _topic: str, partitions: list[int], timeout_s: float) -> dict[int, int]:
+        self.asked.append(timeout_s)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return dict.fromkeys(partitions, answer)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    made = Clock()
+    monkeypatch.setattr(snapshots.time, "monotonic", made)
+    return made
+
+
+def snapshot_due_after(worker: CommandProcessor, ends: EndOffsets, every_events: int = 2) -> None:
+    worker._high_watermarks = ends  # type: ignore[assignment]
+    worker.snapshots = SnapshotPolicy(every_events=every_events, every_s=3_600)
+    worker.snapshots.written(0, every_events)
+
+
+def snapshot_records(producer: RecordingProducer) -> list[tuple[str, bytes]]:
+    return [r for t in producer.transactions for r in t["produced"] if r[0] == f"{PREFIX}.snapshots"]
+
+
+def test_a_snapshot_whose_end_offset_is_slow_is_put_off_never_holding_the_batch_and_taken_later(
+        worker: CommandProcessor, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    ends = EndOffsets(TimeoutError(), KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer")), 17)
+    snapshot_due_after(worker, ends)
     producer = RecordingProducer()
     with caplog.at_level("WARNING", logger="watchtower.worker"):
         serve(worker, [record("commands", 3, "a")], producer)
-    assert asked == [SNAPSHOT_END_TIMEOUT_S]
-    assert "no snapshot of partition 0 now (TimeoutError)" in caplog.text  # a reason, even for a bare timeout
+    assert ends.asked == [SNAPSHOT_END_TIMEOUT_S]
+    assert "no snapshot of partition 0 now (its end offset took over 250 ms); tried again in 1 s" in caplog.text
     [txn] = producer.transactions
     assert txn["outcome"] == "committed", "the batch is decided and committed without its snapshot"
     assert txn["produced"] == [(f"{PREFIX}.events", b"a")]
+    assert worker.stats.snapshots_taken == 0
+    # Not asked again at every batch ...
+    serve(worker, [record("commands", 4, "b")], producer)
+    assert ends.asked == [SNAPSHOT_END_TIMEOUT_S]
+    # ... but soon, each time waiting longer: the broker is slow, not gone (librdkafka's own timeout too).
+    clock.now += SNAPSHOT_RETRY_S
+    serve(worker, [record("commands", 5, "c")], producer)
+    clock.now += SNAPSHOT_RETRY_S
+    serve(worker, [record("commands", 6, "d")], producer)
+    assert ends.asked == [SNAPSHOT_END_TIMEOUT_S, 2 * SNAPSHOT_END_TIMEOUT_S, 4 * SNAPSHOT_END_TIMEOUT_S]
+    assert snapshot_records(producer) == [(f"{PREFIX}.snapshots", b"p0")]
+    assert producer.transactions[-1]["produced"][0] == (f"{PREFIX}.snapshots", b"p0"), "before the batch"
+    assert worker.stats.snapshots_taken == 1
+    # A snapshot taken starts the next one from the short wait again.
+    ends.answers = [TimeoutError()]
+    worker.snapshots.written(0, 2)
+    serve(worker, [record("commands", 7, "e")], producer)
+    assert ends.asked[-1] == SNAPSHOT_END_TIMEOUT_S
+
+
+def test_the_wait_for_a_slow_end_offset_is_bounded(worker: CommandProcessor, clock: Clock) -> None:
+    ends = EndOffsets(*[TimeoutError()] * 6)
+    snapshot_due_after(worker, ends)
+    for offset in range(6):
+        serve(worker, [record("commands", offset, "a")], RecordingProducer())
+        clock.now += SNAPSHOT_RETRY_S
+    assert max(ends.asked) == SNAPSHOT_END_TIMEOUT_MAX_S
+    assert worker.stats.snapshots_taken == 0
+
+
+def test_a_snapshot_that_fails_otherwise_is_given_up_until_another_period_of_events(
+        worker: CommandProcessor, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    ends = EndOffsets(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, "no such partition")), 9)
+    snapshot_due_after(worker, ends, every_events=3)
+    producer = RecordingProducer()
+    with caplog.at_level("WARNING", logger="watchtower.worker"):
+        serve(worker, [record("commands", 3, "a")], producer)
+    assert "no snapshot of partition 0 now (KafkaError" in caplog.text
+    assert "the next one is tried after another 3 events" in caplog.text
+    clock.now += 10 * SNAPSHOT_RETRY_S
+    serve(worker, [record("commands", 4, "b")], producer)
+    assert len(ends.asked) == 1, "not retried before another period of events"
+    serve(worker, [record("commands", 5, "c")], producer)  # the third event since the failure
+    serve(worker, [record("commands", 6, "d")], producer)
+    assert len(ends.asked) == 2
+    assert snapshot_records(producer) == [(f"{PREFIX}.snapshots", b"p0")]
+    assert worker.stats.snapshots_taken == 1

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from watchtower import tracing
 from watchtower.metrics import worker as worker_metrics
@@ -73,9 +73,14 @@ GROUP_ID = STREAM_WORKER_GROUP
 #: Ingested publishes decided between two looks at whether a client's command is waiting (step).
 LANE_LOOK_EVERY: Final = 8
 
-#: How long a snapshot may wait for its partition's end offset before it is skipped: every command of
+#: How long a snapshot may wait for its partition's end offset before it is put off: every command of
 #: the turn waits with it, and a snapshot is only an optimisation (the read takes a few ms when healthy).
+#: Each timeout in a row doubles the wait, up to `SNAPSHOT_END_TIMEOUT_MAX_S`, so a broker that is
+#: merely slow (the first read also connects the admin client) still gets its snapshots taken.
 SNAPSHOT_END_TIMEOUT_S: Final = 0.25
+SNAPSHOT_END_TIMEOUT_MAX_S: Final = 2.0
+#: How soon a snapshot put off by a timeout is tried again.
+SNAPSHOT_RETRY_S: Final = 1.0
 
 #: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
 #: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
@@ -107,6 +112,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._batch: list[Record] = []
         self._held: list[Record] = []  # fetched, waiting for the batch before them (step)
         self._high_watermarks = HighWatermarks(bootstrap)
+        self._snapshot_end_timeout_s = SNAPSHOT_END_TIMEOUT_S
         self._gave_way_at: dict[int, int] = {}  # commands partition -> its high watermark when the lane gave way
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
@@ -253,7 +259,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
 
     def _snapshot_due(self) -> list[int]:
         """Produce, in the open transaction and before any record of the batch, a snapshot of the
-        first owned partition due one, if any (:mod:`watchtower.workers.snapshots`); the partitions done.
+        first owned partition due one, if any (:mod:`watchtower.workers.snapshots`); the partitions
+        whose snapshot was produced.
 
         One partition a transaction: every command of the turn waits for it, so partitions that fall
         due together are taken on successive turns. The state is the one after the previous committed
@@ -261,25 +268,41 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         the consumer's read_committed end: the last stable offset lags the previous commit's marker,
         and a snapshot tagged with it made the next owner fold that batch's events twice). A snapshot
         that cannot be taken is skipped (logged): it is an optimisation, never a reason to fail a batch,
-        nor to hold one: the end offset is given `SNAPSHOT_END_TIMEOUT_S`.
+        nor to hold one. The end offset is given a bounded wait; a timeout puts the snapshot off for
+        `SNAPSHOT_RETRY_S` with a longer bound, any other failure for a whole period.
         """
         due = self.snapshots.due([p for p in self._owned if p in self._states])
         if not due:
             return []
         partition = due[0]
         started = time.perf_counter()
+        bound = self._snapshot_end_timeout_s
         try:
-            end = self._high_watermarks(self.t_events, [partition], timeout_s=SNAPSHOT_END_TIMEOUT_S)[partition]
+            end = self._high_watermarks(self.t_events, [partition], timeout_s=bound)[partition]
             value = snapshot_value(partition, end, self._states[partition], self.aggregates)
             self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
-        except (KafkaException, BufferError, WatchtowerError, ValueError, TypeError, TimeoutError) as exc:
-            log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
-                        partition, str(exc) or type(exc).__name__, self.snapshots.every_events)
-        else:
-            log.info("worker %s snapshots partition %d at events offset %d (%d bytes, %.0f ms)", self.worker_id,
-                     partition, end, len(value), (time.perf_counter() - started) * 1000)
-        # Also after a failure: back off for a whole period instead of retrying every batch.
+        except (TimeoutError, KafkaException) as exc:
+            if isinstance(exc, KafkaException) and not _timed_out(exc):
+                return self._snapshot_given_up(partition, exc)
+            self._snapshot_end_timeout_s = min(bound * 2, SNAPSHOT_END_TIMEOUT_MAX_S)
+            self.snapshots.retry_in(partition, SNAPSHOT_RETRY_S)
+            log.warning("no snapshot of partition %d now (its end offset took over %.0f ms); tried again in "
+                        "%.0f s, waiting up to %.0f ms", partition, bound * 1000, SNAPSHOT_RETRY_S,
+                        self._snapshot_end_timeout_s * 1000)
+            return []
+        except (BufferError, WatchtowerError, ValueError, TypeError) as exc:
+            return self._snapshot_given_up(partition, exc)
+        self._snapshot_end_timeout_s = SNAPSHOT_END_TIMEOUT_S
+        log.info("worker %s snapshots partition %d at events offset %d (%d bytes, %.0f ms)", self.worker_id,
+                 partition, end, len(value), (time.perf_counter() - started) * 1000)
         return [partition]
+
+    def _snapshot_given_up(self, partition: int, exc: Exception) -> list[int]:
+        """Back off a whole period instead of retrying every batch; no partition was snapshotted."""
+        log.warning("no snapshot of partition %d now (%s); the next one is tried after another %d events",
+                    partition, str(exc) or type(exc).__name__, self.snapshots.every_events)
+        self.snapshots.taken([partition])
+        return []
 
     def failed(self, exc: Exception) -> None:  # noqa: ARG002 (every failure counts alike)
         self.stats.aborted_batches += 1
@@ -324,6 +347,12 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
     def _reply(self, headers: dict[str, Any], value: bytes) -> None:
         self._last_reply = value  # decoded only for a refusal, to count its code
         super()._reply(headers, value)
+
+
+def _timed_out(exc: KafkaException) -> bool:
+    """Whether a client call failed only because the broker did not answer in time."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
 
 
 def _next_offsets(batch: list[Record]) -> list[TopicPartition]:

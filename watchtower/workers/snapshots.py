@@ -59,6 +59,7 @@ class SnapshotPolicy:
         self.every_s = every_s
         self._pending: dict[int, int] = {}
         self._since: dict[int, float] = {}
+        self._not_before: dict[int, float] = {}
 
     def written(self, partition: int, events: int) -> None:
         """``events`` more events of ``partition`` are committed (or were folded at a load)."""
@@ -68,14 +69,20 @@ class SnapshotPolicy:
 
     def due(self, owned: Collection[int]) -> list[int]:
         now = time.monotonic()
-        return [p for p in owned if self._pending.get(p, 0) > 0 and (
+        return [p for p in owned if self._pending.get(p, 0) > 0 and now >= self._not_before.get(p, 0.0) and (
             self._pending[p] >= self.every_events or now - self._since[p] >= self.every_s)]
 
+    def retry_in(self, partition: int, seconds: float) -> None:
+        """A snapshot of ``partition`` could not be taken for a passing reason: it stays due, but is
+        not tried again for ``seconds`` (so a slow broker is not asked at every batch)."""
+        self._not_before[partition] = time.monotonic() + seconds
+
     def taken(self, partitions: Collection[int]) -> None:
-        """Snapshots of ``partitions`` were committed."""
+        """Snapshots of ``partitions`` were committed (or given up: the next after another period)."""
         for p in partitions:
             self._pending.pop(p, None)
             self._since.pop(p, None)
+            self._not_before.pop(p, None)
 
     def forget(self, partition: int) -> None:
         self.taken([partition])
