@@ -20,6 +20,7 @@ It reports, for the measured window:
   readable through a long-polling ``get_since``, minus the start of its tick's block, which is the
   message's timestamp); beside it the plain path's publish → visible p50/p99, alone and during
   ingestion (the baseline, measured in the same run);
+- where the plain publishes' time went, stage by stage (`stage_trace`), alone and during ingestion;
 - CPU per tick of every process (µs of user + system time per finished tick): scheduler and
   aggregator (the ``ingest`` processes), runners, worker, projection, broker, and this client;
 - with ``--broker-requests`` (the broker's Jolokia agent), the broker's requests per tick by type.
@@ -67,8 +68,14 @@ from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import jolokia_agent_jar
 from watchtower.local.stack import ServiceSet
 from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
+from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.signed_command import Command
+from watchtower.schemas.records import decode_message
+from watchtower.schemas.wire import decode_command
 from watchtower.topics.admin import ensure_topics
-from watchtower.topics.catalogue import catalogue
+from watchtower.topics.catalogue import catalogue, topic_name
+from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.reader import read_committed
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -183,6 +190,46 @@ class PlainPath:
                  "sent_unix_ms": int(self.sent[s] * 1000)}
                 for s in sequences if s in self.seen]
         return sorted(rows, key=lambda r: -r["visible_ms"])[:n]
+
+
+#: The stages of a plain publish, in order (`stage_trace`).
+STAGES = ("to_command", "at_worker", "commit_and_back", "ack_to_visible")
+
+
+def stage_trace(bootstrap: str, prefix: str, stream_id: str, partitions: int, path: PlainPath,
+                sequences: list[int]) -> dict[str, Any]:
+    """Where the plain publishes' time went, from the records' own timestamps (CreateTime: set when
+    the record was produced, on this host's clock):
+
+    - ``to_command``: sent → the gateway produced the publish command (HTTP, the gateway's loop);
+    - ``at_worker``: → the stream worker produced its message (the wait for a fetch, for the
+      transaction before it, and the decision);
+    - ``commit_and_back``: → the acknowledgement (the commit, the reply, the way back);
+    - ``ack_to_visible``: → first readable through the long poll (negative when the read came first).
+
+    Each stage's p50/p99 over `sequences`, and the stages of the five slowest publishes."""
+    partition = partition_for_key(stream_id.encode(), partitions)
+    commanded: dict[int, float] = {}
+    decided: dict[int, float] = {}
+    key = stream_id.encode()
+    for m in read_committed(bootstrap, [topic_name("commands", prefix)], partition=partition, timeout_s=120):
+        try:
+            cmd = decode_command(m.value()) if m.key() == key else None
+        except WatchtowerError:
+            continue
+        if isinstance(cmd, Command) and cmd.method == "publish":
+            commanded.setdefault(int(cmd.body["sequence"]), m.timestamp()[1] / 1000)
+    for m in read_committed(bootstrap, [topic_name("messages", prefix)], partition=partition, timeout_s=120):
+        if m.key() == key:
+            decided.setdefault(decode_message(m.value() or b"").sequence, m.timestamp()[1] / 1000)
+    rows = []
+    for s in sequences:
+        if s in commanded and s in decided and s in path.seen:
+            marks = (path.sent[s], commanded[s], decided[s], path.acked[s], path.seen[s][0])
+            rows.append({"visible_ms": round((marks[-1] - marks[0]) * 1000, 1),
+                         **{st: round((b - a) * 1000, 1) for st, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True)}})
+    return {**{st: dist([r[st] for r in rows]) for st in STAGES},
+            "slowest": sorted(rows, key=lambda r: -r["visible_ms"])[:5]}
 
 
 def positive_rate(text: str) -> float:
@@ -322,6 +369,10 @@ def main() -> None:
             time.sleep(3)
             stop.set()
             profiles = spy.finish() if spy is not None else None
+            trace = {"alone": stage_trace(bootstrap, prefix, plain["stream_id"], args.partitions, plain_path,
+                                          plain_alone),
+                     "during_ingestion": stage_trace(bootstrap, prefix, plain["stream_id"], args.partitions,
+                                                     plain_path, plain_during)}
 
         before, after = ingest_totals(first), ingest_totals(end)
         ticks = sum(finished(h) for h in end) - sum(finished(h) for h in first)
@@ -346,6 +397,7 @@ def main() -> None:
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),
                                         "during_ingestion": dist(plain_path.ack_latencies(plain_during))},
             "plain_slowest_during_ingestion": plain_path.slowest(plain_during),
+            "plain_stages_ms": trace,
             "cpu_us_per_tick": {n: round((cpu1[n] - cpu0[n]) * 1e6 / max(ticks, 1)) for n in procs},
             "cores": {n: round((cpu1[n] - cpu0[n]) / elapsed, 2) for n in procs},
             "runners_health": {r: health(services.health_file(f"runner-{r}")) for r in runner_names},

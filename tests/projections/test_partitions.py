@@ -233,3 +233,61 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     folds = [i for i, o in enumerate(order) if o.startswith("fold")]
     assert len(folds) == len(batch)
     assert "other" in order[folds[0]:folds[-1]], "nothing else ran while the batch was folded"
+
+
+def test_a_long_poll_woken_by_the_fold_is_answered_before_the_rest_of_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader waiting on one stream is not kept waiting while a burst of other streams' records,
+    fetched in the same batch, is folded (the slice alone would let it wait up to `FOLD_SLICE_S`)."""
+
+    from watchtower.projections import catch_up
+    from watchtower.projections.longpoll import HeadWaiters
+    from watchtower.topics.records import Record
+
+    topics = ("t.events", "t.messages", "t.replay")
+    batch = [Record("t.messages", 0, i, b"k", b"v", (), 0) for i in range(40)]
+
+    class OneBatch:
+        def __init__(self, *_: object, **__: object) -> None:
+            self.pending: set[tuple[str, int]] = set()
+            self.lag = None
+            self.batches = [batch]
+
+        def poll(self) -> list[Record]:
+            return self.batches.pop() if self.batches else []
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
+    monkeypatch.setattr(catch_up, "FOLD_SLICE_S", 3600.0)  # no slice ends inside the batch
+    order: list[str] = []
+    waiters = HeadWaiters()
+    head = {"watched": 0}
+
+    def fold(record: Record) -> None:
+        order.append(f"fold {record.offset}")
+        if record.offset == 5:  # the watched stream's message, amid the burst
+            head["watched"] = 1
+            waiters.wake("watched", 1)
+        else:
+            waiters.wake("unwatched", record.offset)  # nobody waits there: no answer due
+
+    async def main() -> None:
+        owned = OwnedPartitions(("streams",))
+        runner = catch_up.CatchUp("127.0.0.1:1", topics, owned, fold, answers_due=lambda: waiters.answers_due)
+
+        async def reader() -> None:
+            await waiters.wait("watched", 1, 30_000, lambda: head["watched"])
+            order.append("answered")
+
+        polling = asyncio.ensure_future(reader())
+        await asyncio.sleep(0)  # the poll is parked
+        runner.assign({(t, 0) for t in topics})
+        await asyncio.wait_for(polling, 30)
+        while len(order) < len(batch) + 1:
+            await asyncio.sleep(0.01)
+        owned.assign([])  # a new generation stops the fold
+
+    asyncio.run(main())
+    assert order.index("answered") == order.index("fold 5") + 1, order[:10]
+    assert order.count("answered") == 1 and len(order) == len(batch) + 1

@@ -48,7 +48,10 @@ log = logging.getLogger("watchtower.projections")
 #: How often a fold records its positions in the fold group (`topics.groups.projection_fold_group`).
 FOLD_RECORD_EVERY_S: Final = 5.0
 #: The fold gives the event loop back (reads, long polls, health) after this long of folding.
-FOLD_SLICE_S: Final = 0.05
+FOLD_SLICE_S: Final = 0.005
+#: Turns of the event loop the fold gives a long poll it has just woken: the flush that answers it,
+#: `asyncio.wait_for` handing the result on, and the handler writing its response.
+ANSWER_TURNS: Final = 3
 
 TopicPartitionKey = tuple[str, int]
 
@@ -57,12 +60,16 @@ class CatchUp:
     """Runs the catch-up of each assignment and tells `owned` which partitions serve.
 
     `fold` folds one record into the tables (the live agent's fold; it must not raise for a bad
-    record). `attach` connects it to a Faust app's rebalance signals.
+    record). `attach` connects it to a Faust app's rebalance signals. `answers_due` says whether a
+    record just folded woke a long poll: the fold then yields at once, so the poll is answered
+    before the rest of the batch (a block's burst of other streams) is folded.
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
-                 fold: Callable[[Record], None], fold_group: str | None = None, standbys: bool = True) -> None:
+                 fold: Callable[[Record], None], fold_group: str | None = None, standbys: bool = True,
+                 answers_due: Callable[[], bool] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.answers_due = answers_due
         self.standbys = standbys  # also fold the standby partitions the group's assignor names
         self._app: Any = None
         self.fold_group = fold_group  # where the fold's positions are recorded for lag (topics.groups)
@@ -161,6 +168,12 @@ class CatchUp:
                         with self.owned.folding(r.topic, r.partition, r.offset):
                             self.fold(r)
                         folded += 1
+                        if self.answers_due is not None and self.answers_due():
+                            for _ in range(ANSWER_TURNS):  # a waiting reader first, then the rest
+                                await asyncio.sleep(0)
+                            if generation != self.owned.generation:
+                                break
+                            slice_ends = time.monotonic() + FOLD_SLICE_S
                 if generation != self.owned.generation:
                     break
                 self._settle(generation, partitions, reader.pending)

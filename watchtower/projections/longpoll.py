@@ -10,7 +10,8 @@ does not wait for the longest poll.
 Wake-ups are coalesced: the fold reports every message it indexes (`wake`), and the polls are
 answered once per turn of the event loop with the highest head reported in it (`_flush`), so a
 fold that indexes a fetch's worth of records in one go answers each poll once, with all of them,
-instead of once per record. It adds no delay: the flush runs as soon as the fold yields.
+instead of once per record. The fold yields as soon as a poll is due an answer
+(`answers_due`, `catch_up.CatchUp`), so a poll's answer never waits for the rest of a batch.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ class HeadWaiters:
             return
         self._flush_scheduled = True
         loop.call_soon(self._flush)
+
+    @property
+    def answers_due(self) -> bool:
+        """Whether a poll's head has been reported and not yet answered (a flush is scheduled)."""
+        return self._flush_scheduled
 
     def _flush(self) -> None:
         self._flush_scheduled = False
