@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import embedded_spec
 
-from watchtower.local.broker import LocalKafka, jvm_performance_opts
+from watchtower.local.broker import LocalKafka
 from watchtower.local.processes import pid_alive
 from watchtower.topics.connection import kafka_config
 
@@ -39,11 +39,6 @@ def test_up_is_idempotent_and_down_leaves_nothing(broker: LocalKafka) -> None:
     assert first["state"] == "running"
     pid = first["nodes"][0]["pid"]
     assert pid_alive(pid)
-
-    # The JVM runs with the options Kafka's own start scripts give it (G1 aiming at 20 ms pauses).
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    assert b"-XX:MaxGCPauseMillis=20" in argv
-    assert b"-XX:+UseG1GC" in argv
 
     assert broker.up() == 0.0, "a second up must be a no-op"
     assert broker.status()["nodes"][0]["pid"] == pid
@@ -106,15 +101,3 @@ def test_stale_pid_file_naming_another_process_is_ignored(broker: LocalKafka) ->
     assert broker.status()["state"] == "stopped"
     assert broker.up() > 0.0
     assert broker.status()["nodes"][0]["pid"] != os.getpid()
-
-
-def test_the_broker_jvm_options_are_kafkas_defaults_unless_the_environment_names_others(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KAFKA_JVM_PERFORMANCE_OPTS", raising=False)
-    assert jvm_performance_opts() == ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                                      "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-                                      "-Djava.awt.headless=true"]
-    monkeypatch.setenv("KAFKA_JVM_PERFORMANCE_OPTS", "-XX:+UseParallelGC  -Dwhy='two words'")
-    assert jvm_performance_opts() == ["-XX:+UseParallelGC", "-Dwhy=two words"]
-    monkeypatch.setenv("KAFKA_JVM_PERFORMANCE_OPTS", "  ")
-    assert "-XX:MaxGCPauseMillis=20" in jvm_performance_opts()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 19092
@@ -56,13 +55,6 @@ class NodeSpec:
     def pid_file(self) -> Path:
         return self.directory / "broker.pid"
 
-
-#: The broker JVM's options as Kafka's own start scripts (``kafka-run-class.sh``) set them by
-#: default: G1 aiming at 20 ms pauses, marking started at 35% occupancy, no stop-the-world
-#: ``System.gc()``. ``KAFKA_JVM_PERFORMANCE_OPTS`` replaces them (`broker.jvm_performance_opts`).
-KAFKA_JVM_PERFORMANCE_OPTS: Final = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                                     "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-                                     "-Djava.awt.headless=true")
 
 @dataclass(frozen=True)
 class ClusterSpec:

@@ -5,7 +5,7 @@
 set -eu
 PROPS=/opt/kafka/config/server.properties
 : > "$PROPS"
-env | grep '^KAFKA_' | grep -v -e '^KAFKA_HEAP_OPTS=' -e '^KAFKA_OPTS=' -e '^KAFKA_JVM_PERFORMANCE_OPTS=' | while IFS='=' read -r key value; do
+env | grep '^KAFKA_' | grep -v -e '^KAFKA_HEAP_OPTS=' -e '^KAFKA_OPTS=' | while IFS='=' read -r key value; do
   name=$(printf '%s' "${key#KAFKA_}" | tr 'A-Z' 'a-z' | sed -e 's/___/-/g' -e 's/__/@/g' -e 's/_/./g' -e 's/@/_/g')
   printf '%s=%s\n' "$name" "$value" >> "$PROPS"
 done
