@@ -226,8 +226,9 @@ def stage_trace(bootstrap: str, prefix: str, stream_id: str, partitions: int, pa
     for s in sequences:
         if s in commanded and s in decided and s in path.seen:
             marks = (path.sent[s], commanded[s], decided[s], path.acked[s], path.seen[s][0])
+            stages = zip(STAGES, marks[:-1], marks[1:], strict=True)
             rows.append({"visible_ms": round((marks[-1] - marks[0]) * 1000, 1),
-                         **{st: round((b - a) * 1000, 1) for st, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True)}})
+                         **{st: round((b - a) * 1000, 1) for st, a, b in stages}})
     return {**{st: dist([r[st] for r in rows]) for st in STAGES},
             "slowest": sorted(rows, key=lambda r: -r["visible_ms"])[:5]}
 

@@ -52,6 +52,9 @@ FOLD_SLICE_S: Final = 0.005
 #: Turns of the event loop the fold gives a long poll it has just woken: the flush that answers it,
 #: `asyncio.wait_for` handing the result on, and the handler writing its response.
 ANSWER_TURNS: Final = 3
+#: The least folding between two such hand-overs: when every stream has a reader waiting, the fold
+#: would otherwise pay the turns after every record; this way a woken poll waits at most this long.
+ANSWER_EVERY_S: Final = 0.001
 
 TopicPartitionKey = tuple[str, int]
 
@@ -154,7 +157,8 @@ class CatchUp:
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
                 before = folded
-                slice_ends = time.monotonic() + FOLD_SLICE_S
+                yielded = time.monotonic()
+                slice_ends = yielded + FOLD_SLICE_S
                 for r in records:
                     if time.monotonic() >= slice_ends:
                         # Let the reads in: a batch of 2,000 verifies holds the event loop for
@@ -163,17 +167,20 @@ class CatchUp:
                         await asyncio.sleep(0)
                         if generation != self.owned.generation:
                             break  # a newer rebalance owns the state now
-                        slice_ends = time.monotonic() + FOLD_SLICE_S
+                        yielded = time.monotonic()
+                        slice_ends = yielded + FOLD_SLICE_S
                     if self.owned.fresh(r.topic, r.partition, r.offset):
                         with self.owned.folding(r.topic, r.partition, r.offset):
                             self.fold(r)
                         folded += 1
-                        if self.answers_due is not None and self.answers_due():
+                        if (self.answers_due is not None and self.answers_due()
+                                and time.monotonic() - yielded >= ANSWER_EVERY_S):
                             for _ in range(ANSWER_TURNS):  # a waiting reader first, then the rest
                                 await asyncio.sleep(0)
                             if generation != self.owned.generation:
                                 break
-                            slice_ends = time.monotonic() + FOLD_SLICE_S
+                            yielded = time.monotonic()
+                            slice_ends = yielded + FOLD_SLICE_S
                 if generation != self.owned.generation:
                     break
                 self._settle(generation, partitions, reader.pending)
