@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from waiting import let_time_pass
@@ -189,6 +190,23 @@ def test_a_standby_partition_is_folded_and_read_only_when_standing_in_for_its_ow
     asyncio.run(scenario())
 
 
+def one_batch_reader(batch: list[Any]) -> type:
+    """A stand-in for the catch-up's `PartitionReader` that hands over `batch`, then nothing."""
+
+    class OneBatch:
+        def __init__(self, *_: object, **__: object) -> None:
+            self.pending: set[tuple[str, int]] = set()
+            self.lag = None
+            self.batches = [batch]
+
+        def poll(self) -> list[Any]:
+            return self.batches.pop() if self.batches else []
+
+        def close(self) -> None: ...
+
+    return OneBatch
+
+
 def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch whose fold outlasts `FOLD_SLICE_S` lets other tasks (reads, health) run inside it."""
 
@@ -198,18 +216,7 @@ def test_a_long_fold_hands_the_event_loop_back_between_records(monkeypatch: pyte
     topics = ("t.events", "t.messages", "t.replay")
     batch = [Record("t.events", 0, i, b"k", b"v", (), 0) for i in range(40)]
 
-    class OneBatch:
-        def __init__(self, *_: object, **__: object) -> None:
-            self.pending: set[tuple[str, int]] = set()
-            self.lag = None
-            self.batches = [batch]
-
-        def poll(self) -> list[Record]:
-            return self.batches.pop() if self.batches else []
-
-        def close(self) -> None: ...
-
-    monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
+    monkeypatch.setattr(catch_up, "PartitionReader", one_batch_reader(batch))
     order: list[str] = []
 
     def fold(record: Record) -> None:
@@ -247,18 +254,7 @@ def test_a_long_poll_woken_by_the_fold_is_answered_before_the_rest_of_the_batch(
     topics = ("t.events", "t.messages", "t.replay")
     batch = [Record("t.messages", 0, i, b"k", b"v", (), 0) for i in range(40)]
 
-    class OneBatch:
-        def __init__(self, *_: object, **__: object) -> None:
-            self.pending: set[tuple[str, int]] = set()
-            self.lag = None
-            self.batches = [batch]
-
-        def poll(self) -> list[Record]:
-            return self.batches.pop() if self.batches else []
-
-        def close(self) -> None: ...
-
-    monkeypatch.setattr(catch_up, "PartitionReader", OneBatch)
+    monkeypatch.setattr(catch_up, "PartitionReader", one_batch_reader(batch))
     monkeypatch.setattr(catch_up, "FOLD_SLICE_S", 3600.0)  # no slice ends inside the batch
     order: list[str] = []
     waiters = HeadWaiters()
