@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from watchtower import tracing
 from watchtower.metrics import worker as worker_metrics
@@ -61,7 +61,7 @@ from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
 from watchtower.workers.health import HealthFile, MeteredHealthFile
-from watchtower.workers.host import consumer_config, producer_config
+from watchtower.workers.host import consumer_config, producer_config, unreachable
 from watchtower.workers.loop import Hosted, Processor, TransactionalLoop
 from watchtower.workers.partitions import PartitionOwner
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
@@ -268,8 +268,9 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         the consumer's read_committed end: the last stable offset lags the previous commit's marker,
         and a snapshot tagged with it made the next owner fold that batch's events twice). A snapshot
         that cannot be taken is skipped (logged): it is an optimisation, never a reason to fail a batch,
-        nor to hold one. The end offset is given a bounded wait; a timeout puts the snapshot off for
-        `SNAPSHOT_RETRY_S` with a longer bound, any other failure for a whole period.
+        nor to hold one. The end offset is given a bounded wait; a timeout (or no broker answering,
+        `host.unreachable`) puts the snapshot off for `SNAPSHOT_RETRY_S` with a longer bound, any
+        other failure for a whole period.
         """
         due = self.snapshots.due([p for p in self._owned if p in self._states])
         if not due:
@@ -282,13 +283,13 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             value = snapshot_value(partition, end, self._states[partition], self.aggregates)
             self.producer.produce(self.t_snapshots, key=snapshot_key(partition), value=value, partition=partition)
         except (TimeoutError, KafkaException) as exc:
-            if isinstance(exc, KafkaException) and not _timed_out(exc):
+            if isinstance(exc, KafkaException) and not unreachable(exc):
                 return self._snapshot_given_up(partition, exc)
             self._snapshot_end_timeout_s = min(bound * 2, SNAPSHOT_END_TIMEOUT_MAX_S)
             self.snapshots.retry_in(partition, SNAPSHOT_RETRY_S)
-            log.warning("no snapshot of partition %d now (its end offset took over %.0f ms); tried again in "
-                        "%.0f s, waiting up to %.0f ms", partition, bound * 1000, SNAPSHOT_RETRY_S,
-                        self._snapshot_end_timeout_s * 1000)
+            log.warning("no snapshot of partition %d now (no end offset within %.0f ms: %s); tried again in "
+                        "%.0f s, waiting up to %.0f ms", partition, bound * 1000, str(exc) or type(exc).__name__,
+                        SNAPSHOT_RETRY_S, self._snapshot_end_timeout_s * 1000)
             return []
         except (BufferError, WatchtowerError, ValueError, TypeError) as exc:
             return self._snapshot_given_up(partition, exc)
@@ -347,12 +348,6 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
     def _reply(self, headers: dict[str, Any], value: bytes) -> None:
         self._last_reply = value  # decoded only for a refusal, to count its code
         super()._reply(headers, value)
-
-
-def _timed_out(exc: KafkaException) -> bool:
-    """Whether a client call failed only because the broker did not answer in time."""
-    err = exc.args[0] if exc.args else None
-    return isinstance(err, KafkaError) and err.code() in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
 
 
 def _next_offsets(batch: list[Record]) -> list[TopicPartition]:
