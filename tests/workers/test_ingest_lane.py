@@ -19,11 +19,13 @@ from counter_aggregate import CounterAggregate, TotalAggregate, counter_command
 from watchtower.topics.records import Record
 from watchtower.workers import snapshots
 from watchtower.workers.command_processor import (
+    END_READER_CONNECT_S,
     SNAPSHOT_END_TIMEOUT_MAX_S,
     SNAPSHOT_END_TIMEOUT_S,
     SNAPSHOT_RETRY_S,
     CommandProcessor,
 )
+from watchtower.workers.partitions import PartitionOwner
 from watchtower.workers.snapshots import SnapshotPolicy
 
 PREFIX = "tlane"
@@ -293,3 +295,16 @@ def test_a_snapshot_that_fails_otherwise_is_given_up_until_another_period_of_eve
     assert len(ends.asked) == 2
     assert snapshot_records(producer) == [(f"{PREFIX}.snapshots", b"p0")]
     assert worker.stats.snapshots_taken == 1
+
+
+def test_a_rebuild_connects_the_end_offset_reader_before_any_snapshot_waits_for_it(
+        worker: CommandProcessor, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PartitionOwner, "_load_pending", lambda _self: True)
+    ends = EndOffsets(40, TimeoutError())
+    worker._high_watermarks = ends  # type: ignore[assignment]
+    assert worker._load_pending()
+    assert ends.asked == [END_READER_CONNECT_S], "asked once, outside any batch, with a generous wait"
+    assert worker._load_pending(), "a reader that cannot connect yet never fails the rebuild"
+    monkeypatch.setattr(PartitionOwner, "_load_pending", lambda _self: False)
+    assert not worker._load_pending()
+    assert len(ends.asked) == 2, "nothing is asked while partitions are still to be rebuilt"

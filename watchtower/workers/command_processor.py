@@ -81,6 +81,8 @@ SNAPSHOT_END_TIMEOUT_S: Final = 0.25
 SNAPSHOT_END_TIMEOUT_MAX_S: Final = 2.0
 #: How soon a snapshot put off by a timeout is tried again.
 SNAPSHOT_RETRY_S: Final = 1.0
+#: How long a rebuild waits, outside any batch, for the end-offset reader to connect (`_load_pending`).
+END_READER_CONNECT_S: Final = 5.0
 
 #: Timeout passed to each transactional call; the watchdog gives up `host.CALL_GRACE_S` later still.
 #: A healthy call takes milliseconds; one that overruns costs a start over from the log (seconds).
@@ -313,6 +315,19 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         """Undo the batch in memory and seek back (with what was fetched after it): it is decided again."""
         self._undo_in_memory(self._touched)
         self._seek_to_firsts(self._batch + self._held)
+
+    def _load_pending(self) -> bool:
+        """Rebuild the partitions without state (`PartitionOwner`), then connect the end-offset reader
+        the snapshots use: a first read also opens its connection and fetches metadata, which on a
+        busy host overran a snapshot's bounded wait inside a batch; here no batch waits for it."""
+        loaded = super()._load_pending()
+        if loaded and self._owned:
+            try:
+                self._high_watermarks(self.t_events, self._owned, timeout_s=END_READER_CONNECT_S)
+            except (KafkaException, TimeoutError) as exc:  # the first snapshot connects it, as before
+                log.info("worker %s: the end-offset reader is not connected yet (%s)", self.worker_id,
+                         str(exc) or type(exc).__name__)
+        return loaded
 
     # ------------------------------------------------------------------ starting over from the log
     def rebuild(self) -> None:
