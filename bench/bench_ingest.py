@@ -1,6 +1,7 @@
 """Timer-driven ingestion under load, beside the plain publish path, in one run.
 
-Starts an embedded broker, one stream-actor worker, one projection worker (API + gateway), the
+Starts an embedded broker, one stream-actor worker, one projection worker (the API), the command
+gateway (in a process of its own, as `watchtower up` runs it; ``--gateway api``: in the API's), the
 ingestion service (scheduler + aggregator, or with ``--aggregators N`` a scheduler and N
 aggregators), `--runners` runners (the last one lying with ``--liar``) and a local HTTP source.
 Creates `--streams` feeds ticking every block (``interval_blocks=1``) with `--proof` over
@@ -258,9 +259,9 @@ def main() -> None:
     parser.add_argument("--split", action="store_true",
                         help="the scheduler in a process of its own (by default it shares one with an aggregator)")
     parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--gateway", choices=("api", "own"), default="api",
-                        help="the command gateway in the API process (as `watchtower up` runs it) or in its own "
-                             "(as compose.yaml runs it)")
+    parser.add_argument("--gateway", choices=("api", "own"), default="own",
+                        help="the command gateway in a process of its own (as `watchtower up` and compose.yaml "
+                             "run it) or in the API process, sharing its event loop with the fold")
     parser.add_argument("--ingest-nice", type=int, default=None,
                         help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default)")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
@@ -290,7 +291,7 @@ def main() -> None:
         services.start_worker("w1")
         services.start_projection("p1", gateway=args.gateway == "api")
         commands_url = None
-        if args.gateway == "own":  # the command gateway in a process of its own, as compose.yaml runs it
+        if args.gateway == "own":  # the command gateway in a process of its own, as `watchtower up` runs it
             (gateway_port,) = free_ports(1)
             commands_url = services.start_gateway("g1", gateway_port)
         services.wait_ready()

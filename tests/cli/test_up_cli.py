@@ -24,6 +24,7 @@ from waiting import wait_until
 
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
+from watchtower.metrics import lag
 from watchtower.topics.catalogue import catalogue, topic_prefix
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,7 @@ class Stack:
 
     def wt(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "WATCHTOWER_HOME": str(self.home)}
-        for name in ("WATCHTOWER_API", "WATCHTOWER_WEB_BIND", "WATCHTOWER_BOOTSTRAP"):
+        for name in ("WATCHTOWER_API", "WATCHTOWER_COMMANDS_API", "WATCHTOWER_WEB_BIND", "WATCHTOWER_BOOTSTRAP"):
             env.pop(name, None)
         return subprocess.run([sys.executable, "-m", "watchtower.cli", *args], env=env, capture_output=True,
                               text=True, timeout=timeout, check=False)
@@ -129,7 +130,7 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert status["api_url"] == f"http://127.0.0.1:{fresh.api_port}"
     assert {name: s["running"] for name, s in status["services"].items()} == {
         "worker-w1": True, "projection-p1": True, "keymgr": True, "replay-r1": True,
-        "delivery-d1": True, "ingest": True, "runner-r1": True, "runner-r2": True}
+        "delivery-d1": True, "ingest": True, "runner-r1": True, "runner-r2": True, "gateway-g1": True}
     assert status["kafka"]["alive"] is True
     assert status["kafka"]["reachable"] is True
     # The genesis registrar admitted both runners: the worker knows it, and refuses a runner's own
@@ -155,6 +156,7 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert published.returncode == 0, published.stderr
     head = json.loads(fresh.wt("feed", "1", "get-head", "--json").stdout)
     assert head["head"] == 1
+    status = _commands_go_through_the_gateway(fresh, status)  # restarts the gateway: its new pid
     _status_shows_lag_and_metrics(fresh)
     again = fresh.up()
     assert again.returncode == 0, again.stderr
@@ -168,6 +170,33 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert after["services"] == {}
     assert all(_gone(pid) for pid in _pids(status).values())
     assert fresh.broker.status()["state"] == "stopped"
+
+
+def _commands_go_through_the_gateway(stack: Stack, status: dict[str, Any]) -> dict[str, Any]:
+    """`up` records its command gateway as ``commands_api``; the CLI sent its commands there. While
+    the gateway is away the API takes them, and the next `up` restarts it (docs/local-stack.md).
+    Returns the stack's status after the restart."""
+    gateway = status["services"]["gateway-g1"]
+    assert gateway["ready"] is True
+    config = json.loads((stack.home / "config.json").read_text())
+    assert config["commands_api"] == gateway["url"] != config["api"]
+    metrics = json.loads(stack.wt("status", "--json").stdout)["services"]["gateway-g1"]["metrics_url"]
+    taken = lag.scrape(metrics, timeout_s=30)["watchtower_http_requests_total"]
+    assert sum(v for labels, v in taken if labels["route"] == "/v1/commands" and labels["status"] == "200") >= 2
+    os.kill(gateway["pid"], signal.SIGTERM)
+    wait_until("the gateway to exit", lambda: _gone(gateway["pid"]), timeout_s=60)
+    published = stack.wt("feed", "1", "publish", "--kind", "t", "--data", '{"x": 3}')
+    assert published.returncode == 0, published.stderr
+    code, degraded = stack.status()
+    assert code != 0
+    assert degraded["services"]["gateway-g1"]["state"] == "dead"
+    again = stack.up()
+    assert again.returncode == 0, again.stderr
+    assert "restarted gateway-g1" in again.stdout
+    code, restarted = stack.status()
+    assert code == 0
+    assert restarted["services"]["gateway-g1"]["running"] is True
+    return restarted
 
 
 def _status_shows_lag_and_metrics(stack: Stack) -> None:
@@ -321,6 +350,6 @@ def test_up_projections_2_runs_two_projection_processes_that_status_lists_and_do
 
     down = fresh.wt("down")
     assert down.returncode == 0, down.stderr
-    # 1 worker, 2 projections, key manager, replay, delivery, ingestion and its two runners
-    assert "stopped 9 service process(es)" in down.stdout
+    # 1 worker, 2 projections, the command gateway, key manager, replay, delivery, ingestion and its two runners
+    assert "stopped 10 service process(es)" in down.stdout
     assert all(_gone(s["pid"]) for s in projections.values())

@@ -103,6 +103,12 @@ def test_up_starts_the_key_manager_and_gives_the_workers_the_genesis(home: Any, 
     # A secure stack's key manager connects as the service principal, like the workers.
     assert keymgr_env.get("WATCHTOWER_KAFKA_CREDENTIALS") == worker_env.get("WATCHTOWER_KAFKA_CREDENTIALS")
     assert ("WATCHTOWER_KAFKA_CREDENTIALS" in keymgr_env) == bool(mode)
+    # So does the command gateway `up` runs apart, which answered ready (up waits for it).
+    gateway = report["services"]["gateway-g1"]
+    assert gateway["ready"] is True
+    assert config["commands_api"] == gateway["url"]
+    gateway_env = _environ(gateway["pid"])
+    assert gateway_env.get("WATCHTOWER_KAFKA_CREDENTIALS") == worker_env.get("WATCHTOWER_KAFKA_CREDENTIALS")
     kek_text = genesis.kek_path.read_text().strip()
     assert all(kek_text not in value for value in worker_env.values())
     assert kek_text not in up.stdout + up.stderr

@@ -82,7 +82,7 @@ def _print_status(body: dict[str, Any]) -> None:
     click.echo(f"api      {body['api_url']}")
     for name, s in sorted(body["services"].items()):
         line = f"  {name:16} pid {s['pid'] or '-':>7}  {s['state'].upper() if s['state'] == 'dead' else s['state']}"
-        if "url" in s:  # an HTTP service (projection, key manager): its URL and what /v1/health says
+        if "url" in s:  # an HTTP service (projection, gateway, key manager): its URL and what /v1/health says
             ready = {True: "ready", False: "not ready", None: "no answer"}[s.get("ready")]
             line += f"  {s['url']}  {ready if s['running'] else ''}".rstrip()
         elif s.get("health") is not None:  # a Kafka worker: what its health file says

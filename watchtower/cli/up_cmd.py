@@ -7,6 +7,11 @@ docs/local-stack.md). `up` also creates the deployment's genesis once (`watchtow
 CBY minter, protocol treasury, KEK), gives the stream workers ``WATCHTOWER_PROTOCOL_TREASURY``,
 ``WATCHTOWER_CBY_MINTER`` and ``WATCHTOWER_KEYMGR_PUBLIC_KEY``, starts the key manager with the KEK
 file, and writes its URL as ``keymgr_url`` to ``config.json`` (docs/keymgr.md).
+
+Clients' commands have a process of their own, the command gateway ``gateway-g1``, whose URL `up`
+writes as ``commands_api`` to ``config.json``; the CLI and the SDK send commands there (the API
+process takes them too). Its event loop then never waits for the projection's fold, which a burst of
+ingested ticks keeps busy (docs/local-stack.md).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from watchtower.topics.connection import ENV_CREDENTIALS, ENV_PRINCIPAL
 
 DEFAULT_API_PORT = 8470
 KEYMGR_PORT_OFFSET = 2  # the key manager listens on the first free port from --api-port + 2 (8472)
+GATEWAY_PORT_OFFSET = 10  # the command gateway on the first free port from --api-port + 10 (8480, as compose)
+GATEWAY_NAME = "gateway-g1"
 _BROKER_OPTIONS = ("port", "controller_port", "partitions", "secure")
 _SERVICE_OPTIONS = ("workers", "projections", "api_port", "bind")
 
@@ -79,6 +86,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     fresh = record is None
     record = _new_record(options) if record is None else _reconcile(record, options, explicit)
     _plan_keymgr(record)
+    _plan_gateway(record)
     _plan_replay(record)
     _plan_delivery(record)
     _plan_ingest(record)
@@ -123,13 +131,17 @@ def up(ctx: click.Context, **options: Any) -> None:
                                    ENV_INGEST_KEK_FILE: str(genesis.ingest_kek_path)})
         elif s.kind == "runner":
             services.start_runner(s.worker_id)
+        elif s.kind == "gateway":
+            services.start_gateway(s.worker_id, s.port or 0)
         else:
             services.start_projection(s.worker_id, port=s.port)
         s.attach(services.procs[s.name].pid)
         restarted.append(s.name)
     record.save()
     keymgr_url = _keymgr_url(services, record)
-    settings.save({"bootstrap": record.bootstrap, "api": record.api_url, "keymgr_url": keymgr_url})
+    commands_url = _gateway_url(services, record)
+    settings.save({"bootstrap": record.bootstrap, "api": record.api_url, "commands_api": commands_url,
+                   "keymgr_url": keymgr_url})
     if not fresh and not restarted:
         click.echo(f"already up: API {record.api_url}, kafka {record.bootstrap} "
                    f"(services: {', '.join(sorted(record.services))}); nothing to restart")
@@ -148,6 +160,7 @@ def up(ctx: click.Context, **options: Any) -> None:
     else:
         click.echo(f"restarted {', '.join(restarted)} (ready in {time.monotonic() - t0:.1f}s)")
     click.echo(f"api      {record.api_url}  (OpenAPI: {record.api_url}/openapi.json)")
+    click.echo(f"commands {commands_url}  (the command gateway; the CLI sends commands there)")
     click.echo(f"keymgr   {keymgr_url}  (receipt key {genesis.keymgr_public_key.hex()})")
     for s in record.services.values():
         if s.kind == "projection" and s.port != record.api_port:
@@ -201,6 +214,20 @@ def _plan_keymgr(record: StackRecord) -> None:
     avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
     (port,) = next_free_ports(record.api_port + KEYMGR_PORT_OFFSET, 1, record.bind, avoid)
     record.services[KEYMGR_NAME] = ServiceRecord(KEYMGR_NAME, "keymgr", "k1", port)
+
+
+def _plan_gateway(record: StackRecord) -> None:
+    """Add the command gateway to the planned services (a record from before it existed gets one too)."""
+    if any(s.kind == "gateway" for s in record.services.values()):
+        return
+    avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
+    (port,) = next_free_ports(record.api_port + GATEWAY_PORT_OFFSET, 1, record.bind, avoid)
+    record.services[GATEWAY_NAME] = ServiceRecord(GATEWAY_NAME, "gateway", "g1", port)
+
+
+def _gateway_url(services: ServiceSet, record: StackRecord) -> str:
+    port = next(s.port for s in record.services.values() if s.kind == "gateway")
+    return services.url_for(port or 0)
 
 
 def _plan_replay(record: StackRecord) -> None:
@@ -282,10 +309,11 @@ def _security_note(record: StackRecord) -> str:
 
 
 def _wait_ready(services: ServiceSet, record: StackRecord) -> None:
-    """Wait until every projection answers ready; on failure stop what this command started."""
+    """Wait until every projection and the command gateway answer ready; on failure stop what this
+    command started."""
     try:
         for s in record.services.values():
-            if s.kind == "projection":
+            if s.kind in ("projection", "gateway"):
                 services.wait_ready(api_url=services.url_for(s.port or 0))
         if services.keymgr_url is not None:  # started by this command
             services.wait_keymgr()

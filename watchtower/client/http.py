@@ -55,8 +55,8 @@ class ApiClient(ApiTransport):
     """Synchronous client of one Watchtower API. Holds no connection; safe to share between threads.
 
     `timeout` bounds every request in seconds (long polls and commands extend it by their own wait).
-    Commands go to `commands_url` (else ``$WATCHTOWER_COMMANDS_API``, else the API URL itself): a
-    deployment may run the command gateway apart from the projections that answer reads.
+    Commands go to the command gateway as `ApiTransport` resolves it (`commands_url`, else
+    ``$WATCHTOWER_COMMANDS_API``, else the one `watchtower up` recorded beside this API, else the API).
     """
 
     def __repr__(self) -> str:

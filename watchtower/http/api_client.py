@@ -54,13 +54,24 @@ def resolve_api_url(flag: str | None = None) -> str:
     return (flag or os.environ.get(ENV_API) or _recorded_api() or DEFAULT_API_URL).rstrip("/")
 
 
-def _recorded_api() -> str | None:
+def _recorded(name: str) -> str | None:
+    """A URL `watchtower up` recorded in ``$WATCHTOWER_HOME/config.json`` (None: none, or unreadable)."""
     try:
         data = json.loads((watchtower_home() / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    api = data.get("api") if isinstance(data, dict) else None
-    return api if isinstance(api, str) and api else None
+    value = data.get(name) if isinstance(data, dict) else None
+    return value.rstrip("/") if isinstance(value, str) and value else None
+
+
+def _recorded_api() -> str | None:
+    return _recorded("api")
+
+
+def recorded_gateway(api_url: str) -> str | None:
+    """The command gateway `watchtower up` started beside `api_url` (its ``commands_api``), or None
+    when `api_url` is not the API it recorded: a gateway belongs to its own stack."""
+    return _recorded("commands_api") if _recorded_api() == api_url.rstrip("/") else None
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -78,14 +89,20 @@ class ApiTransport:
     """The transport to one Watchtower API. Holds no connection; safe to share between threads.
 
     `timeout` bounds every request in seconds (long polls and commands extend it by their own wait).
-    Commands go to `commands_url` (else ``$WATCHTOWER_COMMANDS_API``, else the API URL itself): a
-    deployment may run the command gateway apart from the projections that answer reads.
+    Commands go to `commands_url`, else ``$WATCHTOWER_COMMANDS_API``, else the command gateway
+    `watchtower up` recorded beside this API (`recorded_gateway`), else the API URL itself: a
+    deployment may run the command gateway apart from the projections that answer reads. A recorded
+    gateway that does not answer (stopped, restarting) sends the command to the API, which takes
+    commands too; an explicit one never falls back.
     """
 
     def __init__(self, base_url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
                  commands_url: str | None = None) -> None:
         self.base_url = resolve_api_url(base_url)
-        self.commands_url = (commands_url or os.environ.get(ENV_COMMANDS_API) or self.base_url).rstrip("/")
+        explicit = commands_url or os.environ.get(ENV_COMMANDS_API)
+        recorded = None if explicit else recorded_gateway(self.base_url)
+        self.commands_url = (explicit or recorded or self.base_url).rstrip("/")
+        self._api_takes_commands = recorded is not None and self.commands_url != self.base_url
         self.timeout = float(timeout)
         self._opener = _opener_for(self.base_url)
         self._command_opener = self._opener if self.commands_url == self.base_url else _opener_for(self.commands_url)
@@ -107,6 +124,16 @@ class ApiTransport:
         `query` values that are None are left out; `timeout` overrides the client's for this call;
         `commands` sends it to the command gateway's URL.
         """
+        if commands and self._api_takes_commands:
+            try:
+                return self._request(method, path, query, body, timeout, commands=True)
+            except ApiUnavailableError:
+                pass  # `watchtower up`'s gateway is away: its API takes the very same command (idempotent)
+        return self._request(method, path, query, body, timeout,
+                             commands=commands and not self._api_takes_commands)
+
+    def _request(self, method: str, path: str, query: Mapping[str, Any] | None, body: Mapping[str, Any] | None,
+                 timeout: float | None, *, commands: bool) -> dict[str, Any]:
         url = (self.commands_url if commands else self.base_url) + path
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         if params:
@@ -167,8 +194,9 @@ class ApiTransport:
             return RequestTimeoutError(
                 f"{url} did not answer within {wait:g}s; check the API and workers (`watchtower up`), then retry"
             )
+        parsed = urllib.parse.urlsplit(url)
         return ApiUnavailableError(
-            f"no Watchtower API at {self.base_url} ({reason}); start it with `watchtower up`, "
+            f"no Watchtower API at {parsed.scheme}://{parsed.netloc} ({reason}); start it with `watchtower up`, "
             f"or point --api / ${ENV_API} at a running one"
         )
 

@@ -255,12 +255,13 @@ class ServiceSet:
         self.urls[name] = self.url_for(port)
 
     def start_gateway(self, name: str, port: int) -> str:
-        """A command gateway process (no read side) on `port`; returns its URL (also in `urls`)."""
-        name = f"gateway-{name}"
+        """A command gateway process (no read side) named ``gateway-<name>`` on `port`; returns its URL
+        (also in `urls`, so `wait_ready` waits for it too)."""
+        instance, name = name, f"gateway-{name}"
         env = {"WATCHTOWER_API_URL": self.api_url}
         if self.bind is not None:
             env["WATCHTOWER_WEB_BIND"] = self.bind
-        self._spawn(name, [GATEWAY_MODULE, self.bootstrap, str(port), self.prefix], env)
+        self._spawn(name, [GATEWAY_MODULE, self.bootstrap, str(port), self.prefix, instance], env)
         self.urls[name] = self.url_for(port)
         return self.urls[name]
 

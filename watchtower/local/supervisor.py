@@ -35,6 +35,7 @@ from watchtower.local.ports import port_bindable
 from watchtower.local.processes import pid_alive
 from watchtower.local.stack import (
     DELIVERY_MODULE,
+    GATEWAY_MODULE,
     INGEST_MODULE,
     KEYMGR_MODULE,
     PROJECTION_MODULE,
@@ -65,7 +66,7 @@ class ServiceRecord:
     """One planned service process of the stack."""
 
     name: str  # "worker-w1", "projection-p2"
-    kind: str  # "worker" | "projection"
+    kind: str  # "worker" | "projection" | "gateway" | "keymgr" | "replay" | "delivery" | "ingest" | "runner"
     worker_id: str
     port: int | None = None  # projections: the HTTP API port
     pid: int | None = None  # the current process, if one was started
@@ -74,7 +75,8 @@ class ServiceRecord:
     @property
     def module(self) -> str:
         return {"worker": WORKER_MODULE, "keymgr": KEYMGR_MODULE, "replay": REPLAY_MODULE,
-                "delivery": DELIVERY_MODULE, "ingest": INGEST_MODULE, "runner": INGEST_MODULE}.get(
+                "delivery": DELIVERY_MODULE, "ingest": INGEST_MODULE, "runner": INGEST_MODULE,
+                "gateway": GATEWAY_MODULE}.get(
                     self.kind, PROJECTION_MODULE)
 
     def attach(self, pid: int | None) -> None:
