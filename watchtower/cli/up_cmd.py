@@ -139,7 +139,7 @@ def up(ctx: click.Context, **options: Any) -> None:
         restarted.append(s.name)
     record.save()
     keymgr_url = _keymgr_url(services, record)
-    commands_url = _gateway_url(services, record)
+    commands_url = _url_of("gateway", services, record)
     settings.save({"bootstrap": record.bootstrap, "api": record.api_url, "commands_api": commands_url,
                    "keymgr_url": keymgr_url})
     if not fresh and not restarted:
@@ -209,24 +209,26 @@ def _reconcile(record: StackRecord, options: dict[str, Any], explicit: set[str])
 
 def _plan_keymgr(record: StackRecord) -> None:
     """Add the key manager to the planned services (a record from before it existed gets one too)."""
-    if any(s.kind == "keymgr" for s in record.services.values()):
-        return
-    avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
-    (port,) = next_free_ports(record.api_port + KEYMGR_PORT_OFFSET, 1, record.bind, avoid)
-    record.services[KEYMGR_NAME] = ServiceRecord(KEYMGR_NAME, "keymgr", "k1", port)
+    _plan_http_service(record, ServiceRecord(KEYMGR_NAME, "keymgr", "k1"), KEYMGR_PORT_OFFSET)
 
 
 def _plan_gateway(record: StackRecord) -> None:
     """Add the command gateway to the planned services (a record from before it existed gets one too)."""
-    if any(s.kind == "gateway" for s in record.services.values()):
+    _plan_http_service(record, ServiceRecord(GATEWAY_NAME, "gateway", "g1"), GATEWAY_PORT_OFFSET)
+
+
+def _plan_http_service(record: StackRecord, service: ServiceRecord, offset: int) -> None:
+    """Plan `service` (unless one of its kind is planned) on the first free port from --api-port + `offset`."""
+    if any(s.kind == service.kind for s in record.services.values()):
         return
     avoid = {record.port, record.controller_port, *(s.port for s in record.services.values() if s.port)}
-    (port,) = next_free_ports(record.api_port + GATEWAY_PORT_OFFSET, 1, record.bind, avoid)
-    record.services[GATEWAY_NAME] = ServiceRecord(GATEWAY_NAME, "gateway", "g1", port)
+    (service.port,) = next_free_ports(record.api_port + offset, 1, record.bind, avoid)
+    record.services[service.name] = service
 
 
-def _gateway_url(services: ServiceSet, record: StackRecord) -> str:
-    port = next(s.port for s in record.services.values() if s.kind == "gateway")
+def _url_of(kind: str, services: ServiceSet, record: StackRecord) -> str:
+    """The URL of the planned service of `kind` (the key manager, the command gateway)."""
+    port = next(s.port for s in record.services.values() if s.kind == kind)
     return services.url_for(port or 0)
 
 
@@ -256,8 +258,7 @@ def _plan_ingest(record: StackRecord) -> None:
 
 
 def _keymgr_url(services: ServiceSet, record: StackRecord) -> str:
-    port = next(s.port for s in record.services.values() if s.kind == "keymgr")
-    return services.url_for(port or 0)
+    return _url_of("keymgr", services, record)
 
 
 def _admit_runners(record: StackRecord, genesis: Genesis, runners: list[ServiceRecord]) -> None:
