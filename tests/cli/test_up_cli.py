@@ -180,8 +180,7 @@ def _commands_go_through_the_gateway(stack: Stack, status: dict[str, Any]) -> di
     assert gateway["ready"] is True
     config = json.loads((stack.home / "config.json").read_text())
     assert config["commands_api"] == gateway["url"] != config["api"]
-    metrics = json.loads(stack.wt("status", "--json").stdout)["services"]["gateway-g1"]["metrics_url"]
-    taken = lag.scrape(metrics, timeout_s=30)["watchtower_http_requests_total"]
+    taken = lag.scrape(gateway["metrics_url"], timeout_s=30)["watchtower_http_requests_total"]
     assert sum(v for labels, v in taken if labels["route"] == "/v1/commands" and labels["status"] == "200") >= 2
     os.kill(gateway["pid"], signal.SIGTERM)
     wait_until("the gateway to exit", lambda: _gone(gateway["pid"]), timeout_s=60)
