@@ -104,13 +104,15 @@ def worker() -> Iterator[CommandProcessor]:
 
 
 def serve(worker: CommandProcessor, batch: list[Record], producer: RecordingProducer,
-          consumer: RecordingConsumer | None = None) -> RecordingConsumer:
-    """One step of `worker` over `batch` (as fetched), with the recording clients."""
+          consumer: RecordingConsumer | None = None, *, then: list[list[Record]] | None = None) -> RecordingConsumer:
+    """One step of `worker` over `batch` (as fetched), with the recording clients; a fetch inside
+    the step (`_join_clients`) takes the next of `then` (nothing once they are used up)."""
     consumer = consumer or RecordingConsumer()
     worker.host.consumer = consumer  # type: ignore[assignment]
     worker.txn._factory = lambda _config: producer
     worker.producer = producer  # type: ignore[assignment]
-    worker.host.fetch = lambda *_args: list(batch)  # type: ignore[method-assign]
+    answers = [list(batch), *(then or [])]
+    worker.host.fetch = lambda *_args: answers.pop(0) if answers else []  # type: ignore[method-assign]
     worker.step()
     return consumer
 
@@ -166,22 +168,72 @@ def test_the_worker_consumes_the_lane_with_its_command_topics(worker: CommandPro
     assert worker.subscriptions() == [f"{PREFIX}.commands", f"{PREFIX}.internal", f"{PREFIX}.ingest.commands"]
 
 
-def test_a_client_command_arriving_while_the_lane_is_decided_ends_the_lane_transaction_early(
+def test_a_client_command_arriving_while_the_lane_is_decided_joins_its_transaction_which_then_ends(
         worker: CommandProcessor) -> None:
     producer = RecordingProducer()
-    # A client's command landed on commands[0] (offset 8) after the fetch: the watermark says so.
-    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=9))
+    # A client's command landed on commands[0] (offset 8) after the fetch: the watermark says so, and
+    # the consumer has fetched it, behind more of the lane.
+    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=9),
+                     then=[[*ingested(4, first_offset=70), record("commands", 8, "plain")]])
     (only,) = producer.transactions
-    assert only["offsets"] == [(f"{PREFIX}.ingest.commands", 0, 48)]  # the first LANE_LOOK_EVERY = 8
     assert only["outcome"] == "committed"
-    assert consumer.seeks == [(f"{PREFIX}.ingest.commands", 0, 48)]  # the other 22 are decided again later
-    assert sorted(worker._states[0]["counter"]) == [f"feed-{i}" for i in range(8)]
-    assert worker.stats.lane_yields == 1
+    # The first LANE_LOOK_EVERY = 8 ingested ones, then the client's: one commit for both.
+    assert only["produced"] == [*[(f"{PREFIX}.events", f"feed-{i}".encode()) for i in range(8)],
+                                (f"{PREFIX}.events", b"plain")]
+    assert only["offsets"] == [(f"{PREFIX}.commands", 0, 9), (f"{PREFIX}.ingest.commands", 0, 48)]
+    assert consumer.seeks == [(f"{PREFIX}.ingest.commands", 0, 48)]  # the other 26 are decided again later
+    assert sorted(worker._states[0]["counter"]) == sorted(["plain", *(f"feed-{i}" for i in range(8))])
+    assert (worker.stats.lane_yields, worker.stats.lane_joined) == (1, 1)
     # The same watermark, still not consumed (a transaction marker, say) gives way once, not again.
     producer = RecordingProducer()
-    serve(worker, ingested(22, first_offset=48), producer, consumer)
+    serve(worker, ingested(22, first_offset=48), producer, consumer, then=[[record("commands", 9, "late")]])
     assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 70)]]
     assert worker.stats.lane_yields == 1
+
+
+def test_a_watermark_ahead_with_no_client_command_fetched_leaves_the_lane_transaction_whole(
+        worker: CommandProcessor) -> None:
+    producer = RecordingProducer()
+    # The watermark moved (a transaction marker, say), but what was fetched is more of the lane only.
+    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=9),
+                     then=[ingested(5, first_offset=70)])
+    assert [t["offsets"] for t in producer.transactions] == [[(f"{PREFIX}.ingest.commands", 0, 70)]]
+    assert consumer.seeks == [(f"{PREFIX}.ingest.commands", 0, 70)], "what the look took is put back"
+    assert worker.stats.lane_yields == 0
+
+
+def test_an_aborted_transaction_with_a_client_joined_puts_back_everything_it_took(worker: CommandProcessor) -> None:
+    producer = RecordingProducer(fail_first_commit=True)
+    consumer = serve(worker, ingested(30), producer, RecordingConsumer(position=8, high=9),
+                     then=[[*ingested(2, first_offset=70), record("commands", 8, "plain")]])
+    assert [t["outcome"] for t in producer.transactions] == ["aborted"]
+    assert sorted(set(consumer.seeks)) == [(f"{PREFIX}.commands", 0, 8), (f"{PREFIX}.ingest.commands", 0, 40)]
+    assert worker._states[0]["counter"] == {}, "undone in memory, the client's decision with the rest"
+
+
+def test_a_rebalance_while_a_client_joins_the_lane_starts_the_worker_over(
+        worker: CommandProcessor, monkeypatch: pytest.MonkeyPatch) -> None:
+    recovered: list[Exception] = []
+    monkeypatch.setattr(worker.host, "recover", recovered.append)
+    producer = RecordingProducer()
+    consumer = RecordingConsumer(position=8, high=9)
+    worker.host.consumer = consumer  # type: ignore[assignment]
+    worker.txn._factory = lambda _config: producer
+    worker.producer = producer  # type: ignore[assignment]
+    answers = [ingested(30)]
+
+    def fetch(*_args: Any) -> list[Record]:
+        if answers:
+            return answers.pop(0)
+        # The poll inside the transaction serves a revocation: partition 0 goes elsewhere.
+        worker.revoke(consumer, [TopicPartition(f"{PREFIX}.commands", 0)])  # type: ignore[arg-type]
+        return [record("commands", 8, "plain")]
+
+    worker.host.fetch = fetch  # type: ignore[method-assign]
+    worker.step()
+    assert [t["outcome"] for t in producer.transactions] == ["open"], "never committed"
+    assert len(recovered) == 1 and "assignment changed" in str(recovered[0])
+    assert 0 not in worker._states and 0 not in worker._kept, "its decisions are never kept: rebuilt from the log"
 
 
 def test_with_no_client_waiting_the_lane_is_one_transaction_and_looks_cost_no_request(

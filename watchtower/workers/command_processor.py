@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from watchtower import tracing
 from watchtower.metrics import worker as worker_metrics
@@ -61,7 +61,7 @@ from watchtower.workers.aggregate import Aggregate, Context
 from watchtower.workers.client_log import kafka_logger
 from watchtower.workers.decider import Touched
 from watchtower.workers.health import HealthFile, MeteredHealthFile
-from watchtower.workers.host import consumer_config, producer_config, unreachable
+from watchtower.workers.host import ProducerFailedError, consumer_config, producer_config, unreachable
 from watchtower.workers.loop import Hosted, Processor, TransactionalLoop
 from watchtower.workers.partitions import PartitionOwner
 from watchtower.workers.snapshots import SnapshotPolicy, snapshot_key, snapshot_value
@@ -116,6 +116,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         self._high_watermarks = HighWatermarks(bootstrap)
         self._snapshot_end_timeout_s = SNAPSHOT_END_TIMEOUT_S
         self._gave_way_at: dict[int, int] = {}  # commands partition -> its high watermark when the lane gave way
+        self._joining = False  # fetching inside a transaction (`_join_clients`)
+        self._rebalances = 0  # assignments and revocations seen, to tell one during `_join_clients`
         consumer_conf: dict[str, Any] = consumer_config(bootstrap, self.group, f"wt-worker-{worker_id}", **{
             # A partition is rebuilt inside the assignment callback, i.e. between two polls. From a
             # snapshot that takes seconds, but the first fold of a long log without one takes
@@ -158,8 +160,8 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         # committed with it. The lane's offsets are its own topic's, so each transaction commits
         # exactly the records it decided. (No order is lost: a client's commands and the ingestion
         # service's are from different senders, each in its own order on its own topic.) A client's
-        # command that arrives while the lane's records are being decided ends their transaction
-        # early (`_client_waiting`): the rest are put back and decided after it.
+        # command that arrives while the lane's records are being decided joins their transaction,
+        # which then ends (`_join_clients`): the rest are put back and decided after it.
         lane = [r for r in batch if r.topic == self.t_ingest_commands]
         first = [r for r in batch if r.topic != self.t_ingest_commands] if lane else batch
         if first:
@@ -171,7 +173,7 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             if not committed:
                 return
         if lane:
-            self._process_batch(lane, yield_to=self._client_waiting)
+            self._process_batch(lane, lane=True)
 
     def _client_waiting(self) -> bool:
         """Whether a client's command sits on an owned ``commands`` partition past the consumer's
@@ -209,11 +211,13 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
             self.health.write()
 
     # ------------------------------------------------------------------ the transaction
-    def _process_batch(self, batch: list[Record], *, yield_to: Callable[[], bool] | None = None) -> bool:
+    def _process_batch(self, batch: list[Record], *, lane: bool = False) -> bool:
         """Decide `batch` and commit it in one transaction; whether it committed (an empty batch counts).
 
-        `yield_to` is asked every `LANE_LOOK_EVERY` records whether to stop there: the transaction
-        then commits what was decided, and the rest is put back (sought), to be fetched again."""
+        For the `lane`'s records, every `LANE_LOOK_EVERY` records it looks whether a client's command
+        waits (`_client_waiting`); if so, the clients' commands already fetched are decided in this
+        transaction (`_join_clients`), which then commits, and the rest of the lane is put back (sought),
+        to be fetched again."""
         batch = self._ready_only(batch)
         if not batch:
             return True
@@ -226,14 +230,20 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
 
         offsets: list[TopicPartition] = []
 
+        joined: list[Record] = []  # clients' commands decided in this transaction of the lane (`_join_clients`)
+        put_back: list[Record] = []  # fetched, not decided: sought back after the commit
+
         def write() -> list[TopicPartition]:
-            nonlocal snapshotted, commit_started, decided, offsets
+            nonlocal snapshotted, commit_started, decided, offsets, joined, put_back
             snapshotted = self._snapshot_due()
-            decided = batch
+            decided, joined, put_back = batch, [], []
             for i, msg in enumerate(batch):
-                if yield_to is not None and i and i % LANE_LOOK_EVERY == 0 and yield_to():
-                    decided = batch[:i]
-                    break
+                if lane and i and i % LANE_LOOK_EVERY == 0 and self._client_waiting():
+                    joined, later = self._join_clients(batch + put_back, ctx)
+                    put_back += later
+                    if joined:
+                        decided, put_back = batch[:i] + joined, batch[i:] + put_back
+                        break
                 self._handle(msg, self._touched, ctx)
             commit_started = time.perf_counter()
             offsets = _next_offsets(decided)
@@ -243,11 +253,13 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         if not self.host.transaction(write):
             return False
         self.note_committed(offsets)
-        if len(decided) < len(batch):
+        if joined:
             self.stats.lane_yields += 1
+            self.stats.lane_joined += len(joined)
             worker_metrics.LANE_YIELDS.inc()
+        if put_back:
             try:
-                self._seek_to_firsts(batch[len(decided):])
+                self._seek_to_firsts(put_back)
             except KafkaException as exc:  # never skip them: start over from the committed offsets
                 self.host.recover(exc)
                 return True
@@ -258,6 +270,46 @@ class CommandProcessor(Hosted, PartitionOwner, Processor):  # type: ignore[misc]
         for partition, count in self._batch_events.items():
             self.snapshots.written(partition, count)
         return True
+
+    def _join_clients(self, fetched: list[Record], ctx: Context) -> tuple[list[Record], list[Record]]:
+        """In the open transaction of the lane, with a client's command waiting (`_client_waiting`):
+        take what the consumer has already fetched (no wait) and decide the clients' commands among it
+        now, in this transaction; (those records, the lane's records taken with them, to be put back).
+
+        The client's command then commits with the lane's records decided so far, instead of waiting
+        for their commit and then for a transaction of its own. `fetched` is what the transaction holds
+        so far: an abort puts it back with what this took. A rebalance (or a replaced consumer) during
+        the fetch starts the worker over from the log: the revoked states hold this transaction's
+        decisions, which may never commit (`revoke`)."""
+        rebalances, consumer = self._rebalances, self.host.consumer
+        self._joining = True
+        try:
+            more = self.host.fetch(self.batch_size, 0.0)
+        finally:
+            self._joining = False
+        if self._rebalances != rebalances or self.host.consumer is not consumer:
+            raise ProducerFailedError("the assignment changed while a transaction was open; starting over")
+        more = self._ready_only(more)
+        self._batch = fetched + more
+        clients = [r for r in more if r.topic != self.t_ingest_commands]
+        for record in clients:
+            self._handle(record, self._touched, ctx)
+        return clients, [r for r in more if r.topic == self.t_ingest_commands]
+
+    def assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        if self._joining:  # inside a transaction: rebuilt after it (the worker starts over: `_join_clients`)
+            self._owned = sorted({tp.partition for tp in partitions if tp.topic == self.t_commands})
+            return
+        super().assign(consumer, partitions)
+
+    def revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        if self._joining:  # the states hold the open transaction's decisions: never keep them
+            for tp in partitions:
+                if tp.topic == self.t_commands:
+                    self._forget(tp.partition)
+        super().revoke(consumer, partitions)
 
     def _snapshot_due(self) -> list[int]:
         """Produce, in the open transaction and before any record of the batch, a snapshot of the

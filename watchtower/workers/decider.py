@@ -55,6 +55,8 @@ class WorkerStats:
     recoveries: int = 0
     #: lane transactions ended early for a client's command (`CommandProcessor.step`)
     lane_yields: int = 0
+    #: clients' commands decided in a lane transaction, which then ended (`CommandProcessor._join_clients`)
+    lane_joined: int = 0
     #: events records read by rebuilds (a rebuild from a snapshot reads only the tail after it)
     folded_events: int = 0
     #: partitions rebuilt from a snapshot, and snapshots committed
