@@ -8,6 +8,7 @@ real processes, ``kill -9``.
 from __future__ import annotations
 
 import collections
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,9 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from counter_aggregate import COUNTER_EVENT, TOTAL_EVENT, CounterAggregate, TotalAggregate, counter_command
 from waiting import wait_until
-from worker_harness import RawCommandChannel, Workers, workers
+from worker_harness import RawCommandChannel, Workers, read_health, workers
 
+from watchtower.schemas.wire import H_CORRELATION, H_REPLY_PARTITION
 from watchtower.topics.catalogue import topic_name
 from watchtower.topics.connection import kafka_config
 from watchtower.topics.partitioning import partition_for_key
@@ -130,3 +132,61 @@ def test_unknown_names_never_reach_the_counter(bench: tuple[Workers, RawCommandC
     reply = channel.request(b"CTR1 not json", key=uuid.uuid4().hex, timeout=120)[1]
     assert not reply["ok"]
     assert reply["error"]["code"] == "MALFORMED_RECORD"
+
+
+def counter_values_by_key(bootstrap: str, prefix: str) -> dict[str, list[int]]:
+    """Each counter's committed values, in log order."""
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    for m in read_committed(bootstrap, [topic_name("events", prefix)]):
+        if (m.value() or b"").startswith(COUNTER_EVENT):
+            event = CounterAggregate().event_decoder(m.value())
+            out[event.key].append(event.value)
+    return out
+
+
+def test_clients_commands_sent_while_the_lane_drains_join_its_transactions_and_each_command_counts_once(
+        kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A client's command that arrives while the ingestion lane is decided is decided in the lane's
+    open transaction (`CommandProcessor._join_clients`): every command of both topics counts exactly
+    once, a client's in the order sent, and each is answered once."""
+    feeds, rounds = 200, 60
+    health = tmp_path / "counter-1.health.json"
+    with workers(kafka_bootstrap, partitions=PARTITIONS, log_dir=tmp_path) as w:
+        lane = Producer({**kafka_config(kafka_bootstrap), "enable.idempotence": True, "linger.ms": 20,
+                         "partitioner": "murmur2_random", "log_level": 3})
+        lane_corrs = []
+        for _ in range(rounds):  # a block's worth of ingested publishes, many times over, already waiting
+            for i in range(feeds):
+                corr = uuid.uuid4().hex
+                lane_corrs.append(corr)
+                lane.produce(topic_name("ingest-commands", w.prefix), key=f"feed-{i}".encode(),
+                             value=counter_command(f"feed-{i}", 1),
+                             headers={H_CORRELATION: corr, H_REPLY_PARTITION: "1"})
+                lane.poll(0)
+        assert lane.flush(60) == 0
+        channel = RawCommandChannel(kafka_bootstrap, w.prefix)
+        try:
+            w.start("counter-1", env={"WATCHTOWER_HEALTH_FILE": str(health)}, script=SCRIPT)
+            values: list[int] = []
+            corrs: list[str] = []
+            joined = 0
+            deadline = time.monotonic() + 120
+            # One client's commands, one at a time, while the lane drains, until the worker counts a join.
+            while joined < 1 or len(values) < 5:
+                assert time.monotonic() < deadline, f"no client's command joined the lane ({len(values)} sent)"
+                corr, _partition = channel.send(counter_command("plain", 1), key="plain")
+                corrs.append(corr)
+                values.append(_ok(channel.reply(corr, timeout=120))["value"])
+                joined = int((read_health(health) or {}).get("lane_yields", 0))
+            wait_until("every ingested command to be decided", lambda: sum(
+                len(v) for k, v in counter_values_by_key(kafka_bootstrap, w.prefix).items() if k != "plain")
+                == feeds * rounds, timeout_s=120, every_s=1.0)
+        finally:
+            channel.close()
+        counted = counter_values_by_key(kafka_bootstrap, w.prefix)
+        assert values == list(range(1, len(values) + 1))
+        assert counted.pop("plain") == values
+        assert counted == {f"feed-{i}": list(range(1, rounds + 1)) for i in range(feeds)}
+        replies = committed_replies(kafka_bootstrap, w.prefix)
+        assert all(replies[corr] == 1 for corr in [*corrs, *lane_corrs])
+
