@@ -8,7 +8,7 @@ Creates `--streams` feeds ticking every block (``interval_blocks=1``) with `--pr
 `--num-runners` runners, and one plain feed. Then, in three windows:
 
 1. the plain path alone: `--plain-rate` publishes a second through the SDK, at random moments
-   (`--plain-seconds`);
+   (`--plain-seconds`), from a process of its own (`PlainProbe`), as a user's publisher is;
 2. ingestion starts, and is left `--warmup` seconds to reach its steady state (the first tick of
    each feed is a catch-up over the blocks since its creation);
 3. the measured window (`--seconds`): ingestion and the plain path together.
@@ -23,7 +23,8 @@ It reports, for the measured window:
   ingestion (the baseline, measured in the same run);
 - where the plain publishes' time went, stage by stage (`stage_trace`), alone and during ingestion;
 - CPU per tick of every process (µs of user + system time per finished tick): scheduler and
-  aggregator (the ``ingest`` processes), runners, worker, projection, broker, and this client;
+  aggregator (the ``ingest`` processes), runners, worker, projection, broker, this client (the
+  ingesting feeds' readers) and the plain path's;
 - with ``--broker-requests`` (the broker's Jolokia agent), the broker's requests per tick by type.
 - with ``--profile DIR``, py-spy profiles of every process over the window (bench/profiles.py).
 
@@ -36,8 +37,10 @@ A script, not a test. Every figure is printed beside its baseline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import multiprocessing
 import os
 import random
 import sys
@@ -46,6 +49,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +149,7 @@ def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
 class PlainPath:
     """The baseline: SDK publishes on a plain feed at random moments; publish → first readable."""
 
-    publisher: Publisher
+    publisher: Publisher | None
     seen: dict[int, tuple[float, float]]
     sent: dict[int, float] = dataclasses.field(default_factory=dict)
     acked: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -168,6 +172,7 @@ class PlainPath:
                 return sequences
             time.sleep(max(0.0, due - time.time()))
             t = time.time()
+            assert self.publisher is not None, "a path made from a probe's results does not publish"
             reply = self.publisher.publish("price", b'{"p": 1}')
             sequence = int(reply["sequence"])
             self.sent[sequence] = t
@@ -191,6 +196,61 @@ class PlainPath:
                  "sent_unix_ms": int(self.sent[s] * 1000)}
                 for s in sequences if s in self.seen]
         return sorted(rows, key=lambda r: -r["visible_ms"])[:n]
+
+
+def _plain_probe(conn: Connection, api_url: str, commands_url: str | None, stream_id: str, owner_seed: bytes,
+                 publisher_seed: bytes, home: str) -> None:
+    """The plain path's publisher and its reader (`PlainPath`, `watch`), in a process of their own.
+
+    A user publishing on a plain feed is a process of its own; in this client's process the plain
+    path's sends and reads would wait for the interpreter behind the ingesting feeds' readers, which
+    all wake at each block's burst. Answers ``("run", seconds, rate)`` with the sequences published,
+    ``("data",)`` with (sent, acked, seen), and ends at ``("stop",)``."""
+    api = ApiClient(api_url, commands_url=commands_url)
+    owner = Account(nacl.signing.SigningKey(owner_seed), home=Path(home))
+    path = PlainPath(Publisher(api, owner, stream_id, nacl.signing.SigningKey(publisher_seed)), {})
+    stop = threading.Event()
+    threading.Thread(target=watch, args=(api, stream_id, stop, path.seen), daemon=True).start()
+    while True:
+        request = conn.recv()
+        if request[0] == "run":
+            conn.send(path.run(request[1], request[2]))
+        elif request[0] == "data":
+            conn.send((path.sent, path.acked, dict(path.seen)))
+        else:
+            stop.set()
+            return
+
+
+class PlainProbe:
+    """The main process's end of `_plain_probe`."""
+
+    def __init__(self, api: ApiClient, commands_url: str | None, stream_id: str, owner: Account,
+                 publisher_key: nacl.signing.SigningKey, home: Path) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_plain_probe, name="plain-probe", daemon=True, args=(
+            child, api.base_url, commands_url, stream_id, bytes(owner.signing_key), bytes(publisher_key), str(home)))
+        self.process.start()
+        child.close()
+
+    def run(self, seconds: float, rate: float) -> list[int]:
+        self.conn.send(("run", seconds, rate))
+        return list(self.conn.recv())
+
+    def results(self) -> PlainPath:
+        """What the probe sent, had acknowledged and saw, as a `PlainPath` to report from."""
+        self.conn.send(("data",))
+        sent, acked, seen = self.conn.recv()
+        return PlainPath(None, seen, sent, acked)
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            with contextlib.suppress(OSError, BrokenPipeError):
+                self.conn.send(("stop",))
+            self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 #: The stages of a plain publish, in order (`stage_trace`).
@@ -279,6 +339,7 @@ def main() -> None:
             print(f"no broker request counts (the Jolokia agent is unavailable: {exc})", file=sys.stderr)
     lk = LocalKafka(spec)
     services: ServiceSet | None = None
+    probe: PlainProbe | None = None
     source = PriceSource()
     stop = threading.Event()
     try:
@@ -314,12 +375,9 @@ def main() -> None:
             plain_key = nacl.signing.SigningKey.generate()
             plain = create_feed(api, owner, name="plain", publisher_key_hex=bytes(plain_key.verify_key).hex())
             wait_until_visible(api, plain["stream_id"])
-            plain_path = PlainPath(Publisher(api, owner, plain["stream_id"], plain_key), {})
-            threads = [threading.Thread(target=watch, args=(api, plain["stream_id"], stop, plain_path.seen),
-                                        daemon=True)]
-            threads[0].start()
+            probe = PlainProbe(api, commands_url, plain["stream_id"], owner, plain_key, home)
             print(f"plain path alone for {args.plain_seconds:.0f}s", file=sys.stderr, flush=True)
-            plain_alone = plain_path.run(args.plain_seconds, args.plain_rate)
+            plain_alone = probe.run(args.plain_seconds, args.plain_rate)
 
             # Ingestion runs before the feeds exist, so each feed ticks from its creation on (no
             # catch-up burst at the start).
@@ -339,7 +397,7 @@ def main() -> None:
             for sid in seen:
                 threading.Thread(target=watch, args=(api, sid, stop, seen[sid]), daemon=True).start()
             print(f"ingestion warming up for {args.warmup:.0f}s", file=sys.stderr, flush=True)
-            plain_path.run(args.warmup, args.plain_rate)
+            probe.run(args.warmup, args.plain_rate)
 
             pids = services.pids()
             procs = {name: pids[name] for name in [*ingest_names, *(["scheduler"] if args.split else []),
@@ -347,7 +405,8 @@ def main() -> None:
             if commands_url is not None:
                 procs["gateway"] = pids["gateway-g1"]
             procs |= {"worker": pids["worker-w1"], "projection": pids["projection-p1"],
-                      "broker": int(lk.status()["nodes"][0]["pid"]), "bench client": os.getpid()}
+                      "broker": int(lk.status()["nodes"][0]["pid"]), "bench client": os.getpid(),
+                      "plain client": int(probe.process.pid or 0)}
             metrics_url = lk.metrics_url()
             spy = (SpyRecorder(args.profile, {n: p for n, p in procs.items() if n != "broker"}, args.seconds)
                    if args.profile else None)
@@ -362,13 +421,14 @@ def main() -> None:
             windows: list[dict[str, Any]] = []
             sampler = threading.Thread(target=sample_windows, args=(services, ingest_names, stop, windows), daemon=True)
             sampler.start()
-            plain_during = plain_path.run(args.seconds, args.plain_rate)
+            plain_during = probe.run(args.seconds, args.plain_rate)
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
             req1 = read_request_counts(metrics_url) if metrics_url else None
             err1 = read_error_counts(metrics_url) if metrics_url else None
             end = [health(services.health_file(n)) for n in ingest_names]
             time.sleep(3)
+            plain_path = probe.results()
             stop.set()
             profiles = spy.finish() if spy is not None else None
             trace = {"alone": stage_trace(bootstrap, prefix, plain["stream_id"], args.partitions, plain_path,
@@ -418,6 +478,8 @@ def main() -> None:
         print(json.dumps(report, indent=None if args.json else 2, default=str))
     finally:
         stop.set()
+        if probe is not None:
+            probe.stop()
         if services is not None:
             services.stop()
         lk.down()
