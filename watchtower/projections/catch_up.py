@@ -65,14 +65,19 @@ class CatchUp:
     `fold` folds one record into the tables (the live agent's fold; it must not raise for a bad
     record). `attach` connects it to a Faust app's rebalance signals. `answers_due` says whether a
     record just folded woke a long poll: the fold then yields at once, so the poll is answered
-    before the rest of the batch (a block's burst of other streams) is folded.
+    before the rest of the batch (a block's burst of other streams) is folded. `first` picks, from a
+    fetched batch, the records to fold before the others (`fold.publishes_first`: the publishes of
+    the streams a long poll waits on), so that poll is answered before the records committed ahead
+    of them are folded.
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
                  fold: Callable[[Record], None], fold_group: str | None = None, standbys: bool = True,
-                 answers_due: Callable[[], bool] | None = None) -> None:
+                 answers_due: Callable[[], bool] | None = None,
+                 first: Callable[[list[Record]], list[Record]] | None = None) -> None:
         self.bootstrap = bootstrap
         self.answers_due = answers_due
+        self.first = first
         self.standbys = standbys  # also fold the standby partitions the group's assignor names
         self._app: Any = None
         self.fold_group = fold_group  # where the fold's positions are recorded for lag (topics.groups)
@@ -157,13 +162,17 @@ class CatchUp:
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
                 before = folded
+                if self.first is not None and records:
+                    folded += await self._fold_first(generation, self.first(records))
+                    if generation != self.owned.generation:
+                        break
                 yielded = time.monotonic()
                 slice_ends = yielded + FOLD_SLICE_S
                 for r in records:
                     if time.monotonic() >= slice_ends:
                         # Let the reads in: a batch of 2,000 verifies holds the event loop for
                         # seconds on a busy host. Each record folds whole, so a read between two
-                        # sees a prefix of the log, as it does between two batches.
+                        # sees a prefix of each stream's log, as it does between two batches.
                         await asyncio.sleep(0)
                         if generation != self.owned.generation:
                             break  # a newer rebalance owns the state now
@@ -181,6 +190,8 @@ class CatchUp:
                                 break
                             yielded = time.monotonic()
                             slice_ends = yielded + FOLD_SLICE_S
+                    else:
+                        self.owned.passed(r.topic, r.partition, r.offset)  # if `_fold_first` folded it
                 if generation != self.owned.generation:
                     break
                 self._settle(generation, partitions, reader.pending)
@@ -197,6 +208,22 @@ class CatchUp:
                     await loop.run_in_executor(None, reader.commit_positions, positions)
         finally:
             await loop.run_in_executor(None, reader.close)
+
+    async def _fold_first(self, generation: int, first: list[Record]) -> int:
+        """Fold `first` ahead of the rest of its batch (`owned.folding_ahead`), then give the
+        polls it woke their turns; the count folded."""
+        folded = 0
+        for r in first:
+            if self.owned.fresh(r.topic, r.partition, r.offset):
+                with self.owned.folding_ahead(r.topic, r.partition, r.offset):
+                    self.fold(r)
+                folded += 1
+        if folded and self.answers_due is not None and self.answers_due():
+            for _ in range(ANSWER_TURNS):
+                await asyncio.sleep(0)
+                if generation != self.owned.generation:
+                    break
+        return folded
 
     def _settle(self, generation: int, partitions: list[int], pending: set[TopicPartitionKey]) -> None:
         for p in partitions:

@@ -17,6 +17,13 @@ for the live Faust agent and the offline rebuild, so both refuse exactly the sam
   stream views accepted also joins its stream's key epoch schedule there.
 - Anything else is quarantined (`quarantine.record`): logged, counted, skipped.
 
+A stream a reader waits on (a long poll) has its publishes folded first (`publishes_first`): a
+block's burst of other streams' publishes committed in the same transaction does not stand between
+that reader and its message. Only publish events and messages records go first, and only up to the
+stream's first other record in the batch: those change nothing but their own stream's head and
+index, so the tables end as the in-order fold leaves them, and each stream's records still fold in
+log order.
+
 Known limit: a waiting messages record lives in memory only. If the worker dies before its event
 arrives, the record is not re-read (Faust committed past it); the head still moves (heads come
 from the events), reads find the payload by scanning the log, and only that record's verdict is
@@ -29,22 +36,25 @@ as the offline rebuild does), so only the live fold's few in-flight records ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping, Sequence
 from typing import Any, Final
 
 from watchtower.projections import quarantine
 from watchtower.projections.keymgr_tables import apply_key_epoch, apply_keymgr_event, is_keymgr_event, new_keymgr_tables
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError
+from watchtower.protocol.event_names import STREAM_MESSAGE_PUBLISHED
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.state import KEY_EPOCH_ROTATED
 from watchtower.protocol.stream.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
 from watchtower.protocol.stream.views import INDEXES, StreamIndex, apply_event, apply_message
+from watchtower.schemas.codec import read_header
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.wire import decode_event
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.projections.fold")
 
@@ -71,6 +81,37 @@ def verified_sequence(stream_id: str, view: Mapping[str, Any],
             decoded.setdefault(message.sequence, message)
         return message.sequence
     return pick
+
+
+def publishes_first(records: Sequence[Record], waited: Collection[bytes], *, t_events: str,
+                    t_messages: str) -> list[Record]:
+    """The records of `records` to fold before the others, in batch order: for each stream keyed in
+    `waited`, its messages records and StreamMessagePublished events up to its first other record
+    (a rotation, say, or anything undecodable), which folds in log order with everything after it.
+
+    Those records change their own stream's head and index only, so folding them first leaves the
+    tables as the in-order fold does; `records` must be in log order per partition.
+    """
+    if not waited:
+        return []
+    first: list[Record] = []
+    stopped: set[bytes] = set()
+    for r in records:
+        key = r.key
+        if key is None or key not in waited or key in stopped:
+            continue
+        if r.topic == t_messages or (r.topic == t_events and _is_publish(r.value)):
+            first.append(r)
+        else:
+            stopped.add(key)
+    return first
+
+
+def _is_publish(value: bytes | None) -> bool:
+    try:
+        return value is not None and read_header(value)[0] == STREAM_MESSAGE_PUBLISHED
+    except WatchtowerError:
+        return False
 
 
 class Folder:

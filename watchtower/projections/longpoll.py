@@ -61,6 +61,10 @@ class HeadWaiters:
             if not waiters and self._waiters.get(stream_id) is waiters:
                 del self._waiters[stream_id]
 
+    def waited(self) -> frozenset[str]:
+        """The streams a poll waits on right now (the fold folds their publishes first)."""
+        return frozenset(self._waiters)
+
     def wake(self, stream_id: str, head: int) -> None:
         """Answer, at the next turn of the event loop, the polls on `stream_id` whose target `head` reached.
 

@@ -53,6 +53,8 @@ class PartitionState:
 
     tables: dict[str, dict[str, Any]]
     applied: dict[str, int] = field(default_factory=dict)  # topic -> offset of the last folded record
+    # topic -> offsets past `applied` already folded out of log order (`OwnedPartitions.folding_ahead`)
+    ahead: dict[str, set[int]] = field(default_factory=dict)
     serving: bool = False
     epoch: int = 0  # changes every time the partition starts serving
     standby: bool = False  # folded here, but owned by another worker
@@ -146,7 +148,8 @@ class OwnedPartitions:
     def fresh(self, topic: str, partition: int, offset: int) -> bool:
         """True if `topic[partition]@offset` is owned here and not folded yet."""
         state = self._parts.get(partition)
-        return state is not None and offset > state.applied.get(topic, -1)
+        return (state is not None and offset > state.applied.get(topic, -1)
+                and offset not in state.ahead.get(topic, ()))
 
     async def admit(self, topic: str, partition: int, offset: int) -> bool:
         """Wait until the record's partition serves here; True if the live fold should fold it.
@@ -176,7 +179,40 @@ class OwnedPartitions:
             yield
         finally:
             _FOLDING.reset(token)
-            state.applied[topic] = max(offset, state.applied.get(topic, -1))
+            self._passed(state, topic, offset)
+
+    @contextmanager
+    def folding_ahead(self, topic: str, partition: int, offset: int) -> Iterator[None]:
+        """Like `folding`, for a record folded before records that precede it in its partition.
+
+        Its offset is kept apart: `next_offset` stays the position the log is folded to in order,
+        so a reader that starts over (a rebalance that keeps the partition here) reads the records
+        before it again, and `fresh` refuses it there; `passed` then moves the position over it.
+        """
+        state = self._parts[partition]
+        token = _FOLDING.set(partition)
+        try:
+            yield
+        finally:
+            _FOLDING.reset(token)
+            if offset > state.applied.get(topic, -1):
+                state.ahead.setdefault(topic, set()).add(offset)
+
+    def passed(self, topic: str, partition: int, offset: int) -> bool:
+        """The in-order fold reached `topic[partition]@offset`, which was folded ahead: move the
+        position over it. False if it was not folded ahead (or the partition is not owned here)."""
+        state = self._parts.get(partition)
+        if state is None or offset not in state.ahead.get(topic, ()):
+            return False
+        self._passed(state, topic, offset)
+        return True
+
+    @staticmethod
+    def _passed(state: PartitionState, topic: str, offset: int) -> None:
+        state.applied[topic] = applied = max(offset, state.applied.get(topic, -1))
+        ahead = state.ahead.get(topic)
+        if ahead:
+            ahead.difference_update([o for o in ahead if o <= applied])
 
     # ------------------------------------------------------------------ reads
     def serving_epoch(self, partition: int, *, standby: bool = False) -> int | None:

@@ -39,7 +39,7 @@ from watchtower.projections import keymgr_routes, quarantine, replay_routes, str
 from watchtower.projections.catch_up import CatchUp
 from watchtower.projections.consumer import ProjectionApp
 from watchtower.projections.filter_cache import compiled_filter
-from watchtower.projections.fold import Folder, verified_sequence
+from watchtower.projections.fold import Folder, publishes_first, verified_sequence
 from watchtower.projections.keymgr_tables import KEYMGR_TABLES, KEYMGR_VIEW, keymgr_digest, keymgr_table_digests
 from watchtower.projections.log_reader import LogReader, PayloadCache
 from watchtower.projections.longpoll import HeadWaiters
@@ -69,6 +69,7 @@ from watchtower.topics.faust_settings import faust_broker_settings
 from watchtower.topics.groups import projection_fold_group
 from watchtower.topics.metadata import topic_layout
 from watchtower.topics.partitioning import partition_for_key
+from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.projections")
 
@@ -151,7 +152,7 @@ class Projection:
         self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold,
                                 fold_group=projection_fold_group(prefix),
                                 standbys=os.environ.get("WATCHTOWER_PROJECTION_STANDBY", "1").strip() != "0",
-                                answers_due=lambda: self.waiters.answers_due)
+                                answers_due=lambda: self.waiters.answers_due, first=self._fold_first)
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
@@ -169,6 +170,14 @@ class Projection:
         Should one arrive anyway, it is dropped: that reader folds every record, in log order."""
         async for _event in stream.events():
             pass
+
+    def _fold_first(self, records: list[Record]) -> list[Record]:
+        """The publishes in `records` of the streams a long poll waits on (`fold.publishes_first`)."""
+        waited = self.waiters.waited()
+        if not waited:
+            return []
+        return publishes_first(records, {s.encode() for s in waited}, t_events=self.t_events,
+                               t_messages=self.t_messages)
 
     def _fold(self, record: Any) -> None:
         """Fold one committed record, live or while its partition catches up (inside `owned.folding`).
