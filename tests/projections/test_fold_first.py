@@ -100,8 +100,8 @@ def _batched_reader(log: list[Record], sizes: list[int], opened: list[Starts] | 
             self.left = [r for r in log if r.offset >= (starts.get((r.topic, r.partition)) or 0)]
             self.turn = 0
 
-        def poll(self) -> list[Record]:
-            size = sizes[self.turn % len(sizes)]
+        def poll(self, max_records: int = 2000, _timeout_s: float = 0.2) -> list[Record]:
+            size = min(sizes[self.turn % len(sizes)], max_records)
             self.turn += 1
             batch, self.left = self.left[:size], self.left[size:]
             return batch
@@ -122,7 +122,7 @@ class _Counting(Folder):
 
 
 def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozenset[str],
-              restart_at_batch: int | None, opened: list[Starts] | None = None,
+              restart_at_batch: int | None, opened: list[Starts] | None = None, slice_s: float = 0.0,
               ) -> tuple[str, list[tuple[str, int, str]], dict[tuple[str, int], int], int]:
     """Fold `LOG` through a live catch-up; returns (the tables' digest, every quarantine decision
     sorted, how often each record was folded, how many records were picked to go first)."""
@@ -130,6 +130,9 @@ def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozens
     folder = _Counting(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
     folds: dict[tuple[str, int], int] = {}
     monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader(LOG, sizes, opened))
+    # By default every record ends a slice: at each, what was committed since the batch was fetched
+    # joins it, and the waited publishes among it fold first.
+    monkeypatch.setattr(catch_up, "FOLD_SLICE_S", slice_s)
     owned = OwnedPartitions(("streams",))
     batches = picks = 0
 
@@ -148,7 +151,8 @@ def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozens
             asyncio.get_running_loop().call_soon(runner.assign, {(t, p) for t in TOPICS for p in (0, 1)})
         return picked
 
-    runner = catch_up.CatchUp("127.0.0.1:1", TOPICS, owned, fold, answers_due=lambda: True, first=first)
+    runner = catch_up.CatchUp("127.0.0.1:1", TOPICS, owned, fold, answers_due=lambda: True, first=first,
+                              waiting=lambda: bool(waited))
 
     async def main() -> None:
         runner.assign({(t, 0) for t in TOPICS})
@@ -199,10 +203,10 @@ def test_a_rebalance_after_the_first_records_rereads_from_the_in_order_position(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # The first batch holds the streams' creations and first publish events (nothing goes first
     # there); the second, all the rest, "quiet"'s messages among it, and the rebalance lands right
-    # after those are folded.
+    # after those are folded. No slice ends inside a batch, so nothing joins one mid-fold.
     opened: list[Starts] = []
     digest, decisions, folds, picks = _fold_all(monkeypatch, [6, len(LOG)], frozenset({"quiet"}),
-                                                restart_at_batch=2, opened=opened)
+                                                restart_at_batch=2, opened=opened, slice_s=3600.0)
     assert picks > 0
     assert (digest, decisions) == IN_ORDER
     assert set(folds.values()) == {1}
@@ -308,3 +312,49 @@ def test_a_record_folded_ahead_is_not_fresh_and_the_position_moves_over_it_in_or
         pass
     assert owned.next_offset(EV, 0) == 14
     assert not owned.passed(EV, 0, 12)
+
+
+def test_a_waited_publish_committed_while_a_batch_folds_is_taken_and_folded_before_the_batch_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch being folded was fetched before the watched stream's message was committed: the
+    fold takes it at the end of a slice, instead of after the 40 records before it."""
+    batch = [_rec(MSG, i, b"other", b"v") for i in range(40)]
+    watched = _rec(MSG, 40, b"watched", b"v")
+    monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader([*batch, watched], [40, 1]))
+    monkeypatch.setattr(catch_up, "FOLD_SLICE_S", 0.001)
+    order: list[str] = []
+    waiters = HeadWaiters()
+    head = {"watched": 0}
+
+    def fold(record: Record) -> None:
+        let_time_pass(0.002, "folding takes time: slices end inside the batch")
+        order.append(f"fold {record.offset}")
+        if record.key == b"watched":
+            head["watched"] = 1
+            waiters.wake("watched", 1)
+
+    def first(records: list[Record]) -> list[Record]:
+        return publishes_first(records, {s.encode() for s in waiters.waited()}, t_events=EV, t_messages=MSG)
+
+    async def main() -> None:
+        owned = OwnedPartitions(("streams",))
+        runner = catch_up.CatchUp("127.0.0.1:1", TOPICS, owned, fold, answers_due=lambda: waiters.answers_due,
+                                  first=first, waiting=lambda: len(waiters) > 0)
+
+        async def reader() -> None:
+            await waiters.wait("watched", 1, 30_000, lambda: head["watched"])
+            order.append("answered")
+
+        polling = asyncio.ensure_future(reader())
+        await asyncio.sleep(0)
+        runner.assign({(t, 0) for t in TOPICS})
+        await asyncio.wait_for(polling, 30)
+        while owned.next_offset(MSG, 0) != 41:
+            await asyncio.sleep(0.01)
+        owned.assign([])
+
+    asyncio.run(main())
+    at = order.index("fold 40")
+    assert at < 5, order[:8]  # the first slice's end, not the batch's
+    assert order[at + 1] == "answered"
+    assert sorted(o for o in order if o != "answered") == sorted(f"fold {i}" for i in range(41))

@@ -55,6 +55,10 @@ ANSWER_TURNS: Final = 3
 #: The least folding between two such hand-overs: when every stream has a reader waiting, the fold
 #: would otherwise pay the turns after every record; this way a woken poll waits at most this long.
 ANSWER_EVERY_S: Final = 0.001
+#: At most this many records join a batch while it is folded: at the end of each slice, when a long
+#: poll waits, the records committed since the batch was fetched are taken (a non-blocking poll) so
+#: the waited stream's publishes fold at once, not after the rest of the batch (`CatchUp.first`).
+TAKE_MID_BATCH: Final = 2000
 
 TopicPartitionKey = tuple[str, int]
 
@@ -68,16 +72,20 @@ class CatchUp:
     before the rest of the batch (a block's burst of other streams) is folded. `first` picks, from a
     fetched batch, the records to fold before the others (`fold.publishes_first`: the publishes of
     the streams a long poll waits on), so that poll is answered before the records committed ahead
-    of them are folded.
+    of them are folded. While a batch folds, at the end of each slice, `waiting` (a long poll is
+    open) makes the fold take what was committed since the batch was fetched, so a waited stream's
+    publish is not held behind the batch before it either.
     """
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...], owned: OwnedPartitions,
                  fold: Callable[[Record], None], fold_group: str | None = None, standbys: bool = True,
                  answers_due: Callable[[], bool] | None = None,
-                 first: Callable[[list[Record]], list[Record]] | None = None) -> None:
+                 first: Callable[[list[Record]], list[Record]] | None = None,
+                 waiting: Callable[[], bool] | None = None) -> None:
         self.bootstrap = bootstrap
         self.answers_due = answers_due
         self.first = first
+        self.waiting = waiting if first is not None else None
         self.standbys = standbys  # also fold the standby partitions the group's assignor names
         self._app: Any = None
         self.fold_group = fold_group  # where the fold's positions are recorded for lag (topics.groups)
@@ -161,14 +169,14 @@ class CatchUp:
                 records = await loop.run_in_executor(None, reader.poll)
                 if generation != self.owned.generation:
                     break  # a newer rebalance owns the state now
-                before = folded
+                before, taken = folded, 0
                 if self.first is not None and records:
                     folded += await self._fold_first(generation, self.first(records))
                     if generation != self.owned.generation:
                         break
                 yielded = time.monotonic()
                 slice_ends = yielded + FOLD_SLICE_S
-                for r in records:
+                for at, r in enumerate(records):  # the records taken mid-batch join this loop
                     if time.monotonic() >= slice_ends:
                         # Let the reads in: a batch of 2,000 verifies holds the event loop for
                         # seconds on a busy host. Each record folds whole, so a read between two
@@ -176,6 +184,20 @@ class CatchUp:
                         await asyncio.sleep(0)
                         if generation != self.owned.generation:
                             break  # a newer rebalance owns the state now
+                        if (taken < TAKE_MID_BATCH and self.first is not None and self.waiting is not None
+                                and self.waiting()):
+                            # A reader waits: what was committed since this batch was fetched joins
+                            # it (this loop reaches it in order), and the waited publishes fold now.
+                            # They are picked from all that is not folded yet, not from what was just
+                            # taken alone: a stream's own earlier record still in this batch (a
+                            # rotation, say) must fold before them.
+                            more = reader.poll(TAKE_MID_BATCH - taken, 0.0)
+                            if more:
+                                taken += len(more)
+                                records.extend(more)
+                                folded += await self._fold_first(generation, self.first(records[at:]))
+                                if generation != self.owned.generation:
+                                    break
                         yielded = time.monotonic()
                         slice_ends = yielded + FOLD_SLICE_S
                     if self.owned.fresh(r.topic, r.partition, r.offset):

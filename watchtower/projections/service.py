@@ -152,7 +152,8 @@ class Projection:
         self.catch_up = CatchUp(bootstrap, (self.t_events, self.t_messages, self.t_replay), self.owned, self._fold,
                                 fold_group=projection_fold_group(prefix),
                                 standbys=os.environ.get("WATCHTOWER_PROJECTION_STANDBY", "1").strip() != "0",
-                                answers_due=lambda: self.waiters.answers_due, first=self._fold_first)
+                                answers_due=lambda: self.waiters.answers_due, first=self._fold_first,
+                                waiting=lambda: len(self.waiters) > 0)
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
