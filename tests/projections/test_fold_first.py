@@ -312,6 +312,19 @@ def test_a_record_folded_ahead_is_not_fresh_and_the_position_moves_over_it_in_or
         pass
     assert owned.next_offset(EV, 0) == 14
     assert not owned.passed(EV, 0, 12)
+    # Folded ahead out of order among themselves (another stream's publishes became waited later).
+    for offset in (20, 17, 25, 18):
+        with owned.folding_ahead(EV, 0, offset):
+            pass
+    with owned.folding_ahead(EV, 0, 3):  # already passed in order: nothing to keep
+        pass
+    assert [owned.fresh(EV, 0, o) for o in (14, 17, 18, 19, 20, 25, 26)] == [True, False, False, True, False,
+                                                                             False, True]
+    with owned.folding(EV, 0, 19):
+        pass
+    assert owned.fresh(EV, 0, 21)
+    assert [owned.passed(EV, 0, o) for o in (17, 18, 20, 25)] == [False, False, True, True]
+    assert owned.next_offset(EV, 0) == 26
 
 
 def test_a_waited_publish_committed_while_a_batch_folds_is_taken_and_folded_before_the_batch_ends(

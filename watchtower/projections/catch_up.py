@@ -6,7 +6,9 @@ the log itself (a rebalance that leaves them as they were changes nothing here):
 the last one its state has folded (from the beginning for a partition new to this worker). When a
 partition reaches the end it had when the reading started, it serves reads; the same reader then
 goes on folding what is committed after that (the live fold), until the assignment changes. One reader
-per assignment, folding in log order per partition, so every record is folded exactly once. The
+per assignment, folding in log order per partition, so every record is folded exactly once (the
+one exception: the publishes of a stream a long poll waits on fold before the rest of their batch,
+which leaves the tables as the in-order fold does; see `CatchUp`). The
 fold hands the event loop back every `FOLD_SLICE_S` of folding, so a worker folding a whole log (a
 restart, a standby) still answers reads, long polls and its health within a fraction of a second.
 

@@ -33,6 +33,7 @@ running between two folds, or a log scan in a worker thread, never sees the fold
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
@@ -53,8 +54,10 @@ class PartitionState:
 
     tables: dict[str, dict[str, Any]]
     applied: dict[str, int] = field(default_factory=dict)  # topic -> offset of the last folded record
-    # topic -> offsets past `applied` already folded out of log order (`OwnedPartitions.folding_ahead`)
+    # topic -> offsets past `applied` already folded out of log order (`OwnedPartitions.folding_ahead`),
+    # as a set (is one of them?) and a heap (which are passed?: a stream's burst can put thousands here)
     ahead: dict[str, set[int]] = field(default_factory=dict)
+    ahead_heap: dict[str, list[int]] = field(default_factory=dict)
     serving: bool = False
     epoch: int = 0  # changes every time the partition starts serving
     standby: bool = False  # folded here, but owned by another worker
@@ -195,8 +198,10 @@ class OwnedPartitions:
             yield
         finally:
             _FOLDING.reset(token)
-            if offset > state.applied.get(topic, -1):
-                state.ahead.setdefault(topic, set()).add(offset)
+            ahead = state.ahead.setdefault(topic, set())
+            if offset > state.applied.get(topic, -1) and offset not in ahead:
+                ahead.add(offset)
+                heapq.heappush(state.ahead_heap.setdefault(topic, []), offset)
 
     def passed(self, topic: str, partition: int, offset: int) -> bool:
         """The in-order fold reached `topic[partition]@offset`, which was folded ahead: move the
@@ -210,9 +215,9 @@ class OwnedPartitions:
     @staticmethod
     def _passed(state: PartitionState, topic: str, offset: int) -> None:
         state.applied[topic] = applied = max(offset, state.applied.get(topic, -1))
-        ahead = state.ahead.get(topic)
-        if ahead:
-            ahead.difference_update([o for o in ahead if o <= applied])
+        heap = state.ahead_heap.get(topic)
+        while heap and heap[0] <= applied:
+            state.ahead[topic].discard(heapq.heappop(heap))
 
     # ------------------------------------------------------------------ reads
     def serving_epoch(self, partition: int, *, standby: bool = False) -> int | None:
