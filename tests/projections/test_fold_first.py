@@ -15,10 +15,11 @@ import nacl.signing
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recording_folder import RecordingFolder
 from waiting import let_time_pass
 
 from watchtower.projections import catch_up
-from watchtower.projections.fold import Folder, publishes_first
+from watchtower.projections.fold import publishes_first
 from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.partitions import OwnedPartitions
 from watchtower.protocol.signed_command import sign_command
@@ -111,23 +112,13 @@ def _batched_reader(log: list[Record], sizes: list[int], opened: list[Starts] | 
     return Batched
 
 
-class _Counting(Folder):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.decisions: list[tuple[str, int, str]] = []
-
-    def quarantined(self, topic: str, partition: int, offset: int, reason: str) -> None:
-        self.decisions.append((topic, offset, reason))
-        super().quarantined(topic, partition, offset, reason)
-
-
 def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozenset[str],
               restart_at_batch: int | None, opened: list[Starts] | None = None, slice_s: float = 0.0,
               ) -> tuple[str, list[tuple[str, int, str]], dict[tuple[str, int], int], int]:
     """Fold `LOG` through a live catch-up; returns (the tables' digest, every quarantine decision
     sorted, how often each record was folded, how many records were picked to go first)."""
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
-    folder = _Counting(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
+    folder = RecordingFolder(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
     folds: dict[tuple[str, int], int] = {}
     monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader(LOG, sizes, opened))
     # By default every record ends a slice: at each, what was committed since the batch was fetched
@@ -171,7 +162,7 @@ def _ends() -> tuple[int, int]:
 
 def _in_order() -> tuple[str, list[tuple[str, int, str]]]:
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
-    folder = _Counting(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
+    folder = RecordingFolder(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
     for r in LOG:
         (folder.fold_event if r.topic == EV else folder.fold_message)(r.partition, r.offset, r.key, r.value)
     return views_digest({k: v.items() for k, v in tables.items()}), sorted(folder.decisions)
@@ -248,30 +239,27 @@ def test_only_a_waited_streams_publishes_go_first_and_only_up_to_its_first_other
     assert publishes_first([replay, *later], {b"steady"}, t_events=EV, t_messages=MSG) == []
 
 
-def test_a_waiting_reader_is_answered_before_the_burst_committed_ahead_of_its_message(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its message is the last of a batch of 40: the poll is answered after one fold, not forty."""
-    batch = [_rec(MSG, i, b"other", b"v") for i in range(39)] + [_rec(MSG, 39, b"watched", b"v")]
-    monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader(batch, [len(batch)]))
+def _watch_while_folding(log: list[Record], fold_s: float) -> list[str]:
+    """A long poll waits on stream "watched" while the catch-up folds `log` (each fold takes
+    `fold_s`); the order of the folds (``fold <offset>``) and of the poll's answer (``answered``)."""
     order: list[str] = []
     waiters = HeadWaiters()
     head = {"watched": 0}
 
     def fold(record: Record) -> None:
-        let_time_pass(catch_up.ANSWER_EVERY_S, "folding takes time")
+        let_time_pass(fold_s, "folding takes time: slices end inside a batch")
         order.append(f"fold {record.offset}")
         if record.key == b"watched":
             head["watched"] = 1
             waiters.wake("watched", 1)
 
     def first(records: list[Record]) -> list[Record]:
-        waited = {s.encode() for s in waiters.waited()}
-        return publishes_first(records, waited, t_events=EV, t_messages=MSG)
+        return publishes_first(records, {s.encode() for s in waiters.waited()}, t_events=EV, t_messages=MSG)
 
     async def main() -> None:
         owned = OwnedPartitions(("streams",))
         runner = catch_up.CatchUp("127.0.0.1:1", TOPICS, owned, fold, answers_due=lambda: waiters.answers_due,
-                                  first=first)
+                                  first=first, waiting=lambda: len(waiters) > 0)
 
         async def reader() -> None:
             await waiters.wait("watched", 1, 30_000, lambda: head["watched"])
@@ -281,11 +269,21 @@ def test_a_waiting_reader_is_answered_before_the_burst_committed_ahead_of_its_me
         await asyncio.sleep(0)  # the poll is parked
         runner.assign({(t, 0) for t in TOPICS})
         await asyncio.wait_for(polling, 30)
-        while owned.next_offset(MSG, 0) != len(batch):
+        while owned.next_offset(MSG, 0) != len(log):
             await asyncio.sleep(0.01)
-        owned.assign([])
+        owned.assign([])  # a new generation stops the fold
 
     asyncio.run(main())
+    return order
+
+
+def test_a_waiting_reader_is_answered_before_the_burst_committed_ahead_of_its_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its message is the last of a batch of 40: the poll is answered after one fold, not forty."""
+    batch = [_rec(MSG, i, b"other", b"v") for i in range(39)] + [_rec(MSG, 39, b"watched", b"v")]
+    monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader(batch, [len(batch)]))
+    monkeypatch.setattr(catch_up, "FOLD_SLICE_S", 3600.0)  # no slice ends inside the batch
+    order = _watch_while_folding(batch, catch_up.ANSWER_EVERY_S)
     assert order[:2] == ["fold 39", "answered"], order[:5]
     assert sorted(order[2:]) == sorted(f"fold {i}" for i in range(39))
 
@@ -331,42 +329,10 @@ def test_a_waited_publish_committed_while_a_batch_folds_is_taken_and_folded_befo
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch being folded was fetched before the watched stream's message was committed: the
     fold takes it at the end of a slice, instead of after the 40 records before it."""
-    batch = [_rec(MSG, i, b"other", b"v") for i in range(40)]
-    watched = _rec(MSG, 40, b"watched", b"v")
-    monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader([*batch, watched], [40, 1]))
+    log = [*(_rec(MSG, i, b"other", b"v") for i in range(40)), _rec(MSG, 40, b"watched", b"v")]
+    monkeypatch.setattr(catch_up, "PartitionReader", _batched_reader(log, [40, 1]))
     monkeypatch.setattr(catch_up, "FOLD_SLICE_S", 0.001)
-    order: list[str] = []
-    waiters = HeadWaiters()
-    head = {"watched": 0}
-
-    def fold(record: Record) -> None:
-        let_time_pass(0.002, "folding takes time: slices end inside the batch")
-        order.append(f"fold {record.offset}")
-        if record.key == b"watched":
-            head["watched"] = 1
-            waiters.wake("watched", 1)
-
-    def first(records: list[Record]) -> list[Record]:
-        return publishes_first(records, {s.encode() for s in waiters.waited()}, t_events=EV, t_messages=MSG)
-
-    async def main() -> None:
-        owned = OwnedPartitions(("streams",))
-        runner = catch_up.CatchUp("127.0.0.1:1", TOPICS, owned, fold, answers_due=lambda: waiters.answers_due,
-                                  first=first, waiting=lambda: len(waiters) > 0)
-
-        async def reader() -> None:
-            await waiters.wait("watched", 1, 30_000, lambda: head["watched"])
-            order.append("answered")
-
-        polling = asyncio.ensure_future(reader())
-        await asyncio.sleep(0)
-        runner.assign({(t, 0) for t in TOPICS})
-        await asyncio.wait_for(polling, 30)
-        while owned.next_offset(MSG, 0) != 41:
-            await asyncio.sleep(0.01)
-        owned.assign([])
-
-    asyncio.run(main())
+    order = _watch_while_folding(log, 0.002)
     at = order.index("fold 40")
     assert at < 5, order[:8]  # the first slice's end, not the batch's
     assert order[at + 1] == "answered"

@@ -14,9 +14,9 @@ import nacl.signing
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recording_folder import RecordingFolder
 
 from watchtower.projections import quarantine
-from watchtower.projections.fold import Folder
 from watchtower.protocol.command_auth import nonce_ceiling
 from watchtower.protocol.registry import RegistryState, decide_registration
 from watchtower.protocol.signed_command import command_digest, sign_command
@@ -103,18 +103,6 @@ def _events_in(events: list[Record]) -> list[Event]:
     return [decode_event(value) for _t, _k, value in events]
 
 
-class _Recording(Folder):
-    """A Folder that also keeps every quarantine decision (the summary keeps only the last few)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.decisions: list[tuple[str, int, str]] = []
-
-    def quarantined(self, topic: str, partition: int, offset: int, reason: str) -> None:
-        self.decisions.append((topic, offset, reason))
-        super().quarantined(topic, partition, offset, reason)
-
-
 def _fold(events: list[Record], messages: list[Record], order: list[bool],
           tables_out: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """Fold the two topics interleaved as `order` says (True: the next events record).
@@ -124,7 +112,7 @@ def _fold(events: list[Record], messages: list[Record], order: list[bool],
     """
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
     refused: dict[str, Any] = {}
-    folder = _Recording(tables, refused, t_events="events", t_messages="messages", partitions=1)
+    folder = RecordingFolder(tables, refused, t_events="events", t_messages="messages", partitions=1)
     queues = {"events": list(enumerate(events)), "messages": list(enumerate(messages))}
     picks = iter(order)
     while queues["events"] or queues["messages"]:

@@ -48,6 +48,16 @@ _STANDING_IN: ContextVar[bool] = ContextVar("watchtower_standing_in", default=Fa
 _READING_STANDBY: ContextVar[int | None] = ContextVar("watchtower_reading_standby", default=None)
 
 
+@contextmanager
+def _scoped_to(partition: int) -> Iterator[None]:
+    """The tables see and change only `partition` inside (`PartitionTable`)."""
+    token = _FOLDING.set(partition)
+    try:
+        yield
+    finally:
+        _FOLDING.reset(token)
+
+
 @dataclass
 class PartitionState:
     """One events partition's share of every table and the offsets folded into it."""
@@ -177,11 +187,10 @@ class OwnedPartitions:
         skipped for good, never retried on every redelivery.
         """
         state = self._parts[partition]
-        token = _FOLDING.set(partition)
         try:
-            yield
+            with _scoped_to(partition):
+                yield
         finally:
-            _FOLDING.reset(token)
             self._passed(state, topic, offset)
 
     @contextmanager
@@ -193,11 +202,10 @@ class OwnedPartitions:
         before it again, and `fresh` refuses it there; `passed` then moves the position over it.
         """
         state = self._parts[partition]
-        token = _FOLDING.set(partition)
         try:
-            yield
+            with _scoped_to(partition):
+                yield
         finally:
-            _FOLDING.reset(token)
             ahead = state.ahead.setdefault(topic, set())
             if offset > state.applied.get(topic, -1) and offset not in ahead:
                 ahead.add(offset)
