@@ -254,7 +254,7 @@ def _watch_while_folding(log: list[Record], fold_s: float) -> list[str]:
             waiters.wake("watched", 1)
 
     def first(records: list[Record]) -> list[Record]:
-        return publishes_first(records, {s.encode() for s in waiters.waited()}, t_events=EV, t_messages=MSG)
+        return publishes_first(records, waiters.waited_keys(), t_events=EV, t_messages=MSG)
 
     async def main() -> None:
         owned = OwnedPartitions(("streams",))

@@ -86,3 +86,28 @@ def test_outside_an_event_loop_a_wake_up_answers_at_once() -> None:
         assert future.done()
     finally:
         loop.close()
+
+
+def test_the_waited_keys_follow_the_open_polls() -> None:
+    """The fold asks which streams are waited on at every slice: the answer changes exactly when a
+    stream starts or stops being waited on, and a stream id no record could carry does not raise."""
+
+    async def scenario() -> list[frozenset[bytes]]:
+        waiters = HeadWaiters()
+        seen = [waiters.waited_keys()]
+        first = asyncio.ensure_future(waiters.wait("a", 1, 30_000, lambda: 0))
+        second = asyncio.ensure_future(waiters.wait("a", 2, 30_000, lambda: 0))
+        odd = asyncio.ensure_future(waiters.wait("\udcff", 1, 30_000, lambda: 0))
+        await asyncio.sleep(0)
+        seen.append(waiters.waited_keys())
+        odd.cancel()
+        first.cancel()
+        await asyncio.gather(first, odd, return_exceptions=True)
+        seen.append(waiters.waited_keys())  # "a" still has a poll open
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        seen.append(waiters.waited_keys())
+        return seen
+
+    assert asyncio.run(scenario()) == [frozenset(), frozenset({b"a", b"\xed\xb3\xbf"}), frozenset({b"a"}),
+                                       frozenset()]

@@ -43,13 +43,18 @@ from watchtower.projections import quarantine
 from watchtower.projections.keymgr_tables import apply_key_epoch, apply_keymgr_event, is_keymgr_event, new_keymgr_tables
 from watchtower.projections.log_reader import PayloadCache
 from watchtower.protocol.errors import WatchtowerError
-from watchtower.protocol.event_names import STREAM_MESSAGE_PUBLISHED
 from watchtower.protocol.signing import verify_with_schedule
 from watchtower.protocol.stream.key_schedule import KeySchedule
 from watchtower.protocol.stream.message import StreamMessage
 from watchtower.protocol.stream.state import KEY_EPOCH_ROTATED
 from watchtower.protocol.stream.view_checks import ACCEPT, DEFER, QUARANTINE, message_verdict
-from watchtower.protocol.stream.views import INDEXES, StreamIndex, apply_event, apply_message
+from watchtower.protocol.stream.views import (
+    INDEXES,
+    STREAM_LOCAL_EVENTS,
+    StreamIndex,
+    apply_event,
+    apply_message,
+)
 from watchtower.schemas.codec import read_header
 from watchtower.schemas.records import decode_message
 from watchtower.schemas.wire import decode_event
@@ -86,8 +91,9 @@ def verified_sequence(stream_id: str, view: Mapping[str, Any],
 def publishes_first(records: Sequence[Record], waited: Collection[bytes], *, t_events: str,
                     t_messages: str) -> list[Record]:
     """The records of `records` to fold before the others, in batch order: for each stream keyed in
-    `waited`, its messages records and StreamMessagePublished events up to its first other record
-    (a rotation, say, or anything undecodable), which folds in log order with everything after it.
+    `waited`, its messages records and stream-local events (`views.STREAM_LOCAL_EVENTS`: its
+    publishes) up to its first other record (a rotation, say, or anything undecodable), which folds
+    in log order with everything after it.
 
     Those records change their own stream's head and index only, so folding them first leaves the
     tables as the in-order fold does; `records` must be in log order per partition.
@@ -100,16 +106,16 @@ def publishes_first(records: Sequence[Record], waited: Collection[bytes], *, t_e
         key = r.key
         if key is None or key not in waited or key in stopped:
             continue
-        if r.topic == t_messages or (r.topic == t_events and _is_publish(r.value)):
+        if r.topic == t_messages or (r.topic == t_events and _is_stream_local(r.value)):
             first.append(r)
         else:
             stopped.add(key)
     return first
 
 
-def _is_publish(value: bytes | None) -> bool:
+def _is_stream_local(value: bytes | None) -> bool:
     try:
-        return value is not None and read_header(value)[0] == STREAM_MESSAGE_PUBLISHED
+        return value is not None and read_header(value)[0] in STREAM_LOCAL_EVENTS
     except WatchtowerError:
         return False
 

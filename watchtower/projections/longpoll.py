@@ -30,6 +30,7 @@ class HeadWaiters:
         self._released = False
         self._pending: dict[str, int] = {}  # stream -> highest head reported since the last flush
         self._flush_scheduled = False
+        self._keys: frozenset[bytes] | None = None  # `waited_keys`, until the waited streams change
 
     def __len__(self) -> int:
         """How many polls are waiting right now."""
@@ -43,7 +44,10 @@ class HeadWaiters:
         if self._released or current_head() >= min_head or wait_ms <= 0:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.setdefault(stream_id, {})
+        waiters = self._waiters.get(stream_id)
+        if waiters is None:
+            waiters = self._waiters[stream_id] = {}
+            self._keys = None
         waiters[future] = min_head
         OPEN_LONG_POLLS.inc()
         try:
@@ -60,10 +64,16 @@ class HeadWaiters:
             OPEN_LONG_POLLS.dec()
             if not waiters and self._waiters.get(stream_id) is waiters:
                 del self._waiters[stream_id]
+                self._keys = None
 
-    def waited(self) -> frozenset[str]:
-        """The streams a poll waits on right now (the fold folds their publishes first)."""
-        return frozenset(self._waiters)
+    def waited_keys(self) -> frozenset[bytes]:
+        """The record keys (UTF-8 stream ids) of the streams a poll waits on right now (the fold folds
+        their publishes first). Kept until a stream starts or stops being waited on, so a fold that
+        asks at every slice does not rebuild it from thousands of open polls."""
+        if self._keys is None:
+            # surrogatepass: a stream id no record could carry must not make the fold raise
+            self._keys = frozenset(s.encode("utf-8", "surrogatepass") for s in self._waiters)
+        return self._keys
 
     def wake(self, stream_id: str, head: int) -> None:
         """Answer, at the next turn of the event loop, the polls on `stream_id` whose target `head` reached.

@@ -153,7 +153,7 @@ class Projection:
                                 fold_group=projection_fold_group(prefix),
                                 standbys=os.environ.get("WATCHTOWER_PROJECTION_STANDBY", "1").strip() != "0",
                                 answers_due=lambda: self.waiters.answers_due, first=self._fold_first,
-                                waiting=lambda: len(self.waiters) > 0)
+                                waiting=lambda: bool(self.waiters.waited_keys()))
         self.catch_up.attach(self.app)
         web_server.install(self.app.web, on_shutdown=self.waiters.release_all)
         self._routes()
@@ -174,10 +174,7 @@ class Projection:
 
     def _fold_first(self, records: list[Record]) -> list[Record]:
         """The publishes in `records` of the streams a long poll waits on (`fold.publishes_first`)."""
-        waited = self.waiters.waited()
-        if not waited:
-            return []
-        return publishes_first(records, {s.encode() for s in waited}, t_events=self.t_events,
+        return publishes_first(records, self.waiters.waited_keys(), t_events=self.t_events,
                                t_messages=self.t_messages)
 
     def _fold(self, record: Any) -> None:

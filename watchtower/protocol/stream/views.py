@@ -39,6 +39,7 @@ from typing import Any, Final
 from watchtower.protocol import cbor
 from watchtower.protocol.config import StreamConfig
 from watchtower.protocol.errors import StreamNotFoundError, WatchtowerError
+from watchtower.protocol.event_names import STREAM_MESSAGE_PUBLISHED
 from watchtower.protocol.events import (
     FeedRegistered,
     PublisherKeyRotated,
@@ -64,6 +65,10 @@ Table = MutableMapping[str, Any]
 TABLE_NAMES: Final = ("streams", "heads", "offsets", "subscriptions", "registry")
 INDEXES: Final = "indexes"
 """The fold's in-memory, undigested table: stream_id -> `StreamIndex`."""
+STREAM_LOCAL_EVENTS: Final = frozenset({STREAM_MESSAGE_PUBLISHED})
+"""Event types whose fold (`apply_event`) changes nothing but their own stream's head and index, as
+does a messages record (`apply_message`): a stream's run of them may fold before other streams'
+records that precede it in the log, and the tables end as the in-order fold leaves them."""
 
 
 def new_tables() -> dict[str, dict[str, Any]]:
