@@ -9,6 +9,7 @@ rotation and forged records) in batches of any size; the fold is the real `Folde
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import nacl.signing
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from recording_folder import RecordingFolder
 from waiting import let_time_pass
 
-from watchtower.projections import catch_up
+from watchtower.projections import catch_up, quarantine
 from watchtower.projections.fold import publishes_first
 from watchtower.projections.longpoll import HeadWaiters
 from watchtower.projections.partitions import OwnedPartitions
@@ -59,10 +60,12 @@ def _stream(sid: str, publishes: int, rotate_at: int | None) -> list[tuple[str, 
         message = sign_message(stream_id=sid, sequence=seq, timestamp_unix_ms=seq, kind="t", payload=b"{}",
                                signing_key=KEYS[rotated], signing_key_id=1 + rotated)
         run("publish", message.to_json_dict())
-        if seq == 2:  # a stranger's copy of the next sequence, and garbage, both to be refused
-            forged = sign_message(stream_id=sid, sequence=3, timestamp_unix_ms=3, kind="t", payload=b"{}",
-                                  signing_key=STRANGER)
-            out += [(MSG, encode_message(forged)), (EV, b"\x00not an event")]
+        if 2 <= seq < publishes:  # a stranger's copy of the next sequence, to be refused
+            forged = sign_message(stream_id=sid, sequence=seq + 1, timestamp_unix_ms=seq + 1, kind="t",
+                                  payload=b"{}", signing_key=STRANGER)
+            out.append((MSG, encode_message(forged)))
+        if seq == 2:  # and garbage
+            out.append((EV, b"\x00not an event"))
     return out
 
 
@@ -112,9 +115,12 @@ def _batched_reader(log: list[Record], sizes: list[int], opened: list[Starts] | 
     return Batched
 
 
+Refusals = tuple[list[tuple[str, int, str]], dict[str, Any]]
+
+
 def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozenset[str],
               restart_at_batch: int | None, opened: list[Starts] | None = None, slice_s: float = 0.0,
-              ) -> tuple[str, list[tuple[str, int, str]], dict[tuple[str, int], int], int]:
+              ) -> tuple[str, Refusals, dict[tuple[str, int], int], int]:
     """Fold `LOG` through a live catch-up; returns (the tables' digest, every quarantine decision
     sorted, how often each record was folded, how many records were picked to go first)."""
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
@@ -153,28 +159,36 @@ def _fold_all(monkeypatch: pytest.MonkeyPatch, sizes: list[int], waited: frozens
 
     asyncio.run(asyncio.wait_for(main(), 10))
     digest = views_digest({k: v.items() for k, v in tables.items()})
-    return digest, sorted(folder.decisions), folds, picks
+    return digest, _refusals(folder), folds, picks
 
 
 def _ends() -> tuple[int, int]:
     return (sum(r.topic == EV for r in LOG), sum(r.topic == MSG for r in LOG))
 
 
-def _in_order() -> tuple[str, list[tuple[str, int, str]]]:
+def _in_order() -> tuple[str, Refusals]:
     tables: dict[str, dict[str, Any]] = {name: {} for name in TABLE_NAMES}
     folder = RecordingFolder(tables, {}, t_events=EV, t_messages=MSG, partitions=1)
     for r in LOG:
         (folder.fold_event if r.topic == EV else folder.fold_message)(r.partition, r.offset, r.key, r.value)
-    return views_digest({k: v.items() for k, v in tables.items()}), sorted(folder.decisions)
+    return views_digest({k: v.items() for k, v in tables.items()}), _refusals(folder)
+
+
+def _refusals(folder: RecordingFolder) -> Refusals:
+    """Every quarantine decision, and the quarantine's summary as health reports it (its last few
+    per partition: more than `quarantine.RECENT` are refused here, so their order counts)."""
+    return sorted(folder.decisions), quarantine.summary(folder.refused.items())
 
 
 IN_ORDER = _in_order()
 
 
 def test_the_log_refuses_what_it_should_and_publishes_every_stream() -> None:
-    _digest, decisions = IN_ORDER
-    assert len(decisions) == 6, decisions  # per stream: the stranger's copy and the garbage event
-    assert {d[0] for d in decisions} == {EV, MSG}
+    _digest, (decisions, summary) = IN_ORDER
+    # The stranger's copies (4 + 6 + 1) and one garbage event per stream: more messages refused in
+    # one partition than the quarantine's summary keeps, so the order they are decided in counts.
+    assert sorted(Counter(d[0] for d in decisions).items()) == [(EV, 3), (MSG, 11)], decisions
+    assert summary["count"] == 14
 
 
 @settings(max_examples=25, deadline=None)
@@ -188,6 +202,17 @@ def test_folding_a_waited_streams_publishes_first_leaves_the_tables_as_the_in_or
     assert (digest, decisions) == IN_ORDER
     assert set(folds) == {(r.topic, r.offset) for r in LOG}
     assert set(folds.values()) == {1}, "a record was folded twice"
+
+
+@pytest.mark.parametrize(("sizes", "slice_s"), [([1], 0.0), ([3], 3600.0)])
+def test_refusals_decided_ahead_leave_the_quarantine_as_the_in_order_fold(
+        monkeypatch: pytest.MonkeyPatch, sizes: list[int], slice_s: float) -> None:
+    """"rotating"'s forged copies are refused ahead of other streams' records before them: the
+    quarantine's summary (its highest offsets) still ends as the in-order fold's."""
+    digest, refusals, folds, picks = _fold_all(monkeypatch, sizes, frozenset({"rotating"}), None, slice_s=slice_s)
+    assert picks > 0
+    assert (digest, refusals) == IN_ORDER
+    assert set(folds.values()) == {1}
 
 
 def test_a_rebalance_after_the_first_records_rereads_from_the_in_order_position(

@@ -7,8 +7,8 @@ here, in a mapping keyed ``"<topic>/<partition>"``. The live worker keeps it in 
 counts cover what this worker process decided since it started; the offline rebuild counts the
 whole log with the same code.
 
-Each entry keeps the count, the last `RECENT` records (offset and reason) and the offsets of the
-last `REMEMBERED` ones: Faust redelivers a tail after a rebalance, and a redelivered record that was
+Each entry keeps the count, the `RECENT` records of the highest offsets (offset and reason) and the
+`REMEMBERED` highest offsets: Faust redelivers a tail after a rebalance, and a redelivered record that was
 already quarantined must not be counted twice.
 """
 
@@ -38,11 +38,15 @@ def record(table: MutableMapping[str, Any], topic: str, partition: int, offset: 
     # A reason may quote hostile bytes (a megabyte key, say): keep logs and /v1/health small.
     reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1] + "…"
     log.warning("quarantined %s[%s]@%s: %s", topic, partition, offset, reason)
+    # The highest offsets, not the latest decided: a waited stream's records may be decided before
+    # records that precede them in the log (`fold.publishes_first`), and the entry must end as the
+    # in-order fold (the offline rebuild) leaves it.
     table[key] = {
         **entry,
         "count": int(entry["count"]) + 1,
-        "recent": [*entry["recent"], {"offset": offset, "reason": reason}][-RECENT:],
-        "offsets": [*entry["offsets"], offset][-REMEMBERED:],
+        "recent": sorted([*entry["recent"], {"offset": offset, "reason": reason}],
+                         key=lambda r: int(r["offset"]))[-RECENT:],
+        "offsets": sorted([*entry["offsets"], offset])[-REMEMBERED:],
     }
     return True
 
