@@ -20,7 +20,8 @@ It reports, for the measured window:
 - tick → visible p50/p99 for a sample of `--sample` ingesting feeds (the moment a message is first
   readable through a long-polling ``get_since``, minus the start of its tick's block, which is the
   message's timestamp); beside it the plain path's publish → visible p50/p99, alone and during
-  ingestion (the baseline, measured in the same run);
+  ingestion (the baseline, measured in the same run), and their p99 ratio with its 90% bootstrap
+  interval (`plain_p99_ratio`, bench/tail_ratio.py: how far one run can place it);
 - where the plain publishes' time went, stage by stage (`stage_trace`), alone and during ingestion;
 - CPU per tick of every process (µs of user + system time per finished tick): scheduler and
   aggregator (the ``ingest`` processes), runners, worker, projection, broker, this client (the
@@ -63,11 +64,13 @@ from broker_requests import count_delta, read_error_counts, read_request_counts
 from ingest_harness import PriceSource, health, serve_source
 from kafka_fixture import embedded_spec, free_ports
 from profiles import SpyRecorder
+from tail_ratio import ratio_interval
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.ingest import keys
+from watchtower.ingest.main import niceness_steps
 from watchtower.local.broker import LocalKafka
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import jolokia_agent_jar
@@ -323,7 +326,7 @@ def main() -> None:
                         help="the command gateway in a process of its own (as `watchtower up` and compose.yaml "
                              "run it) or in the API process, sharing its event loop with the fold")
     parser.add_argument("--ingest-nice", type=int, default=None,
-                        help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default)")
+                        help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default, 0)")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
     parser.add_argument("--json", action="store_true")
@@ -445,7 +448,7 @@ def main() -> None:
         report: dict[str, Any] = {
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
             "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "gateway": args.gateway,
-            "ingest_nice": args.ingest_nice,
+            "ingest_nice": niceness_steps({**os.environ, **extra}),  # what the ingestion processes ran at
             "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),
@@ -456,6 +459,8 @@ def main() -> None:
             "plain_rate_per_s": args.plain_rate,
             "plain_publish_to_visible_ms": {"alone": dist(plain_path.latencies(plain_alone)),
                                              "during_ingestion": dist(plain_path.latencies(plain_during))},
+            # beside ÷ alone with its 90% bootstrap interval: a p99 of a few hundred samples is noisy.
+            "plain_p99_ratio": ratio_interval(plain_path.latencies(plain_alone), plain_path.latencies(plain_during)),
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),
                                         "during_ingestion": dist(plain_path.ack_latencies(plain_during))},
             "plain_slowest_during_ingestion": plain_path.slowest(plain_during),
