@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,12 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     if "WATCHTOWER_DELIVERY_NICE" not in os.environ:
         assert os.getpriority(os.PRIO_PROCESS, status["services"]["delivery-d1"]["pid"]) == min(19, own + 10)
     assert os.getpriority(os.PRIO_PROCESS, status["services"]["worker-w1"]["pid"]) == own
+    # The ingestion processes set their own priority as they start, by WATCHTOWER_INGEST_NICE (docs/ingestion.md).
+    from watchtower.ingest.main import niceness_steps
+
+    for name in ("ingest", "runner-r1", "runner-r2"):
+        wanted = min(19, own + niceness_steps(os.environ))
+        assert _niceness_becomes(status["services"][name]["pid"], wanted), name
     # The CLI finds the recorded API without flags: create a feed and read it back.
     assert fresh.wt("account", "new").returncode == 0
     created = fresh.wt("new", "feed", "--name", "up-test", "--json")
@@ -170,6 +177,16 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert after["services"] == {}
     assert all(_gone(pid) for pid in _pids(status).values())
     assert fresh.broker.status()["state"] == "stopped"
+
+
+def _niceness_becomes(pid: int, wanted: int, within_s: float = 20.0) -> bool:
+    """Whether process `pid` runs at niceness `wanted` within `within_s` (it sets its own as it starts)."""
+    deadline = time.monotonic() + within_s
+    while os.getpriority(os.PRIO_PROCESS, pid) != wanted:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def _commands_go_through_the_gateway(stack: Stack, status: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from watchtower.http.api_client import ApiTransport
@@ -38,25 +39,32 @@ def _health() -> Path | None:
 
 
 ENV_NICE = "WATCHTOWER_INGEST_NICE"
+#: Unset: the priority stays as it is. 10 helped clients' publishes beside 500 feeds on 2 cores but
+#: slowed ingestion's catch-up near capacity (docs/ingestion.md, "Niceness"), so it is a setting.
 DEFAULT_NICE = 0
 
 
-def lower_priority(env: dict[str, str] | None = None) -> int:
-    """Lower this process's CPU priority by ``WATCHTOWER_INGEST_NICE`` (0 to 19; `DEFAULT_NICE`);
-    the niceness it runs at.
+def niceness_steps(env: Mapping[str, str] | None = None) -> int:
+    """How much lower than the serving path the ingestion processes run: ``WATCHTOWER_INGEST_NICE``
+    (0 to 19; unset: `DEFAULT_NICE`; 0 leaves the priority as it is). Anything else is refused."""
+    raw = (env if env is not None else os.environ).get(ENV_NICE, "").strip()
+    if not raw:
+        return DEFAULT_NICE
+    if raw.isdigit() and int(raw) <= 19:
+        return int(raw)
+    raise ValueError(f"{ENV_NICE} must be a whole number from 0 to 19, got {raw!r}")
+
+
+def lower_priority(env: Mapping[str, str] | None = None) -> int:
+    """Lower this process's CPU priority by `niceness_steps`; the niceness it runs at. Call it before
+    the process starts a thread: threads made later (librdkafka's too) inherit it.
 
     A tick has a block to become a message, a client's publish wants milliseconds. On a host the
     ingestion processes share with the stream worker, the projection and the broker, the kernel
     then gives those the CPU first while ingestion's burst at each block start and a client's
     publish want it at once; on a host of its own nothing changes. Raising niceness needs no
     privilege (a container's too)."""
-    raw = (env if env is not None else os.environ).get(ENV_NICE, "").strip()
-    if not raw:
-        steps = DEFAULT_NICE
-    elif raw.isdigit() and int(raw) <= 19:
-        steps = int(raw)
-    else:
-        raise ValueError(f"{ENV_NICE} must be a whole number from 0 to 19, got {raw!r}")
+    steps = niceness_steps(env)
     return os.nice(steps) if steps else os.nice(0)
 
 
