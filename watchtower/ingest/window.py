@@ -42,7 +42,10 @@ during a burst waits some 20–40 ms behind ingestion instead of the whole block
 Measured at 500 feeds on 2 cores (docs/ingestion.md): bounds of 48–128 left the plain path's p99
 3.4–5.8× its own; 24–64 brought it to 2.1–2.3× with tick → visible p99 at 0.6–0.7 s; 12–32 gave
 2.1–2.6× but pushed tick → visible p99 to 1.0–1.15 s (smaller transactions cost the worker and the
-broker more per tick)."""
+broker more per tick). Measured again with the command lane and ingestion at niceness 10, two runs
+each, alternated: 48–128 gave 2.38–2.66× and 64–192 gave 3.11–3.16× (the worker's and the broker's
+CPU per tick fell by up to a tenth, but the plain publish waited longer for the projection), against
+1.57–2.30× at 24–64."""
 BASE_PERIOD_S: Final = 10.0
 
 
