@@ -64,7 +64,7 @@ from broker_requests import count_delta, read_error_counts, read_request_counts
 from ingest_harness import PriceSource, health, serve_source
 from kafka_fixture import embedded_spec, free_ports
 from profiles import SpyRecorder
-from tail_ratio import ratio_interval
+from tail_ratio import quantile, ratio_interval
 
 from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
@@ -87,10 +87,7 @@ from watchtower.topics.reader import read_committed
 
 
 def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))], 1)
+    return round(quantile(values, q), 1) if values else None
 
 
 def dist(values: list[float]) -> dict[str, Any]:
