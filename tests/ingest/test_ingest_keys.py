@@ -96,7 +96,7 @@ def test_the_ingestion_niceness_is_a_checked_setting() -> None:
     assert niceness_steps({ENV_NICE: " 0 "}) == 0
     assert niceness_steps({ENV_NICE: "10"}) == 10
     assert niceness_steps({ENV_NICE: "19"}) == 19
-    for bad in ("20", "-5", "ten", "1.5"):
+    for bad in ("20", "-5", "ten", "1.5", "²", "٣", "9" * 5000):
         with pytest.raises(ValueError, match=ENV_NICE):
             niceness_steps({ENV_NICE: bad})
 

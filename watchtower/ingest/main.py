@@ -50,7 +50,9 @@ def niceness_steps(env: Mapping[str, str] | None = None) -> int:
     raw = (env if env is not None else os.environ).get(ENV_NICE, "").strip()
     if not raw:
         return DEFAULT_NICE
-    if raw.isdigit() and int(raw) <= 19:
+    # ASCII and at most two digits: str.isdigit alone passes "²" and 5,000-digit strings, on which
+    # int() fails without naming the setting.
+    if raw.isascii() and raw.isdigit() and len(raw) <= 2 and int(raw) <= 19:
         return int(raw)
     raise ValueError(f"{ENV_NICE} must be a whole number from 0 to 19, got {raw!r}")
 
