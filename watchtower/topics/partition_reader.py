@@ -44,9 +44,12 @@ class PartitionReader:
     `starts` maps each (topic, partition) to the offset to read from (None: from the beginning; an
     offset before the log start reads from the log start). Blocking (confluent-kafka); run it in a
     worker thread. `pending` holds the partitions that have not yet reached the end they had at
-    open: a partition leaves it at its first end-of-partition event, which ``read_committed``
-    places at the last stable offset. Every partition is read on past that, for as long as the
-    reader is polled.
+    open (its last stable offset then): a partition leaves it once the consumer's position reaches
+    that end, or at its first end-of-partition event if that comes first. Not at the event alone:
+    a read_committed consumer gets one only when no transaction is open at the end of the
+    partition, which on a partition a stream worker writes a transaction to every few milliseconds
+    may not happen for minutes. Every partition is read on past its end, for as long as the reader
+    is polled.
 
     With `lead` = (leader, follower), a follower partition is not fetched until the leader partition
     of the same number has reached its end at open (a follower with nothing pending is fetched at
@@ -80,6 +83,7 @@ class PartitionReader:
         self.lag: dict[TopicPartitionKey, LagReading] | None = None
         self._lag_every_s = lag_every_s
         self._begins: dict[TopicPartitionKey, int] = {}
+        self._ends: dict[TopicPartitionKey, int] = {}  # of the pending partitions: the end they had at open
         self._newest_ms: dict[TopicPartitionKey, int] = {}
         self._next_lag = 0.0
         assignment = []
@@ -89,6 +93,7 @@ class PartitionReader:
             self._begins[(topic, partition)] = begin
             if begin < high:
                 self.pending.add((topic, partition))
+                self._ends[(topic, partition)] = high
             assignment.append(TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else begin))
         self._held: dict[TopicPartitionKey, TopicPartition] = {}  # leader partition -> its held follower
         if assignment:
@@ -114,18 +119,27 @@ class PartitionReader:
                 continue
             tp = (str(m.topic()), int(m.partition() or 0))
             if err.code() == KafkaError._PARTITION_EOF:
-                self.pending.discard(tp)
-                follower = self._held.pop(tp, None)
-                if follower is not None:  # the leader reached its end: its follower is read from here on
-                    self._consumer.resume([follower])
+                self._reached(tp)
             elif failed_fatally(err):
                 raise BrokerError(str(err))
             else:
                 log.warning("reading %s[%s]: %s (the client retries)", tp[0], tp[1], err)
+        if self.pending:
+            for position in self._consumer.position([TopicPartition(t, p) for t, p in self.pending]):
+                key = (str(position.topic), int(position.partition))
+                if position.offset >= self._ends[key]:  # past commit markers and aborted records too
+                    self._reached(key)
         if time.monotonic() >= self._next_lag:
             self._next_lag = time.monotonic() + self._lag_every_s
             self.lag = self._measure_lag()
         return records
+
+    def _reached(self, tp: TopicPartitionKey) -> None:
+        """`tp` reached the end it had at open: no longer pending, and its follower is read from here on."""
+        self.pending.discard(tp)
+        follower = self._held.pop(tp, None)
+        if follower is not None:
+            self._consumer.resume([follower])
 
     def _measure_lag(self) -> dict[TopicPartitionKey, LagReading]:
         """Records behind each partition's end, from the client's cached watermarks (no broker request)."""
