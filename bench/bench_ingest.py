@@ -29,6 +29,10 @@ It reports, for the measured window:
 - with ``--broker-requests`` (the broker's Jolokia agent), the broker's requests per tick by type.
 - with ``--profile DIR``, py-spy profiles of every process over the window (bench/profiles.py).
 
+A run in which no tick finished reports an ``error`` and exits 1: its plain-path figures were not
+measured beside ingestion. Its directory (the broker's data, every process's log) is kept then, and
+with ``--keep``; otherwise it is removed.
+
     .venv/bin/python bench/bench_ingest.py --streams 500 --seconds 60
     .venv/bin/python bench/bench_ingest.py --streams 200 --proof QUORUM --num-runners 3 --runners 3 --liar
 
@@ -44,6 +48,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -326,6 +331,8 @@ def main() -> None:
                         help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default, 0)")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run's directory (broker data, every process's log) when it succeeds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wt-bench-ingest-"))
@@ -338,6 +345,7 @@ def main() -> None:
         except LocalStackError as exc:
             print(f"no broker request counts (the Jolokia agent is unavailable: {exc})", file=sys.stderr)
     lk = LocalKafka(spec)
+    broken = True  # until a report with ticks in it is printed: the run's logs are kept
     services: ServiceSet | None = None
     probe: PlainProbe | None = None
     source = PriceSource()
@@ -477,6 +485,10 @@ def main() -> None:
                                                 sorted(count_delta(err0, err1).items(), key=lambda kv: -kv[1])}
         if profiles is not None:  # the files: NAME.svg, NAME.speedscope.json, NAME.top.txt
             report["profiles"] = {"dir": str(args.profile), "processes": sorted(profiles)}
+        broken = ticks == 0  # nothing to set the plain path beside: its ratio would mean nothing
+        if broken:
+            report["error"] = ("no tick finished in the window: ingestion did not run, so the plain path's "
+                               f"figures are not beside it (the processes' logs: {tmp / 'logs'})")
         print(json.dumps(report, indent=None if args.json else 2, default=str))
     finally:
         stop.set()
@@ -485,6 +497,12 @@ def main() -> None:
         if services is not None:
             services.stop()
         lk.down()
+        if broken or args.keep:
+            print(f"the run's directory is kept: {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if broken:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
