@@ -237,6 +237,7 @@ class LocalKafka:
         heap = f"-Xmx{self.spec.heap_mb}m"
         cmd = [
             "java", heap, f"-Xms{min(256, self.spec.heap_mb)}m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Xlog:gc:file={node.gc_log_file}:time,uptime:filecount=2,filesize=10M",
             *metrics_agent_args(self.spec, node, agent),
             f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", cp,
             "kafka.Kafka", str(node.properties_file),

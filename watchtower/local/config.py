@@ -52,6 +52,12 @@ class NodeSpec:
         return self.directory / "broker.log"
 
     @property
+    def gc_log_file(self) -> Path:
+        """The JVM's garbage-collector log: one line per pause, with its wall-clock time (Kafka's own
+        start scripts keep one too), to set a latency stall beside the broker's pauses."""
+        return self.directory / "gc.log"
+
+    @property
     def pid_file(self) -> Path:
         return self.directory / "broker.pid"
 
