@@ -27,7 +27,9 @@ It reports, for the measured window:
   aggregator (the ``ingest`` processes), runners, worker, projection, broker, this client (the
   ingesting feeds' readers) and the plain path's;
 - with ``--broker-requests`` (the broker's Jolokia agent), the broker's requests per tick by type.
-- with ``--profile DIR``, py-spy profiles of every process over the window (bench/profiles.py).
+- with ``--profile DIR``, py-spy profiles of every process over the window (bench/profiles.py);
+- the broker's garbage-collector pauses in each phase (its GC log, `broker_gc`), and how long the
+  broker was paused on each slowest plain publish's way.
 
 A run in which no tick finished reports an ``error`` and exits 1: its plain-path figures were not
 measured beside ingestion. Its directory (the broker's data, every process's log) is kept then, and
@@ -63,6 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ingest"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import broker_gc
 import nacl.signing
 from bench_stream_actor import cpu_seconds
 from broker_requests import count_delta, read_error_counts, read_request_counts
@@ -312,8 +315,10 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--warmup", type=float, default=15.0)
-    parser.add_argument("--plain-seconds", type=float, default=40.0, help="the plain path alone, before ingestion")
-    parser.add_argument("--plain-rate", type=positive_rate, default=5.0,
+    parser.add_argument("--plain-seconds", type=float, default=60.0, help="the plain path alone, before ingestion")
+    # 20 a second: each p99 then rests on the dozen slowest of some 1,200 publishes, not on two or
+    # three of 300 (at 5), and its bootstrap interval is a third as wide.
+    parser.add_argument("--plain-rate", type=positive_rate, default=20.0,
                         help="plain publishes a second, at random moments (1 = the earlier one a block)")
     parser.add_argument("--sample", type=int, default=20, help="ingesting feeds whose latency is measured")
     parser.add_argument("--proof", default="NONE", choices=("NONE", "QUORUM", "MEDIAN"))
@@ -385,7 +390,9 @@ def main() -> None:
             wait_until_visible(api, plain["stream_id"])
             probe = PlainProbe(api, commands_url, plain["stream_id"], owner, plain_key, home)
             print(f"plain path alone for {args.plain_seconds:.0f}s", file=sys.stderr, flush=True)
+            alone_started = time.time()
             plain_alone = probe.run(args.plain_seconds, args.plain_rate)
+            alone_span = (alone_started * 1000, time.time() * 1000)
 
             # Ingestion runs before the feeds exist, so each feed ticks from its creation on (no
             # catch-up burst at the start).
@@ -445,6 +452,13 @@ def main() -> None:
                                                      plain_path, plain_during)}
 
         before, after = ingest_totals(first), ingest_totals(end)
+        gc_log = lk.spec.node_specs[0].gc_log_file
+        gc_alone = broker_gc.pauses(gc_log, *alone_span)
+        gc_during = broker_gc.pauses(gc_log, window_start * 1000, (window_start + elapsed) * 1000)
+        slowest = plain_path.slowest(plain_during)
+        for row in slowest:
+            row["broker_paused_ms"] = broker_gc.overlap(gc_during, row["sent_unix_ms"],
+                                                        row["sent_unix_ms"] + row["visible_ms"])
         ticks = sum(finished(h) for h in end) - sum(finished(h) for h in first)
         failed = {r: n - before["failed"].get(r, 0) for r, n in after["failed"].items()
                   if n - before["failed"].get(r, 0)}
@@ -468,7 +482,11 @@ def main() -> None:
             "plain_p99_ratio": ratio_interval(plain_path.latencies(plain_alone), plain_path.latencies(plain_during)),
             "plain_publish_to_ack_ms": {"alone": dist(plain_path.ack_latencies(plain_alone)),
                                         "during_ingestion": dist(plain_path.ack_latencies(plain_during))},
-            "plain_slowest_during_ingestion": plain_path.slowest(plain_during),
+            "plain_slowest_during_ingestion": slowest,
+            # The broker's stop-the-world pauses (its GC log) in each phase, and above, in each slowest
+            # publish's way from sent to visible: a stall that is the broker's shows there.
+            "broker_gc_pauses": {"alone": broker_gc.summary(gc_alone, (alone_span[1] - alone_span[0]) / 1000),
+                                 "during_ingestion": broker_gc.summary(gc_during, elapsed)},
             "plain_stages_ms": trace,
             "cpu_us_per_tick": {n: round((cpu1[n] - cpu0[n]) * 1e6 / max(ticks, 1)) for n in procs},
             "cores": {n: round((cpu1[n] - cpu0[n]) / elapsed, 2) for n in procs},
