@@ -89,15 +89,14 @@ def test_the_scan_ends_beside_a_writer_that_never_stops_and_returns_the_callers_
     assert started.wait(60), "the busy writer committed nothing"
 
     for round_ in range(3):  # each scan starts with a transaction of the other writer open or about to be
-        own = b"mine-%d" % round_
-        _commit(mine, topic, [own])
+        _commit(mine, topic, [b"mine-%d" % round_])
         before = committed[0]
         values = [m.value() for m in read_committed(kafka_bootstrap, [topic], timeout_s=60)]
         assert committed[0] > before, "the other writer stopped: the scan proved nothing"
-        assert values[:2] == [b"first", b"second"]
-        assert own in values  # the caller's own commit, though its marker may have been written after
-        assert b"aborted" not in values
-        assert set(values) <= {b"first", b"second", b"busy", *(b"mine-%d" % r for r in range(round_ + 1))}
+        # the caller's own commits in their order (the last one's marker may have been written
+        # after the call), among the other writer's, and nothing aborted
+        ours = [b"first", b"second", *(b"mine-%d" % r for r in range(round_ + 1))]
+        assert [v for v in values if v != b"busy"] == ours
 
 
 def test_a_catch_up_beside_a_busy_writer_reaches_the_end_it_had_and_then_reads_what_it_leads(
