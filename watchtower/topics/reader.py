@@ -58,6 +58,8 @@ def read_committed(bootstrap: str, topics: Sequence[str], *, partition: int | Co
         for topic in topics:
             chosen = [p for p in consumer.list_topics(topic, timeout=30).topics[topic].partitions
                       if wanted is None or p in wanted]
+            if not chosen:
+                continue
             for p, (low, high) in _log_bounds(admin, topic, chosen).items():
                 # Never before the log start: an out-of-range offset would reset to the end.
                 first = max(low, (start or {}).get(p, low))
