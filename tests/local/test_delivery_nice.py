@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
+from watchtower.local import priority
 from watchtower.local.stack import DELIVERY_MODULE, WORKER_MODULE, ServiceSet, delivery_nice
 
 
@@ -48,6 +49,10 @@ def test_the_delivery_worker_runs_niced_by_default_and_other_services_do_not(
     name = services.start_delivery("d1")
     assert priority_once_running(services, name, DELIVERY_MODULE) == min(10, 19 - os.getpriority(os.PRIO_PROCESS, 0))
     assert priority_once_running(services, "worker-w1", WORKER_MODULE) == 0
+    if priority.autogroup_enabled():  # each leads a session: the delivery worker's group is lowered too
+        worker_group = priority.group_niceness(services.procs["worker-w1"].pid)
+        assert worker_group is not None
+        assert priority.group_niceness(services.procs[name].pid) == min(19, worker_group + 10)
 
 
 @pytest.mark.no_broker

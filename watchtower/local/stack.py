@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from watchtower.local import priority
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import spark_jars, spark_jars_dir
 from watchtower.local.security import RUNNER_PRINCIPAL
@@ -172,6 +173,10 @@ class ServiceSet:
         if nice > 0 and nice_bin is None:  # no `nice` binary: the main thread, before Python starts others
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, proc.pid) + nice)
+        if nice > 0:
+            # It leads a session of its own: without its session's group lowered, its niceness
+            # would count only among its own threads where the kernel groups by session.
+            priority.lower_group(proc.pid, nice)
 
     def start_worker(self, worker_id: str, extra_env: dict[str, str] | None = None) -> None:
         """A stream-actor worker (the single writer of the partitions it owns); `extra_env` sets
