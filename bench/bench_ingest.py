@@ -79,6 +79,7 @@ from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.ingest import keys
 from watchtower.ingest.main import niceness_steps
+from watchtower.local import priority
 from watchtower.local.broker import LocalKafka
 from watchtower.local.errors import LocalStackError
 from watchtower.local.jars import jolokia_agent_jar
@@ -439,6 +440,9 @@ def main() -> None:
             plain_during = probe.run(args.seconds, args.plain_rate)
             elapsed = time.time() - window_start
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
+            # What the kernel applied: each ingestion process's niceness and its session group's.
+            applied = {n: {"nice": os.getpriority(os.PRIO_PROCESS, p), "group": priority.group_niceness(p)}
+                       for n, p in procs.items() if n in ingest_names or n == "scheduler" or n.startswith("runner-")}
             req1 = read_request_counts(metrics_url) if metrics_url else None
             err1 = read_error_counts(metrics_url) if metrics_url else None
             end = [health(services.health_file(n)) for n in ingest_names]
@@ -468,6 +472,7 @@ def main() -> None:
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
             "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "gateway": args.gateway,
             "ingest_nice": niceness_steps({**os.environ, **extra}),  # what the ingestion processes ran at
+            "ingest_priority_applied": applied,
             "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),

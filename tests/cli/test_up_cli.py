@@ -7,13 +7,14 @@ WATCHTOWER_HOME, and stops everything it started (a last `local down` catches a 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_fixture import free_port_block, free_ports
 from waiting import wait_until
 
+from watchtower.local import priority
 from watchtower.local.broker import LocalKafka
 from watchtower.local.config import ClusterSpec
 from watchtower.metrics import lag
@@ -147,6 +149,8 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     own = os.getpriority(os.PRIO_PROCESS, 0)
     if "WATCHTOWER_DELIVERY_NICE" not in os.environ:
         assert os.getpriority(os.PRIO_PROCESS, status["services"]["delivery-d1"]["pid"]) == min(19, own + 10)
+        if priority.autogroup_enabled():  # and so does its session's group, which it leads
+            assert priority.group_niceness(status["services"]["delivery-d1"]["pid"]) == 10
     assert os.getpriority(os.PRIO_PROCESS, status["services"]["worker-w1"]["pid"]) == own
     # The ingestion processes set their own priority as they start, by WATCHTOWER_INGEST_NICE (docs/ingestion.md).
     from watchtower.ingest.main import niceness_steps
@@ -154,6 +158,10 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     for name in ("ingest", "runner-r1", "runner-r2"):
         wanted = min(19, own + niceness_steps(os.environ))
         assert _niceness_becomes(status["services"][name]["pid"], wanted), name
+        if niceness_steps(os.environ) and priority.autogroup_enabled():
+            # Each leads a session of its own: its session's group is lowered too (local.priority).
+            group = min(19, niceness_steps(os.environ))
+            assert _niceness_becomes(status["services"][name]["pid"], group, of=priority.group_niceness), name
     # The CLI finds the recorded API without flags: create a feed and read it back.
     assert fresh.wt("account", "new").returncode == 0
     created = fresh.wt("new", "feed", "--name", "up-test", "--json")
@@ -179,10 +187,13 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert fresh.broker.status()["state"] == "stopped"
 
 
-def _niceness_becomes(pid: int, wanted: int, within_s: float = 20.0) -> bool:
-    """Whether process `pid` runs at niceness `wanted` within `within_s` (it sets its own as it starts)."""
+def _niceness_becomes(pid: int, wanted: int, within_s: float = 20.0,
+                      of: Callable[[int], int | None] | None = None) -> bool:
+    """Whether process `pid` runs at niceness `wanted` (`of`: its own, or its session group's) within
+    `within_s` (it sets its own as it starts)."""
+    of = of or functools.partial(os.getpriority, os.PRIO_PROCESS)
     deadline = time.monotonic() + within_s
-    while os.getpriority(os.PRIO_PROCESS, pid) != wanted:
+    while of(pid) != wanted:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)

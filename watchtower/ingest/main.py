@@ -40,9 +40,10 @@ def _health() -> Path | None:
 
 
 ENV_NICE = "WATCHTOWER_INGEST_NICE"
-#: Unset: the priority stays as it is. 10 seemed to help clients' publishes beside 500 feeds on 2
-#: cores in runs of 300 publishes, not in runs of 1,200, and slowed ingestion's catch-up near capacity
-#: (docs/ingestion.md, "Niceness"), so it is a setting.
+#: Unset: the priority stays as it is. On 2 cores, 10 (with the session group lowered too) brought a
+#: client's publish p99 beside 500 feeds from 1.5-1.9x of its own to 1.3-1.6x, and at 1,000 feeds,
+#: near the host's capacity, starved ingestion (its backlog grew): so it is a setting
+#: (docs/ingestion.md, "Niceness").
 DEFAULT_NICE = 0
 
 
