@@ -12,7 +12,6 @@ import pytest
 from watchtower.client.account import KeyFileError, write_key_file
 from watchtower.ingest import keys
 from watchtower.keymgr.kek import Kek, new_kek_text
-from watchtower.local import priority
 from watchtower.protocol.addresses import address_from_public_key
 
 
@@ -111,17 +110,8 @@ def test_an_ingestion_process_lowers_its_own_priority(setting: str | None, steps
     env = {k: v for k, v in os.environ.items() if k != "WATCHTOWER_INGEST_NICE"}
     if setting is not None:
         env["WATCHTOWER_INGEST_NICE"] = setting
-    code = ("import os; from watchtower.ingest.main import lower_priority; from watchtower.local import priority; "
-            "before, group = os.nice(0), priority.group_niceness(os.getpid()); now, lowered = lower_priority(); "
-            "print(before, now, os.getpriority(os.PRIO_PROCESS, 0), group, lowered, "
-            "priority.group_niceness(os.getpid()), sep=',')")
-    # In a session of its own, as `watchtower up` starts it: its session group is lowered with it.
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                         start_new_session=True)
-    before, now, seen, group, lowered, group_now = (None if v == "None" else int(v) for v in out.stdout.split(","))
+    code = ("import os; from watchtower.ingest.main import lower_priority; before = os.nice(0); "
+            "print(before, lower_priority(), os.getpriority(os.PRIO_PROCESS, 0))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    before, now, seen = map(int, out.stdout.split())
     assert now == seen == min(19, before + steps)
-    if group is not None and steps and priority.autogroup_enabled():
-        assert lowered == group_now == min(19, group + steps), "the session's group is lowered too"
-    else:
-        assert lowered is None
-        assert group_now == group

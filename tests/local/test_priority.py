@@ -25,11 +25,15 @@ def _cpu_seconds(pid: int) -> float:
 
 def _spinners(lowered: bool, n: int) -> list[subprocess.Popen[bytes]]:
     """`n` busy processes, each leading a session of its own (as `watchtower up` starts services);
-    with `lowered`, each lowers itself by 19 first."""
-    code = ("import sys\nfrom watchtower.local.priority import lower_priority\n"
-            "if sys.argv[1] == '1':\n    lower_priority(19)\nwhile True:\n    pass\n")
-    return [subprocess.Popen([sys.executable, "-c", code, "1" if lowered else "0"], start_new_session=True)
-            for _ in range(n)]
+    with `lowered`, each niced 19 with its session's group lowered as the supervisor does."""
+    procs = []
+    for _ in range(n):
+        p = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        if lowered:
+            os.setpriority(os.PRIO_PROCESS, p.pid, 19)
+            priority.lower_group(p.pid, 19)
+        procs.append(p)
+    return procs
 
 
 @pytest.mark.no_broker
@@ -51,22 +55,23 @@ def test_lowered_processes_in_sessions_of_their_own_yield_the_cpu_to_the_others(
 
 
 @pytest.mark.no_broker
-def test_a_process_lowers_its_session_group_only_when_it_leads_the_session() -> None:
-    code = ("import os; from watchtower.local import priority; before = priority.group_niceness(os.getpid()); "
-            "_, lowered = priority.lower_priority(5); print(before, lowered, priority.group_niceness(os.getpid()))")
+def test_a_session_group_is_lowered_only_for_the_leader_of_its_session() -> None:
+    def child(**kw: bool) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], **kw)
 
-    def run(**kw: bool) -> list[int | None]:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, **kw)
-        return [None if v == "None" else int(v) for v in out.stdout.split()]
-
-    if not priority.autogroup_enabled():
-        assert run(start_new_session=True)[1] is None, "no session groups: nothing to lower"
-        return
-    before, lowered, after = run(start_new_session=True)
-    assert before is not None
-    assert lowered == after == min(19, before + 5)
-    # Not a session leader: its group is this test's session, which it must leave alone.
-    ours = priority.group_niceness(os.getpid())
-    before, lowered, after = run()
-    assert lowered is None
-    assert before == after == ours
+    own, other = child(start_new_session=True), child()
+    try:
+        if not priority.autogroup_enabled():
+            assert priority.lower_group(own.pid, 5) is None, "no session groups: nothing to lower"
+            return
+        before = priority.group_niceness(own.pid)
+        assert before is not None
+        assert priority.lower_group(own.pid, 5) == priority.group_niceness(own.pid) == min(19, before + 5)
+        # Not a session leader: its group is this test's session, which must be left alone.
+        ours = priority.group_niceness(os.getpid())
+        assert priority.lower_group(other.pid, 5) is None
+        assert priority.group_niceness(os.getpid()) == ours
+    finally:
+        for p in (own, other):
+            p.kill()
+            p.wait(10)

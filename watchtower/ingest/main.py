@@ -24,7 +24,6 @@ from watchtower.http.api_client import ApiTransport
 from watchtower.ingest import keys
 from watchtower.ingest.fetch import allowed_nets
 from watchtower.ingest.runner import Runner, register, serve
-from watchtower.local import priority
 from watchtower.logs import setup_logging
 from watchtower.metrics import gc_pauses
 from watchtower.metrics.exposition import start_metrics
@@ -60,19 +59,19 @@ def niceness_steps(env: Mapping[str, str] | None = None) -> int:
     raise ValueError(f"{ENV_NICE} must be a whole number from 0 to 19, got {raw!r}")
 
 
-def lower_priority(env: Mapping[str, str] | None = None) -> tuple[int, int | None]:
-    """Lower this process's CPU priority by `niceness_steps`: the niceness it runs at, and its
-    session group's (None when the kernel does not group by session or the process does not lead
-    its session: `local.priority`). Call it before the process starts a thread: threads made later
-    (librdkafka's too) inherit it.
+def lower_priority(env: Mapping[str, str] | None = None) -> int:
+    """Lower this process's CPU priority by `niceness_steps`; the niceness it runs at. Call it before
+    the process starts a thread: threads made later (librdkafka's too) inherit it.
 
     A tick has a block to become a message, a client's publish wants milliseconds. On a host the
     ingestion processes share with the stream worker, the projection and the broker, the kernel
     then gives those the CPU first while ingestion's burst at each block start and a client's
     publish want it at once; on a host of its own nothing changes. Raising niceness needs no
-    privilege (a container's too). Without its session group lowered too, a process in a session
-    of its own (as `watchtower up` starts each) would count its niceness only among its own threads."""
-    return priority.lower_priority(niceness_steps(env))
+    privilege (a container's too). Where the kernel groups the CPU by session, a niceness orders a
+    process only among its session's; whoever starts the process in a session of its own lowers
+    that session's group as well (`watchtower up` does: `local.priority`)."""
+    steps = niceness_steps(env)
+    return os.nice(steps) if steps else os.nice(0)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("name")
     run.add_argument("--lie", action="store_true")
     args = parser.parse_args(argv)
-    niceness, group = lower_priority()
+    niceness = lower_priority()
     gc_pauses.install()
     setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
                   default_level="INFO")
@@ -93,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     # aggregator and the runner add their own counters (metrics.ingest) once they exist.
     start_metrics("ingest" if args.what == "serve" else "runner")
     if niceness:
-        grouped = "no session group lowered" if group is None else f"its session group at {group}"
-        log.info("running at niceness %d (%s), %s: the serving path gets the CPU first", niceness, ENV_NICE, grouped)
+        log.info("running at niceness %d (%s): the serving path gets the CPU first", niceness, ENV_NICE)
     bootstrap = os.environ.get("WATCHTOWER_BOOTSTRAP", "127.0.0.1:9092")
     prefix = topic_prefix()
     api = ApiTransport(os.environ.get("WATCHTOWER_API"))

@@ -9,11 +9,15 @@ its niceness orders only its own threads. Measured on two busy cores, four busy 
 session of its own, two niced 19: each still got 0.50 cores; with their groups niced too, the
 niced two got 0.03 each.
 
-So a process lowered here lowers its group as well, when the kernel groups by session and the
-process leads its session (the group is then its own and its children's; lowering a shell's group
-would slow the whole terminal). In a container or a systemd unit the process sits in a cgroup and
+So whoever starts a service in a session of its own lowers that session's group by the service's
+niceness as well: the supervisor does for every process it starts (`stack.ServiceSet`), when the
+kernel groups by session. Only a session's leader's group is lowered (it is then its own and its
+children's); a shell's group is never touched, which would slow the whole terminal.
+
+In a container or a systemd unit the process sits in a cgroup and
 the autogroup does not apply; its niceness then orders it against the cgroup's other processes,
-and a deployment gives the cgroup its CPU weight (compose's ``cpu_shares``).
+and a deployment gives the cgroup its CPU weight (compose's ``cpu_shares``). A process started by
+hand with ``setsid`` is its starter's to lower (``echo 10 > /proc/PID/autogroup``).
 """
 
 from __future__ import annotations
@@ -65,11 +69,3 @@ def lower_group(pid: int, steps: int) -> int | None:
         Path(f"/proc/{pid}/autogroup").write_text(str(wanted))
         return group_niceness(pid)
     return None
-
-
-def lower_priority(steps: int) -> tuple[int, int | None]:
-    """Lower this process by `steps` (`os.nice`), and its session group too (`lower_group`). Call it
-    before the process starts a thread: threads made later (librdkafka's too) inherit the
-    niceness. The process's niceness and its group's (None when no group applied)."""
-    niceness = os.nice(steps) if steps > 0 else os.nice(0)
-    return niceness, lower_group(os.getpid(), steps)
