@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -36,6 +37,7 @@ class Add(NamedTuple):
     add: int
     total: bool = False
     die_once: str | None = None  # a path: the worker kills itself (kill -9) the first time
+    pause_ms: int = 0  # a slow decision: the worker sleeps this long deciding it
 
 
 class Added(NamedTuple):
@@ -44,8 +46,9 @@ class Added(NamedTuple):
     value: int
 
 
-def counter_command(counter: str, add: int, *, total: bool = False, die_once: str | None = None) -> bytes:
-    return COUNTER_COMMAND + json.dumps(Add(counter, add, total, die_once)._asdict()).encode()
+def counter_command(counter: str, add: int, *, total: bool = False, die_once: str | None = None,
+                    pause_ms: int = 0) -> bytes:
+    return COUNTER_COMMAND + json.dumps(Add(counter, add, total, die_once, pause_ms)._asdict()).encode()
 
 
 def _load(value: bytes | None, tag: bytes, what: str) -> dict[str, Any]:
@@ -120,7 +123,8 @@ class CounterAggregate(_Summing):
     def accept_command(self, doc: dict[str, Any], *, internal: bool) -> Add:
         if internal:
             raise UnauthorizedError("counter commands come from clients, on the commands topic")
-        return Add(str(doc["counter"]), int(doc["add"]), bool(doc.get("total")), doc.get("die_once"))
+        return Add(str(doc["counter"]), int(doc["add"]), bool(doc.get("total")), doc.get("die_once"),
+                   int(doc.get("pause_ms", 0)))
 
     def key(self, command: Add) -> str:
         return command.counter
@@ -129,6 +133,8 @@ class CounterAggregate(_Summing):
         if command.die_once and not Path(command.die_once).exists():
             Path(command.die_once).touch()
             os.kill(os.getpid(), signal.SIGKILL)  # mid-batch, with earlier commands already produced
+        if command.pause_ms:
+            time.sleep(command.pause_ms / 1000)
         event = Added(command.counter, command.add, state + command.add)
         if command.total:
             forward = TOTAL_FORWARD + json.dumps({"add": command.add}).encode()

@@ -148,8 +148,12 @@ def test_clients_commands_sent_while_the_lane_drains_join_its_transactions_and_e
         kafka_bootstrap: str, tmp_path: Path) -> None:
     """A client's command that arrives while the ingestion lane is decided is decided in the lane's
     open transaction (`CommandProcessor._join_clients`): every command of both topics counts exactly
-    once, a client's in the order sent, and each is answered once."""
-    feeds, rounds = 200, 60
+    once, a client's in the order sent, and each is answered once.
+
+    Each ingested command takes 2 ms to decide (the toy counter sleeps), so a lane transaction of 500
+    lasts about a second however busy the host is: the client's next command, sent as soon as its
+    reply comes, arrives while one is open."""
+    feeds, rounds = 200, 20
     health = tmp_path / "counter-1.health.json"
     with workers(kafka_bootstrap, partitions=PARTITIONS, log_dir=tmp_path) as w:
         lane = Producer({**kafka_config(kafka_bootstrap), "enable.idempotence": True, "linger.ms": 20,
@@ -160,7 +164,7 @@ def test_clients_commands_sent_while_the_lane_drains_join_its_transactions_and_e
                 corr = uuid.uuid4().hex
                 lane_corrs.append(corr)
                 lane.produce(topic_name("ingest-commands", w.prefix), key=f"feed-{i}".encode(),
-                             value=counter_command(f"feed-{i}", 1),
+                             value=counter_command(f"feed-{i}", 1, pause_ms=2),
                              headers={H_CORRELATION: corr, H_REPLY_PARTITION: "1"})
                 lane.poll(0)
         assert lane.flush(60) == 0
