@@ -78,7 +78,7 @@ from watchtower.client.account import Account
 from watchtower.client.http import ApiClient
 from watchtower.client.sdk import Publisher, create_feed, wait_until_visible
 from watchtower.ingest import keys
-from watchtower.ingest.main import niceness_steps
+from watchtower.ingest.priority import HostIdle, niceness_steps, yield_mode
 from watchtower.local import priority
 from watchtower.local.broker import LocalKafka
 from watchtower.local.errors import LocalStackError
@@ -142,6 +142,15 @@ def sample_windows(services: ServiceSet, names: list[str], stop: threading.Event
             window = health(services.health_file(name)).get("window")
             if window:
                 out.append(window)
+
+
+def sample_groups(procs: dict[str, int], stop: threading.Event, out: dict[str, list[int]]) -> None:
+    """Every half second, each ingestion process's session group nice value (`local.priority`)."""
+    while not stop.wait(0.5):
+        for name, pid in procs.items():
+            nice = priority.group_niceness(pid)
+            if nice is not None:
+                out[name].append(nice)
 
 
 def window_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -334,7 +343,9 @@ def main() -> None:
                         help="the command gateway in a process of its own (as `watchtower up` and compose.yaml "
                              "run it) or in the API process, sharing its event loop with the fold")
     parser.add_argument("--ingest-nice", type=int, default=None,
-                        help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default, 0)")
+                        help="WATCHTOWER_INGEST_NICE for the ingestion processes (unset: the product's default, 10)")
+    parser.add_argument("--ingest-yield", choices=("auto", "always"), default=None,
+                        help="WATCHTOWER_INGEST_YIELD: step back while the host has room (auto, the default) or always")
     parser.add_argument("--broker-requests", action="store_true", help="the broker's requests per tick (Jolokia)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy profiles of every process into DIR")
     parser.add_argument("--keep", action="store_true",
@@ -375,6 +386,8 @@ def main() -> None:
         extra = {"WATCHTOWER_HOME": str(home), "WATCHTOWER_INGEST_ALLOW_NETS": "127.0.0.1/32"}
         if args.ingest_nice is not None:
             extra["WATCHTOWER_INGEST_NICE"] = str(args.ingest_nice)
+        if args.ingest_yield is not None:
+            extra["WATCHTOWER_INGEST_YIELD"] = args.ingest_yield
         if commands_url is not None:  # a runner registers itself with a command
             extra["WATCHTOWER_COMMANDS_API"] = commands_url
         api = ApiClient(services.api_url, commands_url=commands_url)
@@ -437,8 +450,16 @@ def main() -> None:
             windows: list[dict[str, Any]] = []
             sampler = threading.Thread(target=sample_windows, args=(services, ingest_names, stop, windows), daemon=True)
             sampler.start()
+            ingest_procs = {n: p for n, p in procs.items()
+                            if n in ingest_names or n == "scheduler" or n.startswith("runner-")}
+            groups: dict[str, list[int]] = {n: [] for n in ingest_procs}
+            window_over = threading.Event()
+            threading.Thread(target=sample_groups, args=(ingest_procs, window_over, groups), daemon=True).start()
+            host_idle = HostIdle()
             plain_during = probe.run(args.seconds, args.plain_rate)
             elapsed = time.time() - window_start
+            idle_in_window = host_idle.sample()
+            window_over.set()
             cpu1 = {n: cpu_seconds(p) for n, p in procs.items()}
             # What the kernel applied: each ingestion process's niceness and its session group's.
             applied = {n: {"nice": os.getpriority(os.PRIO_PROCESS, p), "group": priority.group_niceness(p)}
@@ -471,8 +492,14 @@ def main() -> None:
         report: dict[str, Any] = {
             "streams": args.streams, "proof": args.proof, "num_runners": args.num_runners, "runners": args.runners,
             "liar": args.liar, "aggregators": args.aggregators, "split": args.split, "gateway": args.gateway,
-            "ingest_nice": niceness_steps({**os.environ, **extra}),  # what the ingestion processes ran at
+            "ingest_nice": niceness_steps({**os.environ, **extra}),  # how far the ingestion processes step back
+            "ingest_yield": yield_mode({**os.environ, **extra}),  # ... and when (ingest.priority)
             "ingest_priority_applied": applied,
+            # The share of the window each ingestion process had its session group stepped back, and
+            # the host's idle CPU over the window (what `auto` decides by).
+            "ingest_stepped_back_share": {n: round(sum(1 for g in v if g) / len(v), 3) if v else None
+                                          for n, v in groups.items()},
+            "host_idle_share": None if idle_in_window is None else round(idle_in_window, 3),
             "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),

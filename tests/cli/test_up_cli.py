@@ -152,16 +152,27 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
         if priority.autogroup_enabled():  # and so does its session's group, which it leads
             assert priority.group_niceness(status["services"]["delivery-d1"]["pid"]) == 10
     assert os.getpriority(os.PRIO_PROCESS, status["services"]["worker-w1"]["pid"]) == own
-    # The ingestion processes set their own priority as they start, by WATCHTOWER_INGEST_NICE (docs/ingestion.md).
-    from watchtower.ingest.main import niceness_steps
+    # The ingestion processes step back from the CPU by themselves, by WATCHTOWER_INGEST_YIELD and
+    # _NICE (docs/ingestion.md, "Niceness"); each says how in its health file.
+    from watchtower.ingest.priority import niceness_steps, yield_mode
 
+    steps, mode = niceness_steps(os.environ), yield_mode(os.environ)
     for name in ("ingest", "runner-r1", "runner-r2"):
-        wanted = min(19, own + niceness_steps(os.environ))
-        assert _niceness_becomes(status["services"][name]["pid"], wanted), name
-        if niceness_steps(os.environ) and priority.autogroup_enabled():
-            # Each leads a session of its own: its session's group is lowered too (local.priority).
-            group = min(19, niceness_steps(os.environ))
-            assert _niceness_becomes(status["services"][name]["pid"], group, of=priority.group_niceness), name
+        pid = status["services"][name]["pid"]
+        how = _priority_in_health(Path(status["logs"]) / f"{name}.health.json")
+        if steps and mode == "always":
+            assert how["mode"] == "always", (name, how)
+            assert _niceness_becomes(pid, min(19, own + steps)), name
+            if priority.autogroup_enabled():  # it leads a session of its own, whose group it lowers too
+                assert priority.group_niceness(pid) == steps, name
+        elif steps and priority.autogroup_enabled():
+            # auto: full priority until the host shows room; its own niceness is never lowered.
+            assert (how["mode"], how["nice"]) == ("auto", steps), (name, how)
+            assert os.getpriority(os.PRIO_PROCESS, pid) == own, name
+            assert priority.group_niceness(pid) in (0, steps), name
+        else:
+            assert how["mode"] == "never", (name, how)
+            assert os.getpriority(os.PRIO_PROCESS, pid) == own, name
     # The CLI finds the recorded API without flags: create a feed and read it back.
     assert fresh.wt("account", "new").returncode == 0
     created = fresh.wt("new", "feed", "--name", "up-test", "--json")
@@ -185,6 +196,20 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert after["services"] == {}
     assert all(_gone(pid) for pid in _pids(status).values())
     assert fresh.broker.status()["state"] == "stopped"
+
+
+def _priority_in_health(path: Path, within_s: float = 60.0) -> dict[str, Any]:
+    """The ``priority`` an ingestion process reports in its health file (written every half second)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            how = json.loads(path.read_text()).get("priority")
+        except (OSError, ValueError):
+            how = None
+        if isinstance(how, dict):
+            return how
+        assert time.monotonic() < deadline, f"no priority in {path}"
+        time.sleep(0.2)
 
 
 def _niceness_becomes(pid: int, wanted: int, within_s: float = 20.0,

@@ -170,7 +170,7 @@ def test_hostile_results_are_counted_and_ignored() -> None:
 def test_a_lagging_reader_does_not_time_out_an_answer_written_in_time() -> None:
     """Past the deadline by the clock, but the results read so far end before the deadline did:
     the tick waits for the rest of the results instead of timing out, and the answer counts."""
-    from watchtower.ingest.aggregator import block_ms
+    from watchtower.ingest.runner import block_ms
 
     sink = Sink()
     agg = aggregator(sink)

@@ -87,31 +87,3 @@ def test_a_runner_learns_the_scheduler_from_its_public_key_alone(tmp_path: Path,
     other = address_from_public_key(bytes(nacl.signing.SigningKey.generate().verify_key))
     monkeypatch.setenv(ENV_SCHEDULER, other)
     assert scheduler_address(tmp_path, wait_s=0) == other, "the environment names the scheduler first"
-
-
-def test_the_ingestion_niceness_is_a_checked_setting() -> None:
-    from watchtower.ingest.main import ENV_NICE, niceness_steps
-
-    assert niceness_steps({}) == 0, "unset: the priority stays as it is"
-    assert niceness_steps({ENV_NICE: " 0 "}) == 0
-    assert niceness_steps({ENV_NICE: "10"}) == 10
-    assert niceness_steps({ENV_NICE: "19"}) == 19
-    for bad in ("20", "-5", "ten", "1.5", "²", "٣", "9" * 5000):
-        with pytest.raises(ValueError, match=ENV_NICE):
-            niceness_steps({ENV_NICE: bad})
-
-
-@pytest.mark.parametrize(("setting", "steps"), [(None, 0), ("0", 0), ("10", 10)])
-def test_an_ingestion_process_lowers_its_own_priority(setting: str | None, steps: int) -> None:
-    """In a process of its own: lowering the test process's priority would slow the rest of the run."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "WATCHTOWER_INGEST_NICE"}
-    if setting is not None:
-        env["WATCHTOWER_INGEST_NICE"] = setting
-    code = ("import os; from watchtower.ingest.main import lower_priority; before = os.nice(0); "
-            "print(before, lower_priority(), os.getpriority(os.PRIO_PROCESS, 0))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    before, now, seen = map(int, out.stdout.split())
-    assert now == seen == min(19, before + steps)

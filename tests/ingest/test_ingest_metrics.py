@@ -3,6 +3,7 @@ prometheus-client's own text parser, with bounded labels only."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -68,3 +69,37 @@ def test_a_runner_counts_the_tasks_it_refused() -> None:
     metrics = scrape(RunnerCollector(runner))
     assert metrics["watchtower_runner_results_total"][()] == 0
     assert sum(metrics["watchtower_runner_quarantined_total"].values()) == 2
+
+
+def test_a_process_says_whether_it_has_stepped_back_from_the_cpu() -> None:
+    from tests.ingest.test_stepping_back import FakeGroup
+    from watchtower.ingest.priority import Yielder
+    from watchtower.metrics.ingest import PriorityCollector
+
+    readings = iter([0.6] * 10)
+    yielder = Yielder(10, idle=lambda: next(readings), group=FakeGroup())
+    collector = PriorityCollector(yielder.describe)
+    assert scrape(collector) == {"watchtower_ingest_stepping_back": {(): 0.0}}, "no reading yet: no idle share"
+    for _ in range(10):
+        yielder.step()
+    assert scrape(collector) == {"watchtower_ingest_stepping_back": {(): 1.0},
+                                 "watchtower_ingest_host_idle_ratio": {(): 0.6}}
+    assert scrape(PriorityCollector(lambda: {"mode": "always", "nice": 10})) == {
+        "watchtower_ingest_stepping_back": {(): 1.0}}
+    assert scrape(PriorityCollector(lambda: {"mode": "never", "nice": 0})) == {
+        "watchtower_ingest_stepping_back": {(): 0.0}}
+
+
+def test_the_aggregator_tells_how_late_its_publishes_were_since_it_was_last_asked() -> None:
+    sink = Sink()
+    agg = aggregator(sink)
+    assert agg.take_lateness() is None, "nothing published"
+    t1 = task(1)
+    agg.on_task(encode_task(t1))
+    for runner in range(3):
+        agg.on_result(result(t1, runner, {"p": 7}))
+    agg.step(HEIGHT + 2)
+    late = agg.take_lateness()
+    assert late is not None
+    assert late * 1000 == pytest.approx(max(agg.lags_ms), abs=1)  # the tick started long ago: very late
+    assert agg.take_lateness() is None, "each publish is told once"

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Final
 
 from watchtower.ingest.intake import Intake, Pending
+from watchtower.ingest.runner import block_ms
 from watchtower.ingest.sink_contract import (
     Flight,
     HeadMovedError,
@@ -36,7 +37,7 @@ from watchtower.ingest.sink_contract import (
 )
 from watchtower.ingest.view import IngestingStream, IngestionView
 from watchtower.ingest.window import SendWindow
-from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS
 from watchtower.protocol.errors import WatchtowerError
 from watchtower.protocol.ingestion import IngestReason, ProofType
 from watchtower.protocol.ingestion.proof import Outcome, decide_proof
@@ -56,10 +57,6 @@ BEHIND_S: Final = BLOCK_INTERVAL_MS / 1000
 and the window grows (`SendWindow.answered`)."""
 REPLY_TIMEOUT_S: Final = 30.0
 """How long a publish or report waits for the worker's answer before its tick is tried again."""
-
-
-def block_ms(height: int) -> int:
-    return GENESIS_UNIX_MS + height * BLOCK_INTERVAL_MS
 
 
 class Aggregator(Intake):
@@ -92,6 +89,8 @@ class Aggregator(Intake):
         """Streams a thread is draining now (`step`)."""
         self.lags_ms: deque[int] = deque(maxlen=2_000)
         """Tick start to publish acknowledged, of the last publishes (operators' latency view)."""
+        self._latest_lag_ms = -1
+        """The most, since `take_lateness` last ran (-1: no publish since)."""
         self.window = SendWindow() if window is None else window
         """How many publishes and reports may be in flight together (`window`)."""
         self.held: OrderedDict[str, None] = OrderedDict()
@@ -317,7 +316,9 @@ class Aggregator(Intake):
             with self.lock:
                 self.done[stream_id] = task.tick
                 self.published += 1
-                self.lags_ms.append(time.time_ns() // 1_000_000 - block_ms(task.tick_height))
+                lag_ms = time.time_ns() // 1_000_000 - block_ms(task.tick_height)
+                self.lags_ms.append(lag_ms)
+                self._latest_lag_ms = max(self._latest_lag_ms, lag_ms)
             return True
         if isinstance(exc, WatchtowerError):
             # Refused for good (e.g. the key is no longer delegated): retrying cannot succeed.
@@ -342,6 +343,13 @@ class Aggregator(Intake):
     def _retry(self, stream_id: str) -> None:
         with self.lock:
             self.dirty.add(stream_id)
+
+    def take_lateness(self) -> float | None:
+        """How late after its tick's start (s) the latest publishes were acknowledged, at most, since
+        the last call; None when none was (`ingest.priority` takes the CPU back on it)."""
+        with self.lock:
+            lag_ms, self._latest_lag_ms = self._latest_lag_ms, -1
+        return None if lag_ms < 0 else lag_ms / 1000
 
     def health(self) -> dict[str, object]:
         with self.lock:

@@ -28,13 +28,14 @@ from typing import Any, Final
 
 import nacl.signing
 
+from watchtower.ingest import priority
 from watchtower.ingest.dispatch import DEFAULT_WORKERS, Dispatcher, deadline_at
 from watchtower.ingest.fetch import Fetcher, FetchError, Network, fetch_json, select_result
 from watchtower.ingest.kafka_source import run_kafka_task
 from watchtower.ingest.secrets import SecretStore
 from watchtower.ingest.task_reader import task_reader
 from watchtower.protocol.addresses import address_from_public_key
-from watchtower.protocol.constants import GENESIS_UNIX_MS
+from watchtower.protocol.constants import BLOCK_INTERVAL_MS, GENESIS_UNIX_MS
 from watchtower.protocol.errors import MalformedRecordError, WatchtowerError
 from watchtower.protocol.ingestion import HttpJsonTask, IngestReason, TaskSpec, parse_task_definition
 from watchtower.protocol.ingestion.records import (
@@ -57,6 +58,11 @@ from watchtower.topics.partition_writer import PartitionWriter
 from watchtower.topics.records import Record
 
 log = logging.getLogger("watchtower.ingest.runner")
+
+
+def block_ms(height: int) -> int:
+    """When block `height` starts (Unix ms): the start of a tick at that height."""
+    return GENESIS_UNIX_MS + height * BLOCK_INTERVAL_MS
 
 
 def now_height() -> int:
@@ -107,6 +113,7 @@ class Runner:
         self.results = 0
         self.skipped = 0
         self._count = threading.Lock()
+        self._latest_lag_s = -1.0  # how late after its tick's start a task reached this runner, at most
         self.batched = False
         """Results are left unsigned for a `ResultBatcher`, which signs each batch (`serve` sets it)."""
 
@@ -150,7 +157,18 @@ class Runner:
             out.append(task)
         if late:
             self.count_late(late)
+        if out:
+            lag_s = time.time() - min(block_ms(t.tick_height) for t in out) / 1000
+            with self._count:
+                self._latest_lag_s = max(self._latest_lag_s, lag_s)
         return out
+
+    def take_lateness(self) -> float | None:
+        """How late after its tick's start (s) a task reached this runner, at most, since the last
+        call; None when none did (`ingest.priority` takes the CPU back on it)."""
+        with self._count:
+            lag_s, self._latest_lag_s = self._latest_lag_s, -1.0
+        return None if lag_s < 0 else lag_s
 
     def _quarantine(self, exc: WatchtowerError, where: str) -> None:
         self.quarantined[exc.code] += 1
@@ -213,7 +231,7 @@ class Runner:
 
     def health(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "runner": self.address, "results": self.results, "late": self.skipped,
-                "quarantined": dict(self.quarantined)}
+                "quarantined": dict(self.quarantined), "priority": priority.describe()}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -295,6 +313,7 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                             partitions)
     batcher.start()
     pool = dispatcher(runner, batcher.add, fetcher, workers=concurrency)
+    priority.watch(runner.take_lateness)  # tasks that reach it late take the CPU back
     last_health = 0.0
     try:
         while not stop.is_set():

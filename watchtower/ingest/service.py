@@ -37,6 +37,7 @@ import nacl.signing
 
 from watchtower.gateway.transport import CommandClient
 from watchtower.http.keymgr_client import ENV_KEYMGR, KeyManagerApi
+from watchtower.ingest import priority
 from watchtower.ingest.aggregator import Aggregator
 from watchtower.ingest.runner import now_height
 from watchtower.ingest.sink import KafkaSink
@@ -87,6 +88,7 @@ class AggregatorService:
         keymgr_url = os.environ.get(ENV_KEYMGR)
         keymgr = KeyManagerApi(keymgr_url) if keymgr_url else None
         self.aggregator = Aggregator(self.view, scheduler, KafkaSink(self.commands, self.view, publisher, keymgr))
+        priority.watch(self.aggregator.take_lateness)  # late publishes take the CPU back
         self.stream_partition: dict[str, int] = {}
         self.owned: set[int] = set()
         self.read_to: dict[int, int] = {}
@@ -196,7 +198,8 @@ class AggregatorService:
 
     def health(self) -> dict[str, Any]:
         return {"pid": os.getpid(), **self.aggregator.health(), "streams": sorted(self.view.streams),
-                "runners": sorted(self.view.registered()), "partitions": sorted(self.owned)}
+                "runners": sorted(self.view.registered()), "partitions": sorted(self.owned),
+                "priority": priority.describe()}
 
     def _write_health(self) -> None:
         assert self.health_file is not None

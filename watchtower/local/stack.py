@@ -78,14 +78,6 @@ def delivery_nice(env: Mapping[str, str] | None = None) -> int:
     return min(19, max(0, value))  # 19 is the lowest priority; a negative one would need privileges
 
 
-def ingest_nice(env: Mapping[str, str]) -> int:
-    """The niceness the ingestion processes lower themselves by (``WATCHTOWER_INGEST_NICE``, 0 to 19),
-    by which their session groups are lowered too; 0 for anything else, which the process itself
-    refuses as it starts (`ingest.main.niceness_steps` names the setting)."""
-    raw = env.get("WATCHTOWER_INGEST_NICE", "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 2 and int(raw) <= 19 else 0
-
-
 def is_loopback(bind: str) -> bool:
     """True when an API bound to ``bind`` is reachable from this machine only."""
     if bind == "localhost":
@@ -157,11 +149,10 @@ class ServiceSet:
         return path
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None, nice: int = 0,
-               credentials: Path | None = None, group_nice: int | None = None) -> None:
+               credentials: Path | None = None) -> None:
         """Start ``python -m args...`` as process `name`; `nice` > 0 lowers its CPU priority by that much;
         `credentials` replaces the service's credentials file for this process. Each process leads a
-        session of its own, whose scheduling group is lowered by `group_nice` (default: `nice`;
-        `local.priority`): for a process that lowers its own niceness as it starts, say."""
+        session of its own, whose scheduling group is lowered by `nice` too (`local.priority`)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_file(name).unlink(missing_ok=True)  # an earlier process's port is not this one's
         env = {**os.environ, "WATCHTOWER_FAUST_DATADIR": str(self.log_dir / f"{name}.data"),
@@ -185,7 +176,7 @@ class ServiceSet:
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, proc.pid) + nice)
         # It leads the session made for it here: without that session's group lowered, its
         # niceness would count only among its own threads where the kernel groups by session.
-        priority.lower_group(proc.pid, nice if group_nice is None else group_nice)
+        priority.lower_group(proc.pid, nice)
 
     def start_worker(self, worker_id: str, extra_env: dict[str, str] | None = None) -> None:
         """A stream-actor worker (the single writer of the partitions it owns); `extra_env` sets
@@ -241,7 +232,9 @@ class ServiceSet:
         `role` only one part (``aggregator``: another member that takes a share of the feeds;
         ``scheduler``); returns `name`."""
         env = self._ingest_env(name, extra_env)
-        self._spawn(name, [INGEST_MODULE, "serve", "--role", role], env, group_nice=ingest_nice({**os.environ, **env}))
+        # It steps back from the CPU itself, by WATCHTOWER_INGEST_YIELD and _NICE (`ingest.priority`):
+        # it leads the session made for it here, whose group it sets and takes back.
+        self._spawn(name, [INGEST_MODULE, "serve", "--role", role], env)
         return name
 
     def start_runner(self, runner: str, *, lie: bool = False, extra_env: dict[str, str] | None = None) -> str:
@@ -250,7 +243,7 @@ class ServiceSet:
         name = f"runner-{runner}"
         env = self._ingest_env(name, extra_env)
         self._spawn(name, [INGEST_MODULE, "runner", runner, *(["--lie"] if lie else [])], env,
-                    credentials=self.runner_file(), group_nice=ingest_nice({**os.environ, **env}))
+                    credentials=self.runner_file())  # it sets its own priority, as `start_ingest`
         return name
 
     def start_projection(

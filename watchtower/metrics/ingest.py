@@ -16,11 +16,15 @@ last publishes; absent before the first). Its send window (`ingest.window`):
 
 Runner (service ``runner``): ``watchtower_runner_results_total``, ``watchtower_runner_late_total``
 (tasks skipped past their deadline) and ``watchtower_runner_quarantined_total{code}``.
+
+Both (`ingest.priority`): ``watchtower_ingest_stepping_back`` (1 while the process has stepped back
+from the CPU for the serving path) and, with ``WATCHTOWER_INGEST_YIELD=auto``,
+``watchtower_ingest_host_idle_ratio`` (the host's idle CPU over the last seconds, which decides it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -90,3 +94,24 @@ class RunnerCollector(Collector):
         yield _total("watchtower_runner_late", "Tasks this runner skipped past their deadline.", health["late"])
         yield _by("watchtower_runner_quarantined", "Tasks this runner refused, by code.", "code",
                   health["quarantined"])
+
+
+class PriorityCollector(Collector):
+    """Whether an ingestion process has stepped back from the CPU now (`ingest.priority.describe`)."""
+
+    def __init__(self, priority: Callable[[], Mapping[str, Any]]) -> None:
+        self.priority = priority  # not `describe`: the registry would take it for the metrics' descriptions
+
+    def collect(self) -> Iterator[Metric]:
+        how = self.priority()
+        back = how.get("mode") == "always" or bool(how.get("yielding"))
+        stepping = GaugeMetricFamily(
+            "watchtower_ingest_stepping_back",
+            "1 while this ingestion process has stepped back from the CPU for the serving path.")
+        stepping.add_metric([], 1.0 if back else 0.0)
+        yield stepping
+        if how.get("host_idle") is not None:
+            idle = GaugeMetricFamily("watchtower_ingest_host_idle_ratio",
+                                     "The host's idle CPU share over the last seconds (it decides stepping back).")
+            idle.add_metric([], float(how["host_idle"]))
+            yield idle
