@@ -9,7 +9,7 @@ import nacl.signing
 import pytest
 from test_aggregator import HEIGHT, RUNNERS, SCHEDULER, task
 
-from watchtower.ingest.runner import ResultBatcher, Runner, block_ms
+from watchtower.ingest.runner import ResultBatcher, Runner
 from watchtower.protocol.addresses import address_from_public_key
 from watchtower.protocol.ingestion.records import MAX_BATCH, IngestTask, new_result, verify_result_batch
 from watchtower.protocol.partitioning import partition_for_key
@@ -36,21 +36,6 @@ def test_a_runner_takes_the_tasks_of_a_batch_that_select_it_and_refuses_a_strang
     stranger = nacl.signing.SigningKey(b"\x0a" * 32)
     assert runner.accept_all(encode_task_batch(tasks, stranger)) == []
     assert runner.quarantined["UNAUTHORIZED"] == 1
-
-
-def test_a_runner_tells_how_late_its_tasks_reached_it_since_it_was_last_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ingest.priority` takes the CPU back on it: a task that reaches the runner late is work late."""
-    monkeypatch.setattr("watchtower.ingest.runner.now_height", lambda: HEIGHT)
-    runner = Runner(RUNNERS[0], SCHEDULER_ADDRESS)
-    assert runner.take_lateness() is None
-    now = block_ms(HEIGHT + 2) / 1000 + 0.25  # a quarter of a block after the second task's tick started
-    monkeypatch.setattr("watchtower.ingest.runner.time.time", lambda: now)
-    taken = runner.accept_all(encode_task_batch([unsigned(task(t)) for t in (1, 2)], SCHEDULER))
-    assert [t.tick_height for t in taken] == [HEIGHT + 1, HEIGHT + 2]
-    assert runner.take_lateness() == pytest.approx(1.25), "the latest of them: the first, a block and a quarter"
-    assert runner.take_lateness() is None, "each task is told once"
-    assert runner.accept_all(encode_task_batch([unsigned(task(3, skip_from=3))], SCHEDULER)) == []
-    assert runner.take_lateness() is None, "a task it does not run is no work of its own"
 
 
 def test_results_leave_once_each_in_signed_batches_in_their_tasks_partitions() -> None:

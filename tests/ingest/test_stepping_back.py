@@ -149,6 +149,20 @@ def test_the_host_idle_share_is_read_from_proc_stat(tmp_path: Path) -> None:
     assert HostIdle().sample() is None or 0 <= (HostIdle().sample() or 0) <= 1
 
 
+@pytest.mark.parametrize(("cgroup", "root"), [
+    ("0::/\n", True),  # cgroup v2, the root
+    ("0::/user.slice/user-1000.slice/session-2.scope\n", False),
+    ("4:memory:/some/limit\n3:cpuset:/\n1:cpu,cpuacct:/\n0::/\n", True),  # v1: the cpu hierarchy decides
+    ("1:cpu,cpuacct:/docker/0123abcd\n0::/\n", False),  # a container's CPU cgroup
+    ("garbage\n", False),
+    ("", False),
+])
+def test_session_groups_apply_only_in_the_root_cpu_cgroup(tmp_path: Path, cgroup: str, root: bool) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self/cgroup").write_text(cgroup)
+    assert priority.SessionGroup(tmp_path)._in_root_cpu_cgroup() is root
+
+
 def _child(env: dict[str, str], code: str, *, session: bool) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          start_new_session=session, timeout=60)
@@ -182,13 +196,19 @@ def test_a_session_leader_sets_its_own_group_and_takes_it_back() -> None:
     assert unled == {"available": False}
 
 
-@pytest.mark.parametrize(("settings", "mode"), [({}, "auto"), ({ENV_YIELD: "always"}, "always"),
-                                                ({ENV_NICE: "0"}, "never")])
-def test_an_ingestion_process_applies_the_settings_as_it_starts(settings: dict[str, str], mode: str) -> None:
+@pytest.mark.parametrize(("settings", "runner", "mode"), [
+    ({}, False, "auto"),
+    ({}, True, "never"),  # a runner keeps its priority unless told `always`
+    ({ENV_YIELD: "always"}, False, "always"),
+    ({ENV_YIELD: "always"}, True, "always"),
+    ({ENV_NICE: "0"}, False, "never"),
+])
+def test_an_ingestion_process_applies_the_settings_as_it_starts(settings: dict[str, str], runner: bool,
+                                                                mode: str) -> None:
     """In a process of its own, leading its session: lowering this test's priority would slow the run."""
     env = {k: v for k, v in os.environ.items() if k not in (ENV_NICE, ENV_YIELD)} | settings
     code = READ + ("from watchtower.ingest import priority\n"
-                   "before = os.nice(0); how = priority.start()\n"
+                   f"before = os.nice(0); how = priority.start(runner={runner})\n"
                    "print(json.dumps({'how': {k: v for k, v in how.items() if k != 'why'}, 'before': before,\n"
                    "                  'nice': os.nice(0), 'group': group()}))\n")
     seen = _child(env, code, session=True)

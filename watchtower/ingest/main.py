@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("name")
     run.add_argument("--lie", action="store_true")
     args = parser.parse_args(argv)
-    stepping_back = priority.start()  # before any other thread: with `always` they inherit the niceness
+    # Before any other thread: with `always` they inherit the niceness.
+    stepping_back = priority.start(runner=args.what == "runner")
     gc_pauses.install()
     setup_logging("ingest" if args.what == "serve" else "runner", None if args.what == "serve" else args.name,
                   default_level="INFO")

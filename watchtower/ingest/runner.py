@@ -113,7 +113,6 @@ class Runner:
         self.results = 0
         self.skipped = 0
         self._count = threading.Lock()
-        self._latest_lag_s = -1.0  # how late after its tick's start a task reached this runner, at most
         self.batched = False
         """Results are left unsigned for a `ResultBatcher`, which signs each batch (`serve` sets it)."""
 
@@ -157,18 +156,7 @@ class Runner:
             out.append(task)
         if late:
             self.count_late(late)
-        if out:
-            lag_s = time.time() - min(block_ms(t.tick_height) for t in out) / 1000
-            with self._count:
-                self._latest_lag_s = max(self._latest_lag_s, lag_s)
         return out
-
-    def take_lateness(self) -> float | None:
-        """How late after its tick's start (s) a task reached this runner, at most, since the last
-        call; None when none did (`ingest.priority` takes the CPU back on it)."""
-        with self._count:
-            lag_s, self._latest_lag_s = self._latest_lag_s, -1.0
-        return None if lag_s < 0 else lag_s
 
     def _quarantine(self, exc: WatchtowerError, where: str) -> None:
         self.quarantined[exc.code] += 1
@@ -313,7 +301,6 @@ def serve(runner: Runner, bootstrap: str, prefix: str | None, stop: threading.Ev
                             partitions)
     batcher.start()
     pool = dispatcher(runner, batcher.add, fetcher, workers=concurrency)
-    priority.watch(runner.take_lateness)  # tasks that reach it late take the CPU back
     last_health = 0.0
     try:
         while not stop.is_set():
