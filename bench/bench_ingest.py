@@ -500,6 +500,7 @@ def main() -> None:
             "ingest_stepped_back_share": {n: round(sum(1 for g in v if g) / len(v), 3) if v else None
                                           for n, v in groups.items()},
             "host_idle_share": None if idle_in_window is None else round(idle_in_window, 3),
+            "ingest_priority_at_end": {n: h.get("priority") for n, h in zip(ingest_names, end, strict=True)},
             "seconds": round(elapsed, 1),
             "offered_ticks_per_s": args.streams,
             "sustained_ticks_per_s": round(ticks / elapsed, 1),

@@ -165,12 +165,12 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
             assert _niceness_becomes(pid, min(19, own + steps)), name
             if priority.autogroup_enabled():  # it leads a session of its own, whose group it lowers too
                 assert priority.group_niceness(pid) == steps, name
-        elif steps and priority.autogroup_enabled():
+        elif steps and name == "ingest" and priority.autogroup_enabled() and _in_root_cpu_cgroup(pid):
             # auto: full priority until the host shows room; its own niceness is never lowered.
             assert (how["mode"], how["nice"]) == ("auto", steps), (name, how)
             assert os.getpriority(os.PRIO_PROCESS, pid) == own, name
             assert priority.group_niceness(pid) in (0, steps), name
-        else:
+        else:  # runners keep their priority in auto; nothing steps back where the group cannot be taken back
             assert how["mode"] == "never", (name, how)
             assert os.getpriority(os.PRIO_PROCESS, pid) == own, name
     # The CLI finds the recorded API without flags: create a feed and read it back.
@@ -196,6 +196,14 @@ def test_up_runs_broker_workers_and_api_then_down_stops_them(fresh: Stack) -> No
     assert after["services"] == {}
     assert all(_gone(pid) for pid in _pids(status).values())
     assert fresh.broker.status()["state"] == "stopped"
+
+
+def _in_root_cpu_cgroup(pid: int) -> bool:
+    from watchtower.ingest.priority import SessionGroup
+
+    group = SessionGroup()
+    group.cgroup = Path(f"/proc/{pid}/cgroup")  # the process's, not this test's
+    return group._in_root_cpu_cgroup()
 
 
 def _priority_in_health(path: Path, within_s: float = 60.0) -> dict[str, Any]:

@@ -95,6 +95,10 @@ def test_a_host_near_its_capacity_never_sees_ingestion_step_back() -> None:
     yielder, group = _yielder([0.12, 0.18, 0.15, 0.19, 0.02] * 20)
     _run(yielder, 100)
     assert (yielder.yielding, group.set_to) == (False, [])
+    # A host filling up (new feeds starting) is idle on average but not in every second.
+    yielder, group = _yielder([0.9, 0.9, 0.1, 0.9, 0.9] * 20)
+    _run(yielder, 100)
+    assert (yielder.yielding, group.set_to) == (False, [])
 
 
 def test_late_work_takes_the_cpu_back_at_once_and_each_time_doubles_the_wait_for_room() -> None:
