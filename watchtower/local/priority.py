@@ -12,8 +12,9 @@ niced two got 0.03 each.
 So whoever starts a service in a session of its own lowers that session's group by the service's
 niceness as well: the supervisor does for every process it starts niced (`stack.ServiceSet`), when
 the kernel groups by session. (The ingestion processes set and take back their own group as the
-host's load changes: `watchtower.ingest.priority`.) Only a session's leader's group is lowered (it is then its own and its
-children's); a shell's group is never touched, which would slow the whole terminal.
+host's load changes: `watchtower.ingest.priority`.) Only a session's leader's group is lowered
+(it is then its own and its children's); a shell's group is never touched, which would slow the
+whole terminal.
 
 In a container or a systemd unit the process sits in a cgroup and
 the autogroup does not apply; its niceness then orders it against the cgroup's other processes,
