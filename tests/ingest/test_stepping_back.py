@@ -131,6 +131,22 @@ def test_late_work_takes_the_cpu_back_at_once_and_each_time_doubles_the_wait_for
     assert yielder.settle_s == MAX_SETTLE_S
 
 
+def test_a_take_back_the_kernel_refuses_is_tried_again_though_the_late_work_was_told_once() -> None:
+    group = FakeGroup()
+    lateness: list[float | None] = []
+    yielder = Yielder(10, idle=lambda: 0.5, group=group)
+    yielder.watch(lambda: lateness.pop(0) if lateness else None)
+    _run(yielder, SETTLE_S)
+    assert yielder.yielding
+    group.refuse = True
+    lateness.append(LATE_S + 1)
+    _run(yielder, 2)
+    assert yielder.yielding, "refused twice"
+    group.refuse = False
+    _run(yielder, 1)
+    assert (yielder.yielding, group.set_to) == (False, [10, 0])
+
+
 def test_a_refused_change_is_tried_again_and_an_unknown_reading_changes_nothing() -> None:
     yielder, group = _yielder([None] * 5 + [0.9] * (SETTLE_S + 2))  # type: ignore[list-item]
     group.refuse = True

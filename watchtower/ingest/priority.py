@@ -168,6 +168,7 @@ class Yielder:
         self.yielding = False
         self.changes = 0
         self.settle_s = SETTLE_S
+        self._late_owed = 0.0
         self.late: Callable[[], float | None] = lambda: None
         """How late (s) the process's work was since the last call, at most; None: no work seen.
         Set by the process once its work exists (`watch`)."""
@@ -177,10 +178,14 @@ class Yielder:
         self.late = late
 
     def step(self) -> None:
-        """Read the host's idle share once and step back or forward if it says so."""
-        late = self.late() or 0.0
+        """Read how late the process's work was and the host's idle share, once, and step back or
+        take the CPU back if they say so."""
+        late = max(self.late() or 0.0, self._late_owed)  # a take-back the kernel refused is still owed
+        self._late_owed = 0.0
         if self.yielding and late >= LATE_S:
-            if self.group.set(0):
+            if not self.group.set(0):
+                self._late_owed = late
+            else:
                 self.yielding = False
                 self.changes += 1
                 self.settle_s = min(MAX_SETTLE_S, 2 * self.settle_s)
